@@ -1,0 +1,1 @@
+"""Generator backends behind one small Protocol, selected from a plain registry."""

@@ -1,0 +1,53 @@
+"""The Generator protocol: what every backend receives and returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from autoloop.program import GeneratorSpec, Program
+
+
+@dataclass(frozen=True)
+class GenContext:
+    """Everything a generator may use for one cycle. It edits `workdir` and nothing else."""
+
+    program: Program
+    cycle: int                      # 1-based
+    workdir: Path                   # the work tree it may edit (cwd for command generators)
+    prompt: str
+    prompt_file: Path               # the prompt, already written
+    hypothesis_file: Path           # where a command generator may write its hypothesis
+    log_dir: Path                   # this cycle's log folder (transcripts go here)
+    best: float | None              # the incumbent's metric
+    baseline: float | None
+    history: Sequence[Mapping[str, Any]]   # finished cycle records from the ledger, oldest first
+    is_allowed: Callable[[str], bool]      # repo-relative path -> may the generator write it?
+    env: Mapping[str, str]          # environment for subprocesses (already scrubbed of our secrets)
+    timeout: float
+    run_marker: str                 # value of AUTOLOOP_RUN_MARKER; lets us find leftover processes
+
+
+@dataclass
+class Proposal:
+    """What a generator reports. autoloop never trusts it about *what changed*."""
+
+    hypothesis: str = "(none given)"
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float | None = None
+    turns: int = 0
+    transcript: Path | None = None
+    notes: list[str] = field(default_factory=list)   # e.g. permission denials, refused edits
+    no_change_reason: str | None = None              # a generator that knowingly proposes nothing
+
+
+class Generator(Protocol):
+    def propose(self, ctx: GenContext) -> Proposal:
+        """Edit ctx.workdir once. Raise GeneratorError for a failed attempt (cycle = gen_error),
+        FatalGeneratorError when no attempt can ever succeed (run stops, exit 1)."""
+        ...
+
+
+Factory = Callable[[GeneratorSpec, Program], Generator]
