@@ -23,6 +23,11 @@ class GenContext:
     best: float | None              # the incumbent's metric
     baseline: float | None
     history: Sequence[Mapping[str, Any]]   # finished cycle records from the ledger, oldest first
+    # A cycle record has at least: cycle (int, 0 = baseline), status (baseline|keep|discard|crash|
+    # guard_fail|violation|no_change|gen_error), metric (float|None: this candidate's), best
+    # (float|None: the incumbent's metric after this cycle), hypothesis, lesson, commit (kept
+    # commit or None), parent (incumbent commit the cycle started from), changed (list of paths),
+    # gen_meta (the Proposal.meta the generator returned that cycle).
     is_allowed: Callable[[str], bool]      # repo-relative path -> may the generator write it?
     env: Mapping[str, str]          # environment for subprocesses (already scrubbed of our secrets)
     timeout: float
@@ -41,6 +46,7 @@ class Proposal:
     transcript: Path | None = None
     notes: list[str] = field(default_factory=list)   # e.g. permission denials, refused edits
     no_change_reason: str | None = None              # a generator that knowingly proposes nothing
+    meta: dict[str, Any] = field(default_factory=dict)  # backend data journaled as `gen_meta` (JSON-able)
 
 
 class Generator(Protocol):
