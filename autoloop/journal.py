@@ -1,0 +1,234 @@
+"""The ledger: an append-only JSONL file, fsynced per record — the source of truth of a run.
+
+`experiments.md` and `results.tsv` are rendered from it (atomically) and can be regenerated at
+any time. Write-ahead: a cycle opens with a `begin` record and, when it will commit, an `intent`
+record before the branch moves; only the final `cycle` record makes it count. On load, a cycle
+with a `begin` but no end is "pending" — the loop rolls it back — and a torn last line (a kill
+during a write) is cut off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from autoloop.errors import UsageError
+
+Record = dict[str, Any]
+
+STATUSES = ("baseline", "keep", "discard", "crash", "guard_fail", "violation", "no_change", "gen_error")
+TSV_COLUMNS = ("cycle", "commit", "metric", "status", "description", "best", "delta_pct",
+               "duration_s", "cost_usd", "lesson")
+
+
+def state_dir(program_dir: Path, tag: str) -> Path:
+    return program_dir / ".autoloop" / tag
+
+
+class Journal:
+    def __init__(self, program_dir: Path, tag: str) -> None:
+        self.program_dir = program_dir
+        self.tag = tag
+        self.dir = state_dir(program_dir, tag)
+        self.ledger = self.dir / "ledger.jsonl"
+        self.experiments = program_dir / "experiments.md"
+        self.results = program_dir / "results.tsv"
+        self.records: list[Record] = []
+        self._bytes = bytearray()
+
+    # ---- loading -----------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return self.ledger.exists()
+
+    def load(self) -> None:
+        """Read the ledger; cut a torn last line; refuse a corrupt middle line (exit 2)."""
+        if not self.ledger.exists():
+            self.records, self._bytes = [], bytearray()
+            return
+        data = self.ledger.read_bytes()
+        keep_upto = 0
+        records: list[Record] = []
+        lines = data.split(b"\n")
+        offset = 0
+        for i, line in enumerate(lines):
+            is_last = i == len(lines) - 1
+            end = offset + len(line) + (0 if is_last else 1)
+            if line.strip():
+                try:
+                    rec = json.loads(line)
+                    if not isinstance(rec, dict) or "t" not in rec:
+                        raise ValueError("not a ledger record")
+                except ValueError:
+                    if is_last or all(not ln.strip() for ln in lines[i + 1:]):
+                        break  # torn write at the end: drop it
+                    raise UsageError(f"{self.ledger}:{i + 1}: corrupt ledger line (not JSON)") from None
+                if is_last:
+                    break  # complete JSON but no newline: the write was cut; drop it too
+                records.append(rec)
+            keep_upto = end
+            offset = end
+        if keep_upto != len(data):
+            with open(self.ledger, "r+b") as f:
+                f.truncate(keep_upto)
+                f.flush()
+                os.fsync(f.fileno())
+            data = data[:keep_upto]
+        self.records = records
+        self._bytes = bytearray(data)
+
+    # ---- writing -----------------------------------------------------------------------------
+
+    def append(self, rec: Record) -> Record:
+        rec = {"t": rec.pop("t"), "ts": round(time.time(), 3), **rec}
+        line = (json.dumps(rec, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.records.append(rec)
+        self._bytes += line
+        return rec
+
+    def tampered(self) -> bool:
+        try:
+            data = self.ledger.read_bytes()
+        except OSError:
+            return bool(self._bytes)
+        return data != self._bytes
+
+    def repair(self) -> None:
+        """Rewrite the ledger from memory (after someone else wrote to it)."""
+        _atomic_write(self.ledger, bytes(self._bytes))
+
+    def digest(self) -> str:
+        return hashlib.sha256(self._bytes).hexdigest()
+
+    # ---- queries -----------------------------------------------------------------------------
+
+    def cycles(self) -> list[Record]:
+        return [r for r in self.records if r["t"] == "cycle"]
+
+    def pending(self) -> Record | None:
+        """The `begin` record of a cycle that never finished, if the ledger ends inside one."""
+        open_begin: Record | None = None
+        for r in self.records:
+            if r["t"] == "begin":
+                open_begin = r
+            elif r["t"] in ("cycle", "abort") and open_begin and r.get("cycle") == open_begin["cycle"]:
+                open_begin = None
+        return open_begin
+
+    def intent_for(self, cycle: int) -> Record | None:
+        for r in reversed(self.records):
+            if r["t"] == "intent" and r.get("cycle") == cycle:
+                return r
+            if r["t"] == "begin" and r.get("cycle") == cycle:
+                return None
+        return None
+
+    def first_start(self) -> Record | None:
+        return next((r for r in self.records if r["t"] == "start"), None)
+
+    def next_cycle(self) -> int:
+        cycles = self.cycles()
+        return cycles[-1]["cycle"] + 1 if cycles else 0
+
+    # ---- rendering ---------------------------------------------------------------------------
+
+    def render(self, goal: str = "") -> None:
+        _atomic_write(self.experiments, render_experiments(self.cycles(), self.tag, goal).encode())
+        _atomic_write(self.results, render_tsv(self.cycles()).encode())
+
+    def rendered_ok(self, goal: str = "") -> bool:
+        try:
+            return (self.experiments.read_text() == render_experiments(self.cycles(), self.tag, goal)
+                    and self.results.read_text() == render_tsv(self.cycles()))
+        except (OSError, UnicodeDecodeError):
+            return False
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def fmt(x: float | None) -> str:
+    if x is None:
+        return ""
+    return f"{x:.6g}"
+
+
+def pct(old: float | None, new: float | None) -> float | None:
+    if old is None or new is None or old == 0:
+        return None
+    return (new - old) / abs(old) * 100.0
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def render_tsv(cycles: list[Record]) -> str:
+    rows = ["\t".join(TSV_COLUMNS)]
+    for c in cycles:
+        delta = c.get("delta_pct")
+        cost = c.get("gen", {}).get("cost_usd")
+        rows.append("\t".join([
+            str(c["cycle"]),
+            (c.get("commit") or "")[:12],
+            fmt(c.get("metric")),
+            c["status"],
+            _one_line(c.get("hypothesis", "")),
+            fmt(c.get("best")),
+            "" if delta is None else f"{delta:.2f}",
+            f"{c.get('duration_s', 0):.1f}",
+            "" if cost is None else f"{cost:.4f}",
+            _one_line(c.get("lesson", "")),
+        ]))
+    return "\n".join(rows) + "\n"
+
+
+def render_experiments(cycles: list[Record], tag: str, goal: str) -> str:
+    out = [f"# Experiments — run `autoloop/{tag}`", ""]
+    if goal:
+        out += [f"Goal: {goal}", ""]
+    out += ["Written by autoloop from its ledger (.autoloop/%s/ledger.jsonl); edits here are overwritten." % tag, ""]
+    for c in cycles:
+        out.extend(_section(c))
+    return "\n".join(out)
+
+
+def _section(c: Record) -> Iterator[str]:
+    yield f"## Cycle {c['cycle']} — {c['status']}"
+    yield ""
+    yield f"**Hypothesis:** {_one_line(c.get('hypothesis', ''))}"
+    yield ""
+    yield f"**Result:** {_one_line(c.get('result', ''))}"
+    yield ""
+    yield f"**Lesson:** {_one_line(c.get('lesson', ''))}"
+    yield ""
+    if c.get("changed"):
+        shown = ", ".join(c["changed"][:10]) + (" …" if len(c["changed"]) > 10 else "")
+        yield f"Changed: {shown}"
+        yield ""

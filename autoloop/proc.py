@@ -1,0 +1,229 @@
+"""One way to run a command: its own session, a timeout that kills the whole tree, output straight
+to files on disk (so a command printing gigabytes costs us no memory), and a result object
+instead of exceptions.
+
+Leftovers: a child that calls `setsid` (or double-forks) escapes its process group. Every child
+gets an environment marker, and after each command we scan /proc for processes that carry it and
+kill them too. That needs no privileges and works in CI containers; cgroups would be stronger
+but are often not delegated to unprivileged users.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Mapping, Sequence
+
+MARKER_VAR = "AUTOLOOP_RUN_MARKER"
+TAIL_BYTES = 8192
+KILL_GRACE_S = 3.0
+
+# The process that is running right now, so a signal handler can stop it at once.
+_current: set[subprocess.Popen[bytes]] = set()
+_current_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ProcResult:
+    exit_code: int | None           # None when killed by our timeout or an interrupt
+    timed_out: bool
+    interrupted: bool
+    duration_s: float
+    stdout_path: Path
+    stderr_path: Path
+    leftovers_killed: int           # processes found after the command ended, and killed
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out and not self.interrupted
+
+    def stdout_tail(self, limit: int = TAIL_BYTES) -> str:
+        return read_tail(self.stdout_path, limit)
+
+    def stderr_tail(self, limit: int = TAIL_BYTES) -> str:
+        return read_tail(self.stderr_path, limit)
+
+    def describe(self) -> str:
+        if self.interrupted:
+            return "interrupted"
+        if self.timed_out:
+            return f"timed out after {self.duration_s:.0f}s"
+        return f"exit {self.exit_code}"
+
+
+def new_marker() -> str:
+    return uuid.uuid4().hex
+
+
+def read_tail(path: Path, limit: int = TAIL_BYTES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            data = f.read()
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace")
+
+
+def run(
+    command: str | Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float | None,
+    log_stem: Path,
+    stdin: Path | None = None,
+    marker: str | None = None,
+) -> ProcResult:
+    """Run `command` (a shell string, or an argv list) and wait for it.
+
+    stdout goes to `<log_stem>.out`, stderr to `<log_stem>.err`. The whole process tree is
+    killed on timeout, on interrupt, and — for anything left running — when the command ends.
+    """
+    log_stem.parent.mkdir(parents=True, exist_ok=True)
+    out_path = log_stem.with_name(log_stem.name + ".out")
+    err_path = log_stem.with_name(log_stem.name + ".err")
+    marker = marker or new_marker()
+    child_env = dict(env)
+    child_env[MARKER_VAR] = marker
+    shell = isinstance(command, str)
+    started = time.monotonic()
+    timed_out = interrupted = False
+    with open(out_path, "wb") as out, open(err_path, "wb") as err, _stdin(stdin) as inp:
+        proc = subprocess.Popen(
+            command if shell else list(command),
+            shell=shell,
+            cwd=cwd,
+            env=child_env,
+            stdin=inp,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            executable="/bin/sh" if shell else None,
+        )
+        with _current_lock:
+            _current.add(proc)
+        try:
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            except BaseException:
+                interrupted = True
+                raise
+        finally:
+            _kill_group(proc)
+            with _current_lock:
+                _current.discard(proc)
+            leftovers = kill_marked(marker)
+    duration = time.monotonic() - started
+    code = None if (timed_out or interrupted) else proc.returncode
+    return ProcResult(code, timed_out, interrupted, duration, out_path, err_path, leftovers)
+
+
+class _stdin:
+    """stdin from a file, or /dev/null — never a pipe left open (agents like codex wait on it)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.f: IO[bytes] | None = None
+
+    def __enter__(self) -> IO[bytes]:
+        self.f = open(self.path if self.path else os.devnull, "rb")
+        return self.f
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.f is not None
+        self.f.close()
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process group, then SIGKILL what is still there after a grace period."""
+    pgid = proc.pid  # start_new_session: the child leads its own group
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if proc.returncode is None:
+        try:
+            proc.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    # The leader may have exited while its children linger in the group.
+    deadline = time.monotonic() + KILL_GRACE_S
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if proc.returncode is None:
+        proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def kill_marked(marker: str) -> int:
+    """Kill every process whose environment carries our marker (Linux /proc). Returns how many."""
+    needle = f"{MARKER_VAR}={marker}".encode()
+    killed = 0
+    for _ in range(5):  # a fork loop can spawn while we scan: repeat until none is found
+        found = [pid for pid in _marked_pids(needle)]
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
+    return killed
+
+
+def _marked_pids(needle: bytes) -> list[int]:
+    proc_dir = Path("/proc")
+    if not proc_dir.is_dir():
+        return []
+    me = os.getpid()
+    pids: list[int] = []
+    for entry in os.scandir(proc_dir):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            # A zombie still shows its environ; killing it is harmless.
+            pids.append(pid)
+    return pids
+
+
+def stop_current() -> None:
+    """For signal handlers: SIGTERM the groups of the commands running now. They are reaped by run()."""
+    with _current_lock:
+        procs = list(_current)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass

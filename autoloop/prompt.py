@@ -1,0 +1,65 @@
+"""The generator's prompt: goal, rules, the human's instructions, where the run stands, and a
+bounded memory of what was tried."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from autoloop.journal import fmt
+from autoloop.program import Program
+
+RECENT = 12          # cycles shown in full
+MAX_TEXT = 300       # characters kept of one hypothesis or lesson
+
+
+def _clip(text: str, n: int = MAX_TEXT) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def build_prompt(program: Program, *, cycle: int, best: float | None, baseline: float | None,
+                 history: Sequence[Mapping[str, Any]], workdir_note: str = "") -> str:
+    v = program.verifier
+    name = v.label
+    lines = [
+        f"# autoloop cycle {cycle}",
+        "",
+        f"Goal: {program.goal}",
+        "",
+        "## Rules (enforced by autoloop, not by trust)",
+        "- Make ONE focused change to the files in this work tree, then stop.",
+        "- You may create, modify or delete only these paths: " + ", ".join(program.allowed),
+    ]
+    if program.forbidden:
+        lines.append("- Never touch: " + ", ".join(program.forbidden))
+    lines += [
+        "- Any change outside them (the verifier, tests, program.md, .git, git hooks or config) "
+        "voids the cycle. Do not run git commands; autoloop commits or reverts for you.",
+        f"- The verifier `{v.command}` measures `{name}` ({v.direction}). "
+        "You do not need to run it; autoloop does, on its own.",
+        "- Start your final reply with one line `Hypothesis: <what you changed and why it should help>`.",
+        "",
+        "## Where the run stands",
+        f"- Baseline {name}: {fmt(baseline) or 'unknown'}",
+        f"- Best so far (the code you see): {fmt(best) or 'unknown'}",
+    ]
+    if workdir_note:
+        lines.append(f"- {workdir_note}")
+    done = [h for h in history if h.get("cycle", 0) > 0]
+    if done:
+        counts: dict[str, int] = {}
+        for h in done:
+            counts[h["status"]] = counts.get(h["status"], 0) + 1
+        lines.append("- Cycles so far: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
+        kept = [h for h in done if h["status"] == "keep"]
+        older_kept = [h for h in kept if h not in done[-RECENT:]][-10:]
+        if older_kept:
+            lines += ["", "## Earlier kept changes"]
+            lines += [f"- cycle {h['cycle']}: {_clip(h.get('hypothesis', ''), 160)} → {fmt(h.get('metric'))}"
+                      for h in older_kept]
+        lines += ["", "## Recent cycles (newest last)"]
+        for h in done[-RECENT:]:
+            lines.append(f"- cycle {h['cycle']} [{h['status']}] {name}={fmt(h.get('metric')) or '-'}: "
+                         f"{_clip(h.get('hypothesis', ''))} — lesson: {_clip(h.get('lesson', ''))}")
+    lines += ["", "## Instructions from the human", "", program.body.strip() or "(none)"]
+    return "\n".join(lines) + "\n"

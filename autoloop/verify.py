@@ -1,0 +1,190 @@
+"""Guards + verifier on a tree → a Measurement. Reads the metric per contract §4."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from autoloop import proc
+from autoloop.program import Program, VerifierSpec
+
+_BLOCK = 1 << 16
+_PATTERN_WINDOW = 16 << 20   # a `pattern:` verifier is matched against the last 16 MiB of stdout
+
+
+class MetricError(Exception):
+    """No usable metric in the verifier's output; the message says why, for the journal."""
+
+
+@dataclass(frozen=True)
+class GuardResult:
+    name: str
+    ok: bool
+    detail: str          # "exit 0", "exit 1: AssertionError ...", "timed out after 120s"
+    log_stem: Path
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class Measurement:
+    metric: float | None
+    guards: tuple[GuardResult, ...]
+    error: str | None            # why there is no metric (crash), or None
+    log_stem: Path | None        # the verifier's log (<stem>.out / <stem>.err)
+    duration_s: float
+
+    @property
+    def guards_ok(self) -> bool:
+        return all(g.ok for g in self.guards)
+
+    @property
+    def failed_guard(self) -> GuardResult | None:
+        return next((g for g in self.guards if not g.ok), None)
+
+
+def measure(
+    program: Program,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    log_dir: Path,
+    marker: str,
+    with_guards: bool = True,
+) -> Measurement:
+    """Run the guards (stopping at the first failure), then the verifier."""
+    guards: list[GuardResult] = []
+    total = 0.0
+    if with_guards:
+        for guard in program.guards:
+            res = proc.run(guard.command, cwd=cwd, env=env, timeout=guard.timeout,
+                           log_stem=log_dir / f"guard-{_safe(guard.name)}", marker=marker)
+            total += res.duration_s
+            ok = res.ok
+            detail = res.describe() if ok else _failure_summary(res)
+            guards.append(GuardResult(guard.name, ok, detail, res.stdout_path.with_suffix(""),
+                                      res.duration_s))
+            if not ok:
+                return Measurement(None, tuple(guards), None, None, total)
+    spec = program.verifier
+    res = proc.run(spec.command, cwd=cwd, env=env, timeout=spec.timeout,
+                   log_stem=log_dir / "verifier", marker=marker)
+    total += res.duration_s
+    stem = res.stdout_path.with_suffix("")
+    if not res.ok:
+        return Measurement(None, tuple(guards), _failure_summary(res), stem, total)
+    try:
+        value = parse_metric(res.stdout_path, spec)
+    except MetricError as exc:
+        return Measurement(None, tuple(guards), str(exc), stem, total)
+    return Measurement(value, tuple(guards), None, stem, total)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:60] or "guard"
+
+
+def _failure_summary(res: proc.ProcResult) -> str:
+    """`exit 1: NameError: name 'x' is not defined` — the last meaningful line, for lessons."""
+    head = res.describe()
+    if res.timed_out or res.interrupted:
+        return head
+    for text in (res.stderr_tail(), res.stdout_tail()):
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        if lines:
+            return f"{head}: {lines[-1][:200]}"
+    return head
+
+
+def metric_line_regex(name: str) -> re.Pattern[bytes]:
+    return re.compile(
+        rb"^[ \t]*(?:METRIC[ \t]+)?" + re.escape(name.encode()) + rb"[ \t]*[:=][ \t]*(\S+)[ \t]*\r?$",
+        re.MULTILINE,
+    )
+
+
+def parse_metric(stdout_path: Path, spec: VerifierSpec) -> float:
+    """The number in the LAST `NAME: NUMBER` / `NAME=NUMBER` line (or the pattern's last match)."""
+    if spec.pattern is not None:
+        return _parse_pattern(stdout_path, spec.pattern)
+    assert spec.metric is not None
+    rx = metric_line_regex(spec.metric)
+    for chunk in _chunks_from_end(stdout_path):
+        for match in reversed(list(rx.finditer(chunk))):
+            value = _to_float(match.group(1))
+            if value is None:
+                continue  # `loss: n/a` is not of the form NAME: NUMBER
+            return _finite(value, spec.metric)
+    raise MetricError(f"no line '{spec.metric}: NUMBER' in the verifier's output")
+
+
+def parse_metric_text(text: str, spec: VerifierSpec) -> float:
+    """Same rule on a string (used by tests and by `autoloop verify` on small outputs)."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("wb", delete=False) as f:
+        f.write(text.encode())
+    try:
+        return parse_metric(Path(f.name), spec)
+    finally:
+        os.unlink(f.name)
+
+
+def _parse_pattern(stdout_path: Path, pattern: str) -> float:
+    size = stdout_path.stat().st_size
+    with open(stdout_path, "rb") as f:
+        f.seek(max(0, size - _PATTERN_WINDOW))
+        text = f.read().decode("utf-8", "replace")
+    last = None
+    for last in re.finditer(pattern, text, re.MULTILINE):
+        pass
+    if last is None:
+        raise MetricError(f"pattern {pattern!r} did not match the verifier's output")
+    value = _to_float(last.group(1).encode())
+    if value is None:
+        raise MetricError(f"pattern matched {last.group(1)!r}, which is not a number")
+    return _finite(value, "metric")
+
+
+def _to_float(token: bytes) -> float | None:
+    try:
+        return float(token.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def _finite(value: float, name: str) -> float:
+    if math.isnan(value) or math.isinf(value):
+        raise MetricError(f"{name} is {value} (not a finite number)")
+    return value
+
+
+def _chunks_from_end(path: Path):
+    """Yield overlapping, line-aligned byte chunks from the end of the file backwards, so the
+    last metric line is found without reading a huge log into memory."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        end = f.tell()
+        carry = b""
+        while end > 0:
+            start = max(0, end - _BLOCK)
+            f.seek(start)
+            block = f.read(end - start) + carry
+            if start > 0:
+                # keep the partial first line for the next (earlier) block
+                cut = block.find(b"\n")
+                if cut == -1:
+                    # one enormous line: no metric line is that long, so don't hold it in memory
+                    carry = block if len(block) <= _BLOCK * 16 else b""
+                    end = start
+                    continue
+                carry, block = block[: cut + 1], block[cut + 1:]
+            else:
+                carry = b""
+            yield block
+            end = start
+        if carry:
+            yield carry

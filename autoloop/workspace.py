@@ -1,0 +1,341 @@
+"""The only module that runs git: the run branch, its private worktree, the candidate commit,
+the exact restore, and the integrity of what git itself obeys.
+
+Every git command runs with hooks and config-defined commands switched off, so nothing a
+generator plants in `.git` can run through us.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from autoloop.errors import RepoStateError, RunFailure
+from autoloop.sentinel import Sentinel, remove_tree
+from autoloop.snapshot import Change, Snapshotter, diff
+
+BRANCH_PREFIX = "autoloop/"
+
+# Settings that would let a repository (or a generator that wrote to it) run code or change
+# bytes during our own git calls. Filters from .gitattributes still apply, but only with drivers
+# defined in config, which the integrity check guards.
+_SAFE_CONFIG = (
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.untrackedCache=false",
+    "core.splitIndex=false",
+    "core.sparseCheckout=false",
+    "core.autocrlf=false",
+    "core.safecrlf=false",
+    "core.symlinks=true",
+    "core.pager=cat",
+    "commit.gpgSign=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "submodule.recurse=false",
+    "advice.detachedHead=false",
+    "diff.external=",
+    "credential.helper=",
+)
+
+
+class GitError(RunFailure):
+    pass
+
+
+def _git_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GIT_") or k in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM")}
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+    return env
+
+
+def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True,
+        env: dict[str, str] | None = None) -> str:
+    cmd = ["git"]
+    for item in _SAFE_CONFIG:
+        cmd += ["-c", item]
+    cmd += list(args)
+    proc = subprocess.run(cmd, cwd=cwd, input=input, capture_output=True,
+                          env=env or _git_env(), stdin=None if input is not None else subprocess.DEVNULL)
+    if check and proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise GitError(f"git {' '.join(args[:3])} failed: {err[-1] if err else proc.returncode}")
+    return proc.stdout.decode(errors="surrogateescape")
+
+
+def repo_root_of(path: Path) -> Path:
+    try:
+        out = git(path if path.is_dir() else path.parent, "rev-parse", "--show-toplevel")
+    except GitError:
+        raise RepoStateError(f"{path}: not inside a git repository") from None
+    return Path(out.strip())
+
+
+@dataclass(frozen=True)
+class Identity:
+    name: str
+    email: str
+
+
+class Workspace:
+    """A run's branch `autoloop/TAG` and the detached worktree where cycles happen."""
+
+    def __init__(self, repo_root: Path, tag: str) -> None:
+        self.repo_root = repo_root
+        self.tag = tag
+        self.branch = BRANCH_PREFIX + tag
+        self.ref = "refs/heads/" + self.branch
+        common = git(repo_root, "rev-parse", "--git-common-dir").strip()
+        self.common_dir = (repo_root / common).resolve()
+        repo_id = hashlib.sha256(str(repo_root.resolve()).encode()).hexdigest()[:12]
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        # Outside the repository on purpose: tools that walk up from their cwd looking for
+        # configuration (pytest, ruff, setuptools) must not find the user's checkout.
+        self.path = cache / "autoloop" / "worktrees" / f"{repo_root.name}-{repo_id}" / _slug(tag)
+        self.snapshotter = Snapshotter(self.path)
+        self._admin_dir: Path | None = None
+        self._dotgit: bytes | None = None
+        self._sentinel: Sentinel | None = None
+
+    # ---- checks before anything changes -------------------------------------------------
+
+    def check_state(self) -> None:
+        """Refuse repositories we cannot work on safely (RepoStateError = exit 2)."""
+        if git(self.repo_root, "rev-parse", "--is-bare-repository").strip() == "true":
+            raise RepoStateError(f"{self.repo_root}: a bare repository has no work tree to run in")
+        if not git(self.repo_root, "rev-parse", "--verify", "-q", "HEAD", check=False).strip():
+            raise RepoStateError(f"{self.repo_root}: the repository has no commit yet (commit your files first)")
+        for marker in ("MERGE_HEAD", "REBASE_HEAD", "CHERRY_PICK_HEAD", "rebase-merge", "rebase-apply"):
+            if (self.common_dir / marker).exists():
+                raise RepoStateError(f"{self.repo_root}: a merge or rebase is in progress; finish it first")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", self.tag) or ".." in self.tag \
+                or self.tag.endswith((".lock", ".")):
+            raise RepoStateError(f"--tag {self.tag!r}: use letters, digits, '.', '_' or '-' (at most 64)")
+
+    def branch_head(self) -> str | None:
+        out = git(self.repo_root, "rev-parse", "--verify", "-q", self.ref + "^{commit}", check=False).strip()
+        return out or None
+
+    def head(self) -> str:
+        return git(self.repo_root, "rev-parse", "--verify", "HEAD^{commit}").strip()
+
+    def identity(self) -> Identity:
+        name = git(self.repo_root, "config", "user.name", check=False).strip() or "autoloop"
+        email = git(self.repo_root, "config", "user.email", check=False).strip() or "autoloop@localhost"
+        return Identity(name, email)
+
+    # ---- setup -----------------------------------------------------------------------------
+
+    def create_branch(self, start: str) -> None:
+        git(self.repo_root, "update-ref", "-m", "autoloop: start run", self.ref, start, "")
+
+    def exclude_in_checkout(self, rel_paths: Iterable[str]) -> None:
+        """Keep our files out of git's view in the user's checkout (.git/info/exclude)."""
+        exclude = self.common_dir / "info" / "exclude"
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        existing = exclude.read_text(errors="replace").splitlines() if exclude.exists() else []
+        wanted = ["/" + p.lstrip("/") for p in rel_paths]
+        missing = [w for w in wanted if w not in existing]
+        if missing:
+            with open(exclude, "a") as f:
+                if existing and existing[-1] != "":
+                    f.write("\n")
+                f.write("# autoloop run files\n" + "".join(m + "\n" for m in missing))
+
+    def open(self, commit: str) -> None:
+        """Create (or reuse) the private worktree, detached at `commit`, exactly equal to it."""
+        if (self.path / ".git").is_file() and self._registered():
+            self._admin_dir = self._find_admin_dir()
+        else:
+            if self.path.exists():
+                remove_tree(self.path)
+            git(self.repo_root, "worktree", "prune")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            git(self.repo_root, "worktree", "add", "--detach", "-f", str(self.path), commit)
+            self._admin_dir = self._find_admin_dir()
+        self._dotgit = (self.path / ".git").read_bytes()
+        self.reset_hard(commit)
+
+    def _registered(self) -> bool:
+        out = git(self.repo_root, "worktree", "list", "--porcelain")
+        return any(line == f"worktree {self.path}" for line in out.splitlines())
+
+    def _find_admin_dir(self) -> Path:
+        text = (self.path / ".git").read_text().strip()
+        if not text.startswith("gitdir: "):
+            raise GitError(f"{self.path}/.git is not a worktree link")
+        return Path(text[len("gitdir: "):]).resolve()
+
+    def close(self) -> None:
+        """Leave the worktree in place for inspection; nothing to release but file handles."""
+
+    # ---- integrity of git's own files --------------------------------------------------------
+
+    def watch_git(self, extra: Sequence[Path] = ()) -> Sentinel:
+        """Files git obeys during our own calls, plus `extra` user-side files (program.md)."""
+        assert self._admin_dir is not None
+        c = self.common_dir
+        watched = {
+            c / "config": ".git/config",
+            c / "config.worktree": ".git/config.worktree",
+            c / "hooks": ".git/hooks",
+            c / "info": ".git/info",
+            c / "objects" / "info": ".git/objects/info",
+            c / "commondir": ".git/commondir",
+            self._admin_dir / "config.worktree": "worktree config",
+            self._admin_dir / "commondir": "worktree commondir",
+            self._admin_dir / "gitdir": "worktree gitdir",
+        }
+        for p in extra:
+            watched[p] = p.name
+        self._sentinel = Sentinel(watched, label=watched)
+        self._sentinel.capture()
+        return self._sentinel
+
+    def dotgit_tampered(self) -> bool:
+        p = self.path / ".git"
+        return p.is_symlink() or not p.is_file() or p.read_bytes() != self._dotgit
+
+    def restore_dotgit(self) -> None:
+        p = self.path / ".git"
+        if p.is_symlink() or p.is_file():
+            p.unlink()
+        elif p.exists():
+            remove_tree(p)
+        assert self._dotgit is not None
+        p.write_bytes(self._dotgit)
+
+    def index_flags(self) -> list[str]:
+        """Paths the worktree's index hides from git (assume-unchanged / skip-worktree)."""
+        out = git(self.path, "ls-files", "-v", "-z")
+        hidden = []
+        for item in out.split("\0"):
+            if len(item) > 2 and (item[0].islower() or item[0] == "S"):
+                hidden.append(item[2:])
+        return hidden
+
+    # ---- the tree --------------------------------------------------------------------------
+
+    def reset_hard(self, commit: str) -> None:
+        """Work tree, index and HEAD exactly at `commit`; untracked and ignored files removed."""
+        hidden = self.index_flags()
+        if hidden:
+            git(self.path, "update-index", "--no-assume-unchanged", "--no-skip-worktree",
+                "-z", "--stdin", input="\0".join(hidden).encode() + b"\0")
+        git(self.path, "reset", "-q", "--hard", commit)
+        git(self.path, "clean", "-ffdxq")
+
+    def snapshot(self) -> dict:
+        return self.snapshotter.take()
+
+    def restore(self, commit: str, reference: dict) -> None:
+        """Put the work tree back to `reference` (a snapshot taken at `commit`), exactly.
+
+        git's reset relies on stat data, which a generator can fake (same size and mtime, other
+        bytes) and ignores mode bits it does not track; so after it we compare our own snapshot
+        and re-check-out whatever still differs.
+        """
+        if self.dotgit_tampered():
+            self.restore_dotgit()
+        self._unlock_dirs()
+        self.reset_hard(commit)
+        remaining = diff(reference, self.snapshot())
+        if remaining:
+            self._force_checkout(remaining)
+            remaining = diff(reference, self.snapshot())
+        if remaining:
+            raise RunFailure("could not restore the work tree exactly: "
+                             + ", ".join(c.describe() for c in remaining[:5]))
+
+    def _unlock_dirs(self) -> None:
+        """A generator may chmod folders so git cannot clean them; give the permission back."""
+        for dirpath, dirnames, _ in os.walk(self.path):
+            for d in dirnames:
+                full = os.path.join(dirpath, d)
+                if not os.path.islink(full):
+                    try:
+                        st = os.lstat(full)
+                        if (st.st_mode & 0o700) != 0o700:
+                            os.chmod(full, st.st_mode | 0o700)
+                    except OSError:
+                        pass
+
+    def _force_checkout(self, changes: list[Change]) -> None:
+        tracked: list[str] = []
+        for ch in sorted(changes, key=lambda c: c.path.count("/"), reverse=True):
+            full = self.path / ch.path
+            if ch.before is not None and ch.before.kind == "d":
+                if full.is_dir() and not full.is_symlink():
+                    os.chmod(full, ch.before.mode)
+                    continue
+            if full.is_symlink() or full.is_file():
+                full.unlink()
+            elif full.is_dir():
+                remove_tree(full)
+            if ch.before is not None and ch.before.kind in ("f", "l"):
+                tracked.append(ch.path)
+        if tracked:
+            git(self.path, "checkout-index", "-f", "-z", "--stdin",
+                input="\0".join(tracked).encode("utf-8", "surrogateescape") + b"\0")
+        for ch in changes:  # modes of folders re-created above
+            if ch.before is not None and ch.before.kind == "d" and (self.path / ch.path).is_dir():
+                os.chmod(self.path / ch.path, ch.before.mode)
+
+    # ---- commits ------------------------------------------------------------------------------
+
+    def candidate_tree(self, base: str, changes: list[Change]) -> str:
+        """The tree of `base` plus exactly the changed files as they are on disk now — written
+        through a private index, so ignore rules and index flags play no part."""
+        paths = sorted({c.path for c in changes if not (c.after and c.after.kind == "d")
+                        and not (c.before and c.before.kind == "d" and c.after is None)})
+        with tempfile.TemporaryDirectory(prefix="autoloop-index-") as tmp:
+            env = _git_env()
+            env["GIT_INDEX_FILE"] = os.path.join(tmp, "index")
+            git(self.path, "read-tree", base, env=env)
+            if paths:
+                git(self.path, "update-index", "--add", "--remove", "-z", "--stdin", env=env,
+                    input="\0".join(paths).encode("utf-8", "surrogateescape") + b"\0")
+            return git(self.path, "write-tree", env=env).strip()
+
+    def tree_of(self, commit: str) -> str:
+        return git(self.repo_root, "rev-parse", commit + "^{tree}").strip()
+
+    def commit(self, tree: str, parent: str, message: str, who: Identity) -> str:
+        env = _git_env()
+        env.update(GIT_AUTHOR_NAME=who.name, GIT_AUTHOR_EMAIL=who.email,
+                   GIT_COMMITTER_NAME=who.name, GIT_COMMITTER_EMAIL=who.email)
+        return git(self.repo_root, "commit-tree", tree, "-p", parent, "-F", "-",
+                   input=message.encode(), env=env).strip()
+
+    def advance(self, new: str, old: str, reason: str) -> None:
+        """Move the run branch from `old` to `new`, refusing if someone else moved it."""
+        git(self.repo_root, "update-ref", "-m", reason, self.ref, new, old)
+
+    def rewind(self, to: str, current: str) -> None:
+        git(self.repo_root, "update-ref", "-m", "autoloop: roll back an unfinished cycle",
+            self.ref, to, current)
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        return subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "merge-base", "--is-ancestor", a, b],
+                              cwd=self.repo_root, env=_git_env(), capture_output=True).returncode == 0
+
+    def commit_message(self, commit: str) -> str:
+        return git(self.repo_root, "log", "-1", "--format=%B", commit)
+
+    def diffstat(self, a: str, b: str) -> str:
+        return git(self.repo_root, "diff", "--no-ext-diff", "--no-textconv", "--shortstat", a, b).strip()
+
+    def diff_text(self, a: str, b: str, limit: int = 200_000) -> str:
+        out = git(self.repo_root, "diff", "--no-ext-diff", "--no-textconv", a, b)
+        return out[:limit]
+
+
+def _slug(tag: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", tag)
