@@ -1,0 +1,554 @@
+"""The ratchet loop: baseline, then cycles of prepare → generate → scope → verify → decide →
+record, with stop conditions, a lock, signals and resume. `Run.cycle` reads top to bottom."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from filelock import FileLock, Timeout
+
+from autoloop import proc
+from autoloop.errors import (FatalGeneratorError, GeneratorError, Interrupted, LockedError,
+                             RepoStateError, RunFailure, UsageError)
+from autoloop.generators.base import GenContext, Generator, Proposal
+from autoloop.generators.registry import make_generator
+from autoloop.globs import PathRules
+from autoloop.journal import Journal, Record, fmt, pct
+from autoloop.program import Program
+from autoloop.prompt import build_prompt
+from autoloop.ratchet import better, reached
+from autoloop.redact import Redactor
+from autoloop.snapshot import Change, diff
+from autoloop.verify import Measurement, measure
+from autoloop.workspace import Workspace
+
+Reporter = Callable[[str, Mapping[str, Any]], None]
+
+
+@dataclass
+class RunOptions:
+    tag: str
+    cycles: int | None = None            # overrides stop.max_cycles for this invocation
+    report: Reporter = field(default=lambda event, data: None)
+
+
+@dataclass
+class RunSummary:
+    tag: str
+    stop_reason: str
+    cycles_run: int
+    baseline: float | None
+    best: float | None
+    incumbent: str
+    kept: int
+
+
+@dataclass
+class _Outcome:
+    status: str
+    lesson: str
+    result: str
+    metric: float | None = None
+    changed: list[str] = field(default_factory=list)
+    measurement: Measurement | None = None
+    tree: str | None = None
+
+
+def protected_paths(program: Program) -> dict[str, str]:
+    """Paths the generator may never change even when `allowed` matches them: the program, the
+    run's own files, and files the verifier or a guard names on its command line."""
+    base = program.path.parent.relative_to(program.repo_root).as_posix()
+
+    def rel(name: str) -> str:
+        return name if base == "." else f"{base}/{name}"
+
+    out = {program.rel_path: "the program file", rel("experiments.md"): "the journal",
+           rel("results.tsv"): "the journal", rel(".autoloop"): "autoloop's state"}
+    commands = [program.verifier.command] + [g.command for g in program.guards]
+    for cmd in commands:
+        try:
+            words = shlex.split(cmd)
+        except ValueError:
+            words = cmd.split()
+        for w in words:
+            candidate = (program.repo_root / w)
+            if not w.startswith("-") and candidate.is_file():
+                try:
+                    r = candidate.resolve().relative_to(program.repo_root.resolve()).as_posix()
+                except ValueError:
+                    continue
+                out.setdefault(r, "used by the verifier")
+    return out
+
+
+def verifier_fingerprint(program: Program) -> dict[str, Any]:
+    v = program.verifier
+    return {"command": v.command, "metric": v.metric, "pattern": v.pattern, "direction": v.direction}
+
+
+class Run:
+    def __init__(self, program: Program, options: RunOptions,
+                 generator_factory: Callable[..., Generator] = make_generator) -> None:
+        self.program = program
+        self.opt = options
+        self.ws = Workspace(program.repo_root, options.tag)
+        self.journal = Journal(program.state_dir, options.tag)
+        self.rules = PathRules(program.allowed, program.forbidden, protected_paths(program))
+        self.generator_factory = generator_factory
+        self.redact = Redactor.from_env(os.environ)
+        self._signal: int | None = None
+        self._in_python_generator = False
+        self.marker = proc.new_marker()
+
+    # ---- entry ---------------------------------------------------------------------------------
+
+    def execute(self) -> RunSummary:
+        self.ws.check_state()
+        generator = self.generator_factory(self.program.generator, self.program)
+        lock_path = self.ws.common_dir / "autoloop" / "locks" / f"{self.opt.tag}.lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(lock_path), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise LockedError(f"another autoloop run holds tag '{self.opt.tag}' in this repository "
+                              f"(lock {lock_path}); wait for it or use another --tag") from None
+        old_handlers = self._install_signals()
+        try:
+            return self._run(generator)
+        finally:
+            self._restore_signals(old_handlers)
+            lock.release()
+
+    def _run(self, generator: Generator) -> RunSummary:
+        incumbent = self._attach()
+        started = time.monotonic()
+        self.ws.open(incumbent)
+        self.sentinel = self.ws.watch_git(extra=[self.program.path])
+        self.journal.append({"t": "start", "tag": self.opt.tag, "program": self.program.rel_path,
+                             "verifier": verifier_fingerprint(self.program), "incumbent": incumbent,
+                             "worktree": str(self.ws.path)})
+        self.journal.render(self.program.goal)
+        if not self.journal.cycles():
+            self._baseline(incumbent)
+        ran = 0
+        reason = ""
+        try:
+            while True:
+                reason = self._stop_reason(ran, started)
+                if reason:
+                    break
+                self.cycle(generator)
+                ran += 1
+        except Interrupted:
+            self.journal.append({"t": "end", "reason": "interrupted", "cycles_run": ran})
+            raise
+        self.ws.reset_hard(self.incumbent)
+        self.journal.append({"t": "end", "reason": reason, "cycles_run": ran})
+        self.opt.report("stop", {"reason": reason})
+        return RunSummary(self.opt.tag, reason, ran, self.baseline, self.best, self.incumbent,
+                          sum(1 for c in self.journal.cycles() if c["status"] == "keep"))
+
+    # ---- attaching to the branch and the ledger ------------------------------------------------
+
+    def _attach(self) -> str:
+        """Find (or create) the run branch; roll back a cycle a crash cut short. Returns the incumbent."""
+        ws, j = self.ws, self.journal
+        j.load()
+        head = ws.branch_head()
+        if head is None:
+            if j.cycles():
+                raise RepoStateError(f"branch {ws.branch} is gone but {j.ledger} records a run; "
+                                     "restore the branch or use another --tag")
+            start = ws.head()
+            base = self.program.path.parent.relative_to(self.program.repo_root).as_posix()
+            prefix = "" if base == "." else base + "/"
+            ws.exclude_in_checkout([prefix + "experiments.md", prefix + "results.tsv", prefix + ".autoloop/"])
+            ws.create_branch(start)
+            self._set_incumbent(start, None, None)
+            return start
+        first = j.first_start()
+        if first is None:
+            raise RepoStateError(f"branch {ws.branch} exists but was not made by autoloop "
+                                 f"(no ledger at {j.ledger}); use another --tag or delete the branch")
+        if first.get("verifier") != verifier_fingerprint(self.program):
+            raise UsageError(f"{self.program.path.name}: the verifier changed since run '{self.opt.tag}' "
+                             "began, so its metrics are not comparable; start a new --tag")
+        pending = j.pending()
+        if pending is not None:
+            parent = pending["parent"]
+            if head != parent:
+                intent = j.intent_for(pending["cycle"])
+                if intent is None or intent.get("commit") != head:
+                    raise RepoStateError(f"branch {ws.branch} moved outside autoloop "
+                                         f"(expected {parent[:12]}, found {head[:12]})")
+                ws.rewind(parent, head)
+                head = parent
+            j.append({"t": "abort", "cycle": pending["cycle"],
+                      "reason": "unfinished when autoloop stopped; rolled back"})
+        cycles = j.cycles()
+        expected = self._incumbent_from(cycles)
+        if expected is not None and expected != head:
+            raise RepoStateError(f"branch {ws.branch} is at {head[:12]} but the ledger's last kept "
+                                 f"commit is {expected[:12]}; it was moved outside autoloop")
+        return head
+
+    def _incumbent_from(self, cycles: list[Record]) -> str | None:
+        commit = baseline = best = None
+        for c in cycles:
+            if c["status"] == "baseline":
+                commit, baseline, best = c.get("commit"), c.get("metric"), c.get("metric")
+            elif c["status"] == "keep":
+                commit, best = c.get("commit"), c.get("metric")
+        self.baseline, self.best = baseline, best
+        self.incumbent = commit or ""
+        return commit
+
+    def _set_incumbent(self, commit: str, baseline: float | None, best: float | None) -> None:
+        self.incumbent, self.baseline, self.best = commit, baseline, best
+
+    # ---- cycle 0 -------------------------------------------------------------------------------
+
+    def _baseline(self, incumbent: str) -> None:
+        self.opt.report("phase", {"cycle": 0, "phase": "baseline"})
+        log_dir = self._log_dir(0)
+        self.journal.append({"t": "begin", "cycle": 0, "parent": incumbent})
+        m = measure(self.program, cwd=self.ws.path, env=self._env(0), log_dir=log_dir, marker=self.marker)
+        self._check_signal(incumbent, 0)
+        problem = None
+        if not m.guards_ok:
+            g = m.failed_guard
+            assert g is not None
+            problem = f"guard '{g.name}' fails on the starting commit: {g.detail}\n{_tail(g.log_stem)}"
+        elif m.metric is None:
+            problem = (f"the baseline could not be measured: {m.error}\n"
+                       f"verifier output (tail):\n{_tail(m.log_stem)}")
+        if problem:
+            self.journal.append({"t": "abort", "cycle": 0, "reason": problem.splitlines()[0]})
+            raise RunFailure(problem)
+        name = self.program.verifier.label
+        rec = {"t": "cycle", "cycle": 0, "status": "baseline", "metric": m.metric, "best": m.metric,
+               "commit": incumbent, "parent": incumbent, "hypothesis": "baseline: the starting commit, unchanged",
+               "result": f"{name} = {fmt(m.metric)} (commit {incumbent[:12]})",
+               "lesson": f"baseline: {name} = {fmt(m.metric)}", "changed": [],
+               "duration_s": round(m.duration_s, 3), "gen": {}, "gen_meta": {}, "delta_pct": None}
+        self.journal.append(rec)
+        self.journal.render(self.program.goal)
+        self._set_incumbent(incumbent, m.metric, m.metric)
+        self.opt.report("cycle", rec)
+
+    # ---- one cycle -----------------------------------------------------------------------------
+
+    def cycle(self, generator: Generator) -> Record:
+        n = self.journal.next_cycle()
+        incumbent, best_before = self.incumbent, self.best
+        t0 = time.monotonic()
+        self.journal.append({"t": "begin", "cycle": n, "parent": incumbent})
+        log_dir = self._log_dir(n)
+        try:
+            # 1 prepare: the tree is exactly the incumbent, ignored files included
+            self.opt.report("phase", {"cycle": n, "phase": "prepare"})
+            self.ws.reset_hard(incumbent)
+            before = self.ws.snapshot()
+            self.sentinel.capture()
+
+            # 2 generate
+            self.opt.report("phase", {"cycle": n, "phase": "generate"})
+            proposal, gen_error = self._generate(generator, n, log_dir)
+            self._check_signal(incumbent, n, before)
+
+            # 3 scope: what really changed on disk, against the rules
+            self.opt.report("phase", {"cycle": n, "phase": "scope"})
+            problems, changes = self._scope(incumbent, before)
+            outcome = self._triage(proposal, gen_error, problems, changes)
+
+            # 4 verify
+            if outcome is None:
+                tree = self.ws.candidate_tree(incumbent, changes)
+                if tree == self.ws.tree_of(incumbent):
+                    outcome = _Outcome("no_change", "no change: nothing git can record changed "
+                                       "(e.g. only a mode git does not track)", "no change")
+                else:
+                    self.opt.report("phase", {"cycle": n, "phase": "verify"})
+                    m = measure(self.program, cwd=self.ws.path, env=self._env(n), log_dir=log_dir,
+                                marker=self.marker)
+                    self._check_signal(incumbent, n, before)
+                    # 5 decide
+                    outcome = self._decide(m, [c.path for c in _file_changes(changes)])
+                    outcome.tree = tree
+        except Interrupted:
+            raise
+        except BaseException:
+            self._abort(n, incumbent, before if "before" in locals() else None, "internal error")
+            raise
+
+        # 6 record: commit or restore, then the ledger
+        commit = None
+        if outcome.status == "keep":
+            assert outcome.tree is not None
+            message = self._commit_message(n, proposal, outcome)
+            commit = self.ws.commit(outcome.tree, incumbent, message, self.ws.identity())
+            self.journal.append({"t": "intent", "cycle": n, "commit": commit, "parent": incumbent})
+            self.ws.advance(commit, incumbent, f"autoloop: keep cycle {n}")
+            self._set_incumbent(commit, self.baseline, outcome.metric)
+        else:
+            self.ws.restore(incumbent, before)
+        self._redact_logs(log_dir)
+        rec = {
+            "t": "cycle", "cycle": n, "status": outcome.status, "metric": outcome.metric,
+            "best": self.best, "commit": commit, "parent": incumbent,
+            "hypothesis": proposal.hypothesis, "result": outcome.result, "lesson": outcome.lesson,
+            "changed": outcome.changed, "duration_s": round(time.monotonic() - t0, 3),
+            "delta_pct": _round(pct(best_before, outcome.metric)),
+            "gen": {"tokens_in": proposal.tokens_in, "tokens_out": proposal.tokens_out,
+                    "cost_usd": proposal.cost_usd, "turns": proposal.turns, "notes": proposal.notes},
+            "gen_meta": proposal.meta,
+            "guards": [{"name": g.name, "ok": g.ok, "detail": g.detail}
+                       for g in (outcome.measurement.guards if outcome.measurement else ())],
+            "log_dir": str(log_dir),
+        }
+        self.journal.append(rec)
+        self.journal.render(self.program.goal)
+        self.opt.report("cycle", rec)
+        return rec
+
+    # ---- the steps -----------------------------------------------------------------------------
+
+    def _generate(self, generator: Generator, n: int, log_dir: Path) -> tuple[Proposal, str | None]:
+        history = self.journal.cycles()
+        prompt = build_prompt(self.program, cycle=n, best=self.best, baseline=self.baseline,
+                              history=history)
+        prompt_file = log_dir / "prompt.md"
+        prompt_file.write_text(self.redact(prompt))
+        hyp_file = log_dir / "hypothesis.txt"
+        hyp_file.unlink(missing_ok=True)
+        ctx = GenContext(program=self.program, cycle=n, workdir=self.ws.path, prompt=prompt,
+                         prompt_file=prompt_file, hypothesis_file=hyp_file, log_dir=log_dir,
+                         best=self.best, baseline=self.baseline, history=history,
+                         is_allowed=self.rules.allows, env=self._env(n),
+                         timeout=self.program.generator.timeout, run_marker=self.marker)
+        self._in_python_generator = True
+        try:
+            if self._signal is not None:
+                raise Interrupted("interrupted")
+            return generator.propose(ctx), None
+        except GeneratorError as exc:
+            return Proposal(), str(exc) or type(exc).__name__
+        except FatalGeneratorError:
+            raise
+        finally:
+            self._in_python_generator = False
+            # anything the generator left running (even detached) dies before we look at the disk
+            proc.kill_marked(self.marker)
+
+    def _scope(self, incumbent: str, before: dict) -> tuple[list[str], list[Change]]:
+        """Undo and report anything outside the tree the generator touched; return the tree's
+        change set and the list of violations in it."""
+        problems: list[str] = []
+        for name in self.sentinel.changed():
+            problems.append(f"changed {name} (git's or autoloop's own file)")
+        if problems:
+            self.sentinel.restore()
+        if self.ws.dotgit_tampered():
+            problems.append("changed the worktree's .git link")
+            self.ws.restore_dotgit()
+        if self.journal.tampered():
+            problems.append("changed the ledger")
+            self.journal.repair()
+        if not self.journal.rendered_ok(self.program.goal):
+            problems.append("changed experiments.md or results.tsv")
+            self.journal.render(self.program.goal)
+        head = self.ws.branch_head()
+        if head != incumbent:
+            problems.append(f"moved the run branch {self.ws.branch}")
+            if head is None:
+                self.ws.create_branch(incumbent)
+            else:
+                self.ws.advance(incumbent, head, "autoloop: undo a move by the generator")
+        hidden = self.ws.index_flags()
+        if hidden:
+            problems.append("hid files from git (assume-unchanged/skip-worktree): " + ", ".join(hidden[:5]))
+        changes = diff(before, self.ws.snapshot())
+        for ch in _file_changes(changes):
+            a = ch.after
+            if a is not None and a.kind == "l":
+                problems.append(f"symlink {ch.path} -> {a.digest} (symlinks are not allowed)")
+            elif a is not None and a.kind == "o":
+                problems.append(f"special file {ch.path}")
+            elif a is not None and a.kind == "f" and a.nlink > 1:
+                problems.append(f"hard link {ch.path} (links are not allowed)")
+            else:
+                why = self.rules.why_not(ch.path)
+                if why:
+                    problems.append(f"changed {ch.path} ({why})")
+        return problems, changes
+
+    def _triage(self, proposal: Proposal, gen_error: str | None, problems: list[str],
+                changes: list[Change]) -> _Outcome | None:
+        files = [c.path for c in _file_changes(changes)]
+        if problems:
+            return _Outcome("violation", "violation: " + "; ".join(problems[:5]),
+                            "violation: " + "; ".join(problems[:5]), changed=files)
+        if gen_error is not None:
+            return _Outcome("gen_error", f"generator error: {gen_error}", f"gen_error: {gen_error}",
+                            changed=files)
+        if not files:
+            lesson = proposal.no_change_reason or "no change: the generator left the tree as it was"
+            return _Outcome("no_change", lesson, "no change")
+        return None
+
+    def _decide(self, m: Measurement, changed: list[str]) -> _Outcome:
+        v = self.program.verifier
+        name = v.label
+        if not m.guards_ok:
+            g = m.failed_guard
+            assert g is not None
+            return _Outcome("guard_fail", f"guard '{g.name}' failed: {g.detail}",
+                            f"guard_fail: {g.name}: {g.detail}", changed=changed, measurement=m)
+        if m.metric is None:
+            return _Outcome("crash", f"crash: {m.error}", f"crash: {m.error}", changed=changed, measurement=m)
+        best = self.best
+        assert best is not None
+        if better(v.direction, m.metric, best):
+            d = pct(best, m.metric)
+            gain = f" ({d:+.1f}%)" if d is not None else ""
+            return _Outcome("keep", f"kept: {name} {fmt(best)} → {fmt(m.metric)}{gain}",
+                            f"keep: {name} {fmt(best)} → {fmt(m.metric)}{gain}",
+                            metric=m.metric, changed=changed, measurement=m)
+        verdict = f"{fmt(m.metric)} ties best {fmt(best)}" if m.metric == best \
+            else f"{fmt(m.metric)} is worse than best {fmt(best)}"
+        return _Outcome("discard", f"discarded: {verdict}", f"discard: {name} {verdict}",
+                        metric=m.metric, changed=changed, measurement=m)
+
+    def _commit_message(self, n: int, proposal: Proposal, outcome: _Outcome) -> str:
+        name = self.program.verifier.label
+        hyp = " ".join(proposal.hypothesis.split())
+        subject = f"autoloop cycle {n}: {hyp}"
+        if len(subject) > 100:
+            subject = subject[:99] + "…"
+        return (f"{subject}\n\n{name}: {fmt(self.best)} → {fmt(outcome.metric)}"
+                f"{_pct_text(self.best, outcome.metric)}\n"
+                f"Hypothesis: {hyp}\nCycle: {n}\nRun: {self.ws.branch}\n")
+
+    # ---- stopping, signals, aborts -------------------------------------------------------------
+
+    def _stop_reason(self, ran: int, started: float) -> str:
+        stop = self.program.stop
+        max_cycles = self.opt.cycles if self.opt.cycles is not None else stop.max_cycles
+        if max_cycles is not None and ran >= max_cycles:
+            return f"max_cycles reached ({max_cycles} cycles)"
+        if stop.max_minutes is not None and (time.monotonic() - started) / 60 >= stop.max_minutes:
+            return f"max_minutes reached ({stop.max_minutes:g} min)"
+        if reached(self.program.verifier.direction, self.best, stop.target):
+            return f"target reached ({fmt(self.best)} vs target {fmt(stop.target)})"
+        cycles = [c for c in self.journal.cycles() if c["cycle"] > 0]
+        if stop.patience is not None:
+            streak = 0
+            for c in reversed(cycles):
+                if c["status"] == "keep":
+                    break
+                streak += 1
+            if streak >= stop.patience:
+                return f"patience exhausted ({streak} cycles without a keep)"
+        if stop.max_cost_usd is not None:
+            costs = [c.get("gen", {}).get("cost_usd") or 0.0 for c in cycles]
+            spent = sum(costs)
+            next_cost = max(costs[-10:]) if costs else 0.0
+            if spent + next_cost > stop.max_cost_usd:
+                return f"max_cost_usd reached (${spent:.2f} spent, next cycle could cost ${next_cost:.2f})"
+        return ""
+
+    def _install_signals(self) -> dict[int, Any]:
+        def handler(signum: int, _frame: Any) -> None:
+            first = self._signal is None
+            self._signal = signum
+            proc.stop_current()
+            if self._in_python_generator or not first:
+                raise Interrupted("interrupted")
+
+        old = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, handler)
+        return old
+
+    @staticmethod
+    def _restore_signals(old: dict[int, Any]) -> None:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+    def _check_signal(self, incumbent: str, n: int, before: dict | None = None) -> None:
+        if self._signal is not None:
+            self._abort(n, incumbent, before, "interrupted")
+            raise Interrupted("interrupted")
+
+    def _abort(self, n: int, incumbent: str, before: dict | None, reason: str) -> None:
+        """Leave no trace of an unfinished cycle: tree back at the incumbent, ledger says so."""
+        if getattr(self, "sentinel", None) is not None and self.sentinel.changed():
+            self.sentinel.restore()
+        if self.ws.dotgit_tampered():
+            self.ws.restore_dotgit()
+        if self.journal.tampered():
+            self.journal.repair()
+        if before is not None:
+            self.ws.restore(incumbent, before)
+        else:
+            self.ws.reset_hard(incumbent)
+        self.journal.append({"t": "abort", "cycle": n, "reason": reason})
+        self.journal.render(self.program.goal)
+
+    # ---- small helpers -------------------------------------------------------------------------
+
+    def _log_dir(self, n: int) -> Path:
+        d = self.journal.dir / "logs" / f"cycle-{n:04d}"
+        if d.exists():
+            # an earlier attempt at this cycle number was rolled back; keep its logs aside
+            d.rename(d.with_name(f"{d.name}.aborted-{int(time.time() * 1000)}"))
+        d.mkdir(parents=True)
+        return d
+
+    def _env(self, n: int) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
+                            "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES")}
+        env["AUTOLOOP_CYCLE"] = str(n)
+        env["AUTOLOOP_TAG"] = self.opt.tag
+        return env
+
+    def _redact_logs(self, log_dir: Path) -> None:
+        for p in log_dir.iterdir():
+            if p.is_file():
+                self.redact.file(p)
+
+
+def _file_changes(changes: list[Change]) -> list[Change]:
+    """Changes git could record (files, links, specials); folders come and go with them."""
+    return [c for c in changes
+            if not ((c.before is None or c.before.kind == "d") and (c.after is None or c.after.kind == "d"))]
+
+
+def _pct_text(old: float | None, new: float | None) -> str:
+    d = pct(old, new)
+    return f" ({d:+.2f}%)" if d is not None else ""
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def _tail(stem: Path | None, lines: int = 20) -> str:
+    if stem is None:
+        return ""
+    out = proc.read_tail(stem.with_name(stem.name + ".out"), 4000).splitlines()[-lines:]
+    err = proc.read_tail(stem.with_name(stem.name + ".err"), 4000).splitlines()[-lines:]
+    parts = []
+    if out:
+        parts.append("  stdout: " + "\n  stdout: ".join(out))
+    if err:
+        parts.append("  stderr: " + "\n  stderr: ".join(err))
+    return "\n".join(parts) or "  (no output)"

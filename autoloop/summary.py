@@ -1,0 +1,63 @@
+"""Numbers about a run, computed from its ledger's cycle records only (so anyone can recompute
+them): the practice-gym summary `autoloop log` prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from autoloop.journal import STATUSES, pct
+from autoloop.ratchet import better
+
+
+@dataclass(frozen=True)
+class Summary:
+    cycles: int                       # cycles after the baseline
+    baseline: float | None
+    best: float | None
+    gain_pct: float | None            # signed relative change baseline → best
+    kept: int
+    keep_rate: float | None
+    by_status: dict[str, int] = field(default_factory=dict)
+    trend: str = ""
+    cost_usd: float = 0.0
+    tokens: int = 0
+
+
+def summarize(cycles: Sequence[Mapping[str, Any]], direction: str, recent: int = 10) -> Summary:
+    baseline = next((c.get("metric") for c in cycles if c["status"] == "baseline"), None)
+    best = baseline
+    for c in cycles:
+        if c["status"] == "keep" and c.get("metric") is not None:
+            if best is None or better(direction, c["metric"], best):  # type: ignore[arg-type]
+                best = c["metric"]
+    done = [c for c in cycles if c["cycle"] > 0]
+    by_status = {s: 0 for s in STATUSES if s != "baseline"}
+    for c in done:
+        by_status[c["status"]] = by_status.get(c["status"], 0) + 1
+    kept = by_status.get("keep", 0)
+    cost = sum((c.get("gen") or {}).get("cost_usd") or 0.0 for c in done)
+    tokens = sum(((c.get("gen") or {}).get("tokens_in") or 0) + ((c.get("gen") or {}).get("tokens_out") or 0)
+                 for c in done)
+    return Summary(
+        cycles=len(done), baseline=baseline, best=best, gain_pct=pct(baseline, best), kept=kept,
+        keep_rate=(kept / len(done)) if done else None,
+        by_status={k: v for k, v in by_status.items() if v},
+        trend=_trend(cycles, recent), cost_usd=cost, tokens=tokens,
+    )
+
+
+def _trend(cycles: Sequence[Mapping[str, Any]], recent: int) -> str:
+    done = [c for c in cycles if c["cycle"] > 0]
+    if not done:
+        return "no cycles yet"
+    window = done[-recent:]
+    first = window[0]["cycle"]
+    before = [c for c in cycles if c["cycle"] < first]
+    start_best = before[-1].get("best") if before else None
+    end_best = window[-1].get("best")
+    keeps = sum(1 for c in window if c["status"] == "keep")
+    d = pct(start_best, end_best)
+    moved = f", best {start_best:.6g} → {end_best:.6g} ({d:+.1f}%)" if (
+        d is not None and start_best is not None and end_best is not None) else ""
+    return f"last {len(window)} cycles: {keeps} kept{moved}"
