@@ -3,6 +3,7 @@ record, with stop conditions, a lock, signals and resume. `Run.cycle` reads top 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import signal
@@ -104,7 +105,9 @@ class Run:
         self.redact = Redactor.from_env(os.environ)
         self._signal: int | None = None
         self._in_python_generator = False
-        self.marker = proc.new_marker()
+        # Fixed per repository and tag, so a resumed run can find and kill what a killed run
+        # left behind (the lock guarantees no live run of this tag owns such processes).
+        self.marker = hashlib.sha256(f"{self.ws.common_dir}\0{options.tag}".encode()).hexdigest()[:32]
 
     # ---- entry ---------------------------------------------------------------------------------
 
@@ -127,6 +130,8 @@ class Run:
             lock.release()
 
     def _run(self, generator: Generator) -> RunSummary:
+        proc.kill_marked(self.marker)
+        self.ws.clear_stale_locks()
         incumbent = self._attach()
         started = time.monotonic()
         self.ws.open(incumbent)

@@ -163,6 +163,18 @@ class Workspace:
         self._dotgit = (self.path / ".git").read_bytes()
         self.reset_hard(commit)
 
+    def clear_stale_locks(self) -> None:
+        """After a kill -9 mid-git-call, git's own lock files would block every later call.
+        Only ours: the run's worktree index and the run branch's ref (we hold the run lock)."""
+        stale = [self.common_dir / (self.ref + ".lock")]
+        if (self.path / ".git").is_file():
+            try:
+                stale.append(self._find_admin_dir() / "index.lock")
+            except GitError:
+                pass
+        for p in stale:
+            p.unlink(missing_ok=True)
+
     def _registered(self) -> bool:
         out = git(self.repo_root, "worktree", "list", "--porcelain")
         return any(line == f"worktree {self.path}" for line in out.splitlines())
