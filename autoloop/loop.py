@@ -114,7 +114,8 @@ class Run:
     def execute(self) -> RunSummary:
         self.ws.check_state()
         generator = self.generator_factory(self.program.generator, self.program)
-        lock_path = self.ws.common_dir / "autoloop" / "locks" / f"{self.opt.tag}.lock"
+        # Beside the worktree, outside the repository: a refused run leaves no trace in it.
+        lock_path = self.ws.path.with_name(self.ws.path.name + ".lock")
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(lock_path), timeout=0)
         try:
