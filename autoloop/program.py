@@ -1,13 +1,30 @@
 """program.md → a frozen, validated Program.
 
-Every error is one line `program.md:LINE: message` naming the key (ConfigError).
+Every error is one line `program.md:LINE: message` naming the key (ConfigError). LINE is the
+1-based line in the file (the opening `---` is line 1) of the key at fault, or of the list
+item at fault; keys are named dotted (`verifier.timeout`, `guards[1].name`).
+
+Adding a key is a few lines: a field on the dataclass and an entry in the schema tables at
+the bottom of this file (a `_Field` with a check from the small vocabulary below).
 """
 
 from __future__ import annotations
 
+import difflib
+import math
+import os
+import re
+import shlex
+import subprocess
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, NoReturn, Sequence
+
+import yaml
+
+from autoloop.errors import ConfigError, RepoStateError, UsageError
+from autoloop.globs import PathRules, pattern_problem, touches_git
 
 Direction = Literal["minimize", "maximize"]
 
@@ -87,3 +104,586 @@ class Program:
     def state_dir(self) -> Path:
         """Where experiments.md, results.tsv and .autoloop/ live: next to program.md."""
         return self.path.parent
+
+    @property
+    def protected(self) -> Mapping[str, str]:
+        """Repo-relative paths no generator may touch whatever `allowed` says, with the reason:
+        program.md and what the run writes next to it (contract §3, §7)."""
+        base = self.state_dir.relative_to(self.repo_root).as_posix()
+        prefix = "" if base == "." else base + "/"
+        return {
+            self.rel_path: "program file",
+            prefix + "experiments.md": "journal",
+            prefix + "results.tsv": "journal",
+            prefix + ".autoloop": "autoloop state",
+        }
+
+    @property
+    def path_rules(self) -> PathRules:
+        """allowed - forbidden - protected - .git; callers add more protected paths by building
+        their own PathRules(program.allowed, program.forbidden, {**program.protected, ...})."""
+        return PathRules(self.allowed, self.forbidden, self.protected)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_program(path: Path) -> Program:
+    """Read and validate the program file at `path`, in the git repository that holds it."""
+    path = Path(path)
+    try:
+        source = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"cannot read program file {path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"cannot read program file {path}: it is a directory") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read program file {path}: {exc.strerror or exc}") from None
+    # git reports the top level with symlinks resolved; resolve ours so one is under the other.
+    path = path.resolve()
+    return parse_program(source, path, _git_toplevel(path))
+
+
+def _git_toplevel(path: Path) -> Path:
+    # Hooks and fsmonitor are user-configured commands; finding the top level must run none.
+    cmd = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+           "-C", str(path.parent), "rev-parse", "--show-toplevel"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, stdin=subprocess.DEVNULL, check=False)
+    except OSError as exc:
+        raise RepoStateError(f"cannot run git to find the repository of {path}: "
+                             f"{exc.strerror or exc}") from None
+    top = os.fsdecode(out.stdout).rstrip("\n")
+    if out.returncode != 0 or not top:
+        why = os.fsdecode(out.stderr).strip().splitlines()
+        detail = f" ({why[-1]})" if why else ""
+        raise RepoStateError(f"{path} is not inside a git work tree{detail}")
+    return Path(top).resolve()
+
+
+def parse_program(text: bytes | str, path: Path, repo_root: Path) -> Program:
+    """Validate program text read from `path` (named in messages) in the repository at
+    `repo_root`. Raises ConfigError `NAME:LINE: ...` for anything wrong in the text."""
+    path, repo_root = Path(path).absolute(), Path(repo_root).absolute()
+    if not path.is_relative_to(repo_root):
+        raise UsageError(f"program file {path} is not inside the repository {repo_root}")
+    source = text if isinstance(text, bytes) else text.encode("utf-8")
+    parser = _Parser(path.name)
+    front, body = parser.split(parser.decode(source))
+    values = _PROGRAM(parser, parser.compose(front), _At("", 1))
+    return Program(path=path, repo_root=repo_root, body=body, source=source,
+                   lines=types.MappingProxyType(dict(parser.lines)), **values)
+
+
+# ---------------------------------------------------------------------------------------------
+# The parser: text -> YAML nodes (which carry line marks) -> checked values
+
+
+_FRONT_HINT = "YAML front matter between two '---' lines (goal, allowed, verifier)"
+_NULL_TAG = "tag:yaml.org,2002:null"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_NEWLINES = re.compile(r"[\r\n]+")
+
+
+@dataclass(frozen=True)
+class _At:
+    """Where a value sits, for messages: its dotted key and the line of the key (or item)."""
+
+    key: str
+    line: int
+
+    def child(self, name: str, line: int) -> _At:
+        return _At(f"{self.key}.{name}" if self.key else name, line)
+
+    def item(self, index: int, line: int) -> _At:
+        return _At(f"{self.key}[{index}]", line)
+
+
+class _Parser:
+    # The front matter starts on file line 2; YAML marks count from 0.
+    _OFFSET = 2
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lines: dict[str, int] = {}
+        # One loader instance only to turn scalar nodes into typed values (int, bool, ...),
+        # with the same YAML 1.1 rules yaml.safe_load applies.
+        self._loader = yaml.SafeLoader("")
+
+    def fail(self, line: int, message: str) -> NoReturn:
+        # One line always: YAML's own texts and user values may carry newlines.
+        raise ConfigError(f"{self.name}:{line}: {_NEWLINES.sub(' ', message)}")
+
+    def line(self, node: yaml.Node) -> int:
+        return node.start_mark.line + self._OFFSET
+
+    def decode(self, source: bytes) -> str:
+        try:
+            text = source.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = source.count(b"\n", 0, exc.start) + 1
+            self.fail(line, f"not valid UTF-8 (byte {source[exc.start]:#04x}); "
+                            "save the file as UTF-8")
+        # Editors on Windows like to start UTF-8 files with a BOM; it is not content.
+        return text.removeprefix("\ufeff")
+
+    def split(self, text: str) -> tuple[str, str]:
+        """(front matter, body). Line ends are split on \\n only, as YAML counts them."""
+        if not text.strip():
+            self.fail(1, f"the file is empty; it needs {_FRONT_HINT}")
+        lines = text.split("\n")
+        if lines[0].rstrip() != "---":
+            self.fail(1, f"no front matter: the first line must be '---'; the file needs "
+                         f"{_FRONT_HINT}")
+        for i in range(1, len(lines)):
+            if lines[i].rstrip() == "---":
+                return "\n".join(lines[1:i]), "\n".join(lines[i + 1:])
+        self.fail(1, "the front matter is never closed: no '---' line after the first one")
+
+    def compose(self, front: str) -> yaml.Node:
+        try:
+            node = yaml.compose(front, Loader=yaml.SafeLoader)
+        except yaml.MarkedYAMLError as exc:
+            self.yaml_fail(exc)
+        except yaml.reader.ReaderError as exc:
+            line = front.count("\n", 0, exc.position) + self._OFFSET
+            char = chr(exc.character) if isinstance(exc.character, int) else exc.character
+            self.fail(line, f"invalid YAML: {exc.reason} ({char!r})")
+        except yaml.YAMLError as exc:                  # no position known
+            self.fail(1, f"invalid YAML: {exc}")
+        if node is None:
+            self.fail(1, "the front matter is empty; it needs the keys goal, allowed, verifier")
+        return node
+
+    def yaml_fail(self, exc: yaml.MarkedYAMLError) -> NoReturn:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + self._OFFSET if mark else 1
+        message = exc.problem or exc.context or "cannot be read"
+        if exc.problem and exc.context:
+            message += f" ({exc.context})"
+        self.fail(line, f"invalid YAML: {message}")
+
+    def value(self, node: yaml.Node) -> Any:
+        """A scalar's typed value; other nodes are returned as they are, for checks to refuse."""
+        if not isinstance(node, yaml.ScalarNode):
+            return node
+        try:
+            return self._loader.construct_object(node, deep=True)
+        except yaml.MarkedYAMLError as exc:            # e.g. an unknown `!tag`
+            self.yaml_fail(exc)
+
+    def show(self, value: Any) -> str:
+        """How a refused value reads in a message."""
+        if isinstance(value, yaml.MappingNode):
+            return "a mapping"
+        if isinstance(value, yaml.SequenceNode):
+            return "a list"
+        if value is None:
+            return "nothing"
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (str, int, float)):
+            text = repr(value)
+            return text if len(text) <= 60 else text[:57] + "..."
+        return f"a {type(value).__name__}"
+
+    def expected(self, at: _At, what: str, value: Any) -> NoReturn:
+        self.fail(at.line, f"{at.key}: expected {what}, got {self.show(value)}")
+
+    def pairs(self, node: yaml.MappingNode, at: _At) -> list[tuple[str, int, yaml.Node]]:
+        """(key, key line, value node) in file order; refuses duplicates and odd keys."""
+        seen: dict[str, int] = {}
+        out = []
+        for key_node, value_node in node.value:
+            line = self.line(key_node)
+            if key_node.tag == _MERGE_TAG:
+                self.fail(line, "YAML merge keys ('<<') are not supported in program files")
+            if not isinstance(key_node, yaml.ScalarNode):
+                self.fail(line, f"{at.key or 'front matter'}: keys must be plain names")
+            # The key as written (`on`, `1`), not YAML's reading of it (True, 1).
+            name = key_node.value
+            if name in seen:
+                self.fail(line, f"duplicate key {at.child(name, line).key!r} "
+                                f"(first on line {seen[name]})")
+            seen[name] = line
+            out.append((name, line, value_node))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks: each takes (parser, node, where) and returns the value for the dataclass field.
+
+Check = Callable[[_Parser, yaml.Node, _At], Any]
+
+
+@dataclass(frozen=True)
+class _Field:
+    check: Check
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class _Section:
+    """A mapping with a fixed set of keys; `build` turns the checked values into the result
+    and does the checks that involve more than one key."""
+
+    fields: Mapping[str, _Field]
+    build: Callable[[_Parser, dict[str, Any], _At], Any]
+
+    def __call__(self, p: _Parser, node: yaml.Node, at: _At) -> Any:
+        if not isinstance(node, yaml.MappingNode):
+            if not at.key:
+                p.fail(p.line(node), "the front matter must be a mapping of keys "
+                                     f"(goal: ..., allowed: ..., verifier: ...), "
+                                     f"got {p.show(p.value(node))}")
+            p.expected(at, "a mapping of keys", p.value(node))
+        values: dict[str, Any] = {}
+        for name, line, value_node in p.pairs(node, at):
+            where = at.child(name, line)
+            p.lines[where.key] = line
+            spec = self.fields.get(name)
+            if spec is None:
+                p.fail(line, f"unknown key {where.key!r}{self.suggest(name, at)}")
+            # An optional key left empty (`forbidden:`) reads as if it were not there.
+            if not spec.required and _is_null(value_node):
+                continue
+            values[name] = spec.check(p, value_node, where)
+        for name, spec in self.fields.items():
+            if spec.required and name not in values:
+                p.fail(at.line, f"missing required key {at.child(name, at.line).key!r}")
+        return self.build(p, values, at)
+
+    def suggest(self, name: str, at: _At) -> str:
+        close = _closest(name, list(self.fields))
+        if close:
+            return f" (did you mean {at.child(close, 0).key!r}?)"
+        # A right key at the wrong level (`metric:` at the top) is a common slip.
+        for parent, spec in self.fields.items():
+            if isinstance(spec.check, _Section) and name in spec.check.fields:
+                return f" (did you mean {at.child(parent, 0).child(name, 0).key!r}?)"
+        where = f" under {at.key}" if at.key else ""
+        return f" (known keys{where}: {', '.join(self.fields)})"
+
+
+def _is_null(node: yaml.Node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.tag == _NULL_TAG
+
+
+def _closest(word: str, options: Sequence[str]) -> str | None:
+    """The option `word` was most likely meant to be; case is ignored (`OpenAI`, `Goal`)."""
+    by_lower = {option.lower(): option for option in options}
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return by_lower[close[0]] if close else None
+
+
+def _did_you_mean(word: str, options: Sequence[str]) -> str:
+    close = _closest(word, options)
+    return f" (did you mean {close!r}?)" if close else ""
+
+
+def _text(*, one_line: bool = False) -> Check:
+    """A non-empty string, stripped (a YAML `>` block ends in a newline nobody meant)."""
+
+    def check(p: _Parser, node: yaml.Node, at: _At) -> str:
+        value = p.value(node)
+        if not isinstance(value, str) or not value.strip():
+            p.expected(at, "a non-empty string", value)
+        value = value.strip()
+        if one_line and "\n" in value:
+            p.fail(at.line, f"{at.key}: must be one line")
+        return value
+
+    return check
+
+
+def _matching(regex: str, what: str) -> Check:
+    """A string that fullmatches `regex`; `what` says in words what is expected."""
+    compiled = re.compile(regex)
+
+    def check(p: _Parser, node: yaml.Node, at: _At) -> str:
+        value = p.value(node)
+        if not isinstance(value, str) or not compiled.fullmatch(value):
+            p.expected(at, what, value)
+        return value
+
+    return check
+
+
+def _number(*, above: float | None = None, at_least: float | None = None,
+            what: str = "a number") -> Check:
+    """An int or float (never a bool, NaN or inf), as a float."""
+
+    def check(p: _Parser, node: yaml.Node, at: _At) -> float:
+        value = p.value(node)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            p.expected(at, what, value)
+        try:
+            number = float(value)
+        except OverflowError:
+            p.expected(at, what, value)
+        if (not math.isfinite(number) or (above is not None and not number > above)
+                or (at_least is not None and not number >= at_least)):
+            p.expected(at, what, value)
+        return number
+
+    return check
+
+
+def _integer(*, at_least: int | None = None, what: str = "a whole number") -> Check:
+    def check(p: _Parser, node: yaml.Node, at: _At) -> int:
+        value = p.value(node)
+        if (isinstance(value, bool) or not isinstance(value, int)
+                or (at_least is not None and value < at_least)):
+            p.expected(at, what, value)
+        return value
+
+    return check
+
+
+def _enum(options: Sequence[str] | Callable[[], Sequence[str]]) -> Check:
+    def check(p: _Parser, node: yaml.Node, at: _At) -> str:
+        choices = tuple(options() if callable(options) else options)
+        value = p.value(node)
+        if isinstance(value, str) and value in choices:
+            return value
+        hint = _did_you_mean(value, choices) if isinstance(value, str) else ""
+        p.fail(at.line, f"{at.key}: {p.show(value)} is not one of {', '.join(choices)}{hint}")
+
+    return check
+
+
+def _generator_kinds() -> Sequence[str]:
+    # Imported when used: the registry imports this module for its dataclasses.
+    from autoloop.generators.registry import KINDS
+    return KINDS
+
+
+def _regex_with_group(p: _Parser, node: yaml.Node, at: _At) -> str:
+    value: str = _text()(p, node, at)
+    try:
+        groups = re.compile(value).groups
+    except re.error as exc:
+        p.fail(at.line, f"{at.key}: invalid regular expression: {exc}")
+    if groups < 1:
+        p.fail(at.line, f"{at.key}: needs a group around the number, e.g. 'acc=([0-9.]+)'")
+    return value
+
+
+def _args(p: _Parser, node: yaml.Node, at: _At) -> tuple[str, ...]:
+    """A list of strings, or one string split the way a shell would."""
+    value = p.value(node)
+    if isinstance(value, str):
+        try:
+            return tuple(shlex.split(value))
+        except ValueError as exc:                      # e.g. an unclosed quote
+            p.fail(at.line, f"{at.key}: cannot split {value!r}: {exc}")
+    if not isinstance(node, yaml.SequenceNode):
+        p.expected(at, "a list of strings", value)
+    out = []
+    for i, item in enumerate(node.value):
+        where = at.item(i, p.line(item))
+        p.lines[where.key] = where.line
+        arg = p.value(item)
+        if not isinstance(arg, str):
+            p.expected(where, "a string", arg)
+        out.append(arg)
+    return tuple(out)
+
+
+def _patterns(*, required: bool, allow_git_check: bool) -> Check:
+    """Path globs (see autoloop.globs): a list, or one string as a one-item list."""
+
+    def check(p: _Parser, node: yaml.Node, at: _At) -> tuple[str, ...]:
+        if isinstance(node, yaml.ScalarNode) and isinstance(p.value(node), str):
+            items = [node]
+        elif isinstance(node, yaml.SequenceNode):
+            items = node.value
+        else:
+            p.expected(at, "a list of path patterns", p.value(node))
+        if required and not items:
+            p.fail(at.line, f"{at.key}: must list at least one path pattern")
+        out = []
+        for i, item in enumerate(items):
+            line = p.line(item)
+            if item is not node:
+                p.lines[at.item(i, line).key] = line
+            pattern = p.value(item)
+            if not isinstance(pattern, str):
+                p.fail(line, f"{at.key}: expected a path pattern, got {p.show(pattern)}")
+            problem = pattern_problem(pattern)
+            if problem:
+                p.fail(line, f"{at.key}: {pattern!r} {problem}")
+            if allow_git_check and touches_git(pattern):
+                p.fail(line, f"{at.key}: {pattern!r} would match .git, which is never editable")
+            out.append(pattern)
+        return tuple(out)
+
+    return check
+
+
+_GUARD_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+# Words that launch the command rather than name it: `python -m pytest` is "pytest".
+_LAUNCHERS = re.compile(r"(python[0-9.]*|py|uv|uvx|run|poetry|pipenv|pdm|hatch|npx|npm|pnpm|"
+                        r"yarn|bunx?|exec|env|sudo|time|nice|nohup|sh|bash)")
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def guard_name(command: str, taken: set[str] | frozenset[str] = frozenset()) -> str:
+    """A short name for a guard given as a bare command: `python -m pytest -q` -> `pytest`,
+    `ruff check .` -> `ruff-check`; `-2`, `-3`, ... when the name is already in `taken`."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    words = [w for w in words if not w.startswith("-") and "=" not in w
+             and not _LAUNCHERS.fullmatch(w)]
+    parts: list[str] = []
+    if words:
+        parts.append(Path(words[0]).stem if "/" in words[0] else words[0])
+        if len(words) > 1 and _WORD.fullmatch(words[1]):
+            parts.append(words[1])
+    base = re.sub(r"[^a-z0-9]+", "-", "-".join(parts).lower()).strip("-")[:24].strip("-")
+    base = base or "guard"
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+def _guards(p: _Parser, node: yaml.Node, at: _At) -> tuple[GuardSpec, ...]:
+    """Each item is a command, or {name, command, timeout}; names are unique."""
+    if not isinstance(node, yaml.SequenceNode):
+        p.expected(at, "a list of commands", p.value(node))
+    items: list[dict[str, Any]] = []
+    named: dict[str, int] = {}
+    for i, item in enumerate(node.value):
+        where = at.item(i, p.line(item))
+        p.lines[where.key] = where.line
+        if isinstance(item, yaml.MappingNode):
+            spec = _GUARD(p, item, where)
+            if "name" in spec:
+                line = p.lines[f"{where.key}.name"]
+                if spec["name"] in named:
+                    p.fail(line, f"{where.key}.name: {spec['name']!r} is already the name of "
+                                 f"the guard on line {named[spec['name']]}")
+                named[spec["name"]] = line
+        elif isinstance(item, yaml.ScalarNode) and isinstance(p.value(item), str):
+            spec = {"command": _text()(p, item, where)}
+        else:
+            p.expected(where, "a command or a mapping {name, command, timeout}", p.value(item))
+        items.append(spec)
+    taken = set(named)
+    guards = []
+    for spec in items:
+        if "name" not in spec:
+            spec["name"] = guard_name(spec["command"], taken)
+            taken.add(spec["name"])
+        guards.append(GuardSpec(**spec))
+    return tuple(guards)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-key checks
+
+
+def _build_verifier(p: _Parser, values: dict[str, Any], at: _At) -> VerifierSpec:
+    if "metric" in values and "pattern" in values:
+        line = max(p.lines[f"{at.key}.metric"], p.lines[f"{at.key}.pattern"])
+        p.fail(line, f"{at.key}: give metric or pattern, not both")
+    if "metric" not in values and "pattern" not in values:
+        p.fail(at.line, f"{at.key}: needs metric (the metric's name, e.g. val_loss) or pattern "
+                        "(a regex whose first group is the number)")
+    return VerifierSpec(**values)
+
+
+def _build_generator(p: _Parser, values: dict[str, Any], at: _At) -> GeneratorSpec:
+    if "kind" not in values and "command" in values:
+        # A command and no kind can only mean "run this command"; the default kind (claude)
+        # would silently ignore it.
+        values["kind"] = "command"
+    if values.get("kind") == "command" and "command" not in values:
+        p.fail(p.lines[f"{at.key}.kind"],
+               f"{at.key}.command: required when {at.key}.kind is 'command'")
+    return GeneratorSpec(**values)
+
+
+def _kwargs(p: _Parser, values: dict[str, Any], at: _At) -> dict[str, Any]:
+    return values
+
+
+# ---------------------------------------------------------------------------------------------
+# The schema. Keys are the dataclass field names; defaults live on the dataclasses.
+
+_SECONDS = _number(above=0, what="a positive number of seconds")
+_COMMAND = _text()
+
+_GUARD = _Section({
+    "name": _Field(_matching(_GUARD_NAME, "a name of letters, digits, '_', '.', '-'")),
+    "command": _Field(_COMMAND, required=True),
+    "timeout": _Field(_SECONDS),
+}, _kwargs)
+
+_VERIFIER = _Section({
+    "command": _Field(_COMMAND, required=True),
+    "metric": _Field(_matching(r"[A-Za-z0-9_.-]+",
+                               "a metric name of letters, digits, '_', '.', '-'")),
+    "pattern": _Field(_regex_with_group),
+    "direction": _Field(_enum(("minimize", "maximize")), required=True),
+    "timeout": _Field(_SECONDS),
+}, _build_verifier)
+
+_PRICE = _Section({
+    "input": _Field(_number(at_least=0, what="USD per million input tokens (>= 0)"),
+                    required=True),
+    "output": _Field(_number(at_least=0, what="USD per million output tokens (>= 0)"),
+                     required=True),
+}, lambda p, values, at: PriceSpec(**values))
+
+_GENERATOR = _Section({
+    "kind": _Field(_enum(_generator_kinds)),
+    "command": _Field(_COMMAND),
+    "timeout": _Field(_SECONDS),
+    "args": _Field(_args),
+    "model": _Field(_text(one_line=True)),
+    "base_url": _Field(_matching(r"https?://\S+", "a URL starting with http:// or https://")),
+    "max_turns": _Field(_integer(at_least=1, what="a whole number >= 1")),
+    "max_tokens": _Field(_integer(at_least=1, what="a whole number >= 1")),
+    "price": _Field(_PRICE),
+    "seed": _Field(_integer(what="a whole number")),
+}, _build_generator)
+
+_STOP = _Section({
+    "max_cycles": _Field(_integer(at_least=0, what="a whole number >= 0")),
+    "max_minutes": _Field(_number(above=0, what="a positive number of minutes")),
+    "patience": _Field(_integer(at_least=1, what="a whole number >= 1")),
+    "target": _Field(_number(what="a number")),
+    "max_cost_usd": _Field(_number(above=0, what="a positive amount of USD")),
+}, lambda p, values, at: StopSpec(**values))
+
+_PROGRAM = _Section({
+    "goal": _Field(_text(one_line=True), required=True),
+    "allowed": _Field(_patterns(required=True, allow_git_check=True), required=True),
+    "forbidden": _Field(_patterns(required=False, allow_git_check=False)),
+    "verifier": _Field(_VERIFIER, required=True),
+    "guards": _Field(_guards),
+    "generator": _Field(_GENERATOR),
+    "stop": _Field(_STOP),
+}, _kwargs)
+
+
+def known_keys() -> tuple[str, ...]:
+    """Every key program.md accepts, dotted (`guards[].name` for keys of a guard mapping)."""
+
+    def walk(section: _Section, prefix: str) -> list[str]:
+        out = []
+        for name, spec in section.fields.items():
+            out.append(prefix + name)
+            if isinstance(spec.check, _Section):
+                out += walk(spec.check, f"{prefix}{name}.")
+            if spec.check is _guards:
+                out += walk(_GUARD, f"{prefix}{name}[].")
+        return out
+
+    return tuple(walk(_PROGRAM, ""))
