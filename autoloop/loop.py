@@ -62,29 +62,25 @@ class _Outcome:
 
 
 def protected_paths(program: Program) -> dict[str, str]:
-    """Paths the generator may never change even when `allowed` matches them: the program, the
-    run's own files, and files the verifier or a guard names on its command line."""
-    base = program.path.parent.relative_to(program.repo_root).as_posix()
-
-    def rel(name: str) -> str:
-        return name if base == "." else f"{base}/{name}"
-
-    out = {program.rel_path: "the program file", rel("experiments.md"): "the journal",
-           rel("results.tsv"): "the journal", rel(".autoloop"): "autoloop's state"}
-    commands = [program.verifier.command] + [g.command for g in program.guards]
-    for cmd in commands:
+    """Paths the generator may never change even when `allowed` matches them: the program and
+    the run's own files (Program.protected), plus files of the repository that the verifier or
+    a guard names on its command line (`python prepare.py --eval` protects prepare.py)."""
+    out = dict(program.protected)
+    root = program.repo_root.resolve()
+    for cmd in [program.verifier.command] + [g.command for g in program.guards]:
         try:
             words = shlex.split(cmd)
         except ValueError:
             words = cmd.split()
         for w in words:
-            candidate = (program.repo_root / w)
-            if not w.startswith("-") and candidate.is_file():
-                try:
-                    r = candidate.resolve().relative_to(program.repo_root.resolve()).as_posix()
-                except ValueError:
-                    continue
-                out.setdefault(r, "used by the verifier")
+            candidate = program.repo_root / w
+            if w.startswith("-") or not candidate.is_file():
+                continue
+            try:
+                rel = candidate.resolve().relative_to(root).as_posix()
+            except ValueError:
+                continue  # outside the repository: not the generator's to reach through the tree
+            out.setdefault(rel, "used by the verifier")
     return out
 
 
