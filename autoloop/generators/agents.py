@@ -1,0 +1,632 @@
+"""`kind: claude | codex | aider` — agent CLIs driven through the command protocol (contract §6).
+
+Each preset is an argv (never a shell string) with defaults chosen so the tool edits the work tree
+without asking anyone anything, touches nothing else that autoloop owns (git, files outside the
+tree), and reports what it spent in a form we can read back:
+
+    claude  -p --output-format json --permission-mode acceptEdits
+            --disallowedTools Bash,WebFetch,WebSearch                 (prompt on stdin)
+    codex   exec --json --sandbox workspace-write --skip-git-repo-check -   (prompt on stdin)
+    aider   --message-file PROMPT --yes-always --no-auto-commits --no-dirty-commits --no-git
+            --no-gitignore --no-stream --no-pretty --no-check-update --no-show-release-notes
+            --no-analytics --no-suggest-shell-commands --no-detect-urls
+            --input-history-file LOG --chat-history-file LOG  ./ALLOWED-FILE ...
+
+`generator.model` adds the tool's model flag, `generator.args` are appended, and an appended
+flag that sets the same option as a default replaces that default (so `--sandbox read-only` or
+`--disallowedTools WebFetch` is honoured instead of clashing). `generator.command` replaces the
+executable; it is split like a shell word list, so `npx @anthropic-ai/claude-code` works too.
+
+The tool's report is read for cost, tokens, turns and errors. It is never trusted about what
+changed: autoloop computes the change set from the disk.
+
+Where the flags and shapes come from (re-check them here when a tool changes):
+- claude: code.claude.com/docs/en/cli-reference and /headless (flags, `-p` reads stdin,
+  `acceptEdits`, bare-name `--disallowedTools` removes a tool); the Agent SDK's
+  `SDKResultMessage` (type, subtype, is_error, result, errors, total_cost_usd, num_turns, usage,
+  permission_denials, session_id).
+- codex: openai/codex `codex-rs/exec/src/cli.rs` (`--json`, `--skip-git-repo-check`, prompt `-`
+  = stdin), `utils/cli` SharedCliOptions and SandboxModeCliArg (`--sandbox workspace-write`,
+  `-m/--model`), `codex-rs/exec/src/exec_events.rs` and `docs/exec.md` (the JSONL events);
+  issue openai/codex#32984 (`error` events that are only retries).
+- aider: Aider-AI/aider `aider/args.py` (every flag used), `coders/base_coder.py` and
+  `utils.format_tokens` (the `Tokens: ... Cost: ...` line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any, ClassVar, Iterator, Sequence
+
+from autoloop import proc
+from autoloop.errors import FatalGeneratorError, GeneratorError
+from autoloop.generators.base import GenContext, Proposal
+from autoloop.generators.command import CommandGenerator
+from autoloop.program import GeneratorSpec, PriceSpec, Program
+
+# Reports bigger than this are read from their tail only: the result we want comes last, and a
+# runaway tool must not cost us its whole output in memory.
+_READ_LIMIT = 32 << 20
+_MAX_NOTES = 20
+_NOTE_LEN = 200
+# CommandGenerator.propose writes the tool's output to `<log_dir>/generator.out|.err`; we read
+# them back when it raises on a non-zero exit, because the tool's own report says more.
+_LOG_STEM = "generator"
+
+_HYPOTHESIS = re.compile(r"Hypothesis:[*_`\s]*(.*)", re.IGNORECASE)
+_SENTENCE = re.compile(r"(.+?[.!?])(?:\s|$)", re.DOTALL)
+# Messages meaning "this will fail every cycle until a human logs in or fixes a key".
+_AUTH_PROBLEM = re.compile(
+    r"invalid api key|invalid x-api-key|please run /login|not logged in|authentication_error"
+    r"|authentication_failed|authenticationerror|permissiondeniederror|unauthori[sz]ed",
+    re.IGNORECASE,
+)
+
+
+class AgentReportError(GeneratorError):
+    """The agent's run failed (the cycle is `gen_error`). `proposal` carries what the failed run
+    still cost — tokens and dollars are spent either way — for the ledger to record."""
+
+    def __init__(self, message: str, proposal: Proposal | None = None) -> None:
+        super().__init__(message)
+        self.proposal = proposal
+
+
+class _Unparseable(AgentReportError):
+    """The output is not the report shape we asked the tool for."""
+
+
+# ---------------------------------------------------------------------------------- shared base
+
+
+class AgentGenerator(CommandGenerator):
+    """A CommandGenerator whose command is a known agent CLI. Subclasses give the argv and read
+    the report; this class finds the executable and turns failures into clear errors."""
+
+    tool: ClassVar[str] = ""
+    install_hint: ClassVar[str] = ""
+    model_flag: ClassVar[tuple[str, ...]] = ("--model",)
+
+    # ---- argv ------------------------------------------------------------------------------
+
+    def executable(self, ctx: GenContext) -> list[str]:
+        """argv prefix for the tool, its program resolved now so a missing tool stops the run
+        with a message instead of failing every cycle with `exit 127`."""
+        words = shlex.split(self.spec.command) if self.spec.command else []
+        if not words:
+            words = [self.tool]
+        name = os.path.expanduser(words[0])
+        if "/" in name:
+            # Paths in program.md are relative to the repository root, not to the work tree the
+            # tool runs in (a private copy the generator may even be allowed to edit).
+            path = Path(name) if os.path.isabs(name) else self.program.repo_root / name
+            if not (path.is_file() and os.access(path, os.X_OK)):
+                raise FatalGeneratorError(f"generator.command: {path} is not an executable file")
+            return [str(path), *words[1:]]
+        # The same lookup the child's exec will do: the spec env's PATH, else the default.
+        found = shutil.which(name, path=ctx.env.get("PATH", os.defpath))
+        if found is None:
+            raise FatalGeneratorError(
+                f"{words[0]} not found on PATH; install {self.install_hint} or set generator.command")
+        return [found, *words[1:]]
+
+    def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
+        """(option names, argv) pairs; a pair is dropped when generator.args sets that option."""
+        raise NotImplementedError
+
+    def trailing(self, ctx: GenContext) -> list[str]:
+        """argv that must come after the user's args (a prompt marker, file names)."""
+        return []
+
+    def command(self, ctx: GenContext) -> list[str]:
+        user = list(self.spec.args)
+        argv = self.executable(ctx)
+        for names, words in self.defaults(ctx):
+            if not _sets_option(user, names):
+                argv += words
+        if self.spec.model and not _sets_option(user, self.model_flag):
+            argv += [self.model_flag[0], self.spec.model]
+        return argv + user + self.trailing(ctx)
+
+    # ---- the report ------------------------------------------------------------------------
+
+    def parse(self, out: Path, err: Path, proposal: Proposal) -> None:
+        """Fill `proposal` from the tool's output, field by field as they are found (so a caller
+        that catches the error still has the usage); raise AgentReportError if the run failed."""
+        raise NotImplementedError
+
+    def read_report(self, res: proc.ProcResult, proposal: Proposal) -> None:
+        self.parse(res.stdout_path, res.stderr_path, proposal)
+
+    def output_hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str | None:
+        """The hypothesis the tool's output gives, when the hypothesis file was not written."""
+        raise NotImplementedError
+
+    def hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str:
+        # The default scans raw stdout, which for a JSON-printing tool finds `Hypothesis:` inside
+        # an escaped string. The file still wins, as the contract says.
+        written = _hypothesis_file(ctx)
+        if written:
+            return written
+        return self.output_hypothesis(ctx, res) or "(none given)"
+
+    def propose(self, ctx: GenContext) -> Proposal:
+        program = self.executable(ctx)[0]
+        try:
+            return super().propose(ctx)
+        except AgentReportError:
+            raise
+        except GeneratorError as exc:
+            # CommandGenerator's Ctrl-C/SIGTERM signal: there is no report to read.
+            if str(exc) == "interrupted":
+                raise
+            raise self._explain(ctx, exc) from exc
+        except OSError as exc:
+            # Found but not runnable (a script without a shebang, a binary for another
+            # platform): no cycle will do better.
+            raise FatalGeneratorError(f"cannot run {program}: {exc}") from exc
+
+    def _explain(self, ctx: GenContext, exc: GeneratorError) -> AgentReportError:
+        """A non-zero exit: the tool's own report names the error better than a stderr tail,
+        and says what the failed run cost."""
+        out = ctx.log_dir / f"{_LOG_STEM}.out"
+        err = ctx.log_dir / f"{_LOG_STEM}.err"
+        spent = Proposal(transcript=out if out.exists() else None)
+        try:
+            self.parse(out, err, spent)
+        except _Unparseable:
+            return AgentReportError(str(exc), spent)
+        except AgentReportError as reported:
+            # A timeout's partial report ("no completed turn") would hide the real cause.
+            message = str(exc) if "timed out" in str(exc) else str(reported)
+            return AgentReportError(message, spent)
+        return AgentReportError(str(exc), spent)
+
+
+def _sets_option(args: Sequence[str], names: Sequence[str]) -> bool:
+    """Does `args` set one of the options `names` (`--x v`, `--x=v`, `-s v`)?"""
+    for arg in args:
+        for name in names:
+            if arg == name or (name.startswith("--") and arg.startswith(name + "=")):
+                return True
+    return False
+
+
+def _hypothesis_file(ctx: GenContext) -> str:
+    try:
+        written = ctx.hypothesis_file.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    return " ".join(written.split())[:1000]
+
+
+def hypothesis_in(text: str) -> str | None:
+    """The text after the first `Hypothesis:` (markdown emphasis tolerated), or None."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _HYPOTHESIS.search(line)
+        if not m:
+            continue
+        found = m.group(1).strip().strip("*_`").strip()
+        if not found:
+            # `Hypothesis:` as a heading, the sentence on the next non-empty line.
+            found = next((ln.strip() for ln in lines[i + 1:] if ln.strip()), "")
+        if found:
+            return " ".join(found.split())[:1000]
+    return None
+
+
+def first_sentence(text: str) -> str | None:
+    flat = " ".join(text.split())
+    if not flat:
+        return None
+    m = _SENTENCE.match(flat)
+    return (m.group(1) if m else flat)[:300]
+
+
+def _read_text(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - _READ_LIMIT))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:_NOTE_LEN] if lines else ""
+
+
+def _dict(x: Any) -> dict[str, Any]:
+    return x if isinstance(x, dict) else {}
+
+
+def _int(x: Any) -> int:
+    return int(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else 0
+
+
+def _price(tokens_in: int, tokens_out: int, price: PriceSpec | None) -> float | None:
+    if price is None:
+        return None
+    return round((tokens_in * price.input + tokens_out * price.output) / 1_000_000, 8)
+
+
+def _check_auth(tool: str, message: str) -> None:
+    if _AUTH_PROBLEM.search(message):
+        raise FatalGeneratorError(f"{tool} cannot authenticate: {message[:300]}")
+
+
+# ---------------------------------------------------------------------------------- Claude Code
+
+
+class ClaudeGenerator(AgentGenerator):
+    """Claude Code headless: `claude -p --output-format json`, the prompt on stdin.
+
+    `acceptEdits` lets it edit files in its working directory without prompting. Shell and
+    network tools are removed from its context: a ratchet's judge is the verifier, and in `-p`
+    mode a tool that needs permission is denied (or aborts the run) with no one to ask.
+    Pass your own `--disallowedTools` / `--allowedTools` in generator.args to change that.
+    """
+
+    tool = "claude"
+    install_hint = "Claude Code"
+
+    def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
+        return [
+            (("-p", "--print"), ["-p"]),
+            (("--output-format",), ["--output-format", "json"]),
+            (("--permission-mode", "--dangerously-skip-permissions"),
+             ["--permission-mode", "acceptEdits"]),
+            (("--disallowedTools", "--disallowed-tools"),
+             ["--disallowedTools", "Bash,WebFetch,WebSearch"]),
+        ]
+
+    def parse(self, out: Path, err: Path, proposal: Proposal) -> None:
+        result = _last_json_object(_read_text(out), want_type="result")
+        if result is None:
+            tail = _last_line(_read_text(err)) or _last_line(_read_text(out))
+            raise _Unparseable("claude printed no JSON result" + (f": {tail}" if tail else ""))
+        usage = _dict(result.get("usage"))
+        proposal.tokens_in = sum(_int(usage.get(k)) for k in (
+            "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+        proposal.tokens_out = _int(usage.get("output_tokens"))
+        proposal.turns = _int(result.get("num_turns"))
+        # `cost_usd` is what versions before the SDK rename printed.
+        cost = result.get("total_cost_usd", result.get("cost_usd"))
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+            proposal.cost_usd = float(cost)
+        else:
+            proposal.cost_usd = _price(proposal.tokens_in, proposal.tokens_out, self.spec.price)
+        denials = result.get("permission_denials")
+        denials = denials if isinstance(denials, list) else []
+        for denial in denials[:_MAX_NOTES]:
+            proposal.notes.append(_denial_note(denial))
+        subtype = str(result.get("subtype", ""))
+        proposal.meta.update({
+            "tool": "claude",
+            "session_id": str(result.get("session_id", "")),
+            "subtype": subtype,
+            "duration_ms": _int(result.get("duration_ms")),
+            "cache_read_tokens": _int(usage.get("cache_read_input_tokens")),
+            "cache_write_tokens": _int(usage.get("cache_creation_input_tokens")),
+            "permission_denials": len(denials),
+        })
+        if result.get("is_error") is True or subtype != "success":
+            errors = result.get("errors")
+            detail = "; ".join(str(e) for e in errors) if isinstance(errors, list) and errors else ""
+            detail = detail or str(result.get("result") or "") or subtype or "no detail"
+            status = result.get("api_error_status")
+            if status in (401, 403):
+                raise FatalGeneratorError(f"claude cannot authenticate (HTTP {status}): {detail[:300]}")
+            _check_auth("claude", detail)
+            raise AgentReportError(f"claude reported an error ({subtype or 'is_error'}): "
+                                   f"{' '.join(detail.split())[:500]}", proposal)
+
+    def output_hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str | None:
+        result = _last_json_object(_read_text(res.stdout_path), want_type="result")
+        text = result.get("result") if result else None
+        if not isinstance(text, str):
+            return None
+        return hypothesis_in(text) or first_sentence(text)
+
+
+def _denial_note(denial: Any) -> str:
+    if not isinstance(denial, dict):
+        return "claude: permission denied"
+    name = str(denial.get("tool_name", "a tool"))
+    tool_input = denial.get("tool_input")
+    target = ""
+    if isinstance(tool_input, dict):
+        for key in ("file_path", "path", "command", "url", "pattern"):
+            if isinstance(tool_input.get(key), str):
+                target = " " + " ".join(tool_input[key].split())
+                break
+    return f"claude: permission denied: {name}{target}"[:_NOTE_LEN]
+
+
+def _last_json_object(text: str, want_type: str) -> dict[str, Any] | None:
+    """The last JSON object of type `want_type` in `text`: one object per line, as
+    `--output-format json` (and `stream-json`, whose last line is the result) print them;
+    a pretty-printed object works too."""
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and obj.get("type") == want_type:
+            return obj
+    try:
+        whole = json.loads(text)
+    except ValueError:
+        return None
+    return whole if isinstance(whole, dict) and whole.get("type") == want_type else None
+
+
+# ----------------------------------------------------------------------------------- Codex CLI
+
+
+class CodexGenerator(AgentGenerator):
+    """Codex CLI: `codex exec --json ... -`, the prompt on stdin (a file, so it sees EOF and never
+    waits on an open pipe). `workspace-write` lets it write its working directory only."""
+
+    tool = "codex"
+    install_hint = "the Codex CLI"
+    model_flag = ("--model", "-m")
+
+    def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
+        return [
+            ((), ["exec"]),
+            (("--json", "--experimental-json"), ["--json"]),
+            (("--sandbox", "-s", "--dangerously-bypass-approvals-and-sandbox", "--full-auto"),
+             ["--sandbox", "workspace-write"]),
+            (("--skip-git-repo-check",), ["--skip-git-repo-check"]),
+        ]
+
+    def trailing(self, ctx: GenContext) -> list[str]:
+        return ["-"]   # "read the prompt from stdin"
+
+    def parse(self, out: Path, err: Path, proposal: Proposal) -> None:
+        seen = completed = 0
+        last_completed = -1
+        failure: str | None = None
+        last_error: tuple[int, str] | None = None
+        commands = 0
+        for index, event in enumerate(_json_lines(_read_text(out))):
+            kind = event.get("type")
+            if not isinstance(kind, str):
+                continue
+            seen += 1
+            if kind == "thread.started":
+                proposal.meta["thread_id"] = str(event.get("thread_id", ""))
+            elif kind == "turn.completed":
+                usage = _dict(event.get("usage"))
+                # input_tokens already counts the cached ones (cached ⊆ input, as in the API).
+                proposal.tokens_in += _int(usage.get("input_tokens"))
+                proposal.tokens_out += _int(usage.get("output_tokens"))
+                proposal.meta["cached_input_tokens"] = (
+                    _int(proposal.meta.get("cached_input_tokens"))
+                    + _int(usage.get("cached_input_tokens")))
+                completed += 1
+                last_completed = index
+            elif kind == "turn.failed":
+                error = event.get("error")
+                failure = str(error.get("message", "")) if isinstance(error, dict) else ""
+                failure = failure or "turn failed"
+            elif kind == "error":
+                message = str(event.get("message", "")) or "error"
+                last_error = (index, message)
+                if len(proposal.notes) < _MAX_NOTES:
+                    proposal.notes.append(f"codex: {message}"[:_NOTE_LEN])
+            elif kind == "item.completed" and isinstance(event.get("item"), dict):
+                item = event["item"]
+                if item.get("type") == "command_execution":
+                    commands += 1
+                elif item.get("type") == "error" and len(proposal.notes) < _MAX_NOTES:
+                    proposal.notes.append(f"codex: {item.get('message', '')}"[:_NOTE_LEN])
+        proposal.turns = completed
+        proposal.cost_usd = _price(proposal.tokens_in, proposal.tokens_out, self.spec.price)
+        proposal.meta.update({"tool": "codex", "commands": commands})
+        if seen == 0:
+            tail = _last_line(_read_text(err)) or _last_line(_read_text(out))
+            raise _Unparseable("codex printed no JSON events" + (f": {tail}" if tail else ""))
+        if failure is not None:
+            _check_auth("codex", failure)
+            raise AgentReportError(f"codex turn failed: {failure[:500]}", proposal)
+        # An `error` followed by a completed turn was a retry ("Reconnecting... 1/5"); one
+        # after the last completed turn is what ended the run.
+        if last_error is not None and last_error[0] > last_completed:
+            _check_auth("codex", last_error[1])
+            raise AgentReportError(f"codex error: {last_error[1][:500]}", proposal)
+        if completed == 0:
+            raise AgentReportError("codex finished without completing a turn", proposal)
+
+    def output_hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str | None:
+        replies = [str(e["item"].get("text", "")) for e in _json_lines(_read_text(res.stdout_path))
+                   if e.get("type") == "item.completed" and isinstance(e.get("item"), dict)
+                   and e["item"].get("type") == "agent_message"]
+        for reply in replies:
+            found = hypothesis_in(reply)
+            if found:
+                return found
+        return first_sentence(replies[-1]) if replies else None
+
+
+def _json_lines(text: str) -> Iterator[dict[str, Any]]:
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            yield obj
+
+
+# ---------------------------------------------------------------------------------------- aider
+
+_MAX_AIDER_FILES = 50
+_AIDER_COUNT = r"(\d[\d,]*(?:\.\d+)?[kKmM]?)"
+_AIDER_TOKENS = re.compile(_AIDER_COUNT + r"\s+(sent|cache write|cache hit|cached|received)")
+_AIDER_COST = re.compile(r"Cost:\s*\$(\d+(?:\.\d+)?)\s+message,\s*\$(\d+(?:\.\d+)?)\s+session")
+_AIDER_LLM_ERROR = re.compile(r"^\s*litellm\.(\w+)", re.MULTILINE)
+
+
+class AiderGenerator(AgentGenerator):
+    """aider, one message and exit (`--message-file`), with the allowed files that exist already
+    in the chat so it can edit them.
+
+    `--no-git`: aider must not commit, stage or edit .gitignore — autoloop owns git — and the
+    commit flags stay off even if generator.args turns git back on. Its history files would land
+    in the work tree (a change outside `allowed`), so they go to the cycle's log folder, where
+    they double as the transcript. Best effort: aider prints text, not a structured report.
+    """
+
+    tool = "aider"
+    install_hint = "aider (pip install aider-chat)"
+
+    def __init__(self, spec: GeneratorSpec, program: Program) -> None:
+        super().__init__(spec, program)
+        # The files chosen for a cycle, computed once before aider runs (it may create more).
+        self._files: dict[int, tuple[list[str], int]] = {}
+
+    def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
+        return [
+            (("--message-file", "-f", "--message", "--msg", "-m"),
+             ["--message-file", str(ctx.prompt_file)]),
+            (("--yes-always",), ["--yes-always"]),
+            (("--auto-commits", "--no-auto-commits"), ["--no-auto-commits"]),
+            (("--dirty-commits", "--no-dirty-commits"), ["--no-dirty-commits"]),
+            (("--git", "--no-git"), ["--no-git"]),
+            (("--gitignore", "--no-gitignore"), ["--no-gitignore"]),
+            (("--stream", "--no-stream"), ["--no-stream"]),
+            (("--pretty", "--no-pretty"), ["--no-pretty"]),
+            (("--check-update", "--no-check-update"), ["--no-check-update"]),
+            (("--show-release-notes", "--no-show-release-notes"), ["--no-show-release-notes"]),
+            (("--analytics", "--no-analytics"), ["--no-analytics"]),
+            (("--suggest-shell-commands", "--no-suggest-shell-commands"),
+             ["--no-suggest-shell-commands"]),
+            (("--detect-urls", "--no-detect-urls"), ["--no-detect-urls"]),
+            (("--input-history-file",),
+             ["--input-history-file", str(ctx.log_dir / "aider.input.history")]),
+            (("--chat-history-file",),
+             ["--chat-history-file", str(ctx.log_dir / "aider.chat.history.md")]),
+        ]
+
+    def stdin(self, ctx: GenContext) -> Path | None:
+        # The prompt goes by --message-file; were aider ever to ask a question anyway, it must
+        # read EOF, not the prompt's first line as the answer.
+        return None
+
+    def trailing(self, ctx: GenContext) -> list[str]:
+        files, _ = self._files.get(id(ctx)) or allowed_files(ctx, _MAX_AIDER_FILES)
+        # `./` keeps a file named like an option from being read as one.
+        return [f"./{rel}" for rel in files]
+
+    def propose(self, ctx: GenContext) -> Proposal:
+        files, total = allowed_files(ctx, _MAX_AIDER_FILES)
+        self._files[id(ctx)] = (files, total)
+        try:
+            proposal = super().propose(ctx)
+        finally:
+            self._files.pop(id(ctx), None)
+        if total > len(files):
+            proposal.notes.append(f"aider: {total} allowed files exist; the first {len(files)} "
+                                  "were added to the chat")
+        chat = ctx.log_dir / "aider.chat.history.md"
+        if chat.exists():
+            proposal.meta["chat_history"] = str(chat)
+        return proposal
+
+    def parse(self, out: Path, err: Path, proposal: Proposal) -> None:
+        text = _read_text(out)
+        last_usage = -1
+        cost: float | None = None
+        for m in re.finditer(r"Tokens:[^\n]*", text):
+            counts = {kind: _aider_count(n) for n, kind in _AIDER_TOKENS.findall(m.group(0))}
+            proposal.tokens_in += counts.get("sent", 0)
+            proposal.tokens_out += counts.get("received", 0)
+            proposal.turns += 1
+            last_usage = m.end()
+        for m in _AIDER_COST.finditer(text):
+            cost = float(m.group(2))    # the session total so far; the last one is the run's
+        proposal.cost_usd = cost if cost is not None else (
+            _price(proposal.tokens_in, proposal.tokens_out, self.spec.price)
+            if proposal.turns else None)
+        proposal.meta["tool"] = "aider"
+        for source, where in ((text, "stdout"), (_read_text(err), "stderr")):
+            for m in _AIDER_LLM_ERROR.finditer(source):
+                line = source[m.start():].strip().splitlines()[0][:300]
+                if m.group(1) in ("AuthenticationError", "PermissionDeniedError"):
+                    raise FatalGeneratorError(f"aider cannot authenticate: {line}")
+                # aider retries transient errors itself; an error printed after its last usage
+                # report is what ended the run (stderr has no order relative to stdout).
+                if where == "stdout" and m.start() > last_usage:
+                    raise AgentReportError(f"aider: {line}", proposal)
+
+    def output_hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str | None:
+        # Skip lines that are the prompt's own (a prompt that says "end with `Hypothesis: ...`"
+        # must not become the hypothesis if aider echoes it).
+        try:
+            prompt_lines = {ln.strip() for ln in ctx.prompt_file.read_text(errors="replace").splitlines()}
+        except OSError:
+            prompt_lines = set()
+        text = _read_text(res.stdout_path)
+        kept = "\n".join(ln for ln in text.splitlines() if ln.strip() not in prompt_lines)
+        return hypothesis_in(kept)
+
+
+def _aider_count(text: str) -> int:
+    """aider's token counts: `1,234`, `12.3k`, `45k`, `1.2M`."""
+    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1].lower(), 1)
+    number = text[:-1] if scale != 1 else text
+    try:
+        return int(round(float(number.replace(",", "")) * scale))
+    except ValueError:
+        return 0
+
+
+def allowed_files(ctx: GenContext, limit: int) -> tuple[list[str], int]:
+    """Regular files in the work tree the generator may edit: (the first `limit`, sorted; how
+    many there are). Symlinks are left out — an edit through one lands somewhere else."""
+    found: list[str] = []
+    root = ctx.workdir
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        rel_dir = Path(dirpath).relative_to(root).as_posix()
+        for name in filenames:
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            full = Path(dirpath) / name
+            if full.is_symlink() or not full.is_file():
+                continue
+            if ctx.is_allowed(rel):
+                found.append(rel)
+    found.sort()
+    return found[:limit], len(found)
+
+
+# ------------------------------------------------------------------------------------ factories
+
+
+def claude(spec: GeneratorSpec, program: Program) -> ClaudeGenerator:
+    return ClaudeGenerator(spec, program)
+
+
+def codex(spec: GeneratorSpec, program: Program) -> CodexGenerator:
+    return CodexGenerator(spec, program)
+
+
+def aider(spec: GeneratorSpec, program: Program) -> AiderGenerator:
+    return AiderGenerator(spec, program)
