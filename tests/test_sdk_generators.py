@@ -4,6 +4,7 @@ server (tests/fake_llm_server.py), in a real work tree. No network."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, Iterator
@@ -19,6 +20,7 @@ from autoloop.generators.llm_common import (
     Redactor,
     extract_hypothesis,
     price_for,
+    system_prompt,
 )
 from autoloop.generators.openai_api import OpenAIGenerator
 from autoloop.generators.registry import make_generator
@@ -412,10 +414,24 @@ def test_openai_local_server_needs_no_key(via: str, srv: FakeLLMServer, tree: Pa
     assert srv.requests[0].headers["authorization"] == "Bearer not-needed"
 
 
-def test_openai_official_endpoint_uses_max_completion_tokens(monkeypatch: pytest.MonkeyPatch, tree: Path) -> None:
+def test_openai_recognises_the_official_endpoint(tree: Path) -> None:
+    # api.openai.com gets max_completion_tokens (reasoning models reject max_tokens); this is
+    # the switch that decides it. No request is made.
     gen = OpenAIGenerator(GeneratorSpec(kind="openai"), make_ctx(tree).program)
     client, official = gen._client(10.0)
     assert official and str(client.base_url).startswith("https://api.openai.com/")
+    _, local = OpenAIGenerator(GeneratorSpec(kind="openai", base_url="http://127.0.0.1:1/v1"),
+                               make_ctx(tree).program)._client(10.0)
+    assert not local
+
+
+def test_system_prompt_names_the_tool_the_paths_and_the_hypothesis_line(tree: Path) -> None:
+    ctx = make_ctx(tree)
+    program = Program(path=ctx.program.path, repo_root=tree, goal="g", allowed=("src/**",),
+                      forbidden=("src/vendor/**",), verifier=ctx.program.verifier)
+    text = system_prompt(replace(ctx, program=program))
+    assert "str_replace_based_edit_tool" in text and str(tree) in text
+    assert "src/**" in text and "Never: src/vendor/**" in text and "Hypothesis:" in text
 
 
 # ---------------------------------------------------------------------------- malformed model output

@@ -198,16 +198,18 @@ def extract_hypothesis(replies: Iterable[str], fallback_sources: Iterable[str] =
 # ---------------------------------------------------------------------------- prompt and bookkeeping
 
 def system_prompt(ctx: GenContext) -> str:
-    allowed = ", ".join(ctx.program.allowed)
+    """The fixed part of the instructions; the cycle's own prompt is the user message."""
+    never = f" Never: {', '.join(ctx.program.forbidden)}." if ctx.program.forbidden else ""
     return (
         "You are the generator of an autoloop ratchet run: you make ONE focused change to the "
         "repository that you expect to improve the metric; a separate verifier then measures it "
         "and the change is kept only if it is better.\n"
         f"The work tree is {ctx.workdir}. Use the `{TOOL_NAME}` tool to view and edit files; "
         "paths may be relative to the work tree. "
-        f"You may change only these paths: {allowed}. Edits elsewhere are refused.\n"
-        "Before or after editing, state your idea in one line that starts with `Hypothesis:`. "
-        "When you are done, reply with a short summary and no tool call."
+        f"You may change only these paths: {', '.join(ctx.program.allowed)}.{never} "
+        "Edits elsewhere are refused.\n"
+        "Start your final reply with one line `Hypothesis: <what you changed and why it should "
+        "help>`, then stop calling the tool."
     )
 
 
