@@ -341,7 +341,8 @@ class Run:
                 raise Interrupted("interrupted")
             return generator.propose(ctx), None
         except GeneratorError as exc:
-            return Proposal(), str(exc) or type(exc).__name__
+            # a failed agent run may still report what it cost (AgentReportError.proposal)
+            return getattr(exc, "proposal", None) or Proposal(), str(exc) or type(exc).__name__
         except FatalGeneratorError:
             raise
         finally:

@@ -1,45 +1,63 @@
-"""Keep secrets out of everything autoloop writes: values of secret-looking environment
-variables and API-key-shaped strings become `[REDACTED]`."""
+"""Keep secrets out of everything autoloop writes (journal, prompts, logs, transcripts): values
+of secret-looking environment variables and API-key-shaped strings become `[REDACTED]`."""
 
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Iterable, Mapping
 
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
-_KEY_SHAPES = re.compile(rb"\b(sk-ant-[A-Za-z0-9_\-]{8,}|sk-[A-Za-z0-9_\-]{16,}|gh[pousr]_[A-Za-z0-9]{20,})")
-_MAX_FILE = 64 << 20   # bigger logs are left alone rather than read whole
-MARK = b"[REDACTED]"
+REDACTED = "[REDACTED]"
+_SECRET_NAME = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)($|_)", re.IGNORECASE)
+_SECRET_SHAPE = re.compile(r"\b(?:sk-(?:ant-)?[A-Za-z0-9_\-]{6,}|gh[pousr]_[A-Za-z0-9]{6,})")
+_MIN_LEN = 6          # shorter values ("1", "true") would shred the text, not protect anything
+_MAX_FILE = 64 << 20  # bigger logs are left alone rather than read whole
 
 
 class Redactor:
-    def __init__(self, secrets: list[str]) -> None:
+    def __init__(self, *envs: Mapping[str, str], extra: Iterable[str | None] = ()) -> None:
+        values: set[str] = set()
+        for env in envs or (os.environ,):
+            for name, value in env.items():
+                if value and len(value) >= _MIN_LEN and _SECRET_NAME.search(name):
+                    values.add(value)
+        values.update(v for v in extra if v and len(v) >= _MIN_LEN)
         # longest first, so a secret that contains another is replaced whole
-        self.secrets = sorted({s.encode() for s in secrets if len(s) >= 8}, key=len, reverse=True)
+        self._values = sorted(values, key=len, reverse=True)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "Redactor":
-        return cls([v for k, v in env.items() if _SECRET_NAME.search(k)])
+        return cls(env)
 
-    def bytes(self, data: bytes) -> bytes:
-        for s in self.secrets:
-            data = data.replace(s, MARK)
-        return _KEY_SHAPES.sub(MARK, data)
+    def text(self, s: str) -> str:
+        for value in self._values:
+            if value in s:
+                s = s.replace(value, REDACTED)
+        return _SECRET_SHAPE.sub(REDACTED, s)
 
-    def __call__(self, text: str) -> str:
-        return self.bytes(text.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+    __call__ = text
+
+    def obj(self, o: Any) -> Any:
+        """Redact every string inside a JSON-like structure (keys included)."""
+        if isinstance(o, str):
+            return self.text(o)
+        if isinstance(o, Mapping):
+            return {self.text(str(k)): self.obj(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [self.obj(v) for v in o]
+        return o
 
     def file(self, path: Path) -> None:
+        """Redact a log file in place (atomically); very large files are skipped."""
         try:
             if path.stat().st_size > _MAX_FILE:
                 return
-            data = path.read_bytes()
+            data = path.read_bytes().decode("utf-8", "surrogateescape")
         except OSError:
             return
-        clean = self.bytes(data)
+        clean = self.text(data)
         if clean != data:
             tmp = path.with_name(path.name + ".redacting")
-            tmp.write_bytes(clean)
+            tmp.write_bytes(clean.encode("utf-8", "surrogateescape"))
             os.replace(tmp, path)

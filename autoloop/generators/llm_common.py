@@ -18,12 +18,12 @@ from autoloop.errors import AutoloopError, FatalGeneratorError, GeneratorError
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.generators.edit_tool import TOOL_NAME, EditTool, tool_notes
 from autoloop.program import GeneratorSpec, PriceSpec
+from autoloop.redact import Redactor
 
 STREAM_ENV = "AUTOLOOP_LLM_STREAM"
 """Set to 0/false/no/off to make the SDK generators use plain (non-streaming) requests."""
 
 TRANSCRIPT_NAME = "transcript.jsonl"
-REDACTED = "[REDACTED]"
 
 # USD per million tokens (input, output), standard tier, short context, no caching.
 # Checked against the vendors' model/pricing pages (platform.claude.com, developers.openai.com)
@@ -87,45 +87,6 @@ def cost_usd(tokens_in: int, tokens_out: int, price: PriceSpec | None) -> float 
 
 
 # ---------------------------------------------------------------------------- secrets
-
-_SECRET_NAME = re.compile(r"(_KEY|_TOKEN|_SECRET|PASSWORD)$", re.IGNORECASE)
-_SECRET_SHAPE = re.compile(r"\bsk-(?:ant-)?[A-Za-z0-9_\-]{6,}")
-_MIN_SECRET_LEN = 4     # shorter values ("1", "no") would shred the transcript, not protect anything
-
-
-class Redactor:
-    """Replaces secret values with [REDACTED]: the values of environment variables whose names
-    end in _KEY/_TOKEN/_SECRET/PASSWORD, any extra values given, and anything shaped like an
-    `sk-...` / `sk-ant-...` key."""
-
-    def __init__(self, *envs: Mapping[str, str], extra: Iterable[str | None] = ()) -> None:
-        values: set[str] = set()
-        for env in envs or (os.environ,):
-            for name, value in env.items():
-                if _SECRET_NAME.search(name) and value and len(value) >= _MIN_SECRET_LEN:
-                    values.add(value)
-        for given in extra:
-            if given and len(given) >= _MIN_SECRET_LEN:
-                values.add(given)
-        # Longest first, so a secret that contains another is replaced whole.
-        self._values = sorted(values, key=len, reverse=True)
-
-    def text(self, s: str) -> str:
-        for value in self._values:
-            if value in s:
-                s = s.replace(value, REDACTED)
-        return _SECRET_SHAPE.sub(REDACTED, s)
-
-    def obj(self, o: Any) -> Any:
-        """Redact every string inside a JSON-like structure (keys included)."""
-        if isinstance(o, str):
-            return self.text(o)
-        if isinstance(o, Mapping):
-            return {self.text(str(k)): self.obj(v) for k, v in o.items()}
-        if isinstance(o, (list, tuple)):
-            return [self.obj(v) for v in o]
-        return o
-
 
 # ---------------------------------------------------------------------------- transcript
 
