@@ -21,6 +21,7 @@ from autoloop.generators.base import GenContext, Generator, Proposal
 from autoloop.generators.registry import make_generator
 from autoloop.globs import PathRules
 from autoloop.journal import Journal, Record, fmt, pct
+from autoloop.memory import near_duplicate
 from autoloop.program import Program
 from autoloop.prompt import build_prompt
 from autoloop.ratchet import better, reached
@@ -302,6 +303,9 @@ class Run:
         else:
             self.ws.restore(incumbent, before)
         self._redact_logs(log_dir)
+        repeat = near_duplicate(proposal.hypothesis, self.journal.cycles())
+        if repeat is not None:
+            outcome.result += f" (repeats foreclosed cycle {repeat['cycle']})"
         rec = {
             "t": "cycle", "cycle": n, "status": outcome.status, "metric": outcome.metric,
             "best": self.best, "commit": commit, "parent": incumbent,
@@ -311,6 +315,7 @@ class Run:
             "gen": {"tokens_in": proposal.tokens_in, "tokens_out": proposal.tokens_out,
                     "cost_usd": proposal.cost_usd, "turns": proposal.turns, "notes": proposal.notes},
             "gen_meta": proposal.meta,
+            "repeat_of": None if repeat is None else repeat["cycle"],
             "guards": [{"name": g.name, "ok": g.ok, "detail": g.detail}
                        for g in (outcome.measurement.guards if outcome.measurement else ())],
             "log_dir": str(log_dir),

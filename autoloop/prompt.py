@@ -6,10 +6,13 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from autoloop.journal import fmt
+from autoloop.memory import foreclosed
 from autoloop.program import Program
 
 RECENT = 12          # cycles shown in full
 MAX_TEXT = 300       # characters kept of one hypothesis or lesson
+MAX_KEPT = 15        # older kept changes listed one by one
+MAX_FORECLOSED = 20  # distinct failed ideas listed
 
 
 def _clip(text: str, n: int = MAX_TEXT) -> str:
@@ -47,19 +50,36 @@ def build_prompt(program: Program, *, cycle: int, best: float | None, baseline: 
         lines.append(f"- {workdir_note}")
     done = [h for h in history if h.get("cycle", 0) > 0]
     if done:
-        counts: dict[str, int] = {}
-        for h in done:
-            counts[h["status"]] = counts.get(h["status"], 0) + 1
-        lines.append("- Cycles so far: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
-        kept = [h for h in done if h["status"] == "keep"]
-        older_kept = [h for h in kept if h not in done[-RECENT:]][-10:]
-        if older_kept:
-            lines += ["", "## Earlier kept changes"]
-            lines += [f"- cycle {h['cycle']}: {_clip(h.get('hypothesis', ''), 160)} → {fmt(h.get('metric'))}"
-                      for h in older_kept]
-        lines += ["", "## Recent cycles (newest last)"]
-        for h in done[-RECENT:]:
-            lines.append(f"- cycle {h['cycle']} [{h['status']}] {name}={fmt(h.get('metric')) or '-'}: "
-                         f"{_clip(h.get('hypothesis', ''))} — lesson: {_clip(h.get('lesson', ''))}")
+        lines.extend(_memory(done, name))
     lines += ["", "## Instructions from the human", "", program.body.strip() or "(none)"]
     return "\n".join(lines) + "\n"
+
+
+def _memory(done: Sequence[Mapping[str, Any]], name: str) -> list[str]:
+    """Recent cycles in full; older ones condensed into counts, the path of kept changes and the
+    deduplicated foreclosed avenues — bounded however long the run."""
+    counts: dict[str, int] = {}
+    for h in done:
+        counts[h["status"]] = counts.get(h["status"], 0) + 1
+    out = ["- Cycles so far: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))]
+    recent, older = done[-RECENT:], done[:-RECENT]
+    kept = [h for h in older if h["status"] == "keep"]
+    if kept:
+        out += ["", "## Path of kept changes (older than the recent cycles)"]
+        if len(kept) > MAX_KEPT:
+            out.append(f"- ... {len(kept) - MAX_KEPT} earlier kept changes")
+        for h in kept[-MAX_KEPT:]:
+            gain = h.get("delta_pct")
+            g = f" ({gain:+.2f}%)" if isinstance(gain, (int, float)) else ""
+            out.append(f"- cycle {h['cycle']}: {_clip(h.get('hypothesis', ''), 160)} → {name} {fmt(h.get('metric'))}{g}")
+    avenues = foreclosed(older, limit=MAX_FORECLOSED)
+    if avenues:
+        out += ["", "## Foreclosed avenues (tried before and not kept; do not repeat without a new reason)"]
+        for a in avenues:
+            times = f", tried {a.times}x" if a.times > 1 else ""
+            out.append(f"- [{a.status}{times}, last cycle {a.cycle}] {_clip(a.hypothesis, 160)} — {_clip(a.lesson, 120)}")
+    out += ["", "## Recent cycles (newest last)"]
+    for h in recent:
+        out.append(f"- cycle {h['cycle']} [{h['status']}] {name}={fmt(h.get('metric')) or '-'}: "
+                   f"{_clip(h.get('hypothesis', ''))} — lesson: {_clip(h.get('lesson', ''))}")
+    return out

@@ -1,0 +1,67 @@
+"""What the generator remembers of a long run, in bounded space: the path of kept changes and
+the *foreclosed avenues* — hypotheses that were discarded, crashed, failed a guard or violated
+the rules — deduplicated, so an agent does not repeat a failed experiment without a reason."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+FORECLOSED = ("discard", "crash", "guard_fail", "violation")
+_WORD = re.compile(r"[a-z0-9_.]+")
+_STOP = frozenset("a an the to of in on for and or by with from at is be it this that as".split())
+SIMILAR = 0.8          # token overlap above which two hypotheses are "the same idea"
+
+
+@dataclass(frozen=True)
+class Avenue:
+    cycle: int           # the most recent cycle that tried it
+    status: str
+    hypothesis: str
+    lesson: str
+    times: int           # how many cycles tried (nearly) the same thing
+
+
+def tokens(text: str) -> frozenset[str]:
+    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _STOP)
+
+
+def similarity(a: frozenset[str], b: frozenset[str]) -> float:
+    """Jaccard overlap of the content words; 0 when either is empty."""
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def foreclosed(history: Sequence[Mapping[str, Any]], limit: int = 25) -> list[Avenue]:
+    """The most recent `limit` distinct failed ideas, newest last; repeats are folded into one
+    entry that counts them."""
+    picked: list[tuple[frozenset[str], dict[str, Any]]] = []
+    for h in reversed(history):
+        if h.get("status") not in FORECLOSED:
+            continue
+        hyp = str(h.get("hypothesis", "")).strip()
+        if not hyp or hyp == "(none given)":
+            continue
+        toks = tokens(hyp)
+        for seen_toks, entry in picked:
+            if toks == seen_toks or similarity(toks, seen_toks) >= SIMILAR:
+                entry["times"] += 1
+                break
+        else:
+            if len(picked) < limit:
+                picked.append((toks, {"cycle": h["cycle"], "status": h["status"], "hypothesis": hyp,
+                                      "lesson": str(h.get("lesson", "")), "times": 1}))
+    return [Avenue(**e) for _, e in reversed(picked)]
+
+
+def near_duplicate(hypothesis: str, history: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The latest foreclosed cycle whose hypothesis says (nearly) the same, if any."""
+    toks = tokens(hypothesis)
+    if not toks or hypothesis.strip() == "(none given)":
+        return None
+    for h in reversed(history):
+        if h.get("status") in FORECLOSED and similarity(toks, tokens(str(h.get("hypothesis", "")))) >= SIMILAR:
+            return h
+    return None
