@@ -24,8 +24,10 @@ MARKER_VAR = "AUTOLOOP_RUN_MARKER"
 TAIL_BYTES = 8192
 KILL_GRACE_S = 3.0
 
-# The process that is running right now, so a signal handler can stop it at once.
+# The processes running right now, so a signal handler can stop them at once, and the ones it
+# stopped (their results say `interrupted`, not `exit -15`).
 _current: set[subprocess.Popen[bytes]] = set()
+_stopped: set[int] = set()
 _current_lock = threading.Lock()
 
 
@@ -98,17 +100,23 @@ def run(
     started = time.monotonic()
     timed_out = interrupted = False
     with open(out_path, "wb") as out, open(err_path, "wb") as err, _stdin(stdin) as inp:
-        proc = subprocess.Popen(
-            command if shell else list(command),
-            shell=shell,
-            cwd=cwd,
-            env=child_env,
-            stdin=inp,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-            executable="/bin/sh" if shell else None,
-        )
+        try:
+            proc = subprocess.Popen(
+                command if shell else list(command),
+                shell=shell,
+                cwd=cwd,
+                env=child_env,
+                stdin=inp,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                executable="/bin/sh" if shell else None,
+            )
+        except OSError as exc:
+            # like a shell would: 127 not found, 126 not executable — a result, not an exception
+            err.write(f"autoloop: cannot start {command!r}: {exc.strerror or exc}\n".encode())
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            return ProcResult(code, False, False, time.monotonic() - started, out_path, err_path, 0)
         with _current_lock:
             _current.add(proc)
         try:
@@ -123,6 +131,9 @@ def run(
             _kill_group(proc)
             with _current_lock:
                 _current.discard(proc)
+                if proc.pid in _stopped:
+                    _stopped.discard(proc.pid)
+                    interrupted = True
             leftovers = kill_marked(marker)
     duration = time.monotonic() - started
     code = None if (timed_out or interrupted) else proc.returncode
@@ -170,11 +181,26 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Is any process of the group still running? Zombies do not count: an orphan waits for
+    init to reap it, which in a container may take seconds or never happen."""
     try:
         os.killpg(pgid, 0)
-        return True
     except (ProcessLookupError, PermissionError):
         return False
+    proc_dir = Path("/proc")
+    if not proc_dir.is_dir():
+        return True
+    for entry in os.scandir(proc_dir):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
 
 
 def kill_marked(marker: str) -> int:
@@ -223,6 +249,8 @@ def stop_current() -> None:
     with _current_lock:
         procs = list(_current)
     for proc in procs:
+        with _current_lock:
+            _stopped.add(proc.pid)
         try:
             os.killpg(proc.pid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):

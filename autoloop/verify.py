@@ -13,7 +13,8 @@ from autoloop import proc
 from autoloop.program import Program, VerifierSpec
 
 _BLOCK = 1 << 16
-_PATTERN_WINDOW = 16 << 20   # a `pattern:` verifier is matched against the last 16 MiB of stdout
+_PATTERN_WINDOW = 8 << 20    # a `pattern:` verifier's output is scanned in blocks of this size
+_PATTERN_OVERLAP = 64 << 10  # ... re-reading this much of each block's end with the next
 
 
 class MetricError(Exception):
@@ -134,18 +135,28 @@ def parse_metric_text(text: str, spec: VerifierSpec) -> float:
 
 
 def _parse_pattern(stdout_path: Path, pattern: str) -> float:
-    size = stdout_path.stat().st_size
+    """Scan the whole output forward in overlapping windows (bounded memory); keep the last match."""
+    rx = re.compile(pattern, re.MULTILINE)
+    last: str | None = None
+    matched = False
+    carry = ""
     with open(stdout_path, "rb") as f:
-        f.seek(max(0, size - _PATTERN_WINDOW))
-        text = f.read().decode("utf-8", "replace")
-    last = None
-    for last in re.finditer(pattern, text, re.MULTILINE):
-        pass
-    if last is None:
+        while True:
+            block = f.read(_PATTERN_WINDOW)
+            text = carry + block.decode("utf-8", "replace")
+            for m in rx.finditer(text):
+                matched, last = True, m.group(1)
+            if not block:
+                break
+            # a match may straddle the boundary: look at the tail again with the next block
+            carry = text[-_PATTERN_OVERLAP:]
+    if not matched:
         raise MetricError(f"pattern {pattern!r} did not match the verifier's output")
-    value = _to_float(last.group(1).encode())
+    if last is None:
+        raise MetricError(f"pattern {pattern!r} matched, but its first group did not take part")
+    value = _to_float(last.encode())
     if value is None:
-        raise MetricError(f"pattern matched {last.group(1)!r}, which is not a number")
+        raise MetricError(f"pattern matched {last!r}, which is not a number")
     return _finite(value, "metric")
 
 
