@@ -1,0 +1,44 @@
+"""The fixed inputs both bench.py and check.py use; deterministic, standard library only."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from pathlib import Path
+from types import ModuleType
+
+HERE = Path(__file__).resolve().parent
+
+_COMMON = "the a of to in it's don't ratchet loop keep".split()
+_SYLLABLES = "ka lo mi ne ru sa ti vo ze ba".split()
+
+
+def text(n_words: int, seed: int) -> str:
+    rng = random.Random(seed)
+    seps = [" ", " ", " ", ", ", ". ", "\n", " -- ", "; "]
+    out = []
+    for _ in range(n_words):
+        if rng.random() < 0.3:
+            word = rng.choice(_COMMON)
+        else:   # a large vocabulary, with a long tail of rare words, like real text
+            word = "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(1, 4)))
+        if rng.random() < 0.1:
+            word = word.capitalize()
+        if rng.random() < 0.05:
+            word += str(rng.randint(0, 9))     # digits split words
+        out.append(word + rng.choice(seps))
+    return "".join(out)
+
+
+def numbers(n: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randint(-50, 150) for _ in range(n)]
+
+
+def load_target() -> ModuleType:
+    """slowstats.py loaded by path, so the verifier finds it whatever the working directory."""
+    spec = importlib.util.spec_from_file_location("perf_slowstats", HERE / "slowstats.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
