@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+sys.dont_write_bytecode = True   # leave nothing behind in the work tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import workload  # noqa: E402

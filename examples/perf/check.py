@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+sys.dont_write_bytecode = True   # leave nothing behind in the work tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import workload  # noqa: E402

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -36,9 +36,11 @@ def numbers(n: int, seed: int) -> list[int]:
 
 
 def load_target() -> ModuleType:
-    """slowstats.py loaded by path, so the verifier finds it whatever the working directory."""
-    spec = importlib.util.spec_from_file_location("perf_slowstats", HERE / "slowstats.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """slowstats.py compiled from its source, by path: found whatever the working directory,
+    and never a stale cached .pyc of an earlier version."""
+    path = HERE / "slowstats.py"
+    module = ModuleType("perf_slowstats")
+    module.__file__ = str(path)
+    sys.modules[module.__name__] = module   # as an import would: dataclasses, pickle need it
+    exec(compile(path.read_bytes(), str(path), "exec", dont_inherit=True), module.__dict__)
     return module

@@ -7,10 +7,10 @@ the same number; run it from anywhere (it finds train.py next to itself).
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
 import sys
+import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -36,13 +36,15 @@ def make_moons(n: int, seed: int) -> tuple[list[tuple[float, float]], list[int]]
     return xs, ys
 
 
-def load_train_module():
-    # Load train.py by path, not by name: the verifier runs from the repository root, and an
-    # unrelated `train` module elsewhere on sys.path must never be picked up instead.
-    spec = importlib.util.spec_from_file_location("quickstart_train", HERE / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
+def load_train_module() -> types.ModuleType:
+    # Load train.py from its source, by path: the verifier runs from the repository root, an
+    # unrelated `train` module elsewhere on sys.path must never be picked up instead, and a
+    # cached .pyc of an earlier train.py (same size, same mtime second) must never be run.
+    path = HERE / "train.py"
+    module = types.ModuleType("quickstart_train")
+    module.__file__ = str(path)
+    sys.modules[module.__name__] = module   # as an import would: dataclasses, pickle need it
+    exec(compile(path.read_bytes(), str(path), "exec", dont_inherit=True), module.__dict__)
     return module
 
 
