@@ -15,10 +15,13 @@ Each cycle tune changes ONE value in place (the rest of the line is kept byte fo
 learns from the ledger: every parameter carries a step size in normalized space ([0, 1] over
 its range, log-transformed for `log`), in the spirit of a (1+1) evolution strategy. A keep
 doubles the step and keeps the direction; a discard, crash or guard failure halves it and
-flips the direction. A full configuration already measured is never proposed again, so no
-value is retried at the same incumbent. A parameter whose step fell below the resolution, or
-whose every neighbour was already measured, has converged; when all have, tune proposes
-nothing and says why (the cycle becomes `no_change`).
+flips the direction. A full configuration already measured is never proposed again (so no
+value is retried at the same incumbent), and a step never jumps past a value already measured
+on its axis, so each parameter brackets its best value. The parameter that just improved is
+pushed again; after one miss its other side is tried at once; otherwise the parameter left
+alone longest is next. A parameter whose step fell below the resolution, or whose every
+neighbour was already measured, has converged; when all have, tune proposes nothing and says
+why (the cycle becomes `no_change`).
 """
 
 from __future__ import annotations
@@ -50,7 +53,6 @@ SHRINK = 0.5
 # Statuses whose candidate was really evaluated: its configuration is "measured". A crash or a
 # guard failure counts as a bad measurement (the value broke something), not as "never tried".
 _MEASURED = frozenset({"keep", "discard", "crash", "guard_fail"})
-_FAILED = frozenset({"discard", "crash", "guard_fail"})
 
 # Files larger than this are data, not code; scanning them would only slow every cycle down.
 _MAX_SCAN_BYTES = 2_000_000
