@@ -102,6 +102,7 @@ class Run:
         self.redact = Redactor.from_env(os.environ)
         self._signal: int | None = None
         self._in_python_generator = False
+        self._finished: str | None = None
         # Fixed per repository and tag, so a resumed run can find and kill what a killed run
         # left behind (the lock guarantees no live run of this tag owns such processes).
         self.marker = hashlib.sha256(f"{self.ws.common_dir}\0{options.tag}".encode()).hexdigest()[:32]
@@ -323,6 +324,8 @@ class Run:
         self.journal.append(rec)
         self.journal.render(self.program.goal)
         self.opt.report("cycle", rec)
+        if proposal.finished:
+            self._finished = proposal.no_change_reason or "the generator has nothing left to propose"
         return rec
 
     # ---- the steps -----------------------------------------------------------------------------
@@ -448,6 +451,8 @@ class Run:
 
     def _stop_reason(self, ran: int, started: float) -> str:
         stop = self.program.stop
+        if self._finished:
+            return f"generator finished: {self._finished}"
         max_cycles = self.opt.cycles if self.opt.cycles is not None else stop.max_cycles
         if max_cycles is not None and ran >= max_cycles:
             return f"max_cycles reached ({max_cycles} cycles)"

@@ -47,6 +47,7 @@ class Proposal:
     notes: list[str] = field(default_factory=list)   # e.g. permission denials, refused edits
     no_change_reason: str | None = None              # a generator that knowingly proposes nothing
     meta: dict[str, Any] = field(default_factory=dict)  # backend data journaled as `gen_meta` (JSON-able)
+    finished: bool = False   # the generator has nothing left to propose: the run stops after this cycle
 
 
 class Generator(Protocol):

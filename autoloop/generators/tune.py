@@ -597,7 +597,7 @@ class TuneGenerator:
         if move is None:
             return Proposal(hypothesis="Stop tuning: every marked parameter has converged",
                             no_change_reason=_converged(markers),
-                            meta={"converged": len(markers)})
+                            meta={"converged": len(markers)}, finished=True)
         marker = move.marker
         old_text, new_text = _rewrite(ctx.workdir, marker, move.value)
         name = marker.name if sum(m.name == marker.name for m in markers) == 1 else marker.key
