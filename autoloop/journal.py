@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from autoloop.errors import UsageError
+from autoloop.sentinel import remove_tree
 
 Record = dict[str, Any]
 
@@ -158,6 +159,8 @@ class Journal:
 
 def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir() and not path.is_symlink():
+        remove_tree(path)  # someone put a folder where our file belongs
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -174,9 +177,12 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def fmt(x: float | None) -> str:
+    """Six significant digits when that is exact, else the shortest exact form: two metrics
+    that differ must never print the same (a keep that reads `1.23457 → 1.23457`)."""
     if x is None:
         return ""
-    return f"{x:.6g}"
+    short = f"{x:.6g}"
+    return short if float(short) == x else repr(float(x))
 
 
 def pct(old: float | None, new: float | None) -> float | None:

@@ -135,9 +135,6 @@ class Run:
         started = time.monotonic()
         self.ws.open(incumbent)
         self.sentinel = self.ws.watch_git(extra=[self.program.path])
-        self.journal.append({"t": "start", "tag": self.opt.tag, "program": self.program.rel_path,
-                             "verifier": verifier_fingerprint(self.program), "incumbent": incumbent,
-                             "worktree": str(self.ws.path)})
         self.journal.render(self.program.goal)
         if not self.journal.cycles():
             self._baseline(incumbent)
@@ -145,6 +142,7 @@ class Run:
         reason = ""
         try:
             while True:
+                self._check_signal()
                 reason = self._stop_reason(ran, started)
                 if reason:
                     break
@@ -171,6 +169,8 @@ class Run:
                 raise RepoStateError(f"branch {ws.branch} is gone but {j.ledger} records a run; "
                                      "restore the branch or use another --tag")
             start = ws.head()
+            # the ledger first: a kill between these steps must leave a run we can resume
+            self._journal_start(start)
             base = self.program.path.parent.relative_to(self.program.repo_root).as_posix()
             prefix = "" if base == "." else base + "/"
             ws.exclude_in_checkout([prefix + "experiments.md", prefix + "results.tsv", prefix + ".autoloop/"])
@@ -181,7 +181,8 @@ class Run:
         if first is None:
             raise RepoStateError(f"branch {ws.branch} exists but was not made by autoloop "
                                  f"(no ledger at {j.ledger}); use another --tag or delete the branch")
-        if first.get("verifier") != verifier_fingerprint(self.program):
+        measured_with = self._baseline_verifier()
+        if measured_with is not None and measured_with != verifier_fingerprint(self.program):
             raise UsageError(f"{self.program.path.name}: the verifier changed since run '{self.opt.tag}' "
                              "began, so its metrics are not comparable; start a new --tag")
         pending = j.pending()
@@ -201,7 +202,27 @@ class Run:
         if expected is not None and expected != head:
             raise RepoStateError(f"branch {ws.branch} is at {head[:12]} but the ledger's last kept "
                                  f"commit is {expected[:12]}; it was moved outside autoloop")
+        if expected is None:
+            self._set_incumbent(head, None, None)
+        self._journal_start(head)
         return head
+
+    def _baseline_verifier(self) -> dict[str, Any] | None:
+        """The verifier the baseline was measured with (None before there is a baseline): a run
+        whose baseline failed may fix its verifier and go on under the same tag."""
+        fingerprint = None
+        for r in self.journal.records:
+            if r["t"] == "start":
+                fingerprint = r.get("verifier")
+            elif r["t"] == "cycle":
+                return fingerprint
+        return None
+
+    def _journal_start(self, incumbent: str) -> None:
+        """One `start` record per invocation; the first one marks the branch as ours."""
+        self.journal.append({"t": "start", "tag": self.opt.tag, "program": self.program.rel_path,
+                             "verifier": verifier_fingerprint(self.program), "incumbent": incumbent,
+                             "worktree": str(self.ws.path)})
 
     def _incumbent_from(self, cycles: list[Record]) -> str | None:
         commit = baseline = best = None
@@ -223,8 +244,13 @@ class Run:
         self.opt.report("phase", {"cycle": 0, "phase": "baseline"})
         log_dir = self._log_dir(0)
         self.journal.append({"t": "begin", "cycle": 0, "parent": incumbent})
-        m = measure(self.program, cwd=self.ws.path, env=self._env(0), log_dir=log_dir, marker=self.marker)
-        self._check_signal(incumbent, 0)
+        try:
+            m = measure(self.program, cwd=self.ws.path, env=self._env(0), log_dir=log_dir, marker=self.marker)
+            self._check_signal()
+        except BaseException as exc:
+            self._abort(0, incumbent, None, "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt))
+                        else f"internal error: {type(exc).__name__}: {exc}")
+            raise
         problem = None
         if not m.guards_ok:
             g = m.failed_guard
@@ -265,7 +291,7 @@ class Run:
             # 2 generate
             self.opt.report("phase", {"cycle": n, "phase": "generate"})
             proposal, gen_error = self._generate(generator, n, log_dir)
-            self._check_signal(incumbent, n, before)
+            self._check_signal()
 
             # 3 scope: what really changed on disk, against the rules
             self.opt.report("phase", {"cycle": n, "phase": "scope"})
@@ -282,14 +308,14 @@ class Run:
                     self.opt.report("phase", {"cycle": n, "phase": "verify"})
                     m = measure(self.program, cwd=self.ws.path, env=self._env(n), log_dir=log_dir,
                                 marker=self.marker)
-                    self._check_signal(incumbent, n, before)
+                    self._check_signal()
                     # 5 decide
                     outcome = self._decide(m, [c.path for c in _file_changes(changes)])
                     outcome.tree = tree
-        except Interrupted:
-            raise
-        except BaseException:
-            self._abort(n, incumbent, before if "before" in locals() else None, "internal error")
+        except BaseException as exc:
+            reason = "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt)) else \
+                f"internal error: {type(exc).__name__}: {exc}"
+            self._abort(n, incumbent, before if "before" in locals() else None, reason)
             raise
 
         # 6 record: commit or restore, then the ledger
@@ -495,9 +521,8 @@ class Run:
         for sig, h in old.items():
             signal.signal(sig, h)
 
-    def _check_signal(self, incumbent: str, n: int, before: dict | None = None) -> None:
+    def _check_signal(self) -> None:
         if self._signal is not None:
-            self._abort(n, incumbent, before, "interrupted")
             raise Interrupted("interrupted")
 
     def _abort(self, n: int, incumbent: str, before: dict | None, reason: str) -> None:

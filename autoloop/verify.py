@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import math
 import os
 import re
@@ -140,16 +141,22 @@ def _parse_pattern(stdout_path: Path, pattern: str) -> float:
     last: str | None = None
     matched = False
     carry = ""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a character may straddle blocks
     with open(stdout_path, "rb") as f:
         while True:
             block = f.read(_PATTERN_WINDOW)
-            text = carry + block.decode("utf-8", "replace")
+            text = carry + decoder.decode(block, final=not block)
             for m in rx.finditer(text):
-                matched, last = True, m.group(1)
+                # matches wholly inside the re-read carry were seen (whole) in the last round;
+                # a suffix of one of them must not count as a new match
+                if not carry or m.end() > len(carry):
+                    matched, last = True, m.group(1)
             if not block:
                 break
-            # a match may straddle the boundary: look at the tail again with the next block
-            carry = text[-_PATTERN_OVERLAP:]
+            # a match may straddle the boundary: re-read the tail, from a line start, next round
+            tail = text[-_PATTERN_OVERLAP:]
+            nl = tail.find("\n")
+            carry = tail[nl + 1:] if 0 <= nl < len(tail) - 1 else tail
     if not matched:
         raise MetricError(f"pattern {pattern!r} did not match the verifier's output")
     if last is None:
@@ -184,6 +191,9 @@ def _chunks_from_end(path: Path):
             start = max(0, end - _BLOCK)
             f.seek(start)
             block = f.read(end - start) + carry
+            if len(carry) > _BLOCK * 16:
+                # the end of an enormous line: no metric line is that long; stop carrying it
+                block = block[: end - start]
             if start > 0:
                 # keep the partial first line for the next (earlier) block
                 cut = block.find(b"\n")

@@ -239,8 +239,10 @@ class Workspace:
         """Work tree, index and HEAD exactly at `commit`; untracked and ignored files removed."""
         hidden = self.index_flags()
         if hidden:
-            git(self.path, "update-index", "--no-assume-unchanged", "--no-skip-worktree",
-                "-z", "--stdin", input="\0".join(hidden).encode() + b"\0")
+            # one flag per call: update-index applies only the first of the two per path
+            paths = "\0".join(hidden).encode("utf-8", "surrogateescape") + b"\0"
+            git(self.path, "update-index", "--no-skip-worktree", "-z", "--stdin", input=paths)
+            git(self.path, "update-index", "--no-assume-unchanged", "-z", "--stdin", input=paths)
         git(self.path, "reset", "-q", "--hard", commit)
         git(self.path, "clean", "-ffdxq")
 
@@ -287,14 +289,14 @@ class Workspace:
                 if full.is_dir() and not full.is_symlink():
                     os.chmod(full, ch.before.mode)
                     continue
-            if full.is_symlink() or full.is_file():
-                full.unlink()
-            elif full.is_dir():
+            if full.is_dir() and not full.is_symlink():
                 remove_tree(full)
+            elif full.is_symlink() or full.exists():
+                full.unlink()  # files, links, and the FIFOs and sockets git clean leaves alone
             if ch.before is not None and ch.before.kind in ("f", "l"):
                 tracked.append(ch.path)
         if tracked:
-            git(self.path, "checkout-index", "-f", "-z", "--stdin",
+            git(self.path, "checkout-index", "-f", "--ignore-skip-worktree-bits", "-z", "--stdin",
                 input="\0".join(tracked).encode("utf-8", "surrogateescape") + b"\0")
         for ch in changes:  # modes of folders re-created above
             if ch.before is not None and ch.before.kind == "d" and (self.path / ch.path).is_dir():
@@ -305,14 +307,17 @@ class Workspace:
     def candidate_tree(self, base: str, changes: list[Change]) -> str:
         """The tree of `base` plus exactly the changed files as they are on disk now — written
         through a private index, so ignore rules and index flags play no part."""
-        paths = sorted({c.path for c in changes if not (c.after and c.after.kind == "d")
-                        and not (c.before and c.before.kind == "d" and c.after is None)})
+        # every path that is or was a file/link; folders come and go with their files
+        paths = sorted({c.path for c in changes
+                        if (c.before is not None and c.before.kind != "d")
+                        or (c.after is not None and c.after.kind != "d")})
         with tempfile.TemporaryDirectory(prefix="autoloop-index-") as tmp:
             env = _git_env()
             env["GIT_INDEX_FILE"] = os.path.join(tmp, "index")
             git(self.path, "read-tree", base, env=env)
             if paths:
-                git(self.path, "update-index", "--add", "--remove", "-z", "--stdin", env=env,
+                # --replace: a file may become a folder (train.py -> train.py/main.py) or back
+                git(self.path, "update-index", "--add", "--remove", "--replace", "-z", "--stdin", env=env,
                     input="\0".join(paths).encode("utf-8", "surrogateescape") + b"\0")
             return git(self.path, "write-tree", env=env).strip()
 
