@@ -251,8 +251,6 @@ def test_repair_restores_exact_bytes(journal: Journal, attack: str) -> None:
     assert journal.ledger.read_bytes() == original and not journal.tampered()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: repair() raises IsADirectoryError when the ledger was "
-                                       "replaced by a directory")
 def test_repair_when_ledger_replaced_by_a_directory(journal: Journal) -> None:
     journal.append({"t": "start"})
     original = journal.ledger.read_bytes()
@@ -393,8 +391,6 @@ def test_tsv_metric_is_a_number() -> None:
     assert (float(row["metric"]), float(row["best"]), float(row["delta_pct"])) == (0.125, 0.25, -50.0)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: results.tsv prints metrics with 6 significant digits, "
-                                       "so a kept gain smaller than that shows the same metric as best-before")
 def test_tsv_keep_row_differs_from_the_incumbent() -> None:
     rows = parse_tsv(render_tsv([cycle(0, "baseline", metric=1.2345671, best=1.2345671),
                                  cycle(1, "keep", metric=1.2345669, best=1.2345669)]))
@@ -507,9 +503,15 @@ def test_render_reflects_only_cycle_records(journal: Journal) -> None:
 # ---------------------------------------------------------------------------------------------
 # small helpers
 
-@pytest.mark.parametrize("x,s", [(None, ""), (0.5, "0.5"), (1.0, "1"), (1234567.0, "1.23457e+06"), (-0.25, "-0.25")])
+@pytest.mark.parametrize("x,s", [(None, ""), (0.5, "0.5"), (1.0, "1"), (-0.25, "-0.25"), (0.0, "0"),
+                                 (123.456, "123.456")])
 def test_fmt(x, s) -> None:
     assert fmt(x) == s
+
+
+@pytest.mark.parametrize("x", [0.5, 1.0, 3.14159, 1e-7, 12345.0, 1e10, -2.5])
+def test_fmt_is_a_number_close_to_the_value(x: float) -> None:
+    assert float(fmt(x)) == pytest.approx(x, rel=1e-5)
 
 
 @pytest.mark.parametrize("old,new,p", [(None, 1, None), (1, None, None), (0, 1, None), (2, 1, -50.0),

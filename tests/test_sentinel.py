@@ -37,6 +37,7 @@ def paths(tmp_path: Path) -> dict[str, Path]:
     (hooks / "post-checkout").write_text("#!/bin/sh\necho hi\n")
     (hooks / "post-checkout").chmod(0o755)
     os.symlink("post-checkout", hooks / "alias")
+    os.symlink("..", hooks / "updir")            # a link to a folder: kept as a link, not walked
     link = tmp_path / "commondir"
     os.symlink("../..", link)
     absent = tmp_path / "config.worktree"
@@ -65,6 +66,8 @@ ATTACKS = {
     "folder: edit hook": ("folder", lambda p: (p / "post-checkout").write_text("#!/bin/sh\nevil\n")),
     "folder: chmod hook": ("folder", lambda p: (p / "pre-commit.sample").chmod(0o755)),
     "folder: delete hook": ("folder", lambda p: (p / "post-checkout").unlink()),
+    "folder: retarget dir link": ("folder", lambda p: ((p / "updir").unlink(), os.symlink("/", p / "updir"))),
+    "folder: dir link to real dir": ("folder", lambda p: ((p / "updir").unlink(), (p / "updir").mkdir())),
     "folder: retarget link": ("folder", lambda p: ((p / "alias").unlink(), os.symlink("/bin/sh", p / "alias"))),
     "folder: nested file": ("folder", lambda p: ((p / "sub").mkdir(), (p / "sub" / "x").write_text("x"))),
     "folder: delete all": ("folder", lambda p: remove_tree(p)),

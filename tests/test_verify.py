@@ -262,9 +262,6 @@ def test_many_lines_use_bounded_memory(tmp_path: Path) -> None:
     assert peak_memory_of(lambda: parse_metric(out, spec())) < 4_000_000
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a giant line that ENDS with a newline is carried whole "
-                                       "(the carry always holds its newline), with quadratic copying: "
-                                       "a 40 MB line takes ~7 s")
 def test_giant_line_ending_in_newline_uses_bounded_memory(tmp_path: Path) -> None:
     out = tmp_path / "v.out"
     out.write_bytes(b"val_loss: 0.5\n" + b"x" * 8_000_000 + b"\n")
@@ -371,8 +368,6 @@ def test_pattern_match_straddling_a_scan_block(tmp_path: Path, shift: int) -> No
     assert parse_metric(out, spec(pattern=r"FINAL acc=(\S+)")) == 0.8125
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: pattern scan decodes each block alone, so a multi-byte "
-                                       "character cut by the block edge becomes U+FFFD and the match is lost")
 @pytest.mark.parametrize("shift", [1, 2])
 def test_pattern_with_multibyte_text_straddling_a_scan_block(tmp_path: Path, shift: int) -> None:
     """A pattern with non-ASCII text must match even when that character is cut by a block edge."""
@@ -394,8 +389,6 @@ def test_pattern_last_match_wins_across_blocks(tmp_path: Path) -> None:
     assert parse_metric(out, spec(pattern=r"acc=(\d+)")) == 2.0
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the re-scanned overlap can start inside the last match, "
-                                       "which then reads as its suffix: '0.8125 bpb' gives 125")
 @pytest.mark.parametrize("blocks", [0, 1])
 @pytest.mark.parametrize("cut", [2, 3, 4])
 def test_pattern_overlap_start_inside_the_last_match(tmp_path: Path, cut: int, blocks: int) -> None:
@@ -407,6 +400,25 @@ def test_pattern_overlap_start_inside_the_last_match(tmp_path: Path, cut: int, b
     out = tmp_path / "v.out"
     out.write_bytes(head + b"0.5 bpb\n" + line + tail)
     assert parse_metric(out, spec(pattern=r"([\d.]+) bpb")) == 0.8125
+
+
+@pytest.mark.parametrize("before_edge", [100, 30_000, _PATTERN_OVERLAP - 20])
+def test_pattern_last_match_inside_the_overlap_with_nothing_after(tmp_path: Path, before_edge: int) -> None:
+    """The last match lies wholly in the part of block 1 that is re-read with block 2."""
+    line = b"acc=0.625\n"
+    head = b"acc=0.5\n" + b"x" * (_PATTERN_WINDOW - before_edge - len(line) - 9) + b"\n"
+    out = tmp_path / "v.out"
+    out.write_bytes(head + line + b"y" * (before_edge - 1) + b"\n" + b"z\n" * 1000)
+    assert parse_metric(out, spec(pattern=r"acc=(\S+)")) == 0.625
+
+
+@pytest.mark.parametrize("size", [_PATTERN_WINDOW - 1, _PATTERN_WINDOW, _PATTERN_WINDOW + 1])
+def test_pattern_on_an_output_of_exactly_one_block(tmp_path: Path, size: int) -> None:
+    line = b"acc=0.75\n"
+    out = tmp_path / "v.out"
+    out.write_bytes(b"." * (size - len(line) - 1) + b"\n" + line)
+    assert out.stat().st_size == size
+    assert parse_metric(out, spec(pattern=r"acc=(\S+)")) == 0.75
 
 
 def test_pattern_match_in_the_overlap_is_not_doubled_into_a_wrong_value(tmp_path: Path) -> None:

@@ -26,11 +26,6 @@ FILES = {
 }
 
 
-SKIP_WORKTREE_BUG = pytest.mark.xfail(
-    strict=True, reason="BUG: reset_hard passes --no-assume-unchanged and --no-skip-worktree in one "
-                        "update-index call; git applies only the first, so skip-worktree survives")
-
-
 @pytest.fixture
 def repo(make_repo) -> Path:
     r = make_repo(FILES)
@@ -338,8 +333,6 @@ def test_candidate_with_a_non_utf8_file_name(ws: Workspace) -> None:
     assert files[name][1] == "x"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: candidate_tree leaves the old file entry in the private "
-                                       "index, so update-index fails on train.py/main.py (file→dir)")
 def test_candidate_file_replaced_by_a_directory(ws: Workspace) -> None:
     """A module becomes a package: train.py (file) → train.py/ (folder with a file)."""
     def mutate(p: Path) -> None:
@@ -350,8 +343,6 @@ def test_candidate_file_replaced_by_a_directory(ws: Workspace) -> None:
     assert "train.py" not in files and files["train.py/main.py"][1] == "x = 1\n"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: candidate_tree adds `model` while model/* are still in the "
-                                       "private index, so update-index fails (dir→file)")
 def test_candidate_directory_replaced_by_a_file(ws: Workspace) -> None:
     def mutate(p: Path) -> None:
         import shutil
@@ -425,11 +416,6 @@ RESTORE_CASES = {
 }
 
 
-FIFO_BUG = pytest.mark.xfail(strict=True, reason="BUG: restore cannot remove a FIFO/socket the generator "
-                                                 "made (git clean skips it, _force_checkout only unlinks files, "
-                                                 "links and dirs) → RunFailure")
-
-
 @pytest.fixture
 def outside(ws: Workspace) -> Path:
     """A folder beside the worktree that symlinks may point at; git must never write into it."""
@@ -439,8 +425,7 @@ def outside(ws: Workspace) -> Path:
     return d
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=FIFO_BUG) if c == "fifo" else c
-                                  for c in RESTORE_CASES])
+@pytest.mark.parametrize("case", list(RESTORE_CASES))
 def test_restore_undoes(ws: Workspace, case: str, outside: Path) -> None:
     head = ws.head()
     ref = ws.snapshot()
@@ -471,9 +456,7 @@ def test_restore_with_git_trusting_stat_data(ws: Workspace, repo: Path) -> None:
     assert (ws.path / "train.py").read_text() == FILES["train.py"]
 
 
-@SKIP_WORKTREE_BUG
 def test_restore_with_hidden_index_flags(ws: Workspace) -> None:
-    """(restore raises GitError: checkout-index refuses a skip-worktree path.)"""
     head = ws.head()
     ref = ws.snapshot()
     wgit(ws, "update-index", "--assume-unchanged", "train.py")
@@ -556,8 +539,8 @@ def test_index_flags_on_odd_names(ws: Workspace) -> None:
 
 @pytest.mark.parametrize("flags", [
     {"train.py": "--assume-unchanged"},
-    pytest.param({"README.md": "--skip-worktree"}, marks=SKIP_WORKTREE_BUG),
-    pytest.param({"train.py": "--assume-unchanged", "README.md": "--skip-worktree"}, marks=SKIP_WORKTREE_BUG),
+    {"README.md": "--skip-worktree"},
+    {"train.py": "--assume-unchanged", "README.md": "--skip-worktree"},
 ])
 def test_reset_hard_clears_index_flags(ws: Workspace, flags: dict[str, str]) -> None:
     for path, flag in flags.items():
@@ -566,7 +549,7 @@ def test_reset_hard_clears_index_flags(ws: Workspace, flags: dict[str, str]) -> 
     assert ws.index_flags() == []
 
 
-@pytest.mark.parametrize("flag", ["--assume-unchanged", pytest.param("--skip-worktree", marks=SKIP_WORKTREE_BUG)])
+@pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
 def test_reset_hard_undoes_an_edit_hidden_by_a_flag(ws: Workspace, flag: str) -> None:
     wgit(ws, "update-index", flag, "train.py")
     (ws.path / "train.py").write_text("tampered\n")
@@ -614,6 +597,13 @@ def test_planted_hooks_path_does_run_under_plain_git(hooked: tuple[Path, Path], 
     git(repo, "config", "core.hooksPath", str(tmp_path / "evil-hooks"))
     git(repo, "update-ref", "refs/heads/probe", "HEAD")
     assert marker.exists()
+
+
+def test_planted_fsmonitor_does_run_under_plain_git(hooked: tuple[Path, Path], tmp_path: Path) -> None:
+    repo, marker = hooked
+    git(repo, "config", "core.fsmonitor", str(tmp_path / "fsmonitor.sh"))
+    git(repo, "status", "--porcelain")
+    assert "fsmonitor" in marker.read_text()
 
 
 @pytest.mark.parametrize("config", ["hooks-dir", "core.hooksPath", "core.fsmonitor"])
