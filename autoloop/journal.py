@@ -86,8 +86,9 @@ class Journal:
     # ---- writing -----------------------------------------------------------------------------
 
     def append(self, rec: Record) -> Record:
-        rec = {"t": rec.pop("t"), "ts": round(time.time(), 3), **rec}
-        line = (json.dumps(rec, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
+        rec = {"t": rec["t"], "ts": round(time.time(), 3), **{k: v for k, v in rec.items() if k != "t"}}
+        # ASCII JSON: a file name that is not UTF-8 (kept as surrogates) still round-trips
+        line = (json.dumps(rec, ensure_ascii=True, separators=(",", ":"), default=str) + "\n").encode()
         self.dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -146,15 +147,20 @@ class Journal:
     # ---- rendering ---------------------------------------------------------------------------
 
     def render(self, goal: str = "") -> None:
-        _atomic_write(self.experiments, render_experiments(self.cycles(), self.tag, goal).encode())
-        _atomic_write(self.results, render_tsv(self.cycles()).encode())
+        _atomic_write(self.experiments, _bytes(render_experiments(self.cycles(), self.tag, goal)))
+        _atomic_write(self.results, _bytes(render_tsv(self.cycles())))
 
     def rendered_ok(self, goal: str = "") -> bool:
         try:
-            return (self.experiments.read_text() == render_experiments(self.cycles(), self.tag, goal)
-                    and self.results.read_text() == render_tsv(self.cycles()))
-        except (OSError, UnicodeDecodeError):
+            return (self.experiments.read_bytes() == _bytes(render_experiments(self.cycles(), self.tag, goal))
+                    and self.results.read_bytes() == _bytes(render_tsv(self.cycles())))
+        except OSError:
             return False
+
+
+def _bytes(text: str) -> bytes:
+    # surrogates stand for the bytes of a non-UTF-8 file name: write those bytes back
+    return text.encode("utf-8", "surrogateescape")
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

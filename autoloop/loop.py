@@ -361,7 +361,7 @@ class Run:
         prompt = build_prompt(self.program, cycle=n, best=self.best, baseline=self.baseline,
                               history=history)
         prompt_file = log_dir / "prompt.md"
-        prompt_file.write_text(self.redact(prompt))
+        prompt_file.write_text(self.redact(prompt), errors="surrogateescape")
         hyp_file = log_dir / "hypothesis.txt"
         hyp_file.unlink(missing_ok=True)
         ctx = GenContext(program=self.program, cycle=n, workdir=self.ws.path, prompt=prompt,

@@ -40,6 +40,8 @@ class ProcResult:
     stdout_path: Path
     stderr_path: Path
     leftovers_killed: int           # processes found after the command ended, and killed
+    timeout_s: float | None = None  # the limit that applied
+    start_error: str | None = None  # the command could not be started at all (why)
 
     @property
     def ok(self) -> bool:
@@ -55,6 +57,8 @@ class ProcResult:
         if self.interrupted:
             return "interrupted"
         if self.timed_out:
+            if self.timeout_s is not None:
+                return f"timed out after {self.timeout_s:g}s"
             return f"timed out after {self.duration_s:.0f}s"
         return f"exit {self.exit_code}"
 
@@ -114,9 +118,11 @@ def run(
             )
         except OSError as exc:
             # like a shell would: 127 not found, 126 not executable — a result, not an exception
-            err.write(f"autoloop: cannot start {command!r}: {exc.strerror or exc}\n".encode())
+            why = exc.strerror or str(exc)
+            err.write(f"autoloop: cannot start {command!r}: {why}\n".encode())
             code = 127 if isinstance(exc, FileNotFoundError) else 126
-            return ProcResult(code, False, False, time.monotonic() - started, out_path, err_path, 0)
+            return ProcResult(code, False, False, time.monotonic() - started, out_path, err_path, 0,
+                              timeout, why)
         with _current_lock:
             _current.add(proc)
         try:
@@ -137,7 +143,7 @@ def run(
             leftovers = kill_marked(marker)
     duration = time.monotonic() - started
     code = None if (timed_out or interrupted) else proc.returncode
-    return ProcResult(code, timed_out, interrupted, duration, out_path, err_path, leftovers)
+    return ProcResult(code, timed_out, interrupted, duration, out_path, err_path, leftovers, timeout)
 
 
 class _stdin:

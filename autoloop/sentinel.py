@@ -15,22 +15,31 @@ from typing import Iterable
 _MAX_BYTES = 4 << 20   # a hooks folder or config bigger than this is not something we back up
 
 
-def _read_tree(path: Path) -> dict[str, tuple[bytes, int] | str | None]:
-    """Map of relative path -> (bytes, mode) for files, link target for symlinks; {} if absent."""
-    out: dict[str, tuple[bytes, int] | str | None] = {}
-    if path.is_symlink() or not path.exists():
-        return {"": os.readlink(path)} if path.is_symlink() else {}
+Saved = dict[str, "tuple[bytes, int] | str | int"]
+# rel path -> (bytes, mode) for a file, link target (str) for a symlink, mode (int) for a folder;
+# "" is the watched path itself.
+
+
+def _read_tree(path: Path) -> Saved:
+    """The exact state of `path` (a file, a folder tree, a symlink); {} when it does not exist."""
+    if path.is_symlink():
+        return {"": os.readlink(path)}
+    if not path.exists():
+        return {}
     if path.is_file():
         return {"": (_read(path), stat.S_IMODE(path.stat().st_mode))}
-    out[""] = None  # the folder itself exists (it may be empty)
+    out: Saved = {"": stat.S_IMODE(path.lstat().st_mode)}
     for dirpath, dirnames, filenames in os.walk(path):
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+        for name in dirnames + filenames:
             full = Path(dirpath, name)
             rel = full.relative_to(path).as_posix()
-            if full.is_symlink():
+            st = full.lstat()
+            if stat.S_ISLNK(st.st_mode):
                 out[rel] = os.readlink(full)
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = stat.S_IMODE(st.st_mode)
             else:
-                out[rel] = (_read(full), stat.S_IMODE(full.lstat().st_mode))
+                out[rel] = (_read(full), stat.S_IMODE(st.st_mode))
     return out
 
 
@@ -48,7 +57,7 @@ class Sentinel:
     def __init__(self, paths: Iterable[Path], *, label: dict[Path, str] | None = None) -> None:
         self.paths = list(paths)
         self.label = label or {}
-        self._state: dict[Path, dict[str, tuple[bytes, int] | str | None]] = {}
+        self._state: dict[Path, Saved] = {}
 
     def capture(self) -> None:
         self._state = {p: _read_tree(p) for p in self.paths}
@@ -66,11 +75,14 @@ class Sentinel:
             if _read_tree(p) == saved:
                 continue
             _remove(p)
+            folders: list[tuple[Path, int]] = []
+            # parents come before children in the saved order (os.walk is top-down)
             for rel, content in saved.items():
                 target = p / rel if rel else p
                 target.parent.mkdir(parents=True, exist_ok=True)
-                if content is None:
+                if isinstance(content, int):
                     target.mkdir(exist_ok=True)
+                    folders.append((target, content))
                 elif isinstance(content, str):
                     os.symlink(content, target)
                 else:
@@ -78,6 +90,8 @@ class Sentinel:
                     with open(target, "wb") as f:
                         f.write(data)
                     os.chmod(target, mode)
+            for folder, mode in reversed(folders):  # modes last: a read-only folder is filled first
+                os.chmod(folder, mode)
 
 
 def _remove(p: Path) -> None:

@@ -12,9 +12,15 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
+
+
+# Timestamps tick coarsely (a jiffy on Linux; seconds on some filesystems). A file modified this
+# close to the moment we hashed it may change again without its stat data changing.
+_RACY_NS = 100_000_000
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,8 @@ class Snapshotter:
     def __init__(self, root: Path, skip_top: Iterable[str] = (".git",)) -> None:
         self.root = root
         self.skip_top = frozenset(skip_top)
-        self._cache: dict[str, tuple[tuple[int, int, int, int], str]] = {}
+        # rel -> (stat identity, digest, when it was hashed)
+        self._cache: dict[str, tuple[tuple[int, int, int, int], str, int]] = {}
 
     def take(self) -> dict[str, Entry]:
         out: dict[str, Entry] = {}
@@ -96,8 +103,11 @@ class Snapshotter:
     def _digest(self, rel: str, path: str, st: os.stat_result) -> str:
         key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         hit = self._cache.get(rel)
-        if hit is not None and hit[0] == key:
+        # like git's "racy" index entries: trust a cached hash only if the file had last changed
+        # well before we hashed it, so a later change must have moved its ctime
+        if hit is not None and hit[0] == key and max(st.st_mtime_ns, st.st_ctime_ns) + _RACY_NS < hit[2]:
             return hit[1]
+        hashed_at = time.time_ns()
         h = hashlib.blake2b(digest_size=20)
         try:
             with open(path, "rb") as f:
@@ -106,7 +116,7 @@ class Snapshotter:
         except OSError:
             return "unreadable"
         digest = h.hexdigest()
-        self._cache[rel] = (key, digest)
+        self._cache[rel] = (key, digest, hashed_at)
         return digest
 
 

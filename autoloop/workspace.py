@@ -151,7 +151,7 @@ class Workspace:
 
     def open(self, commit: str) -> None:
         """Create (or reuse) the private worktree, detached at `commit`, exactly equal to it."""
-        if (self.path / ".git").is_file() and self._registered():
+        if self._reusable():
             self._admin_dir = self._find_admin_dir()
         else:
             if self.path.exists():
@@ -174,6 +174,19 @@ class Workspace:
                 pass
         for p in stale:
             p.unlink(missing_ok=True)
+
+    def _reusable(self) -> bool:
+        """Is the worktree there, registered, and linked to *this* repository? A killed run may
+        leave a `.git` link a generator rewrote to point elsewhere: then we rebuild."""
+        dotgit = self.path / ".git"
+        if dotgit.is_symlink() or not dotgit.is_file() or not self._registered():
+            return False
+        try:
+            admin = self._find_admin_dir()
+            back = Path((admin / "gitdir").read_text().strip()).resolve()
+        except (GitError, OSError, UnicodeDecodeError):
+            return False
+        return admin.parent == (self.common_dir / "worktrees").resolve() and back == dotgit.resolve()
 
     def _registered(self) -> bool:
         out = git(self.repo_root, "worktree", "list", "--porcelain")

@@ -178,8 +178,6 @@ def test_binary_content_round_trips(tmp_path: Path) -> None:
     assert f.read_bytes() == bytes(range(256)) * 10
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Sentinel records only files and links in a folder, so "
-                                       "restore() drops the folder's empty subfolders")
 def test_restore_keeps_empty_subfolders(tmp_path: Path) -> None:
     d = tmp_path / "objects-info"
     (d / "packs.d").mkdir(parents=True)
@@ -190,8 +188,6 @@ def test_restore_keeps_empty_subfolders(tmp_path: Path) -> None:
     assert (d / "packs.d").is_dir()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Sentinel ignores folder modes: chmod of a watched folder "
-                                       "is neither reported nor undone")
 def test_folder_mode_change_is_reported(tmp_path: Path) -> None:
     d = tmp_path / "hooks"
     d.mkdir()

@@ -136,8 +136,6 @@ def test_open_recreates_a_deleted_worktree(ws: Workspace) -> None:
     assert (ws.path / "train.py").read_text() == FILES["train.py"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: open() on resume trusts the worktree's .git file; one "
-                                       "rewritten to point at another repository makes git run there")
 def test_open_repairs_a_dotgit_link_pointing_elsewhere(ws: Workspace, make_repo, tmp_path: Path) -> None:
     """A run killed before it noticed the tampering: the next run's open() must not trust it."""
     other = make_repo({"train.py": "theirs\n"}, name="other")

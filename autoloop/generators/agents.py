@@ -156,7 +156,6 @@ class AgentGenerator(CommandGenerator):
         return self.output_hypothesis(ctx, res) or "(none given)"
 
     def propose(self, ctx: GenContext) -> Proposal:
-        program = self.executable(ctx)[0]
         try:
             return super().propose(ctx)
         except AgentReportError:
@@ -166,10 +165,6 @@ class AgentGenerator(CommandGenerator):
             if str(exc) == "interrupted":
                 raise
             raise self._explain(ctx, exc) from exc
-        except OSError as exc:
-            # Found but not runnable (a script without a shebang, a binary for another
-            # platform): no cycle will do better.
-            raise FatalGeneratorError(f"cannot run {program}: {exc}") from exc
 
     def _explain(self, ctx: GenContext, exc: GeneratorError) -> AgentReportError:
         """A non-zero exit: the tool's own report names the error better than a stderr tail,

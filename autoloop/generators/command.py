@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from autoloop import proc
-from autoloop.errors import ConfigError, GeneratorError
+from autoloop.errors import ConfigError, FatalGeneratorError, GeneratorError
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.journal import fmt
 from autoloop.program import GeneratorSpec, Program
@@ -52,6 +52,9 @@ class CommandGenerator:
                        log_stem=ctx.log_dir / "generator", stdin=self.stdin(ctx), marker=ctx.run_marker)
         if res.interrupted:
             raise GeneratorError("interrupted")
+        if res.start_error is not None:
+            # it will not start next cycle either
+            raise FatalGeneratorError(f"cannot run the generator {_show(self.command(ctx))}: {res.start_error}")
         if not res.ok:
             tail = [ln for ln in (res.stderr_tail(2000) or res.stdout_tail(2000)).splitlines() if ln.strip()]
             raise GeneratorError(f"generator {res.describe()}" + (f": {tail[-1][:200]}" if tail else ""))
@@ -85,3 +88,7 @@ def first_hypothesis(path: Path) -> str | None:
     except OSError:
         return None
     return None
+
+
+def _show(command: str | list[str]) -> str:
+    return command if isinstance(command, str) else " ".join(command)
