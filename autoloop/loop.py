@@ -245,7 +245,8 @@ class Run:
         log_dir = self._log_dir(0)
         self.journal.append({"t": "begin", "cycle": 0, "parent": incumbent})
         try:
-            m = measure(self.program, cwd=self.ws.path, env=self._env(0), log_dir=log_dir, marker=self.marker)
+            tree_path = self.ws.verify_tree(0).checkout(incumbent)
+            m = measure(self.program, cwd=tree_path, env=self._env(0), log_dir=log_dir, marker=self.marker)
             self._check_signal()
         except BaseException as exc:
             self._abort(0, incumbent, None, "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt))
@@ -306,7 +307,12 @@ class Run:
                                        "(e.g. only a mode git does not track)", "no change")
                 else:
                     self.opt.report("phase", {"cycle": n, "phase": "verify"})
-                    m = measure(self.program, cwd=self.ws.path, env=self._env(n), log_dir=log_dir,
+                    # the candidate is measured as a commit, in a pristine tree of its own: what
+                    # is verified is exactly what would be kept (same tree hash)
+                    candidate = self.ws.commit(tree, incumbent, f"autoloop candidate, cycle {n}",
+                                               self.ws.identity())
+                    tree_path = self.ws.verify_tree(0).checkout(candidate)
+                    m = measure(self.program, cwd=tree_path, env=self._env(n), log_dir=log_dir,
                                 marker=self.marker)
                     self._check_signal()
                     # 5 decide

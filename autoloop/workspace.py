@@ -84,70 +84,17 @@ class Identity:
     email: str
 
 
-class Workspace:
-    """A run's branch `autoloop/TAG` and the detached worktree where cycles happen."""
+class Worktree:
+    """One git worktree of the repository, detached at a commit, that we can make exactly equal
+    to any commit and check byte for byte. The generator edits one; verification runs in others."""
 
-    def __init__(self, repo_root: Path, tag: str) -> None:
+    def __init__(self, repo_root: Path, common_dir: Path, path: Path) -> None:
         self.repo_root = repo_root
-        self.tag = tag
-        self.branch = BRANCH_PREFIX + tag
-        self.ref = "refs/heads/" + self.branch
-        common = git(repo_root, "rev-parse", "--git-common-dir").strip()
-        self.common_dir = (repo_root / common).resolve()
-        repo_id = hashlib.sha256(str(repo_root.resolve()).encode()).hexdigest()[:12]
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        # Outside the repository on purpose: tools that walk up from their cwd looking for
-        # configuration (pytest, ruff, setuptools) must not find the user's checkout.
-        self.path = cache / "autoloop" / "worktrees" / f"{repo_root.name}-{repo_id}" / _slug(tag)
+        self.common_dir = common_dir
+        self.path = path
         self.snapshotter = Snapshotter(self.path)
         self._admin_dir: Path | None = None
         self._dotgit: bytes | None = None
-        self._sentinel: Sentinel | None = None
-
-    # ---- checks before anything changes -------------------------------------------------
-
-    def check_state(self) -> None:
-        """Refuse repositories we cannot work on safely (RepoStateError = exit 2)."""
-        if git(self.repo_root, "rev-parse", "--is-bare-repository").strip() == "true":
-            raise RepoStateError(f"{self.repo_root}: a bare repository has no work tree to run in")
-        if not git(self.repo_root, "rev-parse", "--verify", "-q", "HEAD", check=False).strip():
-            raise RepoStateError(f"{self.repo_root}: the repository has no commit yet (commit your files first)")
-        for marker in ("MERGE_HEAD", "REBASE_HEAD", "CHERRY_PICK_HEAD", "rebase-merge", "rebase-apply"):
-            if (self.common_dir / marker).exists():
-                raise RepoStateError(f"{self.repo_root}: a merge or rebase is in progress; finish it first")
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", self.tag) or ".." in self.tag \
-                or self.tag.endswith((".lock", ".")):
-            raise RepoStateError(f"--tag {self.tag!r}: use letters, digits, '.', '_' or '-' (at most 64)")
-
-    def branch_head(self) -> str | None:
-        out = git(self.repo_root, "rev-parse", "--verify", "-q", self.ref + "^{commit}", check=False).strip()
-        return out or None
-
-    def head(self) -> str:
-        return git(self.repo_root, "rev-parse", "--verify", "HEAD^{commit}").strip()
-
-    def identity(self) -> Identity:
-        name = git(self.repo_root, "config", "user.name", check=False).strip() or "autoloop"
-        email = git(self.repo_root, "config", "user.email", check=False).strip() or "autoloop@localhost"
-        return Identity(name, email)
-
-    # ---- setup -----------------------------------------------------------------------------
-
-    def create_branch(self, start: str) -> None:
-        git(self.repo_root, "update-ref", "-m", "autoloop: start run", self.ref, start, "")
-
-    def exclude_in_checkout(self, rel_paths: Iterable[str]) -> None:
-        """Keep our files out of git's view in the user's checkout (.git/info/exclude)."""
-        exclude = self.common_dir / "info" / "exclude"
-        exclude.parent.mkdir(parents=True, exist_ok=True)
-        existing = exclude.read_text(errors="replace").splitlines() if exclude.exists() else []
-        wanted = ["/" + p.lstrip("/") for p in rel_paths]
-        missing = [w for w in wanted if w not in existing]
-        if missing:
-            with open(exclude, "a") as f:
-                if existing and existing[-1] != "":
-                    f.write("\n")
-                f.write("# autoloop run files\n" + "".join(m + "\n" for m in missing))
 
     def open(self, commit: str) -> None:
         """Create (or reuse) the private worktree, detached at `commit`, exactly equal to it."""
@@ -164,16 +111,23 @@ class Workspace:
         self.reset_hard(commit)
 
     def clear_stale_locks(self) -> None:
-        """After a kill -9 mid-git-call, git's own lock files would block every later call.
-        Only ours: the run's worktree index and the run branch's ref (we hold the run lock)."""
-        stale = [self.common_dir / (self.ref + ".lock")]
+        """After a kill -9 mid-git-call, git's own index lock would block every later call.
+        Only ours (we hold the run lock, so nobody else uses this tree)."""
         if (self.path / ".git").is_file():
             try:
-                stale.append(self._find_admin_dir() / "index.lock")
+                (self._find_admin_dir() / "index.lock").unlink(missing_ok=True)
             except GitError:
                 pass
-        for p in stale:
-            p.unlink(missing_ok=True)
+
+    def checkout(self, commit: str) -> Path:
+        """Make this tree exactly `commit` (opening it the first time); returns its path."""
+        if self._admin_dir is None:
+            self.open(commit)
+        else:
+            if self.dotgit_tampered():
+                self.restore_dotgit()
+            self.reset_hard(commit)
+        return self.path
 
     def _reusable(self) -> bool:
         """Is the worktree there, registered, and linked to *this* repository? A killed run may
@@ -201,29 +155,6 @@ class Workspace:
     def close(self) -> None:
         """Leave the worktree in place for inspection; nothing to release but file handles."""
 
-    # ---- integrity of git's own files --------------------------------------------------------
-
-    def watch_git(self, extra: Sequence[Path] = ()) -> Sentinel:
-        """Files git obeys during our own calls, plus `extra` user-side files (program.md)."""
-        assert self._admin_dir is not None
-        c = self.common_dir
-        watched = {
-            c / "config": ".git/config",
-            c / "config.worktree": ".git/config.worktree",
-            c / "hooks": ".git/hooks",
-            c / "info": ".git/info",
-            c / "objects" / "info": ".git/objects/info",
-            c / "commondir": ".git/commondir",
-            self._admin_dir / "config.worktree": "worktree config",
-            self._admin_dir / "commondir": "worktree commondir",
-            self._admin_dir / "gitdir": "worktree gitdir",
-        }
-        for p in extra:
-            watched[p] = p.name
-        self._sentinel = Sentinel(watched, label=watched)
-        self._sentinel.capture()
-        return self._sentinel
-
     def dotgit_tampered(self) -> bool:
         p = self.path / ".git"
         return p.is_symlink() or not p.is_file() or p.read_bytes() != self._dotgit
@@ -245,8 +176,6 @@ class Workspace:
             if len(item) > 2 and (item[0].islower() or item[0] == "S"):
                 hidden.append(item[2:])
         return hidden
-
-    # ---- the tree --------------------------------------------------------------------------
 
     def reset_hard(self, commit: str) -> None:
         """Work tree, index and HEAD exactly at `commit`; untracked and ignored files removed."""
@@ -314,6 +243,112 @@ class Workspace:
         for ch in changes:  # modes of folders re-created above
             if ch.before is not None and ch.before.kind == "d" and (self.path / ch.path).is_dir():
                 os.chmod(self.path / ch.path, ch.before.mode)
+
+
+
+class Workspace(Worktree):
+    """A run's branch `autoloop/TAG` and the detached worktree where the generator works."""
+
+    def __init__(self, repo_root: Path, tag: str) -> None:
+        self.repo_root = repo_root
+        self.tag = tag
+        self.branch = BRANCH_PREFIX + tag
+        self.ref = "refs/heads/" + self.branch
+        common = git(repo_root, "rev-parse", "--git-common-dir").strip()
+        self.common_dir = (repo_root / common).resolve()
+        repo_id = hashlib.sha256(str(repo_root.resolve()).encode()).hexdigest()[:12]
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        # Outside the repository on purpose: tools that walk up from their cwd looking for
+        # configuration (pytest, ruff, setuptools) must not find the user's checkout.
+        super().__init__(repo_root, self.common_dir,
+                         cache / "autoloop" / "worktrees" / f"{repo_root.name}-{repo_id}" / _slug(tag))
+        self._sentinel: Sentinel | None = None
+        self._verify_trees: dict[int, Worktree] = {}
+
+    def verify_tree(self, slot: int = 0) -> Worktree:
+        """A pristine tree for measuring commits (slot 0 candidate, 1 incumbent, ...), beside the
+        generator's: nothing the generator left behind — caches, ignored files, processes'
+        output — is there, and it holds exactly the commit it is checked out at."""
+        tree = self._verify_trees.get(slot)
+        if tree is None:
+            tree = Worktree(self.repo_root, self.common_dir, self.path.with_name(f"{self.path.name}.verify-{slot}"))
+            self._verify_trees[slot] = tree
+        return tree
+
+    def clear_stale_locks(self) -> None:
+        (self.common_dir / (self.ref + ".lock")).unlink(missing_ok=True)
+        super().clear_stale_locks()
+        for slot in range(4):
+            Worktree(self.repo_root, self.common_dir,
+                     self.path.with_name(f"{self.path.name}.verify-{slot}")).clear_stale_locks()
+
+    # ---- checks before anything changes -------------------------------------------------
+
+    def check_state(self) -> None:
+        """Refuse repositories we cannot work on safely (RepoStateError = exit 2)."""
+        if git(self.repo_root, "rev-parse", "--is-bare-repository").strip() == "true":
+            raise RepoStateError(f"{self.repo_root}: a bare repository has no work tree to run in")
+        if not git(self.repo_root, "rev-parse", "--verify", "-q", "HEAD", check=False).strip():
+            raise RepoStateError(f"{self.repo_root}: the repository has no commit yet (commit your files first)")
+        for marker in ("MERGE_HEAD", "REBASE_HEAD", "CHERRY_PICK_HEAD", "rebase-merge", "rebase-apply"):
+            if (self.common_dir / marker).exists():
+                raise RepoStateError(f"{self.repo_root}: a merge or rebase is in progress; finish it first")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", self.tag) or ".." in self.tag \
+                or self.tag.endswith((".lock", ".")):
+            raise RepoStateError(f"--tag {self.tag!r}: use letters, digits, '.', '_' or '-' (at most 64)")
+
+    def branch_head(self) -> str | None:
+        out = git(self.repo_root, "rev-parse", "--verify", "-q", self.ref + "^{commit}", check=False).strip()
+        return out or None
+
+    def head(self) -> str:
+        return git(self.repo_root, "rev-parse", "--verify", "HEAD^{commit}").strip()
+
+    def identity(self) -> Identity:
+        name = git(self.repo_root, "config", "user.name", check=False).strip() or "autoloop"
+        email = git(self.repo_root, "config", "user.email", check=False).strip() or "autoloop@localhost"
+        return Identity(name, email)
+
+    # ---- setup -----------------------------------------------------------------------------
+
+    def create_branch(self, start: str) -> None:
+        git(self.repo_root, "update-ref", "-m", "autoloop: start run", self.ref, start, "")
+
+    def exclude_in_checkout(self, rel_paths: Iterable[str]) -> None:
+        """Keep our files out of git's view in the user's checkout (.git/info/exclude)."""
+        exclude = self.common_dir / "info" / "exclude"
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        existing = exclude.read_text(errors="replace").splitlines() if exclude.exists() else []
+        wanted = ["/" + p.lstrip("/") for p in rel_paths]
+        missing = [w for w in wanted if w not in existing]
+        if missing:
+            with open(exclude, "a") as f:
+                if existing and existing[-1] != "":
+                    f.write("\n")
+                f.write("# autoloop run files\n" + "".join(m + "\n" for m in missing))
+
+    # ---- integrity of git's own files --------------------------------------------------------
+
+    def watch_git(self, extra: Sequence[Path] = ()) -> Sentinel:
+        """Files git obeys during our own calls, plus `extra` user-side files (program.md)."""
+        assert self._admin_dir is not None
+        c = self.common_dir
+        watched = {
+            c / "config": ".git/config",
+            c / "config.worktree": ".git/config.worktree",
+            c / "hooks": ".git/hooks",
+            c / "info": ".git/info",
+            c / "objects" / "info": ".git/objects/info",
+            c / "commondir": ".git/commondir",
+            self._admin_dir / "config.worktree": "worktree config",
+            self._admin_dir / "commondir": "worktree commondir",
+            self._admin_dir / "gitdir": "worktree gitdir",
+        }
+        for p in extra:
+            watched[p] = p.name
+        self._sentinel = Sentinel(watched, label=watched)
+        self._sentinel.capture()
+        return self._sentinel
 
     # ---- commits ------------------------------------------------------------------------------
 
