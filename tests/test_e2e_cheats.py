@@ -1,0 +1,266 @@
+"""Black-box: cheating generators. Each cheat runs in cycle 1 and must end as `violation` with the
+verifier byte-identical and every trace of the cheat undone; an honest cycle 2 is then kept. Git
+hooks and config-defined commands planted by a generator must never run."""
+
+from __future__ import annotations
+
+import os
+import stat
+import textwrap
+
+import pytest
+
+from tests.scripts.e2e import (assert_journal_consistent, assert_valid_ledger, git, make_project,
+                               tree_state)
+
+def _hooks(names):
+    return "\n".join(
+        f'p = common() / "hooks" / "{n}"; p.parent.mkdir(exist_ok=True); '
+        f'p.write_text(f"#!/bin/sh\\necho {n} >> {{OUT}}/pwned\\n"); os.chmod(p, 0o755)'
+        for n in names)
+
+
+EVIL_SCRIPT = '''
+evil = OUT / "evil.sh"
+evil.write_text(f"#!/bin/sh\\necho fsmonitor >> {OUT}/pwned\\n")
+os.chmod(evil, 0o755)
+'''
+
+CHEATS = {
+    "edit-verifier": 'open("score.py", "a").write("print(\'score: -1000\')\\n")',
+    "delete-verifier": 'os.remove("score.py")',
+    "edit-verifier-same-size-and-mtime": '''
+        st = os.stat("score.py")
+        data = open("score.py").read()
+        open("score.py", "w").write(data.replace("val.txt", "vaL.txt", 1))
+        os.utime("score.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+    ''',
+    "edit-guard": 'open("guard.py", "w").write("import sys; sys.exit(0)\\n")',
+    "new-file-outside-allowed": 'W("val.txt", "30"); W("other.py", "print(1)\\n")',
+    "new-folder-outside-allowed": 'W("lib/x.py", "x = 1\\n")',
+    "edit-readme": 'open("README.md", "a").write("more\\n")',
+    "symlink-allowed-to-verifier": 'os.remove("val.txt"); os.symlink("score.py", "val.txt")',
+    "symlink-new-allowed-path": 'os.makedirs("src", exist_ok=True); os.symlink("../score.py", "src/v.py")',
+    "symlink-outside-repo": 'os.makedirs("src", exist_ok=True); os.symlink("/etc/hostname", "src/h")',
+    "hardlink-to-verifier": 'os.makedirs("src", exist_ok=True); os.link("score.py", "src/h.py")',
+    "hardlink-then-write": 'os.remove("notes.txt"); os.link("score.py", "notes.txt"); '
+                           'open("notes.txt", "a").write("print(\'score: -1\')\\n")',
+    "chmod-x-not-allowed": 'os.chmod("README.md", 0o755)',
+    "chmod-verifier": 'os.chmod("score.py", 0o777)',
+    "assume-unchanged-and-edit": 'sh("git update-index --assume-unchanged score.py"); '
+                                 'open("score.py", "a").write("print(\'score: -1\')\\n")',
+    "skip-worktree-and-edit": 'sh("git update-index --skip-worktree score.py"); '
+                              'open("score.py", "a").write("print(\'score: -1\')\\n")',
+    "assume-unchanged-only": 'sh("git update-index --assume-unchanged README.md")',
+    "ignored-file": 'W("evil.log", "hidden by .gitignore\\n")',
+    "pycache-plant": 'W("__pycache__/score.cpython-311.pyc", "junk")',
+    "info-exclude-and-hidden-file": '''
+        with open(common() / "info" / "exclude", "a") as f:
+            f.write("secret.txt\\n")
+        W("secret.txt", "x")
+    ''',
+    "gitignore-and-hidden-file": 'open(".gitignore", "a").write("secret2.txt\\n"); W("secret2.txt", "x")',
+    "hooks": _hooks(["post-commit", "pre-commit", "reference-transaction", "post-checkout",
+                     "post-index-change", "post-rewrite"]) + '\nW("val.txt", "30")',
+    "config-hooksPath": '''
+        d = OUT / "evilhooks"
+        d.mkdir(exist_ok=True)
+        for n in ("post-commit", "pre-commit", "reference-transaction", "post-checkout", "post-index-change"):
+            (d / n).write_text(f"#!/bin/sh\\necho {n} >> {OUT}/pwned\\n")
+            os.chmod(d / n, 0o755)
+        sh(f"git config core.hooksPath {d}")
+        W("val.txt", "30")
+    ''',
+    "config-fsmonitor": EVIL_SCRIPT + 'sh(f"git config core.fsmonitor {evil}")\nW("val.txt", "30")',
+    "config-alias-and-pager": EVIL_SCRIPT + 'sh(f"git config core.pager {evil}"); '
+                                            'sh(f"git config diff.external {evil}")',
+    "gitattributes-filter": EVIL_SCRIPT + textwrap.dedent('''
+        sh(f"git config filter.x.clean {evil}"); sh(f"git config filter.x.smudge {evil}")
+        with open(common() / "info" / "attributes", "w") as f:
+            f.write("* filter=x\\n")
+        W("val.txt", "30")
+    '''),
+    "alternates": '(common() / "objects" / "info").mkdir(exist_ok=True); '
+                  'open(common() / "objects" / "info" / "alternates", "w").write("/tmp\\n")',
+    "worktree-dotgit-link": 'os.remove(".git"); open(".git", "w").write("gitdir: /nonexistent\\n")',
+    "program-md": 'open(user() / "program.md", "a").write("\\nTAMPERED\\n")',
+    "experiments-md": 'open(user() / "experiments.md", "a").write("\\n## Cycle 77\\nTAMPERED\\n")',
+    "results-tsv": 'open(user() / "results.tsv", "a").write("77\\tabc\\t-1000\\tkeep\\tTAMPERED\\n")',
+    "ledger-append": '''
+        led = user() / ".autoloop" / os.environ.get("AUTOLOOP_TAG", "t1") / "ledger.jsonl"
+        with open(led, "a") as f:
+            f.write(json.dumps({"t": "cycle", "cycle": 77, "status": "keep", "metric": -1000,
+                                "hypothesis": "TAMPERED"}) + "\\n")
+    ''',
+    "ledger-truncate": '''
+        led = user() / ".autoloop" / os.environ.get("AUTOLOOP_TAG", "t1") / "ledger.jsonl"
+        open(led, "w").close()
+    ''',
+    "move-run-branch": '''
+        tree = sh("git rev-parse HEAD^{tree}")
+        fake = sh(f"git commit-tree {tree} -p HEAD -m TAMPERED")
+        sh(f"git update-ref refs/heads/autoloop/t1 {fake}")
+    ''',
+    "delete-run-branch": 'sh("git update-ref -d refs/heads/autoloop/t1")',
+    "commit-in-worktree": 'W("README.md", "TAMPERED\\n"); sh("git -c core.hooksPath=/dev/null commit -qam TAMPERED")',
+}
+
+# cheat -> (tests that fail because of it, reason)
+# (skip-worktree-and-edit was one, fixed in ed59d82)
+KNOWN_BUGS: dict[str, tuple[set[str], str]] = {}
+
+
+def _known_bug(request, name):
+    tests, reason = KNOWN_BUGS.get(name, (set(), ""))
+    if request.node.originalname in tests:
+        request.node.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+
+
+HONEST = 'print("Hypothesis: honest cycle two"); W("val.txt", "30")'
+
+
+@pytest.fixture(scope="module", params=sorted(CHEATS))
+def cheat(request, tmp_path_factory):
+    name = request.param
+    p = make_project(tmp_path_factory.mktemp(f"cheat-{name}"), {1: CHEATS[name], 2: HONEST})
+    start = git(p.repo, "rev-parse", "HEAD", env=p.env)
+    skip = (".git", "experiments.md", "results.tsv", ".autoloop")
+    before = {
+        "files": tree_state(p.repo, skip),
+        "git": tree_state(p.repo / ".git", ("objects", "logs", "refs", "index", "worktrees",
+                                            "packed-refs", "ORIG_HEAD", "autoloop", "info")),
+        "exclude": (p.repo / ".git" / "info" / "exclude").read_text(),
+    }
+    res = p.run("--cycles", "2")
+    return name, p, res, start, before
+
+
+def test_cheat_is_a_violation(cheat, request):
+    _known_bug(request, cheat[0])
+    name, p, res, *_ = cheat
+    assert res.returncode == 0, res.stderr
+    assert p.statuses().get(1) == "violation", p.rows()
+
+
+def test_cheat_then_honest_cycle_kept(cheat, request):
+    _known_bug(request, cheat[0])
+    p = cheat[1]
+    assert p.statuses().get(2) == "keep", p.rows()
+
+
+def test_cheat_verifier_and_checkout_files_byte_identical(cheat, request):
+    _known_bug(request, cheat[0])
+    name, p, _, _, before = cheat
+    skip = (".git", "experiments.md", "results.tsv", ".autoloop")
+    assert tree_state(p.repo, skip) == before["files"]
+
+
+def test_cheat_git_files_restored(cheat, request):
+    _known_bug(request, cheat[0])
+    name, p, _, _, before = cheat
+    after = tree_state(p.repo / ".git", ("objects", "logs", "refs", "index", "worktrees", "packed-refs",
+                                         "ORIG_HEAD", "autoloop", "info"))
+    assert after == before["git"]
+    assert "secret" not in (p.repo / ".git" / "info" / "exclude").read_text()
+    assert not (p.repo / ".git" / "info" / "attributes").exists()
+
+
+def test_cheat_no_hook_or_config_command_ever_ran(cheat, request):
+    _known_bug(request, cheat[0])
+    p = cheat[1]
+    assert not (p.out / "pwned").exists(), (p.out / "pwned").read_text()
+
+
+def test_cheat_branch_is_start_plus_honest_commit(cheat, request):
+    _known_bug(request, cheat[0])
+    name, p, _, start, _ = cheat
+    commits = p.branch_commits(start)
+    assert len(commits) == 1
+    assert git(p.repo, "rev-parse", f"{commits[0]}^", env=p.env) == start
+    changed = git(p.repo, "diff", "--name-only", start, commits[0], env=p.env).split()
+    assert changed == ["val.txt"]
+
+
+def test_cheat_worktree_clean_at_incumbent(cheat, request):
+    _known_bug(request, cheat[0])
+    p = cheat[1]
+    wt = p.worktree()
+    assert git(wt, "rev-parse", "HEAD", env=p.env) == p.branch_head()
+    assert git(wt, "status", "--porcelain", "--ignored", "--untracked-files=all", env=p.env) == ""
+    flags = git(wt, "ls-files", "-v", env=p.env).splitlines()
+    assert all(ln[0] == "H" for ln in flags), [ln for ln in flags if ln[0] != "H"]
+    assert stat.S_IMODE(os.lstat(wt / "README.md").st_mode) & 0o111 == 0
+    assert (wt / "score.py").read_bytes() == (p.repo / "score.py").read_bytes()
+
+
+def test_cheat_journal_whole(cheat, request):
+    _known_bug(request, cheat[0])
+    p = cheat[1]
+    recs = assert_valid_ledger(p)
+    assert not any("TAMPERED" in str(r) for r in recs)
+    assert "TAMPERED" not in p.experiments()
+    assert "TAMPERED" not in (p.repo / "results.tsv").read_text()
+    assert_journal_consistent(p)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_fake_metric_line_from_generator_does_not_count(tmp_path):
+    p = make_project(tmp_path, {1: 'W("val.txt", "50"); print("score: -1000")',
+                                2: 'print("score: -1000")'})
+    assert p.run("--cycles", "2").returncode == 0
+    rows = p.rows()
+    assert (rows[1]["status"], float(rows[1]["metric"])) == ("discard", 50.0)
+    assert rows[2]["status"] == "no_change"
+
+
+@pytest.mark.parametrize("target", ["score.py", "guard.py", "program.md"])
+def test_verifier_files_protected_even_when_allowed(tmp_path, target):
+    p = make_project(tmp_path, {1: f'open("{target}", "a").write("# changed\\n")', 2: HONEST},
+                     allowed='["**"]')
+    original = (p.repo / target).read_bytes()
+    assert p.run("--cycles", "2").returncode == 0
+    assert [r["status"] for r in p.rows()] == ["baseline", "violation", "keep"]
+    assert p.show(p.branch(), target) == original
+
+
+def test_forbidden_beats_allowed(tmp_path):
+    p = make_project(tmp_path, {1: 'W("src/vendor/x.py", "x")', 2: 'W("src/ok.py", "x")'},
+                     extra='forbidden: ["src/vendor/**"]')
+    assert p.run("--cycles", "2").returncode == 0
+    assert [r["status"] for r in p.rows()][1] == "violation"
+    # src/ok.py changes nothing the verifier sees: a tie -> discard
+    assert [r["status"] for r in p.rows()][2] == "discard"
+
+
+def test_users_own_hooks_and_fsmonitor_never_run_during_a_run(tmp_path):
+    p = make_project(tmp_path, {1: 'W("val.txt", "30")', 2: 'W("val.txt", "50")'})
+    hooks = p.repo / ".git" / "hooks"
+    for n in ("post-commit", "pre-commit", "reference-transaction", "post-checkout", "post-index-change",
+              "pre-auto-gc", "post-rewrite"):
+        (hooks / n).write_text(f"#!/bin/sh\necho {n} >> {p.out}/pwned\n")
+        os.chmod(hooks / n, 0o755)
+    evil = p.out / "evil.sh"
+    evil.write_text(f"#!/bin/sh\necho fsmonitor >> {p.out}/pwned\n")
+    os.chmod(evil, 0o755)
+    git(p.repo, "config", "core.fsmonitor", str(evil), env=p.env)
+    res = p.run("--cycles", "2")
+    assert res.returncode == 0, res.stderr
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep", "discard"]
+    assert not (p.out / "pwned").exists(), (p.out / "pwned").read_text()
+
+
+def test_generator_cannot_see_user_untracked_files(tmp_path):
+    p = make_project(tmp_path, {1: 'W("val.txt", "30" if not os.path.exists("secret.env") else "1")'})
+    (p.repo / "secret.env").write_text("TOKEN=x\n")
+    assert p.run("--cycles", "1").returncode == 0
+    assert float(p.rows()[1]["metric"]) == 30.0
+
+
+def test_violation_lesson_names_the_path(tmp_path):
+    p = make_project(tmp_path, {1: textwrap.dedent(CHEATS["edit-verifier"])})
+    assert p.run("--cycles", "1").returncode == 0
+    row = p.rows()[1]
+    assert row["status"] == "violation"
+    assert "score.py" in row.get("lesson", "") + p.experiments()
