@@ -147,8 +147,9 @@ class Journal:
     # ---- rendering ---------------------------------------------------------------------------
 
     def render(self, goal: str = "") -> None:
-        _atomic_write(self.experiments, _bytes(render_experiments(self.cycles(), self.tag, goal)))
-        _atomic_write(self.results, _bytes(render_tsv(self.cycles())))
+        # derived from the fsynced ledger and re-rendered on every run: no fsync needed
+        _atomic_write(self.experiments, _bytes(render_experiments(self.cycles(), self.tag, goal)), durable=False)
+        _atomic_write(self.results, _bytes(render_tsv(self.cycles())), durable=False)
 
     def rendered_ok(self, goal: str = "") -> bool:
         try:
@@ -163,7 +164,7 @@ def _bytes(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_dir() and not path.is_symlink():
         remove_tree(path)  # someone put a folder where our file belongs
@@ -171,8 +172,9 @@ def _atomic_write(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -103,6 +103,7 @@ class Run:
         self._signal: int | None = None
         self._in_python_generator = False
         self._finished: str | None = None
+        self._exact: tuple[str, dict] | None = None   # (commit, snapshot) the tree was proven equal to
         # Fixed per repository and tag, so a resumed run can find and kill what a killed run
         # left behind (the lock guarantees no live run of this tag owns such processes).
         self.marker = hashlib.sha256(f"{self.ws.common_dir}\0{options.tag}".encode()).hexdigest()[:32]
@@ -285,8 +286,12 @@ class Run:
         try:
             # 1 prepare: the tree is exactly the incumbent, ignored files included
             self.opt.report("phase", {"cycle": n, "phase": "prepare"})
-            self.ws.reset_hard(incumbent)
-            before = self.ws.snapshot()
+            if self._exact is not None and self._exact[0] == incumbent:
+                before = self._exact[1]  # restore() just proved the tree is exactly this
+            else:
+                self.ws.reset_hard(incumbent)
+                before = self.ws.snapshot()
+            self._exact = None
             self.sentinel.capture()
 
             # 2 generate
@@ -335,6 +340,7 @@ class Run:
             self._set_incumbent(commit, self.baseline, outcome.metric)
         else:
             self.ws.restore(incumbent, before)
+            self._exact = (incumbent, before)
         self._redact_logs(log_dir)
         repeat = near_duplicate(proposal.hypothesis, self.journal.cycles())
         if repeat is not None:

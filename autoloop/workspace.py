@@ -264,6 +264,8 @@ class Workspace(Worktree):
                          cache / "autoloop" / "worktrees" / f"{repo_root.name}-{repo_id}" / _slug(tag))
         self._sentinel: Sentinel | None = None
         self._verify_trees: dict[int, Worktree] = {}
+        self._identity: Identity | None = None
+        self._trees: dict[str, str] = {}
 
     def verify_tree(self, slot: int = 0) -> Worktree:
         """A pristine tree for measuring commits (slot 0 candidate, 1 incumbent, ...), beside the
@@ -305,9 +307,12 @@ class Workspace(Worktree):
         return git(self.repo_root, "rev-parse", "--verify", "HEAD^{commit}").strip()
 
     def identity(self) -> Identity:
+        if self._identity is not None:
+            return self._identity
         name = git(self.repo_root, "config", "user.name", check=False).strip() or "autoloop"
         email = git(self.repo_root, "config", "user.email", check=False).strip() or "autoloop@localhost"
-        return Identity(name, email)
+        self._identity = Identity(name, email)
+        return self._identity
 
     # ---- setup -----------------------------------------------------------------------------
 
@@ -370,7 +375,9 @@ class Workspace(Worktree):
             return git(self.path, "write-tree", env=env).strip()
 
     def tree_of(self, commit: str) -> str:
-        return git(self.repo_root, "rev-parse", commit + "^{tree}").strip()
+        if commit not in self._trees:  # commits are immutable: ask git once
+            self._trees[commit] = git(self.repo_root, "rev-parse", commit + "^{tree}").strip()
+        return self._trees[commit]
 
     def commit(self, tree: str, parent: str, message: str, who: Identity) -> str:
         env = _git_env()
