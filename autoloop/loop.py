@@ -297,6 +297,8 @@ class Run:
             # 2 generate
             self.opt.report("phase", {"cycle": n, "phase": "generate"})
             proposal, gen_error = self._generate(generator, n, log_dir)
+            # the hypothesis goes into the journal and a commit message: no secrets in it
+            proposal.hypothesis = self.redact(proposal.hypothesis)
             self._check_signal()
 
             # 3 scope: what really changed on disk, against the rules
@@ -359,6 +361,7 @@ class Run:
                        for g in (outcome.measurement.guards if outcome.measurement else ())],
             "log_dir": str(log_dir),
         }
+        rec = self.redact.obj(rec)  # lessons quote tool output, which may quote a key
         self.journal.append(rec)
         self.journal.render(self.program.goal)
         self.opt.report("cycle", rec)
