@@ -31,6 +31,7 @@ from autoloop.verify import Measurement, measure
 from autoloop.workspace import Workspace
 
 Reporter = Callable[[str, Mapping[str, Any]], None]
+BACKOFF_MAX_S = 60.0
 
 
 @dataclass
@@ -147,8 +148,9 @@ class Run:
                 reason = self._stop_reason(ran, started)
                 if reason:
                     break
-                self.cycle(generator)
+                rec = self.cycle(generator)
                 ran += 1
+                self._backoff(rec)
         except Interrupted:
             self.journal.append({"t": "end", "reason": "interrupted", "cycles_run": ran})
             raise
@@ -517,6 +519,23 @@ class Run:
             if spent + next_cost > stop.max_cost_usd:
                 return f"max_cost_usd reached (${spent:.2f} spent, next cycle could cost ${next_cost:.2f})"
         return ""
+
+    def _backoff(self, rec: Record) -> None:
+        """After consecutive generator errors (rate limits, an overloaded service), wait a little
+        longer each time — 1, 2, 4 ... 60 s — instead of hammering; Ctrl-C still stops at once."""
+        streak = 0
+        for c in reversed(self.journal.cycles()):
+            if c["status"] != "gen_error":
+                break
+            streak += 1
+        if streak < 2:
+            return
+        delay = min(BACKOFF_MAX_S, 2.0 ** (streak - 2))
+        self.opt.report("phase", {"cycle": rec["cycle"], "phase": f"backoff {delay:g}s"})
+        until = time.monotonic() + delay
+        while time.monotonic() < until:
+            self._check_signal()
+            time.sleep(max(0.0, min(0.1, until - time.monotonic())))
 
     def _install_signals(self) -> dict[int, Any]:
         def handler(signum: int, _frame: Any) -> None:

@@ -389,8 +389,6 @@ def test_sdk_log_shows_cost_per_kept_change(sdk_run):
     assert f"${total:.2f} per kept change" in sdk_run.cost_line, sdk_run.cost_line
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `autoloop log` shows total cost and cost per kept change "
-                   "but not the cost per unit of metric gained that issue 4 asks for")
 def test_sdk_log_shows_cost_per_unit_of_metric_gained(sdk_run):
     total = (price(C1_TOKENS, PRICE_IN, PRICE_OUT) + 2 * price([(100, 20)] * 2, PRICE_IN, PRICE_OUT))
     per_unit = f"${total / (40.25 - 31.5):.2f}"
@@ -529,9 +527,6 @@ def test_failure_after_an_answered_turn_is_gen_error_and_reverted(base_url_run):
     assert (p.worktree() / "val.txt").read_text() == "30\n"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the SDK generators raise a bare GeneratorError, so a "
-                   "cycle that fails after answered turns records 0 tokens, 0 turns and no cost "
-                   "(the agent CLIs carry the spent usage on AgentReportError.proposal)")
 def test_gen_error_cycle_still_records_what_it_spent(base_url_run):
     p, kind, _, _ = base_url_run
     _, pin, pout = TABLE[kind]
