@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 from filelock import FileLock, Timeout
 
 from autoloop import proc
-from autoloop.errors import (FatalGeneratorError, GeneratorError, Interrupted, LockedError,
+from autoloop.errors import (ConfigError, FatalGeneratorError, GeneratorError, Interrupted, LockedError,
                              RepoStateError, RunFailure, UsageError)
 from autoloop.generators.base import GenContext, Generator, Proposal
 from autoloop.generators.registry import make_generator
@@ -66,10 +66,16 @@ class _Outcome:
 def protected_paths(program: Program) -> dict[str, str]:
     """Paths the generator may never change even when `allowed` matches them: the program and
     the run's own files (Program.protected), plus files of the repository that the verifier or
-    a guard names on its command line (`python prepare.py --eval` protects prepare.py)."""
+    a guard names on its command line (`python prepare.py --eval` protects prepare.py).
+
+    A judge the generator may rewrite is no judge: a program whose verifier or guard names a file
+    that `allowed` gives the generator is refused (ConfigError) rather than run to no effect."""
     out = dict(program.protected)
     root = program.repo_root.resolve()
-    for cmd in [program.verifier.command] + [g.command for g in program.guards]:
+    editable = PathRules(program.allowed, program.forbidden)
+    commands = [("verifier.command", program.verifier.command)]
+    commands += [(f"guards[{i}]", g.command) for i, g in enumerate(program.guards)]
+    for key, cmd in commands:
         try:
             words = shlex.split(cmd)
         except ValueError:
@@ -82,6 +88,12 @@ def protected_paths(program: Program) -> dict[str, str]:
                 rel = candidate.resolve().relative_to(root).as_posix()
             except ValueError:
                 continue  # outside the repository: not the generator's to reach through the tree
+            if editable.allows(rel):
+                line = program.lines.get(key) or program.lines.get(key.split("[")[0], 1)
+                raise ConfigError(
+                    f"{program.path.name}:{line}: {key} runs {rel}, which 'allowed' lets the "
+                    f"generator change, so it could rewrite its own judge; keep the measurement in "
+                    f"a file the generator cannot edit (e.g. prepare.py) and allow only what it tunes")
             out.setdefault(rel, "used by the verifier")
     return out
 
