@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from autoloop import stats as st
 from autoloop.journal import fmt, pct
-from autoloop.program import Amount, LimitSpec, Program, VerifierSpec
+from autoloop.program import LimitSpec, Program, VerifierSpec
 from autoloop.ratchet import better
 from autoloop.verify import Measurement, MetricError, measure, parse_metric
 
@@ -263,25 +263,19 @@ def calibrate_strict(session: Session, program: Program) -> Baseline:
     if not deterministic:
         sd, scale = st.strict_noise(values)
         rec.update(scale=scale, run_sd=sd)
-        min_gain = _strict_min_gain(acc.min_effect, scale, v.direction, metric)
-        need = st.strict_detectable(sd, v.repeats, min_gain)
         rec["noise_pct"] = _pct_of_gain(sd, scale) if scale == "log" else None
-        rec["detectable"] = need
-        name = v.label
+        phantom = st.strict_phantom(sd, v.repeats, 100)
+        rec["phantom_100"] = phantom
         spread = (f"±{_pct_of_gain(sd, scale):.2g}% per run" if scale == "log"
                   else f"±{fmt(float(f'{sd:.3g}'))} per run")
         warning = (f"the verifier is noisy: {len(values)} runs of the starting commit gave "
-                   f"{', '.join(fmt(x) for x in values)} ({spread}). With accept.rule: strict "
-                   f"about half of the changes that do nothing will be kept and the best "
-                   f"{name} will drift on luck; a real gain must be about "
-                   f"{_amount_text(need, scale, name)} to be kept 4 times in 5. "
-                   "Set accept.rule: paired (README: 'Noisy metrics').")
+                   f"{', '.join(fmt(x) for x in values)} ({spread}). With accept.rule: strict a "
+                   "change that does nothing is kept whenever its measurement comes out luckier "
+                   "than the best so far: over 100 such changes expect several junk commits and "
+                   f"a best {v.label} that reads about {_amount_text(phantom, scale, v.label)} "
+                   "better than it is. Set accept.rule: paired (README: 'Noisy metrics').")
         rec["warning"] = warning
     return Baseline(metric, _m(first), problem, rec, warning=warning)
-
-
-def _strict_min_gain(amount: Amount, scale: str, direction: str, reference: float) -> float:
-    return st.threshold(amount.value, amount.relative, scale, direction, reference)  # type: ignore[arg-type]
 
 
 def calibrate_paired(session: Session, program: Program) -> Baseline:

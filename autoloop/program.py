@@ -69,7 +69,7 @@ class AcceptSpec:
     rule: Rule = "strict"
     min_effect: Amount = Amount(0.0, False)   # 1% when rule is paired and it is not given
     alpha: float = 0.05                  # paired: one-sided level of the signed-rank test
-    pairs: int = 6                       # paired: incumbent/candidate pairs per batch
+    pairs: int = 8                       # paired: incumbent/candidate pairs per batch
     confirm: bool = False                # paired: a second batch must pass too (default true)
     warmup: int = 0                      # runs per side measured first and discarded
     final_pairs: int = 20                # end-of-run re-measurement of best vs start (0: none)
@@ -737,7 +737,7 @@ def _build_accept(p: _Parser, values: dict[str, Any], at: _At) -> AcceptSpec:
     else:
         values.setdefault("min_effect", Amount(1.0, True))
         values.setdefault("confirm", True)
-    alpha, pairs = values.get("alpha", 0.05), values.get("pairs", 6)
+    alpha, pairs = values.get("alpha", 0.05), values.get("pairs", 8)
     if alpha > 0.5:
         p.fail(p.lines[f"{at.key}.alpha"], f"{at.key}.alpha: expected a level between 0 and 0.5, "
                                            f"e.g. 0.05, got {alpha:g}")

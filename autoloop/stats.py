@@ -316,12 +316,14 @@ def strict_noise(values: Sequence[float]) -> tuple[float, Scale]:
     return (float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0), scale
 
 
-def strict_detectable(run_sd: float, repeats: int, min_gain: float, target: float = 0.8) -> float:
-    """For the strict rule (median of `repeats` runs against a stored median of as many):
-    the gain kept with probability `target` (normal approximation)."""
+def strict_phantom(run_sd: float, repeats: int, candidates: int) -> float:
+    """The strict rule's winner's curse: after `candidates` changes that do nothing, the stored
+    best is the luckiest of candidates + 1 measurements (medians of `repeats` runs), about this
+    far (in the units of run_sd) better than the truth: the expected maximum of that many
+    standard normals (Blom's approximation) times the spread of one measurement."""
     eff = 1.2533 if repeats >= 3 else 1.0     # a median is noisier than a mean
-    sd_cmp = run_sd * eff * math.sqrt(2.0 / repeats)
-    return max(min_gain, 0.0) + float(_st.norm.ppf(target)) * sd_cmp
+    n = candidates + 1
+    return float(_st.norm.ppf((n - 0.375) / (n + 0.25))) * run_sd * eff / math.sqrt(repeats)
 
 
 # ---- coarse feedback ------------------------------------------------------------------------

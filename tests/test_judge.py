@@ -19,7 +19,7 @@ def program(extra: str = ""):
     return parse(prog(extra))
 
 
-PAIRED = "accept:\n  rule: paired\n"
+PAIRED = "accept:\n  rule: paired\n  pairs: 6\n"   # (the default is 8; 6 keeps tests short)
 
 
 class Fake:
@@ -114,6 +114,13 @@ def test_paired_keeps_a_clear_improvement_after_confirmation() -> None:
     assert all(b["p"] == pytest.approx(1 / 64) for b in v.stats["batches"])
     assert v.delta_pct == pytest.approx(-3.0)
     assert len(fake.calls) == 24
+
+
+def test_paired_default_is_eight_pairs_per_batch() -> None:
+    fake = Fake(const(1.0, 0.97))
+    v = jd.judge_paired(session(fake), program("accept:\n  rule: paired\n"), {})
+    assert v.status == "keep" and [len(b["a"]) for b in v.stats["batches"]] == [8, 8]
+    assert v.stats["batches"][0]["p"] == pytest.approx(1 / 256)
 
 
 def test_paired_metric_is_the_candidates_median() -> None:

@@ -79,7 +79,7 @@ def statuses(repo: Path) -> list[str]:
     return [c["status"] for c in cycles(repo) if c["cycle"] > 0]
 
 
-PAIRED = "accept:\n  rule: paired\n  final_pairs: 6\n"
+PAIRED = "accept:\n  rule: paired\n  pairs: 6\n  final_pairs: 6\n"
 
 
 # ---- what each rule keeps on a noisy verifier ------------------------------------------------

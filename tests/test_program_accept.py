@@ -19,7 +19,7 @@ VALID: list[tuple[str, Callable[[Program], Any], Any]] = [
     ("accept:", lambda p: p.accept, AcceptSpec()),
     ("accept: {rule: strict}", lambda p: p.accept, AcceptSpec()),
     ("accept: {rule: paired}", lambda p: p.accept,
-     AcceptSpec(rule="paired", min_effect=Amount(1.0, True), alpha=0.05, pairs=6, confirm=True)),
+     AcceptSpec(rule="paired", min_effect=Amount(1.0, True), alpha=0.05, pairs=8, confirm=True)),
     ("accept: {rule: paired, confirm: false}", lambda p: p.accept.confirm, False),
     ("accept: {rule: paired, min_effect: 0}", lambda p: p.accept.min_effect, Amount(0.0, False)),
     ("accept: {rule: paired, pairs: 10, alpha: 0.01}", lambda p: (p.accept.pairs, p.accept.alpha),
@@ -98,9 +98,9 @@ ERRORS: list[tuple[str, str]] = [
     ("accept:\n  rule: paired\n  pairs: 4",
      "program.md:10: accept.pairs: 4 pairs can never pass alpha 0.05 (the smallest one-sided "
      "p-value of 4 pairs is 1/16); use at least 5 pairs"),
-    ("accept:\n  rule: paired\n  alpha: 0.01",
-     "program.md:10: accept.alpha: 0.01 is out of reach of the default 6 pairs (their smallest "
-     "one-sided p-value is 1/64); set accept.pairs to at least 7"),
+    ("accept:\n  rule: paired\n  alpha: 0.001",
+     "program.md:10: accept.alpha: 0.001 is out of reach of the default 8 pairs (their smallest "
+     "one-sided p-value is 1/256); set accept.pairs to at least 10"),
     ("accept:\n  rule: paired\n  confirm: 1",
      "program.md:10: accept.confirm: expected true or false, got 1"),
     ("accept:\n  rule: paired\n  confirm: maybe",
