@@ -89,7 +89,8 @@ def _memory(done: Sequence[Mapping[str, Any]], name: str) -> list[str]:
             out.append(f"- [{a.status}{times}, last cycle {a.cycle}] {_clip(a.hypothesis, 160)} — {_clip(a.lesson, 120)}")
     out += ["", "## Recent cycles (newest last)"]
     for h in recent:
-        measured = f"{name}={fmt(h.get('metric')) or '-'}" if "feedback" not in h else h["feedback"]
-        out.append(f"- cycle {h['cycle']} [{h['status']}] {measured}: "
+        # a judged cycle's lesson already carries its (coarse) effect
+        measured = f" {name}={fmt(h.get('metric')) or '-'}" if "feedback" not in h else ""
+        out.append(f"- cycle {h['cycle']} [{h['status']}]{measured}: "
                    f"{_clip(h.get('hypothesis', ''))} — lesson: {_clip(h.get('lesson', ''))}")
     return out
