@@ -101,10 +101,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     run = Run(program, RunOptions(tag=args.tag, cycles=args.cycles, report=printer))
     summary = run.execute()
     gain = _gain(summary.baseline, summary.best)
+    remeasured = f"; {summary.final['text']}" if summary.final and summary.final.get("text") else ""
+    print(f"journal: {program.state_dir / 'experiments.md'}  {program.state_dir / 'results.tsv'}")
     print(f"stopped: {summary.stop_reason}. {program.verifier.label}: baseline {_f(summary.baseline)}"
           f" → best {_f(summary.best)}{gain}; {summary.kept} kept in total; branch autoloop/{summary.tag}"
-          f" at {summary.incumbent[:12]}")
-    print(f"journal: {program.state_dir / 'experiments.md'}  {program.state_dir / 'results.tsv'}")
+          f" at {summary.incumbent[:12]}{remeasured}")
     return 0
 
 
@@ -115,6 +116,15 @@ class _Progress:
         self.metric = metric
 
     def __call__(self, event: str, data: Mapping[str, Any]) -> None:
+        if event == "warning":
+            print(f"autoloop: WARNING: {data['message']}", file=sys.stderr, flush=True)
+            return
+        if event == "note":
+            print(f"autoloop: note: {data['message']}", file=sys.stderr, flush=True)
+            return
+        if event == "final":
+            print(f"final      {data.get('text', '')}", flush=True)
+            return
         if event != "cycle":
             return
         hyp = " ".join(str(data.get("hypothesis", "")).split())
@@ -125,6 +135,9 @@ class _Progress:
         print(line, flush=True)
         if data["status"] not in ("keep", "baseline", "discard"):
             print(f"            {data.get('lesson', '')}"[:200], flush=True)
+        hold = (data.get("stats") or {}).get("holdout")
+        if isinstance(hold, dict) and hold.get("overfit"):
+            print("            holdout did not improve: possible overfitting to the verifier", flush=True)
 
 
 def _f(x: float | None) -> str:
@@ -188,6 +201,21 @@ def cmd_log(args: argparse.Namespace) -> int:
         hyp = " ".join(str(c.get("hypothesis", "")).split())[:60]
         print(f"{c['cycle']:>5}  {c['status']:<10} {_f(c.get('metric')) or '-':>12} {_f(c.get('best')):>12}  {hyp}")
     s = summarize(cycles, program.verifier.direction)
+    judged = [c for c in cycles if (c.get("stats") or {}).get("pooled")]
+    if judged:
+        print()
+        print(f"{'cycle':>5}  {'status':<10} {'change':>9}  {'95% CI':<21} {'p':>8}  pairs  holdout")
+        for c in judged:
+            st = c["stats"]
+            pooled = st["pooled"]
+            ci = pooled.get("change_ci_pct")
+            ci_text = f"{ci[0]:+.2f}% … {ci[1]:+.2f}%" if ci else "-"
+            change = "-" if pooled.get("change_pct") is None else f"{pooled['change_pct']:+.2f}%"
+            hold = st.get("holdout")
+            h = "-" if not isinstance(hold, dict) else ("overfit?" if hold.get("overfit") else "improved")
+            ps = "/".join(f"{b['p']:.3g}" for b in st.get("batches", []) if "p" in b)
+            pairs = "+".join(str(b.get("n", 0)) for b in st.get("batches", []))
+            print(f"{c['cycle']:>5}  {c['status']:<10} {change:>9}  {ci_text:<21} {ps:>8}  {pairs:<5}  {h}")
     print()
     print(f"baseline   {_f(s.baseline) or '-'}")
     print(f"best       {_f(s.best) or '-'}")
@@ -196,6 +224,11 @@ def cmd_log(args: argparse.Namespace) -> int:
     print(f"keep rate  {rate}")
     print("by status  " + (", ".join(f"{k} {v}" for k, v in s.by_status.items()) or "-"))
     print(f"trend      {s.trend}")
+    calibration = (cycles[0].get("stats") or {}) if cycles else {}
+    if calibration.get("warning"):
+        print(f"warning    {calibration['warning']}")
+    for f in journal.finals():
+        print(f"final      (after cycle {f.get('after_cycle')}) {f.get('text', '')}")
     if s.cost_usd:
         per_keep = f", ${s.cost_per_keep:.2f} per kept change" if s.cost_per_keep is not None else ""
         per_unit = (f", {_usd(s.cost_per_unit_gain)} per unit of {name} gained"

@@ -23,8 +23,12 @@ from autoloop.sentinel import remove_tree
 Record = dict[str, Any]
 
 STATUSES = ("baseline", "keep", "discard", "crash", "guard_fail", "violation", "no_change", "gen_error")
+# Filled when a cycle was judged on repeated or paired measurements (see autoloop.judge); the
+# numbers are those of the cycle record's `stats`, which holds every raw sample.
+STATS_COLUMNS = ("rule", "pairs", "effect_pct", "ci_low_pct", "ci_high_pct", "p_value",
+                 "p_confirm", "median_ratio", "noise_pct", "holdout", "samples")
 TSV_COLUMNS = ("cycle", "commit", "metric", "status", "description", "best", "delta_pct",
-               "duration_s", "cost_usd", "lesson")
+               "duration_s", "cost_usd", "lesson") + STATS_COLUMNS
 
 
 def state_dir(program_dir: Path, tag: str) -> Path:
@@ -146,15 +150,20 @@ class Journal:
 
     # ---- rendering ---------------------------------------------------------------------------
 
+    def finals(self) -> list[Record]:
+        """End-of-run re-measurements (best vs start), oldest first."""
+        return [r for r in self.records if r["t"] == "final"]
+
     def render(self, goal: str = "") -> None:
         # derived from the fsynced ledger and re-rendered on every run: no fsync needed
-        _atomic_write(self.experiments, _bytes(render_experiments(self.cycles(), self.tag, goal)),
+        _atomic_write(self.experiments, _bytes(render_experiments(self.cycles(), self.tag, goal, self.finals())),
                       durable=False, tmp_dir=self.dir)
         _atomic_write(self.results, _bytes(render_tsv(self.cycles())), durable=False, tmp_dir=self.dir)
 
     def rendered_ok(self, goal: str = "") -> bool:
         try:
-            return (self.experiments.read_bytes() == _bytes(render_experiments(self.cycles(), self.tag, goal))
+            return (self.experiments.read_bytes()
+                    == _bytes(render_experiments(self.cycles(), self.tag, goal, self.finals()))
                     and self.results.read_bytes() == _bytes(render_tsv(self.cycles())))
         except OSError:
             return False
@@ -224,18 +233,105 @@ def render_tsv(cycles: list[Record]) -> str:
             f"{c.get('duration_s', 0):.1f}",
             "" if cost is None else f"{cost:.4f}",
             _one_line(c.get("lesson", "")),
+            *stats_cells(c.get("stats")),
         ]))
     return "\n".join(rows) + "\n"
 
 
-def render_experiments(cycles: list[Record], tag: str, goal: str) -> str:
+def _num(x: Any, spec: str = ".4g") -> str:
+    return "" if x is None else format(x, spec)
+
+
+def _values(xs: Any) -> str:
+    return ",".join(fmt(x) for x in xs or [])
+
+
+def samples_text(stats: Record) -> str:
+    """Every raw value of a judged cycle, compactly: `a=...;b=...` per batch (a = incumbent or
+    start, b = candidate), `runs=...` for single-side runs; warm-up runs are prefixed `w`."""
+    parts = []
+    warm = stats.get("warmup")
+    if isinstance(warm, dict) and (warm.get("a") or warm.get("b")):
+        parts.append(f"wa={_values(warm.get('a'))};wb={_values(warm.get('b'))}")
+    elif isinstance(warm, list) and warm:
+        parts.append(f"w={_values(warm)}")
+    if "batches" in stats:
+        parts += [f"a={_values(b.get('a'))};b={_values(b.get('b'))}" for b in stats["batches"]]
+    elif "a" in stats:
+        parts.append(f"a={_values(stats.get('a'))};b={_values(stats.get('b'))}")
+    for key in ("samples", "runs"):
+        if key in stats:
+            parts.append(f"{key}={_values(stats[key])}")
+    hold = stats.get("holdout")
+    if isinstance(hold, dict) and "a" in hold:
+        parts.append(f"ha={_values(hold.get('a'))};hb={_values(hold.get('b'))}")
+    return " | ".join(parts)
+
+
+def stats_cells(stats: Record | None) -> list[str]:
+    """The STATS_COLUMNS of one cycle (all empty for a cycle judged on one measurement)."""
+    if not stats:
+        return [""] * len(STATS_COLUMNS)
+    batches = stats.get("batches") or []
+    pooled = stats.get("pooled") or {}
+    ci = pooled.get("change_ci_pct") or [None, None]
+    hold = stats.get("holdout")
+    holdout = ""
+    if isinstance(hold, dict):
+        holdout = "error" if "error" in hold else ("overfit" if hold.get("overfit") else "improved")
+    pairs = "+".join(str(b.get("n", len(b.get("a") or []))) for b in batches) if batches else (
+        str(stats["pairs"]) if stats.get("kind") == "calibration" and "pairs" in stats else "")
+    return [
+        stats.get("rule", ""),
+        pairs,
+        _num(pooled.get("change_pct"), ".3f"),
+        _num(ci[0], ".3f"),
+        _num(ci[1], ".3f"),
+        _num(batches[0].get("p")) if batches else "",
+        _num(batches[1].get("p")) if len(batches) > 1 else "",
+        _num(pooled.get("median_ratio"), ".6g"),
+        _num(stats.get("noise_pct"), ".3f"),
+        holdout,
+        samples_text(stats),
+    ]
+
+
+def render_experiments(cycles: list[Record], tag: str, goal: str, finals: list[Record] = ()) -> str:  # type: ignore[assignment]
     out = [f"# Experiments — run `autoloop/{tag}`", ""]
     if goal:
         out += [f"Goal: {goal}", ""]
     out += ["Written by autoloop from its ledger (.autoloop/%s/ledger.jsonl); edits here are overwritten." % tag, ""]
+    for f in finals:
+        # above the cycles, not a section of its own: `## Cycle N` sections stay the only ones
+        out += [f"**End-of-run check** (after cycle {f.get('after_cycle')}): {_one_line(f.get('text', ''))}", ""]
+        if f.get("a"):
+            out += [f"Samples (start, best): a={_values(f.get('a'))}; b={_values(f.get('b'))}", ""]
     for c in cycles:
         out.extend(_section(c))
     return "\n".join(out)
+
+
+def _stats_lines(stats: Record) -> Iterator[str]:
+    if stats.get("warning"):
+        yield f"**Warning:** {_one_line(stats['warning'])}"
+        yield ""
+    if stats.get("kind") == "calibration":
+        if stats.get("deterministic"):
+            yield "Calibration: the starting commit measured the same every time (deterministic verifier)."
+        else:
+            noise = stats.get("noise_pct")
+            yield ("Calibration: the starting commit measured again to see the noise"
+                   + (f": about ±{noise:.2g}% per run" if noise is not None else "") + ".")
+        yield ""
+    for lim in stats.get("limits") or []:
+        state = "ok" if lim.get("ok") else "FAILED"
+        yield (f"Limit {lim.get('metric')}: {fmt(lim.get('value'))} vs baseline {fmt(lim.get('baseline'))}"
+               f" (bound {fmt(lim.get('bound'))}): {state}")
+        yield ""
+    text = samples_text(stats)
+    if text:
+        yield f"Samples: {text}"
+        yield ""
 
 
 def _section(c: Record) -> Iterator[str]:
@@ -247,6 +343,9 @@ def _section(c: Record) -> Iterator[str]:
     yield ""
     yield f"**Lesson:** {_one_line(c.get('lesson', ''))}"
     yield ""
+    stats = c.get("stats")
+    if stats:
+        yield from _stats_lines(stats)
     if c.get("changed"):
         shown = ", ".join(c["changed"][:10]) + (" …" if len(c["changed"]) > 10 else "")
         yield f"Changed: {shown}"

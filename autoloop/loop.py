@@ -21,6 +21,7 @@ from autoloop.generators.base import GenContext, Generator, Proposal
 from autoloop.generators.registry import make_generator
 from autoloop.globs import PathRules
 from autoloop.journal import Journal, Record, fmt, pct
+from autoloop.judge import Judge, final_text
 from autoloop.memory import near_duplicate
 from autoloop.program import Program
 from autoloop.prompt import build_prompt
@@ -50,6 +51,7 @@ class RunSummary:
     best: float | None
     incumbent: str
     kept: int
+    final: dict[str, Any] | None = None     # the end-of-run re-measurement (judge.final_check)
 
 
 @dataclass
@@ -61,6 +63,7 @@ class _Outcome:
     changed: list[str] = field(default_factory=list)
     measurement: Measurement | None = None
     tree: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)   # judge's fields for the cycle record
 
 
 def protected_paths(program: Program) -> dict[str, str]:
@@ -75,6 +78,8 @@ def protected_paths(program: Program) -> dict[str, str]:
     editable = PathRules(program.allowed, program.forbidden)
     commands = [("verifier.command", program.verifier.command)]
     commands += [(f"guards[{i}]", g.command) for i, g in enumerate(program.guards)]
+    if program.holdout is not None:
+        commands.append(("holdout.command", program.holdout.command))
     for key, cmd in commands:
         try:
             words = shlex.split(cmd)
@@ -120,6 +125,7 @@ class Run:
         # Fixed per repository and tag, so a resumed run can find and kill what a killed run
         # left behind (the lock guarantees no live run of this tag owns such processes).
         self.marker = hashlib.sha256(f"{self.ws.common_dir}\0{options.tag}".encode()).hexdigest()[:32]
+        self.judge = Judge(program, self.ws, self.marker, self._check_signal)
 
     # ---- entry ---------------------------------------------------------------------------------
 
@@ -163,6 +169,7 @@ class Run:
                 rec = self.cycle(generator)
                 ran += 1
                 self._backoff(rec)
+            final = self._final_check()
         except Interrupted:
             self.journal.append({"t": "end", "reason": "interrupted", "cycles_run": ran})
             raise
@@ -170,7 +177,7 @@ class Run:
         self.journal.append({"t": "end", "reason": reason, "cycles_run": ran})
         self.opt.report("stop", {"reason": reason})
         return RunSummary(self.opt.tag, reason, ran, self.baseline, self.best, self.incumbent,
-                          sum(1 for c in self.journal.cycles() if c["status"] == "keep"))
+                          sum(1 for c in self.journal.cycles() if c["status"] == "keep"), final)
 
     # ---- attaching to the branch and the ledger ------------------------------------------------
 
@@ -257,37 +264,45 @@ class Run:
 
     def _baseline(self, incumbent: str) -> None:
         self.opt.report("phase", {"cycle": 0, "phase": "baseline"})
+        t0 = time.monotonic()
         log_dir = self._log_dir(0)
         self.journal.append({"t": "begin", "cycle": 0, "parent": incumbent})
         try:
-            tree_path = self.ws.verify_tree(0).checkout(incumbent)
-            m = measure(self.program, cwd=tree_path, env=self._env(0), log_dir=log_dir, marker=self.marker)
+            # the starting commit measured (twice at least: the noise calibration), judge.py
+            b = self.judge.baseline(incumbent, log_dir, self._env(0))
             self._check_signal()
         except BaseException as exc:
             self._abort(0, incumbent, None, "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt))
                         else f"internal error: {type(exc).__name__}: {exc}")
             raise
+        m = b.measurement
         problem = None
-        if not m.guards_ok:
+        if m is not None and not m.guards_ok:
             g = m.failed_guard
             assert g is not None
             problem = f"guard '{g.name}' fails on the starting commit: {g.detail}\n{_tail(g.log_stem)}"
-        elif m.metric is None:
-            problem = (f"the baseline could not be measured: {m.error}\n"
-                       f"verifier output (tail):\n{_tail(m.log_stem)}")
+        elif b.problem is not None or b.metric is None:
+            problem = (f"{b.problem or 'the baseline could not be measured'}\n"
+                       f"verifier output (tail):\n{_tail(m.log_stem if m else None)}")
         if problem:
             self.journal.append({"t": "abort", "cycle": 0, "reason": problem.splitlines()[0]})
             raise RunFailure(problem)
         name = self.program.verifier.label
-        rec = {"t": "cycle", "cycle": 0, "status": "baseline", "metric": m.metric, "best": m.metric,
+        metric = b.metric
+        rec = {"t": "cycle", "cycle": 0, "status": "baseline", "metric": metric, "best": metric,
                "commit": incumbent, "parent": incumbent, "hypothesis": "baseline: the starting commit, unchanged",
-               "result": f"{name} = {fmt(m.metric)} (commit {incumbent[:12]})",
-               "lesson": f"baseline: {name} = {fmt(m.metric)}", "changed": [],
-               "duration_s": round(m.duration_s, 3), "gen": {}, "gen_meta": {}, "delta_pct": None}
+               "result": f"{name} = {fmt(metric)} (commit {incumbent[:12]})",
+               "lesson": f"baseline: {name} = {fmt(metric)}", "changed": [],
+               "duration_s": round(time.monotonic() - t0, 3), "gen": {}, "gen_meta": {}, "delta_pct": None,
+               "stats": b.stats}
         self.journal.append(rec)
         self.journal.render(self.program.goal)
-        self._set_incumbent(incumbent, m.metric, m.metric)
+        self._set_incumbent(incumbent, metric, metric)
         self.opt.report("cycle", rec)
+        if b.warning:
+            self.opt.report("warning", {"cycle": 0, "message": b.warning})
+        if b.note:
+            self.opt.report("note", {"cycle": 0, "message": b.note})
 
     # ---- one cycle -----------------------------------------------------------------------------
 
@@ -332,12 +347,18 @@ class Run:
                     # is verified is exactly what would be kept (same tree hash)
                     candidate = self.ws.commit(tree, incumbent, f"autoloop candidate, cycle {n}",
                                                self.ws.identity())
-                    tree_path = self.ws.verify_tree(0).checkout(candidate)
-                    m = measure(self.program, cwd=tree_path, env=self._env(n), log_dir=log_dir,
-                                marker=self.marker)
-                    self._check_signal()
-                    # 5 decide
-                    outcome = self._decide(m, [c.path for c in _file_changes(changes)])
+                    files = [c.path for c in _file_changes(changes)]
+                    if self.judge.plain:
+                        tree_path = self.ws.verify_tree(0).checkout(candidate)
+                        m = measure(self.program, cwd=tree_path, env=self._env(n), log_dir=log_dir,
+                                    marker=self.marker)
+                        self._check_signal()
+                        # 5 decide
+                        outcome = self._decide(m, files)
+                    else:
+                        # 4+5 measured and decided together: repeats, pairs, confirmation (judge.py)
+                        outcome = self._judged(self.judge.cycle(candidate, incumbent, best_before, log_dir,
+                                                                self._env(n), self.journal.cycles()), files)
                     outcome.tree = tree
         except BaseException as exc:
             reason = "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt)) else \
@@ -374,6 +395,7 @@ class Run:
             "guards": [{"name": g.name, "ok": g.ok, "detail": g.detail}
                        for g in (outcome.measurement.guards if outcome.measurement else ())],
             "log_dir": str(log_dir),
+            **outcome.extra,
         }
         rec = self.redact.obj(rec)  # lessons quote tool output, which may quote a key
         self.journal.append(rec)
@@ -492,6 +514,34 @@ class Run:
         return _Outcome("discard", f"discarded: {verdict}", f"discard: {name} {verdict}",
                         metric=m.metric, changed=changed, measurement=m)
 
+    @staticmethod
+    def _judged(v: Any, changed: list[str]) -> _Outcome:
+        extra: dict[str, Any] = {"stats": v.stats, "delta_pct": _round(v.delta_pct)}
+        if v.feedback:
+            extra["feedback"] = v.feedback
+        if v.note:
+            extra["note"] = v.note
+        return _Outcome(v.status, v.lesson, v.result, metric=v.metric, changed=changed,
+                        measurement=v.measurement, extra=extra)
+
+    def _final_check(self) -> dict[str, Any] | None:
+        """When a run ends on a stop condition: best against the starting commit, re-measured
+        in one interleaved batch; its gain and confidence interval go to the ledger."""
+        cycles = self.journal.cycles()
+        start = next((c.get("commit") for c in cycles if c["status"] == "baseline"), None)
+        if start is None:
+            return None
+        self.opt.report("phase", {"cycle": cycles[-1]["cycle"], "phase": "final check"})
+        log_dir = self.journal.dir / "logs" / f"final-{int(time.time() * 1000)}"
+        log_dir.mkdir(parents=True)
+        rec = self.judge.final(start, self.incumbent, log_dir, self._env(0))
+        self._redact_logs(log_dir)
+        rec["text"] = final_text(rec, self.program.verifier.label)
+        rec = self.journal.append({"t": "final", "after_cycle": cycles[-1]["cycle"], **rec})
+        self.journal.render(self.program.goal)
+        self.opt.report("final", rec)
+        return rec
+
     def _commit_message(self, n: int, proposal: Proposal, outcome: _Outcome) -> str:
         name = self.program.verifier.label
         hyp = " ".join(proposal.hypothesis.split())
@@ -500,7 +550,8 @@ class Run:
             subject = subject[:99] + "…"
         return (f"{subject}\n\n{name}: {fmt(self.best)} → {fmt(outcome.metric)}"
                 f"{_pct_text(self.best, outcome.metric)}\n"
-                f"Hypothesis: {hyp}\nCycle: {n}\nRun: {self.ws.branch}\n")
+                + (f"Measured: {outcome.extra['note']}\n" if outcome.extra.get("note") else "")
+                + f"Hypothesis: {hyp}\nCycle: {n}\nRun: {self.ws.branch}\n")
 
     # ---- stopping, signals, aborts -------------------------------------------------------------
 
@@ -605,8 +656,8 @@ class Run:
         return env
 
     def _redact_logs(self, log_dir: Path) -> None:
-        for p in log_dir.iterdir():
-            if p.is_file():
+        for p in log_dir.rglob("*"):      # runs/LABEL/ of repeated and paired measurements too
+            if p.is_file() and not p.is_symlink():
                 self.redact.file(p)
 
 

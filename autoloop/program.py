@@ -36,10 +36,74 @@ class VerifierSpec:
     metric: str | None = None          # NAME read as `NAME: NUMBER` (contract §4)
     pattern: str | None = None         # or a regex whose first group is the number
     timeout: float = 600.0
+    repeats: int = 1                   # strict rule: runs per side, the median of them decides
 
     @property
     def label(self) -> str:
         return self.metric or "metric"
+
+
+@dataclass(frozen=True)
+class Amount:
+    """A threshold: `value` percent of a reference (`"1%"`), or `value` in metric units."""
+
+    value: float
+    relative: bool
+
+    def of(self, reference: float) -> float:
+        """The amount in metric units for a reference value (a percentage of its size)."""
+        return self.value / 100.0 * abs(reference) if self.relative else self.value
+
+    def __str__(self) -> str:
+        return f"{self.value:g}%" if self.relative else f"{self.value:g}"
+
+
+Rule = Literal["strict", "paired"]
+
+
+@dataclass(frozen=True)
+class AcceptSpec:
+    """How a candidate is judged (see autoloop.judge). The defaults are contract section 5:
+    one measurement, strictly better than the incumbent."""
+
+    rule: Rule = "strict"
+    min_effect: Amount = Amount(0.0, False)   # 1% when rule is paired and it is not given
+    alpha: float = 0.05                  # paired: one-sided level of the signed-rank test
+    pairs: int = 8                       # paired: incumbent/candidate pairs per batch
+    confirm: bool = False                # paired: a second batch must pass too (default true)
+    warmup: int = 0                      # runs per side measured first and discarded
+    final_pairs: int = 20                # end-of-run re-measurement of best vs start (0: none)
+
+
+@dataclass(frozen=True)
+class LimitSpec:
+    """A secondary metric from the verifier's output that must not move past a one-sided
+    limit relative to the baseline (a candidate beyond it is a guard_fail)."""
+
+    metric: str | None = None
+    pattern: str | None = None
+    max_increase: Amount | None = None
+    max_decrease: Amount | None = None
+
+    @property
+    def label(self) -> str:
+        return self.metric or f"pattern {self.pattern!r}"
+
+
+@dataclass(frozen=True)
+class HoldoutSpec:
+    """A second, held-out verifier: never shown to the generator, run only when a candidate
+    has passed (confirmation) and at the end of the run."""
+
+    command: str
+    direction: Direction
+    metric: str | None = None
+    pattern: str | None = None
+    timeout: float = 600.0
+
+    @property
+    def label(self) -> str:
+        return self.metric or "holdout"
 
 
 @dataclass(frozen=True)
@@ -91,6 +155,9 @@ class Program:
     guards: tuple[GuardSpec, ...] = ()
     generator: GeneratorSpec = field(default_factory=GeneratorSpec)
     stop: StopSpec = field(default_factory=StopSpec)
+    accept: AcceptSpec = field(default_factory=AcceptSpec)
+    limits: tuple[LimitSpec, ...] = ()
+    holdout: HoldoutSpec | None = None
     body: str = ""
     source: bytes = b""                 # the exact bytes read, to detect and undo tampering
     lines: Mapping[str, int] = field(default_factory=dict)  # dotted key -> line, for later messages
@@ -441,6 +508,41 @@ def _integer(*, at_least: int | None = None, what: str = "a whole number") -> Ch
     return check
 
 
+def _boolean(p: _Parser, node: yaml.Node, at: _At) -> bool:
+    value = p.value(node)
+    if not isinstance(value, bool):
+        p.expected(at, "true or false", value)
+    return value
+
+
+_PERCENT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*")
+
+
+def _amount(*, below_pct: float | None = None) -> Check:
+    """A threshold: a plain number >= 0 in metric units, or a percentage string like '1%'
+    (of the incumbent or the baseline, whichever the key is relative to)."""
+
+    def check(p: _Parser, node: yaml.Node, at: _At) -> Amount:
+        value = p.value(node)
+        what = "a number >= 0 (metric units) or a percentage such as '1%'"
+        if isinstance(value, str):
+            m = _PERCENT.fullmatch(value)
+            if not m:
+                p.expected(at, what, value)
+            number = float(m.group(1))
+            if below_pct is not None and not number < below_pct:
+                p.fail(at.line, f"{at.key}: {value.strip()} is too large: a percentage below "
+                                f"{below_pct:g}% is needed")
+            return Amount(number, True)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            p.expected(at, what, value)
+        if not math.isfinite(float(value)) or value < 0:
+            p.expected(at, what, value)
+        return Amount(float(value), False)
+
+    return check
+
+
 def _enum(options: Sequence[str] | Callable[[], Sequence[str]]) -> Check:
     def check(p: _Parser, node: yaml.Node, at: _At) -> str:
         choices = tuple(options() if callable(options) else options)
@@ -584,6 +686,21 @@ def _guards(p: _Parser, node: yaml.Node, at: _At) -> tuple[GuardSpec, ...]:
     return tuple(guards)
 
 
+def _limits(p: _Parser, node: yaml.Node, at: _At) -> tuple[LimitSpec, ...]:
+    """Each item is a mapping {metric | pattern, max_increase | max_decrease}."""
+    if not isinstance(node, yaml.SequenceNode):
+        p.expected(at, "a list of limits such as {metric: peak_mem_mb, max_increase: 10%}",
+                   p.value(node))
+    out = []
+    for i, item in enumerate(node.value):
+        where = at.item(i, p.line(item))
+        p.lines[where.key] = where.line
+        if not isinstance(item, yaml.MappingNode):
+            p.expected(where, "a mapping {metric, max_increase or max_decrease}", p.value(item))
+        out.append(_LIMIT(p, item, where))
+    return tuple(out)
+
+
 # ---------------------------------------------------------------------------------------------
 # Cross-key checks
 
@@ -609,6 +726,74 @@ def _build_generator(p: _Parser, values: dict[str, Any], at: _At) -> GeneratorSp
     return GeneratorSpec(**values)
 
 
+def _build_accept(p: _Parser, values: dict[str, Any], at: _At) -> AcceptSpec:
+    rule = values.get("rule", "strict")
+    if rule == "strict":
+        for key in ("alpha", "pairs", "confirm"):
+            if key in values:
+                p.fail(p.lines[f"{at.key}.{key}"],
+                       f"{at.key}.{key}: only used with {at.key}.rule: paired (the strict rule "
+                       "compares one measurement, or the median of verifier.repeats, per side)")
+    else:
+        values.setdefault("min_effect", Amount(1.0, True))
+        values.setdefault("confirm", True)
+    alpha, pairs = values.get("alpha", 0.05), values.get("pairs", 8)
+    if alpha > 0.5:
+        p.fail(p.lines[f"{at.key}.alpha"], f"{at.key}.alpha: expected a level between 0 and 0.5, "
+                                           f"e.g. 0.05, got {alpha:g}")
+    if rule == "paired" and 0.5 ** pairs > alpha:
+        need = next(n for n in range(1, 64) if 0.5 ** n <= alpha)
+        if "pairs" in values:
+            p.fail(p.lines[f"{at.key}.pairs"],
+                   f"{at.key}.pairs: {pairs} pairs can never pass alpha {alpha:g} (the smallest "
+                   f"one-sided p-value of {pairs} pairs is 1/{2 ** pairs}); use at least {need} pairs")
+        p.fail(p.lines[f"{at.key}.alpha"],
+               f"{at.key}.alpha: {alpha:g} is out of reach of the default {pairs} pairs (their "
+               f"smallest one-sided p-value is 1/{2 ** pairs}); set {at.key}.pairs to at least {need}")
+    return AcceptSpec(**values)
+
+
+def _build_limit(p: _Parser, values: dict[str, Any], at: _At) -> LimitSpec:
+    if "metric" in values and "pattern" in values:
+        line = max(p.lines[f"{at.key}.metric"], p.lines[f"{at.key}.pattern"])
+        p.fail(line, f"{at.key}: give metric or pattern, not both")
+    if "metric" not in values and "pattern" not in values:
+        p.fail(at.line, f"{at.key}: needs metric (a name in the verifier's output, e.g. "
+                        "peak_mem_mb) or pattern (a regex whose first group is the number)")
+    if "max_increase" in values and "max_decrease" in values:
+        line = max(p.lines[f"{at.key}.max_increase"], p.lines[f"{at.key}.max_decrease"])
+        p.fail(line, f"{at.key}: give max_increase or max_decrease, not both (a limit is "
+                     "one-sided; write two items for both)")
+    if "max_increase" not in values and "max_decrease" not in values:
+        p.fail(at.line, f"{at.key}: needs max_increase or max_decrease (e.g. 10% of the "
+                        "baseline, or a number in metric units)")
+    return LimitSpec(**values)
+
+
+def _build_holdout(p: _Parser, values: dict[str, Any], at: _At) -> dict[str, Any]:
+    if "metric" in values and "pattern" in values:
+        line = max(p.lines[f"{at.key}.metric"], p.lines[f"{at.key}.pattern"])
+        p.fail(line, f"{at.key}: give metric or pattern, not both")
+    if "metric" not in values and "pattern" not in values:
+        p.fail(at.line, f"{at.key}: needs metric (the metric's name) or pattern (a regex "
+                        "whose first group is the number)")
+    return values
+
+
+def _build_program(p: _Parser, values: dict[str, Any], at: _At) -> dict[str, Any]:
+    verifier: VerifierSpec = values["verifier"]
+    accept: AcceptSpec = values.get("accept", AcceptSpec())
+    if accept.rule == "paired" and verifier.repeats > 1:
+        p.fail(p.lines["verifier.repeats"],
+               "verifier.repeats: only used with accept.rule: strict (the paired rule measures "
+               "accept.pairs incumbent/candidate pairs instead)")
+    if "holdout" in values:
+        holdout = dict(values["holdout"])
+        holdout.setdefault("direction", verifier.direction)
+        values["holdout"] = HoldoutSpec(**holdout)
+    return values
+
+
 def _kwargs(p: _Parser, values: dict[str, Any], at: _At) -> dict[str, Any]:
     return values
 
@@ -632,7 +817,35 @@ _VERIFIER = _Section({
     "pattern": _Field(_regex_with_group),
     "direction": _Field(_enum(("minimize", "maximize")), required=True),
     "timeout": _Field(_SECONDS),
+    "repeats": _Field(_integer(at_least=1, what="a whole number >= 1")),
 }, _build_verifier)
+
+_ACCEPT = _Section({
+    "rule": _Field(_enum(("strict", "paired"))),
+    "min_effect": _Field(_amount(below_pct=100)),
+    "alpha": _Field(_number(above=0, what="a level between 0 and 0.5, e.g. 0.05")),
+    "pairs": _Field(_integer(at_least=1, what="a whole number >= 1")),
+    "confirm": _Field(_boolean),
+    "warmup": _Field(_integer(at_least=0, what="a whole number >= 0")),
+    "final_pairs": _Field(_integer(at_least=0, what="a whole number >= 0")),
+}, _build_accept)
+
+_METRIC_NAME = _matching(r"[A-Za-z0-9_.-]+", "a metric name of letters, digits, '_', '.', '-'")
+
+_LIMIT = _Section({
+    "metric": _Field(_METRIC_NAME),
+    "pattern": _Field(_regex_with_group),
+    "max_increase": _Field(_amount()),
+    "max_decrease": _Field(_amount()),
+}, _build_limit)
+
+_HOLDOUT = _Section({
+    "command": _Field(_COMMAND, required=True),
+    "metric": _Field(_METRIC_NAME),
+    "pattern": _Field(_regex_with_group),
+    "direction": _Field(_enum(("minimize", "maximize"))),
+    "timeout": _Field(_SECONDS),
+}, _build_holdout)
 
 _PRICE = _Section({
     "input": _Field(_number(at_least=0, what="USD per million input tokens (>= 0)"),
@@ -670,7 +883,10 @@ _PROGRAM = _Section({
     "guards": _Field(_guards),
     "generator": _Field(_GENERATOR),
     "stop": _Field(_STOP),
-}, _kwargs)
+    "accept": _Field(_ACCEPT),
+    "limits": _Field(_limits),
+    "holdout": _Field(_HOLDOUT),
+}, _build_program)
 
 
 def known_keys() -> tuple[str, ...]:
@@ -684,6 +900,8 @@ def known_keys() -> tuple[str, ...]:
                 out += walk(spec.check, f"{prefix}{name}.")
             if spec.check is _guards:
                 out += walk(_GUARD, f"{prefix}{name}[].")
+            if spec.check is _limits:
+                out += walk(_LIMIT, f"{prefix}{name}[].")
         return out
 
     return tuple(walk(_PROGRAM, ""))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from autoloop.journal import fmt
+from autoloop.judge import coarse_value
 from autoloop.memory import foreclosed
 from autoloop.program import Program
 
@@ -24,6 +25,13 @@ def build_prompt(program: Program, *, cycle: int, best: float | None, baseline: 
                  history: Sequence[Mapping[str, Any]], workdir_note: str = "") -> str:
     v = program.verifier
     name = v.label
+    # with a noisy verifier (paired rule) the generator sees numbers rounded to the noise, and
+    # kept/discarded with a coarse effect, never raw samples: it cannot chase noise
+    paired = program.accept.rule == "paired"
+
+    def shown(x: float | None) -> str:
+        return coarse_value(x, history) if paired else fmt(x)
+
     lines = [
         f"# autoloop cycle {cycle}",
         "",
@@ -43,8 +51,8 @@ def build_prompt(program: Program, *, cycle: int, best: float | None, baseline: 
         "- Start your final reply with one line `Hypothesis: <what you changed and why it should help>`.",
         "",
         "## Where the run stands",
-        f"- Baseline {name}: {fmt(baseline) or 'unknown'}",
-        f"- Best so far (the code you see): {fmt(best) or 'unknown'}",
+        f"- Baseline {name}: {shown(baseline) or 'unknown'}",
+        f"- Best so far (the code you see): {shown(best) or 'unknown'}",
     ]
     if workdir_note:
         lines.append(f"- {workdir_note}")
@@ -71,7 +79,8 @@ def _memory(done: Sequence[Mapping[str, Any]], name: str) -> list[str]:
         for h in kept[-MAX_KEPT:]:
             gain = h.get("delta_pct")
             g = f" ({gain:+.2f}%)" if isinstance(gain, (int, float)) else ""
-            out.append(f"- cycle {h['cycle']}: {_clip(h.get('hypothesis', ''), 160)} → {name} {fmt(h.get('metric'))}{g}")
+            shown = f"{name} {fmt(h.get('metric'))}{g}" if "feedback" not in h else h["feedback"]
+            out.append(f"- cycle {h['cycle']}: {_clip(h.get('hypothesis', ''), 160)} → {shown}")
     avenues = foreclosed(older, limit=MAX_FORECLOSED)
     if avenues:
         out += ["", "## Foreclosed avenues (tried before and not kept; do not repeat without a new reason)"]
@@ -80,6 +89,8 @@ def _memory(done: Sequence[Mapping[str, Any]], name: str) -> list[str]:
             out.append(f"- [{a.status}{times}, last cycle {a.cycle}] {_clip(a.hypothesis, 160)} — {_clip(a.lesson, 120)}")
     out += ["", "## Recent cycles (newest last)"]
     for h in recent:
-        out.append(f"- cycle {h['cycle']} [{h['status']}] {name}={fmt(h.get('metric')) or '-'}: "
+        # a judged cycle's lesson already carries its (coarse) effect
+        measured = f" {name}={fmt(h.get('metric')) or '-'}" if "feedback" not in h else ""
+        out.append(f"- cycle {h['cycle']} [{h['status']}]{measured}: "
                    f"{_clip(h.get('hypothesis', ''))} — lesson: {_clip(h.get('lesson', ''))}")
     return out

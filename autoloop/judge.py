@@ -1,0 +1,792 @@
+"""Measuring and judging candidates when one measurement is not enough (the honest ratchet).
+
+The loop asks three things of a Judge: measure the starting commit (cycle 0, with a noise
+calibration), judge a candidate commit against the incumbent, and re-measure the best commit
+against the starting one when a run ends. The procedures below are written against a *runner*
+— `runner(side, label, with_guards) -> Run` — so tests drive them with fake measurements; the
+Judge class binds them to real verifier processes in pristine trees (the incumbent, side A, in
+verification slot 1; the candidate, side B, in slot 0; every run a fresh process).
+
+Rules (see autoloop.stats for the statistics and their conventions):
+
+- `strict` (contract section 5): the candidate's metric (the median of `verifier.repeats` runs)
+  must be strictly better than the incumbent's stored metric, by at least `min_effect`.
+- `paired`: each batch measures `pairs` incumbent/candidate pairs in ABBA order (B A, A B,
+  B A, ...), so slow drift cancels. A batch passes when the one-sided Wilcoxon signed-rank test
+  of the per-pair gains gives p <= alpha and their Hodges–Lehmann estimate is at least
+  min_effect. With `confirm`, a second, fresh batch must pass too. A batch stops early once no
+  result of the pairs still to come could make it pass (this only saves time: it never keeps).
+
+Every raw value measured goes into the cycle's `stats` record, so everything reported can be
+recomputed from the ledger.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from autoloop import stats as st
+from autoloop.journal import fmt, pct
+from autoloop.program import LimitSpec, Program, VerifierSpec
+from autoloop.ratchet import better
+from autoloop.verify import Measurement, MetricError, measure, parse_metric
+
+
+@dataclass
+class Run:
+    """One verifier process: its value, or why there is none."""
+
+    side: str                    # "A" incumbent (or start), "B" candidate (or best)
+    label: str                   # "B1", "A3", "cB2" (confirmation), "wA1" (warm-up), "hB1" (holdout)
+    value: float | None
+    error: str | None = None     # crash, or the failed guard
+    guard_failed: bool = False
+    secondary: dict[str, float | None] = field(default_factory=dict)
+    measurement: Measurement | None = None
+
+
+Runner = Callable[[str, str, bool], Run]
+
+
+@dataclass
+class Verdict:
+    status: str                  # keep | discard | crash | guard_fail
+    metric: float | None
+    result: str                  # for experiments.md (full numbers)
+    lesson: str                  # for the generator too (coarse)
+    stats: dict[str, Any]
+    measurement: Measurement | None = None   # the candidate's first run (its guards)
+    delta_pct: float | None = None
+    feedback: str | None = None  # what the prompt shows instead of the metric
+    note: str = ""               # for the commit message
+
+
+@dataclass
+class Baseline:
+    metric: float | None
+    measurement: Measurement | None          # the first run (or the one that failed)
+    problem: str | None                       # why the starting commit cannot be used
+    stats: dict[str, Any]
+    warning: str | None = None
+    note: str | None = None
+
+
+# ---- running pairs ----------------------------------------------------------------------------
+
+
+class Session:
+    """Runs through a runner; the first candidate-side run carries the guards."""
+
+    def __init__(self, runner: Runner, guards: bool = True) -> None:
+        self.runner = runner
+        self.guards_pending = guards
+        self.first: Run | None = None
+
+    def run(self, side: str, label: str) -> Run:
+        with_guards = self.guards_pending and side == "B"
+        r = self.runner(side, label, with_guards)
+        if with_guards:
+            self.guards_pending = False
+            self.first = r
+        return r
+
+
+@dataclass
+class Pairs:
+    a: list[float] = field(default_factory=list)
+    b: list[float] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
+    failure: Run | None = None
+    stopped_early: bool = False
+
+    @property
+    def order(self) -> str:
+        return " ".join(r.label for r in self.runs)
+
+
+def order_of(i: int) -> tuple[str, str]:
+    """ABBA: pair 1 is B A, pair 2 A B, pair 3 B A, ... (a linear drift cancels every 2 pairs)."""
+    return ("B", "A") if i % 2 == 0 else ("A", "B")
+
+
+def measure_pairs(session: Session, n: int, prefix: str = "",
+                  stop: Callable[[list[float], list[float]], bool] | None = None) -> Pairs:
+    out = Pairs()
+    for i in range(n):
+        values: dict[str, float] = {}
+        for side in order_of(i):
+            r = session.run(side, f"{prefix}{side}{i + 1}")
+            out.runs.append(r)
+            if r.value is None:
+                out.failure = r
+                return out
+            values[side] = r.value
+        out.a.append(values["A"])
+        out.b.append(values["B"])
+        if stop is not None and i + 1 < n and stop(out.a, out.b):
+            out.stopped_early = True
+            break
+    return out
+
+
+def warm_up(session: Session, n: int, prefix: str = "", sides: str = "BA") -> tuple[list[Run], Run | None]:
+    runs: list[Run] = []
+    for i in range(n):
+        for side in sides:
+            r = session.run(side, f"w{prefix}{side}{i + 1}")
+            runs.append(r)
+            if r.value is None:
+                return runs, r
+    return runs, None
+
+
+def _futility(direction: str, n: int, alpha: float) -> Callable[[list[float], list[float]], bool]:
+    def stop(a: list[float], b: list[float]) -> bool:
+        return not st.reachable(st.gains(a, b, direction, st.pick_scale(a, b)), n, alpha)
+    return stop
+
+
+def _secondaries(runs: Sequence[Run]) -> dict[str, list[float | None]]:
+    out: dict[str, list[float | None]] = {}
+    for r in runs:
+        for k, v in r.secondary.items():
+            out.setdefault(k, []).append(v)
+    return out
+
+
+def _m(run: Run | None) -> Measurement | None:
+    return run.measurement if run is not None else None
+
+
+def _median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs))
+
+
+# ---- limits (guard metrics) -------------------------------------------------------------------
+
+
+def check_limits(limits: Sequence[LimitSpec], baseline: Mapping[str, float | None],
+                 runs: Sequence[Run]) -> tuple[list[dict[str, Any]], str | None]:
+    """Each limit on the median of the candidate's runs, relative to the baseline's value.
+    Returns the records and the first failure (None when all hold)."""
+    values = _secondaries(runs)
+    records, failure = [], None
+    for lim in limits:
+        name = lim.label
+        samples = values.get(name, [])
+        rec: dict[str, Any] = {"metric": name, "samples": samples, "baseline": baseline.get(name)}
+        if not samples or any(v is None for v in samples):
+            rec["ok"] = False
+            problem = f"limit {name}: not in the verifier's output"
+        else:
+            value = _median([v for v in samples if v is not None])
+            base = baseline.get(name)
+            rec["value"] = value
+            if base is None:
+                rec["ok"], problem = True, None
+                rec["note"] = "no baseline value to compare with"
+            elif lim.max_increase is not None:
+                bound = base + lim.max_increase.of(base)
+                rec.update(bound=bound, ok=value <= bound)
+                problem = None if value <= bound else (
+                    f"limit {name}: {fmt(value)} is more than {lim.max_increase} above the "
+                    f"baseline {fmt(base)} (at most {fmt(bound)})")
+            else:
+                assert lim.max_decrease is not None
+                bound = base - lim.max_decrease.of(base)
+                rec.update(bound=bound, ok=value >= bound)
+                problem = None if value >= bound else (
+                    f"limit {name}: {fmt(value)} is more than {lim.max_decrease} below the "
+                    f"baseline {fmt(base)} (at least {fmt(bound)})")
+        records.append(rec)
+        if problem and failure is None:
+            failure = problem
+    return records, failure
+
+
+def baseline_secondaries(limits: Sequence[LimitSpec], runs: Sequence[Run]) -> tuple[dict[str, float], str | None]:
+    values = _secondaries(runs)
+    out: dict[str, float] = {}
+    for lim in limits:
+        samples = values.get(lim.label, [])
+        if not samples or any(v is None for v in samples):
+            return out, f"limit {lim.label}: not in the verifier's output on the starting commit"
+        out[lim.label] = _median([v for v in samples if v is not None])
+    return out, None
+
+
+# ---- cycle 0: the baseline and the noise calibration -------------------------------------------
+
+
+def _pct_of_gain(gain: float, scale: str) -> float:
+    """A gain (positive = better) as a positive percentage of the incumbent, log scale."""
+    return (math.exp(abs(gain)) - 1.0) * 100.0 if scale == "log" else abs(gain)
+
+
+def _amount_text(gain: float, scale: str, name: str) -> str:
+    """A gain as people read it: a percentage of the incumbent, or metric units."""
+    if scale == "log":
+        return f"{_pct_of_gain(gain, scale):.2g}%"
+    return f"{fmt(float(f'{gain:.3g}'))} ({name} units)"
+
+
+def calibrate_strict(session: Session, program: Program) -> Baseline:
+    """`repeats` runs of the starting commit (at least two: a second one only to look at the
+    noise). The baseline metric is the median of the first `repeats` runs."""
+    v, acc = program.verifier, program.accept
+    warm, failure = warm_up(session, acc.warmup, sides="B")
+    runs: list[Run] = []
+    if failure is None:
+        for i in range(max(v.repeats, 2)):
+            r = session.run("B", f"B{i + 1}")
+            runs.append(r)
+            if r.value is None:
+                failure = r
+                break
+    rec: dict[str, Any] = {"kind": "calibration", "rule": "strict", "repeats": v.repeats,
+                           "warmup": [r.value for r in warm], "runs": [r.value for r in runs]}
+    first = session.first
+    if failure is not None:
+        return Baseline(None, failure.measurement, _run_problem(failure, first is failure), rec)
+    values = [r.value for r in runs if r.value is not None]
+    metric = values[0] if v.repeats == 1 else _median(values[:v.repeats])
+    secondary, problem = baseline_secondaries(program.limits, runs[:max(v.repeats, 1)])
+    rec["secondary"] = secondary
+    deterministic = len(set(values)) == 1
+    rec["deterministic"] = deterministic
+    warning = None
+    if not deterministic:
+        sd, scale = st.strict_noise(values)
+        rec.update(scale=scale, run_sd=sd)
+        rec["noise_pct"] = _pct_of_gain(sd, scale) if scale == "log" else None
+        phantom = st.strict_phantom(sd, v.repeats, 100)
+        rec["phantom_100"] = phantom
+        spread = (f"±{_pct_of_gain(sd, scale):.2g}% per run" if scale == "log"
+                  else f"±{fmt(float(f'{sd:.3g}'))} per run")
+        warning = (f"the verifier is noisy: {len(values)} runs of the starting commit gave "
+                   f"{', '.join(fmt(x) for x in values)} ({spread}). With accept.rule: strict a "
+                   "change that does nothing is kept whenever its measurement comes out luckier "
+                   "than the best so far: over 100 such changes expect several junk commits and "
+                   f"a best {v.label} that reads about {_amount_text(phantom, scale, v.label)} "
+                   "better than it is. Set accept.rule: paired (README: 'Noisy metrics').")
+        rec["warning"] = warning
+    return Baseline(metric, _m(first), problem, rec, warning=warning)
+
+
+def calibrate_paired(session: Session, program: Program) -> Baseline:
+    """An A/A batch: `pairs` pairs of the starting commit measured in both trees in ABBA order.
+    The baseline metric is the median of all its runs; the spread of the per-pair changes is the
+    noise, from which the smallest effect the configured batches detect is computed."""
+    v, acc = program.verifier, program.accept
+    warm, failure = warm_up(session, acc.warmup)
+    pairs = measure_pairs(session, acc.pairs) if failure is None else Pairs()
+    failure = failure or pairs.failure
+    rec: dict[str, Any] = {"kind": "calibration", "rule": "paired", "pairs": acc.pairs,
+                           "warmup": {"a": [r.value for r in warm if r.side == "A"],
+                                      "b": [r.value for r in warm if r.side == "B"]},
+                           "a": pairs.a, "b": pairs.b, "order": pairs.order}
+    first = session.first
+    if failure is not None:
+        return Baseline(None, failure.measurement, _run_problem(failure, first is failure), rec)
+    metric = _median(pairs.a + pairs.b)
+    secondary, problem = baseline_secondaries(program.limits, pairs.runs)
+    rec["secondary"] = secondary
+    scale = st.pick_scale(pairs.a, pairs.b)
+    sd = st.noise_sd(st.changes(pairs.a, pairs.b, scale))
+    deterministic = len(set(pairs.a + pairs.b)) == 1
+    min_gain = st.threshold(acc.min_effect.value, acc.min_effect.relative, scale, v.direction, metric)
+    detect = st.detectable_effect(sd, acc.pairs, acc.alpha, 0.0, acc.confirm)
+    rec.update(scale=scale, noise_sd=sd, deterministic=deterministic, min_gain=min_gain,
+               detectable=detect if math.isfinite(detect) else None,
+               noise_pct=(math.exp(sd / math.sqrt(2)) - 1) * 100 if scale == "log" else None,
+               step=sd / math.sqrt(acc.pairs))
+    warning = note = None
+    name = v.label
+    if deterministic:
+        note = ("the verifier looks deterministic (identical values for the same commit); "
+                "accept.rule: paired only costs time here")
+    elif detect > min_gain * 1.0000001 or not math.isfinite(detect):
+        runs = f"{acc.pairs} pairs per batch" + (" + a confirmation batch" if acc.confirm else "")
+        found = ("no effect" if not math.isfinite(detect)
+                 else f"only effects of about {_amount_text(detect, scale, name)} or more")
+        per_run = (f"±{rec['noise_pct']:.2g}% per run" if scale == "log"
+                   else f"±{fmt(float(f'{sd / math.sqrt(2):.3g}'))} per run")
+        warning = (f"with this verifier's noise ({per_run}), {runs} reliably detect {found} "
+                   f"(80% power), more than accept.min_effect {acc.min_effect}: smaller real "
+                   "gains will usually be discarded. Raise accept.pairs or make the verifier "
+                   "steadier (README: 'Noisy metrics').")
+        if math.isfinite(detect) and min_gain > 0:
+            more = math.ceil(acc.pairs * (detect / min_gain) ** 2)
+            warning = warning.replace("Raise accept.pairs", f"Raise accept.pairs (about {more})")
+    rec["warning"] = warning
+    return Baseline(metric, _m(first), problem, rec, warning=warning, note=note)
+
+
+def _run_problem(failure: Run, is_first: bool) -> str:
+    if failure.guard_failed:
+        return f"guard fails on the starting commit: {failure.error}"
+    if is_first:
+        return f"the baseline could not be measured: {failure.error}"
+    return (f"the baseline could not be measured: run {failure.label} of the starting commit "
+            f"failed ({failure.error}); the verifier is flaky")
+
+
+# ---- one cycle --------------------------------------------------------------------------------
+
+
+def _failed(session: Session, failure: Run, stats: dict[str, Any]) -> Verdict:
+    """A run without a value: the candidate's guard failed, or a run crashed."""
+    first = session.first
+    if failure.guard_failed:
+        return Verdict("guard_fail", None, f"guard_fail: {failure.error}",
+                       f"guard {failure.error}", stats, measurement=failure.measurement)
+    if failure.side == "A":
+        why = (f"the incumbent's re-measurement ({failure.label}) crashed: {failure.error}; "
+               "the verifier is flaky")
+        return Verdict("crash", None, f"crash: {why}", f"crash: {why}", stats, measurement=_m(first))
+    return Verdict("crash", None, f"crash: {failure.error}", f"crash: {failure.error}", stats,
+                   measurement=_m(first) or failure.measurement)
+
+
+def judge_strict(session: Session, program: Program, best: float,
+                 baseline_secondary: Mapping[str, float | None],
+                 holdout: Session | None = None) -> Verdict:
+    """Median of `repeats` candidate runs against the incumbent's stored metric."""
+    v, acc = program.verifier, program.accept
+    name = v.label
+    stats: dict[str, Any] = {"rule": "strict", "repeats": v.repeats, "incumbent": best,
+                             "min_effect": str(acc.min_effect)}
+    warm, failure = warm_up(session, acc.warmup, sides="B")
+    stats["warmup"] = [r.value for r in warm]
+    runs: list[Run] = []
+    if failure is None:
+        for i in range(v.repeats):
+            r = session.run("B", f"B{i + 1}")
+            runs.append(r)
+            if r.value is None:
+                failure = r
+                break
+    stats["samples"] = [r.value for r in runs if r.value is not None]
+    if failure is not None:
+        return _failed(session, failure, stats)
+    value = _median(stats["samples"])
+    stats["median"] = value
+    limits, problem = check_limits(program.limits, baseline_secondary, runs)
+    if limits:
+        stats["limits"] = limits
+    first = session.first
+    delta = pct(best, value)
+    if problem:
+        return Verdict("guard_fail", value, f"guard_fail: {problem}", problem, stats,
+                       measurement=_m(first), delta_pct=delta)
+    need = acc.min_effect.of(best)
+    gain = (best - value) if v.direction == "minimize" else (value - best)
+    stats["threshold"] = need
+    shown = f"{fmt(value)}" + (f" (median of {v.repeats})" if v.repeats > 1 else "")
+    gain_txt = f" ({delta:+.1f}%)" if delta is not None else ""
+    if better(v.direction, value, best) and gain >= need:
+        verdict = Verdict("keep", value, f"keep: {name} {fmt(best)} → {shown}{gain_txt}",
+                          f"kept: {name} {fmt(best)} → {fmt(value)}{gain_txt}", stats,
+                          measurement=_m(first), delta_pct=delta)
+        if holdout is not None:
+            _holdout_strict(holdout, program, verdict)
+        return verdict
+    if value == best:
+        why = f"{shown} ties best {fmt(best)}"
+    elif better(v.direction, value, best):
+        why = f"{shown} is better than best {fmt(best)} by less than min_effect {acc.min_effect}"
+    else:
+        why = f"{shown} is worse than best {fmt(best)}"
+    return Verdict("discard", value, f"discard: {name} {why}", f"discarded: {why}", stats,
+                   measurement=_m(first), delta_pct=delta)
+
+
+def _holdout_strict(session: Session, program: Program, verdict: Verdict) -> None:
+    h = program.holdout
+    assert h is not None
+    n = program.verifier.repeats
+    runs = []
+    for i in range(n):
+        for side in order_of(i):
+            r = session.run(side, f"h{side}{i + 1}")
+            runs.append(r)
+            if r.value is None:
+                verdict.stats["holdout"] = {"error": f"{r.label}: {r.error}"}
+                verdict.result += f"; holdout could not be measured ({r.error})"
+                return
+    a = [r.value for r in runs if r.side == "A" and r.value is not None]
+    b = [r.value for r in runs if r.side == "B" and r.value is not None]
+    improved = better(h.direction, _median(b), _median(a))
+    verdict.stats["holdout"] = {"a": a, "b": b, "improved": improved, "overfit": not improved}
+    if improved:
+        verdict.result += f"; holdout {h.label} {fmt(_median(a))} → {fmt(_median(b))}"
+    else:
+        verdict.result += (f"; holdout {h.label} did not improve ({fmt(_median(a))} → "
+                           f"{fmt(_median(b))}): possible overfitting to the verifier")
+
+
+def _ci_text(c: st.Comparison, name: str) -> str:
+    """`score -2.3% (95% CI -3.1% … -1.5%)` (or in metric units on the difference scale)."""
+    level = f"{c.ci.level * 100:.0f}% CI" if c.n > 1 else "one pair, no CI"
+    if c.change_pct is not None and c.change_ci_pct is not None:
+        lo, hi = c.change_ci_pct
+        body = f"{c.change_pct:+.2f}%"
+        ci = f"{lo:+.2f}% … {hi:+.2f}%"
+    else:
+        lo, hi = c.change_ci
+        body = f"{c.change:+.4g}"
+        ci = f"{lo:+.4g} … {hi:+.4g}"
+    if c.n == 1:
+        return f"{name} {body} ({level})"
+    return f"{name} {body} ({level} {ci})"
+
+
+def _batch_record(name: str, pairs: Pairs, c: st.Comparison | None, min_gain: float | None,
+                  passed: bool, n: int) -> dict[str, Any]:
+    rec: dict[str, Any] = {"name": name, "a": pairs.a, "b": pairs.b, "order": pairs.order,
+                           "planned": n, "stopped_early": pairs.stopped_early, "passed": passed}
+    if c is not None:
+        rec.update(c.as_record())
+    if min_gain is not None:
+        rec["threshold"] = min_gain
+    return rec
+
+
+def _step_pct(noise_step: float | None, scale: str, reference: float) -> float | None:
+    """The noise of one batch's effect as a percentage (for coarse feedback)."""
+    if noise_step is None or noise_step <= 0:
+        return None
+    if scale == "log":
+        return (math.exp(noise_step) - 1.0) * 100.0
+    return noise_step / abs(reference) * 100.0 if reference else None
+
+
+def judge_paired(session: Session, program: Program,
+                 baseline_secondary: Mapping[str, float | None],
+                 noise_step: float | None = None, noise_scale: str | None = None,
+                 holdout: Session | None = None) -> Verdict:
+    v, acc = program.verifier, program.accept
+    name, direction = v.label, v.direction
+    stats: dict[str, Any] = {"rule": "paired", "alpha": acc.alpha, "pairs": acc.pairs,
+                             "confirm": acc.confirm, "min_effect": str(acc.min_effect),
+                             "direction": direction, "batches": []}
+    warm, failure = warm_up(session, acc.warmup)
+    stats["warmup"] = {"a": [r.value for r in warm if r.side == "A"],
+                       "b": [r.value for r in warm if r.side == "B"]}
+    if failure is not None:
+        return _failed(session, failure, stats)
+    stop = _futility(direction, acc.pairs, acc.alpha)
+    batches: list[tuple[Pairs, st.Comparison, float, bool]] = []
+
+    def run_batch(label: str, prefix: str) -> Verdict | None:
+        pairs = measure_pairs(session, acc.pairs, prefix, stop)
+        if pairs.failure is not None:
+            stats["batches"].append(_batch_record(label, pairs, None, None, False, acc.pairs))
+            return _failed(session, pairs.failure, stats)
+        c = st.compare(pairs.a, pairs.b, direction)
+        min_gain = st.threshold(acc.min_effect.value, acc.min_effect.relative, c.scale,
+                                direction, c.median_a)
+        ok = not pairs.stopped_early and st.passes(c, acc.alpha, min_gain)
+        stats["batches"].append(_batch_record(label, pairs, c, min_gain, ok, acc.pairs))
+        batches.append((pairs, c, min_gain, ok))
+        return None
+
+    early = run_batch("batch", "")
+    if early is not None:
+        return early
+    limits, problem = check_limits(program.limits, baseline_secondary,
+                                   [r for r in batches[0][0].runs if r.side == "B"])
+    if limits:
+        stats["limits"] = limits
+    if batches[0][3] and acc.confirm and not problem:
+        early = run_batch("confirm", "c")
+        if early is not None:
+            return early
+
+    a = [x for p, *_ in batches for x in p.a]
+    b = [x for p, *_ in batches for x in p.b]
+    pooled = st.compare(a, b, direction)
+    stats["pooled"] = pooled.as_record()
+    metric = _median(b)
+    step = _step_pct(noise_step if noise_scale in (None, pooled.scale) else None,
+                     pooled.scale, pooled.median_a)
+    if step is None and pooled.n > 1:          # no calibration to lean on: this cycle's own noise
+        g = st.gains(a, b, direction, pooled.scale)
+        step = _step_pct(st.noise_sd(g) / math.sqrt(acc.pairs), pooled.scale, pooled.median_a)
+    stats["step_pct"] = step
+    improvement = None if pooled.change_pct is None else -pooled.change_pct if direction == "minimize" \
+        else pooled.change_pct
+    feedback = f"improvement {st.coarse_pct(improvement, step)}"
+    stats["feedback"] = feedback
+    first = session.first
+    ci = _ci_text(pooled, name)
+    ps = ", ".join(f"{'confirm ' if i else ''}p={c.p:.3g}" for i, (_, c, _, _) in enumerate(batches))
+    sizes = "+".join(str(c.n) for _, c, _, _ in batches)
+    ratio = f", median ratio {pooled.median_ratio:.4g}" if pooled.median_ratio is not None else ""
+    numbers = f"{ci}, {ps}{ratio} ({sizes} pairs)"
+    base = dict(stats=stats, measurement=_m(first), delta_pct=pooled.change_pct, feedback=feedback)
+
+    if problem:
+        return Verdict("guard_fail", metric, f"guard_fail: {problem}; {numbers}", problem, **base)
+    p1, c1, g1, ok1 = batches[0]
+    if not ok1:
+        if p1.stopped_early:
+            why = (f"stopped after {c1.n} of {acc.pairs} pairs: p={acc.alpha:g} was out of reach")
+            lesson = f"discarded: no improvement beyond the noise; {feedback}"
+        elif c1.p > acc.alpha:
+            why = f"p={c1.p:.3g} > alpha {acc.alpha:g}"
+            lesson = f"discarded: no improvement beyond the noise; {feedback}"
+        else:
+            why = f"significant, but the effect is below min_effect {acc.min_effect}"
+            lesson = f"discarded: {feedback}, below min_effect {acc.min_effect}"
+        return Verdict("discard", metric, f"discard: {numbers}; {why}", lesson, **base)
+    if acc.confirm:
+        p2, c2, g2, ok2 = batches[1]
+        if not ok2:
+            why = ("the confirmation batch stopped early" if p2.stopped_early else
+                   f"the confirmation batch did not pass (p={c2.p:.3g})")
+            return Verdict("discard", metric, f"discard: {numbers}; first batch passed, {why}",
+                           f"discarded: looked better at first, not confirmed; {feedback}", **base)
+    confirmed = ", confirmed" if acc.confirm else ""
+    verdict = Verdict("keep", metric, f"keep: {numbers}", f"kept: {feedback}{confirmed}",
+                      note=f"{numbers}", **base)
+    if holdout is not None:
+        _holdout_paired(holdout, program, verdict)
+    return verdict
+
+
+def holdout_batch(session: Session, program: Program, n: int, prefix: str = "h") -> dict[str, Any]:
+    """The held-out verifier on `n` pairs; improved = its one-sided test passes alpha."""
+    h = program.holdout
+    assert h is not None
+    pairs = measure_pairs(session, n, prefix)
+    if pairs.failure is not None:
+        return {"error": f"{pairs.failure.label}: {pairs.failure.error}", "a": pairs.a, "b": pairs.b}
+    c = st.compare(pairs.a, pairs.b, h.direction)
+    improved = c.p <= program.accept.alpha and c.effect > 0
+    return {"a": pairs.a, "b": pairs.b, "order": pairs.order, **c.as_record(),
+            "direction": h.direction, "improved": improved}
+
+
+def _holdout_paired(session: Session, program: Program, verdict: Verdict) -> None:
+    h = program.holdout
+    assert h is not None
+    rec = holdout_batch(session, program, program.accept.pairs)
+    if "error" in rec:
+        rec["overfit"] = None
+        verdict.result += f"; holdout could not be measured ({rec['error']})"
+    else:
+        rec["overfit"] = not rec["improved"]
+        c = _comparison_text(rec, h.label)
+        verdict.result += (f"; holdout {c}" if rec["improved"] else
+                           f"; holdout {c} did not improve: possible overfitting to the verifier")
+    verdict.stats["holdout"] = rec
+
+
+def _comparison_text(rec: Mapping[str, Any], name: str) -> str:
+    c = st.compare(rec["a"], rec["b"], rec["direction"]) if rec.get("a") else None
+    return f"{_ci_text(c, name)}, p={c.p:.3g}" if c is not None else name
+
+
+# ---- the end of a run ---------------------------------------------------------------------------
+
+
+def final_check(session: Session, program: Program, holdout: Session | None = None) -> dict[str, Any]:
+    """Best (B) against the starting commit (A), `final_pairs` pairs in ABBA order; two pairs
+    suffice when both sides give the same value every time (a deterministic verifier)."""
+    v, acc = program.verifier, program.accept
+    n = acc.final_pairs
+
+    def constant(a: list[float], b: list[float]) -> bool:
+        return len(a) == 2 and len(set(a)) == 1 and len(set(b)) == 1
+
+    pairs = measure_pairs(session, n, "f", constant)
+    rec: dict[str, Any] = {"pairs": len(pairs.a), "planned": n, "a": pairs.a, "b": pairs.b,
+                           "order": pairs.order, "direction": v.direction,
+                           "deterministic": pairs.stopped_early}
+    if pairs.failure is not None:
+        rec["error"] = f"{pairs.failure.label}: {pairs.failure.error}"
+        return rec
+    c = st.compare(pairs.a, pairs.b, v.direction)
+    rec.update(c.as_record())
+    rec["improved"] = c.effect > 0 and (pairs.stopped_early or c.p <= acc.alpha)
+    if holdout is not None and program.holdout is not None:
+        hold = holdout_batch(holdout, program, n, "fh")
+        rec["holdout"] = hold
+        if "error" not in hold:
+            rec["overfit"] = bool(rec["improved"] and not hold["improved"])
+    return rec
+
+
+def final_text(rec: Mapping[str, Any], name: str) -> str:
+    """One line about an end-of-run record: gain with its CI (or why there is none)."""
+    if rec.get("skipped"):
+        return f"re-measured: {rec['skipped']}"
+    if rec.get("error"):
+        return f"re-measure of best vs start failed: {rec['error']}"
+    c = st.compare(rec["a"], rec["b"], rec["direction"])
+    if rec.get("deterministic"):
+        body = f"{_ci_text(c, name).split(' (')[0]} (deterministic: {c.n} identical pairs)"
+    else:
+        body = f"{_ci_text(c, name)}, p={c.p:.3g}, {c.n} pairs"
+    text = f"re-measured best vs start: {body}"
+    hold = rec.get("holdout")
+    if hold and "error" not in hold:
+        text += f"; holdout {_comparison_text(hold, 'holdout')}"
+        if rec.get("overfit"):
+            text += " — the holdout did not improve: possible overfitting"
+    return text
+
+
+# ---- the prompt's view ----------------------------------------------------------------------
+
+
+def noise_step(history: Sequence[Mapping[str, Any]]) -> tuple[float | None, str | None]:
+    """(noise of one batch's effect, its scale) from the run's calibration, if it has one."""
+    for c in history:
+        s = c.get("stats") or {}
+        if c.get("status") == "baseline" and s.get("kind") == "calibration" and "step" in s:
+            return s.get("step"), s.get("scale")
+    return None, None
+
+
+def coarse_value(x: float | None, history: Sequence[Mapping[str, Any]]) -> str:
+    """A metric for the generator, rounded to what the noise lets one know (exact when the run
+    has no calibrated noise)."""
+    if x is None:
+        return ""
+    step, scale = noise_step(history)
+    if not step or scale != "log" or x == 0:
+        return fmt(x)
+    size = abs(x) * (math.exp(step) - 1.0)
+    digits = max(0, -round(math.log10(size))) if size > 0 else 6
+    return f"≈{round(x, digits):.{digits}f}"
+
+
+# ---- binding to real processes ----------------------------------------------------------------
+
+
+class TreeRunner:
+    """Runs the verifier (or the holdout) as a fresh process in a prepared tree per side;
+    each run logs to log_dir/runs/LABEL/."""
+
+    def __init__(self, program: Program, paths: Mapping[str, Path], *, env: Mapping[str, str],
+                 log_dir: Path, marker: str, check_signal: Callable[[], None],
+                 spec: VerifierSpec | None = None, first_log_dir: Path | None = None) -> None:
+        self.program = program if spec is None else dataclasses.replace(program, verifier=spec, guards=())
+        self.paths = paths
+        self.env = env
+        self.log_dir = log_dir
+        self.marker = marker
+        self.check_signal = check_signal
+        self.first_log_dir = first_log_dir
+        self.limits = program.limits if spec is None else ()
+
+    def __call__(self, side: str, label: str, with_guards: bool) -> Run:
+        if self.first_log_dir is not None:
+            d, self.first_log_dir = self.first_log_dir, None
+        else:
+            d = self.log_dir / "runs" / label
+            d.mkdir(parents=True, exist_ok=True)
+        m = measure(self.program, cwd=self.paths[side], env=self.env, log_dir=d,
+                    marker=self.marker, with_guards=with_guards)
+        self.check_signal()
+        if not m.guards_ok:
+            g = m.failed_guard
+            assert g is not None
+            return Run(side, label, None, f"'{g.name}' failed: {g.detail}", True, measurement=m)
+        secondary: dict[str, float | None] = {}
+        if m.metric is not None and m.log_stem is not None:
+            out = m.log_stem.with_name(m.log_stem.name + ".out")
+            for lim in self.limits:
+                spec = VerifierSpec(command="", direction="minimize", metric=lim.metric,
+                                    pattern=lim.pattern)
+                try:
+                    secondary[lim.label] = parse_metric(out, spec)
+                except (MetricError, OSError):
+                    secondary[lim.label] = None
+        return Run(side, label, m.metric, m.error, False, secondary, m)
+
+
+def holdout_spec(program: Program) -> VerifierSpec | None:
+    h = program.holdout
+    if h is None:
+        return None
+    return VerifierSpec(command=h.command, direction=h.direction, metric=h.metric,
+                        pattern=h.pattern, timeout=h.timeout)
+
+
+class Judge:
+    """The loop's view: baseline, cycle and end-of-run measurements on real trees."""
+
+    def __init__(self, program: Program, ws: Any, marker: str,
+                 check_signal: Callable[[], None]) -> None:
+        self.program = program
+        self.ws = ws
+        self.marker = marker
+        self.check_signal = check_signal
+
+    @property
+    def plain(self) -> bool:
+        """Contract section 5 exactly: one run of the candidate against the stored incumbent."""
+        p = self.program
+        a = p.accept
+        return (a.rule == "strict" and p.verifier.repeats == 1 and a.min_effect.value == 0
+                and a.warmup == 0 and not p.limits and p.holdout is None)
+
+    def _runners(self, a: str, b: str, env: Mapping[str, str], log_dir: Path,
+                 first_log_dir: Path | None = None, need_a: bool = True) -> tuple[TreeRunner, TreeRunner | None]:
+        paths = {"B": self.ws.verify_tree(0).checkout(b)}
+        if need_a:
+            paths["A"] = self.ws.verify_tree(1).checkout(a)
+        main = TreeRunner(self.program, paths, env=env, log_dir=log_dir, marker=self.marker,
+                          check_signal=self.check_signal, first_log_dir=first_log_dir)
+        spec = holdout_spec(self.program)
+        hold = None if spec is None else TreeRunner(
+            self.program, paths, env=env, log_dir=log_dir, marker=self.marker,
+            check_signal=self.check_signal, spec=spec)
+        return main, hold
+
+    def baseline(self, commit: str, log_dir: Path, env: Mapping[str, str]) -> Baseline:
+        paired = self.program.accept.rule == "paired"
+        # the first run logs where a single-run baseline always has (log_dir/verifier.*)
+        main, _ = self._runners(commit, commit, env, log_dir, first_log_dir=log_dir, need_a=paired)
+        session = Session(main)
+        return calibrate_paired(session, self.program) if paired else calibrate_strict(session, self.program)
+
+    def cycle(self, candidate: str, incumbent: str, best: float, log_dir: Path,
+              env: Mapping[str, str], history: Sequence[Mapping[str, Any]]) -> Verdict:
+        paired = self.program.accept.rule == "paired"
+        need_a = paired or self.program.holdout is not None
+        main, hold = self._runners(incumbent, candidate, env, log_dir, need_a=need_a)
+        session = Session(main)
+        holdout = Session(hold, guards=False) if hold is not None else None
+        secondary = _baseline_secondary(history)
+        if paired:
+            step, scale = noise_step(history)
+            return judge_paired(session, self.program, secondary, step, scale, holdout)
+        return judge_strict(session, self.program, best, secondary, holdout)
+
+    def final(self, start: str, best: str, log_dir: Path, env: Mapping[str, str]) -> dict[str, Any]:
+        rec: dict[str, Any] = {"start": start, "best": best}
+        if self.program.accept.final_pairs == 0:
+            return {**rec, "skipped": "accept.final_pairs is 0"}
+        if self.ws.tree_of(start) == self.ws.tree_of(best):
+            return {**rec, "skipped": "nothing was kept: the best is the starting code",
+                    "change_pct": 0.0}
+        main, hold = self._runners(start, best, env, log_dir)
+        rec.update(final_check(Session(main, guards=False), self.program,
+                               Session(hold, guards=False) if hold is not None else None))
+        return rec
+
+
+def _baseline_secondary(history: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    for c in history:
+        if c.get("status") == "baseline":
+            return dict((c.get("stats") or {}).get("secondary") or {})
+    return {}

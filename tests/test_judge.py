@@ -1,0 +1,543 @@
+"""autoloop.judge with fake measurements: ABBA order, the strict and paired rules, confirmation,
+calibration, guard metrics, the holdout, and the end-of-run check."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Callable
+
+import pytest
+
+from autoloop import judge as jd
+from autoloop import stats as st
+from autoloop.judge import Run, Session
+from tests.test_program import parse, prog
+
+
+def program(extra: str = ""):
+    return parse(prog(extra))
+
+
+PAIRED = "accept:\n  rule: paired\n  pairs: 6\n"   # (the default is 8; 6 keeps tests short)
+
+
+class Fake:
+    """A runner: value(side, k) gives the k-th (0-based) value measured on a side (a float, or
+    None for a crash); `secondary(side, k)` the guard metrics; calls are recorded."""
+
+    def __init__(self, value: Callable[[str, int], float | None],
+                 secondary: Callable[[str, int], dict] | None = None,
+                 guard_fail: bool = False) -> None:
+        self.value = value
+        self.secondary = secondary or (lambda side, k: {})
+        self.guard_fail = guard_fail
+        self.calls: list[tuple[str, str, bool]] = []
+        self.count = {"A": 0, "B": 0}
+
+    def __call__(self, side: str, label: str, guards: bool) -> Run:
+        self.calls.append((side, label, guards))
+        if guards and self.guard_fail:
+            return Run(side, label, None, "'pytest' failed: exit 1", True)
+        k = self.count[side]
+        self.count[side] += 1
+        v = self.value(side, k)
+        if v is None:
+            return Run(side, label, None, "exit 1: boom")
+        return Run(side, label, v, None, False, self.secondary(side, k))
+
+    @property
+    def labels(self) -> list[str]:
+        return [c[1] for c in self.calls]
+
+
+def const(a: float, b: float) -> Callable[[str, int], float]:
+    return lambda side, k: a if side == "A" else b
+
+
+def noisy(a: float, b: float, cv: float, seed: int = 0) -> Callable[[str, int], float]:
+    rng = random.Random(seed)
+    return lambda side, k: (a if side == "A" else b) * (1 + cv * rng.gauss(0, 1))
+
+
+def session(fake: Fake) -> Session:
+    return Session(fake)
+
+
+# ---- running pairs --------------------------------------------------------------------------
+
+
+def test_pairs_are_measured_in_abba_order() -> None:
+    fake = Fake(const(1, 1))
+    jd.measure_pairs(session(fake), 4)
+    assert fake.labels == ["B1", "A1", "A2", "B2", "B3", "A3", "A4", "B4"]
+
+
+def test_only_the_first_candidate_run_carries_the_guards() -> None:
+    fake = Fake(const(1, 1))
+    jd.measure_pairs(session(fake), 3)
+    assert [c for c in fake.calls if c[2]] == [("B", "B1", True)]
+
+
+def test_pairs_collect_incumbent_and_candidate_values() -> None:
+    fake = Fake(lambda side, k: (10 + k) if side == "A" else (20 + k))
+    p = jd.measure_pairs(session(fake), 3)
+    assert (p.a, p.b) == ([10, 11, 12], [20, 21, 22])
+
+
+def test_a_failed_run_stops_the_pairs_at_once() -> None:
+    fake = Fake(lambda side, k: None if (side, k) == ("A", 1) else 1.0)
+    p = jd.measure_pairs(session(fake), 6)
+    assert p.failure is not None and p.failure.label == "A2" and len(fake.calls) == 3
+
+
+def test_stop_predicate_ends_the_batch_early() -> None:
+    fake = Fake(const(1, 2))
+    p = jd.measure_pairs(session(fake), 6, stop=lambda a, b: len(a) == 2)
+    assert p.stopped_early and len(p.a) == 2 and len(fake.calls) == 4
+
+
+def test_warm_up_labels_and_sides() -> None:
+    fake = Fake(const(1, 1))
+    runs, failure = jd.warm_up(session(fake), 2)
+    assert failure is None and [r.label for r in runs] == ["wB1", "wA1", "wB2", "wA2"]
+
+
+# ---- the paired rule --------------------------------------------------------------------------
+
+
+def test_paired_keeps_a_clear_improvement_after_confirmation() -> None:
+    fake = Fake(const(1.0, 0.97))
+    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    assert v.status == "keep"
+    assert [b["name"] for b in v.stats["batches"]] == ["batch", "confirm"]
+    assert all(b["p"] == pytest.approx(1 / 64) for b in v.stats["batches"])
+    assert v.delta_pct == pytest.approx(-3.0)
+    assert len(fake.calls) == 24
+
+
+def test_paired_default_is_eight_pairs_per_batch() -> None:
+    fake = Fake(const(1.0, 0.97))
+    v = jd.judge_paired(session(fake), program("accept:\n  rule: paired\n"), {})
+    assert v.status == "keep" and [len(b["a"]) for b in v.stats["batches"]] == [8, 8]
+    assert v.stats["batches"][0]["p"] == pytest.approx(1 / 256)
+
+
+def test_paired_metric_is_the_candidates_median() -> None:
+    fake = Fake(lambda side, k: 1.0 if side == "A" else 0.9 + k / 100)
+    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    assert v.metric == pytest.approx(st.compare([1.0] * 12, [0.9 + k / 100 for k in range(12)],
+                                                 "minimize").median_b)
+
+
+def test_paired_lesson_is_coarse() -> None:
+    fake = Fake(noisy(1.0, 0.95, 0.002, seed=3))
+    v = jd.judge_paired(session(fake), program(PAIRED), {}, noise_step=0.01, noise_scale="log")
+    assert v.status == "keep"
+    assert "≈+5%" in v.lesson and "noise ±1%" in v.lesson
+    assert v.feedback is not None and v.feedback in v.lesson
+    # no raw sample leaks into what the generator is told
+    for x in v.stats["batches"][0]["b"]:
+        assert f"{x:.4g}" not in v.lesson
+
+
+def test_paired_stops_a_no_op_early() -> None:
+    fake = Fake(lambda side, k: 1.0 + (0.01 if side == "B" else 0.0))   # candidate worse
+    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    assert v.status == "discard"
+    assert v.stats["batches"][0]["stopped_early"] and len(fake.calls) < 12
+    assert "out of reach" in v.result
+
+
+def test_paired_discards_a_significant_effect_below_min_effect() -> None:
+    fake = Fake(const(1.0, 0.995))            # -0.5%, every pair: p = 1/64
+    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    assert v.status == "discard" and "below min_effect 1%" in v.lesson
+    assert len(v.stats["batches"]) == 1
+
+
+def test_paired_min_effect_zero_keeps_it() -> None:
+    fake = Fake(const(1.0, 0.995))
+    v = jd.judge_paired(session(fake), program(PAIRED + "  min_effect: 0\n"), {})
+    assert v.status == "keep"
+
+
+def test_paired_min_effect_in_metric_units() -> None:
+    v = jd.judge_paired(session(Fake(const(10.0, 9.8))), program(PAIRED + "  min_effect: 0.3\n"), {})
+    assert v.status == "discard"
+    v = jd.judge_paired(session(Fake(const(10.0, 9.6))), program(PAIRED + "  min_effect: 0.3\n"), {})
+    assert v.status == "keep"
+
+
+def test_paired_confirmation_must_pass_too() -> None:
+    # the candidate looks better in the first batch only (a lucky streak)
+    fake = Fake(lambda side, k: 1.0 if side == "A" else (0.95 if k < 6 else 1.01))
+    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    assert v.status == "discard" and "not confirmed" in v.lesson
+    assert v.stats["batches"][0]["passed"] and not v.stats["batches"][1]["passed"]
+
+
+def test_paired_without_confirm_runs_one_batch() -> None:
+    fake = Fake(const(1.0, 0.95))
+    v = jd.judge_paired(session(fake), program(PAIRED + "  confirm: false\n"), {})
+    assert v.status == "keep" and len(v.stats["batches"]) == 1 and len(fake.calls) == 12
+
+
+def maximizing(extra: str = ""):
+    return parse(prog(extra).replace("direction: minimize", "direction: maximize"))
+
+
+def test_paired_maximize() -> None:
+    v = jd.judge_paired(session(Fake(const(0.80, 0.85))), maximizing(PAIRED), {})
+    assert v.status == "keep" and v.delta_pct == pytest.approx(6.25)
+
+
+def test_paired_maximize_worse_is_discarded() -> None:
+    v = jd.judge_paired(session(Fake(const(0.85, 0.80))), maximizing(PAIRED), {})
+    assert v.status == "discard"
+
+
+def test_paired_difference_scale_when_values_cross_zero() -> None:
+    fake = Fake(lambda side, k: -1.0 if side == "A" else -1.5)
+    v = jd.judge_paired(session(fake), program(PAIRED + "  min_effect: 0.1\n"), {})
+    assert v.status == "keep" and v.stats["pooled"]["scale"] == "diff"
+    assert v.stats["pooled"]["change"] == pytest.approx(-0.5)
+
+
+def test_paired_candidate_crash() -> None:
+    fake = Fake(lambda side, k: None if side == "B" and k == 2 else (1.0 if side == "A" else 0.9))
+    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    assert v.status == "crash" and "boom" in v.lesson and fake.labels[-1] == "B3"
+
+
+def test_paired_incumbent_crash_says_so() -> None:
+    fake = Fake(lambda side, k: None if side == "A" else 1.0)
+    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    assert v.status == "crash" and "incumbent's re-measurement" in v.lesson
+
+
+def test_paired_guard_failure_runs_nothing_else() -> None:
+    fake = Fake(const(1.0, 0.9), guard_fail=True)
+    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    assert v.status == "guard_fail" and len(fake.calls) == 1 and "pytest" in v.lesson
+
+
+def test_paired_warmup_runs_are_recorded_and_not_counted() -> None:
+    fake = Fake(lambda side, k: 50.0 if k == 0 else (1.0 if side == "A" else 0.97))
+    v = jd.judge_paired(session(fake), program(PAIRED + "  warmup: 1\n"), {})
+    assert v.status == "keep"
+    assert v.stats["warmup"] == {"a": [50.0], "b": [50.0]}
+    assert 50.0 not in v.stats["batches"][0]["a"] + v.stats["batches"][0]["b"]
+    assert fake.labels[:2] == ["wB1", "wA1"] and fake.calls[0][2]      # guards on the first run
+
+
+def test_paired_stats_reproduce_from_the_raw_samples() -> None:
+    fake = Fake(noisy(1.0, 0.96, 0.01, seed=11))
+    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    for b in v.stats["batches"]:
+        c = st.compare(b["a"], b["b"], "minimize")
+        assert (b["p"], b["effect"], b["ci"]) == (c.p, c.effect, [c.ci.low, c.ci.high])
+    a = [x for b in v.stats["batches"] for x in b["a"]]
+    b_ = [x for b in v.stats["batches"] for x in b["b"]]
+    assert v.stats["pooled"] == st.compare(a, b_, "minimize").as_record()
+
+
+# ---- guard metrics (limits) ---------------------------------------------------------------------
+
+
+LIMIT = "limits:\n  - {metric: mem, max_increase: 10%}\n"
+
+
+def test_limit_within_bound_keeps() -> None:
+    fake = Fake(const(1.0, 0.95), secondary=lambda side, k: {"mem": 105.0})
+    v = jd.judge_paired(session(fake), program(PAIRED + LIMIT), {"mem": 100.0})
+    assert v.status == "keep" and v.stats["limits"][0]["ok"]
+
+
+def test_limit_exceeded_is_a_guard_fail() -> None:
+    fake = Fake(const(1.0, 0.95), secondary=lambda side, k: {"mem": 100.0 if side == "A" else 111.0})
+    v = jd.judge_paired(session(fake), program(PAIRED + LIMIT), {"mem": 100.0})
+    assert v.status == "guard_fail" and "limit mem: 111 is more than 10% above the baseline 100" in v.lesson
+    assert len(v.stats["batches"]) == 1      # no confirmation for a candidate that cannot be kept
+
+
+def test_limit_only_looks_at_candidate_runs() -> None:
+    fake = Fake(const(1.0, 0.95), secondary=lambda side, k: {"mem": 500.0 if side == "A" else 100.0})
+    v = jd.judge_paired(session(fake), program(PAIRED + LIMIT), {"mem": 100.0})
+    assert v.status == "keep"
+
+
+def test_limit_missing_from_output_is_a_guard_fail() -> None:
+    fake = Fake(const(1.0, 0.95), secondary=lambda side, k: {"mem": None})
+    v = jd.judge_paired(session(fake), program(PAIRED + LIMIT), {"mem": 100.0})
+    assert v.status == "guard_fail" and "not in the verifier's output" in v.lesson
+
+
+@pytest.mark.parametrize("spec, value, ok", [
+    ("{metric: mem, max_increase: 10%}", 110.0, True),
+    ("{metric: mem, max_increase: 10%}", 110.5, False),
+    ("{metric: mem, max_increase: 5}", 105.0, True),
+    ("{metric: mem, max_increase: 5}", 105.1, False),
+    ("{metric: mem, max_decrease: 10%}", 90.0, True),
+    ("{metric: mem, max_decrease: 10%}", 89.0, False),
+    ("{metric: mem, max_decrease: 0}", 100.0, True),
+    ("{metric: mem, max_decrease: 0}", 99.9, False),
+])
+def test_check_limits_bounds(spec: str, value: float, ok: bool) -> None:
+    p = program(f"limits:\n  - {spec}\n")
+    runs = [Run("B", "B1", 1.0, secondary={"mem": value})]
+    records, failure = jd.check_limits(p.limits, {"mem": 100.0}, runs)
+    assert records[0]["ok"] is ok and (failure is None) is ok
+
+
+def test_check_limits_uses_the_median() -> None:
+    p = program(LIMIT)
+    runs = [Run("B", f"B{i}", 1.0, secondary={"mem": m}) for i, m in enumerate((200.0, 101.0, 99.0))]
+    records, failure = jd.check_limits(p.limits, {"mem": 100.0}, runs)
+    assert failure is None and records[0]["value"] == 101.0
+
+
+def test_check_limits_without_baseline_value_passes_with_a_note() -> None:
+    records, failure = jd.check_limits(program(LIMIT).limits, {}, [Run("B", "B1", 1.0, secondary={"mem": 9e9})])
+    assert failure is None and "no baseline value" in records[0]["note"]
+
+
+# ---- the strict rule with repeats ------------------------------------------------------------------
+
+
+def test_strict_median_of_repeats_decides() -> None:
+    values = iter([0.90, 1.20, 0.95])          # median 0.95 < 1.0
+    v = jd.judge_strict(session(Fake(lambda s, k: next(values))), program("  repeats: 3"), 1.0, {})
+    assert v.status == "keep" and v.metric == 0.95 and v.stats["samples"] == [0.90, 1.20, 0.95]
+
+
+def test_strict_median_worse_is_discarded() -> None:
+    values = iter([0.90, 1.20, 1.05])
+    v = jd.judge_strict(session(Fake(lambda s, k: next(values))), program("  repeats: 3"), 1.0, {})
+    assert v.status == "discard" and "worse" in v.lesson
+
+
+def test_strict_tie_is_discarded() -> None:
+    v = jd.judge_strict(session(Fake(const(1.0, 1.0))), program("  repeats: 2"), 1.0, {})
+    assert v.status == "discard" and "ties" in v.lesson
+
+
+def test_strict_min_effect_relative() -> None:
+    p = program("accept: {min_effect: 2%}")
+    assert jd.judge_strict(session(Fake(const(0, 0.99))), p, 1.0, {}).status == "discard"
+    assert jd.judge_strict(session(Fake(const(0, 0.98))), p, 1.0, {}).status == "keep"
+
+
+def test_strict_min_effect_absolute_maximize() -> None:
+    p = maximizing("accept: {min_effect: 0.5}")
+    assert jd.judge_strict(session(Fake(const(0, 10.4))), p, 10.0, {}).status == "discard"
+    assert jd.judge_strict(session(Fake(const(0, 10.5))), p, 10.0, {}).status == "keep"
+
+
+def test_strict_runs_only_the_candidate() -> None:
+    fake = Fake(const(1.0, 0.9))
+    jd.judge_strict(session(fake), program("  repeats: 3"), 1.0, {})
+    assert fake.labels == ["B1", "B2", "B3"] and {c[0] for c in fake.calls} == {"B"}
+
+
+def test_strict_crash_in_a_repeat() -> None:
+    v = jd.judge_strict(session(Fake(lambda s, k: None if k == 1 else 0.5)), program("  repeats: 3"), 1.0, {})
+    assert v.status == "crash"
+
+
+def test_strict_limit() -> None:
+    fake = Fake(const(1.0, 0.9), secondary=lambda s, k: {"mem": 150.0})
+    v = jd.judge_strict(session(fake), program(LIMIT), 1.0, {"mem": 100.0})
+    assert v.status == "guard_fail"
+
+
+# ---- the holdout ------------------------------------------------------------------------------------
+
+
+HOLDOUT = "holdout: {command: python h.py, metric: h}\n"
+
+
+def test_holdout_runs_only_for_a_passing_candidate() -> None:
+    hold = Fake(const(1.0, 0.9))
+    v = jd.judge_paired(session(Fake(const(1.0, 1.0))), program(PAIRED + HOLDOUT), {},
+                        holdout=Session(hold, guards=False))
+    assert v.status == "discard" and hold.calls == []
+
+
+def test_holdout_improved() -> None:
+    hold = Fake(const(1.0, 0.9))
+    v = jd.judge_paired(session(Fake(const(1.0, 0.9))), program(PAIRED + HOLDOUT), {},
+                        holdout=Session(hold, guards=False))
+    assert v.status == "keep" and v.stats["holdout"]["improved"] and not v.stats["holdout"]["overfit"]
+    assert len(hold.calls) == 12 and not any(c[2] for c in hold.calls)
+
+
+def test_holdout_not_improved_is_reported_as_overfitting() -> None:
+    hold = Fake(const(1.0, 1.0))
+    v = jd.judge_paired(session(Fake(const(1.0, 0.9))), program(PAIRED + HOLDOUT), {},
+                        holdout=Session(hold, guards=False))
+    assert v.status == "keep" and v.stats["holdout"]["overfit"]
+    assert "possible overfitting" in v.result
+    assert "holdout" not in v.lesson and "overfit" not in v.lesson      # never told to the generator
+
+
+def test_holdout_with_strict_rule() -> None:
+    hold = Fake(const(1.0, 1.2))
+    v = jd.judge_strict(session(Fake(const(0, 0.9))), program(HOLDOUT), 1.0, {},
+                        holdout=Session(hold, guards=False))
+    assert v.status == "keep" and v.stats["holdout"]["overfit"]
+    assert hold.labels == ["hB1", "hA1"]
+
+
+# ---- calibration ------------------------------------------------------------------------------------
+
+
+def test_calibration_strict_deterministic() -> None:
+    fake = Fake(const(0, 2.5))
+    b = jd.calibrate_strict(session(fake), program())
+    assert (b.metric, b.problem, b.warning) == (2.5, None, None)
+    assert b.stats["deterministic"] and b.stats["runs"] == [2.5, 2.5]
+    assert fake.labels == ["B1", "B2"] and fake.calls[0][2] and not fake.calls[1][2]
+
+
+def test_calibration_strict_noisy_warns_and_keeps_the_first_value() -> None:
+    values = iter([1.0, 1.05])
+    b = jd.calibrate_strict(session(Fake(lambda s, k: next(values))), program())
+    assert b.metric == 1.0 and not b.stats["deterministic"]
+    assert b.warning and "noisy" in b.warning and "accept.rule: paired" in b.warning
+
+
+def test_calibration_strict_repeats_median() -> None:
+    values = iter([3.0, 1.0, 2.0])
+    b = jd.calibrate_strict(session(Fake(lambda s, k: next(values))), program("  repeats: 3"))
+    assert b.metric == 2.0 and b.stats["runs"] == [3.0, 1.0, 2.0]
+
+
+def test_calibration_paired_is_an_aa_batch() -> None:
+    fake = Fake(noisy(1.0, 1.0, 0.01, seed=5))
+    b = jd.calibrate_paired(session(fake), program(PAIRED))
+    s = b.stats
+    assert len(s["a"]) == len(s["b"]) == 6 and len(fake.calls) == 12
+    assert b.metric == pytest.approx(float(sorted(s["a"] + s["b"])[5] + sorted(s["a"] + s["b"])[6]) / 2)
+    assert s["noise_sd"] == pytest.approx(st.noise_sd(st.changes(s["a"], s["b"], "log")))
+    assert s["step"] == pytest.approx(s["noise_sd"] / math.sqrt(6))
+
+
+def test_calibration_paired_warns_when_the_budget_cannot_see_min_effect() -> None:
+    b = jd.calibrate_paired(session(Fake(noisy(1.0, 1.0, 0.03, seed=1))), program(PAIRED))
+    assert b.warning and "accept.min_effect 1%" in b.warning and "Raise accept.pairs" in b.warning
+    assert b.stats["detectable"] > b.stats["min_gain"]
+
+
+def test_calibration_paired_quiet_when_noise_is_small() -> None:
+    b = jd.calibrate_paired(session(Fake(noisy(1.0, 1.0, 0.0005, seed=1))), program(PAIRED))
+    assert b.warning is None and not b.stats["deterministic"]
+
+
+def test_calibration_paired_deterministic_notes_it() -> None:
+    b = jd.calibrate_paired(session(Fake(const(2.0, 2.0))), program(PAIRED))
+    assert b.warning is None and b.stats["deterministic"] and "deterministic" in b.note
+
+
+@pytest.mark.parametrize("calibrate", [jd.calibrate_strict, jd.calibrate_paired])
+def test_calibration_first_run_failure(calibrate) -> None:
+    b = calibrate(session(Fake(lambda s, k: None)), program(PAIRED if calibrate is jd.calibrate_paired else ""))
+    assert b.metric is None and b.problem == "the baseline could not be measured: exit 1: boom"
+
+
+def test_calibration_later_failure_says_flaky() -> None:
+    b = jd.calibrate_paired(session(Fake(lambda s, k: None if k == 3 else 1.0)), program(PAIRED))
+    assert b.metric is None and "flaky" in b.problem
+
+
+def test_calibration_guard_failure() -> None:
+    b = jd.calibrate_strict(session(Fake(const(1, 1), guard_fail=True)), program())
+    assert b.metric is None and b.problem.startswith("guard fails on the starting commit")
+
+
+def test_calibration_records_the_baseline_guard_metrics() -> None:
+    fake = Fake(const(1.0, 1.0), secondary=lambda s, k: {"mem": 100.0 + k})
+    b = jd.calibrate_paired(session(fake), program(PAIRED + LIMIT))
+    assert b.stats["secondary"] == {"mem": 102.5}
+
+
+def test_calibration_without_the_guard_metric_is_a_problem() -> None:
+    b = jd.calibrate_strict(session(Fake(const(1, 1))), program(LIMIT))
+    assert b.problem == "limit mem: not in the verifier's output on the starting commit"
+
+
+# ---- the end-of-run check ----------------------------------------------------------------------------
+
+
+def test_final_check_deterministic_stops_after_two_pairs() -> None:
+    fake = Fake(const(1.0, 0.9))
+    rec = jd.final_check(Session(fake, guards=False), program())
+    assert rec["deterministic"] and rec["pairs"] == 2 and len(fake.calls) == 4
+    assert rec["improved"] and rec["change_pct"] == pytest.approx(-10.0)
+
+
+def test_final_check_noisy_runs_all_pairs_and_is_reproducible() -> None:
+    fake = Fake(noisy(1.0, 0.95, 0.02, seed=8))
+    rec = jd.final_check(Session(fake, guards=False), program())
+    assert rec["pairs"] == 20 and not rec["deterministic"]
+    c = st.compare(rec["a"], rec["b"], "minimize")
+    assert (rec["change_pct"], rec["change_ci_pct"], rec["p"]) == (c.change_pct, list(c.change_ci_pct), c.p)
+    assert rec["ci_level"] >= 0.95
+    assert fake.labels[:4] == ["fB1", "fA1", "fA2", "fB2"]
+
+
+def test_final_check_pairs_from_the_program() -> None:
+    fake = Fake(noisy(1.0, 1.0, 0.02, seed=9))
+    rec = jd.final_check(Session(fake, guards=False), program("accept: {final_pairs: 7}"))
+    assert rec["pairs"] == 7
+
+
+def test_final_check_failure_is_recorded() -> None:
+    rec = jd.final_check(Session(Fake(lambda s, k: None), guards=False), program())
+    assert "boom" in rec["error"]
+    assert "failed" in jd.final_text(rec, "score")
+
+
+def test_final_check_holdout_overfitting() -> None:
+    rec = jd.final_check(Session(Fake(const(1.0, 0.9)), guards=False), program(HOLDOUT),
+                         Session(Fake(const(1.0, 1.0)), guards=False))
+    assert rec["overfit"] and "possible overfitting" in jd.final_text(rec, "score")
+
+
+def test_final_text_mentions_gain_and_interval() -> None:
+    rec = jd.final_check(Session(Fake(noisy(1.0, 0.95, 0.02, seed=8)), guards=False), program())
+    text = jd.final_text(rec, "score")
+    c = st.compare(rec["a"], rec["b"], "minimize")
+    assert f"{c.change_pct:+.2f}%" in text and "CI" in text and "20 pairs" in text
+
+
+# ---- the prompt's view ---------------------------------------------------------------------------------
+
+
+def test_coarse_value_rounds_to_the_noise() -> None:
+    history = [{"cycle": 0, "status": "baseline", "stats": {"kind": "calibration", "step": 0.01, "scale": "log"}}]
+    assert jd.coarse_value(0.97731, history) == "≈0.98"
+    assert jd.coarse_value(123.456, history) == "≈123"
+
+
+def test_coarse_value_exact_without_calibration() -> None:
+    assert jd.coarse_value(0.97731, []) == "0.97731"
+
+
+def test_prompt_shows_a_paired_run_coarsely() -> None:
+    from autoloop.prompt import build_prompt
+    history = [
+        {"cycle": 0, "status": "baseline", "metric": 100.12345, "hypothesis": "baseline", "lesson": "",
+         "stats": {"kind": "calibration", "step": 0.004, "scale": "log"}},
+        {"cycle": 1, "status": "keep", "metric": 97.98765, "hypothesis": "tweak",
+         "lesson": "kept: improvement ≈+2% (noise ±0.4%), confirmed", "feedback": "improvement ≈+2% (noise ±0.4%)"},
+    ]
+    text = build_prompt(program(PAIRED), cycle=2, best=97.98765, baseline=100.12345, history=history)
+    assert "97.98765" not in text and "100.12345" not in text
+    assert "Best so far (the code you see): ≈98\n" in text and "improvement ≈+2%" in text
+
+
+def test_prompt_of_a_strict_run_is_exact() -> None:
+    from autoloop.prompt import build_prompt
+    text = build_prompt(program(), cycle=1, best=97.98765, baseline=97.98765, history=[])
+    assert "97.98765" in text

@@ -1,0 +1,355 @@
+"""The honest ratchet through the real CLI (`python -m autoloop run`), on a simulated noisy
+verifier (tests/scripts/sim_verifier.py) and a scripted generator: what strict keeps and paired
+does not, confirmation, the calibration warning, the end-of-run record, the holdout, guard
+metrics, and every reported number recomputed from the ledger's raw samples."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from tests.conftest import git, run_cli
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+PY = f"{sys.executable} -S"
+
+
+def make_program(repo: Path, accept: str = "", extra: str = "") -> None:
+    (repo / "program.md").write_text(
+        "---\n"
+        "goal: Lower the score\n"
+        "allowed: [work.py]\n"
+        "verifier:\n"
+        f"  command: {PY} {SCRIPTS / 'sim_verifier.py'}\n"
+        "  metric: score\n"
+        "  direction: minimize\n"
+        f"{accept}{extra}"
+        "generator:\n"
+        f"  command: {PY} {SCRIPTS / 'sim_generator.py'}\n"
+        "---\nLower the score.\n")
+
+
+@pytest.fixture
+def sim(make_repo, tmp_path: Path):
+    """sim(accept=..., extra=..., cv=..., edit=..., seed=...) -> (repo, env)."""
+
+    def _make(accept: str = "", extra: str = "", *, cv: float = 0.0, edit: str | None = None,
+              seed: int = 1) -> tuple[Path, dict[str, str]]:
+        repo = make_repo({"work.py": "# the code being improved\n"}, commit=False)
+        make_program(repo, accept, extra)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "start")
+        env = {"SIM_STATE": str(tmp_path / "sim-state"), "SIM_CV": str(cv), "SIM_SEED": str(seed)}
+        if edit is not None:
+            env["SIM_EDIT"] = edit
+        return repo, env
+
+    return _make
+
+
+def run(repo: Path, env: dict[str, str], cycles: int, tag: str = "t") -> subprocess.CompletedProcess[str]:
+    return run_cli("run", "--tag", tag, "--cycles", str(cycles), cwd=repo, env=env, timeout=600)
+
+
+def ledger(repo: Path, tag: str = "t") -> list[dict]:
+    path = repo / ".autoloop" / tag / "ledger.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def cycles(repo: Path, tag: str = "t") -> list[dict]:
+    return [r for r in ledger(repo, tag) if r["t"] == "cycle"]
+
+
+def tsv(repo: Path) -> list[dict[str, str]]:
+    with open(repo / "results.tsv", newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def statuses(repo: Path) -> list[str]:
+    return [c["status"] for c in cycles(repo) if c["cycle"] > 0]
+
+
+PAIRED = "accept:\n  rule: paired\n  pairs: 6\n  final_pairs: 6\n"
+
+
+# ---- what each rule keeps on a noisy verifier ------------------------------------------------
+
+
+def test_strict_keeps_no_op_changes_on_a_noisy_verifier(sim) -> None:
+    repo, env = sim(cv=0.03, extra="", accept="accept:\n  final_pairs: 6\n")
+    res = run(repo, env, 8)
+    assert res.returncode == 0, res.stderr
+    assert "keep" in statuses(repo)
+
+
+def test_paired_keeps_no_no_op_change_on_the_same_verifier(sim) -> None:
+    repo, env = sim(PAIRED, cv=0.03)
+    res = run(repo, env, 8)
+    assert res.returncode == 0, res.stderr
+    assert "keep" not in statuses(repo)
+    assert set(statuses(repo)) == {"discard"}
+    assert git(repo, "rev-list", "--count", "autoloop/t") == "1"      # no commit on the branch
+
+
+def test_paired_keeps_a_real_gain_and_commits_it(sim) -> None:
+    repo, env = sim(PAIRED, cv=0.005, edit="# GAIN {n}")
+    res = run(repo, env, 2)
+    assert res.returncode == 0, res.stderr
+    assert statuses(repo) == ["keep", "keep"]
+    message = git(repo, "log", "-1", "--format=%B", "autoloop/t")
+    assert "Measured: score" in message and "confirm p=" in message
+
+
+def test_paired_confirmation_batch_is_recorded(sim) -> None:
+    repo, env = sim(PAIRED, cv=0.005, edit="# GAIN {n}")
+    run(repo, env, 1)
+    batches = cycles(repo)[1]["stats"]["batches"]
+    assert [b["name"] for b in batches] == ["batch", "confirm"]
+    assert all(len(b["a"]) == len(b["b"]) == 6 for b in batches)
+    row = tsv(repo)[1]
+    assert row["rule"] == "paired" and row["pairs"] == "6+6" and row["p_confirm"]
+
+
+def test_paired_without_confirm_runs_one_batch(sim) -> None:
+    repo, env = sim(PAIRED + "  confirm: false\n", cv=0.005, edit="# GAIN {n}")
+    run(repo, env, 1)
+    assert len(cycles(repo)[1]["stats"]["batches"]) == 1
+    assert tsv(repo)[1]["p_confirm"] == ""
+
+
+def test_generator_sees_coarse_feedback_not_samples(sim) -> None:
+    repo, env = sim(PAIRED, cv=0.02)
+    run(repo, env, 2)
+    c1 = cycles(repo)[1]
+    prompt = (repo / ".autoloop" / "t" / "logs" / "cycle-0002" / "prompt.md").read_text()
+    assert c1["feedback"] in prompt
+    for x in c1["stats"]["batches"][0]["a"] + c1["stats"]["batches"][0]["b"]:
+        assert f"{x:.6g}" not in prompt and repr(x) not in prompt
+
+
+# ---- calibration ---------------------------------------------------------------------------------
+
+
+def test_calibration_warns_loudly_about_noise_under_strict(sim) -> None:
+    repo, env = sim(cv=0.03, accept="accept:\n  final_pairs: 0\n")
+    res = run(repo, env, 1)
+    assert "autoloop: WARNING: the verifier is noisy" in res.stderr
+    assert "**Warning:** the verifier is noisy" in (repo / "experiments.md").read_text()
+    assert cycles(repo)[0]["stats"]["warning"]
+
+
+def test_calibration_of_a_deterministic_verifier_is_quiet(sim) -> None:
+    repo, env = sim(cv=0.0)
+    res = run(repo, env, 1)
+    assert "WARNING" not in res.stderr
+    base = cycles(repo)[0]
+    assert base["stats"]["deterministic"] and base["stats"]["runs"] == [base["metric"]] * 2
+
+
+def test_calibration_warns_when_pairs_cannot_detect_min_effect(sim) -> None:
+    repo, env = sim(PAIRED, cv=0.03)
+    res = run(repo, env, 0)
+    assert "WARNING" in res.stderr and "more than accept.min_effect 1%" in res.stderr
+    stats = cycles(repo)[0]["stats"]
+    assert len(stats["a"]) == 6 and stats["detectable"] > stats["min_gain"]
+
+
+def test_contract_rule_with_keys_off_keeps_the_first_baseline_value(sim) -> None:
+    repo, env = sim(cv=0.03, accept="accept:\n  final_pairs: 0\n")
+    run(repo, env, 0)
+    base = cycles(repo)[0]
+    assert base["metric"] == base["stats"]["runs"][0]
+
+
+# ---- the end of a run ---------------------------------------------------------------------------
+
+
+def test_end_of_run_record_log_and_final_line(sim) -> None:
+    repo, env = sim(PAIRED, cv=0.005, edit="# GAIN {n}")
+    res = run(repo, env, 1)
+    finals = [r for r in ledger(repo) if r["t"] == "final"]
+    assert len(finals) == 1 and finals[0]["pairs"] == 6
+    last = res.stdout.strip().splitlines()[-1]
+    assert last.startswith("stopped:") and "re-measured best vs start: score" in last and "CI" in last
+    log = run_cli("log", "--tag", "t", cwd=repo)
+    assert finals[0]["text"] in log.stdout
+    assert "**End-of-run check** (after cycle 1)" in (repo / "experiments.md").read_text()
+
+
+def test_end_of_run_with_a_deterministic_verifier_takes_two_pairs(sim) -> None:
+    repo, env = sim(cv=0.0, edit="# GAIN {n}")
+    run(repo, env, 2)
+    final = [r for r in ledger(repo) if r["t"] == "final"][0]
+    assert final["deterministic"] and final["pairs"] == 2
+    assert final["change_pct"] == pytest.approx((0.95 ** 2 - 1) * 100)
+
+
+def test_end_of_run_skips_measuring_when_nothing_was_kept(sim) -> None:
+    repo, env = sim(PAIRED, cv=0.03)
+    res = run(repo, env, 1)
+    final = [r for r in ledger(repo) if r["t"] == "final"][0]
+    assert "nothing was kept" in final["skipped"] and final["change_pct"] == 0.0
+    assert "nothing was kept" in res.stdout
+
+
+def test_no_end_of_run_check_on_interrupt(sim) -> None:
+    repo, env = sim(PAIRED, cv=0.03)
+    proc = subprocess.Popen([sys.executable, "-m", "autoloop", "run", "--tag", "t", "--cycles", "50"],
+                            cwd=repo, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("cycle    1"):
+            proc.send_signal(signal.SIGINT)
+            break
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    kinds = [r["t"] for r in ledger(repo)]
+    assert "final" not in kinds and kinds[-1] == "end"
+
+
+# ---- holdout and guard metrics ---------------------------------------------------------------------
+
+
+HOLDOUT = (f"holdout:\n  command: {PY} {SCRIPTS / 'sim_verifier.py'} --holdout\n"
+           "  metric: heldout\n")
+
+
+def test_holdout_reports_overfitting(sim) -> None:
+    repo, env = sim(PAIRED, HOLDOUT, cv=0.005, edit="# GAIN {n}")       # main improves, holdout not
+    res = run(repo, env, 1)
+    c1 = cycles(repo)[1]
+    assert c1["status"] == "keep" and c1["stats"]["holdout"]["overfit"]
+    assert "possible overfitting" in c1["result"] and "holdout" not in c1["lesson"]
+    assert tsv(repo)[1]["holdout"] == "overfit"
+    assert "possible overfitting" in res.stdout
+    final = [r for r in ledger(repo) if r["t"] == "final"][0]
+    assert final["overfit"] and "possible overfitting" in final["text"]
+
+
+def test_holdout_that_improves_is_not_overfitting(sim) -> None:
+    repo, env = sim(PAIRED, HOLDOUT, cv=0.005, edit="# GAIN HOLD {n}")
+    run(repo, env, 1)
+    hold = cycles(repo)[1]["stats"]["holdout"]
+    assert hold["improved"] and not hold["overfit"]
+    assert tsv(repo)[1]["holdout"] == "improved"
+
+
+def test_holdout_is_never_in_the_prompt(sim) -> None:
+    repo, env = sim(PAIRED, HOLDOUT, cv=0.005, edit="# GAIN {n}")
+    run(repo, env, 2)
+    prompt = (repo / ".autoloop" / "t" / "logs" / "cycle-0002" / "prompt.md").read_text()
+    assert "holdout" not in prompt.lower() and "heldout" not in prompt and "overfit" not in prompt
+
+
+def test_guard_metric_over_its_limit_is_a_guard_fail(sim) -> None:
+    limits = "limits:\n  - {metric: mem, max_increase: 10%}\n"
+    repo, env = sim(PAIRED, limits, cv=0.005, edit="# GAIN MEM {n}")   # faster but 50% more memory
+    run(repo, env, 1)
+    c1 = cycles(repo)[1]
+    assert c1["status"] == "guard_fail" and "limit mem: 150 is more than 10% above the baseline 100" in c1["lesson"]
+    assert cycles(repo)[0]["stats"]["secondary"] == {"mem": 100.0}
+
+
+def test_guard_metric_with_the_strict_rule(sim) -> None:
+    limits = "limits:\n  - {metric: mem, max_increase: 10%}\n"
+    repo, env = sim("", limits, cv=0.0, edit="# GAIN MEM {n}")
+    run(repo, env, 1)
+    assert statuses(repo) == ["guard_fail"]
+
+
+def test_strict_repeats_records_every_sample(sim) -> None:
+    repo, env = sim("", "", cv=0.01, edit="# GAIN {n}")
+    (repo / "program.md").write_text((repo / "program.md").read_text().replace(
+        "  direction: minimize\n", "  direction: minimize\n  repeats: 3\n"))
+    git(repo, "commit", "-qam", "repeats")
+    run(repo, env, 1)
+    base, c1 = cycles(repo)[:2]
+    assert len(base["stats"]["runs"]) == 3 and base["metric"] == float(np.median(base["stats"]["runs"]))
+    assert len(c1["stats"]["samples"]) == 3 and c1["metric"] == float(np.median(c1["stats"]["samples"]))
+    assert tsv(repo)[1]["samples"].startswith("samples=")
+
+
+# ---- every reported number, recomputed from the ledger's raw samples ----------------------------------
+
+
+def walsh(g: list[float]) -> np.ndarray:
+    g = np.asarray(g)
+    i, j = np.triu_indices(len(g))
+    return np.sort((g[i] + g[j]) / 2)
+
+
+def null_lower_tail(n: int) -> np.ndarray:
+    counts = np.zeros(n * (n + 1) // 2 + 1)
+    counts[0] = 1
+    for r in range(1, n + 1):
+        counts[r:] = counts[r:] + counts[:-r].copy()
+    return np.cumsum(counts) / 2 ** n
+
+
+def recompute(a: list[float], b: list[float]) -> tuple[float, float, float, float]:
+    """Independently of autoloop: change %, CI % (exact signed-rank interval), p (minimize)."""
+    gains = [np.log(x / y) for x, y in zip(a, b)]
+    w = walsh(gains)
+    n, m = len(gains), len(w)
+    tail = null_lower_tail(n)
+    ks = [k for k in range(m // 2) if tail[k] <= 0.025]
+    k = ks[-1] if ks else 0
+    est = float(np.median(w))
+    to_pct = lambda g: (np.exp(-g) - 1) * 100  # noqa: E731
+    p = scipy.stats.wilcoxon(gains, alternative="greater").pvalue
+    return to_pct(est), to_pct(w[m - 1 - k]), to_pct(w[k]), p
+
+
+def test_reported_numbers_reproduce_from_the_ledger(sim) -> None:
+    repo, env = sim(PAIRED, cv=0.01, edit="# GAIN {n}")
+    res = run(repo, env, 3)
+    assert res.returncode == 0, res.stderr
+    rows = tsv(repo)
+    for c, row in zip(cycles(repo), rows):
+        if c["cycle"] == 0:
+            s = c["stats"]
+            assert c["metric"] == float(np.median(s["a"] + s["b"]))
+            continue
+        batches = c["stats"]["batches"]
+        a = [x for bt in batches for x in bt["a"]]
+        b = [x for bt in batches for x in bt["b"]]
+        change, lo, hi, _ = recompute(a, b)
+        assert float(row["effect_pct"]) == pytest.approx(change, abs=5e-4)
+        assert (float(row["ci_low_pct"]), float(row["ci_high_pct"])) == (
+            pytest.approx(lo, abs=5e-4), pytest.approx(hi, abs=5e-4))
+        assert float(row["p_value"]) == pytest.approx(recompute(batches[0]["a"], batches[0]["b"])[3], rel=1e-3)
+        assert c["metric"] == float(np.median(b))
+        assert row["samples"] == " | ".join(
+            "a=" + ",".join(repr(x) if float(f"{x:.6g}") != x else f"{x:.6g}" for x in bt["a"])
+            + ";b=" + ",".join(repr(x) if float(f"{x:.6g}") != x else f"{x:.6g}" for x in bt["b"])
+            for bt in batches)
+    # the end-of-run check: the final line's gain and interval
+    final = [r for r in ledger(repo) if r["t"] == "final"][0]
+    change, lo, hi, p = recompute(final["a"], final["b"])
+    last = res.stdout.strip().splitlines()[-1]
+    m = re.search(r"re-measured best vs start: score ([-+]\d+\.\d+)% \(\d+% CI ([-+]\d+\.\d+)% … "
+                  r"([-+]\d+\.\d+)%\), p=(\S+), (\d+) pairs", last)
+    assert m is not None, last
+    assert float(m.group(1)) == pytest.approx(change, abs=0.006)
+    assert (float(m.group(2)), float(m.group(3))) == (pytest.approx(lo, abs=0.006), pytest.approx(hi, abs=0.006))
+    assert float(m.group(4)) == pytest.approx(p, rel=2e-3) and int(m.group(5)) == len(final["a"])
+    # `autoloop log`: gain and keep rate from the cycle records
+    log = run_cli("log", "--tag", "t", cwd=repo).stdout
+    cs = cycles(repo)
+    base = cs[0]["metric"]
+    best = [c["metric"] for c in cs if c["status"] == "keep"][-1] if "keep" in statuses(repo) else base
+    kept = statuses(repo).count("keep")
+    assert f"gain       {(best - base) / abs(base) * 100:+.2f}%" in log
+    assert f"keep rate  {kept / 3 * 100:.0f}% ({kept} of 3)" in log
+    assert final["text"] in log
