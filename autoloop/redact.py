@@ -12,7 +12,7 @@ REDACTED = "[REDACTED]"
 _SECRET_NAME = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)($|_)", re.IGNORECASE)
 _SECRET_SHAPE = re.compile(r"\b(?:sk-(?:ant-)?[A-Za-z0-9_\-]{6,}|gh[pousr]_[A-Za-z0-9]{6,})")
 _MIN_LEN = 6          # shorter values ("1", "true") would shred the text, not protect anything
-_MAX_FILE = 64 << 20  # bigger logs are left alone rather than read whole
+_LINE = 1 << 20       # longest piece of a log line redacted at once
 
 
 class Redactor:
@@ -49,15 +49,21 @@ class Redactor:
         return o
 
     def file(self, path: Path) -> None:
-        """Redact a log file in place (atomically); very large files are skipped."""
+        """Redact a log file in place (atomically), a line at a time so a log of hundreds of MB
+        costs no memory; the file is rewritten only if something was redacted."""
+        tmp = path.with_name(path.name + ".redacting")
+        changed = False
         try:
-            if path.stat().st_size > _MAX_FILE:
-                return
-            data = path.read_bytes().decode("utf-8", "surrogateescape")
+            with open(path, "rb") as src, open(tmp, "wb") as dst:
+                while line := src.readline(_LINE):
+                    text = line.decode("utf-8", "surrogateescape")
+                    clean = self.text(text)
+                    changed = changed or clean != text
+                    dst.write(clean.encode("utf-8", "surrogateescape"))
         except OSError:
+            tmp.unlink(missing_ok=True)
             return
-        clean = self.text(data)
-        if clean != data:
-            tmp = path.with_name(path.name + ".redacting")
-            tmp.write_bytes(clean.encode("utf-8", "surrogateescape"))
+        if changed:
             os.replace(tmp, path)
+        else:
+            tmp.unlink()

@@ -133,9 +133,11 @@ class Worktree:
         Only ours (we hold the run lock, so nobody else uses this tree)."""
         if (self.path / ".git").is_file():
             try:
-                (self._find_admin_dir() / "index.lock").unlink(missing_ok=True)
-            except GitError:
-                pass
+                admin = self._find_admin_dir()
+            except (GitError, OSError, UnicodeDecodeError):
+                return
+            for name in ("index.lock", "HEAD.lock"):
+                (admin / name).unlink(missing_ok=True)
 
     def checkout(self, commit: str) -> Path:
         """Make this tree exactly `commit` (opening it the first time); returns its path."""
@@ -148,17 +150,26 @@ class Worktree:
         return self.path
 
     def _reusable(self) -> bool:
-        """Is the worktree there, registered, and linked to *this* repository? A killed run may
-        leave a `.git` link a generator rewrote to point elsewhere: then we rebuild."""
+        """Is the worktree there, whole, registered, and linked to *this* repository? A killed
+        run may leave a half-made admin folder, or a `.git` link a generator rewrote to point
+        elsewhere: then we rebuild."""
         dotgit = self.path / ".git"
-        if dotgit.is_symlink() or not dotgit.is_file() or not self._registered():
+        if dotgit.is_symlink() or not dotgit.is_file():
             return False
         try:
             admin = self._find_admin_dir()
             back = Path((admin / "gitdir").read_text().strip()).resolve()
         except (GitError, OSError, UnicodeDecodeError):
             return False
-        return admin.parent == (self.common_dir / "worktrees").resolve() and back == dotgit.resolve()
+        # a kill -9 inside `git worktree add` can leave the admin folder without these
+        if not ((admin / "commondir").is_file() and (admin / "HEAD").is_file()):
+            return False
+        if admin.parent != (self.common_dir / "worktrees").resolve() or back != dotgit.resolve():
+            return False
+        try:
+            return self._registered()
+        except GitError:
+            return False
 
     def _registered(self) -> bool:
         out = git(self.repo_root, "worktree", "list", "--porcelain")
