@@ -17,6 +17,16 @@ from tests.scripts.e2e import (PY, SCRIPTS, alive, assert_journal_consistent, as
                                git, kill_marked, make_project, marked_pids, wait_for)
 
 
+def _await(pred, proc, timeout: float = 60, interval: float = 0.02) -> None:
+    """Wait for pred() while the run `proc` is alive; on failure show what the run printed."""
+    if wait_for(lambda: pred() or proc.poll() is not None, timeout, interval) and pred():
+        return
+    if proc.poll() is None:
+        proc.kill()
+    out, err = proc.communicate()
+    raise AssertionError(f"the awaited state never came (run exit {proc.returncode}):\n{out[-2000:]}\n{err[-2000:]}")
+
+
 @pytest.fixture
 def reaper():
     """Kill whatever a test's processes left behind, after the test has checked for them."""
@@ -118,7 +128,7 @@ def test_interrupt_with_verifier_deaf_to_sigterm(tmp_path, reaper):
     reaper(p.env)
     proc = p.popen("--cycles", "1")
     try:
-        assert wait_for((p.out / "bg.pid").exists, 30)
+        _await((p.out / "bg.pid").exists, proc)
         t0 = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -168,19 +178,39 @@ def _rss_run(p, *args):
     return info["rc"], info["maxrss_kb"] / 1024, out.stderr
 
 
-@pytest.mark.parametrize("mb,one_line", [(300, False), (300, True), (60, False)],
-                         ids=["300MB-lines", "300MB-one-line", "60MB-lines"])
-def test_huge_verifier_output(tmp_path, mb, one_line):
-    p = make_project(tmp_path, {1: 'W("val.txt", "30")'}, verifier=f"{PY} {SCRIPTS / 'verify_big.py'}",
+def _big_project(base, mb, one_line=False):
+    p = make_project(base, {1: 'W("val.txt", "30")'}, verifier=f"{PY} {SCRIPTS / 'verify_big.py'}",
                      guards=False)
     p.env["E2E_BIG_MB"] = str(mb)
     if one_line:
         p.env["E2E_BIG_ONE_LINE"] = "1"
+    return p
+
+
+@pytest.fixture(scope="module")
+def quiet_rss(tmp_path_factory):
+    """Peak RSS (MB) of the same one-cycle run with a verifier that prints almost nothing."""
+    rc, peak_mb, err = _rss_run(_big_project(tmp_path_factory.mktemp("quiet"), 0), "--cycles", "1")
+    assert rc == 0, err
+    return peak_mb
+
+
+@pytest.mark.parametrize("mb,one_line", [
+    (300, False),
+    (300, True),
+    # just under the size up to which logs are read whole to redact secrets
+    pytest.param(63, False, marks=pytest.mark.xfail(
+        strict=True, reason="BUG: redacting a 63 MB verifier log reads, decodes and substitutes it whole "
+                            "in memory: ~125 MB more than a quiet verifier (2x the log)")),
+], ids=["300MB-lines", "300MB-one-line", "63MB-lines"])
+def test_huge_verifier_output(tmp_path, quiet_rss, mb, one_line):
+    p = _big_project(tmp_path, mb, one_line)
     rc, peak_mb, err = _rss_run(p, "--cycles", "1")
     assert rc == 0, err
     rows = p.rows()
     assert [(r["status"], float(r["metric"])) for r in rows] == [("baseline", 40.25), ("keep", 30.0)]
     assert peak_mb < 200, f"peak RSS {peak_mb:.0f} MB"
+    assert peak_mb - quiet_rss < 32, f"peak RSS {peak_mb:.0f} MB vs {quiet_rss:.0f} MB with a quiet verifier"
 
 
 GEN_FLOOD = '''
@@ -207,7 +237,7 @@ def test_huge_verifier_stderr_one_line(tmp_path, exit_code):
                      guards=False)
     p.env.update(E2E_BIG_MB="0", E2E_BIG_STDERR="1", E2E_BIG_ONE_LINE="1")
     assert p.run("--cycles", "0").returncode == 0       # a quiet baseline
-    p.env.update(E2E_BIG_MB="300", E2E_BIG_EXIT=str(exit_code))
+    p.env.update(E2E_BIG_MB="150", E2E_BIG_EXIT=str(exit_code))
     rc, peak_mb, err = _rss_run(p, "--cycles", "1")
     assert rc == 0, err
     assert p.rows()[1]["status"] == ("keep" if exit_code == 0 else "crash")
@@ -232,7 +262,7 @@ def concurrent(tmp_path_factory):
                      {"*": 'time.sleep(0.5); print(f"Hypothesis: c{cycle}"); W("val.txt", str(40 - cycle))'})
     first = p.popen("--cycles", "4")
     try:
-        assert wait_for(lambda: p.rec_dir.exists() and any(p.rec_dir.glob("cycle-1-*")), 30)
+        _await(lambda: p.rec_dir.exists() and any(p.rec_dir.glob("cycle-1-*")), first)
         t0 = time.monotonic()
         second = p.run("--cycles", "1", timeout=60)
         second_took = time.monotonic() - t0
@@ -271,7 +301,7 @@ def test_other_tag_runs_concurrently(tmp_path):
     p = make_project(tmp_path, {"*": 'time.sleep(0.4); W("val.txt", str(40 - cycle))'})
     first = p.popen("--cycles", "3")
     try:
-        assert wait_for(lambda: p.rec_dir.exists() and any(p.rec_dir.glob("cycle-1-*")), 30)
+        _await(lambda: p.rec_dir.exists() and any(p.rec_dir.glob("cycle-1-*")), first)
         p.tag = "other"
         second = p.run("--cycles", "1", timeout=60)
         _, err = first.communicate(timeout=60)
@@ -299,7 +329,7 @@ def interrupted(request, tmp_path_factory):
     marker = p.out / ("gen-started" if phase == "generator" else "verifier-started")
     proc = p.popen("--cycles", "3")
     try:
-        assert wait_for(marker.exists, 30), "the phase never started"
+        _await(marker.exists, proc)
         time.sleep(0.2)
         t0 = time.monotonic()
         if sig == signal.SIGINT:
@@ -373,7 +403,7 @@ def test_interrupt_during_baseline(tmp_path):
     git(p.repo, "commit", "-qam", "slow baseline", env=p.env)
     proc = p.popen("--cycles", "1")
     try:
-        assert wait_for((p.out / "verifier-started").exists, 30)
+        _await((p.out / "verifier-started").exists, proc)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:
@@ -546,7 +576,7 @@ def test_kill9_soon_after_branch_created(tmp_path, delay_ms):
     p = make_project(tmp_path, {"*": 'W("val.txt", str(40 - cycle))'})
     ref = p.repo / ".git" / "refs" / "heads" / "autoloop" / p.tag
     proc = p.popen("--cycles", "1")
-    assert wait_for(ref.exists, 30, interval=0.0002)
+    _await(ref.exists, proc, interval=0.0002)
     time.sleep(delay_ms / 1000)
     _sigkill_tree(proc, p.env)
     res = p.run("--cycles", "1")
@@ -568,7 +598,7 @@ def test_kill9_during_worktree_creation(tmp_path):
         p = make_project(tmp_path / f"a{attempt}", {"*": 'W("val.txt", str(40 - cycle))'})
         admin = p.repo / ".git" / "worktrees" / p.tag
         proc = p.popen("--cycles", "1")
-        assert wait_for((admin / "HEAD").exists, 30, interval=0.00005)
+        _await((admin / "HEAD").exists, proc, interval=0.00005)
         _sigkill_tree(proc, p.env)
         proc.stdout.close()
         proc.stderr.close()
@@ -611,7 +641,7 @@ def test_kill9_at_phase_then_resume(tmp_path, phase):
     p = make_project(tmp_path, plan)
     proc = p.popen("--cycles", "3")
     marker = p.out / ("gen-started" if phase == "generator" else "verifier-started")
-    assert wait_for(marker.exists, 30)
+    _await(marker.exists, proc)
     _sigkill_tree(proc, p.env)
     p.set_plan({"*": 'W("val.txt", str(40 - cycle))'})
     res = p.run("--cycles", "2")
@@ -632,7 +662,7 @@ def test_kill9_orphaned_generator_cannot_leak_into_resumed_run(tmp_path, reaper)
     p = make_project(tmp_path, plan)
     reaper(p.env)
     proc = p.popen("--cycles", "3")
-    assert wait_for((p.out / "gen-started").exists, 30)
+    _await((p.out / "gen-started").exists, proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     p.set_plan({"*": 'time.sleep(0.8); W("val.txt", str(40 - cycle))'})
