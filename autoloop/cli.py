@@ -44,6 +44,26 @@ def _minutes(text: str) -> float:
     return x
 
 
+def _pairs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--pairs needs a whole number, got {text!r}") from None
+    if not 1 <= n <= 1000:
+        raise argparse.ArgumentTypeError(f"--pairs must be between 1 and 1000, got {n}")
+    return n
+
+
+def _alpha(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--alpha needs a number, got {text!r}") from None
+    if not 0 < x < 1:
+        raise argparse.ArgumentTypeError(f"--alpha must be between 0 and 1, got {text}")
+    return x
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="autoloop", description="Ratchet loops on a git repository.")
     p.add_argument("--version", action="version", version=f"autoloop {__version__}")
@@ -72,6 +92,26 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("program", nargs="?", default="program.md")
     lg.add_argument("--tag", help="which run (default: the most recent)")
 
+    g = sub.add_parser("gate", help="pull-request gate: measure base and head here, paired; exit 1 if head is worse")
+    g.add_argument("program", nargs="?", default="program.md")
+    g.add_argument("--base", required=True, help="the commit to compare against (e.g. origin/main)")
+    g.add_argument("--head", default="HEAD", help="the commit under test (default HEAD)")
+    g.add_argument("--pairs", type=_pairs, default=6, help="interleaved base/head pairs (default 6)")
+    g.add_argument("--tolerance", default="2%", help="allowed worsening, in percent (default 2%%)")
+    g.add_argument("--alpha", type=_alpha, default=0.05, help="significance level (default 0.05)")
+    g.add_argument("--require-improvement", action="store_true",
+                   help="pass only when the head is significantly better")
+    g.add_argument("--guards", action="store_true", help="also run the guards once on each side")
+    g.add_argument("--json", action="store_true", help="print JSON instead of the Markdown table")
+    g.add_argument("--markdown", metavar="FILE", help="also write the Markdown table to FILE")
+
+    rp = sub.add_parser("report", help="a self-contained HTML report of a run (chart + table)")
+    rp.add_argument("program", nargs="?", default="program.md")
+    rp.add_argument("--tag", help="which run (default: the most recent)")
+    rp.add_argument("-o", "--output", help="where to write (default .autoloop/TAG/report.html; '-' for stdout)")
+    rp.add_argument("--format", choices=("html", "markdown"), default="html",
+                    help="html (default) or markdown (the summary a PR body or step summary shows)")
+
     i = sub.add_parser("init", help="write a program.md from a template")
     i.add_argument("path", nargs="?", default=".", help="file or folder (default: ./program.md)")
     i.add_argument("--template", default="generic", help="template name (see --list)")
@@ -85,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = ["--approve=after" if a == "--approve" else a for a in argv]
     args = build_parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "verify": cmd_verify, "log": cmd_log, "init": cmd_init}[args.command](args)
+        return {"run": cmd_run, "verify": cmd_verify, "log": cmd_log, "init": cmd_init, "gate": cmd_gate,
+                "report": cmd_report}[args.command](args)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return exc.exit_code
@@ -326,6 +367,70 @@ def _latest_tag(state_dir: Path) -> str:
     if not ledgers:
         raise UsageError(f"no autoloop run found in {state_dir} (run `autoloop run --tag NAME` first)")
     return ledgers[-1].parent.name
+
+
+# ---- gate --------------------------------------------------------------------------------------
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from autoloop.gate import markdown, parse_tolerance, run_gate, to_json
+
+    try:
+        tolerance = parse_tolerance(args.tolerance)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    program = _load(args.program)
+    print(f"gate: {program.verifier.label} of {args.head} vs {args.base}, {args.pairs} interleaved pairs",
+          file=sys.stderr, flush=True)
+    res = run_gate(program, base_ref=args.base, head_ref=args.head, pairs=args.pairs,
+                   tolerance_pct=tolerance, alpha=args.alpha, require_improvement=args.require_improvement,
+                   guards=args.guards, log=lambda line: print(f"gate: {line}", file=sys.stderr, flush=True))
+    table = markdown(res)
+    print(f"gate: {res.verdict}", file=sys.stderr, flush=True)
+    if args.json:
+        print(to_json(res))
+    else:
+        sys.stdout.write(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table, encoding="utf-8")
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY", "").strip()
+    if summary_file:
+        try:
+            with open(summary_file, "a", encoding="utf-8") as f:
+                f.write(table + "\n")
+        except OSError as exc:
+            print(f"autoloop: warning: cannot write the step summary to {summary_file}: {exc}", file=sys.stderr)
+    return res.exit_code
+
+
+# ---- report --------------------------------------------------------------------------------------
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from autoloop.facts import facts, markdown
+    from autoloop.journal import Journal
+    from autoloop.report import render
+
+    program = _load(args.program)
+    tag = args.tag or _latest_tag(program.state_dir)
+    journal = Journal(program.state_dir, tag)
+    if not journal.exists():
+        raise UsageError(f"no run '{tag}' next to {program.path.name} (no {journal.ledger})")
+    journal.load()
+    v = program.verifier
+    f = facts(journal.records, tag=tag, goal=program.goal, metric=v.label, direction=v.direction)
+    text = markdown(f) if args.format == "markdown" else render(journal.records, f)
+    dest = args.output or ("-" if args.format == "markdown" else str(journal.dir / "report.html"))
+    if dest == "-":
+        sys.stdout.write(text)
+        return 0
+    out = Path(dest)
+    if out.is_dir():
+        out = out / ("report.html" if args.format == "html" else "report.md")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote {out} ({f.cycles_total} cycles)")
+    return 0
 
 
 # ---- init --------------------------------------------------------------------------------------
