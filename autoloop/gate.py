@@ -271,6 +271,9 @@ def _judge(res: GateResult) -> None:
             why = f"worse by {change}, within the {res.tolerance_pct:g}% tolerance"
         elif s.p_better <= res.alpha:
             why = f"better ({change}, p = {s.p_better:.3g})"
+        elif 0.5 ** s.n > res.alpha:
+            why = (f"inconclusive ({change}): {s.n} pairs can never reach α = {res.alpha:g}; "
+                   f"use --pairs {math.ceil(math.log2(1 / res.alpha)) + 1} or more")
         else:
             why = f"no significant difference ({change})"
         res.verdict = f"PASS: {why}"
