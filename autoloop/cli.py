@@ -217,12 +217,13 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
         if in_ci:
             outcome.journal_commit = save(run.ws, run.journal, run.program, run.incumbent)
 
-    run = Run(program, RunOptions(tag=args.tag, cycles=args.cycles, report=report, reviewer=reviewer,
-                                  stop_check=stop_check, on_finish=on_finish))
+    run = None
     try:
+        run = Run(program, RunOptions(tag=args.tag, cycles=args.cycles, report=report, reviewer=reviewer,
+                                      stop_check=stop_check, on_finish=on_finish))
         summary = run.execute()
     except Interrupted:
-        if budget is None or not budget.fired:
+        if budget is None or not budget.fired or run is None:
             raise
         # our own deadline stopped the cycle in progress: the run ended on its budget
         progress.close()
