@@ -358,9 +358,15 @@ def cmd_log(args: argparse.Namespace) -> int:
     print("by status  " + (", ".join(f"{k} {v}" for k, v in s.by_status.items()) or "-"))
     print(f"trend      {s.trend}")
     if s.cost_usd:
-        per_keep = f", ${s.cost_usd / s.kept:.2f} per kept change" if s.kept else ""
-        print(f"cost       ${s.cost_usd:.2f}{per_keep}, {s.tokens} tokens")
+        per_keep = f", ${s.cost_per_keep:.2f} per kept change" if s.cost_per_keep is not None else ""
+        per_unit = (f", {_usd(s.cost_per_unit_gain)} per unit of {name} gained"
+                    if s.cost_per_unit_gain is not None else "")
+        print(f"cost       ${s.cost_usd:.2f}{per_keep}{per_unit}, {s.tokens} tokens")
     return 0
+
+
+def _usd(x: float) -> str:
+    return f"${x:.2f}" if abs(x) >= 0.01 else f"${x:.2g}"
 
 
 def _latest_tag(state_dir: Path) -> str:

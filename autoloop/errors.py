@@ -34,7 +34,14 @@ class RunFailure(AutoloopError):
 
 
 class GeneratorError(AutoloopError):
-    """The generator failed this cycle; the cycle becomes `gen_error` and the loop goes on."""
+    """The generator failed this cycle; the cycle becomes `gen_error` and the loop goes on.
+
+    `proposal` (a generators.base.Proposal, when known) carries what the failed attempt still
+    cost — tokens and dollars are spent either way — for the ledger to record."""
+
+    def __init__(self, message: str = "", proposal: object | None = None) -> None:
+        super().__init__(message)
+        self.proposal = proposal
 
 
 class FatalGeneratorError(RunFailure):

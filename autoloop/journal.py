@@ -109,7 +109,7 @@ class Journal:
 
     def repair(self) -> None:
         """Rewrite the ledger from memory (after someone else wrote to it)."""
-        _atomic_write(self.ledger, bytes(self._bytes))
+        _atomic_write(self.ledger, bytes(self._bytes), tmp_dir=self.dir)
 
     def digest(self) -> str:
         return hashlib.sha256(self._bytes).hexdigest()
@@ -147,8 +147,10 @@ class Journal:
     # ---- rendering ---------------------------------------------------------------------------
 
     def render(self, goal: str = "") -> None:
-        _atomic_write(self.experiments, _bytes(render_experiments(self.cycles(), self.tag, goal)))
-        _atomic_write(self.results, _bytes(render_tsv(self.cycles())))
+        # derived from the fsynced ledger and re-rendered on every run: no fsync needed
+        _atomic_write(self.experiments, _bytes(render_experiments(self.cycles(), self.tag, goal)),
+                      durable=False, tmp_dir=self.dir)
+        _atomic_write(self.results, _bytes(render_tsv(self.cycles())), durable=False, tmp_dir=self.dir)
 
     def rendered_ok(self, goal: str = "") -> bool:
         try:
@@ -163,16 +165,21 @@ def _bytes(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _atomic_write(path: Path, data: bytes, *, durable: bool = True, tmp_dir: Path | None = None) -> None:
+    """Write by rename. `tmp_dir` (same filesystem) keeps the temporary file out of sight: a kill
+    between create and rename must not leave a stray file in the user's checkout."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_dir() and not path.is_symlink():
         remove_tree(path)  # someone put a folder where our file belongs
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    if tmp_dir is not None:
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=tmp_dir or path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:

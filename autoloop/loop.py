@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 from filelock import FileLock, Timeout
 
 from autoloop import proc
-from autoloop.errors import (FatalGeneratorError, GeneratorError, Interrupted, LockedError,
+from autoloop.errors import (ConfigError, FatalGeneratorError, GeneratorError, Interrupted, LockedError,
                              RepoStateError, RunFailure, UsageError)
 from autoloop.generators.base import GenContext, Generator, Proposal
 from autoloop.generators.registry import make_generator
@@ -33,6 +33,7 @@ from autoloop.verify import Measurement, measure
 from autoloop.workspace import Workspace
 
 Reporter = Callable[[str, Mapping[str, Any]], None]
+BACKOFF_MAX_S = 60.0
 
 
 @dataclass
@@ -74,10 +75,16 @@ class _Outcome:
 def protected_paths(program: Program) -> dict[str, str]:
     """Paths the generator may never change even when `allowed` matches them: the program and
     the run's own files (Program.protected), plus files of the repository that the verifier or
-    a guard names on its command line (`python prepare.py --eval` protects prepare.py)."""
+    a guard names on its command line (`python prepare.py --eval` protects prepare.py).
+
+    A judge the generator may rewrite is no judge: a program whose verifier or guard names a file
+    that `allowed` gives the generator is refused (ConfigError) rather than run to no effect."""
     out = dict(program.protected)
     root = program.repo_root.resolve()
-    for cmd in [program.verifier.command] + [g.command for g in program.guards]:
+    editable = PathRules(program.allowed, program.forbidden)
+    commands = [("verifier.command", program.verifier.command)]
+    commands += [(f"guards[{i}]", g.command) for i, g in enumerate(program.guards)]
+    for key, cmd in commands:
         try:
             words = shlex.split(cmd)
         except ValueError:
@@ -90,6 +97,12 @@ def protected_paths(program: Program) -> dict[str, str]:
                 rel = candidate.resolve().relative_to(root).as_posix()
             except ValueError:
                 continue  # outside the repository: not the generator's to reach through the tree
+            if editable.allows(rel):
+                line = program.lines.get(key) or program.lines.get(key.split("[")[0], 1)
+                raise ConfigError(
+                    f"{program.path.name}:{line}: {key} runs {rel}, which 'allowed' lets the "
+                    f"generator change, so it could rewrite its own judge; keep the measurement in "
+                    f"a file the generator cannot edit (e.g. prepare.py) and allow only what it tunes")
             out.setdefault(rel, "used by the verifier")
     return out
 
@@ -112,6 +125,7 @@ class Run:
         self._signal: int | None = None
         self._in_python_generator = False
         self._finished: str | None = None
+        self._exact: tuple[str, dict] | None = None   # (commit, snapshot) the tree was proven equal to
         # Fixed per repository and tag, so a resumed run can find and kill what a killed run
         # left behind (the lock guarantees no live run of this tag owns such processes).
         self.marker = hashlib.sha256(f"{self.ws.common_dir}\0{options.tag}".encode()).hexdigest()[:32]
@@ -161,8 +175,9 @@ class Run:
                 reason = self._stop_reason(ran, started)
                 if reason:
                     break
-                self.cycle(generator)
+                rec = self.cycle(generator)
                 ran += 1
+                self._backoff(rec)
         except Interrupted:
             self.journal.append({"t": "end", "reason": "interrupted", "cycles_run": ran})
             raise
@@ -301,13 +316,19 @@ class Run:
         try:
             # 1 prepare: the tree is exactly the incumbent, ignored files included
             self.opt.report("phase", {"cycle": n, "phase": "prepare"})
-            self.ws.reset_hard(incumbent)
-            before = self.ws.snapshot()
+            if self._exact is not None and self._exact[0] == incumbent:
+                before = self._exact[1]  # restore() just proved the tree is exactly this
+            else:
+                self.ws.reset_hard(incumbent)
+                before = self.ws.snapshot()
+            self._exact = None
             self.sentinel.capture()
 
             # 2 generate
             self.opt.report("phase", {"cycle": n, "phase": "generate"})
             proposal, gen_error = self._generate(generator, n, log_dir)
+            # the hypothesis goes into the journal and a commit message: no secrets in it
+            proposal.hypothesis = self.redact(proposal.hypothesis)
             self._check_signal()
 
             # 3 scope: what really changed on disk, against the rules
@@ -357,6 +378,7 @@ class Run:
             self._set_incumbent(commit, self.baseline, outcome.metric)
         else:
             self.ws.restore(incumbent, before)
+            self._exact = (incumbent, before)
         self._redact_logs(log_dir)
         repeat = near_duplicate(proposal.hypothesis, self.journal.cycles())
         if repeat is not None:
@@ -378,6 +400,7 @@ class Run:
                        for g in (outcome.measurement.guards if outcome.measurement else ())],
             "log_dir": str(log_dir),
         }
+        rec = self.redact.obj(rec)  # lessons quote tool output, which may quote a key
         self.journal.append(rec)
         self.journal.render(self.program.goal)
         self.opt.report("cycle", rec)
@@ -570,6 +593,23 @@ class Run:
             if spent + next_cost > stop.max_cost_usd:
                 return f"max_cost_usd reached (${spent:.2f} spent, next cycle could cost ${next_cost:.2f})"
         return ""
+
+    def _backoff(self, rec: Record) -> None:
+        """After consecutive generator errors (rate limits, an overloaded service), wait a little
+        longer each time — 1, 2, 4 ... 60 s — instead of hammering; Ctrl-C still stops at once."""
+        streak = 0
+        for c in reversed(self.journal.cycles()):
+            if c["status"] != "gen_error":
+                break
+            streak += 1
+        if streak < 2:
+            return
+        delay = min(BACKOFF_MAX_S, 2.0 ** (streak - 2))
+        self.opt.report("phase", {"cycle": rec["cycle"], "phase": f"backoff {delay:g}s"})
+        until = time.monotonic() + delay
+        while time.monotonic() < until:
+            self._check_signal()
+            time.sleep(max(0.0, min(0.1, until - time.monotonic())))
 
     def _install_signals(self) -> dict[int, Any]:
         def handler(signum: int, _frame: Any) -> None:

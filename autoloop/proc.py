@@ -11,6 +11,7 @@ but are often not delegated to unprivileged users.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -127,7 +128,7 @@ def run(
             _current.add(proc)
         try:
             try:
-                proc.wait(timeout=timeout)
+                _wait(proc, timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
             except BaseException:
@@ -144,6 +145,26 @@ def run(
     duration = time.monotonic() - started
     code = None if (timed_out or interrupted) else proc.returncode
     return ProcResult(code, timed_out, interrupted, duration, out_path, err_path, leftovers, timeout)
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None) -> None:
+    """Wait for the child. Popen.wait(timeout) polls with sleeps of up to 50 ms, which adds up to
+    a noticeable share of a fast cycle; a pidfd wakes us the moment the child exits (Linux)."""
+    if timeout is None or not hasattr(os, "pidfd_open"):
+        proc.wait(timeout=timeout)
+        return
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except OSError:
+        proc.wait(timeout=timeout)
+        return
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+    if not ready:
+        raise subprocess.TimeoutExpired(proc.args, timeout)
+    proc.wait()
 
 
 class _stdin:

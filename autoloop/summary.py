@@ -23,6 +23,17 @@ class Summary:
     cost_usd: float = 0.0
     tokens: int = 0
 
+    @property
+    def cost_per_keep(self) -> float | None:
+        return self.cost_usd / self.kept if self.kept and self.cost_usd else None
+
+    @property
+    def cost_per_unit_gain(self) -> float | None:
+        """Dollars per unit of metric moved from baseline to best (in the metric's own units)."""
+        if not self.cost_usd or self.baseline is None or self.best is None or self.best == self.baseline:
+            return None
+        return self.cost_usd / abs(self.best - self.baseline)
+
 
 def summarize(cycles: Sequence[Mapping[str, Any]], direction: str, recent: int = 10) -> Summary:
     baseline = next((c.get("metric") for c in cycles if c["status"] == "baseline"), None)

@@ -101,14 +101,32 @@ class Worktree:
         if self._reusable():
             self._admin_dir = self._find_admin_dir()
         else:
-            if self.path.exists():
-                remove_tree(self.path)
-            git(self.repo_root, "worktree", "prune")
+            self._discard()
             self.path.parent.mkdir(parents=True, exist_ok=True)
             git(self.repo_root, "worktree", "add", "--detach", "-f", str(self.path), commit)
             self._admin_dir = self._find_admin_dir()
         self._dotgit = (self.path / ".git").read_bytes()
         self.reset_hard(commit)
+
+    def _discard(self) -> None:
+        """Forget a worktree that is not fully usable — e.g. a kill -9 during `git worktree add`
+        left a half-made admin folder, still `locked` — so it can be made afresh."""
+        admin_root = self.common_dir / "worktrees"
+        mine = (self.path / ".git").resolve()
+        if admin_root.is_dir():
+            for admin in admin_root.iterdir():
+                try:
+                    points_to = Path((admin / "gitdir").read_text().strip()).resolve()
+                except (OSError, UnicodeDecodeError):
+                    points_to = None
+                if points_to == mine or (points_to is None and admin.name == self.path.name):
+                    remove_tree(admin)
+        if self.path.exists() or self.path.is_symlink():
+            if self.path.is_dir() and not self.path.is_symlink():
+                remove_tree(self.path)
+            else:
+                self.path.unlink()
+        git(self.repo_root, "worktree", "prune")
 
     def clear_stale_locks(self) -> None:
         """After a kill -9 mid-git-call, git's own index lock would block every later call.
@@ -264,6 +282,8 @@ class Workspace(Worktree):
                          cache / "autoloop" / "worktrees" / f"{repo_root.name}-{repo_id}" / _slug(tag))
         self._sentinel: Sentinel | None = None
         self._verify_trees: dict[int, Worktree] = {}
+        self._identity: Identity | None = None
+        self._trees: dict[str, str] = {}
 
     def verify_tree(self, slot: int = 0) -> Worktree:
         """A pristine tree for measuring commits (slot 0 candidate, 1 incumbent, ...), beside the
@@ -305,9 +325,12 @@ class Workspace(Worktree):
         return git(self.repo_root, "rev-parse", "--verify", "HEAD^{commit}").strip()
 
     def identity(self) -> Identity:
+        if self._identity is not None:
+            return self._identity
         name = git(self.repo_root, "config", "user.name", check=False).strip() or "autoloop"
         email = git(self.repo_root, "config", "user.email", check=False).strip() or "autoloop@localhost"
-        return Identity(name, email)
+        self._identity = Identity(name, email)
+        return self._identity
 
     # ---- setup -----------------------------------------------------------------------------
 
@@ -370,7 +393,9 @@ class Workspace(Worktree):
             return git(self.path, "write-tree", env=env).strip()
 
     def tree_of(self, commit: str) -> str:
-        return git(self.repo_root, "rev-parse", commit + "^{tree}").strip()
+        if commit not in self._trees:  # commits are immutable: ask git once
+            self._trees[commit] = git(self.repo_root, "rev-parse", commit + "^{tree}").strip()
+        return self._trees[commit]
 
     def commit(self, tree: str, parent: str, message: str, who: Identity) -> str:
         env = _git_env()

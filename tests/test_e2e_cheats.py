@@ -102,6 +102,19 @@ CHEATS = {
         sh(f"git update-ref refs/heads/autoloop/t1 {fake}")
     ''',
     "delete-run-branch": 'sh("git update-ref -d refs/heads/autoloop/t1")',
+    "journal-file-in-worktree": 'W("experiments.md", "## Cycle 1\\nTAMPERED\\n")',
+    "state-dir-in-worktree": 'W(".autoloop/t1/ledger.jsonl", "{}\\n")',
+    "program-md-in-worktree": 'open("program.md", "a").write("\\nTAMPERED\\n")',
+    "fifo-in-allowed-path": 'os.makedirs("src", exist_ok=True); os.mkfifo("src/pipe")',
+    "file-becomes-folder": 'os.remove("README.md"); os.mkdir("README.md"); W("README.md/x", "x")',
+    "nuke-worktree": '''
+        import shutil
+        for name in os.listdir("."):
+            if os.path.isdir(name) and not os.path.islink(name):
+                shutil.rmtree(name)
+            else:
+                os.remove(name)
+    ''',
     "commit-in-worktree": 'W("README.md", "TAMPERED\\n"); sh("git -c core.hooksPath=/dev/null commit -qam TAMPERED")',
 }
 
@@ -264,3 +277,33 @@ def test_violation_lesson_names_the_path(tmp_path):
     row = p.rows()[1]
     assert row["status"] == "violation"
     assert "score.py" in row.get("lesson", "") + p.experiments()
+
+
+def test_staged_blob_never_reaches_the_commit(tmp_path):
+    """The generator stages an evil verifier in the worktree's index but leaves the disk alone and
+    improves val.txt: whatever the status, the verifier on the branch stays the original."""
+    p = make_project(tmp_path, {1: '''
+        blob = sh("echo \\"print(\'score: -1000\')\\" | git hash-object -w --stdin")
+        sh(f"git update-index --cacheinfo 100644,{blob},score.py")
+        W("val.txt", "30")
+    ''', 2: HONEST.replace("30", "29")})
+    original = (p.repo / "score.py").read_bytes()
+    assert p.run("--cycles", "2").returncode == 0
+    assert p.statuses()[1] in ("keep", "violation")
+    assert p.statuses()[2] == "keep"
+    for rev in git(p.repo, "rev-list", p.branch(), env=p.env).split():
+        assert p.show(rev, "score.py") == original
+    assert git(p.worktree(), "diff", "--cached", "--name-only", env=p.env) == ""
+
+
+def test_empty_commit_in_worktree_is_harmless(tmp_path):
+    """Moving the worktree's HEAD without touching a file: no_change or violation, and no trace."""
+    p = make_project(tmp_path, {1: 'sh("git -c core.hooksPath=/dev/null commit -q --allow-empty -m TAMPERED")',
+                                2: HONEST})
+    start = git(p.repo, "rev-parse", "HEAD", env=p.env)
+    assert p.run("--cycles", "2").returncode == 0
+    assert p.statuses()[1] in ("no_change", "violation")
+    assert p.statuses()[2] == "keep"
+    assert len(p.branch_commits(start)) == 1
+    assert "TAMPERED" not in git(p.repo, "log", "--format=%B", p.branch(), env=p.env)
+    assert git(p.worktree(), "rev-parse", "HEAD", env=p.env) == p.branch_head()

@@ -547,19 +547,39 @@ def test_kill9_no_leftover_processes(killed):
     assert killed[5] == []
 
 
-@pytest.mark.parametrize("attempt", range(3))
-def test_kill9_right_after_branch_created(tmp_path, attempt):
-    """Kill the very first run the moment autoloop/TAG appears (inside its start-up): the tag
-    must stay usable."""
+@pytest.mark.parametrize("delay_ms", [200, 400])
+def test_kill9_soon_after_branch_created(tmp_path, delay_ms):
+    """Kill the very first run soon after autoloop/TAG appears (baseline or first cycle): the tag
+    must stay usable. (Killing inside `git worktree add` is test_kill9_during_worktree_creation.)"""
     p = make_project(tmp_path, {"*": 'W("val.txt", str(40 - cycle))'})
     ref = p.repo / ".git" / "refs" / "heads" / "autoloop" / p.tag
     proc = p.popen("--cycles", "1")
     assert wait_for(ref.exists, 30, interval=0.0002)
-    time.sleep(attempt * 0.01)
+    time.sleep(delay_ms / 1000)
     _sigkill_tree(proc, p.env)
     res = p.run("--cycles", "1")
     assert res.returncode == 0, res.stderr
-    assert [r["status"] for r in p.rows()] == ["baseline", "keep"]
+    # the killed run may or may not have finished its one cycle
+    assert [r["status"] for r in p.rows()] in (["baseline", "keep"], ["baseline", "keep", "keep"])
+    assert_journal_consistent(p)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: kill -9 while the first run creates its git worktree leaves "
+                                        "a half-made .git/worktrees/TAG; every later run exits 1")
+def test_kill9_during_worktree_creation(tmp_path):
+    """Kill the first run the moment git starts writing the worktree's admin files, then resume.
+    (Each attempt lands inside `git worktree add` about half the time; ten attempts.)"""
+    for attempt in range(10):
+        p = make_project(tmp_path / f"a{attempt}", {"*": 'W("val.txt", str(40 - cycle))'})
+        admin_head = p.repo / ".git" / "worktrees" / p.tag / "HEAD"
+        proc = p.popen("--cycles", "1")
+        assert wait_for(admin_head.exists, 30, interval=0.00005)
+        _sigkill_tree(proc, p.env)
+        proc.stdout.close()
+        proc.stderr.close()
+        res = p.run("--cycles", "1")
+        assert res.returncode == 0, f"attempt {attempt}: {res.stderr}"
+        assert [r["status"] for r in p.rows()] == ["baseline", "keep"]
 
 
 @pytest.mark.parametrize("phase", ["generator", "verifier"])

@@ -503,3 +503,96 @@ def test_new_and_deleted_allowed_files_are_committed(tmp_path):
                                                                                    "M", "val.txt"]
     assert git(p.repo, "diff", "--name-status", first, second, env=p.env).split() == ["D", "src/new.txt",
                                                                                     "M", "val.txt"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the metric (§4), through a baseline-only run
+
+
+METRIC_LINES = [
+    ("score: 5", 5.0),
+    ("score=5", 5.0),
+    ("  score :  -0.5  ", -0.5),
+    ("METRIC score: 3", 3.0),
+    ("METRIC score=2.5e-3", 0.0025),
+    ("score: +7", 7.0),
+    ("score: 1_000", 1000.0),        # a float Python accepts
+    ("score: 5\r", 5.0),
+    ("score: nan", None),
+    ("score: inf", None),
+    ("score: -Infinity", None),
+    ("score: 0x10", None),
+    ("score: 5 points", None),
+    ("myscore: 5", None),
+    ("score_x: 5", None),
+]
+
+
+@pytest.mark.parametrize("line,value", METRIC_LINES, ids=[repr(m[0]) for m in METRIC_LINES])
+def test_metric_line_forms(tmp_path, line, value):
+    p = make_project(tmp_path, {}, verifier="{py} emit.py", guards=False,
+                     files={"emit.py": f"import sys\nsys.stdout.write({line + chr(10)!r})\n"})
+    res = p.run("--cycles", "0")
+    if value is None:
+        assert res.returncode == 1, (res.returncode, p.rows() if (p.repo / "results.tsv").exists() else None)
+    else:
+        assert res.returncode == 0, res.stderr
+        assert float(p.rows()[0]["metric"]) == value
+
+
+def test_metric_name_dot_is_literal(tmp_path):
+    p = make_project(tmp_path, {}, verifier="{py} emit.py", metric="acc.top1", guards=False,
+                     files={"emit.py": "print('acc.top1: 5')\nprint('accXtop1: 9')\n"})
+    assert p.run("--cycles", "0").returncode == 0
+    assert float(p.rows()[0]["metric"]) == 5.0
+
+
+def test_metric_pattern_last_match_first_group(tmp_path):
+    p = make_project(tmp_path, {1: 'W("val.txt", "30")'}, verifier="{py} emit.py", guards=False,
+                     files={"emit.py": "v = open('val.txt').read().strip()\n"
+                                       "print('loss=99.0 (warmup)')\nprint(f'step 9 loss={v} done')\n"})
+    prog = (p.repo / "program.md").read_text().replace("  metric: score\n", "  pattern: 'loss=([0-9.]+) done'\n")
+    (p.repo / "program.md").write_text(prog)
+    git(p.repo, "commit", "-qam", "pattern", env=p.env)
+    res = p.run("--cycles", "1")
+    assert res.returncode == 0, res.stderr
+    assert [(r["status"], float(r["metric"])) for r in p.rows()] == [("baseline", 40.25), ("keep", 30.0)]
+
+
+def test_verify_measures_without_changing_anything(tmp_path):
+    from tests.scripts.e2e import repo_state
+    p = make_project(tmp_path, {})
+    (p.repo / "val.txt").write_text("12.5\n")     # verify measures the checkout as it is
+    before = repo_state(p.repo, p.env)
+    res = p.cli("verify", "program.md")
+    assert res.returncode == 0, res.stderr
+    assert "12.5" in res.stdout
+    assert repo_state(p.repo, p.env) == before
+
+
+def test_verify_reports_a_failing_guard(tmp_path):
+    p = make_project(tmp_path, {})
+    (p.repo / "notes.txt").write_text("FAIL\n")
+    res = p.cli("verify", "program.md")
+    assert res.returncode != 0
+    assert "notes" in res.stdout + res.stderr
+
+
+def test_guard_timeout_is_guard_fail(tmp_path):
+    guard = "{name: slow, command: sh -c 'grep -q SLOW notes.txt && sleep 300; exit 0', timeout: 1}"
+    p = make_project(tmp_path, {1: 'W("val.txt", "30"); W("notes.txt", "SLOW")', 2: 'W("val.txt", "31")'},
+                     guards=False, extra=f"guards:\n  - {guard}")
+    t0 = time.monotonic()
+    res = p.run("--cycles", "2")
+    assert res.returncode == 0, res.stderr
+    assert time.monotonic() - t0 < 20
+    assert [r["status"] for r in p.rows()] == ["baseline", "guard_fail", "keep"]
+
+
+def test_guard_fail_is_not_committed(tmp_path):
+    p = make_project(tmp_path, {1: 'W("val.txt", "1"); W("notes.txt", "FAIL")'})
+    start = git(p.repo, "rev-parse", "HEAD", env=p.env)
+    assert p.run("--cycles", "1").returncode == 0
+    assert p.statuses()[1] == "guard_fail"
+    assert p.branch_commits(start) == []
+    assert (p.worktree() / "val.txt").read_text() == "40.25\n"

@@ -262,7 +262,8 @@ def test_diffstat_and_diff_text(ws: Workspace) -> None:
 def test_identity_from_config_and_fallback(ws: Workspace, repo: Path, isolated_env: Path) -> None:
     assert ws.identity() == Identity("Test User", "test@example.com")
     (isolated_env / ".gitconfig").write_text("")
-    assert ws.identity() == Identity("autoloop", "autoloop@localhost")
+    # read once per run (a Workspace), so a fresh one sees the change
+    assert Workspace(ws.repo_root, ws.tag).identity() == Identity("autoloop", "autoloop@localhost")
 
 
 # ---------------------------------------------------------------------------------------------

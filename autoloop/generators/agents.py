@@ -69,12 +69,7 @@ _AUTH_PROBLEM = re.compile(
 
 
 class AgentReportError(GeneratorError):
-    """The agent's run failed (the cycle is `gen_error`). `proposal` carries what the failed run
-    still cost — tokens and dollars are spent either way — for the ledger to record."""
-
-    def __init__(self, message: str, proposal: Proposal | None = None) -> None:
-        super().__init__(message)
-        self.proposal = proposal
+    """The agent's run failed (the cycle is `gen_error`); `proposal` holds what it reported."""
 
 
 class _Unparseable(AgentReportError):

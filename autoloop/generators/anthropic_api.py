@@ -98,6 +98,8 @@ class AnthropicGenerator:
                 self._loop(client, ctx, system, messages, tool, state, log, deadline, redactor)
             except AutoloopError as exc:
                 log.event("error", error=exc.__class__.__name__, message=str(exc))
+                if isinstance(exc, GeneratorError) and exc.proposal is None:
+                    exc.proposal = state.proposal(tool, path, redactor)  # the failed turns still cost
                 raise
             finally:
                 log.event("end", turns=state.turns, tokens_in=state.tokens_in,

@@ -14,6 +14,7 @@ from autoloop.program import GeneratorSpec, Program
 
 _HYPOTHESIS = re.compile(r"Hypothesis:\s*(.*)", re.IGNORECASE)
 _SCAN_LIMIT = 16 << 20
+_LINE_LIMIT = 64 << 10
 
 
 class CommandGenerator:
@@ -78,10 +79,11 @@ def first_hypothesis(path: Path) -> str | None:
     seen = 0
     try:
         with open(path, "rb") as f:
-            for raw in f:
-                seen += len(raw)
-                if seen > _SCAN_LIMIT:
+            while seen < _SCAN_LIMIT:
+                raw = f.readline(_LINE_LIMIT)  # bounded: one giant line must not fill memory
+                if not raw:
                     break
+                seen += len(raw)
                 m = _HYPOTHESIS.search(raw.decode("utf-8", "replace"))
                 if m and m.group(1).strip():
                     return " ".join(m.group(1).split())[:1000]
