@@ -228,14 +228,31 @@ def test_fake_metric_line_from_generator_does_not_count(tmp_path):
     assert rows[2]["status"] == "no_change"
 
 
-@pytest.mark.parametrize("target", ["score.py", "guard.py", "program.md"])
-def test_verifier_files_protected_even_when_allowed(tmp_path, target):
-    p = make_project(tmp_path, {1: f'open("{target}", "a").write("# changed\\n")', 2: HONEST},
-                     allowed='["**"]')
-    original = (p.repo / target).read_bytes()
-    assert p.run("--cycles", "2").returncode == 0
+@pytest.mark.parametrize("allowed", ['["**"]', '[val.txt, score.py]', '[val.txt, notes.txt, guard.py]'])
+def test_judge_the_generator_could_rewrite_is_refused(tmp_path, allowed):
+    """`allowed` covering a file the verifier or a guard runs: refused up front (exit 2,
+    program.md:LINE), nothing changed — rather than a run whose judge the generator may edit."""
+    from tests.scripts.e2e import error_lines, repo_state
+    p = make_project(tmp_path, {1: HONEST}, allowed=allowed)
+    before = repo_state(p.repo, p.env)
+    res = p.run("--cycles", "1")
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    errs = error_lines(res.stderr)
+    assert len(errs) == 1 and errs[0].startswith("program.md:"), res.stderr
+    assert "Traceback" not in res.stderr
+    assert repo_state(p.repo, p.env) == before
+
+
+@pytest.mark.parametrize("target", ["program.md", "experiments.md", "results.tsv"])
+def test_run_files_protected_even_when_allowed(tmp_path, target):
+    p = make_project(tmp_path, {1: f'open("{target}", "a").write("TAMPERED\\n")', 2: HONEST},
+                     allowed='[val.txt, notes.txt, "*.md", "*.tsv"]')
+    original = (p.repo / "program.md").read_bytes()
+    res = p.run("--cycles", "2")
+    assert res.returncode == 0, res.stderr
     assert [r["status"] for r in p.rows()] == ["baseline", "violation", "keep"]
-    assert p.show(p.branch(), target) == original
+    assert (p.repo / "program.md").read_bytes() == original
+    assert "TAMPERED" not in git(p.repo, "show", f"{p.branch()}:program.md", env=p.env)
 
 
 def test_forbidden_beats_allowed(tmp_path):
