@@ -177,10 +177,10 @@ def test_max_minutes_budget_stops_a_slow_cycle_and_still_commits_the_journal(tmp
     p = make_project(tmp_path, plan, vtimeout=120)
     start = git(p.repo, "rev-parse", "HEAD", env=p.env)
     t0 = time.monotonic()
-    res = ci_run(p, "--cycles", "50", "--max-minutes", "0.08")   # ~5 s
+    res = ci_run(p, "--cycles", "50", "--max-minutes", "0.25")   # 15 s: the quick cycle fits even on a busy machine
     took = time.monotonic() - t0
     assert res.returncode == 0, res.stderr
-    assert took < 30
+    assert took < 60
     out = json.loads(res.stdout)
     assert "--max-minutes" in out["stop_reason"]
     commits = p.branch_commits(start)

@@ -82,11 +82,13 @@ def test_equal_head_passes_with_exit_0(tmp_path):
     repo, env = make_repo(tmp_path, {})
     base = git(repo, "rev-parse", "HEAD", env=env)
     commit(repo, env, {"README.md": "docs only\n"}, "docs")
-    res = gate(repo, env, "--base", base, "--pairs", "6", "--json")
+    # real timings on a shared machine are noisy: a stricter alpha and a tolerance above the noise
+    # keep this test honest without making it flaky (the deterministic verdicts are tested below)
+    res = gate(repo, env, "--base", base, "--pairs", "8", "--alpha", "0.01", "--tolerance", "15%", "--json")
     assert res.returncode == 0, res.stdout + res.stderr
     out = json.loads(res.stdout)
     assert out["passed"] is True and out["exit_code"] == 0
-    assert len(out["base"]["values"]) == len(out["head"]["values"]) == 6
+    assert len(out["base"]["values"]) == len(out["head"]["values"]) == 8
     assert out["order"][0] == ["base", "head"] and out["order"][1] == ["head", "base"]
 
 
