@@ -34,6 +34,36 @@ def _cycles(text: str) -> int:
     return n
 
 
+def _minutes(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--max-minutes needs a number, got {text!r}") from None
+    if not x > 0 or x != x or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"--max-minutes must be more than 0, got {text}")
+    return x
+
+
+def _pairs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--pairs needs a whole number, got {text!r}") from None
+    if not 1 <= n <= 1000:
+        raise argparse.ArgumentTypeError(f"--pairs must be between 1 and 1000, got {n}")
+    return n
+
+
+def _alpha(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--alpha needs a number, got {text!r}") from None
+    if not 0 < x < 1:
+        raise argparse.ArgumentTypeError(f"--alpha must be between 0 and 1, got {text}")
+    return x
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="autoloop", description="Ratchet loops on a git repository.")
     p.add_argument("--version", action="version", version=f"autoloop {__version__}")
@@ -44,6 +74,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("program", nargs="?", default="program.md", help="program file (default ./program.md)")
     r.add_argument("--tag", required=True, help="run name; commits go on branch autoloop/TAG")
     r.add_argument("--cycles", type=_cycles, help="cycles in this invocation (overrides stop.max_cycles)")
+    r.add_argument("--approve", choices=("after", "before", "both"),
+                   help="a person decides each cycle at the terminal: after verification (default), "
+                        "before it, or both")
+    r.add_argument("--ci", action="store_true", default=None,
+                   help="CI mode (default when CI=true): plain lines, journal committed on the run branch, "
+                        "$GITHUB_STEP_SUMMARY")
+    r.add_argument("--no-ci", dest="ci", action="store_false", help="not CI mode even when CI=true")
+    r.add_argument("--max-minutes", type=_minutes, help="wall-clock budget for this invocation")
+    r.add_argument("--json", action="store_true",
+                   help="print one JSON object describing the outcome on stdout (progress goes to stderr)")
 
     v = sub.add_parser("verify", help="measure the current checkout (guards + metric); changes nothing")
     v.add_argument("program", nargs="?", default="program.md")
@@ -51,6 +91,26 @@ def build_parser() -> argparse.ArgumentParser:
     lg = sub.add_parser("log", help="the cycles of a run and its summary")
     lg.add_argument("program", nargs="?", default="program.md")
     lg.add_argument("--tag", help="which run (default: the most recent)")
+
+    g = sub.add_parser("gate", help="pull-request gate: measure base and head here, paired; exit 1 if head is worse")
+    g.add_argument("program", nargs="?", default="program.md")
+    g.add_argument("--base", required=True, help="the commit to compare against (e.g. origin/main)")
+    g.add_argument("--head", default="HEAD", help="the commit under test (default HEAD)")
+    g.add_argument("--pairs", type=_pairs, default=6, help="interleaved base/head pairs (default 6)")
+    g.add_argument("--tolerance", default="2%", help="allowed worsening, in percent (default 2%%)")
+    g.add_argument("--alpha", type=_alpha, default=0.05, help="significance level (default 0.05)")
+    g.add_argument("--require-improvement", action="store_true",
+                   help="pass only when the head is significantly better")
+    g.add_argument("--guards", action="store_true", help="also run the guards once on each side")
+    g.add_argument("--json", action="store_true", help="print JSON instead of the Markdown table")
+    g.add_argument("--markdown", metavar="FILE", help="also write the Markdown table to FILE")
+
+    rp = sub.add_parser("report", help="a self-contained HTML report of a run (chart + table)")
+    rp.add_argument("program", nargs="?", default="program.md")
+    rp.add_argument("--tag", help="which run (default: the most recent)")
+    rp.add_argument("-o", "--output", help="where to write (default .autoloop/TAG/report.html; '-' for stdout)")
+    rp.add_argument("--format", choices=("html", "markdown"), default="html",
+                    help="html (default) or markdown (the summary a PR body or step summary shows)")
 
     i = sub.add_parser("init", help="write a program.md from a template")
     i.add_argument("path", nargs="?", default=".", help="file or folder (default: ./program.md)")
@@ -60,9 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # a bare `--approve` means `--approve=after` (an optional value would swallow PROGRAM)
+    argv = ["--approve=after" if a == "--approve" else a for a in argv]
     args = build_parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "verify": cmd_verify, "log": cmd_log, "init": cmd_init}[args.command](args)
+        return {"run": cmd_run, "verify": cmd_verify, "log": cmd_log, "init": cmd_init, "gate": cmd_gate,
+                "report": cmd_report}[args.command](args)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return exc.exit_code
@@ -94,50 +158,135 @@ def _load(path_text: str):  # -> Program
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from autoloop.loop import Run, RunOptions
+    from autoloop import ci as cimod
 
+    in_ci = cimod.ci_env() if args.ci is None else args.ci
+    outcome = cimod.Outcome(ci=in_ci, tag=args.tag, program=args.program)
+    try:
+        code = _run(args, in_ci, outcome)
+    except BaseException as exc:
+        outcome.exit_code = _exit_code(exc)
+        outcome.error = str(exc) or type(exc).__name__
+        _run_epilogue(args, outcome)
+        raise
+    outcome.exit_code = code
+    _run_epilogue(args, outcome)
+    return code
+
+
+def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
+    from autoloop import ci as cimod
+    from autoloop.approve import NoTerminal, TerminalReviewer
+    from autoloop.loop import Run, RunOptions
+    from autoloop.persist import save
+    from autoloop.progress import Progress, is_live, use_color
+
+    out = sys.stderr if args.json else sys.stdout
     program = _load(args.program)
-    printer = _Progress(program.verifier.label)
-    run = Run(program, RunOptions(tag=args.tag, cycles=args.cycles, report=printer))
-    summary = run.execute()
+    outcome.program = program.rel_path
+    outcome.paths = cimod.journal_paths(program, args.tag)
+    reviewer = None
+    if args.approve:
+        if in_ci:
+            raise UsageError("--approve asks a person at a terminal; it cannot be used in CI mode "
+                             "(--ci, or CI=true in the environment: add --no-ci)")
+        try:
+            TerminalReviewer.check_terminal()
+        except NoTerminal as exc:
+            raise UsageError(str(exc)) from None
+    live = not in_ci and is_live(out)
+    color = not in_ci and use_color(out)
+    progress = Progress(out, program.verifier.label, live=live, color=color, timestamps=in_ci)
+    if args.approve:
+        reviewer = TerminalReviewer(args.approve, out=out, color=color, pause=progress.pause,
+                                    resume=progress.resume)
+    budget = cimod.Budget(args.max_minutes) if args.max_minutes else None
+
+    def report(event: str, data: Mapping[str, Any]) -> None:
+        if budget is not None:
+            budget.observe(event, data)
+        progress(event, data)
+
+    def stop_check() -> str:
+        return (reviewer.stop_reason() if reviewer else "") or (budget.stop_reason() if budget else "")
+
+    def on_finish(run: Run) -> None:  # under the run's lock, signal handlers still in place
+        if budget is not None:
+            budget.disarm()
+        outcome.incumbent = run.incumbent
+        if in_ci:
+            outcome.journal_commit = save(run.ws, run.journal, run.program, run.incumbent)
+
+    run = None
+    try:
+        run = Run(program, RunOptions(tag=args.tag, cycles=args.cycles, report=report, reviewer=reviewer,
+                                      stop_check=stop_check, on_finish=on_finish))
+        summary = run.execute()
+    except Interrupted:
+        if budget is None or not budget.fired or run is None:
+            raise
+        # our own deadline stopped the cycle in progress: the run ended on its budget
+        progress.close()
+        outcome.stop_reason = f"--max-minutes budget reached ({budget.minutes:g} min); the cycle in progress was stopped"
+        outcome.cycles_run = _cycles_since_start(run)
+        print(f"stopped: {outcome.stop_reason}", file=out)
+        return 0
+    finally:
+        if budget is not None:
+            budget.disarm()
+        progress.close()
+    outcome.stop_reason, outcome.cycles_run = summary.stop_reason, summary.cycles_run
     gain = _gain(summary.baseline, summary.best)
     remeasured = f"; {summary.final['text']}" if summary.final and summary.final.get("text") else ""
-    print(f"journal: {program.state_dir / 'experiments.md'}  {program.state_dir / 'results.tsv'}")
+    print(f"journal: {program.state_dir / 'experiments.md'}  {program.state_dir / 'results.tsv'}", file=out)
+    if outcome.journal_commit:
+        print(f"journal committed on autoloop/{summary.tag}: {outcome.journal_commit[:12]} "
+              "(push the branch; the next run resumes from it)", file=out)
     print(f"stopped: {summary.stop_reason}. {program.verifier.label}: baseline {_f(summary.baseline)}"
           f" → best {_f(summary.best)}{gain}; {summary.kept} kept in total; branch autoloop/{summary.tag}"
-          f" at {summary.incumbent[:12]}{remeasured}")
+          f" at {summary.incumbent[:12]}{remeasured}", file=out)
     return 0
 
 
-class _Progress:
-    """Plain progress lines, one per cycle (safe for logs and CI)."""
+def _cycles_since_start(run: Any) -> int:
+    """Cycles recorded since this invocation's `start` record."""
+    n = 0
+    for r in reversed(run.journal.records):
+        if r.get("t") == "start":
+            break
+        if r.get("t") == "cycle" and r.get("cycle", 0) > 0:
+            n += 1
+    return n
 
-    def __init__(self, metric: str) -> None:
-        self.metric = metric
 
-    def __call__(self, event: str, data: Mapping[str, Any]) -> None:
-        if event == "warning":
-            print(f"autoloop: WARNING: {data['message']}", file=sys.stderr, flush=True)
-            return
-        if event == "note":
-            print(f"autoloop: note: {data['message']}", file=sys.stderr, flush=True)
-            return
-        if event == "final":
-            print(f"final      {data.get('text', '')}", flush=True)
-            return
-        if event != "cycle":
-            return
-        hyp = " ".join(str(data.get("hypothesis", "")).split())
-        if len(hyp) > 70:
-            hyp = hyp[:69] + "…"
-        line = (f"cycle {data['cycle']:>4}  {data['status']:<10} {self.metric} {_f(data.get('metric')) or '-':>10}"
-                f"  best {_f(data.get('best')):>10}  {data.get('duration_s', 0):6.1f}s  {hyp}")
-        print(line, flush=True)
-        if data["status"] not in ("keep", "baseline", "discard"):
-            print(f"            {data.get('lesson', '')}"[:200], flush=True)
-        hold = (data.get("stats") or {}).get("holdout")
-        if isinstance(hold, dict) and hold.get("overfit"):
-            print("            holdout did not improve: possible overfitting to the verifier", flush=True)
+def _exit_code(exc: BaseException) -> int:
+    if isinstance(exc, (Interrupted, KeyboardInterrupt)):
+        return EXIT_INTERRUPTED
+    if isinstance(exc, AutoloopError):
+        return exc.exit_code
+    if isinstance(exc, SystemExit):
+        return exc.code if isinstance(exc.code, int) else 1
+    return 1
+
+
+def _run_epilogue(args: argparse.Namespace, outcome: Any) -> None:
+    """After a run however it ended: the step summary (CI) and the --json object."""
+    from autoloop import ci as cimod
+
+    if outcome.program and outcome.paths:
+        try:
+            program = _load(args.program)
+            outcome.facts = cimod.load_facts(program, args.tag)
+        except AutoloopError:
+            outcome.facts = None
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY", "").strip()
+    if outcome.ci and summary_file:
+        try:
+            cimod.append_step_summary(summary_file, outcome.step_summary())
+        except OSError as exc:
+            print(f"autoloop: warning: cannot write the step summary to {summary_file}: {exc}", file=sys.stderr)
+    if args.json:
+        cimod.write_json(sys.stdout, outcome.as_json())
 
 
 def _f(x: float | None) -> str:
@@ -246,6 +395,70 @@ def _latest_tag(state_dir: Path) -> str:
     if not ledgers:
         raise UsageError(f"no autoloop run found in {state_dir} (run `autoloop run --tag NAME` first)")
     return ledgers[-1].parent.name
+
+
+# ---- gate --------------------------------------------------------------------------------------
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from autoloop.gate import markdown, parse_tolerance, run_gate, to_json
+
+    try:
+        tolerance = parse_tolerance(args.tolerance)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    program = _load(args.program)
+    print(f"gate: {program.verifier.label} of {args.head} vs {args.base}, {args.pairs} interleaved pairs",
+          file=sys.stderr, flush=True)
+    res = run_gate(program, base_ref=args.base, head_ref=args.head, pairs=args.pairs,
+                   tolerance_pct=tolerance, alpha=args.alpha, require_improvement=args.require_improvement,
+                   guards=args.guards, log=lambda line: print(f"gate: {line}", file=sys.stderr, flush=True))
+    table = markdown(res)
+    print(f"gate: {res.verdict}", file=sys.stderr, flush=True)
+    if args.json:
+        print(to_json(res))
+    else:
+        sys.stdout.write(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table, encoding="utf-8")
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY", "").strip()
+    if summary_file:
+        try:
+            with open(summary_file, "a", encoding="utf-8") as f:
+                f.write(table + "\n")
+        except OSError as exc:
+            print(f"autoloop: warning: cannot write the step summary to {summary_file}: {exc}", file=sys.stderr)
+    return res.exit_code
+
+
+# ---- report --------------------------------------------------------------------------------------
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from autoloop.facts import facts, markdown
+    from autoloop.journal import Journal
+    from autoloop.report import render
+
+    program = _load(args.program)
+    tag = args.tag or _latest_tag(program.state_dir)
+    journal = Journal(program.state_dir, tag)
+    if not journal.exists():
+        raise UsageError(f"no run '{tag}' next to {program.path.name} (no {journal.ledger})")
+    journal.load()
+    v = program.verifier
+    f = facts(journal.records, tag=tag, goal=program.goal, metric=v.label, direction=v.direction)
+    text = markdown(f) if args.format == "markdown" else render(journal.records, f)
+    dest = args.output or ("-" if args.format == "markdown" else str(journal.dir / "report.html"))
+    if dest == "-":
+        sys.stdout.write(text)
+        return 0
+    out = Path(dest)
+    if out.is_dir():
+        out = out / ("report.html" if args.format == "html" else "report.md")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote {out} ({f.cycles_total} cycles)")
+    return 0
 
 
 # ---- init --------------------------------------------------------------------------------------

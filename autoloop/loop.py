@@ -28,6 +28,8 @@ from autoloop.prompt import build_prompt
 from autoloop.ratchet import better, reached
 from autoloop.redact import Redactor
 from autoloop.snapshot import Change, diff
+from autoloop.approve import Review, Reviewer, human_outcome
+from autoloop.persist import restore_persisted_journal
 from autoloop.verify import Measurement, measure
 from autoloop.workspace import Workspace
 
@@ -40,6 +42,10 @@ class RunOptions:
     tag: str
     cycles: int | None = None            # overrides stop.max_cycles for this invocation
     report: Reporter = field(default=lambda event, data: None)
+    # hooks for the people-and-CI features (autoloop.approve, autoloop.ci); all optional
+    reviewer: Reviewer | None = None     # a person decides (before verify and/or at decide)
+    stop_check: Callable[[], str] = field(default=lambda: "")  # extra stop reason ("" = go on)
+    on_finish: Callable[[Run], None] | None = None  # under the lock, once attached, however it ends
 
 
 @dataclass
@@ -64,6 +70,9 @@ class _Outcome:
     measurement: Measurement | None = None
     tree: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)   # judge's fields for the cycle record
+    diffstat: str | None = None
+    decided_by: str = "ratchet"          # or "human" (approve mode)
+    recommendation: str | None = None    # the ratchet's status when a person overruled or confirmed it
 
 
 def protected_paths(program: Program) -> dict[str, str]:
@@ -142,16 +151,22 @@ class Run:
             raise LockedError(f"another autoloop run holds tag '{self.opt.tag}' in this repository "
                               f"(lock {lock_path}); wait for it or use another --tag") from None
         old_handlers = self._install_signals()
+        self._attached = False
         try:
             return self._run(generator)
         finally:
-            self._restore_signals(old_handlers)
-            lock.release()
+            try:
+                if self._attached and self.opt.on_finish is not None:
+                    self.opt.on_finish(self)
+            finally:
+                self._restore_signals(old_handlers)
+                lock.release()
 
     def _run(self, generator: Generator) -> RunSummary:
         proc.kill_marked(self.marker)
         self.ws.clear_stale_locks()
         incumbent = self._attach()
+        self._attached = True
         started = time.monotonic()
         self.ws.open(incumbent)
         self.sentinel = self.ws.watch_git(extra=[self.program.path])
@@ -184,6 +199,7 @@ class Run:
     def _attach(self) -> str:
         """Find (or create) the run branch; roll back a cycle a crash cut short. Returns the incumbent."""
         ws, j = self.ws, self.journal
+        restore_persisted_journal(ws, j, self.program)  # a CI run's journal commit, if the head is one
         j.load()
         head = ws.branch_head()
         if head is None:
@@ -342,24 +358,20 @@ class Run:
                     outcome = _Outcome("no_change", "no change: nothing git can record changed "
                                        "(e.g. only a mode git does not track)", "no change")
                 else:
-                    self.opt.report("phase", {"cycle": n, "phase": "verify"})
                     # the candidate is measured as a commit, in a pristine tree of its own: what
                     # is verified is exactly what would be kept (same tree hash)
                     candidate = self.ws.commit(tree, incumbent, f"autoloop candidate, cycle {n}",
                                                self.ws.identity())
                     files = [c.path for c in _file_changes(changes)]
-                    if self.judge.plain:
-                        tree_path = self.ws.verify_tree(0).checkout(candidate)
-                        m = measure(self.program, cwd=tree_path, env=self._env(n), log_dir=log_dir,
-                                    marker=self.marker)
-                        self._check_signal()
-                        # 5 decide
-                        outcome = self._decide(m, files)
-                    else:
-                        # 4+5 measured and decided together: repeats, pairs, confirmation (judge.py)
-                        outcome = self._judged(self.judge.cycle(candidate, incumbent, best_before, log_dir,
-                                                                self._env(n), self.journal.cycles()), files)
-                    outcome.tree = tree
+                    stat = self.ws.diffstat(incumbent, candidate)
+                    outcome = self._review("before", n, proposal, incumbent, candidate, files, stat, None)
+                    if outcome is None:
+                        self.opt.report("phase", {"cycle": n, "phase": "verify"})
+                        # 4 verify + 5 decide; in approve mode the ratchet only recommends
+                        outcome = self._verify_and_decide(n, candidate, incumbent, best_before, log_dir, files)
+                        outcome = self._review("after", n, proposal, incumbent, candidate, files, stat,
+                                               outcome) or outcome
+                    outcome.tree, outcome.diffstat = tree, stat
         except BaseException as exc:
             reason = "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt)) else \
                 f"internal error: {type(exc).__name__}: {exc}"
@@ -392,6 +404,9 @@ class Run:
                     "cost_usd": proposal.cost_usd, "turns": proposal.turns, "notes": proposal.notes},
             "gen_meta": proposal.meta,
             "repeat_of": None if repeat is None else repeat["cycle"],
+            "diffstat": outcome.diffstat,
+            "decided_by": outcome.decided_by,
+            "recommendation": outcome.recommendation,
             "guards": [{"name": g.name, "ok": g.ok, "detail": g.detail}
                        for g in (outcome.measurement.guards if outcome.measurement else ())],
             "log_dir": str(log_dir),
@@ -514,6 +529,18 @@ class Run:
         return _Outcome("discard", f"discarded: {verdict}", f"discard: {name} {verdict}",
                         metric=m.metric, changed=changed, measurement=m)
 
+    def _verify_and_decide(self, n: int, candidate: str, incumbent: str, best_before: float | None,
+                           log_dir: Path, files: list[str]) -> _Outcome:
+        if self.judge.plain:
+            # one measurement of the candidate against the stored incumbent (contract §5)
+            tree_path = self.ws.verify_tree(0).checkout(candidate)
+            m = measure(self.program, cwd=tree_path, env=self._env(n), log_dir=log_dir, marker=self.marker)
+            self._check_signal()
+            return self._decide(m, files)
+        # noise-aware: repeats, paired ABBA batches against a re-measured incumbent, confirmation
+        return self._judged(self.judge.cycle(candidate, incumbent, best_before, log_dir, self._env(n),
+                                             self.journal.cycles()), files)
+
     @staticmethod
     def _judged(v: Any, changed: list[str]) -> _Outcome:
         extra: dict[str, Any] = {"stats": v.stats, "delta_pct": _round(v.delta_pct)}
@@ -542,6 +569,40 @@ class Run:
         self.opt.report("final", rec)
         return rec
 
+    def _review(self, when: str, n: int, proposal: Proposal, incumbent: str, candidate: str,
+                files: list[str], stat: str, outcome: _Outcome | None) -> _Outcome | None:
+        """Approve mode: show the candidate to the person and apply their decision. Returns the
+        outcome to record, or None to go on as the ratchet would (no reviewer for `when`, or
+        `verify` before measuring)."""
+        reviewer = self.opt.reviewer
+        if reviewer is None or when not in reviewer.when:
+            return None
+        v = self.program.verifier
+        m = outcome.measurement if outcome is not None else None
+        review = Review(when=when, cycle=n, hypothesis=proposal.hypothesis, incumbent=incumbent,
+                        candidate=candidate, files=tuple(files), diffstat=stat,
+                        diff=self.ws.diff_text(incumbent, candidate), metric_name=v.label,
+                        direction=v.direction, best=self.best,
+                        metric=None if outcome is None else outcome.metric,
+                        guards=() if m is None else m.guards,
+                        recommendation=None if outcome is None else outcome.status,
+                        verdict="" if outcome is None else outcome.result)
+        self._in_python_generator = True   # Ctrl-C at the prompt abandons the cycle at once
+        try:
+            if self._signal is not None:
+                raise Interrupted("interrupted")
+            decision = reviewer.decide(review)
+        finally:
+            self._in_python_generator = False
+        if decision.action == "verify":
+            return None
+        status, lesson, result = human_outcome(review, decision,
+                                               None if outcome is None else outcome.lesson)
+        new = _Outcome(status, lesson, result, metric=None if outcome is None else outcome.metric,
+                       changed=files, measurement=m, decided_by="human",
+                       recommendation=review.recommendation)
+        return new
+
     def _commit_message(self, n: int, proposal: Proposal, outcome: _Outcome) -> str:
         name = self.program.verifier.label
         hyp = " ".join(proposal.hypothesis.split())
@@ -559,6 +620,9 @@ class Run:
         stop = self.program.stop
         if self._finished:
             return f"generator finished: {self._finished}"
+        extra = self.opt.stop_check()
+        if extra:
+            return extra
         max_cycles = self.opt.cycles if self.opt.cycles is not None else stop.max_cycles
         if max_cycles is not None and ran >= max_cycles:
             return f"max_cycles reached ({max_cycles} cycles)"

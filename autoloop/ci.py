@@ -1,0 +1,167 @@
+"""CI mode (`autoloop run --ci`, automatic when `CI=true`): plain lines, a wall-clock budget,
+the journal persisted on the run branch (autoloop.persist), a Markdown summary for
+`$GITHUB_STEP_SUMMARY`, and one JSON object for `--json`.
+
+Nothing here prints: the CLI hands streams and paths in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Callable, Mapping
+
+from autoloop.facts import Facts, facts, markdown
+
+EXIT_MEANING = {0: "stopped", 1: "failed", 2: "refused", 130: "interrupted"}
+
+
+def ci_env(env: Mapping[str, str] | None = None) -> bool:
+    """Is this a CI job? (`CI` set to true/1/yes, as GitHub Actions, GitLab and most others do.)"""
+    env = os.environ if env is None else env
+    return env.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+class Budget:
+    """`--max-minutes M`: a wall-clock budget for the whole invocation.
+
+    Between cycles, no new cycle starts when the slowest of the last three would not fit in the
+    time left. At the deadline itself, a cycle still running is stopped the way SIGTERM stops it
+    (tree back at the incumbent, journal whole) and the run ends on the budget — exit 0, and in
+    CI the journal is still committed. `disarm()` must be called before the loop's signal
+    handlers are removed (the run's on_finish hook does).
+    """
+
+    def __init__(self, minutes: float, *, clock: Callable[[], float] = time.monotonic,
+                 kill: Callable[[], None] | None = None) -> None:
+        self.seconds = minutes * 60.0
+        self.minutes = minutes
+        self.clock = clock
+        self.t0 = clock()
+        self.durations: list[float] = []
+        self.fired = False
+        self._armed = True
+        self._lock = threading.Lock()
+        self._kill = kill or (lambda: os.kill(os.getpid(), signal.SIGTERM))
+        self._timer = threading.Timer(self.seconds, self._deadline)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def observe(self, event: str, data: Mapping[str, Any]) -> None:
+        if event == "cycle" and data.get("duration_s") is not None:
+            self.durations.append(float(data["duration_s"]))
+
+    def stop_reason(self) -> str:
+        elapsed = self.clock() - self.t0
+        if elapsed >= self.seconds:
+            return f"--max-minutes budget reached ({self.minutes:g} min)"
+        recent = self.durations[-3:]
+        if recent and elapsed + max(recent) > self.seconds:
+            return (f"--max-minutes budget: {(self.seconds - elapsed) / 60:.1f} min left, "
+                    f"too little for another cycle (recent ones took up to {max(recent):.0f}s)")
+        return ""
+
+    def _deadline(self) -> None:
+        with self._lock:
+            if not self._armed:
+                return
+            self.fired = True
+        self._kill()
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._armed = False
+        self._timer.cancel()
+
+
+@dataclass
+class Outcome:
+    """What one `run` invocation ended with, for --json and the step summary."""
+
+    ci: bool
+    program: str = ""
+    tag: str = ""
+    exit_code: int = 0
+    stop_reason: str = ""
+    error: str = ""
+    cycles_run: int = 0
+    incumbent: str = ""
+    journal_commit: str | None = None
+    started: float = field(default_factory=time.monotonic)
+    facts: Facts | None = None
+    paths: dict[str, str] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "exit_code": self.exit_code,
+            "status": EXIT_MEANING.get(self.exit_code, "failed"),
+            "stop_reason": self.stop_reason or None,
+            "error": self.error or None,
+            "ci": self.ci,
+            "program": self.program,
+            "tag": self.tag,
+            "branch": f"autoloop/{self.tag}" if self.tag else None,
+            "incumbent": self.incumbent or None,
+            "journal_commit": self.journal_commit,
+            "cycles_run": self.cycles_run,
+            "elapsed_s": round(time.monotonic() - self.started, 3),
+        }
+        if self.facts is not None:
+            f = self.facts.as_dict()
+            kept_now = [k for k in f["kept_changes"]
+                        if self.cycles_run and k["cycle"] > f["cycles"] - self.cycles_run]
+            f["kept_this_run"] = len(kept_now)
+            for k in ("tag", "branch"):
+                f.pop(k, None)
+            d.update(f)
+        d["journal"] = self.paths or None
+        return d
+
+    def step_summary(self) -> str:
+        """Markdown for $GITHUB_STEP_SUMMARY."""
+        extra = [("stopped", self.stop_reason or self.error or EXIT_MEANING.get(self.exit_code, "")),
+                 ("exit code", str(self.exit_code))]
+        if self.incumbent:
+            extra.append(("branch", f"`autoloop/{self.tag}` at `{self.incumbent[:12]}`"
+                          + (f" + journal commit `{self.journal_commit[:12]}`" if self.journal_commit else "")))
+        if self.facts is None:
+            return (f"### autoloop run `{self.tag}`\n\n" + "| | |\n| --- | --- |\n"
+                    + "".join(f"| {k} | {v} |\n" for k, v in extra))
+        extra.insert(0, ("this job", f"{self.cycles_run} cycles in {(time.monotonic() - self.started) / 60:.1f} min"))
+        return markdown(self.facts, extra_rows=extra)
+
+
+def load_facts(program: Any, tag: str) -> Facts | None:
+    """Facts of the run `tag` of `program`, or None when it has no ledger."""
+    from autoloop.journal import Journal
+
+    j = Journal(program.state_dir, tag)
+    if not j.exists():
+        return None
+    try:
+        j.load()
+    except Exception:
+        return None
+    v = program.verifier
+    return facts(j.records, tag=tag, goal=program.goal, metric=v.label, direction=v.direction)
+
+
+def append_step_summary(path: str, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text.rstrip("\n") + "\n\n")
+
+
+def write_json(stream: IO[str], obj: Mapping[str, Any]) -> None:
+    stream.write(json.dumps(obj, indent=2, default=str) + "\n")
+    stream.flush()
+
+
+def journal_paths(program: Any, tag: str) -> dict[str, str]:
+    return {"experiments": str(Path(program.state_dir) / "experiments.md"),
+            "results": str(Path(program.state_dir) / "results.tsv"),
+            "ledger": str(Path(program.state_dir) / ".autoloop" / tag / "ledger.jsonl")}

@@ -1,0 +1,347 @@
+"""`autoloop gate --base REF [--head REF]`: does a pull request make the benchmark worse?
+
+Both commits are measured in the same job, on the same machine, interleaved and paired: pair i
+runs base then head when i is even and head then base when it is odd (ABBA), so slow drift of
+the machine (thermal, caches, neighbours) falls on both sides alike. Every run is a fresh
+verifier process in a pristine tree of its commit (a detached worktree, reset and cleaned of
+ignored files before each run). Nothing is ever compared with a number stored from another
+machine or another day.
+
+The verdict is evidence-based: the gate fails only when the head is *significantly* worse
+(one-sided Wilcoxon signed-rank test on the paired changes, p ≤ α) *and* the Hodges–Lehmann
+estimate of the change is worse than the tolerance. With `--require-improvement` it passes only
+when the head is significantly better. Noise that proves nothing passes a regression check and
+fails an improvement requirement.
+
+Exit codes: 0 pass; 1 fail (worse beyond the tolerance, not better under
+--require-improvement, or the head's verifier/guards fail); 2 bad usage (unknown ref, bad
+program.md); 3 the base itself cannot be measured (the gate cannot judge); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from autoloop import proc
+from autoloop.errors import AutoloopError, UsageError
+from autoloop.journal import fmt
+from autoloop.program import Program
+from autoloop.verify import measure
+from autoloop.workspace import GitError, Worktree, git
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BASE_BROKEN = 0, 1, 2, 3
+
+
+class BaseBroken(AutoloopError):
+    """The base commit cannot be measured: the gate cannot judge the head."""
+
+    exit_code = EXIT_BASE_BROKEN
+
+
+# ---- statistics ---------------------------------------------------------------------------------
+# NOTE(issue 7 → issue 5): a tiny private copy of the paired statistics, on scipy directly, with
+# the conventions of autoloop/stats.py (gains > 0 mean better; log-ratios when every value is
+# positive). Replace _compare with autoloop.stats.compare once that module is on main.
+
+
+@dataclass(frozen=True)
+class _Stats:
+    n: int
+    scale: str                        # "log" | "diff"
+    change_pct: float | None          # Hodges–Lehmann estimate of head vs base, in % of base
+    ci_pct: tuple[float, float] | None
+    ci_level: float
+    p_better: float                   # one-sided: head better than base
+    p_worse: float                    # one-sided: head worse than base
+
+
+def _compare(base: Sequence[float], head: Sequence[float], direction: str, level: float = 0.95) -> _Stats:
+    from scipy import stats as st
+
+    n = len(base)
+    scale = "log" if all(v > 0 for v in [*base, *head]) else "diff"
+    if scale == "log":
+        changes = [math.log(h / b) for b, h in zip(base, head)]
+    else:
+        changes = [h - b for b, h in zip(base, head)]
+    sign = 1.0 if direction == "maximize" else -1.0
+    gains = [sign * c for c in changes]
+
+    def p_greater(xs: list[float]) -> float:
+        if not any(x != 0 for x in xs):
+            return 1.0
+        return float(st.wilcoxon(xs, alternative="greater").pvalue)
+
+    walsh = sorted((changes[i] + changes[j]) / 2 for i in range(n) for j in range(i, n))
+    est = statistics.median(walsh)
+    # distribution-free CI: drop the k smallest and k largest Walsh averages, k from the exact
+    # null distribution of the signed-rank statistic
+    counts = [1]
+    for r in range(1, n + 1):
+        nxt = counts + [0] * r
+        for w, c in enumerate(counts):
+            nxt[w + r] += c
+        counts = nxt
+    total = 2 ** n
+    d, cum = 0, 0                    # drop the d smallest and d largest: the largest d with
+    for w, c in enumerate(counts):   # P(W+ <= d) <= (1 - level) / 2 (0 when even that is too much)
+        if (cum + c) / total > (1 - level) / 2:
+            break
+        cum += c
+        d = w
+    d = min(d, (len(walsh) - 1) // 2)
+    coverage = 1 - 2 * sum(counts[:d + 1]) / total
+    lo, hi = walsh[d], walsh[-1 - d]
+    ref = statistics.median(base)
+
+    def to_pct(c: float) -> float | None:
+        if scale == "log":
+            return (math.exp(c) - 1) * 100
+        return c / abs(ref) * 100 if ref else None
+
+    lo_p, hi_p = to_pct(lo), to_pct(hi)
+    return _Stats(n=n, scale=scale, change_pct=to_pct(est),
+                  ci_pct=None if lo_p is None or hi_p is None else (lo_p, hi_p), ci_level=coverage,
+                  p_better=p_greater(gains), p_worse=p_greater([-g for g in gains]))
+
+
+# ---- measuring ------------------------------------------------------------------------------------
+
+
+@dataclass
+class GateResult:
+    program: Program
+    base_ref: str
+    head_ref: str
+    base: str
+    head: str
+    pairs: int
+    tolerance_pct: float
+    alpha: float
+    require_improvement: bool
+    base_values: list[float] = field(default_factory=list)
+    head_values: list[float] = field(default_factory=list)
+    order: list[tuple[str, str]] = field(default_factory=list)
+    stats: _Stats | None = None
+    passed: bool = False
+    verdict: str = ""
+    head_error: str = ""
+    judge_changed: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PASS if self.passed else EXIT_FAIL
+
+    def as_json(self) -> dict[str, Any]:
+        s = self.stats
+        return {
+            "passed": self.passed, "exit_code": self.exit_code, "verdict": self.verdict,
+            "metric": self.program.verifier.label, "direction": self.program.verifier.direction,
+            "base": {"ref": self.base_ref, "commit": self.base, "values": self.base_values,
+                     "median": statistics.median(self.base_values) if self.base_values else None},
+            "head": {"ref": self.head_ref, "commit": self.head, "values": self.head_values,
+                     "median": statistics.median(self.head_values) if self.head_values else None,
+                     "error": self.head_error or None},
+            "pairs": self.pairs, "order": [list(o) for o in self.order],
+            "tolerance_pct": self.tolerance_pct, "alpha": self.alpha,
+            "require_improvement": self.require_improvement,
+            "change_pct": None if s is None else s.change_pct,
+            "ci_pct": None if s is None or s.ci_pct is None else list(s.ci_pct),
+            "ci_level": None if s is None else s.ci_level,
+            "p_worse": None if s is None else s.p_worse, "p_better": None if s is None else s.p_better,
+            "judge_changed": self.judge_changed, "duration_s": round(self.duration_s, 3),
+        }
+
+
+def resolve(repo: Path, ref: str) -> str:
+    out = git(repo, "rev-parse", "--verify", "-q", ref + "^{commit}", check=False).strip()
+    if not out:
+        raise UsageError(f"unknown revision {ref!r} in {repo} (in CI, fetch it: actions/checkout "
+                         "with fetch-depth: 0, or `git fetch origin <branch>`)")
+    return out
+
+
+def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: int = 6,
+             tolerance_pct: float = 2.0, alpha: float = 0.05, require_improvement: bool = False,
+             guards: bool = False, log: Callable[[str], None] = lambda line: None) -> GateResult:
+    from autoloop.loop import protected_paths
+
+    repo = program.repo_root
+    base, head = resolve(repo, base_ref), resolve(repo, head_ref)
+    res = GateResult(program, base_ref, head_ref, base, head, pairs, tolerance_pct, alpha, require_improvement)
+    changed = git(repo, "diff", "--no-ext-diff", "--name-only", "-z", base, head).split("\0")
+    judge = set(protected_paths(program)) - {p for p in program.protected if p != program.rel_path}
+    res.judge_changed = sorted(p for p in changed if p and p in judge)
+    common = Path(repo / git(repo, "rev-parse", "--git-common-dir").strip()).resolve()
+    t0 = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="autoloop-gate-"))
+    trees = {"base": Worktree(repo, common, tmp / "base"), "head": Worktree(repo, common, tmp / "head")}
+    commits = {"base": base, "head": head}
+    marker = proc.new_marker()
+    env = _verifier_env()
+    try:
+        if guards:
+            for side in ("base", "head"):
+                problem = _run_guards(program, trees[side].checkout(commits[side]), env, tmp / f"guards-{side}", marker)
+                if problem:
+                    if side == "base":
+                        raise BaseBroken(f"the base ({base[:12]}) fails a guard: {problem}")
+                    res.head_error = f"guard failed on the head: {problem}"
+                    res.verdict = f"FAIL: the head {res.head_error}"
+                    return res
+        for i in range(pairs):
+            order = ("base", "head") if i % 2 == 0 else ("head", "base")
+            res.order.append(order)
+            got: dict[str, float] = {}
+            for side in order:
+                path = trees[side].checkout(commits[side])  # pristine: reset and cleaned every run
+                log_dir = tmp / "logs" / f"pair-{i + 1:02d}-{side}"
+                log_dir.mkdir(parents=True)
+                m = measure(program, cwd=path, env=env, log_dir=log_dir, marker=marker, with_guards=False)
+                if m.metric is None:
+                    tail = proc.read_tail(log_dir / "verifier.err", 600).strip() or \
+                        proc.read_tail(log_dir / "verifier.out", 600).strip()
+                    if side == "base":
+                        raise BaseBroken(f"the base ({base[:12]}) cannot be measured: {m.error}\n{tail}")
+                    res.head_error = f"the verifier fails on the head: {m.error}"
+                    res.verdict = f"FAIL: {res.head_error}"
+                    log(f"pair {i + 1}/{pairs}: head: {m.error}")
+                    return res
+                got[side] = m.metric
+                (res.base_values if side == "base" else res.head_values).append(m.metric)
+            log(f"pair {i + 1}/{pairs} ({' then '.join(order)}): base {fmt(got['base'])}, head {fmt(got['head'])}")
+        res.stats = _compare(res.base_values, res.head_values, program.verifier.direction)
+        _judge(res)
+        return res
+    finally:
+        res.duration_s = time.monotonic() - t0
+        for t in trees.values():
+            if t.path.exists():
+                git(repo, "worktree", "remove", "--force", str(t.path), check=False)
+        git(repo, "worktree", "prune", check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _verifier_env() -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
+                        "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES")}
+    env["AUTOLOOP_GATE"] = "1"
+    return env
+
+
+def _run_guards(program: Program, cwd: Path, env: dict[str, str], log_dir: Path, marker: str) -> str:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for g in program.guards:
+        r = proc.run(g.command, cwd=cwd, env=env, timeout=g.timeout, log_stem=log_dir / "guard", marker=marker)
+        if not r.ok:
+            return f"{g.name}: {r.describe()}"
+    return ""
+
+
+def _judge(res: GateResult) -> None:
+    s = res.stats
+    assert s is not None
+    change = "n/a" if s.change_pct is None else f"{s.change_pct:+.2f}%"
+    d = res.program.verifier.direction
+    # the change oriented so that > 0 means worse
+    worse_pct = None if s.change_pct is None else (s.change_pct if d == "minimize" else -s.change_pct)
+    if res.require_improvement:
+        res.passed = s.p_better <= res.alpha and worse_pct is not None and worse_pct < 0
+        res.verdict = (f"PASS: the head is better ({change}, p = {s.p_better:.3g})" if res.passed else
+                       f"FAIL: the head is not shown to be better ({change}, p = {s.p_better:.3g} > α = {res.alpha:g})"
+                       if s.p_better > res.alpha else f"FAIL: the head is not better ({change})")
+        return
+    significant = s.p_worse <= res.alpha
+    beyond = worse_pct is not None and worse_pct > res.tolerance_pct
+    res.passed = not (significant and beyond)
+    if res.passed:
+        if significant and worse_pct is not None and worse_pct > 0:
+            why = f"worse by {change}, within the {res.tolerance_pct:g}% tolerance"
+        elif s.p_better <= res.alpha:
+            why = f"better ({change}, p = {s.p_better:.3g})"
+        elif 0.5 ** s.n > res.alpha:
+            why = (f"inconclusive ({change}): {s.n} pairs can never reach α = {res.alpha:g}; "
+                   f"use --pairs {math.ceil(math.log2(1 / res.alpha)) + 1} or more")
+        else:
+            why = f"no significant difference ({change})"
+        res.verdict = f"PASS: {why}"
+    else:
+        res.verdict = (f"FAIL: the head is worse by {change} (beyond the {res.tolerance_pct:g}% tolerance; "
+                       f"p = {s.p_worse:.3g} ≤ α = {res.alpha:g})")
+
+
+# ---- the PR comment ---------------------------------------------------------------------------------
+
+
+def markdown(res: GateResult) -> str:
+    v = res.program.verifier
+    s = res.stats
+    icon = "✅" if res.passed else "❌"
+    lines = [f"### {icon} autoloop gate: {res.verdict}", ""]
+    bm = statistics.median(res.base_values) if res.base_values else None
+    hm = statistics.median(res.head_values) if res.head_values else None
+    lines += [f"| {v.label} ({v.direction}) | base `{res.base[:10]}` | head `{res.head[:10]}` |",
+              "| --- | ---: | ---: |",
+              f"| median | {fmt(bm) or '–'} | {fmt(hm) or '–'} |",
+              f"| min … max | {_range(res.base_values)} | {_range(res.head_values)} |",
+              f"| runs | {len(res.base_values)} | {len(res.head_values)} |", ""]
+    if s is not None:
+        ci = "–" if s.ci_pct is None else f"{s.ci_pct[0]:+.2f}% … {s.ci_pct[1]:+.2f}% ({s.ci_level * 100:.0f}%)"
+        lines += ["| | |", "| --- | --- |",
+                  f"| change, head vs base | {'–' if s.change_pct is None else f'{s.change_pct:+.2f}%'} (Hodges–Lehmann) |",
+                  f"| confidence interval | {ci} |",
+                  f"| p (head worse) / p (head better) | {s.p_worse:.3g} / {s.p_better:.3g} |"]
+    rule = ("pass only if the head is significantly better" if res.require_improvement else
+            f"fail if the head is significantly worse by more than {res.tolerance_pct:g}%")
+    lines.append(f"| rule | {rule} (one-sided Wilcoxon signed-rank, α = {res.alpha:g}, "
+                 f"{res.pairs} interleaved ABBA pairs, each run a fresh process in a clean tree) |")
+    if res.head_error:
+        lines.append(f"| head | {res.head_error} |")
+    if res.judge_changed:
+        lines += ["", f"⚠️ This change touches what the verifier runs ({', '.join(f'`{p}`' for p in res.judge_changed)}): "
+                  "each side was measured with its own version."]
+    if res.order:
+        lines += ["", "<details><summary>every run</summary>", "", "| pair | order | base | head |",
+                  "| ---: | --- | ---: | ---: |"]
+        for i, order in enumerate(res.order):
+            b = res.base_values[i] if i < len(res.base_values) else None
+            h = res.head_values[i] if i < len(res.head_values) else None
+            lines.append(f"| {i + 1} | {' → '.join(order)} | {fmt(b) or '–'} | {fmt(h) or '–'} |")
+        lines += ["", "</details>"]
+    lines += ["", f"<sub>autoloop gate · {res.duration_s:.0f}s · `{res.base_ref}` vs `{res.head_ref}`</sub>"]
+    return "\n".join(lines) + "\n"
+
+
+def _range(xs: Sequence[float]) -> str:
+    return f"{fmt(min(xs))} … {fmt(max(xs))}" if xs else "–"
+
+
+def to_json(res: GateResult) -> str:
+    return json.dumps(res.as_json(), indent=2, default=str)
+
+
+def parse_tolerance(text: str) -> float:
+    """`2%`, `2` (percent) or `0.5%` → percent as a float ≥ 0."""
+    t = text.strip().rstrip("%").strip()
+    try:
+        x = float(t)
+    except ValueError:
+        raise ValueError(f"--tolerance needs a percentage such as 2%, got {text!r}") from None
+    if not (x >= 0) or math.isinf(x):
+        raise ValueError(f"--tolerance must be 0% or more, got {text!r}")
+    return x
+
+
+__all__ = ["run_gate", "markdown", "GateResult", "BaseBroken", "GitError", "parse_tolerance"]

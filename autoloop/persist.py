@@ -1,0 +1,169 @@
+"""A CI run's journal, kept on the run branch so the next job resumes with full memory.
+
+A CI job starts from a fresh clone: the ledger next to program.md (`.autoloop/TAG/ledger.jsonl`,
+never committed) is gone. So at the end of a CI run autoloop adds **one** commit on top of the
+last kept commit (contract §3 allows exactly this one):
+
+    autoloop: journal of run TAG
+
+    Autoloop-Journal: TAG
+    Autoloop-Incumbent: <the last kept commit, its only parent>
+
+whose tree is its parent's plus `.autoloop/TAG/journal/{ledger.jsonl, experiments.md,
+results.tsv}` (next to program.md). The copies live under `journal/`, not at the live paths, so
+a pull request from the run branch that someone merges whole leaves only an inert record in
+the base branch, never a live ledger that would confuse later runs.
+
+When any run (CI or not) finds the branch head to be such a commit, it restores the ledger from
+it when the one on disk is missing or older (a prefix of it), checks that the ledger's last kept
+commit is the journal commit's parent, and moves the branch back to that parent: kept commits
+stay one per keep, and the run goes on exactly as on the machine that made them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from typing import TYPE_CHECKING
+
+from autoloop.errors import RepoStateError
+from autoloop.workspace import GitError, Workspace, _git_env, git
+
+if TYPE_CHECKING:
+    from autoloop.journal import Journal
+    from autoloop.program import Program
+
+TRAILER = "Autoloop-Journal"
+PARENT_TRAILER = "Autoloop-Incumbent"
+FILES = ("ledger.jsonl", "experiments.md", "results.tsv")
+
+
+def journal_dir(program: Program, tag: str) -> str:
+    """Repo-relative folder of the persisted copies."""
+    base = program.state_dir.relative_to(program.repo_root).as_posix()
+    prefix = "" if base == "." else base + "/"
+    return f"{prefix}.autoloop/{tag}/journal"
+
+
+def is_journal_commit(ws: Workspace, commit: str, tag: str, program: Program) -> str | None:
+    """The parent (incumbent) if `commit` is this run's journal commit, else None."""
+    try:
+        info = git(ws.repo_root, "log", "-1", "--format=%P%n%B", commit)
+    except GitError:
+        return None
+    first, _, body = info.partition("\n")
+    parents = first.split()
+    m_tag = re.search(rf"^{TRAILER}: (\S+)\s*$", body, re.M)
+    m_par = re.search(rf"^{PARENT_TRAILER}: ([0-9a-f]{{40,64}})\s*$", body, re.M)
+    if len(parents) != 1 or not m_tag or not m_par or m_tag.group(1) != tag or m_par.group(1) != parents[0]:
+        return None
+    touched = git(ws.repo_root, "diff-tree", "--no-commit-id", "-r", "--name-only", "-z",
+                  parents[0], commit).split("\0")
+    folder = journal_dir(program, tag) + "/"
+    if any(p and not p.startswith(folder) for p in touched):
+        return None  # it changes more than the journal: not ours to rewind
+    return parents[0]
+
+
+def save(ws: Workspace, journal: Journal, program: Program, incumbent: str) -> str | None:
+    """Commit the journal on top of `incumbent` and move the branch there. Returns the commit,
+    or None when the branch is not at the incumbent (nothing is done then)."""
+    if ws.branch_head() != incumbent:
+        return None
+    folder = journal_dir(program, journal.tag)
+    sources = {"ledger.jsonl": journal.ledger, "experiments.md": journal.experiments,
+               "results.tsv": journal.results}
+    with tempfile.TemporaryDirectory(prefix="autoloop-journal-") as tmp:
+        env = _git_env()
+        env["GIT_INDEX_FILE"] = os.path.join(tmp, "index")
+        git(ws.repo_root, "read-tree", incumbent, env=env)
+        for name in FILES:
+            path = sources[name]
+            if not path.exists():
+                continue
+            blob = git(ws.repo_root, "hash-object", "-w", "--no-filters", "--stdin",
+                       input=path.read_bytes()).strip()
+            git(ws.repo_root, "update-index", "--add", "--cacheinfo", f"100644,{blob},{folder}/{name}",
+                env=env)
+        tree = git(ws.repo_root, "write-tree", env=env).strip()
+    cycles = journal.cycles()
+    last = cycles[-1]["cycle"] if cycles else 0
+    kept = sum(1 for c in cycles if c["status"] == "keep")
+    message = (f"autoloop: journal of run {journal.tag} ({last} cycles, {kept} kept)\n\n"
+               f"The run's ledger and journal, so that the next job resumes with full memory.\n"
+               f"autoloop moves the branch back to the parent when it resumes.\n\n"
+               f"{TRAILER}: {journal.tag}\n{PARENT_TRAILER}: {incumbent}\n")
+    commit = ws.commit(tree, incumbent, message, ws.identity())
+    ws.advance(commit, incumbent, f"autoloop: journal of run {journal.tag}")
+    return commit
+
+
+def restore_persisted_journal(ws: Workspace, journal: Journal, program: Program) -> str | None:
+    """If the run branch ends in a journal commit: bring its ledger back (when ours is missing or
+    older), then rewind the branch to the commit's parent. Returns the parent, or None."""
+    head = ws.branch_head()
+    if head is None:
+        return None
+    parent = is_journal_commit(ws, head, journal.tag, program)
+    if parent is None:
+        return None
+    folder = journal_dir(program, journal.tag)
+    try:
+        committed = _show(ws, head, f"{folder}/ledger.jsonl")
+    except GitError:
+        raise RepoStateError(f"branch {ws.branch} ends in a journal commit without a ledger "
+                             f"({head[:12]}); move it back to {parent[:12]} or use another --tag") from None
+    local = journal.ledger.read_bytes() if journal.ledger.exists() else b""
+    local = local[: local.rfind(b"\n") + 1]  # whole lines only (a torn tail is cut on load anyway)
+    if committed.startswith(local):
+        chosen = committed
+    elif local.startswith(committed):
+        chosen = local  # this machine's ledger is newer: it already holds everything
+    else:
+        raise RepoStateError(f"the ledger {journal.ledger} and the journal on branch {ws.branch} "
+                             f"({head[:12]}) tell different histories; move one of them aside")
+    expected = _incumbent_of(chosen)
+    if expected != parent:
+        raise RepoStateError(f"the journal on branch {ws.branch} ({head[:12]}) says the run is at "
+                             f"{(expected or '?')[:12]}, but its parent is {parent[:12]}; "
+                             "the branch was changed outside autoloop")
+    if chosen is committed and committed != local:
+        from autoloop.journal import _atomic_write
+
+        _atomic_write(journal.ledger, committed)
+    base = program.state_dir.relative_to(program.repo_root).as_posix()
+    prefix = "" if base == "." else base + "/"
+    ws.exclude_in_checkout([prefix + "experiments.md", prefix + "results.tsv", prefix + ".autoloop/"])
+    git(ws.repo_root, "update-ref", "-m", "autoloop: resume after the journal commit", ws.ref, parent, head)
+    return parent
+
+
+def _show(ws: Workspace, commit: str, path: str) -> bytes:
+    import subprocess
+
+    out = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "cat-file", "blob", f"{commit}:{path}"],
+                         cwd=ws.repo_root, env=_git_env(), capture_output=True, stdin=subprocess.DEVNULL)
+    if out.returncode != 0:
+        raise GitError(f"git cat-file {commit[:12]}:{path} failed")
+    return out.stdout
+
+
+def _incumbent_of(ledger: bytes) -> str | None:
+    """The commit a ledger's run stands at: its last kept commit, else its baseline's, else the
+    first start's incumbent."""
+    import json
+
+    commit = start = None
+    for line in ledger.splitlines():
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if r.get("t") == "start" and start is None:
+            start = r.get("incumbent")
+        elif r.get("t") == "cycle" and r.get("status") in ("baseline", "keep") and r.get("commit"):
+            commit = r["commit"]
+    return commit or start

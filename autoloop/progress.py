@@ -1,0 +1,217 @@
+"""What `autoloop run` shows while it works. Presentation only: the CLI builds one of these with
+its output stream and hands it to the loop as the `report` callback (events "phase", "cycle",
+"stop").
+
+- On a terminal: one permanent line per finished cycle, and under it a live status line redrawn
+  in place with a carriage return — cycle, phase, best (and its gain), last result, elapsed time,
+  cost — ticking every second while a generator or verifier works.
+- Not a terminal (a pipe, a log file, CI): plain lines only, one per cycle; with `timestamps`
+  (CI mode) each line starts with the elapsed time and phases get a line of their own, so a
+  long cycle shows what it is doing in a CI log.
+- Colour only on a terminal, and never when `NO_COLOR` is set (https://no-color.org) or
+  `TERM=dumb`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import time
+from typing import IO, Any, Callable, Mapping
+
+from autoloop.journal import fmt, pct
+
+COLORS = {"keep": "\x1b[32m", "baseline": "\x1b[34m", "discard": "\x1b[33m", "crash": "\x1b[31m",
+          "guard_fail": "\x1b[31m", "violation": "\x1b[35m", "no_change": "\x1b[2m", "gen_error": "\x1b[31m"}
+RESET = "\x1b[0m"
+
+
+def use_color(stream: IO[str], env: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    if env.get("NO_COLOR", "") != "" or env.get("TERM") == "dumb":
+        return False
+    return _isatty(stream)
+
+
+def is_live(stream: IO[str], env: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    return _isatty(stream) and env.get("TERM") != "dumb"
+
+
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+class Progress:
+    def __init__(self, stream: IO[str], metric: str, *, live: bool = False, color: bool = False,
+                 timestamps: bool = False, tick: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream = stream
+        self.metric = metric
+        self.live = live
+        self.color = color
+        self.timestamps = timestamps
+        self.clock = clock
+        self.t0 = clock()
+        self.cycle: int | None = None
+        self.phase = "starting"
+        self.phase_t0 = self.t0
+        self.baseline: float | None = None
+        self.best: float | None = None
+        self.last = ""
+        self.cost = 0.0
+        self.done = 0
+        self._lock = threading.RLock()
+        self._shown = 0          # width of the live line on screen (0: none)
+        self._paused = False
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        if live:
+            self._ticker = threading.Thread(target=self._tick, args=(tick,), daemon=True,
+                                            name="autoloop-progress")
+            self._ticker.start()
+
+    # ---- the loop's callback -------------------------------------------------------------------
+
+    def __call__(self, event: str, data: Mapping[str, Any]) -> None:
+        with self._lock:
+            if event == "phase":
+                self.cycle = data.get("cycle", self.cycle)
+                self.phase = str(data.get("phase", ""))
+                self.phase_t0 = self.clock()
+                if self.timestamps and not self.live and self.phase not in ("prepare", "scope"):
+                    self._print(f"cycle {self.cycle:>4}  {self.phase}")
+            elif event == "cycle":
+                self._cycle(data)
+            elif event == "stop":
+                self.phase = "stopped"
+            elif event in ("warning", "note"):
+                # calibration and statistics speak to the person: stderr, above the live line
+                self._clear()
+                label = "WARNING" if event == "warning" else "note"
+                print(f"autoloop: {label}: {data['message']}", file=sys.stderr, flush=True)
+            elif event == "final":
+                self._print(f"final      {data.get('text', '')}")
+            self._draw()
+
+    def _cycle(self, data: Mapping[str, Any]) -> None:
+        status = str(data.get("status", ""))
+        if status == "baseline":
+            self.baseline = data.get("metric")
+        if data.get("best") is not None:
+            self.best = data.get("best")
+        self.cost += (data.get("gen") or {}).get("cost_usd") or 0.0
+        if data.get("cycle", 0):
+            self.done += 1
+        metric = fmt(data.get("metric")) or "-"
+        self.last = f"#{data.get('cycle')} {status} {metric}"
+        hyp = " ".join(str(data.get("hypothesis", "")).split())
+        width = self._width()
+        cell = f"{status:<10}"
+        head = (f"cycle {data['cycle']:>4}  {cell} {self.metric} {metric:>10}  "
+                f"best {fmt(data.get('best')):>10}  {data.get('duration_s', 0):6.1f}s  ")
+        if data.get("decided_by") == "human":
+            head += "[you] "
+        room = max(20, width - len(head) - 1) if self.live else 70
+        if len(hyp) > room:
+            hyp = hyp[:room - 1] + "…"
+        line = head.replace(cell, self._paint(status, cell), 1)
+        self._print(line + hyp)
+        if status not in ("keep", "baseline", "discard") or data.get("decided_by") == "human":
+            lesson = " ".join(str(data.get("lesson", "")).split())
+            self._print(f"            {lesson}"[:max(40, width if self.live else 200)])
+        hold = (data.get("stats") or {}).get("holdout")
+        if isinstance(hold, dict) and hold.get("overfit"):
+            self._print("            holdout did not improve: possible overfitting to the verifier")
+
+    # ---- output ----------------------------------------------------------------------------------
+
+    def _paint(self, status: str, text: str) -> str:
+        if not self.color:
+            return text
+        return f"{COLORS.get(status, '')}{text}{RESET}"
+
+    def _width(self) -> int:
+        return shutil.get_terminal_size((100, 24)).columns
+
+    def _print(self, line: str) -> None:
+        """A permanent line (above the live one)."""
+        self._clear()
+        if self.timestamps:
+            t = int(self.clock() - self.t0)
+            line = f"[{t // 3600:02d}:{t % 3600 // 60:02d}:{t % 60:02d}] {line}"
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def status_line(self) -> str:
+        now = self.clock()
+        parts = []
+        if self.cycle is not None:
+            parts.append(f"cycle {self.cycle}")
+        parts.append(f"{self.phase} {_duration(now - self.phase_t0)}")
+        if self.best is not None:
+            d = pct(self.baseline, self.best)
+            parts.append(f"best {fmt(self.best)}" + (f" ({d:+.2f}%)" if d is not None else ""))
+        if self.last:
+            parts.append(f"last {self.last}")
+        parts.append(f"elapsed {_duration(now - self.t0)}")
+        if self.cost:
+            parts.append(f"${self.cost:.2f}")
+        return " · ".join(parts)
+
+    def _draw(self) -> None:
+        if not self.live or self._paused:
+            return
+        text = self.status_line()
+        width = self._width()
+        if len(text) > width - 1:
+            text = text[:max(1, width - 2)] + "…"
+        pad = max(0, self._shown - len(text))
+        shown = ("\x1b[1m" + text + RESET) if self.color else text
+        self.stream.write("\r" + shown + " " * pad)
+        self.stream.flush()
+        self._shown = len(text)
+
+    def _clear(self) -> None:
+        if self.live and self._shown:
+            self.stream.write("\r" + " " * self._shown + "\r")
+            self.stream.flush()
+            self._shown = 0
+
+    def _tick(self, every: float) -> None:
+        while not self._stop.wait(every):
+            with self._lock:
+                self._draw()
+
+    # ---- for the reviewer and the end --------------------------------------------------------
+
+    def pause(self) -> None:
+        with self._lock:
+            self._clear()
+            self._paused = True
+
+    def resume(self) -> None:
+        with self._lock:
+            self._paused = False
+            self._draw()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=2)
+        with self._lock:
+            self._clear()
