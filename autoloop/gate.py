@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from autoloop import proc
+from autoloop import stats
 from autoloop.errors import AutoloopError, UsageError
 from autoloop.journal import fmt
 from autoloop.program import Program
@@ -47,9 +48,6 @@ class BaseBroken(AutoloopError):
 
 
 # ---- statistics ---------------------------------------------------------------------------------
-# NOTE(issue 7 → issue 5): a tiny private copy of the paired statistics, on scipy directly, with
-# the conventions of autoloop/stats.py (gains > 0 mean better; log-ratios when every value is
-# positive). Replace _compare with autoloop.stats.compare once that module is on main.
 
 
 @dataclass(frozen=True)
@@ -64,53 +62,12 @@ class _Stats:
 
 
 def _compare(base: Sequence[float], head: Sequence[float], direction: str, level: float = 0.95) -> _Stats:
-    from scipy import stats as st
-
-    n = len(base)
-    scale = "log" if all(v > 0 for v in [*base, *head]) else "diff"
-    if scale == "log":
-        changes = [math.log(h / b) for b, h in zip(base, head)]
-    else:
-        changes = [h - b for b, h in zip(base, head)]
-    sign = 1.0 if direction == "maximize" else -1.0
-    gains = [sign * c for c in changes]
-
-    def p_greater(xs: list[float]) -> float:
-        if not any(x != 0 for x in xs):
-            return 1.0
-        return float(st.wilcoxon(xs, alternative="greater").pvalue)
-
-    walsh = sorted((changes[i] + changes[j]) / 2 for i in range(n) for j in range(i, n))
-    est = statistics.median(walsh)
-    # distribution-free CI: drop the k smallest and k largest Walsh averages, k from the exact
-    # null distribution of the signed-rank statistic
-    counts = [1]
-    for r in range(1, n + 1):
-        nxt = counts + [0] * r
-        for w, c in enumerate(counts):
-            nxt[w + r] += c
-        counts = nxt
-    total = 2 ** n
-    d, cum = 0, 0                    # drop the d smallest and d largest: the largest d with
-    for w, c in enumerate(counts):   # P(W+ <= d) <= (1 - level) / 2 (0 when even that is too much)
-        if (cum + c) / total > (1 - level) / 2:
-            break
-        cum += c
-        d = w
-    d = min(d, (len(walsh) - 1) // 2)
-    coverage = 1 - 2 * sum(counts[:d + 1]) / total
-    lo, hi = walsh[d], walsh[-1 - d]
-    ref = statistics.median(base)
-
-    def to_pct(c: float) -> float | None:
-        if scale == "log":
-            return (math.exp(c) - 1) * 100
-        return c / abs(ref) * 100 if ref else None
-
-    lo_p, hi_p = to_pct(lo), to_pct(hi)
-    return _Stats(n=n, scale=scale, change_pct=to_pct(est),
-                  ci_pct=None if lo_p is None or hi_p is None else (lo_p, hi_p), ci_level=coverage,
-                  p_better=p_greater(gains), p_worse=p_greater([-g for g in gains]))
+    """Head against base with the same statistics the ratchet's paired rule uses."""
+    better = stats.compare(base, head, direction, level=level)
+    worse = stats.compare(base, head, "maximize" if direction == "minimize" else "minimize", level=level)
+    return _Stats(n=better.n, scale=better.scale, change_pct=better.change_pct,
+                  ci_pct=better.change_ci_pct, ci_level=better.ci.level,
+                  p_better=better.p, p_worse=worse.p)
 
 
 # ---- measuring ------------------------------------------------------------------------------------
