@@ -333,15 +333,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    from autoloop.journal import Journal
     from autoloop.summary import summarize
 
-    program = _load(args.program)
-    tag = args.tag or _latest_tag(program.state_dir)
-    journal = Journal(program.state_dir, tag)
-    if not journal.exists():
-        raise UsageError(f"no run '{tag}' next to {program.path.name} (no {journal.ledger})")
-    journal.load()
+    program, tag, journal = _open_run(args)
     cycles = journal.cycles()
     name = program.verifier.label
     print(f"run autoloop/{tag} — {program.goal}")
@@ -390,6 +384,19 @@ def _usd(x: float) -> str:
     return f"${x:.2f}" if abs(x) >= 0.01 else f"${x:.2g}"
 
 
+def _open_run(args: argparse.Namespace) -> tuple[Any, str, Any]:
+    """(program, tag, loaded journal) of the run `--tag` names, else the most recent one."""
+    from autoloop.journal import Journal
+
+    program = _load(args.program)
+    tag = args.tag or _latest_tag(program.state_dir)
+    journal = Journal(program.state_dir, tag)
+    if not journal.exists():
+        raise UsageError(f"no run '{tag}' next to {program.path.name} (no {journal.ledger})")
+    journal.load()
+    return program, tag, journal
+
+
 def _latest_tag(state_dir: Path) -> str:
     ledgers = sorted((state_dir / ".autoloop").glob("*/ledger.jsonl"), key=lambda p: p.stat().st_mtime)
     if not ledgers:
@@ -436,15 +443,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from autoloop.facts import facts, markdown
-    from autoloop.journal import Journal
     from autoloop.report import render
 
-    program = _load(args.program)
-    tag = args.tag or _latest_tag(program.state_dir)
-    journal = Journal(program.state_dir, tag)
-    if not journal.exists():
-        raise UsageError(f"no run '{tag}' next to {program.path.name} (no {journal.ledger})")
-    journal.load()
+    program, tag, journal = _open_run(args)
     v = program.verifier
     f = facts(journal.records, tag=tag, goal=program.goal, metric=v.label, direction=v.direction)
     text = markdown(f) if args.format == "markdown" else render(journal.records, f)
