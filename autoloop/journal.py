@@ -41,6 +41,9 @@ class Journal:
         self.results = program_dir / "results.tsv"
         self.records: list[Record] = []
         self._bytes = bytearray()
+        # caches, both rebuilt whenever `records` is not the list they were built from
+        self._cycles: tuple[list[Record], int, Record | None, list[Record]] | None = None
+        self._rendered: _Rendered | None = None
 
     # ---- loading -----------------------------------------------------------------------------
 
@@ -86,6 +89,11 @@ class Journal:
     # ---- writing -----------------------------------------------------------------------------
 
     def append(self, rec: Record) -> Record:
+        """Write one record. Every record is fsynced except `begin`: it only opens a cycle, and
+        anything durable the cycle does after it (the `intent` before the branch moves, the
+        final `cycle` or `abort`) is fsynced, which flushes it too; lost in a power cut, it
+        leaves a ledger that simply never began that cycle."""
+        durable = rec["t"] != "begin"
         rec = {"t": rec["t"], "ts": round(time.time(), 3), **{k: v for k, v in rec.items() if k != "t"}}
         # ASCII JSON: a file name that is not UTF-8 (kept as surrogates) still round-trips
         line = (json.dumps(rec, ensure_ascii=True, separators=(",", ":"), default=str) + "\n").encode()
@@ -93,7 +101,8 @@ class Journal:
         fd = os.open(self.ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         self.records.append(rec)
@@ -117,7 +126,15 @@ class Journal:
     # ---- queries -----------------------------------------------------------------------------
 
     def cycles(self) -> list[Record]:
-        return [r for r in self.records if r["t"] == "cycle"]
+        # asked several times per cycle; a long run's ledger has thousands of records
+        recs = self.records
+        c = self._cycles
+        if c is None or c[0] is not recs or c[1] > len(recs) or (c[1] and recs[c[1] - 1] is not c[2]):
+            c = (recs, 0, None, [])
+        found = c[3]
+        found.extend(r for r in recs[c[1]:] if r["t"] == "cycle")
+        self._cycles = (recs, len(recs), recs[-1] if recs else None, found)
+        return list(found)
 
     def pending(self) -> Record | None:
         """The `begin` record of a cycle that never finished, if the ledger ends inside one."""
@@ -148,16 +165,42 @@ class Journal:
 
     def render(self, goal: str = "") -> None:
         # derived from the fsynced ledger and re-rendered on every run: no fsync needed
-        _atomic_write(self.experiments, _bytes(render_experiments(self.cycles(), self.tag, goal)),
-                      durable=False, tmp_dir=self.dir)
-        _atomic_write(self.results, _bytes(render_tsv(self.cycles())), durable=False, tmp_dir=self.dir)
+        experiments, results = self._render_bytes(goal)
+        _atomic_write(self.experiments, experiments, durable=False, tmp_dir=self.dir)
+        _atomic_write(self.results, results, durable=False, tmp_dir=self.dir)
 
     def rendered_ok(self, goal: str = "") -> bool:
+        experiments, results = self._render_bytes(goal)
         try:
-            return (self.experiments.read_bytes() == _bytes(render_experiments(self.cycles(), self.tag, goal))
-                    and self.results.read_bytes() == _bytes(render_tsv(self.cycles())))
+            return self.experiments.read_bytes() == experiments and self.results.read_bytes() == results
         except OSError:
             return False
+
+    def _render_bytes(self, goal: str) -> tuple[bytes, bytes]:
+        """The bytes of render_experiments() and render_tsv(), rendering only the cycles added
+        since the last call (a full render is O(cycles) per cycle: 1,000 cycles in, it was the
+        larger part of the loop's own time)."""
+        cycles = self.cycles()
+        r = self._rendered
+        if (r is None or r.goal != goal or r.count > len(cycles)
+                or (r.count and cycles[r.count - 1] is not r.last)):
+            r = self._rendered = _Rendered(goal, bytearray(_bytes(_experiments_head(self.tag, goal))),
+                                           bytearray(_bytes(_tsv_head())))
+        for c in cycles[r.count:]:
+            r.experiments += b"\n" + _bytes("\n".join(_section(c)))
+            r.results += _bytes(_tsv_row(c) + "\n")
+        r.count = len(cycles)
+        r.last = cycles[-1] if cycles else None
+        return bytes(r.experiments), bytes(r.results)
+
+
+class _Rendered:
+    def __init__(self, goal: str, experiments: bytearray, results: bytearray) -> None:
+        self.goal = goal
+        self.experiments = experiments
+        self.results = results
+        self.count = 0
+        self.last: Record | None = None
 
 
 def _bytes(text: str) -> bytes:
@@ -209,32 +252,40 @@ def _one_line(text: str) -> str:
 
 
 def render_tsv(cycles: list[Record]) -> str:
-    rows = ["\t".join(TSV_COLUMNS)]
-    for c in cycles:
-        delta = c.get("delta_pct")
-        cost = c.get("gen", {}).get("cost_usd")
-        rows.append("\t".join([
-            str(c["cycle"]),
-            (c.get("commit") or "")[:12],
-            fmt(c.get("metric")),
-            c["status"],
-            _one_line(c.get("hypothesis", "")),
-            fmt(c.get("best")),
-            "" if delta is None else f"{delta:.2f}",
-            f"{c.get('duration_s', 0):.1f}",
-            "" if cost is None else f"{cost:.4f}",
-            _one_line(c.get("lesson", "")),
-        ]))
-    return "\n".join(rows) + "\n"
+    return "".join([_tsv_head()] + [_tsv_row(c) + "\n" for c in cycles])
+
+
+def _tsv_head() -> str:
+    return "\t".join(TSV_COLUMNS) + "\n"
+
+
+def _tsv_row(c: Record) -> str:
+    delta = c.get("delta_pct")
+    cost = c.get("gen", {}).get("cost_usd")
+    return "\t".join([
+        str(c["cycle"]),
+        (c.get("commit") or "")[:12],
+        fmt(c.get("metric")),
+        c["status"],
+        _one_line(c.get("hypothesis", "")),
+        fmt(c.get("best")),
+        "" if delta is None else f"{delta:.2f}",
+        f"{c.get('duration_s', 0):.1f}",
+        "" if cost is None else f"{cost:.4f}",
+        _one_line(c.get("lesson", "")),
+    ])
 
 
 def render_experiments(cycles: list[Record], tag: str, goal: str) -> str:
+    # the head, then each section, joined by newlines (Journal renders the same incrementally)
+    return "\n".join([_experiments_head(tag, goal)] + ["\n".join(_section(c)) for c in cycles])
+
+
+def _experiments_head(tag: str, goal: str) -> str:
     out = [f"# Experiments — run `autoloop/{tag}`", ""]
     if goal:
         out += [f"Goal: {goal}", ""]
     out += ["Written by autoloop from its ledger (.autoloop/%s/ledger.jsonl); edits here are overwritten." % tag, ""]
-    for c in cycles:
-        out.extend(_section(c))
     return "\n".join(out)
 
 
