@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import stat
 import textwrap
+from dataclasses import dataclass
 
 import pytest
 
@@ -131,72 +132,125 @@ def _known_bug(request, name):
 
 HONEST = 'print("Hypothesis: honest cycle two"); W("val.txt", "30")'
 
+# The cheats run in batches, one run per batch: cycle 2i+1 is cheat i, cycle 2i+2 an honest step
+# (val.txt = 30 - i) that must be kept — so every cheat is also checked for leaving nothing behind
+# that would spoil the next cycle. Each batch's repository is then checked as a whole.
+NAMES = sorted(CHEATS)
+BATCH = 8
+BATCHES = [NAMES[i:i + BATCH] for i in range(0, len(NAMES), BATCH)]
+WHERE = {name: (b, i) for b, names in enumerate(BATCHES) for i, name in enumerate(names)}
+SKIP_GIT = ("objects", "logs", "refs", "index", "worktrees", "packed-refs", "ORIG_HEAD", "autoloop", "info")
+SKIP_CHECKOUT = (".git", "experiments.md", "results.tsv", ".autoloop")
 
-@pytest.fixture(scope="module", params=sorted(CHEATS))
-def cheat(request, tmp_path_factory):
+
+def _cheat_code(name: str) -> str:
+    # each cheat's planted commands leave a marker of their own if they ever run
+    return textwrap.dedent(CHEATS[name]).replace("/pwned", f"/pwned-{name}")
+
+
+@dataclass
+class BatchRun:
+    names: list
+    p: object
+    res: object
+    start: str
+    before: dict
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory):
+    done: dict[int, BatchRun] = {}
+
+    def get(b: int) -> BatchRun:
+        if b not in done:
+            names = BATCHES[b]
+            plan = {}
+            for i, name in enumerate(names):
+                plan[2 * i + 1] = _cheat_code(name)
+                plan[2 * i + 2] = f'print("Hypothesis: honest after {name}"); W("val.txt", "{30 - i}")'
+            p = make_project(tmp_path_factory.mktemp(f"cheats-{b}"), plan)
+            start = git(p.repo, "rev-parse", "HEAD", env=p.env)
+            before = {"files": tree_state(p.repo, SKIP_CHECKOUT), "git": tree_state(p.repo / ".git", SKIP_GIT)}
+            res = p.run("--cycles", str(2 * len(names)), timeout=180)
+            done[b] = BatchRun(names, p, res, start, before)
+        return done[b]
+
+    return get
+
+
+@pytest.fixture(params=NAMES)
+def cheat(request, batches):
     name = request.param
-    p = make_project(tmp_path_factory.mktemp(f"cheat-{name}"), {1: CHEATS[name], 2: HONEST})
-    start = git(p.repo, "rev-parse", "HEAD", env=p.env)
-    skip = (".git", "experiments.md", "results.tsv", ".autoloop")
-    before = {
-        "files": tree_state(p.repo, skip),
-        "git": tree_state(p.repo / ".git", ("objects", "logs", "refs", "index", "worktrees",
-                                            "packed-refs", "ORIG_HEAD", "autoloop", "info")),
-        "exclude": (p.repo / ".git" / "info" / "exclude").read_text(),
-    }
-    res = p.run("--cycles", "2")
-    return name, p, res, start, before
+    b, i = WHERE[name]
+    _known_bug(request, name)
+    return name, i, batches(b)
 
 
-def test_cheat_is_a_violation(cheat, request):
-    _known_bug(request, cheat[0])
-    name, p, res, *_ = cheat
-    assert res.returncode == 0, res.stderr
-    assert p.statuses().get(1) == "violation", p.rows()
+def test_cheat_is_a_violation(cheat):
+    name, i, run = cheat
+    assert run.p.statuses().get(2 * i + 1) == "violation", (run.res.returncode, run.res.stderr, run.p.rows())
 
 
-def test_cheat_then_honest_cycle_kept(cheat, request):
-    _known_bug(request, cheat[0])
-    p = cheat[1]
-    assert p.statuses().get(2) == "keep", p.rows()
+def test_cheat_then_honest_cycle_kept(cheat):
+    name, i, run = cheat
+    row = run.p.rows()[2 * i + 2]
+    assert (row["status"], float(row["metric"])) == ("keep", 30 - i), row
 
 
-def test_cheat_verifier_and_checkout_files_byte_identical(cheat, request):
-    _known_bug(request, cheat[0])
-    name, p, _, _, before = cheat
-    skip = (".git", "experiments.md", "results.tsv", ".autoloop")
-    assert tree_state(p.repo, skip) == before["files"]
+def test_cheat_no_hook_or_config_command_ever_ran(cheat):
+    name, i, run = cheat
+    marker = run.p.out / f"pwned-{name}"
+    assert not marker.exists(), marker.read_text()
 
 
-def test_cheat_git_files_restored(cheat, request):
-    _known_bug(request, cheat[0])
-    name, p, _, _, before = cheat
-    after = tree_state(p.repo / ".git", ("objects", "logs", "refs", "index", "worktrees", "packed-refs",
-                                         "ORIG_HEAD", "autoloop", "info"))
-    assert after == before["git"]
-    assert "secret" not in (p.repo / ".git" / "info" / "exclude").read_text()
-    assert not (p.repo / ".git" / "info" / "attributes").exists()
+def test_cheat_left_no_trace_in_the_honest_commit(cheat):
+    name, i, run = cheat
+    p = run.p
+    rows = p.rows()
+    commit = git(p.repo, "rev-parse", rows[2 * i + 2]["commit"], env=p.env)
+    keeps = [r["commit"] for r in rows[:2 * i + 2] if r["status"] in ("baseline", "keep")]
+    parent = git(p.repo, "rev-parse", f"{commit}^", env=p.env)
+    assert parent.startswith(keeps[-1])
+    assert git(p.repo, "diff", "--name-only", parent, commit, env=p.env).split() == ["val.txt"]
+    assert "TAMPERED" not in p.message(commit)
 
 
-def test_cheat_no_hook_or_config_command_ever_ran(cheat, request):
-    _known_bug(request, cheat[0])
-    p = cheat[1]
-    assert not (p.out / "pwned").exists(), (p.out / "pwned").read_text()
+@pytest.fixture(params=range(len(BATCHES)), ids=[f"batch{b}" for b in range(len(BATCHES))])
+def batch(request, batches):
+    return batches(request.param)
 
 
-def test_cheat_branch_is_start_plus_honest_commit(cheat, request):
-    _known_bug(request, cheat[0])
-    name, p, _, start, _ = cheat
-    commits = p.branch_commits(start)
-    assert len(commits) == 1
-    assert git(p.repo, "rev-parse", f"{commits[0]}^", env=p.env) == start
-    changed = git(p.repo, "diff", "--name-only", start, commits[0], env=p.env).split()
+def test_batch_run_exits_zero(batch):
+    assert batch.res.returncode == 0, batch.res.stderr
+
+
+def test_batch_branch_is_start_plus_honest_commits(batch):
+    p = batch.p
+    commits = p.branch_commits(batch.start)
+    assert len(commits) == len(batch.names)
+    assert git(p.repo, "rev-parse", f"{commits[-1]}^", env=p.env) == batch.start
+    changed = git(p.repo, "diff", "--name-only", batch.start, commits[0], env=p.env).split()
     assert changed == ["val.txt"]
 
 
-def test_cheat_worktree_clean_at_incumbent(cheat, request):
-    _known_bug(request, cheat[0])
-    p = cheat[1]
+def test_batch_verifier_and_checkout_files_byte_identical(batch):
+    assert tree_state(batch.p.repo, SKIP_CHECKOUT) == batch.before["files"]
+
+
+def test_batch_git_files_restored(batch):
+    p = batch.p
+    assert tree_state(p.repo / ".git", SKIP_GIT) == batch.before["git"]
+    assert "secret" not in (p.repo / ".git" / "info" / "exclude").read_text()
+    assert not (p.repo / ".git" / "info" / "attributes").exists()
+    assert not (p.repo / ".git" / "objects" / "info" / "alternates").exists()
+
+
+def test_batch_no_planted_command_ever_ran(batch):
+    assert not list(batch.p.out.glob("pwned*")), [f.read_text() for f in batch.p.out.glob("pwned*")]
+
+
+def test_batch_worktree_clean_at_incumbent(batch):
+    p = batch.p
     wt = p.worktree()
     assert git(wt, "rev-parse", "HEAD", env=p.env) == p.branch_head()
     assert git(wt, "status", "--porcelain", "--ignored", "--untracked-files=all", env=p.env) == ""
@@ -206,9 +260,8 @@ def test_cheat_worktree_clean_at_incumbent(cheat, request):
     assert (wt / "score.py").read_bytes() == (p.repo / "score.py").read_bytes()
 
 
-def test_cheat_journal_whole(cheat, request):
-    _known_bug(request, cheat[0])
-    p = cheat[1]
+def test_batch_journal_whole(batch):
+    p = batch.p
     recs = assert_valid_ledger(p)
     assert not any("TAMPERED" in str(r) for r in recs)
     assert "TAMPERED" not in p.experiments()
