@@ -175,14 +175,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
+    out = sys.stderr if args.json else sys.stdout
+    program = _load(args.program)  # before the heavy imports: bad input is refused at once
     from autoloop import ci as cimod
     from autoloop.approve import NoTerminal, TerminalReviewer
     from autoloop.loop import Run, RunOptions
     from autoloop.persist import save
     from autoloop.progress import Progress, is_live, use_color
-
-    out = sys.stderr if args.json else sys.stdout
-    program = _load(args.program)
     outcome.program = program.rel_path
     outcome.paths = cimod.journal_paths(program, args.tag)
     reviewer = None

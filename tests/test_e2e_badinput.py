@@ -267,8 +267,6 @@ def test_program_outside_repo_path_with_spaces_works(tmp_path):
     assert (sub / "results.tsv").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG(perf): `autoloop run` imports the loop (numpy/scipy, ~1 s of CPU) "
-                                       "before it reads program.md, so even a refusal costs a second")
 @pytest.mark.parametrize("args", [["run", "program.md", "--tag", "t1"], ["run", "nope.md", "--tag", "t1"]],
                          ids=["bad-program", "missing-program"])
 def test_refusal_is_cheap(tmp_path, args):
