@@ -224,7 +224,7 @@ W("val.txt", "30")
 '''
 
 
-@pytest.mark.parametrize("one_line", [False, True], ids=["300MB-lines", "300MB-one-line"])
+@pytest.mark.parametrize("one_line", [True], ids=["300MB-one-line"])
 def test_huge_generator_output(tmp_path, one_line):
     p = make_project(tmp_path, {1: GEN_FLOOD.format(one_line=one_line)}, extra=NO_FINAL)
     rc, peak_mb, err = _rss_run(p, "--cycles", "1")
@@ -233,7 +233,7 @@ def test_huge_generator_output(tmp_path, one_line):
     assert peak_mb < 200, f"peak RSS {peak_mb:.0f} MB"
 
 
-@pytest.mark.parametrize("exit_code", [0, 1], ids=["exit0", "exit1"])
+@pytest.mark.parametrize("exit_code", [1], ids=["exit1"])
 def test_huge_verifier_stderr_one_line(tmp_path, exit_code):
     p = _big_project(tmp_path, 0)
     p.env.update(E2E_BIG_MB="0", E2E_BIG_STDERR="1", E2E_BIG_ONE_LINE="1")
@@ -544,7 +544,7 @@ def test_kill9_during_journal_write_leaves_no_file_in_checkout(tmp_path):
     assert p.run("--cycles", "0").returncode == 0
     known = set(os.listdir(p.repo))
     status = git(p.repo, "status", "--porcelain", "--untracked-files=all", env=p.env)
-    for _ in range(8):
+    for _ in range(4):
         proc = p.popen("--cycles", "100000")
         end = time.monotonic() + 1.0
         while time.monotonic() < end and not set(os.listdir(p.repo)) - known:
@@ -607,18 +607,17 @@ def test_kill9_during_worktree_creation(tmp_path):
 def test_kill9_while_git_moves_the_worktree_head(tmp_path):
     """Kill the run the moment git locks the run worktree's HEAD (a reset to a new incumbent),
     then resume."""
-    for attempt in range(2):
-        p = make_project(tmp_path / f"a{attempt}", {"*": 'W("val.txt", str(40 - cycle))'})
-        assert p.run("--cycles", "0").returncode == 0
-        head_lock = p.repo / ".git" / "worktrees" / p.tag / "HEAD.lock"
-        proc = p.popen("--cycles", "1000")
-        wait_for(head_lock.exists, 10, interval=0.00002)
-        _sigkill_tree(proc, p.env)
-        proc.stdout.close()
-        proc.stderr.close()
-        res = p.run("--cycles", "1")
-        assert res.returncode == 0, f"attempt {attempt}: {res.stderr}"
-        assert_journal_consistent(p)
+    p = make_project(tmp_path, {"*": 'W("val.txt", str(40 - cycle))'})
+    assert p.run("--cycles", "0").returncode == 0
+    head_lock = p.repo / ".git" / "worktrees" / p.tag / "HEAD.lock"
+    proc = p.popen("--cycles", "1000")
+    wait_for(head_lock.exists, 10, interval=0.00002)
+    _sigkill_tree(proc, p.env)
+    proc.stdout.close()
+    proc.stderr.close()
+    res = p.run("--cycles", "1")
+    assert res.returncode == 0, res.stderr
+    assert_journal_consistent(p)
 
 
 @pytest.mark.parametrize("phase", ["generator", "verifier"])

@@ -25,6 +25,7 @@ from typing import Any
 
 SCRIPTS = Path(__file__).resolve().parent
 GEN = SCRIPTS / "gen_plan.py"
+PROJECT_ROOT = SCRIPTS.parent.parent
 PY = sys.executable
 
 # The verifier every project gets: the score is whatever val.txt holds, with a few special values.
@@ -77,6 +78,9 @@ def isolated_env(base: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GIT_", "AUTOLOOP_", "ANTHROPIC_", "OPENAI_"))
            and k not in ("CI", "GITHUB_STEP_SUMMARY", "PYTHONPATH", "NO_COLOR")}
+    # The checkout under test first on the path: `python -m autoloop` then runs this tree's code
+    # even if the editable install is stale, broken or shadowed (it maps to the same files).
+    env["PYTHONPATH"] = str(PROJECT_ROOT)
     env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"),
                XDG_CONFIG_HOME=str(home / ".config"), GIT_CONFIG_NOSYSTEM="1",
                GIT_CONFIG_GLOBAL=str(home / ".gitconfig"), E2E_OUT=str(out),
