@@ -615,3 +615,62 @@ def test_guard_fail_is_not_committed(tmp_path):
     assert p.statuses()[1] == "guard_fail"
     assert p.branch_commits(start) == []
     assert (p.worktree() / "val.txt").read_text() == "40.25\n"
+
+
+def test_program_in_a_subfolder(tmp_path):
+    """program.md in exp/: the journal lives next to it, hidden from git; paths stay repo-relative."""
+    p = make_project(tmp_path, {1: 'print("Hypothesis: sub"); W("val.txt", "30")',
+                                2: 'open("exp/program.md", "a").write("TAMPERED\\n")'})
+    (p.repo / "exp").mkdir()
+    (p.repo / "program.md").rename(p.repo / "exp" / "program.md")
+    git(p.repo, "add", "-A", env=p.env)
+    git(p.repo, "commit", "-qm", "program in exp/", env=p.env)
+    res = p.cli("run", "exp/program.md", "--tag", p.tag, "--cycles", "2")
+    assert res.returncode == 0, res.stderr
+    assert (p.repo / "exp" / "results.tsv").exists() and (p.repo / "exp" / "experiments.md").exists()
+    assert not (p.repo / "results.tsv").exists()
+    statuses = [ln.split("\t")[3] for ln in (p.repo / "exp" / "results.tsv").read_text().splitlines()[1:]]
+    assert statuses == ["baseline", "keep", "violation"]
+    assert git(p.repo, "status", "--porcelain", "--untracked-files=all", env=p.env) == ""
+
+
+def test_odd_hypotheses_keep_the_journal_whole(tmp_path):
+    plan = {
+        1: 'hyp("naïve → ünïcode ✓ \\u00e9\\r\\nsecond\\tline"); W("val.txt", "30")',
+        2: 'sys.stdout.buffer.write(b"\\xff\\xfe junk \\x00\\nHypothesis: after bad bytes \\xe9\\n"); W("val.txt", "29")',
+        3: 'hyp("x" * 20000); W("val.txt", "28")',
+    }
+    p = make_project(tmp_path, plan)
+    res = p.run("--cycles", "3")
+    assert res.returncode == 0, res.stderr
+    assert_valid_ledger(p)
+    rows = p.rows()
+    assert [r["status"] for r in rows] == ["baseline", "keep", "keep", "keep"]
+    assert "naïve → ünïcode ✓" in rows[1]["description"]
+    assert "after bad bytes" in rows[2]["description"]
+    assert_journal_consistent(p)
+    start = git(p.repo, "rev-parse", "HEAD", env=p.env)
+    for commit in p.branch_commits(start):
+        subject = p.message(commit).splitlines()[0]
+        assert len(subject) < 300
+
+
+def test_verifier_and_guards_get_no_terminal_stdin(tmp_path):
+    """A verifier or guard that reads stdin must see EOF, not autoloop's own (open) stdin."""
+    import subprocess
+    from tests.scripts.e2e import PY
+    p = make_project(tmp_path, {1: 'W("val.txt", "30")'}, verifier="sh -c 'cat >/dev/null; {py} score.py'",
+                     guards=False, vtimeout=20, extra="guards:\n  - {name: reads, command: cat, timeout: 20}")
+    proc = subprocess.Popen([PY, "-m", "autoloop", "run", "program.md", "--tag", p.tag, "--cycles", "1"],
+                            cwd=p.repo, env=p.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    try:
+        proc.wait(timeout=60)          # stdin stays open: a pass-through would hang to the timeout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdin.close()
+    assert proc.returncode == 0, proc.stderr.read()
+    assert time.monotonic() - t0 < 15
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep"]
