@@ -674,3 +674,34 @@ def test_verifier_and_guards_get_no_terminal_stdin(tmp_path):
     assert proc.returncode == 0, proc.stderr.read()
     assert time.monotonic() - t0 < 15
     assert [r["status"] for r in p.rows()] == ["baseline", "keep"]
+
+
+def test_resume_after_the_worktree_cache_was_deleted(tmp_path):
+    import shutil
+    p = make_project(tmp_path, RESUME_PLAN)
+    assert p.run("--cycles", "1").returncode == 0
+    shutil.rmtree(p.worktree())
+    res = p.run("--cycles", "1")
+    assert res.returncode == 0, res.stderr
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep", "keep"]
+
+
+def test_journal_files_regenerated_when_deleted(tmp_path):
+    p = make_project(tmp_path, RESUME_PLAN)
+    assert p.run("--cycles", "2").returncode == 0
+    (p.repo / "results.tsv").unlink()
+    (p.repo / "experiments.md").unlink()
+    assert p.run("--cycles", "1").returncode == 0
+    assert [int(r["cycle"]) for r in p.rows()] == [0, 1, 2, 3]
+    assert_journal_consistent(p)
+
+
+def test_resume_after_user_commits_on_their_branch(tmp_path):
+    p = make_project(tmp_path, RESUME_PLAN)
+    assert p.run("--cycles", "1").returncode == 0
+    head = p.branch_head()
+    (p.repo / "README.md").write_text("user's later work\n")
+    git(p.repo, "commit", "-qam", "user work", env=p.env)
+    assert p.run("--cycles", "1").returncode == 0
+    assert git(p.repo, "rev-parse", f"{p.branch()}^", env=p.env) == head     # the run goes on from its own head
+    assert p.show(p.branch(), "README.md") == b"# demo\n"
