@@ -195,15 +195,16 @@ class Worktree:
         git(self.repo_root, "worktree", "prune")
 
     def clear_stale_locks(self) -> None:
-        """After a kill -9 mid-git-call, git's own index lock would block every later call.
-        Only ours (we hold the run lock, so nobody else uses this tree)."""
+        """After a kill -9 mid-git-call, git's lock files (index.lock, HEAD.lock, ORIG_HEAD.lock,
+        the lock of our private candidate index, ...) would block every later call. Only ours:
+        we hold the run lock, so nobody else uses this tree's admin folder."""
         if (self.path / ".git").is_file():
             try:
                 admin = self._find_admin_dir()
             except (GitError, OSError, UnicodeDecodeError):
                 return
-            for name in ("index.lock", "HEAD.lock"):
-                (admin / name).unlink(missing_ok=True)
+            for lock in admin.glob("*.lock"):
+                lock.unlink(missing_ok=True)
 
     def checkout(self, commit: str) -> Path:
         """Make this tree exactly `commit` (opening it the first time); returns its path."""
