@@ -45,6 +45,8 @@ class Journal:
         self.results = program_dir / "results.tsv"
         self.records: list[Record] = []
         self._bytes = bytearray()
+        # rebuilt whenever `records` is not the list it was built from
+        self._cycles: tuple[list[Record], int, Record | None, list[Record]] | None = None
 
     # ---- loading -----------------------------------------------------------------------------
 
@@ -90,6 +92,11 @@ class Journal:
     # ---- writing -----------------------------------------------------------------------------
 
     def append(self, rec: Record) -> Record:
+        """Write one record. Every record is fsynced except `begin`: it only opens a cycle, and
+        anything durable the cycle does after it (the `intent` before the branch moves, the
+        final `cycle` or `abort`) is fsynced, which flushes it too; lost in a power cut, it
+        leaves a ledger that simply never began that cycle."""
+        durable = rec["t"] != "begin"
         rec = {"t": rec["t"], "ts": round(time.time(), 3), **{k: v for k, v in rec.items() if k != "t"}}
         # ASCII JSON: a file name that is not UTF-8 (kept as surrogates) still round-trips
         line = (json.dumps(rec, ensure_ascii=True, separators=(",", ":"), default=str) + "\n").encode()
@@ -97,7 +104,8 @@ class Journal:
         fd = os.open(self.ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         self.records.append(rec)
@@ -121,7 +129,15 @@ class Journal:
     # ---- queries -----------------------------------------------------------------------------
 
     def cycles(self) -> list[Record]:
-        return [r for r in self.records if r["t"] == "cycle"]
+        # asked several times per cycle; a long run's ledger has thousands of records
+        recs = self.records
+        c = self._cycles
+        if c is None or c[0] is not recs or c[1] > len(recs) or (c[1] and recs[c[1] - 1] is not c[2]):
+            c = (recs, 0, None, [])
+        found = c[3]
+        found.extend(r for r in recs[c[1]:] if r["t"] == "cycle")
+        self._cycles = (recs, len(recs), recs[-1] if recs else None, found)
+        return list(found)
 
     def pending(self) -> Record | None:
         """The `begin` record of a cycle that never finished, if the ledger ends inside one."""

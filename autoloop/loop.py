@@ -387,8 +387,10 @@ class Run:
             self.journal.append({"t": "intent", "cycle": n, "commit": commit, "parent": incumbent})
             self.ws.advance(commit, incumbent, f"autoloop: keep cycle {n}")
             self._set_incumbent(commit, self.baseline, outcome.metric)
+            # the tree becomes exactly the kept commit (only the changed paths are touched)
+            self._exact = (commit, self.ws.keep(commit, incumbent, before, changes))
         else:
-            self.ws.restore(incumbent, before)
+            self.ws.restore_changes(incumbent, before, changes)
             self._exact = (incumbent, before)
         self._redact_logs(log_dir)
         repeat = near_duplicate(proposal.hypothesis, self.journal.cycles())

@@ -10,15 +10,16 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import subprocess
-import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from autoloop.errors import RepoStateError, RunFailure
 from autoloop.sentinel import Sentinel, remove_tree
-from autoloop.snapshot import Change, Snapshotter, diff
+from autoloop.snapshot import _RACY_NS, Change, Entry, Snapshot, Snapshotter, diff
 
 BRANCH_PREFIX = "autoloop/"
 
@@ -78,6 +79,66 @@ def repo_root_of(path: Path) -> Path:
     return Path(out.strip())
 
 
+class IndexSeal:
+    """What an index file held right after one of our own git commands wrote it, to tell cheaply
+    that nobody has written it since (and so that it still has no hidden-file flags and still
+    lists the commit we checked out).
+
+    Same rule as the snapshot's hash cache: the stat identity (inode, size, mtime, ctime — ctime
+    cannot be set from user space) is trusted only once the file had last changed well before
+    we last read it; otherwise it is read again and compared byte for byte. (An index is a few
+    hundred bytes per file: 9 MB for 100k files.)
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._known: tuple[tuple[int, int, int, int], bytes, int] | None = None
+
+    def seal(self) -> None:
+        """Call right after our own command wrote the file."""
+        self._known = self._read()
+
+    def forget(self) -> None:
+        self._known = None
+
+    def intact(self) -> bool:
+        return self.read_intact() is not None
+
+    def read_intact(self) -> bytes | None:
+        """The file's bytes if it is unchanged since seal(); else None."""
+        if self._known is None:
+            return None
+        ident, data, at = self._known
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        if _ident(st) == ident and max(st.st_mtime_ns, st.st_ctime_ns) + _RACY_NS < at:
+            return data
+        got = self._read()
+        if got is None or got[1] != data:
+            return None
+        self._known = got
+        return data
+
+    def _read(self) -> tuple[tuple[int, int, int, int], bytes, int] | None:
+        at = time.time_ns()
+        try:
+            with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                data = f.read()
+            after = os.stat(self.path)
+        except OSError:
+            return None
+        if _ident(st) != _ident(after):
+            return None  # written while we read it
+        return _ident(st), data, at
+
+
+def _ident(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 @dataclass(frozen=True)
 class Identity:
     name: str
@@ -95,9 +156,13 @@ class Worktree:
         self.snapshotter = Snapshotter(self.path)
         self._admin_dir: Path | None = None
         self._dotgit: bytes | None = None
+        # the state our own last command left: HEAD detached at _at, index sealed (no flags)
+        self._at: str | None = None
+        self._seal: IndexSeal | None = None
 
     def open(self, commit: str) -> None:
         """Create (or reuse) the private worktree, detached at `commit`, exactly equal to it."""
+        self._forget()
         if self._reusable():
             self._admin_dir = self._find_admin_dir()
         else:
@@ -105,6 +170,7 @@ class Worktree:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             git(self.repo_root, "worktree", "add", "--detach", "-f", str(self.path), commit)
             self._admin_dir = self._find_admin_dir()
+        self._seal = IndexSeal(self._admin_dir / "index")
         self._dotgit = (self.path / ".git").read_bytes()
         self.reset_hard(commit)
 
@@ -198,8 +264,35 @@ class Worktree:
         assert self._dotgit is not None
         p.write_bytes(self._dotgit)
 
+    # ---- what our own last command left, and whether it is still so ----------------------------
+
+    def _forget(self) -> None:
+        self._at = None
+        if self._seal is not None:
+            self._seal.forget()
+
+    def _sealed(self, commit: str) -> None:
+        """Our own command just left HEAD detached at `commit` and an index without flags."""
+        self._at = commit
+        if self._seal is not None:
+            self._seal.seal()
+
+    def _as_we_left_it(self, commit: str) -> bool:
+        """HEAD still detached at `commit`, the index byte for byte as our last command wrote
+        it, the .git link untouched: then git's view of the tree is still ours and only the
+        files can differ."""
+        if self._at != commit or self._seal is None or self._admin_dir is None or self.dotgit_tampered():
+            return False
+        try:
+            head = (self._admin_dir / "HEAD").read_text(errors="replace")
+        except OSError:
+            return False
+        return head == commit + "\n" and self._seal.intact()
+
     def index_flags(self) -> list[str]:
         """Paths the worktree's index hides from git (assume-unchanged / skip-worktree)."""
+        if self._seal is not None and self._seal.intact():
+            return []  # the index our own command wrote, without flags, and nobody wrote it since
         out = git(self.path, "ls-files", "-v", "-z")
         hidden = []
         for item in out.split("\0"):
@@ -215,11 +308,50 @@ class Worktree:
             paths = "\0".join(hidden).encode("utf-8", "surrogateescape") + b"\0"
             git(self.path, "update-index", "--no-skip-worktree", "-z", "--stdin", input=paths)
             git(self.path, "update-index", "--no-assume-unchanged", "-z", "--stdin", input=paths)
+        self._forget()
         git(self.path, "reset", "-q", "--hard", commit)
         git(self.path, "clean", "-ffdxq")
+        self._sealed(commit)
 
     def snapshot(self) -> dict:
         return self.snapshotter.take()
+
+    def restore_changes(self, commit: str, reference: dict, changes: list[Change]) -> None:
+        """restore() when the tree's whole change set since `reference` is known (a full walk
+        found `changes`, and nothing was written to the tree since): put back just those paths
+        and check just those paths (and everything under any that is a folder). The rest of the
+        tree is as the walk saw it, equal to `reference`.
+
+        Only while git's view is still the one our own command left (HEAD, index, .git link):
+        checkout-index then writes the incumbent's bytes. Anything else — or a path that does
+        not come back equal — takes the full restore()."""
+        if not self._as_we_left_it(commit):
+            self.restore(commit, reference)
+            return
+        if not changes:
+            return
+        paths = {c.path for c in changes}
+        try:
+            self._unlock(paths)
+            if self._force_checkout(changes, update_index=True):
+                self._sealed(commit)  # checkout-index -u wrote the index (stat data only)
+            ok = _matches(reference, self.snapshotter.take_paths(paths), paths)
+        except (OSError, GitError):
+            ok = False
+        if not ok:
+            self.restore(commit, reference)
+
+    def _unlock(self, paths: Iterable[str]) -> None:
+        """Give back u+rwx to the folders among `paths` (parents first), so that what is in
+        them can be put back; restore() does this for every folder of the tree."""
+        for rel in sorted(paths, key=lambda p: p.count("/")):
+            full = os.path.join(self.path, rel)
+            try:
+                st = os.lstat(full)
+                if stat.S_ISDIR(st.st_mode) and (st.st_mode & 0o700) != 0o700:
+                    os.chmod(full, st.st_mode | 0o700)
+            except OSError:
+                pass
 
     def restore(self, commit: str, reference: dict) -> None:
         """Put the work tree back to `reference` (a snapshot taken at `commit`), exactly.
@@ -234,7 +366,9 @@ class Worktree:
         self.reset_hard(commit)
         remaining = diff(reference, self.snapshot())
         if remaining:
+            self._forget()
             self._force_checkout(remaining)
+            self._sealed(commit)
             remaining = diff(reference, self.snapshot())
         if remaining:
             raise RunFailure("could not restore the work tree exactly: "
@@ -253,7 +387,10 @@ class Worktree:
                     except OSError:
                         pass
 
-    def _force_checkout(self, changes: list[Change]) -> None:
+    def _force_checkout(self, changes: list[Change], update_index: bool = False,
+                        env: dict[str, str] | None = None) -> bool:
+        """Remove what `changes` added, put back what they changed from the index (the
+        worktree's, or env's GIT_INDEX_FILE). Returns whether git ran."""
         tracked: list[str] = []
         for ch in sorted(changes, key=lambda c: c.path.count("/"), reverse=True):
             full = self.path / ch.path
@@ -269,10 +406,12 @@ class Worktree:
                 tracked.append(ch.path)
         if tracked:
             git(self.path, "checkout-index", "-f", "--ignore-skip-worktree-bits", "-z", "--stdin",
-                input="\0".join(tracked).encode("utf-8", "surrogateescape") + b"\0")
+                *(["-u"] if update_index else []),
+                input="\0".join(tracked).encode("utf-8", "surrogateescape") + b"\0", env=env)
         for ch in changes:  # modes of folders re-created above
             if ch.before is not None and ch.before.kind == "d" and (self.path / ch.path).is_dir():
                 os.chmod(self.path / ch.path, ch.before.mode)
+        return bool(tracked)
 
 
 
@@ -296,6 +435,10 @@ class Workspace(Worktree):
         self._verify_trees: dict[int, Worktree] = {}
         self._identity: Identity | None = None
         self._trees: dict[str, str] = {}
+        self._commits: set[str] = set()   # known to be commits: the branch may be read from its file
+        # the last candidate's private index, when it was made from our sealed worktree index
+        # (so its stat data is this tree's): (base, tree, seal)
+        self._candidate: tuple[str, str, IndexSeal] | None = None
 
     def verify_tree(self, slot: int = 0) -> Worktree:
         """A pristine tree for measuring commits (slot 0 candidate, 1 incumbent, ...), beside the
@@ -330,7 +473,19 @@ class Workspace(Worktree):
             raise RepoStateError(f"--tag {self.tag!r}: use letters, digits, '.', '_' or '-' (at most 64)")
 
     def branch_head(self) -> str | None:
+        # A loose ref file wins over packed-refs, so when it names a commit we made or checked,
+        # that is the answer without a git process; anything else (packed, symbolic, another
+        # ref backend, a stranger's value) is git's to resolve.
+        try:
+            with open(self.common_dir / self.ref, "rb") as f:
+                loose = f.read(100).decode("ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            loose = None
+        if loose in self._commits:
+            return loose
         out = git(self.repo_root, "rev-parse", "--verify", "-q", self.ref + "^{commit}", check=False).strip()
+        if out:
+            self._commits.add(out)
         return out or None
 
     def head(self) -> str:
@@ -348,6 +503,7 @@ class Workspace(Worktree):
 
     def create_branch(self, start: str) -> None:
         git(self.repo_root, "update-ref", "-m", "autoloop: start run", self.ref, start, "")
+        self._commits.add(start)
 
     def exclude_in_checkout(self, rel_paths: Iterable[str]) -> None:
         """Keep our files out of git's view in the user's checkout (.git/info/exclude)."""
@@ -394,15 +550,96 @@ class Workspace(Worktree):
         paths = sorted({c.path for c in changes
                         if (c.before is not None and c.before.kind != "d")
                         or (c.after is not None and c.after.kind != "d")})
-        with tempfile.TemporaryDirectory(prefix="autoloop-index-") as tmp:
-            env = _git_env()
-            env["GIT_INDEX_FILE"] = os.path.join(tmp, "index")
+        self._candidate = None
+        # The private index starts as the tree of `base`: a copy of the worktree's own index
+        # when that is byte for byte what our own command wrote at `base` (then it keeps this
+        # tree's stat data, and can become the worktree's index if the candidate is kept), else
+        # read from the commit.
+        assert self._admin_dir is not None
+        index = self._admin_dir / "autoloop-candidate-index"
+        env = _git_env()
+        env["GIT_INDEX_FILE"] = str(index)
+        ours = self._seal.read_intact() if self._seal is not None and self._at == base else None
+        if ours is not None and not self.dotgit_tampered():
+            _write_file(index, ours)
+        else:
+            ours = None
             git(self.path, "read-tree", base, env=env)
-            if paths:
-                # --replace: a file may become a folder (train.py -> train.py/main.py) or back
-                git(self.path, "update-index", "--add", "--remove", "--replace", "-z", "--stdin", env=env,
-                    input="\0".join(paths).encode("utf-8", "surrogateescape") + b"\0")
-            return git(self.path, "write-tree", env=env).strip()
+        if paths:
+            # --replace: a file may become a folder (train.py -> train.py/main.py) or back
+            git(self.path, "update-index", "--add", "--remove", "--replace", "-z", "--stdin", env=env,
+                input="\0".join(paths).encode("utf-8", "surrogateescape") + b"\0")
+        tree = git(self.path, "write-tree", env=env).strip()
+        if ours is not None:
+            seal = IndexSeal(index)
+            seal.seal()
+            self._candidate = (base, tree, seal)
+        return tree
+
+    def keep(self, commit: str, parent: str, reference: dict, changes: list[Change]) -> dict:
+        """After `commit` (the last candidate on `parent`) is kept: make the tree exactly a
+        checkout of `commit` and return its snapshot, cheaply when we can — only the changed
+        paths are rewritten (from the candidate's index, which then becomes the worktree's) and
+        looked at again; anything else takes reset_hard + a full walk.
+
+        Like a checkout, this drops what git does not record (modes other than +x, empty
+        folders) and writes what its filters would."""
+        cand = self._candidate
+        self._candidate = None
+        tree = self.tree_of(commit) if cand is not None else None
+        if (cand is None or cand[0] != parent or cand[1] != tree or not changes
+                or not self._as_we_left_it(parent)):
+            self.reset_hard(commit)
+            return self.snapshot()
+        _, _, seal = cand
+        assert self._admin_dir is not None and self._seal is not None
+        paths = {c.path for c in changes}
+        env = _git_env()
+        env["GIT_INDEX_FILE"] = str(seal.path)
+        try:
+            self._unlock(paths)
+            self._forget()
+            # out with everything the generator changed, then the kept files from the index
+            # that holds exactly the candidate tree
+            new = []
+            for ch in sorted(changes, key=lambda c: c.path.count("/"), reverse=True):
+                full = self.path / ch.path
+                if ch.before is not None and ch.before.kind == "d" and full.is_dir() and not full.is_symlink():
+                    continue  # a folder of the incumbent: its mode is put back below
+                if full.is_dir() and not full.is_symlink():
+                    remove_tree(full)
+                elif full.is_symlink() or full.exists():
+                    full.unlink()
+                if ch.after is not None and ch.after.kind in ("f", "l"):
+                    new.append(ch.path)
+            if not seal.intact():
+                raise GitError("the candidate's index changed")
+            if new:
+                git(self.path, "checkout-index", "-f", "-u", "-z", "--stdin", env=env,
+                    input="\0".join(new).encode("utf-8", "surrogateescape") + b"\0")
+            for ch in changes:  # folder modes are not recorded: the incumbent's stay
+                full = self.path / ch.path
+                if ch.before is not None and ch.before.kind == "d" and full.is_dir() and not full.is_symlink():
+                    os.chmod(full, ch.before.mode)
+            # folders left empty are not in the commit: a checkout would not have them
+            gone = _remove_empty_parents(self.path, paths)
+            os.replace(seal.path, self._admin_dir / "index")
+            git(self.path, "update-ref", "--no-deref", "-m", "autoloop: keep", "HEAD", commit, parent)
+            self._sealed(commit)
+        except (OSError, GitError):
+            self.reset_hard(commit)
+            return self.snapshot()
+        look = paths | gone
+        got = self.snapshotter.take_paths(look)
+        after = dict(reference)
+        for rel in look:
+            after.pop(rel, None)
+        for rel in [p for p in look if p in got and got[p].kind == "d" and p in reference]:
+            prefix = rel + "/"
+            for old in [k for k in after if k.startswith(prefix)]:
+                del after[old]
+        after.update(got)
+        return after
 
     def tree_of(self, commit: str) -> str:
         if commit not in self._trees:  # commits are immutable: ask git once
@@ -413,16 +650,21 @@ class Workspace(Worktree):
         env = _git_env()
         env.update(GIT_AUTHOR_NAME=who.name, GIT_AUTHOR_EMAIL=who.email,
                    GIT_COMMITTER_NAME=who.name, GIT_COMMITTER_EMAIL=who.email)
-        return git(self.repo_root, "commit-tree", tree, "-p", parent, "-F", "-",
-                   input=message.encode(), env=env).strip()
+        commit = git(self.repo_root, "commit-tree", tree, "-p", parent, "-F", "-",
+                     input=message.encode(), env=env).strip()
+        self._trees[commit] = tree
+        self._commits.add(commit)
+        return commit
 
     def advance(self, new: str, old: str, reason: str) -> None:
         """Move the run branch from `old` to `new`, refusing if someone else moved it."""
         git(self.repo_root, "update-ref", "-m", reason, self.ref, new, old)
+        self._commits.update((new, old))
 
     def rewind(self, to: str, current: str) -> None:
         git(self.repo_root, "update-ref", "-m", "autoloop: roll back an unfinished cycle",
             self.ref, to, current)
+        self._commits.add(to)
 
     def is_ancestor(self, a: str, b: str) -> bool:
         return subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "merge-base", "--is-ancestor", a, b],
@@ -437,6 +679,48 @@ class Workspace(Worktree):
     def diff_text(self, a: str, b: str, limit: int = 200_000) -> str:
         out = git(self.repo_root, "diff", "--no-ext-diff", "--no-textconv", a, b)
         return out[:limit]
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _remove_empty_parents(root: Path, paths: Iterable[str]) -> set[str]:
+    """Remove the folders among `paths` and their parents that are empty (deepest first), as
+    `git clean -d` would; returns the ones removed."""
+    folders: set[str] = set()
+    for rel in paths:
+        parts = rel.split("/")
+        for i in range(1, len(parts) + 1):
+            folders.add("/".join(parts[:i]))
+    removed: set[str] = set()
+    for rel in sorted(folders, key=lambda p: p.count("/"), reverse=True):
+        full = os.path.join(root, rel)
+        try:
+            if not os.path.islink(full) and os.path.isdir(full) and not os.listdir(full):
+                os.rmdir(full)
+                removed.add(rel)
+        except OSError:
+            pass
+    return removed
+
+
+def _matches(reference: Snapshot, got: dict[str, Entry], paths: set[str]) -> bool:
+    """Do the entries of `paths` (and of everything under those that are folders), taken
+    afresh, equal the reference's?"""
+    for rel in paths:
+        if reference.get(rel) != got.get(rel):
+            return False
+    for rel, entry in got.items():
+        if reference.get(rel) != entry:
+            return False
+    folders = [rel + "/" for rel in paths if rel in got and got[rel].kind == "d"]
+    if folders:  # nothing of the reference may be missing under a folder we walked
+        prefixes = tuple(folders)
+        if sum(1 for rel in reference if rel.startswith(prefixes)) != sum(1 for rel in got if rel.startswith(prefixes)):
+            return False
+    return True
 
 
 def _slug(tag: str) -> str:

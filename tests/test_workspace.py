@@ -784,3 +784,220 @@ def test_our_git_calls_ignore_git_env_vars(ws: Workspace, repo: Path, monkeypatc
     assert ws.index_flags() == []
     ws.reset_hard(ws.head())
     assert not (tmp_path / "idx").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# the fast paths: restore just the changed paths, keep without a reset, the index seal
+
+def fresh_checkout_snapshot(ws: Workspace, commit: str) -> dict:
+    """What reset_hard + a full walk make of the tree: the reference the fast paths must equal."""
+    ws.reset_hard(commit)
+    return Snapshotter(ws.path).take()
+
+
+@pytest.mark.parametrize("case", list(RESTORE_CASES))
+def test_restore_changes_undoes(ws: Workspace, case: str, outside: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    head = ws.head()
+    ref = ws.snapshot()
+    RESTORE_CASES[case](ws.path)
+    changes = diff(ref, ws.snapshot())
+    try:
+        ws.restore_changes(head, ref, changes)
+    finally:
+        link = ws.path.parent / f"{ws.path.name}-outside-link"
+        if link.exists():
+            link.unlink()
+    assert diff(ref, Snapshotter(ws.path).take()) == []
+    for rel, content in FILES.items():
+        assert (ws.path / rel).read_text() == content
+    assert sorted(p.name for p in outside.iterdir()) == ["target.py"]
+    assert wgit(ws, "status", "--porcelain", "--ignored", "-uall") == ""
+    assert wgit(ws, "rev-parse", "HEAD") == head
+    assert ws.index_flags() == []
+
+
+@pytest.mark.parametrize("case", ["content changed", "file deleted", "dir deleted", "new ignored dir",
+                                  "mode git does not track", "file replaced by dir", "dir replaced by file",
+                                  "hard link added", "many changes"])
+def test_restore_changes_needs_no_reset(ws: Workspace, case: str, outside: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With git's view as our last command left it, only the changed paths are touched."""
+    head = ws.head()
+    ref = ws.snapshot()
+    RESTORE_CASES[case](ws.path)
+    changes = diff(ref, ws.snapshot())
+    monkeypatch.setattr(ws, "restore", lambda *a: pytest.fail("took the full restore"))
+    ws.restore_changes(head, ref, changes)
+    assert diff(ref, Snapshotter(ws.path).take()) == []
+
+
+GIT_VIEW_ATTACKS = {
+    "flag": lambda ws: wgit(ws, "update-index", "--assume-unchanged", "train.py"),
+    "staged": lambda ws: wgit(ws, "add", "train.py"),
+    "committed": lambda ws: wgit(ws, "-c", "core.hooksPath=/dev/null", "commit", "-qam", "sneaky", "--allow-empty"),
+    "head moved": lambda ws: wgit(ws, "update-ref", "--no-deref", "HEAD", wgit(ws, "rev-parse", "HEAD~1")),
+    "index entry forged": lambda ws: wgit(ws, "update-index", "--cacheinfo",
+                                          f"100644,{wgit(ws, 'hash-object', '-w', 'README.md')},model/net.py"),
+    "index same size, times kept": lambda ws: _flip_a_flag_in_place(ws),
+}
+
+
+def _flip_a_flag_in_place(ws: Workspace) -> None:
+    """assume-unchanged set by editing the index in place: same inode, same size, mtime put back
+    (only the ctime moves) — and within the racy window of our own write."""
+    index = Path(wgit(ws, "rev-parse", "--absolute-git-dir")) / "index"
+    st = os.stat(index)
+    data = bytearray(index.read_bytes())
+    pos = data.index(b"train.py\0") - 2          # the 16-bit flags field right before the name
+    data[pos] |= 0x80                            # CE_VALID: assume-unchanged
+    with open(index, "r+b") as f:
+        f.write(data)
+    os.utime(index, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("attack", list(GIT_VIEW_ATTACKS))
+def test_restore_changes_falls_back_when_git_view_changed(ws: Workspace, attack: str) -> None:
+    head = ws.head()
+    ref = ws.snapshot()
+    (ws.path / "train.py").write_text("edited\n")
+    GIT_VIEW_ATTACKS[attack](ws)
+    assert not ws._as_we_left_it(head)
+    changes = diff(ref, ws.snapshot())
+    ws.restore_changes(head, ref, changes)
+    assert diff(ref, Snapshotter(ws.path).take()) == []
+    assert wgit(ws, "rev-parse", "HEAD") == head
+    assert ws.index_flags() == [] and wgit(ws, "ls-files", "-v", "train.py").startswith("H ")
+    assert wgit(ws, "status", "--porcelain", "--ignored", "-uall") == ""
+
+
+def test_index_flags_notices_an_in_place_edit_with_times_kept(ws: Workspace) -> None:
+    _flip_a_flag_in_place(ws)
+    assert ws.index_flags() == ["train.py"]
+
+
+def test_index_flags_trusts_an_aged_untouched_index_without_git(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    import autoloop.workspace as wsmod
+    import time as _time
+    assert ws.index_flags() == []
+    _time.sleep(wsmod._RACY_NS / 1e9 + 0.05)
+    assert ws.index_flags() == []     # read once more: now past the racy window
+    monkeypatch.setattr(wsmod, "git", lambda *a, **k: pytest.fail("ran git"))
+    opened = []
+    real_open = open
+    monkeypatch.setattr(wsmod, "open", lambda p, *a, **k: (opened.append(p), real_open(p, *a, **k))[1],
+                        raising=False)
+    assert ws.index_flags() == []
+    assert opened == []               # a stat was enough
+
+
+KEEP_CASES = {
+    "content changed": lambda p: (p / "train.py").write_text("lr = 0.01\n"),
+    "new file in new folders": lambda p: ((p / "pkg" / "sub").mkdir(parents=True),
+                                          (p / "pkg" / "sub" / "m.py").write_text("m = 1\n")),
+    "file deleted, folder left empty": lambda p: ((p / "model" / "deep" / "init.py").unlink()),
+    "dir deleted": lambda p: __import__("shutil").rmtree(p / "model"),
+    "exec bit added": lambda p: (p / "prepare.py").chmod(0o755),
+    "mode git does not track, with an edit": lambda p: ((p / "train.py").write_text("x\n"),
+                                                        (p / "train.py").chmod(0o600)),
+    "file replaced by dir": lambda p: ((p / "train.py").unlink(), (p / "train.py").mkdir(),
+                                       (p / "train.py" / "x").write_text("x")),
+    "dir replaced by file": lambda p: (__import__("shutil").rmtree(p / "model"), (p / "model").write_text("x")),
+    "ignored file and an empty dir": lambda p: ((p / "metrics.log").write_text("allowed and ignored\n"),
+                                                (p / "empty").mkdir(), (p / "README.md").write_text("y\n")),
+    "dir mode and an edit": lambda p: ((p / "model").chmod(0o700), (p / "model" / "net.py").write_text("z\n")),
+}
+
+
+@pytest.mark.parametrize("case", list(KEEP_CASES))
+def test_keep_leaves_exactly_a_checkout_of_the_commit(ws: Workspace, case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    parent = ws.head()
+    ref = ws.snapshot()
+    KEEP_CASES[case](ws.path)
+    changes = diff(ref, ws.snapshot())
+    tree = ws.candidate_tree(parent, changes)
+    commit = ws.commit(tree, parent, "kept\n", Identity("A", "a@x"))
+    ws.advance(commit, parent, "keep")
+    monkeypatch.setattr(ws, "reset_hard", lambda *a: pytest.fail("took reset_hard"))
+    got = ws.keep(commit, parent, ref, changes)
+    monkeypatch.undo()
+    assert got == Snapshotter(ws.path).take()               # the snapshot it returns is the disk
+    assert wgit(ws, "rev-parse", "HEAD") == commit
+    assert wgit(ws, "status", "--porcelain", "--ignored", "-uall") == ""
+    assert wgit(ws, "diff-index", "--cached", commit) == ""
+    assert ws.index_flags() == [] and ws._as_we_left_it(commit)
+    assert diff(fresh_checkout_snapshot(ws, commit), got) == []   # and what a checkout gives
+
+
+def test_keep_then_more_cycles_stay_exact(ws: Workspace) -> None:
+    """Cycles chained on the fast paths: keep, discard, keep — each state equal to a checkout."""
+    incumbent = ws.head()
+    ref = ws.snapshot()
+    for i, keep in enumerate([True, False, True, True, False]):
+        (ws.path / "train.py").write_text(f"lr = {i}\n")
+        (ws.path / f"new{i}.py").write_text("n\n")
+        changes = diff(ref, ws.snapshot())
+        tree = ws.candidate_tree(incumbent, changes)
+        if keep:
+            commit = ws.commit(tree, incumbent, f"c{i}\n", Identity("A", "a@x"))
+            ws.advance(commit, incumbent, "keep")
+            ref = ws.keep(commit, incumbent, ref, changes)
+            incumbent = commit
+        else:
+            ws.restore_changes(incumbent, ref, changes)
+        assert diff(ref, Snapshotter(ws.path).take()) == []
+        assert wgit(ws, "status", "--porcelain", "--ignored", "-uall") == ""
+        assert wgit(ws, "rev-parse", "HEAD") == incumbent
+    assert ws.branch_head() == incumbent
+
+
+def test_keep_without_a_fast_candidate_takes_reset_hard(ws: Workspace) -> None:
+    parent = ws.head()
+    ref = ws.snapshot()
+    (ws.path / "train.py").write_text("lr = 0.01\n")
+    changes = diff(ref, ws.snapshot())
+    wgit(ws, "update-index", "--assume-unchanged", "README.md")   # the index is no longer ours
+    tree = ws.candidate_tree(parent, changes)
+    assert ws._candidate is None
+    commit = ws.commit(tree, parent, "kept\n", Identity("A", "a@x"))
+    got = ws.keep(commit, parent, ref, changes)
+    assert got == Snapshotter(ws.path).take()
+    assert wgit(ws, "rev-parse", "HEAD") == commit and ws.index_flags() == []
+
+
+def test_candidate_tree_is_the_same_by_either_path(ws: Workspace) -> None:
+    parent = ws.head()
+    ref = ws.snapshot()
+    KEEP_CASES["new file in new folders"](ws.path)
+    (ws.path / "train.py").write_text("lr = 0.01\n")
+    changes = diff(ref, ws.snapshot())
+    fast = ws.candidate_tree(parent, changes)
+    assert ws._candidate is not None
+    ws._forget()                                  # as if the index were not ours: read-tree
+    slow = ws.candidate_tree(parent, changes)
+    assert ws._candidate is None and fast == slow
+
+
+def test_branch_head_reads_the_ref_file_only_for_known_commits(ws: Workspace, repo: Path) -> None:
+    head = ws.branch_head()
+    ref_file = Path(wgit(ws, "rev-parse", "--git-common-dir")).resolve() / ws.ref
+    assert ref_file.read_text().strip() == head
+    other = git(repo, "commit-tree", git(repo, "rev-parse", "HEAD^{tree}"), "-m", "x")
+    ref_file.write_text(other + "\n")
+    assert ws.branch_head() == other              # a stranger's value: asked git
+    ref_file.write_text(git(repo, "rev-parse", "HEAD^{tree}") + "\n")   # not a commit
+    assert ws.branch_head() is None
+    ref_file.unlink()
+    git(repo, "update-ref", ws.ref, head)         # packed or loose: git decides
+    git(repo, "pack-refs", "--all")
+    assert ws.branch_head() == head
+
+
+@pytest.mark.parametrize("attack", list(GIT_VIEW_ATTACKS))
+def test_restore_changes_with_no_file_change_still_undoes_git_view_changes(ws: Workspace, attack: str) -> None:
+    head = ws.head()
+    ref = ws.snapshot()
+    GIT_VIEW_ATTACKS[attack](ws)
+    ws.restore_changes(head, ref, diff(ref, ws.snapshot()))
+    assert wgit(ws, "rev-parse", "HEAD") == head and ws._as_we_left_it(head)
+    assert ws.index_flags() == [] and wgit(ws, "ls-files", "-v", "train.py").startswith("H ")
+    assert wgit(ws, "status", "--porcelain", "--ignored", "-uall") == ""
