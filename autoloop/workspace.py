@@ -643,10 +643,11 @@ class Workspace(Worktree):
         after = dict(reference)
         for rel in look:
             after.pop(rel, None)
-        for rel in [p for p in look if p in got and got[p].kind == "d" and p in reference]:
-            prefix = rel + "/"
-            for old in [k for k in after if k.startswith(prefix)]:
-                del after[old]
+        # a folder of the incumbent among them was walked whole: its old contents go (one pass)
+        walked = tuple(p + "/" for p in look if p in got and got[p].kind == "d" and p in reference)
+        if walked:
+            for rel in [k for k in after if k.startswith(walked)]:
+                del after[rel]
         after.update(got)
         return after
 

@@ -1019,3 +1019,17 @@ def test_candidate_index_is_never_written_through_a_planted_name(ws: Workspace, 
     tree = ws.candidate_tree(parent, diff(ref, ws.snapshot()))
     assert victim.read_text() == "precious\n"
     assert tree_files(ws.repo_root, tree)["train.py"][1] == "lr = 0.01\n"
+
+
+def test_keep_after_modes_of_many_folders_changed(ws: Workspace) -> None:
+    parent = ws.head()
+    ref = ws.snapshot()
+    for d in ("model", "model/deep"):
+        (ws.path / d).chmod(0o700)
+    (ws.path / "model" / "deep" / "init.py").write_text("changed\n")
+    changes = diff(ref, ws.snapshot())
+    tree = ws.candidate_tree(parent, changes)
+    commit = ws.commit(tree, parent, "kept\n", Identity("A", "a@x"))
+    got = ws.keep(commit, parent, ref, changes)
+    assert got == Snapshotter(ws.path).take()
+    assert (ws.path / "model" / "deep" / "init.py").read_text() == "changed\n"
