@@ -34,6 +34,7 @@ def main() -> int:
                     help="also time another autoloop source tree (a folder holding its autoloop/ "
                          "package, e.g. from `git archive OLD autoloop | tar -x -C DIR`), side by side")
     args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # progress as it comes, also into a pipe
     large = args.files >= 50_000
     cycles = args.cycles or (11 if large else 41)
     target = args.target or (2.0 if large else 1.5)
@@ -43,8 +44,12 @@ def main() -> int:
         print(f"repository: {args.files} files (+5) in {args.files // 100} folders; made in "
               f"{time.perf_counter() - t:.1f} s; children: {args.children}")
         print(f"{args.rounds} rounds of {cycles} cycles each side (autoloop: {cycles - 1} timed intervals per round)")
-        res = interleaved(bench, args.rounds, cycles, before=args.before)
-    rows = res["rows"]
+        res = interleaved(bench, args.rounds, cycles, before=args.before,
+                          report=lambda line: print(line, flush=True))
+        return _summarize(res["rows"], args, large, target)  # before the (slow) clean-up
+
+
+def _summarize(rows: list[dict], args: argparse.Namespace, large: bool, target: float) -> int:
     ratio = [r["ratio"] for r in rows]
     a = [r["autoloop"] * 1000 for r in rows]
     b = [r["baseline"] * 1000 for r in rows]

@@ -80,6 +80,7 @@ def main() -> int:
     ap.add_argument("--cycles", type=int, default=1000)
     ap.add_argument("--target-mb", type=float, default=150.0)
     args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # progress as it comes, also into a pipe
     mb = 1 << 20
     with tempfile.TemporaryDirectory(prefix="autoloop-mem-") as tmp:
         bench = Bench.create(Path(tmp), args.files)
