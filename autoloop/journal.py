@@ -1,4 +1,5 @@
-"""The ledger: an append-only JSONL file, fsynced per record — the source of truth of a run.
+"""The ledger: an append-only JSONL file, fsynced per record (but `begin`, see append) — the
+source of truth of a run.
 
 `experiments.md` and `results.tsv` are rendered from it (atomically) and can be regenerated at
 any time. Write-ahead: a cycle opens with a `begin` record and, when it will commit, an `intent`

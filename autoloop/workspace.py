@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,16 +124,36 @@ class IndexSeal:
 
     def _read(self) -> tuple[tuple[int, int, int, int], bytes, int] | None:
         at = time.time_ns()
+        got = _read_regular(self.path)
+        if got is None:
+            return None
+        st, data = got
         try:
-            with open(self.path, "rb") as f:
-                st = os.fstat(f.fileno())
-                data = f.read()
             after = os.stat(self.path)
         except OSError:
             return None
         if _ident(st) != _ident(after):
             return None  # written while we read it
         return _ident(st), data, at
+
+
+def _read_regular(path: Path, limit: int = -1) -> tuple[os.stat_result, bytes] | None:
+    """A regular file's stat and bytes; None for anything else. A generator may have put a FIFO
+    (which would block a plain open) or a symlink where git keeps a file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        with open(fd, "rb", closefd=False) as f:
+            return st, f.read(limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _ident(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -283,11 +304,8 @@ class Worktree:
         files can differ."""
         if self._at != commit or self._seal is None or self._admin_dir is None or self.dotgit_tampered():
             return False
-        try:
-            head = (self._admin_dir / "HEAD").read_text(errors="replace")
-        except OSError:
-            return False
-        return head == commit + "\n" and self._seal.intact()
+        head = _read_regular(self._admin_dir / "HEAD", 200)
+        return head is not None and head[1] == (commit + "\n").encode() and self._seal.intact()
 
     def index_flags(self) -> list[str]:
         """Paths the worktree's index hides from git (assume-unchanged / skip-worktree)."""
@@ -476,11 +494,8 @@ class Workspace(Worktree):
         # A loose ref file wins over packed-refs, so when it names a commit we made or checked,
         # that is the answer without a git process; anything else (packed, symbolic, another
         # ref backend, a stranger's value) is git's to resolve.
-        try:
-            with open(self.common_dir / self.ref, "rb") as f:
-                loose = f.read(100).decode("ascii").strip()
-        except (OSError, UnicodeDecodeError):
-            loose = None
+        got = _read_regular(self.common_dir / self.ref, 200)
+        loose = got[1].decode("ascii", "replace").strip() if got is not None else None
         if loose in self._commits:
             return loose
         out = git(self.repo_root, "rev-parse", "--verify", "-q", self.ref + "^{commit}", check=False).strip()
@@ -554,27 +569,33 @@ class Workspace(Worktree):
         # The private index starts as the tree of `base`: a copy of the worktree's own index
         # when that is byte for byte what our own command wrote at `base` (then it keeps this
         # tree's stat data, and can become the worktree's index if the candidate is kept), else
-        # read from the commit.
-        assert self._admin_dir is not None
+        # read from the commit in a temporary folder.
+        ours = self._seal.read_intact() if self._seal is not None and self._at == base else None
+        if ours is None or self._admin_dir is None or self.dotgit_tampered():
+            with tempfile.TemporaryDirectory(prefix="autoloop-index-") as tmp:
+                return self._write_candidate(base, paths, Path(tmp) / "index", fresh=True)
         index = self._admin_dir / "autoloop-candidate-index"
+        try:
+            _write_file(index, ours)
+        except OSError:
+            with tempfile.TemporaryDirectory(prefix="autoloop-index-") as tmp:
+                return self._write_candidate(base, paths, Path(tmp) / "index", fresh=True)
+        tree = self._write_candidate(base, paths, index, fresh=False)
+        seal = IndexSeal(index)
+        seal.seal()
+        self._candidate = (base, tree, seal)
+        return tree
+
+    def _write_candidate(self, base: str, paths: list[str], index: Path, fresh: bool) -> str:
         env = _git_env()
         env["GIT_INDEX_FILE"] = str(index)
-        ours = self._seal.read_intact() if self._seal is not None and self._at == base else None
-        if ours is not None and not self.dotgit_tampered():
-            _write_file(index, ours)
-        else:
-            ours = None
+        if fresh:
             git(self.path, "read-tree", base, env=env)
         if paths:
             # --replace: a file may become a folder (train.py -> train.py/main.py) or back
             git(self.path, "update-index", "--add", "--remove", "--replace", "-z", "--stdin", env=env,
                 input="\0".join(paths).encode("utf-8", "surrogateescape") + b"\0")
-        tree = git(self.path, "write-tree", env=env).strip()
-        if ours is not None:
-            seal = IndexSeal(index)
-            seal.seal()
-            self._candidate = (base, tree, seal)
-        return tree
+        return git(self.path, "write-tree", env=env).strip()
 
     def keep(self, commit: str, parent: str, reference: dict, changes: list[Change]) -> dict:
         """After `commit` (the last candidate on `parent`) is kept: make the tree exactly a
@@ -634,10 +655,11 @@ class Workspace(Worktree):
         after = dict(reference)
         for rel in look:
             after.pop(rel, None)
-        for rel in [p for p in look if p in got and got[p].kind == "d" and p in reference]:
-            prefix = rel + "/"
-            for old in [k for k in after if k.startswith(prefix)]:
-                del after[old]
+        # a folder of the incumbent among them was walked whole: its old contents go (one pass)
+        walked = tuple(p + "/" for p in look if p in got and got[p].kind == "d" and p in reference)
+        if walked:
+            for rel in [k for k in after if k.startswith(walked)]:
+                del after[rel]
         after.update(got)
         return after
 
@@ -682,7 +704,14 @@ class Workspace(Worktree):
 
 
 def _write_file(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
+    """A file of our own in git's admin folder: made afresh, never written through whatever a
+    generator may have put at that name (a symlink to a file of the user's)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    with open(fd, "wb") as f:
         f.write(data)
 
 

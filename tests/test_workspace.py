@@ -1001,3 +1001,35 @@ def test_restore_changes_with_no_file_change_still_undoes_git_view_changes(ws: W
     assert wgit(ws, "rev-parse", "HEAD") == head and ws._as_we_left_it(head)
     assert ws.index_flags() == [] and wgit(ws, "ls-files", "-v", "train.py").startswith("H ")
     assert wgit(ws, "status", "--porcelain", "--ignored", "-uall") == ""
+
+
+@pytest.mark.parametrize("plant", ["symlink", "dir"])
+def test_candidate_index_is_never_written_through_a_planted_name(ws: Workspace, tmp_path: Path, plant: str) -> None:
+    admin = Path(wgit(ws, "rev-parse", "--absolute-git-dir"))
+    victim = tmp_path / "users-file"
+    victim.write_text("precious\n")
+    target = admin / "autoloop-candidate-index"
+    if plant == "symlink":
+        os.symlink(victim, target)
+    else:
+        (target / "sub").mkdir(parents=True)
+    parent = ws.head()
+    ref = ws.snapshot()
+    (ws.path / "train.py").write_text("lr = 0.01\n")
+    tree = ws.candidate_tree(parent, diff(ref, ws.snapshot()))
+    assert victim.read_text() == "precious\n"
+    assert tree_files(ws.repo_root, tree)["train.py"][1] == "lr = 0.01\n"
+
+
+def test_keep_after_modes_of_many_folders_changed(ws: Workspace) -> None:
+    parent = ws.head()
+    ref = ws.snapshot()
+    for d in ("model", "model/deep"):
+        (ws.path / d).chmod(0o700)
+    (ws.path / "model" / "deep" / "init.py").write_text("changed\n")
+    changes = diff(ref, ws.snapshot())
+    tree = ws.candidate_tree(parent, changes)
+    commit = ws.commit(tree, parent, "kept\n", Identity("A", "a@x"))
+    got = ws.keep(commit, parent, ref, changes)
+    assert got == Snapshotter(ws.path).take()
+    assert (ws.path / "model" / "deep" / "init.py").read_text() == "changed\n"
