@@ -34,6 +34,12 @@ _SAFE_CONFIG = (
     "core.splitIndex=false",
     "core.sparseCheckout=false",
     "core.autocrlf=false",
+    # git's "is this file unchanged?" shortcut compares stat data (times in whole seconds); a
+    # user's config must not weaken it further for our calls, or update-index would take a
+    # changed file for an unchanged one
+    "core.trustctime=true",
+    "core.checkStat=default",
+    "core.ignoreStat=false",
     "core.safecrlf=false",
     "core.symlinks=true",
     "core.pager=cat",
@@ -94,13 +100,21 @@ class IndexSeal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._known: tuple[tuple[int, int, int, int], bytes, int] | None = None
+        self._written_ns = 0   # the file's mtime as our own command left it
 
     def seal(self) -> None:
         """Call right after our own command wrote the file."""
         self._known = self._read()
+        self._written_ns = self._known[0][2] if self._known is not None else 0
 
     def forget(self) -> None:
         self._known = None
+
+    def written_ns(self) -> int:
+        """The mtime the file had when our own command wrote it (not whatever a `touch` since
+        gave it). For an index this is git's "racy" reference: entries whose files changed in
+        the same second are re-checked by content, not trusted by their stat data."""
+        return self._written_ns
 
     def intact(self) -> bool:
         return self.read_intact() is not None
@@ -577,6 +591,14 @@ class Workspace(Worktree):
         index = self._admin_dir / "autoloop-candidate-index"
         try:
             _write_file(index, ours)
+            # The copy keeps the mtime git gave the original. git trusts an entry whose stat data
+            # (times in whole seconds) match the file unless the file changed no earlier than
+            # the index was written; a copy dated now would make an entry written in the same
+            # second as the original index look safely old, and update-index would take a
+            # same-size rewrite of it for the incumbent's bytes (the candidate then silently
+            # equals the incumbent: "no_change").
+            written = self._seal.written_ns()
+            os.utime(index, ns=(written, written))
         except OSError:
             with tempfile.TemporaryDirectory(prefix="autoloop-index-") as tmp:
                 return self._write_candidate(base, paths, Path(tmp) / "index", fresh=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -375,6 +376,93 @@ def test_candidate_does_not_touch_the_worktree_index(ws: Workspace) -> None:
     before = index.read_bytes()
     make_candidate(ws, lambda p: (p / "train.py").write_text("x\n"))
     assert index.read_bytes() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# the candidate index is a copy of the worktree's: git's stat shortcut must not hide a change
+
+def _same_second_rewrite(ws: Workspace, tries: int = 6):
+    """Keep a candidate that rewrites train.py, then rewrite train.py again (same size, same
+    inode) within the same second as keep()'s checkout wrote it — so git, which compares file
+    times in whole seconds, sees stat data equal to its index entry (a "racily clean" entry that
+    only the index file's own mtime tells git to re-check). Returns (kept commit, snapshot of
+    it, the rewritten content). Retries while the machine was too slow to stay in one second."""
+    inc, ref = ws.head(), ws.snapshot()
+    for i in range(tries):
+        kept = f"lr = 0.{i}{i}\nprint('val_loss: 1.0')\n"
+        (ws.path / "train.py").write_text(kept)
+        changes = diff(ref, ws.snapshot())
+        commit = ws.commit(ws.candidate_tree(inc, changes), inc, "keep", Identity("A", "a@x"))
+        ws.advance(commit, inc, "keep")
+        while time.time() % 1 > 0.2:  # start near the beginning of a second
+            time.sleep(0.01)
+        ref = ws.keep(commit, inc, ref, changes)
+        inc = commit
+        st_kept = os.stat(ws.path / "train.py")
+        rewritten = f"lr = 0.{i}9\nprint('val_loss: 1.0')\n"
+        with open(ws.path / "train.py", "r+") as f:  # in place: same inode
+            f.write(rewritten)
+        st = os.stat(ws.path / "train.py")
+        if (st.st_ino, st.st_size) == (st_kept.st_ino, st_kept.st_size) \
+                and st.st_mtime_ns // 10**9 == st_kept.st_mtime_ns // 10**9 \
+                and st.st_ctime_ns // 10**9 == st_kept.st_ctime_ns // 10**9:
+            assert rewritten != kept
+            time.sleep(1.05 - time.time() % 1)  # what follows happens in a later second
+            return inc, ref, rewritten
+        ws.restore_changes(inc, ref, diff(ref, ws.snapshot()))
+    pytest.skip("could not write a file twice within one second on this machine")
+
+
+def test_candidate_sees_a_same_second_same_size_rewrite_after_keep(ws: Workspace) -> None:
+    """The flake that reverted issue8: the honest cycle right after a quick cheat lost its
+    change (status no_change). The candidate index was a fresh copy of the worktree's index, so
+    its mtime — git's reference for "racily clean" entries — was later than the file's, and git
+    took the stale stat data of train.py for an unchanged file."""
+    inc, ref, rewritten = _same_second_rewrite(ws)
+    changes = diff(ref, ws.snapshot())
+    assert [c.path for c in changes] == ["train.py"]
+    tree = ws.candidate_tree(inc, changes)
+    assert tree != ws.tree_of(inc)
+    assert tree_files(ws.repo_root, tree)["train.py"] == ("100644", rewritten)
+
+
+def test_candidate_sees_the_rewrite_even_if_the_index_was_touched(ws: Workspace) -> None:
+    """Same, but the generator also moved the worktree index's mtime forward (bytes unchanged):
+    git would trust its stat data; the copy must still carry the time our own command wrote it."""
+    inc, ref, rewritten = _same_second_rewrite(ws)
+    index = Path(wgit(ws, "rev-parse", "--git-path", "index"))
+    index = index if index.is_absolute() else ws.path / index
+    os.utime(index)
+    changes = diff(ref, ws.snapshot())
+    tree = ws.candidate_tree(inc, changes)
+    assert tree_files(ws.repo_root, tree)["train.py"] == ("100644", rewritten)
+
+
+@pytest.mark.parametrize("setting", ["core.trustctime=false", "core.ignoreStat=true", "core.checkStat=minimal"])
+def test_candidate_sees_a_same_size_same_mtime_edit_whatever_the_stat_config(ws: Workspace, repo: Path,
+                                                                           setting: str) -> None:
+    """A user's config may weaken git's stat checks; our own calls must not inherit that, or a
+    real change to an allowed file would silently not be measured."""
+    key, value = setting.split("=")
+    git(repo, "config", key, value)
+    inc = ws.head()
+    ws.reset_hard(inc)
+    ref = ws.snapshot()
+    # a kept cycle first: its index is the one the next candidate starts from (with
+    # core.ignoreStat git would mark the kept file assume-unchanged in it)
+    (ws.path / "train.py").write_text("lr = 0.2\nprint('val_loss: 1.0')\n")
+    changes = diff(ref, ws.snapshot())
+    commit = ws.commit(ws.candidate_tree(inc, changes), inc, "keep", Identity("A", "a@x"))
+    ws.advance(commit, inc, "keep")
+    ref = ws.keep(commit, inc, ref, changes)
+    time.sleep(1.05)  # not racy: the index was written a second ago
+    t = same_times(ws.path / "train.py")
+    (ws.path / "train.py").write_text("lr = 0.9\nprint('val_loss: 1.0')\n")
+    t()
+    changes = diff(ref, ws.snapshot())
+    assert [c.path for c in changes] == ["train.py"]
+    tree = ws.candidate_tree(commit, changes)
+    assert tree_files(ws.repo_root, tree)["train.py"] == ("100644", "lr = 0.9\nprint('val_loss: 1.0')\n")
 
 
 # ---------------------------------------------------------------------------------------------
