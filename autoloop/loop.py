@@ -363,7 +363,7 @@ class Run:
                     candidate = self.ws.commit(tree, incumbent, f"autoloop candidate, cycle {n}",
                                                self.ws.identity())
                     files = [c.path for c in _file_changes(changes)]
-                    stat = self.ws.diffstat(incumbent, candidate)
+                    stat = self.ws.diffstat_later(incumbent, candidate)  # read when recorded
                     outcome = self._review("before", n, proposal, incumbent, candidate, files, stat, None)
                     if outcome is None:
                         self.opt.report("phase", {"cycle": n, "phase": "verify"})
@@ -371,7 +371,7 @@ class Run:
                         outcome = self._verify_and_decide(n, candidate, incumbent, best_before, log_dir, files)
                         outcome = self._review("after", n, proposal, incumbent, candidate, files, stat,
                                                outcome) or outcome
-                    outcome.tree, outcome.diffstat = tree, stat
+                    outcome.tree, outcome.diffstat = tree, stat()
         except BaseException as exc:
             reason = "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt)) else \
                 f"internal error: {type(exc).__name__}: {exc}"
@@ -572,7 +572,7 @@ class Run:
         return rec
 
     def _review(self, when: str, n: int, proposal: Proposal, incumbent: str, candidate: str,
-                files: list[str], stat: str, outcome: _Outcome | None) -> _Outcome | None:
+                files: list[str], stat: Callable[[], str], outcome: _Outcome | None) -> _Outcome | None:
         """Approve mode: show the candidate to the person and apply their decision. Returns the
         outcome to record, or None to go on as the ratchet would (no reviewer for `when`, or
         `verify` before measuring)."""
@@ -582,7 +582,7 @@ class Run:
         v = self.program.verifier
         m = outcome.measurement if outcome is not None else None
         review = Review(when=when, cycle=n, hypothesis=proposal.hypothesis, incumbent=incumbent,
-                        candidate=candidate, files=tuple(files), diffstat=stat,
+                        candidate=candidate, files=tuple(files), diffstat=stat(),
                         diff=self.ws.diff_text(incumbent, candidate), metric_name=v.label,
                         direction=v.direction, best=self.best,
                         metric=None if outcome is None else outcome.metric,

@@ -718,11 +718,48 @@ class Workspace(Worktree):
         return git(self.repo_root, "log", "-1", "--format=%B", commit)
 
     def diffstat(self, a: str, b: str) -> str:
-        return git(self.repo_root, "diff", "--no-ext-diff", "--no-textconv", "--shortstat", a, b).strip()
+        return self.diffstat_later(a, b)()
+
+    def diffstat_later(self, a: str, b: str) -> "Later":
+        """`git diff --shortstat a b`, started now and read when called: it only reads objects,
+        so it runs beside whatever comes next (the verify tree's reset, the verifier)."""
+        return Later(self.repo_root, ["diff", "--no-ext-diff", "--no-textconv", "--shortstat", a, b])
 
     def diff_text(self, a: str, b: str, limit: int = 200_000) -> str:
         out = git(self.repo_root, "diff", "--no-ext-diff", "--no-textconv", a, b)
         return out[:limit]
+
+
+class Later:
+    """A read-only git command running in the background; calling it waits for its output."""
+
+    def __init__(self, cwd: Path, args: list[str]) -> None:
+        cmd = ["git"]
+        for item in _SAFE_CONFIG:
+            cmd += ["-c", item]
+        self._args = args
+        self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            cmd + args, cwd=cwd, env=_git_env(), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self._out: str | None = None
+
+    def __call__(self) -> str:
+        if self._out is None:
+            assert self._proc is not None
+            out, err = self._proc.communicate()
+            code, self._proc = self._proc.returncode, None
+            if code != 0:
+                lines = err.decode(errors="replace").strip().splitlines()
+                raise GitError(f"git {' '.join(self._args[:3])} failed: {lines[-1] if lines else code}")
+            self._out = out.decode(errors="surrogateescape").strip()
+        return self._out
+
+    def __del__(self) -> None:  # never read (the cycle was abandoned): do not leave a zombie
+        if getattr(self, "_proc", None) is not None:
+            try:
+                self._proc.communicate()
+            except Exception:
+                pass
 
 
 def _write_file(path: Path, data: bytes) -> None:
