@@ -529,29 +529,47 @@ def test_ledger_lines_are_json_objects_with_type(journal: Journal) -> None:
 
 def full_render(j: Journal, goal: str) -> tuple[bytes, bytes]:
     cycles = [r for r in j.records if r["t"] == "cycle"]
+    finals = [r for r in j.records if r["t"] == "final"]
     enc = lambda s: s.encode("utf-8", "surrogateescape")  # noqa: E731
-    return enc(render_experiments(cycles, j.tag, goal)), enc(render_tsv(cycles))
+    return enc(render_experiments(cycles, j.tag, goal, finals)), enc(render_tsv(cycles))
 
 
-def test_incremental_render_is_byte_identical_to_a_full_render(journal: Journal) -> None:
+def test_incremental_render_is_byte_identical_to_a_full_render(journal: Journal,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     import random
+
+    import autoloop.journal as jmod
+    sections = []
+    real_section = jmod._section
+    monkeypatch.setattr(jmod, "_section", lambda c: (sections.append(c["cycle"]), real_section(c))[1])
     rng = random.Random(7)
     goal = "goal"
+    reloads = 0
     for n in range(120):
-        kind = rng.choice(["cycle", "cycle", "begin", "intent", "abort", "start"])
+        kind = rng.choice(["cycle", "cycle", "begin", "intent", "abort", "start", "final"])
         if kind == "cycle":
             journal.append(cycle(n, rng.choice(list(STATUSES)), hypothesis=f"h {n}\n\tmore \udcff",
                                  changed=["x.py"] * rng.randrange(13), metric=rng.choice([None, rng.random()]),
-                                 delta_pct=rng.choice([None, 1.5]), gen={"cost_usd": rng.choice([None, 0.25])}))
+                                 delta_pct=rng.choice([None, 1.5]), gen={"cost_usd": rng.choice([None, 0.25])},
+                                 stats=rng.choice([None, {"rule": "paired", "noise_pct": 0.5}])))
+        elif kind == "final":
+            journal.append({"t": "final", "after_cycle": n, "text": f"re-measured {n}", "a": [1.0], "b": [0.5]})
         else:
             journal.append({"t": kind, "cycle": n})
         if rng.random() < 0.1:
             goal = rng.choice(["goal", "", "another goal"])
         if rng.random() < 0.05:
             journal.load()                       # records replaced: the cache must notice
+            reloads += 1
         journal.render(goal)
-        assert (journal.experiments.read_bytes(), journal.results.read_bytes()) == full_render(journal, goal), n
+        rendered = (journal.experiments.read_bytes(), journal.results.read_bytes())
+        n_sections = len(sections)
+        assert rendered == full_render(journal, goal), n
+        del sections[n_sections:]                # (the full render's own calls)
         assert journal.rendered_ok(goal)
+    # each cycle's section was rendered once, plus once more after each reload: not O(cycles²)
+    cycles = len(journal.cycles())
+    assert cycles <= len(sections) <= cycles * (1 + reloads), (len(sections), cycles, reloads)
 
 
 def test_cycles_cache_follows_appends_and_reloads(journal: Journal) -> None:
