@@ -111,16 +111,8 @@ class Worktree:
     def _discard(self) -> None:
         """Forget a worktree that is not fully usable — e.g. a kill -9 during `git worktree add`
         left a half-made admin folder, still `locked` — so it can be made afresh."""
-        admin_root = self.common_dir / "worktrees"
-        mine = (self.path / ".git").resolve()
-        if admin_root.is_dir():
-            for admin in admin_root.iterdir():
-                try:
-                    points_to = Path((admin / "gitdir").read_text().strip()).resolve()
-                except (OSError, UnicodeDecodeError):
-                    points_to = None
-                if points_to == mine or (points_to is None and admin.name == self.path.name):
-                    remove_tree(admin)
+        for admin in self._own_admin_dirs():
+            remove_tree(admin)
         if self.path.exists() or self.path.is_symlink():
             if self.path.is_dir() and not self.path.is_symlink():
                 remove_tree(self.path)
@@ -129,13 +121,35 @@ class Worktree:
         git(self.repo_root, "worktree", "prune")
 
     def clear_stale_locks(self) -> None:
-        """After a kill -9 mid-git-call, git's own index lock would block every later call.
-        Only ours (we hold the run lock, so nobody else uses this tree)."""
-        if (self.path / ".git").is_file():
+        """After a kill -9 mid-git-call, git's own lock files (index.lock, HEAD.lock,
+        ORIG_HEAD.lock, ...) would block every later call, and a kill inside `git worktree add`
+        leaves a half-made admin folder that makes `git worktree list` fail for good. Only ours
+        (we hold the run lock, so nobody else uses this tree)."""
+        for admin in self._own_admin_dirs():
+            if not all(_nonempty(admin / name) for name in ("gitdir", "commondir", "HEAD")):
+                remove_tree(admin)  # half-made: open() makes the worktree afresh
+                continue
+            for lock in admin.glob("*.lock"):
+                lock.unlink(missing_ok=True)
+
+    def _own_admin_dirs(self) -> list[Path]:
+        """Admin folders under .git/worktrees that belong to this tree: their `gitdir` points at
+        it, or (written before `gitdir` was) their name is this tree's name, git-style
+        suffixed with a number."""
+        root = self.common_dir / "worktrees"
+        if not root.is_dir():
+            return []
+        mine = (self.path / ".git").resolve()
+        out = []
+        for admin in root.iterdir():
             try:
-                (self._find_admin_dir() / "index.lock").unlink(missing_ok=True)
-            except GitError:
-                pass
+                points_to: Path | None = Path((admin / "gitdir").read_text().strip()).resolve()
+            except (OSError, UnicodeDecodeError):
+                points_to = None
+            if points_to == mine or (points_to is None and re.fullmatch(
+                    re.escape(self.path.name) + r"[0-9]*", admin.name)):
+                out.append(admin)
+        return out
 
     def checkout(self, commit: str) -> Path:
         """Make this tree exactly `commit` (opening it the first time); returns its path."""
@@ -161,8 +175,10 @@ class Worktree:
         return admin.parent == (self.common_dir / "worktrees").resolve() and back == dotgit.resolve()
 
     def _registered(self) -> bool:
-        out = git(self.repo_root, "worktree", "list", "--porcelain")
-        return any(line == f"worktree {self.path}" for line in out.splitlines())
+        """Does some admin folder of the repository point at this tree? Read directly: `git
+        worktree list` fails outright when any admin folder is half-made (a kill -9)."""
+        return bool(self._own_admin_dirs()) and any(
+            (a / "gitdir").is_file() for a in self._own_admin_dirs())
 
     def _find_admin_dir(self) -> Path:
         text = (self.path / ".git").read_text().strip()
@@ -425,6 +441,13 @@ class Workspace(Worktree):
     def diff_text(self, a: str, b: str, limit: int = 200_000) -> str:
         out = git(self.repo_root, "diff", "--no-ext-diff", "--no-textconv", a, b)
         return out[:limit]
+
+
+def _nonempty(path: Path) -> bool:
+    try:
+        return path.is_file() and path.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def _slug(tag: str) -> str:

@@ -434,12 +434,6 @@ def killed(tmp_path_factory):
         outcomes.append((proc.returncode, proc.stderr.read()[-300:]))
         proc.stdout.close()
         proc.stderr.close()
-        # Known bug with its own test (test_kill9_while_git_moves_the_worktree_head): a stale HEAD.lock
-        # blocks every later run. Remove it as the error message tells the user to, so this soak
-        # keeps probing everything else.
-        for stale in (p.repo / ".git" / "worktrees").glob("*/HEAD.lock"):
-            stale.unlink()
-            outcomes.append(("removed", stale.name))
     final = p.run("--cycles", "2", timeout=120)
     leftovers = marked_pids(p.env)
     kill_marked(p.env)
@@ -562,9 +556,6 @@ def test_kill9_soon_after_branch_created(tmp_path, delay_ms):
     assert_journal_consistent(p)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: kill -9 inside the first `git worktree add` can leave "
-                                        ".git/worktrees/TAG without commondir; every later run exits 1 "
-                                        "(git worktree list fails)")
 def test_kill9_during_worktree_creation(tmp_path):
     """Kill the first run the moment git starts writing the worktree's admin files, then resume.
     (Each attempt lands inside `git worktree add` about half the time; ten attempts.)"""
@@ -581,8 +572,6 @@ def test_kill9_during_worktree_creation(tmp_path):
         assert [r["status"] for r in p.rows()] == ["baseline", "keep"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: kill -9 while git updates the worktree's HEAD leaves "
-                                        ".git/worktrees/TAG/HEAD.lock; every later run exits 1 (git reset fails)")
 def test_kill9_while_git_moves_the_worktree_head(tmp_path):
     """Kill the run the moment git locks the run worktree's HEAD (a reset to a new incumbent),
     then resume."""
