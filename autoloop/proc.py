@@ -185,7 +185,7 @@ def run(
                 raise
         finally:
             # the command is over; what is left of its process group is left behind
-            in_group = _group_size(proc.pid) if proc.returncode is not None else 0
+            in_group = _settled(lambda: _group_size(proc.pid)) if proc.returncode is not None else 0
             _kill_group(proc)
             with _current_lock:
                 _current.discard(proc)
@@ -195,9 +195,11 @@ def run(
             # after a timeout or an interrupt, a tree still running is no surprise: count only
             # what a command that ended by itself left behind
             ended_by_itself = not (timed_out or interrupted or over)
-            leftovers = in_group + kill_marked(marker, count=False) + adopting.kill_leftovers()
+            marked = kill_marked(marker, count=ended_by_itself)
+            adopted = adopting.kill_leftovers()
             if ended_by_itself:
-                _count(leftovers)
+                _count(in_group + adopted)
+            leftovers = in_group + marked + adopted
     if over is None and limits is not None and limits.file_bytes is not None \
             and proc.returncode == -signal.SIGXFSZ:
         over = f"wrote a file larger than {limits.file_bytes >> 20} MB"
@@ -351,6 +353,23 @@ class _Adopting:
     def kill_leftovers(self) -> int:
         me = os.getpid()
         killed = 0
+
+        def adopted() -> int:  # reaping those that have just ended, as init would
+            with _current_lock:
+                running = {p.pid for p in _current}
+            table = _table()
+            live = 0
+            for pid in _children(me, table):
+                if pid in self.before or pid in running:
+                    continue
+                if table[pid][1] in ("Z", "X"):
+                    _reap(pid, time.monotonic())
+                else:
+                    live += 1
+            return live
+
+        if not adopted() or not _settled(adopted):
+            return 0
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline:
             with _current_lock:
@@ -377,6 +396,21 @@ class _Adopting:
             _reaper_users -= 1
             if _reaper_users == 0 and not _reaper_was_set:
                 _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+
+
+SETTLE_S = 0.3
+
+
+def _settled(count, within: float = SETTLE_S) -> int:  # type: ignore[no-untyped-def]
+    """`count()` once the processes it counts had a moment to finish exiting on their own: a
+    child that ends a few milliseconds after its parent (bwrap's init after its monitor, a
+    shell's last pipeline stage) is not left behind."""
+    deadline = time.monotonic() + within
+    n = count()
+    while n and time.monotonic() < deadline:
+        time.sleep(0.01)
+        n = count()
+    return n
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -519,6 +553,8 @@ def kill_marked(marker: str, *, count: bool = True) -> int:
     """Kill every process whose environment carries our marker (Linux /proc). Returns how many."""
     needle = f"{MARKER_VAR}={marker}".encode()
     killed = 0
+    if count:  # what is still finishing its exit is not left behind
+        _settled(lambda: sum(1 for pid in _marked_pids(needle) if not _zombie(pid)))
     for _ in range(5):  # a fork loop can spawn while we scan: repeat until none is found
         found = [pid for pid in _marked_pids(needle) if not _zombie(pid)]
         if not found:
