@@ -14,18 +14,20 @@ from typing import Any, Callable, Mapping
 
 from filelock import FileLock, Timeout
 
-from autoloop import proc
+from autoloop import envs, proc
 from autoloop.errors import (ConfigError, FatalGeneratorError, GeneratorError, Interrupted, LockedError,
                              RepoStateError, RunFailure, UsageError)
 from autoloop.generators.base import GenContext, Generator, Proposal
 from autoloop.generators.registry import make_generator
 from autoloop.globs import PathRules
+from autoloop.hardening import Guardrails, Tampered
 from autoloop.journal import Journal, Record, fmt, pct
 from autoloop.memory import near_duplicate
 from autoloop.program import Program
 from autoloop.prompt import build_prompt
 from autoloop.ratchet import better, reached
 from autoloop.redact import Redactor
+from autoloop.scope_rules import ScopeRules
 from autoloop.snapshot import Change, diff
 from autoloop.verify import Measurement, measure
 from autoloop.workspace import Workspace
@@ -61,6 +63,7 @@ class _Outcome:
     changed: list[str] = field(default_factory=list)
     measurement: Measurement | None = None
     tree: str | None = None
+    measured: str | None = None       # the candidate commit that was measured
 
 
 def protected_paths(program: Program) -> dict[str, str]:
@@ -80,8 +83,14 @@ def protected_paths(program: Program) -> dict[str, str]:
             words = shlex.split(cmd)
         except ValueError:
             words = cmd.split()
-        for w in words:
+        for prev, w in zip(["", *words], words):
             candidate = program.repo_root / w
+            if prev == "-m":  # `python -m evaluate` runs evaluate.py (or evaluate/__main__.py)
+                base = program.repo_root / w.replace(".", "/")
+                for c in (base.with_name(base.name + ".py"), base / "__main__.py", base / "__init__.py"):
+                    if c.is_file():
+                        candidate = c
+                        break
             if w.startswith("-") or not candidate.is_file():
                 continue
             try:
@@ -110,7 +119,9 @@ class Run:
         self.opt = options
         self.ws = Workspace(program.repo_root, options.tag)
         self.journal = Journal(program.state_dir, options.tag)
-        self.rules = PathRules(program.allowed, program.forbidden, protected_paths(program))
+        protected = protected_paths(program)
+        self.rules = ScopeRules(program.allowed, program.forbidden, protected)
+        self.guard = Guardrails(program, self.ws, self.journal, protected)
         self.generator_factory = generator_factory
         self.redact = Redactor.from_env(os.environ)
         self._signal: int | None = None
@@ -125,6 +136,7 @@ class Run:
 
     def execute(self) -> RunSummary:
         self.ws.check_state()
+        self.guard.preflight()
         generator = self.generator_factory(self.program.generator, self.program)
         # Beside the worktree, outside the repository: a refused run leaves no trace in it.
         lock_path = self.ws.path.with_name(self.ws.path.name + ".lock")
@@ -136,6 +148,7 @@ class Run:
             raise LockedError(f"another autoloop run holds tag '{self.opt.tag}' in this repository "
                               f"(lock {lock_path}); wait for it or use another --tag") from None
         old_handlers = self._install_signals()
+        self._lock_path = lock_path
         try:
             return self._run(generator)
         finally:
@@ -148,7 +161,8 @@ class Run:
         incumbent = self._attach()
         started = time.monotonic()
         self.ws.open(incumbent)
-        self.sentinel = self.ws.watch_git(extra=[self.program.path])
+        self.sentinel = self.ws.watch_git(extra=[self.program.path, *self.guard.user_files()])
+        self.guard.start(self.sentinel, self._lock_path)
         self.journal.render(self.program.goal)
         if not self.journal.cycles():
             self._baseline(incumbent)
@@ -157,6 +171,7 @@ class Run:
         try:
             while True:
                 self._check_signal()
+                self.guard.raise_if_fatal()
                 reason = self._stop_reason(ran, started)
                 if reason:
                     break
@@ -260,9 +275,19 @@ class Run:
         log_dir = self._log_dir(0)
         self.journal.append({"t": "begin", "cycle": 0, "parent": incumbent})
         try:
-            tree_path = self.ws.verify_tree(0).checkout(incumbent)
-            m = measure(self.program, cwd=tree_path, env=self._env(0), log_dir=log_dir, marker=self.marker)
+            tree = self.ws.verify_tree(0)
+            tree.checkout(incumbent)
+            with self.guard.measuring(tree, incumbent, self._env(0)) as env:
+                m = measure(self.program, cwd=tree.path, env=env, log_dir=log_dir, marker=self.marker,
+                            after_step=self.guard.after_step)
             self._check_signal()
+            after = self.guard.after_verify()
+            if after:
+                raise Tampered("; ".join(after))
+        except Tampered as exc:
+            self.journal.append({"t": "abort", "cycle": 0, "reason": f"baseline: {exc}"[:300]})
+            self.ws.reset_hard(incumbent)
+            raise RunFailure(f"the baseline measurement is not trustworthy: {exc}") from None
         except BaseException as exc:
             self._abort(0, incumbent, None, "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt))
                         else f"internal error: {type(exc).__name__}: {exc}")
@@ -307,6 +332,7 @@ class Run:
                 before = self.ws.snapshot()
             self._exact = None
             self.sentinel.capture()
+            self.guard.before_generate()
 
             # 2 generate
             self.opt.report("phase", {"cycle": n, "phase": "generate"})
@@ -332,13 +358,24 @@ class Run:
                     # is verified is exactly what would be kept (same tree hash)
                     candidate = self.ws.commit(tree, incumbent, f"autoloop candidate, cycle {n}",
                                                self.ws.identity())
-                    tree_path = self.ws.verify_tree(0).checkout(candidate)
-                    m = measure(self.program, cwd=tree_path, env=self._env(n), log_dir=log_dir,
-                                marker=self.marker)
-                    self._check_signal()
-                    # 5 decide
-                    outcome = self._decide(m, [c.path for c in _file_changes(changes)])
-                    outcome.tree = tree
+                    vtree = self.ws.verify_tree(0)
+                    vtree.checkout(candidate)
+                    files = [c.path for c in _file_changes(changes)]
+                    try:
+                        with self.guard.measuring(vtree, candidate, self._env(n)) as env:
+                            m = measure(self.program, cwd=vtree.path, env=env, log_dir=log_dir,
+                                        marker=self.marker, after_step=self.guard.after_step)
+                        self._check_signal()
+                        after = self.guard.after_verify()
+                        if after:
+                            raise Tampered("; ".join(after))
+                    except Tampered as exc:
+                        outcome = _Outcome("violation", f"violation: {exc}", f"violation: {exc}", changed=files)
+                    else:
+                        # 5 decide
+                        outcome = self._decide(m, files)
+                        outcome.tree = tree
+                        outcome.measured = candidate
         except BaseException as exc:
             reason = "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt)) else \
                 f"internal error: {type(exc).__name__}: {exc}"
@@ -351,6 +388,8 @@ class Run:
             assert outcome.tree is not None
             message = self._commit_message(n, proposal, outcome)
             commit = self.ws.commit(outcome.tree, incumbent, message, self.ws.identity())
+            assert outcome.measured is not None
+            self.guard.check_keep(commit, outcome.measured)  # the kept tree is the measured tree
             self.journal.append({"t": "intent", "cycle": n, "commit": commit, "parent": incumbent})
             self.ws.advance(commit, incumbent, f"autoloop: keep cycle {n}")
             self._set_incumbent(commit, self.baseline, outcome.metric)
@@ -396,8 +435,9 @@ class Run:
         ctx = GenContext(program=self.program, cycle=n, workdir=self.ws.path, prompt=prompt,
                          prompt_file=prompt_file, hypothesis_file=hyp_file, log_dir=log_dir,
                          best=self.best, baseline=self.baseline, history=history,
-                         is_allowed=self.rules.allows, env=self._env(n),
-                         timeout=self.program.generator.timeout, run_marker=self.marker)
+                         is_allowed=self.rules.allows, env=envs.generator_env(self._env(n)),
+                         timeout=self.program.generator.timeout, run_marker=self.marker,
+                         wrap=self.guard.wrap(log_dir), limits=self.guard.limits)
         self._in_python_generator = True
         try:
             if self._signal is not None:
@@ -441,6 +481,7 @@ class Run:
         if hidden:
             problems.append("hid files from git (assume-unchanged/skip-worktree): " + ", ".join(hidden[:5]))
         changes = diff(before, self.ws.snapshot())
+        problems += self.guard.after_generate(changes)
         for ch in _file_changes(changes):
             a = ch.after
             if a is not None and a.kind == "l":

@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -224,6 +226,75 @@ class Worktree:
 
     def snapshot(self) -> dict:
         return self.snapshotter.take()
+
+    def differs_from(self, commit: str) -> list[str]:
+        """Tracked paths of `commit` whose bytes, executable bit or type on disk are not what
+        the commit says — hashed the way git hashes blobs, so nothing relies on git's stat cache
+        (which trusts size and mtime, both settable). Hashes are cached by lstat identity (inode,
+        size, mtime, ctime — ctime cannot be set back) and re-read when that changes."""
+        entries = self._tree_entries(commit)
+        algo = self._object_format()
+        cache = self.__dict__.setdefault("_blob_cache", {})
+        out = []
+        for mode, oid, path in entries:
+            if mode == "160000":
+                continue  # a gitlink: nothing on disk to compare
+            full = os.path.join(self.path, path)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                out.append(f"{path} (missing)")
+                continue
+            if mode == "120000":
+                if not stat.S_ISLNK(st.st_mode):
+                    out.append(f"{path} (not a symlink)")
+                elif _blob_id(os.fsencode(os.readlink(full)), algo) != oid:
+                    out.append(f"{path} (link target)")
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                out.append(f"{path} (not a file)")
+                continue
+            if bool(st.st_mode & 0o100) != (mode == "100755"):
+                out.append(f"{path} (mode)")
+                continue
+            key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            hit = cache.get(path)
+            if hit is not None and hit[0] == key and max(st.st_mtime_ns, st.st_ctime_ns) + 100_000_000 < hit[2]:
+                digest = hit[1]
+            else:
+                hashed_at = time.time_ns()
+                try:
+                    digest = _file_blob_id(full, algo)
+                except OSError:
+                    out.append(f"{path} (unreadable)")
+                    continue
+                cache[path] = (key, digest, hashed_at)
+            if digest != oid:
+                out.append(f"{path} (content)")
+        return out
+
+    def _tree_entries(self, commit: str) -> list[tuple[str, str, str]]:
+        memo = self.__dict__.setdefault("_entries_memo", {})
+        if commit not in memo:
+            raw = git(self.repo_root, "ls-tree", "-r", "-z", "--full-tree", commit)
+            entries = []
+            for item in raw.split("\0"):
+                if not item:
+                    continue
+                meta, _, path = item.partition("\t")
+                mode, _kind, oid = meta.split(" ")
+                entries.append((mode, oid, path))
+            memo.clear()  # one commit at a time is all a verification tree needs
+            memo[commit] = entries
+        return memo[commit]
+
+    def _object_format(self) -> str:
+        fmt = self.__dict__.get("_objfmt")
+        if fmt is None:
+            out = git(self.repo_root, "rev-parse", "--show-object-format", check=False).strip()
+            fmt = "sha256" if out == "sha256" else "sha1"
+            self.__dict__["_objfmt"] = fmt
+        return fmt
 
     def restore(self, commit: str, reference: dict) -> None:
         """Put the work tree back to `reference` (a snapshot taken at `commit`), exactly.
@@ -441,6 +512,26 @@ class Workspace(Worktree):
     def diff_text(self, a: str, b: str, limit: int = 200_000) -> str:
         out = git(self.repo_root, "diff", "--no-ext-diff", "--no-textconv", a, b)
         return out[:limit]
+
+
+def _blob_id(data: bytes, algo: str) -> str:
+    h = hashlib.new(algo)
+    h.update(b"blob %d\0" % len(data))
+    h.update(data)
+    return h.hexdigest()
+
+
+def _file_blob_id(path: str, algo: str) -> str:
+    """git's id of the file's bytes as a blob, read in chunks (a tracked file may be large)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        h = hashlib.new(algo)
+        h.update(b"blob %d\0" % size)
+        seen = 0
+        while chunk := f.read(1 << 20):
+            seen += len(chunk)
+            h.update(chunk)
+    return h.hexdigest() if seen == size else "changing"
 
 
 def _nonempty(path: Path) -> bool:
