@@ -166,6 +166,12 @@ class Guardrails:
             # killed before anything was looked at; a process that outlives the generator could
             # change the tree after the check, so the cycle does not count
             problems.append(f"left {left} process{'es' if left > 1 else ''} running after it exited (killed)")
+        cap = self.limits.file_bytes
+        full = [c.path for c in changes if cap is not None and c.after is not None and c.after.kind == "f"
+                and c.after.size >= cap]
+        if full:
+            problems.append(f"{full[0]} reached the largest file size allowed "
+                            f"(limits.max_disk_mb: {self.program.limits.max_disk_mb:g})")
         limit = self.program.limits.max_change_mb
         size = sum(c.after.size for c in changes if c.after is not None and c.after.kind == "f")
         if size > limit * MB:

@@ -203,6 +203,14 @@ def run(
     if over is None and limits is not None and limits.file_bytes is not None \
             and proc.returncode == -signal.SIGXFSZ:
         over = f"wrote a file larger than {limits.file_bytes >> 20} MB"
+    if over is None and limits is not None and limits.file_bytes is not None:
+        # Python (and others) ignore SIGXFSZ: the write is cut short and goes on quietly
+        for path in (out_path, err_path):
+            try:
+                if path.stat().st_size >= limits.file_bytes:
+                    over = f"printed more than {limits.file_bytes >> 20} MB"
+            except OSError:
+                pass
     if over is None and watch is not None:
         over = watch.check()  # what it wrote just before it ended counts too
     duration = time.monotonic() - started
