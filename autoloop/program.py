@@ -163,6 +163,9 @@ def load_program(path: Path) -> Program:
     """Read and validate the program file at `path`, in the git repository that holds it."""
     path = Path(path)
     try:
+        # a FIFO or a device would block the read (or never end): only regular files
+        if path.exists() and not path.is_dir() and not path.is_file():
+            raise UsageError(f"cannot read program file {path}: not a regular file")
         source = path.read_bytes()
     except FileNotFoundError:
         raise UsageError(f"cannot read program file {path}: no such file") from None
