@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import stat
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,6 +61,9 @@ class Guardrails:
         self._lock_path: Path | None = None
         self._lock_id: tuple[int, int] | None = None
         self._measuring: tuple[Worktree, str] | None = None
+        self._warm_built = False
+        self._warm_dir = ws.path.with_name(ws.path.name + ".scratch") / "pycache-warm"
+        self._pycache_tree: StatTree | None = None
 
     # ---- before anything changes ---------------------------------------------------------------
 
@@ -112,6 +116,10 @@ class Guardrails:
 
     def start(self, sentinel, lock_path: Path) -> None:  # type: ignore[no-untyped-def]
         self.sentinel = sentinel
+        scratch = self._scratch_root()
+        if scratch.is_dir():  # what a killed run left: old measurements' scratch, the warm cache
+            for old in scratch.iterdir():
+                _remove(old)
         self._lock_path = lock_path
         self._lock_id = _identity(lock_path)
         base = envs.scrubbed(os.environ, scratch=self._scratch_root() / "probe")
@@ -127,7 +135,11 @@ class Guardrails:
         self.verify_watch = Watch([*self._sites, self._own, *self._data])
 
     def _interpreters(self) -> list[str]:
-        names = ["python3", "python"]
+        """The Pythons guards and the verifier may run: python3, python, and those they name."""
+        return list(dict.fromkeys(["python3", "python", *self._named_interpreters()]))
+
+    def _named_interpreters(self) -> list[str]:
+        names: list[str] = []
         commands = [self.program.verifier.command, *(g.command for g in self.program.guards)]
         for cmd in commands:
             try:
@@ -190,6 +202,8 @@ class Guardrails:
             elif tree is self._own:
                 self.fatal = (f"autoloop's own code changed during the run ({shown}); reinstall autoloop "
                               "before going on")
+            elif tree is self._pycache_tree:
+                remove_tree(tree.root)  # poisoned: measure without it from now on
             elif tree in self._data:
                 self.fatal = (f"the read-only data {tree.root} changed ({shown}); measurements made "
                               "before and after are not comparable — restore it, then resume")
@@ -229,13 +243,36 @@ class Guardrails:
             bad = tree.differs_from(commit)
             if bad:
                 raise Tampered("the verification tree does not hold the candidate: " + ", ".join(bad[:5]))
+        warm = self._warm_cache(base_env)
         self.verify_watch.capture()
         self._measuring = (tree, commit)
         try:
-            with envs.measurement_env(base_env, parent=self._scratch_root(), untrusted=[self.ws.path]) as env:
+            with envs.measurement_env(base_env, parent=self._scratch_root(), untrusted=[self.ws.path],
+                                      warm=warm) as env:
                 yield env
         finally:
             self._measuring = None
+
+    def _warm_cache(self, base_env: Mapping[str, str]) -> Path | None:
+        """Built once per run, at its first measurement, for the Pythons the commands name."""
+        if self._warm_built:
+            return self._warm_dir if self._warm_dir.is_dir() else None
+        self._warm_built = True
+        named = self._named_interpreters()
+        exes = [e for e in (shutil.which(n, path=base_env.get("PATH")) if not os.path.isabs(n) else n
+                            for n in named) if e]
+        if not exes:
+            return None
+        if self._warm_dir.exists():
+            remove_tree(self._warm_dir)
+        envs.warm_cache(exes, envs.scrubbed(base_env, scratch=self._scratch_root() / "warm-env"), self._warm_dir)
+        envs._remove(self._scratch_root() / "warm-env")
+        # from now on it is watched like the rest of the trusted base
+        tree = StatTree(self._warm_dir, "autoloop's bytecode cache")
+        self.gen_watch.trees.append(tree)
+        self.verify_watch.trees.append(tree)
+        self._pycache_tree = tree
+        return self._warm_dir
 
     def after_step(self, step: str) -> None:
         """Called after each guard and the verifier: raise Tampered if the step changed the

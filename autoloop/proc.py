@@ -184,8 +184,10 @@ def run(
                 interrupted = True
                 raise
         finally:
-            # the command is over; what is left of its process group is left behind
-            in_group = _settled(lambda: _group_size(proc.pid)) if proc.returncode is not None else 0
+            # The command is over: whatever of its tree still runs after a moment's grace (its
+            # group's members and every escapee are orphans now, re-parented to us) was left behind.
+            ended = proc.returncode is not None and not timed_out and not interrupted and over is None
+            left = _settled(adopting.live) if ended else 0
             _kill_group(proc)
             with _current_lock:
                 _current.discard(proc)
@@ -194,12 +196,11 @@ def run(
                     interrupted = True
             # after a timeout or an interrupt, a tree still running is no surprise: count only
             # what a command that ended by itself left behind
-            ended_by_itself = not (timed_out or interrupted or over)
-            marked = kill_marked(marker, count=ended_by_itself)
-            adopted = adopting.kill_leftovers()
-            if ended_by_itself:
-                _count(in_group + adopted)
-            leftovers = in_group + marked + adopted
+            marked = 0 if adopting.working else kill_marked(marker, count=False)
+            killed = adopting.kill_leftovers()
+            if ended:
+                _count(max(left, marked))
+            leftovers = max(left, killed) + marked
     if over is None and limits is not None and limits.file_bytes is not None \
             and proc.returncode == -signal.SIGXFSZ:
         over = f"wrote a file larger than {limits.file_bytes >> 20} MB"
@@ -344,8 +345,8 @@ def _is_subreaper() -> bool:
 
 class _Adopting:
     """While a command runs, orphans of its tree become our children (subreaper); afterwards,
-    every child of ours that was not there before and is not a command still running is killed,
-    with its whole subtree."""
+    every child of ours that was not there before and is not a command still running is a
+    leftover, killed with its whole subtree."""
 
     def __enter__(self) -> _Adopting:
         global _reaper_users, _reaper_was_set
@@ -355,37 +356,37 @@ class _Adopting:
                 if not _reaper_was_set:
                     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
             _reaper_users += 1
-        self.before = set(_children(os.getpid(), _table()))
+        # without the subreaper (not Linux, or prctl refused), the marker scan is the net
+        self.working = _is_subreaper()
+        self.before = set(_my_children())
         return self
 
-    def kill_leftovers(self) -> int:
-        me = os.getpid()
-        killed = 0
+    def _new(self) -> list[int]:
+        with _current_lock:
+            running = {p.pid for p in _current}
+        return [pid for pid in _my_children() if pid not in self.before and pid not in running]
 
-        def adopted() -> int:  # reaping those that have just ended, as init would
-            with _current_lock:
-                running = {p.pid for p in _current}
-            table = _table()
-            live = 0
-            for pid in _children(me, table):
-                if pid in self.before or pid in running:
-                    continue
-                if table[pid][1] in ("Z", "X"):
-                    _reap(pid, time.monotonic())
-                else:
-                    live += 1
-            return live
-
-        if not adopted() or not _settled(adopted):
+    def live(self) -> int:
+        """Live processes in the subtrees of new children; adopted zombies are reaped, as init would."""
+        new = []
+        for pid in self._new():
+            if _state(pid) in ("Z", "X"):
+                _reap(pid, time.monotonic())
+            else:
+                new.append(pid)
+        if not new:
             return 0
+        table = _table()
+        return sum(1 for pid in _subtree(new, table) if table.get(pid, (0, "X"))[1] not in ("Z", "X"))
+
+    def kill_leftovers(self) -> int:
+        killed = 0
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline:
-            with _current_lock:
-                running = {p.pid for p in _current}
-            table = _table()
-            new = [pid for pid in _children(me, table) if pid not in self.before and pid not in running]
+            new = self._new()
             if not new:
                 break
+            table = _table()
             victims = _subtree(new, table)
             for pid in victims:
                 # freeze first, so nothing forks between being found and being killed
@@ -404,6 +405,27 @@ class _Adopting:
             _reaper_users -= 1
             if _reaper_users == 0 and not _reaper_was_set:
                 _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+
+
+def _my_children() -> list[int]:
+    """Our direct children: /proc/self/task/*/children (cheap), else a scan of /proc."""
+    me = os.getpid()
+    out: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{me}/task"):
+            with open(f"/proc/{me}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        return _children(me, _table())
+    return out
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return "X"
 
 
 SETTLE_S = 0.3
@@ -520,12 +542,6 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         pass
     if proc.returncode is None:
         proc.wait()
-
-
-def _group_size(pgid: int) -> int:
-    """Running (not zombie) processes in the process group."""
-    return sum(1 for pid, (_, state, group) in _table(with_group=True).items()
-               if group == pgid and state not in ("Z", "X"))
 
 
 def _group_alive(pgid: int) -> bool:

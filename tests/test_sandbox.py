@@ -67,7 +67,15 @@ def sandboxed(request, tmp_path_factory):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
-    threading.Thread(target=lambda: [server.accept()[0].close() for _ in range(8)], daemon=True).start()
+
+    def serve():
+        try:
+            while True:
+                server.accept()[0].close()
+        except OSError:  # closed at the end of the module
+            pass
+
+    threading.Thread(target=serve, daemon=True).start()
     p = make_project(base, {}, command=f"{PY} {GEN} {gen}/plan.json {gen}/records",
                      extra=f"sandbox: {{kind: bwrap, network: {str(network).lower()}, writable: [{gen}]}}")
     p.plan_path, p.rec_dir = gen / "plan.json", gen / "records"
