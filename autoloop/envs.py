@@ -114,9 +114,8 @@ def measurement_env(base: Mapping[str, str], *, parent: Path, untrusted: Sequenc
 
 
 # What the warm cache holds: the modules every Python start imports, and the most common ones.
-_WARM = ("import os, sys, re, json, io, time, math, random, pathlib, subprocess, collections, "
-         "functools, itertools, typing, dataclasses, tempfile, shutil, argparse, datetime, string, "
-         "struct, textwrap, traceback, warnings, enum, copy, hashlib, contextlib, logging")
+_WARM = ("import os, sys, re, json, time, math, random, pathlib, subprocess, collections, "
+         "functools, itertools, typing, dataclasses, tempfile, shutil, argparse")
 
 
 def warm_cache(interpreters: Sequence[str], base: Mapping[str, str], dest: Path) -> None:

@@ -37,6 +37,7 @@ from autoloop.watch import StatTree, Watch, changed_paths, is_injection, site_di
 from autoloop.workspace import Workspace, Worktree, git
 
 MB = 1 << 20
+WARM_FROM_CYCLES = 5
 _PYTHON = re.compile(r"python[0-9.]*")
 _ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
 
@@ -47,7 +48,7 @@ class Tampered(Exception):
 
 class Guardrails:
     def __init__(self, program: Program, ws: Workspace, journal: Journal,
-                 protected: Mapping[str, str]) -> None:
+                 protected: Mapping[str, str], planned_cycles: int | None = None) -> None:
         self.program = program
         self.ws = ws
         self.journal = journal
@@ -61,7 +62,11 @@ class Guardrails:
         self._lock_path: Path | None = None
         self._lock_id: tuple[int, int] | None = None
         self._measuring: tuple[Worktree, str] | None = None
+        # Bytecode every measurement starts from (see measuring): taken from the baseline's, or,
+        # in a resumed run, compiled by us — which costs about one cold start and saves one per
+        # measurement, so only for runs of more than a few cycles (None: no limit).
         self._warm_built = False
+        self._warm_worth_it = planned_cycles is None or planned_cycles >= WARM_FROM_CYCLES
         self._warm_dir = ws.path.with_name(ws.path.name + ".scratch") / "pycache-warm"
         self._pycache_tree: StatTree | None = None
 
@@ -123,7 +128,7 @@ class Guardrails:
         self._lock_path = lock_path
         self._lock_id = _identity(lock_path)
         base = envs.scrubbed(os.environ, scratch=self._scratch_root() / "probe")
-        sites = site_dirs(self._interpreters(), base)
+        sites = site_dirs(self._named_interpreters(), base)
         envs._remove(self._scratch_root() / "probe")
         self._sites = [StatTree(d, f"the Python installation ({d})", top_only=True) for d in sites]
         pkg = Path(__file__).resolve().parent
@@ -134,11 +139,9 @@ class Guardrails:
         self.gen_watch = Watch([*verify, *self._sites, self._own, *self._data])
         self.verify_watch = Watch([*self._sites, self._own, *self._data])
 
-    def _interpreters(self) -> list[str]:
-        """The Pythons guards and the verifier may run: python3, python, and those they name."""
-        return list(dict.fromkeys(["python3", "python", *self._named_interpreters()]))
-
     def _named_interpreters(self) -> list[str]:
+        """The Pythons the verifier's and guards' command lines start (`python3 x.py`,
+        `.venv/bin/python -m y`); a Python started from inside a script is not known here."""
         names: list[str] = []
         commands = [self.program.verifier.command, *(g.command for g in self.program.guards)]
         for cmd in commands:
@@ -232,7 +235,8 @@ class Guardrails:
     # ---- a measurement --------------------------------------------------------------------------
 
     @contextmanager
-    def measuring(self, tree: Worktree, commit: str, base_env: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    def measuring(self, tree: Worktree, commit: str, base_env: Mapping[str, str], *,
+                  baseline: bool = False) -> Iterator[dict[str, str]]:
         """The environment for measuring `commit` in `tree` (already checked out at it): data
         linked in, the tree proven to hold exactly the commit, fresh scratch folders."""
         self._link_data(tree.path)
@@ -243,21 +247,49 @@ class Guardrails:
             bad = tree.differs_from(commit)
             if bad:
                 raise Tampered("the verification tree does not hold the candidate: " + ", ".join(bad[:5]))
-        warm = self._warm_cache(base_env)
+        warm = None if baseline else self._warm_cache(base_env)
         self.verify_watch.capture()
         self._measuring = (tree, commit)
         try:
             with envs.measurement_env(base_env, parent=self._scratch_root(), untrusted=[self.ws.path],
                                       warm=warm) as env:
                 yield env
+                if baseline and not self._warm_built:
+                    # The baseline runs the starting commit — your code, the standard every cycle
+                    # is judged by: the bytecode it compiled for modules outside autoloop's trees
+                    # (the standard library, site-packages) starts every later measurement.
+                    self._keep_warm(Path(env["PYTHONPYCACHEPREFIX"]))
         finally:
             self._measuring = None
 
+    def _keep_warm(self, prefix: Path) -> None:
+        self._warm_built = True
+        trees = prefix / os.path.realpath(self.ws.path.parent).lstrip("/")
+        if self._warm_dir.exists():
+            remove_tree(self._warm_dir)
+        try:
+            shutil.copytree(prefix, self._warm_dir, symlinks=True, copy_function=shutil.copyfile,
+                            ignore=lambda d, names: [n for n in names if Path(d, n) == trees])
+        except OSError:
+            _remove(self._warm_dir)
+            return
+        self._watch_warm()
+
+    def _watch_warm(self) -> None:
+        """From now on the warm cache is watched like the rest of the trusted base."""
+        tree = StatTree(self._warm_dir, "autoloop's bytecode cache")
+        self.gen_watch.add(tree)
+        self.verify_watch.add(tree)
+        self._pycache_tree = tree
+
     def _warm_cache(self, base_env: Mapping[str, str]) -> Path | None:
-        """Built once per run, at its first measurement, for the Pythons the commands name."""
+        """Built once per run without a baseline (a resumed one), at its first measurement, for
+        the Pythons the commands name."""
         if self._warm_built:
             return self._warm_dir if self._warm_dir.is_dir() else None
         self._warm_built = True
+        if not self._warm_worth_it:
+            return None
         named = self._named_interpreters()
         exes = [e for e in (shutil.which(n, path=base_env.get("PATH")) if not os.path.isabs(n) else n
                             for n in named) if e]
@@ -267,11 +299,7 @@ class Guardrails:
             remove_tree(self._warm_dir)
         envs.warm_cache(exes, envs.scrubbed(base_env, scratch=self._scratch_root() / "warm-env"), self._warm_dir)
         envs._remove(self._scratch_root() / "warm-env")
-        # from now on it is watched like the rest of the trusted base
-        tree = StatTree(self._warm_dir, "autoloop's bytecode cache")
-        self.gen_watch.trees.append(tree)
-        self.verify_watch.trees.append(tree)
-        self._pycache_tree = tree
+        self._watch_warm()
         return self._warm_dir
 
     def after_step(self, step: str) -> None:

@@ -121,7 +121,9 @@ class Run:
         self.journal = Journal(program.state_dir, options.tag)
         protected = protected_paths(program)
         self.rules = ScopeRules(program.allowed, program.forbidden, protected)
-        self.guard = Guardrails(program, self.ws, self.journal, protected)
+        self.guard = Guardrails(program, self.ws, self.journal, protected,
+                                planned_cycles=options.cycles if options.cycles is not None
+                                else program.stop.max_cycles)
         self.generator_factory = generator_factory
         self.redact = Redactor.from_env(os.environ)
         self._signal: int | None = None
@@ -277,7 +279,7 @@ class Run:
         try:
             tree = self.ws.verify_tree(0)
             tree.checkout(incumbent)
-            with self.guard.measuring(tree, incumbent, self._env(0)) as env:
+            with self.guard.measuring(tree, incumbent, self._env(0), baseline=True) as env:
                 m = measure(self.program, cwd=tree.path, env=env, log_dir=log_dir, marker=self.marker,
                             after_step=self.guard.after_step)
             self._check_signal()

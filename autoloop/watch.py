@@ -110,6 +110,11 @@ class Watch:
     def capture(self) -> None:
         self._saved = {i: t.take() for i, t in enumerate(self.trees)}
 
+    def add(self, tree: StatTree) -> None:
+        """Watch one more tree, from its state now."""
+        self.trees.append(tree)
+        self._saved[len(self.trees) - 1] = tree.take()
+
     def changes(self) -> list[tuple[StatTree, list[str]]]:
         out = []
         for i, t in enumerate(self.trees):
@@ -129,9 +134,9 @@ _SITE_QUERY = ("import json, site, sys\n"
 
 
 def site_dirs(interpreters: Sequence[str], env: dict[str, str]) -> list[Path]:
-    """The site-packages folders (system, venv and user) of `interpreters` (names looked up on
-    env's PATH, or paths), plus this Python's own. Missing folders are included: creating one
-    (a user site) is a change too."""
+    """The site-packages folders (system, venv and user) of this Python and of `interpreters`
+    (names looked up on env's PATH, or paths; each asked once, ~20 ms). Missing folders are
+    included: creating one (a user site) is a change too."""
     out: list[Path] = []
 
     def add(paths: Iterable[str]) -> None:
