@@ -235,10 +235,11 @@ class Worktree:
         entries = self._tree_entries(commit)
         algo = self._object_format()
         cache = self.__dict__.setdefault("_blob_cache", {})
+        converted = self._converted(commit, entries)
         out = []
         for mode, oid, path in entries:
-            if mode == "160000":
-                continue  # a gitlink: nothing on disk to compare
+            if mode == "160000" or path in converted:
+                continue  # a gitlink: nothing on disk to compare; converted files: below
             full = os.path.join(self.path, path)
             try:
                 st = os.lstat(full)
@@ -271,7 +272,44 @@ class Worktree:
                 cache[path] = (key, digest, hashed_at)
             if digest != oid:
                 out.append(f"{path} (content)")
+        if converted:
+            # files whose bytes on disk git converts (eol, a filter such as LFS, ident): ask git
+            # what it would store for them
+            paths = [path for _, _, path in entries if path in converted]
+            oids = {path: oid for _, oid, path in entries}
+            for path in paths:
+                full = os.path.join(self.path, path)
+                if not os.path.isfile(full) or os.path.islink(full):
+                    out.append(f"{path} (missing)")
+            present = [p for p in paths if os.path.isfile(os.path.join(self.path, p))]
+            if present:
+                got = git(self.path, "hash-object", "--stdin-paths",
+                          input="\n".join(present).encode("utf-8", "surrogateescape") + b"\n").split()
+                for path, oid in zip(present, got):
+                    if oid != oids[path]:
+                        out.append(f"{path} (content)")
         return out
+
+    def _converted(self, commit: str, entries: list[tuple[str, str, str]]) -> set[str]:
+        """Paths of `commit` that git converts between blob and disk (eol, filter, ident,
+        working-tree-encoding attributes) — asked once per commit."""
+        memo = self.__dict__.setdefault("_converted_memo", {})
+        if commit in memo:
+            return memo[commit]
+        paths = [path for mode, _, path in entries if mode in ("100644", "100755")]
+        found: set[str] = set()
+        if paths:
+            raw = git(self.path, "check-attr", "-z", "--stdin", "filter", "text", "eol", "ident",
+                      "working-tree-encoding",
+                      input=b"\0".join(p.encode("utf-8", "surrogateescape") for p in paths) + b"\0")
+            items = raw.split("\0")
+            for i in range(0, len(items) - 2, 3):
+                path, attr, info = items[i], items[i + 1], items[i + 2]
+                if info not in ("unspecified", "unset"):
+                    found.add(path)
+        memo.clear()
+        memo[commit] = found
+        return found
 
     def _tree_entries(self, commit: str) -> list[tuple[str, str, str]]:
         memo = self.__dict__.setdefault("_entries_memo", {})
@@ -454,6 +492,10 @@ class Workspace(Worktree):
             self._admin_dir / "commondir": "worktree commondir",
             self._admin_dir / "gitdir": "worktree gitdir",
         }
+        # git reads the user's and the system's config too: a filter or an attributes file
+        # planted there would run (or change bytes) inside our own git calls
+        for path, label in _outer_git_config().items():
+            watched.setdefault(path, label)
         for p in extra:
             watched[p] = p.name
         self._sentinel = Sentinel(watched, label=watched)
@@ -512,6 +554,24 @@ class Workspace(Worktree):
     def diff_text(self, a: str, b: str, limit: int = 200_000) -> str:
         out = git(self.repo_root, "diff", "--no-ext-diff", "--no-textconv", a, b)
         return out[:limit]
+
+
+def _outer_git_config() -> dict[Path, str]:
+    """The global and system git config files (and the global attributes file) git would read."""
+    home = Path.home()
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "git"
+    out: dict[Path, str] = {}
+    if os.environ.get("GIT_CONFIG_GLOBAL"):
+        out[Path(os.environ["GIT_CONFIG_GLOBAL"])] = "your global git config"
+    else:
+        out[home / ".gitconfig"] = "your global git config"
+        out[xdg / "config"] = "your global git config"
+    out[xdg / "attributes"] = "your global git attributes"
+    if not os.environ.get("GIT_CONFIG_NOSYSTEM") and not os.environ.get("GIT_CONFIG_SYSTEM"):
+        out[Path("/etc/gitconfig")] = "the system git config"
+    elif os.environ.get("GIT_CONFIG_SYSTEM"):
+        out[Path(os.environ["GIT_CONFIG_SYSTEM"])] = "the system git config"
+    return {p: label for p, label in out.items() if str(p) not in ("/dev/null", "")}
 
 
 def _blob_id(data: bytes, algo: str) -> str:

@@ -156,6 +156,17 @@ ATTACKS: dict[str, Attack] = {
         W("val.txt", "35")
     ''', reason=r"lock"),
 
+    "filter-in-global-git-config": Attack('''
+        evil = OUT / "evil.sh"
+        evil.write_text(f"#!/bin/sh\\necho filter >> {OUT}/pwned\\ncat\\n")
+        os.chmod(evil, 0o755)
+        with open(os.environ["GIT_CONFIG_GLOBAL"], "a") as f:
+            f.write(f\'[filter "x"]\\n\\tclean = {evil}\\n\\tsmudge = {evil}\\n[core]\\n\\tattributesFile = {OUT}/attrs\\n\')
+        (OUT / "attrs").write_text("* filter=x\\n")
+        W("src/.gitattributes", "* filter=x\\n")
+        W("val.txt", "35")
+    ''', reason=r"your global git config"),
+
     # ---- the Python installation --------------------------------------------------------------
     "usercustomize-in-user-site": Attack(f'''
         import site
@@ -361,6 +372,11 @@ def test_attack_leaves_no_injection_behind(attack):
     assert not Path(sysconfig.get_paths()["purelib"], f"autoloop_attack_{p.env['E2E_ID']}.pth").exists()
 
 
+def test_attack_ran_no_planted_git_command(attack):
+    p = attack[2]
+    assert not (p.out / "pwned").exists(), (p.out / "pwned").read_text()
+
+
 def test_attack_journal_whole(attack):
     p = attack[2]
     assert_valid_ledger(p)
@@ -396,6 +412,18 @@ def test_tracked_unchecked_hash_pyc_is_never_read(tmp_path):
     assert [(r["status"], float(r["metric"])) for r in p.rows()] == [("baseline", 40.25), ("keep", 30.0)]
     verify = p.cli("verify", "program.md")
     assert verify.returncode == 0 and "score: 40.25" in verify.stdout, verify.stdout
+
+
+def test_eol_converting_repository_is_measured_as_committed(tmp_path):
+    """`.gitattributes` that make git convert bytes (eol=crlf here; LFS filters alike): the
+    verification tree's check must compare what git would store, not raw bytes."""
+    p = make_project(tmp_path, {"*": 'W("val.txt", str(40 - cycle))'},
+                     files={".gitattributes": "*.txt text eol=crlf\n"})
+    res = p.run("--cycles", "2")
+    assert res.returncode == 0, res.stderr
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep", "keep"]
+    vt = p.worktree().with_name(p.tag + ".verify-0")
+    assert (vt / "notes.txt").read_bytes() == b"ok\r\n"  # converted on checkout, as git does
 
 
 # ---------------------------------------------------------------------------------------------
