@@ -33,8 +33,9 @@ from autoloop.sandbox import Bwrap, SandboxUnavailable
 from autoloop.scope_rules import IMPLICIT_FILES, module_shadow_regex
 from autoloop.sentinel import remove_tree
 from autoloop.snapshot import Change
-from autoloop.watch import StatTree, Watch, changed_paths, is_injection, site_dirs
+from autoloop.watch import NameTree, StatTree, Watch, changed_paths, is_injection, site_dirs
 from autoloop.workspace import Workspace, Worktree, git
+from autoloop.workspace import git_executable as workspace_git
 
 MB = 1 << 20
 WARM_FROM_CYCLES = 5
@@ -136,8 +137,28 @@ class Guardrails:
         self._data = [StatTree(d.source, f"the read-only data {d.source}", cap=1_000_000) for d in self.program.data]
         verify = [StatTree(self.ws.path.with_name(f"{self.ws.path.name}.verify-{slot}"),
                            "a verification tree", skip=frozenset({".git"})) for slot in range(4)]
-        self.gen_watch = Watch([*verify, *self._sites, self._own, *self._data])
-        self.verify_watch = Watch([*self._sites, self._own, *self._data])
+        programs = self._programs(base)
+        self.gen_watch = Watch([*verify, *self._sites, self._own, *self._data, *programs])
+        self.verify_watch = Watch([*self._sites, self._own, *self._data, *programs])
+
+    def _programs(self, env: Mapping[str, str]) -> list[StatTree]:
+        """What the commands resolve through PATH: a new `python` or `git` in a folder earlier
+        on PATH (~/.local/bin) changes that folder's times; the interpreters the commands name
+        and git itself, replaced in place, change their own."""
+        out = []
+        for d in env.get("PATH", "").split(os.pathsep):
+            if d and os.path.isdir(d) and not any(t.root == Path(d) for t in out):
+                out.append(NameTree(Path(d), f"a folder on PATH ({d})"))
+        exes = {workspace_git()}
+        for name in self._named_interpreters():
+            found = name if os.path.isabs(name) else shutil.which(name, path=env.get("PATH"))
+            if found:
+                exes.add(found)
+        for exe in sorted(exes):
+            for path in dict.fromkeys([exe, os.path.realpath(exe)]):
+                if os.path.exists(path):
+                    out.append(StatTree(Path(path), f"the program {path}", cap=1))
+        return out
 
     def _named_interpreters(self) -> list[str]:
         """The Pythons the verifier's and guards' command lines start (`python3 x.py`,
@@ -202,6 +223,11 @@ class Guardrails:
                 for rel in paths:
                     if is_injection(rel):
                         _remove(tree.root / rel.split("/")[0])
+            elif isinstance(tree, NameTree):
+                for rel in paths:  # a program that appeared on PATH: it would shadow the real one
+                    new = tree.root / rel
+                    if rel != "." and (new.is_symlink() or new.is_file()):
+                        _remove(new)
             elif tree is self._own:
                 self.fatal = (f"autoloop's own code changed during the run ({shown}); reinstall autoloop "
                               "before going on")

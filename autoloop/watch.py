@@ -32,7 +32,7 @@ from typing import Iterable, Sequence
 Stat = tuple  # (kind, mode, size, mtime_ns, ctime_ns, ino, link target)
 
 
-def _stat(path: str) -> Stat | None:
+def _stat(path: str, dir_times: bool = False) -> Stat | None:
     try:
         st = os.lstat(path)
     except OSError:
@@ -45,7 +45,7 @@ def _stat(path: str) -> Stat | None:
             target = os.readlink(path)
         except OSError:
             target = "?"
-    if kind == "d":  # a folder's own times change with every entry: its entries are compared
+    if kind == "d" and not dir_times:  # a folder's times change with every entry: its entries are compared
         return (kind, stat.S_IMODE(st.st_mode), 0, 0, 0, st.st_ino, "")
     return (kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, target)
 
@@ -59,10 +59,11 @@ class StatTree:
     skip: frozenset[str] = frozenset()   # relative paths not to look at (or under)
     top_only: bool = False
     cap: int = 100_000
+    dir_times: bool = False              # the root folder's own mtime/ctime count (an entry came or went)
 
     def take(self) -> dict[str, Stat]:
         out: dict[str, Stat] = {}
-        top = _stat(str(self.root))
+        top = _stat(str(self.root), self.dir_times)
         if top is None:
             return out
         out[""] = top
@@ -89,6 +90,24 @@ class StatTree:
                     break
                 if st[0] == "d" and not self.top_only:
                     todo.append((rel, full))
+        return out
+
+
+@dataclass
+class NameTree(StatTree):
+    """A folder's own times and the names in it, nothing more: cheap enough for every folder on
+    PATH (a new `python3` in ~/.local/bin shows as a new name)."""
+
+    def take(self) -> dict[str, Stat]:
+        top = _stat(str(self.root), dir_times=True)
+        if top is None:
+            return {}
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            names = []
+        out: dict[str, Stat] = {"": top}
+        out.update((name, ("n",)) for name in names)
         return out
 
 

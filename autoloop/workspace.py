@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import stat
 import subprocess
 import tempfile
@@ -58,9 +59,21 @@ def _git_env() -> dict[str, str]:
     return env
 
 
+def git_executable() -> str:
+    """git, resolved once on the PATH autoloop started with: a `git` a generator later puts in
+    a folder earlier on PATH (~/.local/bin) is never the one autoloop runs."""
+    global _GIT
+    if _GIT is None:
+        _GIT = shutil.which("git") or "git"
+    return _GIT
+
+
+_GIT: str | None = None
+
+
 def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True,
         env: dict[str, str] | None = None) -> str:
-    cmd = ["git"]
+    cmd = [git_executable()]
     for item in _SAFE_CONFIG:
         cmd += ["-c", item]
     cmd += list(args)
@@ -542,7 +555,7 @@ class Workspace(Worktree):
             self.ref, to, current)
 
     def is_ancestor(self, a: str, b: str) -> bool:
-        return subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "merge-base", "--is-ancestor", a, b],
+        return subprocess.run([git_executable(), "-c", "core.hooksPath=/dev/null", "merge-base", "--is-ancestor", a, b],
                               cwd=self.repo_root, env=_git_env(), capture_output=True).returncode == 0
 
     def commit_message(self, commit: str) -> str:

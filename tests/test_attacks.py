@@ -167,6 +167,20 @@ ATTACKS: dict[str, Attack] = {
         W("val.txt", "35")
     ''', reason=r"your global git config"),
 
+    "python-shadowed-on-path": Attack('''
+        fake = OUT / "bin" / "python3"
+        fake.write_text("#!/bin/sh\\necho 'score: -1000'\\n")
+        os.chmod(fake, 0o755)
+        W("val.txt", "35")
+    ''', reason=r"a folder on PATH", env={"PATH": "@OUT@/bin:" + os.environ["PATH"]},
+        kw={"verifier": "python3 score.py"}),
+    "git-shadowed-on-path": Attack('''
+        fake = OUT / "bin" / "git"
+        fake.write_text(f"#!/bin/sh\\necho git >> {OUT}/pwned\\nexit 1\\n")
+        os.chmod(fake, 0o755)
+        W("val.txt", "35")
+    ''', reason=r"a folder on PATH", env={"PATH": "@OUT@/bin:" + os.environ["PATH"]}),
+
     # ---- the Python installation --------------------------------------------------------------
     "usercustomize-in-user-site": Attack(f'''
         import site
@@ -287,6 +301,7 @@ def attack(request, tmp_path_factory):
     p = make_project(tmp_path_factory.mktemp(f"attack-{name}"), {1: a.plan, 2: HONEST}, **kw)
     for k, v in a.env.items():
         p.env[k] = v.replace("@OUT@", str(p.out))
+    (p.out / "bin").mkdir(exist_ok=True)  # a folder of the user's on PATH, like ~/.local/bin
     original = (p.repo / a.verifier_file).read_bytes()
     originals = {f: (p.repo / f).read_bytes() for f in ("score.py", "guard.py", "program.md")}
     start = git(p.repo, "rev-parse", "HEAD", env=p.env)
