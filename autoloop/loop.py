@@ -142,6 +142,7 @@ class Run:
         self.redact = Redactor.from_env(os.environ)
         self._signal: int | None = None
         self._in_python_generator = False
+        self._restoring = False   # a further Ctrl-C must not cut the restore short
         self._finished: str | None = None
         self._exact: tuple[str, dict] | None = None   # (commit, snapshot) the tree was proven equal to
         # Fixed per repository and tag, so a resumed run can find and kill what a killed run
@@ -203,6 +204,7 @@ class Run:
                 self._backoff(rec)
             final = self._final_check()
         except Interrupted:
+            self._restoring = True  # from here on only the way out: a further Ctrl-C waits
             self.journal.append({"t": "end", "reason": "interrupted", "cycles_run": ran})
             raise
         self.ws.reset_hard(self.incumbent)
@@ -718,10 +720,14 @@ class Run:
 
     def _install_signals(self) -> dict[int, Any]:
         def handler(signum: int, _frame: Any) -> None:
-            first = self._signal is None
             self._signal = signum
             proc.stop_current()
-            if self._in_python_generator or not first:
+            # Only code of ours that may block for long without looking (an in-process
+            # generator, the approve prompt) is interrupted at once; everywhere else the signal
+            # is acted on at the next safe point. A second Ctrl-C changes nothing: raising in
+            # the middle of a restore would leave the generator's edits behind an exit 130.
+            if self._in_python_generator and not self._restoring:
+                self._in_python_generator = False  # once: the way out is not interrupted again
                 raise Interrupted("interrupted")
 
         old = {}
@@ -740,18 +746,23 @@ class Run:
 
     def _abort(self, n: int, incumbent: str, before: dict | None, reason: str) -> None:
         """Leave no trace of an unfinished cycle: tree back at the incumbent, ledger says so."""
-        if getattr(self, "sentinel", None) is not None and self.sentinel.changed():
-            self.sentinel.restore()
-        if self.ws.dotgit_tampered():
-            self.ws.restore_dotgit()
-        if self.journal.tampered():
-            self.journal.repair()
-        if before is not None:
-            self.ws.restore(incumbent, before)
-        else:
-            self.ws.reset_hard(incumbent)
-        self.journal.append({"t": "abort", "cycle": n, "reason": reason})
-        self.journal.render(self.program.goal)
+        self._restoring = True
+        try:
+            proc.kill_marked(self.marker)  # nothing it started may write after the restore
+            if getattr(self, "sentinel", None) is not None and self.sentinel.changed():
+                self.sentinel.restore()
+            if self.ws.dotgit_tampered():
+                self.ws.restore_dotgit()
+            if self.journal.tampered():
+                self.journal.repair()
+            if before is not None:
+                self.ws.restore(incumbent, before)
+            else:
+                self.ws.reset_hard(incumbent)
+            self.journal.append({"t": "abort", "cycle": n, "reason": reason})
+            self.journal.render(self.program.goal)
+        finally:
+            self._restoring = False
 
     # ---- small helpers -------------------------------------------------------------------------
 
