@@ -28,7 +28,8 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from autoloop import stats as st
 from autoloop.journal import fmt, pct
@@ -671,15 +672,29 @@ def coarse_value(x: float | None, history: Sequence[Mapping[str, Any]]) -> str:
 # ---- binding to real processes ----------------------------------------------------------------
 
 
-class TreeRunner:
-    """Runs the verifier (or the holdout) as a fresh process in a prepared tree per side;
-    each run logs to log_dir/runs/LABEL/."""
+class Guarded(Protocol):
+    """What the guardrails (autoloop.hardening.Guardrails) offer a measurement: the environment
+    for measuring a commit in a tree proven to hold exactly it, and a check after each step."""
 
-    def __init__(self, program: Program, paths: Mapping[str, Path], *, env: Mapping[str, str],
-                 log_dir: Path, marker: str, check_signal: Callable[[], None],
-                 spec: VerifierSpec | None = None, first_log_dir: Path | None = None) -> None:
+    def measuring(self, tree: Any, commit: str, base_env: Mapping[str, str], *,
+                  baseline: bool = False) -> AbstractContextManager[dict[str, str]]: ...
+
+    def after_step(self, step: str) -> None: ...
+
+
+class TreeRunner:
+    """Runs the verifier (or the holdout) as a fresh process in a prepared tree per side,
+    every run through the guardrails; each run logs to log_dir/runs/LABEL/."""
+
+    def __init__(self, program: Program, sides: Mapping[str, tuple[Any, str]], *,
+                 env: Mapping[str, str], log_dir: Path, marker: str,
+                 check_signal: Callable[[], None], guard: Guarded,
+                 spec: VerifierSpec | None = None, first_log_dir: Path | None = None,
+                 baseline: bool = False) -> None:
         self.program = program if spec is None else dataclasses.replace(program, verifier=spec, guards=())
-        self.paths = paths
+        self.sides = sides               # side -> (verification tree, the commit it holds)
+        self.guard = guard
+        self.baseline = baseline
         self.env = env
         self.log_dir = log_dir
         self.marker = marker
@@ -693,8 +708,10 @@ class TreeRunner:
         else:
             d = self.log_dir / "runs" / label
             d.mkdir(parents=True, exist_ok=True)
-        m = measure(self.program, cwd=self.paths[side], env=self.env, log_dir=d,
-                    marker=self.marker, with_guards=with_guards)
+        tree, commit = self.sides[side]
+        with self.guard.measuring(tree, commit, self.env, baseline=self.baseline) as env:
+            m = measure(self.program, cwd=tree.path, env=env, log_dir=d, marker=self.marker,
+                        with_guards=with_guards, after_step=self.guard.after_step)
         self.check_signal()
         if not m.guards_ok:
             g = m.failed_guard
@@ -725,8 +742,9 @@ class Judge:
     """The loop's view: baseline, cycle and end-of-run measurements on real trees."""
 
     def __init__(self, program: Program, ws: Any, marker: str,
-                 check_signal: Callable[[], None]) -> None:
+                 check_signal: Callable[[], None], guard: Guarded) -> None:
         self.program = program
+        self.guard = guard
         self.ws = ws
         self.marker = marker
         self.check_signal = check_signal
@@ -740,22 +758,29 @@ class Judge:
                 and a.warmup == 0 and not p.limits and p.holdout is None)
 
     def _runners(self, a: str, b: str, env: Mapping[str, str], log_dir: Path,
-                 first_log_dir: Path | None = None, need_a: bool = True) -> tuple[TreeRunner, TreeRunner | None]:
-        paths = {"B": self.ws.verify_tree(0).checkout(b)}
+                 first_log_dir: Path | None = None, need_a: bool = True,
+                 baseline: bool = False) -> tuple[TreeRunner, TreeRunner | None]:
+        tree_b = self.ws.verify_tree(0)
+        tree_b.checkout(b)
+        sides: dict[str, tuple[Any, str]] = {"B": (tree_b, b)}
         if need_a:
-            paths["A"] = self.ws.verify_tree(1).checkout(a)
-        main = TreeRunner(self.program, paths, env=env, log_dir=log_dir, marker=self.marker,
-                          check_signal=self.check_signal, first_log_dir=first_log_dir)
+            tree_a = self.ws.verify_tree(1)
+            tree_a.checkout(a)
+            sides["A"] = (tree_a, a)
+        main = TreeRunner(self.program, sides, env=env, log_dir=log_dir, marker=self.marker,
+                          check_signal=self.check_signal, guard=self.guard,
+                          first_log_dir=first_log_dir, baseline=baseline)
         spec = holdout_spec(self.program)
         hold = None if spec is None else TreeRunner(
-            self.program, paths, env=env, log_dir=log_dir, marker=self.marker,
-            check_signal=self.check_signal, spec=spec)
+            self.program, sides, env=env, log_dir=log_dir, marker=self.marker,
+            check_signal=self.check_signal, guard=self.guard, spec=spec, baseline=baseline)
         return main, hold
 
     def baseline(self, commit: str, log_dir: Path, env: Mapping[str, str]) -> Baseline:
         paired = self.program.accept.rule == "paired"
         # the first run logs where a single-run baseline always has (log_dir/verifier.*)
-        main, _ = self._runners(commit, commit, env, log_dir, first_log_dir=log_dir, need_a=paired)
+        main, _ = self._runners(commit, commit, env, log_dir, first_log_dir=log_dir, need_a=paired,
+                                baseline=True)
         session = Session(main)
         return calibrate_paired(session, self.program) if paired else calibrate_strict(session, self.program)
 
