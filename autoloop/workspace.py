@@ -24,6 +24,7 @@ from autoloop.sentinel import Sentinel, remove_tree
 from autoloop.snapshot import _RACY_NS, Change, Entry, Snapshot, Snapshotter, diff
 
 BRANCH_PREFIX = "autoloop/"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 
 # Settings that would let a repository (or a generator that wrote to it) run code or change
 # bytes during our own git calls. Filters from .gitattributes still apply, but only with drivers
@@ -421,41 +422,43 @@ class Worktree:
         cache = self.__dict__.setdefault("_blob_cache", {})
         converted = self._converted(commit, entries)
         out = []
-        for mode, oid, path in entries:
-            if mode == "160000" or path in converted:
-                continue  # a gitlink: nothing on disk to compare; converted files: below
-            full = os.path.join(self.path, path)
-            try:
-                st = os.lstat(full)
-            except OSError:
-                out.append(f"{path} (missing)")
-                continue
-            if mode == "120000":
-                if not stat.S_ISLNK(st.st_mode):
-                    out.append(f"{path} (not a symlink)")
-                elif _blob_id(os.fsencode(os.readlink(full)), algo) != oid:
-                    out.append(f"{path} (link target)")
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                out.append(f"{path} (not a file)")
-                continue
-            if bool(st.st_mode & 0o100) != (mode == "100755"):
-                out.append(f"{path} (mode)")
-                continue
-            key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            hit = cache.get(path)
-            if hit is not None and hit[0] == key and max(st.st_mtime_ns, st.st_ctime_ns) + 100_000_000 < hit[2]:
-                digest = hit[1]
-            else:
-                hashed_at = time.time_ns()
+        # Run before and after every measurement step over every tracked file: each folder is
+        # opened once and its files are stat'ed relative to it (a path resolves the way lstat
+        # of the full path would, but the kernel walks one name, not the ~10 above the tree).
+        root = str(self.path)
+        dir_rel: str | None = None
+        dir_fd = -1
+        try:
+            for mode, oid, path in entries:
+                if mode == "160000" or path in converted:
+                    continue  # a gitlink: nothing on disk to compare; converted files: below
+                full = os.path.join(root, path)
+                parent, _, name = path.rpartition("/")
+                if parent != dir_rel:
+                    if dir_fd >= 0:
+                        os.close(dir_fd)
+                    dir_rel = parent
+                    try:
+                        dir_fd = os.open(os.path.join(root, parent) if parent else root, _DIR_FLAGS)
+                    except OSError:
+                        dir_fd = -1
                 try:
-                    digest = _file_blob_id(full, algo)
+                    if dir_fd < 0:
+                        raise FileNotFoundError(full)
+                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                 except OSError:
-                    out.append(f"{path} (unreadable)")
+                    out.append(f"{path} (missing)")
                     continue
-                cache[path] = (key, digest, hashed_at)
-            if digest != oid:
-                out.append(f"{path} (content)")
+                if mode == "120000":
+                    if not stat.S_ISLNK(st.st_mode):
+                        out.append(f"{path} (not a symlink)")
+                    elif _blob_id(os.fsencode(os.readlink(name, dir_fd=dir_fd)), algo) != oid:
+                        out.append(f"{path} (link target)")
+                    continue
+                self._compare_file(path, full, mode, oid, st, algo, cache, out)
+        finally:
+            if dir_fd >= 0:
+                os.close(dir_fd)
         if converted:
             # files whose bytes on disk git converts (eol, a filter such as LFS, ident): ask git
             # what it would store for them
@@ -473,6 +476,30 @@ class Worktree:
                     if oid != oids[path]:
                         out.append(f"{path} (content)")
         return out
+
+    @staticmethod
+    def _compare_file(path: str, full: str, mode: str, oid: str, st: os.stat_result, algo: str,
+                      cache: dict, out: list[str]) -> None:
+        if not stat.S_ISREG(st.st_mode):
+            out.append(f"{path} (not a file)")
+            return
+        if bool(st.st_mode & 0o100) != (mode == "100755"):
+            out.append(f"{path} (mode)")
+            return
+        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        hit = cache.get(path)
+        if hit is not None and hit[0] == key and max(st.st_mtime_ns, st.st_ctime_ns) + 100_000_000 < hit[2]:
+            digest = hit[1]
+        else:
+            hashed_at = time.time_ns()
+            try:
+                digest = _file_blob_id(full, algo)
+            except OSError:
+                out.append(f"{path} (unreadable)")
+                return
+            cache[path] = (key, digest, hashed_at)
+        if digest != oid:
+            out.append(f"{path} (content)")
 
     def _converted(self, commit: str, entries: list[tuple[str, str, str]]) -> set[str]:
         """Paths of `commit` that git converts between blob and disk (eol, filter, ident,
