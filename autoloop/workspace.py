@@ -422,40 +422,65 @@ class Worktree:
         cache = self.__dict__.setdefault("_blob_cache", {})
         converted = self._converted(commit, entries)
         out = []
-        # Run before and after every measurement step over every tracked file: each folder is
-        # opened once and its files are stat'ed relative to it (a path resolves the way lstat
-        # of the full path would, but the kernel walks one name, not the ~10 above the tree).
+        # Run before and after every measurement step over every tracked file (100k files: this
+        # loop is a good part of a cycle), so it is kept tight: each folder is opened once and
+        # its files are stat'ed relative to it (a path resolves as lstat of the full path would,
+        # but the kernel walks one name, not the ~10 above the tree), the full path is only
+        # made for a file that must be hashed, and an unchanged file costs a stat and a lookup.
         root = str(self.path)
         dir_rel: str | None = None
         dir_fd = -1
+        S_IFMT, S_IFREG, S_IFLNK = 0o170000, stat.S_IFREG, stat.S_IFLNK
+        lstat_at = os.stat
+        get = cache.get
         try:
             for mode, oid, path in entries:
                 if mode == "160000" or path in converted:
                     continue  # a gitlink: nothing on disk to compare; converted files: below
-                full = os.path.join(root, path)
                 parent, _, name = path.rpartition("/")
                 if parent != dir_rel:
                     if dir_fd >= 0:
                         os.close(dir_fd)
                     dir_rel = parent
                     try:
-                        dir_fd = os.open(os.path.join(root, parent) if parent else root, _DIR_FLAGS)
+                        dir_fd = os.open(f"{root}/{parent}" if parent else root, _DIR_FLAGS)
                     except OSError:
                         dir_fd = -1
+                if dir_fd < 0:
+                    out.append(f"{path} (missing)")
+                    continue
                 try:
-                    if dir_fd < 0:
-                        raise FileNotFoundError(full)
-                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    st = lstat_at(name, dir_fd=dir_fd, follow_symlinks=False)
                 except OSError:
                     out.append(f"{path} (missing)")
                     continue
+                kind = st.st_mode & S_IFMT
                 if mode == "120000":
-                    if not stat.S_ISLNK(st.st_mode):
+                    if kind != S_IFLNK:
                         out.append(f"{path} (not a symlink)")
                     elif _blob_id(os.fsencode(os.readlink(name, dir_fd=dir_fd)), algo) != oid:
                         out.append(f"{path} (link target)")
                     continue
-                self._compare_file(path, full, mode, oid, st, algo, cache, out)
+                if kind != S_IFREG:
+                    out.append(f"{path} (not a file)")
+                    continue
+                if bool(st.st_mode & 0o100) != (mode == "100755"):
+                    out.append(f"{path} (mode)")
+                    continue
+                key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                hit = get(path)
+                if hit is not None and hit[0] == key and max(st.st_mtime_ns, st.st_ctime_ns) + _RACY_NS < hit[2]:
+                    digest = hit[1]
+                else:
+                    hashed_at = time.time_ns()
+                    try:
+                        digest = _file_blob_id(os.path.join(root, path), algo)
+                    except OSError:
+                        out.append(f"{path} (unreadable)")
+                        continue
+                    cache[path] = (key, digest, hashed_at)
+                if digest != oid:
+                    out.append(f"{path} (content)")
         finally:
             if dir_fd >= 0:
                 os.close(dir_fd)
@@ -476,30 +501,6 @@ class Worktree:
                     if oid != oids[path]:
                         out.append(f"{path} (content)")
         return out
-
-    @staticmethod
-    def _compare_file(path: str, full: str, mode: str, oid: str, st: os.stat_result, algo: str,
-                      cache: dict, out: list[str]) -> None:
-        if not stat.S_ISREG(st.st_mode):
-            out.append(f"{path} (not a file)")
-            return
-        if bool(st.st_mode & 0o100) != (mode == "100755"):
-            out.append(f"{path} (mode)")
-            return
-        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        hit = cache.get(path)
-        if hit is not None and hit[0] == key and max(st.st_mtime_ns, st.st_ctime_ns) + 100_000_000 < hit[2]:
-            digest = hit[1]
-        else:
-            hashed_at = time.time_ns()
-            try:
-                digest = _file_blob_id(full, algo)
-            except OSError:
-                out.append(f"{path} (unreadable)")
-                return
-            cache[path] = (key, digest, hashed_at)
-        if digest != oid:
-            out.append(f"{path} (content)")
 
     def _converted(self, commit: str, entries: list[tuple[str, str, str]]) -> set[str]:
         """Paths of `commit` that git converts between blob and disk (eol, filter, ident,
