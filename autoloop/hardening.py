@@ -63,6 +63,7 @@ class Guardrails:
         self._lock_path: Path | None = None
         self._lock_id: tuple[int, int] | None = None
         self._measuring: tuple[Worktree, str] | None = None
+        self._verify_captured = False          # verify_watch holds the state before this cycle's measurements
         # Bytecode every measurement starts from (see measuring): taken from the baseline's, or,
         # in a resumed run, compiled by us — which costs about one cold start and saves one per
         # measurement, so only for runs of more than a few cycles (None: no limit).
@@ -192,6 +193,7 @@ class Guardrails:
 
     def before_generate(self) -> None:
         self.gen_watch.capture()
+        self._verify_captured = False  # a capture left by an interrupted measurement is stale
         self._killed_before = proc.leftovers_killed()
 
     def after_generate(self, changes: Sequence[Change]) -> list[str]:
@@ -304,7 +306,9 @@ class Guardrails:
             if bad:
                 raise Tampered("the verification tree does not hold the candidate: " + ", ".join(bad[:5]))
         warm = None if baseline else self._warm_cache(base_env)
-        self.verify_watch.capture()
+        if not self._verify_captured:  # once per cycle: what all of its measurements may change
+            self.verify_watch.capture()
+            self._verify_captured = True
         self._measuring = (tree, commit)
         try:
             with envs.measurement_env(base_env, parent=self._scratch_root(), untrusted=[self.ws.path],
@@ -422,7 +426,9 @@ class Guardrails:
         if self.ws.dotgit_tampered():
             problems.append("during verification: changed the work tree's .git link")
             self.ws.restore_dotgit()
-        problems += self._outside(self.verify_watch, "during verification: ")
+        if self._verify_captured:  # nothing was measured (a skipped re-measurement): nothing to compare
+            problems += self._outside(self.verify_watch, "during verification: ")
+            self._verify_captured = False
         return problems
 
     def _link_data(self, tree: Path) -> None:

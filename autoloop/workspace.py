@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import stat
+import signal
 import subprocess
 import tempfile
 import time
@@ -78,14 +79,37 @@ def git_executable() -> str:
 _GIT: str | None = None
 
 
+def run_git_process(cmd: list[str], *, cwd: Path, env: dict[str, str],
+                    input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    """Run git out of reach of a Ctrl-C meant for autoloop: a terminal's SIGINT goes to
+    autoloop's whole process group, and git killed half-way through a checkout would turn an
+    orderly exit 130 into a failed one. A new session is not enough by itself — between fork
+    and setsid the child is still in our group, with default signal handling — so SIGINT and
+    SIGTERM are also blocked across the spawn (the child keeps them blocked; a signal meant for
+    us stays pending here until the spawn returns)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        p = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True,
+                             stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    try:
+        out, err = p.communicate(input)
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
 def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True,
         env: dict[str, str] | None = None) -> str:
     cmd = [git_executable()]
     for item in _SAFE_CONFIG:
         cmd += ["-c", item]
     cmd += list(args)
-    proc = subprocess.run(cmd, cwd=cwd, input=input, capture_output=True,
-                          env=env or _git_env(), stdin=None if input is not None else subprocess.DEVNULL)
+    proc = run_git_process(cmd, cwd=cwd, input=input, env=env or _git_env())
     if check and proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip().splitlines()
         raise GitError(f"git {' '.join(args[:3])} failed: {err[-1] if err else proc.returncode}")
@@ -876,8 +900,8 @@ class Workspace(Worktree):
         self._commits.add(to)
 
     def is_ancestor(self, a: str, b: str) -> bool:
-        return subprocess.run([git_executable(), "-c", "core.hooksPath=/dev/null", "merge-base", "--is-ancestor", a, b],
-                              cwd=self.repo_root, env=_git_env(), capture_output=True).returncode == 0
+        return run_git_process([git_executable(), "-c", "core.hooksPath=/dev/null", "merge-base", "--is-ancestor", a, b],
+                               cwd=self.repo_root, env=_git_env()).returncode == 0
 
     def commit_message(self, commit: str) -> str:
         return git(self.repo_root, "log", "-1", "--format=%B", commit)
