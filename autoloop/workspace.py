@@ -927,9 +927,14 @@ class Later:
         for item in _SAFE_CONFIG:
             cmd += ["-c", item]
         self._args = args
-        self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            cmd + args, cwd=cwd, env=_git_env(), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # out of reach of a Ctrl-C meant for autoloop, as run_git_process
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+                cmd + args, cwd=cwd, env=_git_env(), stdin=subprocess.DEVNULL, start_new_session=True,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         self._out: str | None = None
 
     def __call__(self) -> str:
