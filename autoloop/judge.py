@@ -693,8 +693,7 @@ class TreeRunner:
         else:
             d = self.log_dir / "runs" / label
             d.mkdir(parents=True, exist_ok=True)
-        m = measure(self.program, cwd=self.paths[side], env=self.env, log_dir=d,
-                    marker=self.marker, with_guards=with_guards)
+        m = self._measure(side, d, with_guards)
         self.check_signal()
         if not m.guards_ok:
             g = m.failed_guard
@@ -711,6 +710,12 @@ class TreeRunner:
                 except (MetricError, OSError):
                     secondary[lim.label] = None
         return Run(side, label, m.metric, m.error, False, secondary, m)
+
+
+    def _measure(self, side: str, log_dir: Path, with_guards: bool) -> Measurement:
+        """One run in this side's tree; autoloop.executors overrides it to run elsewhere."""
+        return measure(self.program, cwd=self.paths[side], env=self.env, log_dir=log_dir,
+                       marker=self.marker, with_guards=with_guards)
 
 
 def holdout_spec(program: Program) -> VerifierSpec | None:

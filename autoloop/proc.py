@@ -230,12 +230,13 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def kill_marked(marker: str) -> int:
-    """Kill every process whose environment carries our marker (Linux /proc). Returns how many."""
+def kill_marked(marker: str, *, prefix: bool = False) -> int:
+    """Kill every process whose environment carries our marker (Linux /proc). Returns how many.
+    With `prefix`, every marker that starts with `marker` counts (a parallel run's workers)."""
     needle = f"{MARKER_VAR}={marker}".encode()
     killed = 0
     for _ in range(5):  # a fork loop can spawn while we scan: repeat until none is found
-        found = [pid for pid in _marked_pids(needle)]
+        found = [pid for pid in _marked_pids(needle, prefix)]
         if not found:
             break
         for pid in found:
@@ -248,7 +249,7 @@ def kill_marked(marker: str) -> int:
     return killed
 
 
-def _marked_pids(needle: bytes) -> list[int]:
+def _marked_pids(needle: bytes, prefix: bool = False) -> list[int]:
     proc_dir = Path("/proc")
     if not proc_dir.is_dir():
         return []
@@ -265,7 +266,8 @@ def _marked_pids(needle: bytes) -> list[int]:
                 environ = f.read()
         except OSError:
             continue
-        if needle in environ.split(b"\0"):
+        entries = environ.split(b"\0")
+        if needle in entries or (prefix and any(e.startswith(needle) for e in entries)):
             # A zombie still shows its environ; killing it is harmless.
             pids.append(pid)
     return pids
