@@ -152,27 +152,27 @@ class ParallelRun(Run):
             self._threads(slots, lambda s: self._generate_in(s, k, n0))
             self._check_signal()
 
-            # 3 scope
-            self._phase(n0, k, "scope")
+            # 3 scope, 4 verify + 5 decide: each worker's candidate goes on to verification as
+            # soon as it is checked and committed; at most `lanes` verifications at once
+            self._phase(n0, k, "scope + verify")
             shared = self._shared_changes(incumbent, k)
-            for s in slots:
-                assert s.before is not None
-                problems, s.changes = self._scope(incumbent, s.before, s.tree)
-                if shared:
-                    problems.append(shared)
-                s.outcome = self._triage(s.proposal, s.gen_error, problems, s.changes)
-                if s.outcome is None:
-                    self._candidate(s, incumbent)
+            if shared:
+                # Run._scope undoes the shared change on its first call: one at a time, then
+                # every candidate of the round is void
+                for s in slots:
+                    self._check(s, incumbent, shared)
+            history = self.journal.cycles()
+            lanes: queue.Queue[int] = queue.Queue()
+            for lane in range(self.lanes):
+                lanes.put(lane)
 
-            # 4 verify + 5 decide, at most `lanes` at once
-            todo = [s for s in slots if s.outcome is None]
-            if todo:
-                self._phase(n0, k, f"verify {len(todo)}")
-                history = self.journal.cycles()
-                lanes: queue.Queue[int] = queue.Queue()
-                for lane in range(self.lanes):
-                    lanes.put(lane)
-                self._threads(todo, lambda s: self._verify(s, incumbent, best_before, history, lanes))
+            def scope_and_verify(s: _Slot) -> None:
+                if not shared:
+                    self._check(s, incumbent, "")   # read-only on the shared state when it is clean
+                if s.outcome is None:
+                    self._verify(s, incumbent, best_before, history, lanes)
+
+            self._threads(slots, scope_and_verify)
             winner = self._choose(slots, best_before)
 
             # revert every tree but the winner's, exactly, while nothing is journaled yet
@@ -224,6 +224,17 @@ class ParallelRun(Run):
                                                  env=s.env, marker=s.marker, note=note)
         # the hypothesis goes into the journal and a commit message: no secrets in it
         s.proposal.hypothesis = self.redact(s.proposal.hypothesis)
+
+    def _check(self, s: _Slot, incumbent: str, shared: str) -> None:
+        """Step 3 for one worker: its change set from the disk, against the rules; a candidate
+        commit when it passes."""
+        assert s.before is not None
+        problems, s.changes = self._scope(incumbent, s.before, s.tree)
+        if shared:
+            problems.append(shared)
+        s.outcome = self._triage(s.proposal, s.gen_error, problems, s.changes)
+        if s.outcome is None:
+            self._candidate(s, incumbent)
 
     def _shared_changes(self, incumbent: str, k: int) -> str:
         """What the generators changed that all of them share: it cannot be pinned on one."""
