@@ -18,7 +18,6 @@ measured on the same kind of machine.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import threading
 from pathlib import Path
@@ -97,7 +96,12 @@ class LocalExecutor:
 
 
 def ray_available() -> bool:
-    return importlib.util.find_spec("ray") is not None
+    """Can `import ray` work here? (An import, not a lookup: a broken install counts as absent.)"""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 class RayLane:
