@@ -327,13 +327,15 @@ def _gain(a: float | None, b: float | None) -> str:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from autoloop import proc
+    from autoloop.envs import measurement_env
     from autoloop.verify import measure
 
     program = _load(args.program)
     log_dir = Path(tempfile.mkdtemp(prefix="autoloop-verify-"))
     print(f"verifying {program.repo_root} (current checkout, nothing is changed)")
-    m = measure(program, cwd=program.repo_root, env=dict(os.environ), log_dir=log_dir,
-                marker=proc.new_marker())
+    # the same scrubbed environment as a run's measurements (autoloop.envs)
+    with measurement_env(os.environ, parent=log_dir / "scratch") as env:
+        m = measure(program, cwd=program.repo_root, env=env, log_dir=log_dir, marker=proc.new_marker())
     for g in m.guards:
         print(f"guard {g.name}: {'pass' if g.ok else 'FAIL'} ({g.detail}, {g.duration_s:.1f}s)")
     if not m.guards_ok:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from autoloop import proc
 from autoloop.errors import ConfigError, Interrupted, UsageError
-from autoloop.judge import Judge, TreeRunner, holdout_spec
+from autoloop.judge import Guarded, Judge, TreeRunner, holdout_spec
 from autoloop.program import Program
 from autoloop.verify import GuardResult, Measurement, MetricError, _failure_summary, _safe, measure, parse_metric
 from autoloop.workspace import Workspace
@@ -40,7 +40,7 @@ class Lane(Protocol):
         """Side ("A"/"B") -> the commit it measures, until the next prepare."""
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
-                marker: str, with_guards: bool) -> Measurement:
+                marker: str, with_guards: bool, baseline: bool = False) -> Measurement:
         """One run of `side`'s commit: guards (if asked) then the verifier."""
 
 
@@ -57,23 +57,31 @@ class Executor(Protocol):
 
 
 class LocalLane:
-    def __init__(self, ws: Workspace, k: int) -> None:
+    """Two verification trees; every run goes through the guardrails (autoloop.hardening): the
+    tree proven to hold exactly the commit, a scrubbed environment, checks after each step."""
+
+    def __init__(self, ws: Workspace, k: int, guard: Guarded) -> None:
         self.trees = {"B": ws.verify_tree(2 * k), "A": ws.verify_tree(2 * k + 1)}
-        self.paths: dict[str, Path] = {}
+        self.guard = guard
+        self.commits: dict[str, str] = {}
 
     def prepare(self, sides: Mapping[str, str]) -> None:
-        self.paths = {side: self.trees[side].checkout(commit) for side, commit in sides.items()}
+        for side, commit in sides.items():
+            self.trees[side].checkout(commit)
+        self.commits = dict(sides)
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
-                marker: str, with_guards: bool) -> Measurement:
-        return measure(program, cwd=self.paths[side], env=env, log_dir=log_dir, marker=marker,
-                       with_guards=with_guards)
+                marker: str, with_guards: bool, baseline: bool = False) -> Measurement:
+        tree, commit = self.trees[side], self.commits[side]
+        with self.guard.measuring(tree, commit, env, baseline=baseline) as menv:
+            return measure(program, cwd=tree.path, env=menv, log_dir=log_dir, marker=marker,
+                           with_guards=with_guards, after_step=self.guard.after_step)
 
 
 class LocalExecutor:
-    def __init__(self, ws: Workspace, lanes: int) -> None:
+    def __init__(self, ws: Workspace, lanes: int, guard: Guarded) -> None:
         self.lanes = lanes
-        self._lanes = [LocalLane(ws, k) for k in range(lanes)]
+        self._lanes = [LocalLane(ws, k, guard) for k in range(lanes)]
 
     def start(self) -> None:
         pass
@@ -113,7 +121,11 @@ class RayLane:
         self.refs = {side: self.ex.put(commit) for side, commit in sides.items()}
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
-                marker: str, with_guards: bool) -> Measurement:
+                marker: str, with_guards: bool, baseline: bool = False) -> Measurement:
+        # a fresh folder unpacked from the commit on the node for every run: nothing to re-prove
+        # there; here, the places the guardrails watch must still not change meanwhile
+        if self.ex.guard.capture_each_measurement:
+            self.ex.guard.verify_watch.capture()
         commands = [{"name": g.name, "command": g.command, "timeout": g.timeout, "guard": True}
                     for g in (program.guards if with_guards else ())]
         v = program.verifier
@@ -126,9 +138,10 @@ class RayLane:
 
 
 class RayExecutor:
-    def __init__(self, program: Program, ws: Workspace, lanes: int) -> None:
+    def __init__(self, program: Program, ws: Workspace, lanes: int, guard: Any) -> None:
         self.program = program
         self.ws = ws
+        self.guard = guard
         self.lanes = lanes
         spec = program.parallel
         self.spec = spec
@@ -269,31 +282,34 @@ class LaneRunner(TreeRunner):
 
     def _measure(self, side: str, log_dir: Path, with_guards: bool) -> Measurement:
         return self.lane.measure(self.program, side, env=self.env, log_dir=log_dir,
-                                 marker=self.marker, with_guards=with_guards)
+                                 marker=self.marker, with_guards=with_guards, baseline=self.baseline)
 
 
 class LaneJudge(Judge):
     """The Judge of autoloop.judge, measuring through one lane of an executor."""
 
     def __init__(self, program: Program, ws: Any, marker: str, check_signal: Callable[[], None],
-                 lane: Lane) -> None:
-        super().__init__(program, ws, marker, check_signal)
+                 guard: Guarded, lane: Lane) -> None:
+        super().__init__(program, ws, marker, check_signal, guard)
         self.lane = lane
 
     def _runners(self, a: str, b: str, env: Mapping[str, str], log_dir: Path,
-                 first_log_dir: Path | None = None, need_a: bool = True) -> tuple[TreeRunner, TreeRunner | None]:
-        sides = {"B": b, **({"A": a} if need_a else {})}
-        self.lane.prepare(sides)
+                 first_log_dir: Path | None = None, need_a: bool = True,
+                 baseline: bool = False) -> tuple[TreeRunner, TreeRunner | None]:
+        commits = {"B": b, **({"A": a} if need_a else {})}
+        self.lane.prepare(commits)
+        sides: dict[str, tuple[Any, str]] = {side: (None, c) for side, c in commits.items()}
         main = LaneRunner(self.lane, self.program, sides, env=env, log_dir=log_dir, marker=self.marker,
-                          check_signal=self.check_signal, first_log_dir=first_log_dir)
+                          check_signal=self.check_signal, guard=self.guard, first_log_dir=first_log_dir,
+                          baseline=baseline)
         spec = holdout_spec(self.program)
         hold = None if spec is None else LaneRunner(
             self.lane, self.program, sides, env=env, log_dir=log_dir, marker=self.marker,
-            check_signal=self.check_signal, spec=spec)
+            check_signal=self.check_signal, guard=self.guard, spec=spec, baseline=baseline)
         return main, hold
 
 
-def make_executor(program: Program, ws: Workspace, lanes: int) -> LocalExecutor | RayExecutor:
+def make_executor(program: Program, ws: Workspace, lanes: int, guard: Guarded) -> LocalExecutor | RayExecutor:
     """The executor program.md asks for. Refuses (ConfigError, exit 2) before anything changes
     when it cannot work here."""
     if program.parallel.executor == "ray":
@@ -301,5 +317,5 @@ def make_executor(program: Program, ws: Workspace, lanes: int) -> LocalExecutor 
             line = program.lines.get("parallel.executor", 1)
             raise ConfigError(f"{program.path.name}:{line}: parallel.executor: ray is not installed "
                               f"in this Python; {RAY_EXTRA}")
-        return RayExecutor(program, ws, lanes)
-    return LocalExecutor(ws, lanes)
+        return RayExecutor(program, ws, lanes, guard)
+    return LocalExecutor(ws, lanes, guard)

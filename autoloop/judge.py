@@ -28,7 +28,8 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from autoloop import stats as st
 from autoloop.journal import fmt, pct
@@ -671,15 +672,29 @@ def coarse_value(x: float | None, history: Sequence[Mapping[str, Any]]) -> str:
 # ---- binding to real processes ----------------------------------------------------------------
 
 
-class TreeRunner:
-    """Runs the verifier (or the holdout) as a fresh process in a prepared tree per side;
-    each run logs to log_dir/runs/LABEL/."""
+class Guarded(Protocol):
+    """What the guardrails (autoloop.hardening.Guardrails) offer a measurement: the environment
+    for measuring a commit in a tree proven to hold exactly it, and a check after each step."""
 
-    def __init__(self, program: Program, paths: Mapping[str, Path], *, env: Mapping[str, str],
-                 log_dir: Path, marker: str, check_signal: Callable[[], None],
-                 spec: VerifierSpec | None = None, first_log_dir: Path | None = None) -> None:
+    def measuring(self, tree: Any, commit: str, base_env: Mapping[str, str], *,
+                  baseline: bool = False) -> AbstractContextManager[dict[str, str]]: ...
+
+    def after_step(self, step: str) -> None: ...
+
+
+class TreeRunner:
+    """Runs the verifier (or the holdout) as a fresh process in a prepared tree per side,
+    every run through the guardrails; each run logs to log_dir/runs/LABEL/."""
+
+    def __init__(self, program: Program, sides: Mapping[str, tuple[Any, str]], *,
+                 env: Mapping[str, str], log_dir: Path, marker: str,
+                 check_signal: Callable[[], None], guard: Guarded,
+                 spec: VerifierSpec | None = None, first_log_dir: Path | None = None,
+                 baseline: bool = False) -> None:
         self.program = program if spec is None else dataclasses.replace(program, verifier=spec, guards=())
-        self.paths = paths
+        self.sides = sides               # side -> (verification tree, the commit it holds)
+        self.guard = guard
+        self.baseline = baseline
         self.env = env
         self.log_dir = log_dir
         self.marker = marker
@@ -713,9 +728,12 @@ class TreeRunner:
 
 
     def _measure(self, side: str, log_dir: Path, with_guards: bool) -> Measurement:
-        """One run in this side's tree; autoloop.executors overrides it to run elsewhere."""
-        return measure(self.program, cwd=self.paths[side], env=self.env, log_dir=log_dir,
-                       marker=self.marker, with_guards=with_guards)
+        """One run in this side's tree, through the guardrails; autoloop.executors overrides it
+        to run elsewhere."""
+        tree, commit = self.sides[side]
+        with self.guard.measuring(tree, commit, self.env, baseline=self.baseline) as env:
+            return measure(self.program, cwd=tree.path, env=env, log_dir=log_dir, marker=self.marker,
+                           with_guards=with_guards, after_step=self.guard.after_step)
 
 
 def holdout_spec(program: Program) -> VerifierSpec | None:
@@ -730,8 +748,9 @@ class Judge:
     """The loop's view: baseline, cycle and end-of-run measurements on real trees."""
 
     def __init__(self, program: Program, ws: Any, marker: str,
-                 check_signal: Callable[[], None]) -> None:
+                 check_signal: Callable[[], None], guard: Guarded) -> None:
         self.program = program
+        self.guard = guard
         self.ws = ws
         self.marker = marker
         self.check_signal = check_signal
@@ -745,22 +764,29 @@ class Judge:
                 and a.warmup == 0 and not p.limits and p.holdout is None)
 
     def _runners(self, a: str, b: str, env: Mapping[str, str], log_dir: Path,
-                 first_log_dir: Path | None = None, need_a: bool = True) -> tuple[TreeRunner, TreeRunner | None]:
-        paths = {"B": self.ws.verify_tree(0).checkout(b)}
+                 first_log_dir: Path | None = None, need_a: bool = True,
+                 baseline: bool = False) -> tuple[TreeRunner, TreeRunner | None]:
+        tree_b = self.ws.verify_tree(0)
+        tree_b.checkout(b)
+        sides: dict[str, tuple[Any, str]] = {"B": (tree_b, b)}
         if need_a:
-            paths["A"] = self.ws.verify_tree(1).checkout(a)
-        main = TreeRunner(self.program, paths, env=env, log_dir=log_dir, marker=self.marker,
-                          check_signal=self.check_signal, first_log_dir=first_log_dir)
+            tree_a = self.ws.verify_tree(1)
+            tree_a.checkout(a)
+            sides["A"] = (tree_a, a)
+        main = TreeRunner(self.program, sides, env=env, log_dir=log_dir, marker=self.marker,
+                          check_signal=self.check_signal, guard=self.guard,
+                          first_log_dir=first_log_dir, baseline=baseline)
         spec = holdout_spec(self.program)
         hold = None if spec is None else TreeRunner(
-            self.program, paths, env=env, log_dir=log_dir, marker=self.marker,
-            check_signal=self.check_signal, spec=spec)
+            self.program, sides, env=env, log_dir=log_dir, marker=self.marker,
+            check_signal=self.check_signal, guard=self.guard, spec=spec, baseline=baseline)
         return main, hold
 
     def baseline(self, commit: str, log_dir: Path, env: Mapping[str, str]) -> Baseline:
         paired = self.program.accept.rule == "paired"
         # the first run logs where a single-run baseline always has (log_dir/verifier.*)
-        main, _ = self._runners(commit, commit, env, log_dir, first_log_dir=log_dir, need_a=paired)
+        main, _ = self._runners(commit, commit, env, log_dir, first_log_dir=log_dir, need_a=paired,
+                                baseline=True)
         session = Session(main)
         return calibrate_paired(session, self.program) if paired else calibrate_strict(session, self.program)
 

@@ -14,12 +14,13 @@ from typing import Any, Callable, Mapping
 
 from filelock import FileLock, Timeout
 
-from autoloop import proc
+from autoloop import envs, proc
 from autoloop.errors import (ConfigError, FatalGeneratorError, GeneratorError, Interrupted, LockedError,
                              RepoStateError, RunFailure, UsageError)
 from autoloop.generators.base import GenContext, Generator, Proposal
 from autoloop.generators.registry import make_generator
 from autoloop.globs import PathRules
+from autoloop.hardening import Guardrails, Tampered
 from autoloop.journal import Journal, Record, fmt, pct
 from autoloop.judge import Judge, final_text
 from autoloop.memory import near_duplicate
@@ -27,6 +28,7 @@ from autoloop.program import Program
 from autoloop.prompt import build_prompt
 from autoloop.ratchet import better, reached
 from autoloop.redact import Redactor
+from autoloop.scope_rules import ScopeRules
 from autoloop.snapshot import Change, diff
 from autoloop.approve import Review, Reviewer, human_outcome
 from autoloop.persist import restore_persisted_journal
@@ -73,6 +75,7 @@ class _Outcome:
     diffstat: str | None = None
     decided_by: str = "ratchet"          # or "human" (approve mode)
     recommendation: str | None = None    # the ratchet's status when a person overruled or confirmed it
+    measured: str | None = None          # the candidate commit that was measured
 
 
 def protected_paths(program: Program) -> dict[str, str]:
@@ -94,8 +97,14 @@ def protected_paths(program: Program) -> dict[str, str]:
             words = shlex.split(cmd)
         except ValueError:
             words = cmd.split()
-        for w in words:
+        for prev, w in zip(["", *words], words):
             candidate = program.repo_root / w
+            if prev == "-m":  # `python -m evaluate` runs evaluate.py (or evaluate/__main__.py)
+                base = program.repo_root / w.replace(".", "/")
+                for c in (base.with_name(base.name + ".py"), base / "__main__.py", base / "__init__.py"):
+                    if c.is_file():
+                        candidate = c
+                        break
             if w.startswith("-") or not candidate.is_file():
                 continue
             try:
@@ -124,22 +133,28 @@ class Run:
         self.opt = options
         self.ws = Workspace(program.repo_root, options.tag)
         self.journal = Journal(program.state_dir, options.tag)
-        self.rules = PathRules(program.allowed, program.forbidden, protected_paths(program))
+        protected = protected_paths(program)
+        self.rules = ScopeRules(program.allowed, program.forbidden, protected)
+        self.guard = Guardrails(program, self.ws, self.journal, protected,
+                                planned_cycles=options.cycles if options.cycles is not None
+                                else program.stop.max_cycles)
         self.generator_factory = generator_factory
         self.redact = Redactor.from_env(os.environ)
         self._signal: int | None = None
         self._in_python_generator = False
+        self._restoring = False   # a further Ctrl-C must not cut the restore short
         self._finished: str | None = None
         self._exact: tuple[str, dict] | None = None   # (commit, snapshot) the tree was proven equal to
         # Fixed per repository and tag, so a resumed run can find and kill what a killed run
         # left behind (the lock guarantees no live run of this tag owns such processes).
         self.marker = hashlib.sha256(f"{self.ws.common_dir}\0{options.tag}".encode()).hexdigest()[:32]
-        self.judge = Judge(program, self.ws, self.marker, self._check_signal)
+        self.judge = Judge(program, self.ws, self.marker, self._check_signal, self.guard)
 
     # ---- entry ---------------------------------------------------------------------------------
 
     def execute(self) -> RunSummary:
         self.ws.check_state()
+        self.guard.preflight()
         generator = self.generator_factory(self.program.generator, self.program)
         # Beside the worktree, outside the repository: a refused run leaves no trace in it.
         lock_path = self.ws.path.with_name(self.ws.path.name + ".lock")
@@ -152,6 +167,7 @@ class Run:
                               f"(lock {lock_path}); wait for it or use another --tag") from None
         old_handlers = self._install_signals()
         self._attached = False
+        self._lock_path = lock_path
         try:
             return self._run(generator)
         finally:
@@ -169,7 +185,8 @@ class Run:
         self._attached = True
         started = time.monotonic()
         self.ws.open(incumbent)
-        self.sentinel = self.ws.watch_git(extra=[self.program.path])
+        self.sentinel = self.ws.watch_git(extra=[self.program.path, *self.guard.user_files()])
+        self.guard.start(self.sentinel, self._lock_path)
         self.journal.render(self.program.goal)
         if not self.journal.cycles():
             self._baseline(incumbent)
@@ -178,6 +195,7 @@ class Run:
         try:
             while True:
                 self._check_signal()
+                self.guard.raise_if_fatal()
                 reason = self._stop_reason(ran, started)
                 if reason:
                     break
@@ -186,6 +204,7 @@ class Run:
                 self._backoff(recs[-1])
             final = self._final_check()
         except Interrupted:
+            self._restoring = True  # from here on only the way out: a further Ctrl-C waits
             self.journal.append({"t": "end", "reason": "interrupted", "cycles_run": ran})
             raise
         self.ws.reset_hard(self.incumbent)
@@ -283,9 +302,17 @@ class Run:
         log_dir = self._log_dir(0)
         self.journal.append({"t": "begin", "cycle": 0, "parent": incumbent})
         try:
-            # the starting commit measured (twice at least: the noise calibration), judge.py
+            # the starting commit measured (twice at least: the noise calibration), judge.py,
+            # each run through the guardrails like every later measurement
             b = self.judge.baseline(incumbent, log_dir, self._env(0))
             self._check_signal()
+            after = self.guard.after_verify()
+            if after:
+                raise Tampered("; ".join(after))
+        except Tampered as exc:
+            self.journal.append({"t": "abort", "cycle": 0, "reason": f"baseline: {exc}"[:300]})
+            self.ws.reset_hard(incumbent)
+            raise RunFailure(f"the baseline measurement is not trustworthy: {exc}") from None
         except BaseException as exc:
             self._abort(0, incumbent, None, "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt))
                         else f"internal error: {type(exc).__name__}: {exc}")
@@ -341,6 +368,7 @@ class Run:
                 before = self.ws.snapshot()
             self._exact = None
             self.sentinel.capture()
+            self.guard.before_generate()
 
             # 2 generate
             self.opt.report("phase", {"cycle": n, "phase": "generate"})
@@ -374,7 +402,8 @@ class Run:
                         outcome = self._verify_and_decide(n, candidate, incumbent, best_before, log_dir, files)
                         outcome = self._review("after", n, proposal, incumbent, candidate, files, stat,
                                                outcome) or outcome
-                    outcome.tree, outcome.diffstat = tree, stat
+                    # what was measured (or shown to the person) is what a keep commits
+                    outcome.tree, outcome.diffstat, outcome.measured = tree, stat, candidate
         except BaseException as exc:
             reason = "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt)) else \
                 f"internal error: {type(exc).__name__}: {exc}"
@@ -387,6 +416,8 @@ class Run:
             assert outcome.tree is not None
             message = self._commit_message(n, proposal, outcome)
             commit = self.ws.commit(outcome.tree, incumbent, message, self.ws.identity())
+            assert outcome.measured is not None
+            self.guard.check_keep(commit, outcome.measured)  # the kept tree is the measured tree
             self.journal.append({"t": "intent", "cycle": n, "commit": commit, "parent": incumbent})
             self.ws.advance(commit, incumbent, f"autoloop: keep cycle {n}")
             self._set_incumbent(commit, self.baseline, outcome.metric)
@@ -442,8 +473,10 @@ class Run:
         ctx = GenContext(program=self.program, cycle=n, workdir=tree.path, prompt=prompt,
                          prompt_file=prompt_file, hypothesis_file=hyp_file, log_dir=log_dir,
                          best=self.best, baseline=self.baseline, history=history,
-                         is_allowed=self.rules.allows, env=env if env is not None else self._env(n),
-                         timeout=self.program.generator.timeout, run_marker=marker)
+                         is_allowed=self.rules.allows,
+                         env=envs.generator_env(env if env is not None else self._env(n)),
+                         timeout=self.program.generator.timeout, run_marker=marker,
+                         wrap=self.guard.wrap(log_dir, workdir=tree.path), limits=self.guard.limits)
         self._in_python_generator = True
         try:
             if self._signal is not None:
@@ -488,6 +521,7 @@ class Run:
         if hidden:
             problems.append("hid files from git (assume-unchanged/skip-worktree): " + ", ".join(hidden[:5]))
         changes = diff(before, tree.snapshot())
+        problems += self.guard.after_generate(changes)
         for ch in _file_changes(changes):
             a = ch.after
             if a is not None and a.kind == "l":
@@ -541,15 +575,29 @@ class Run:
 
     def _verify_and_decide(self, n: int, candidate: str, incumbent: str, best_before: float | None,
                            log_dir: Path, files: list[str]) -> _Outcome:
-        if self.judge.plain:
-            # one measurement of the candidate against the stored incumbent (contract §5)
-            tree_path = self.ws.verify_tree(0).checkout(candidate)
-            m = measure(self.program, cwd=tree_path, env=self._env(n), log_dir=log_dir, marker=self.marker)
-            self._check_signal()
-            return self._decide(m, files)
-        # noise-aware: repeats, paired ABBA batches against a re-measured incumbent, confirmation
-        return self._judged(self.judge.cycle(candidate, incumbent, best_before, log_dir, self._env(n),
-                                             self.journal.cycles()), files)
+        """Steps 4 and 5. Every measurement runs through the guardrails (hardening.py): in a
+        pristine tree proven to hold exactly the commit, a scrubbed environment, re-checked after
+        each guard and the verifier; anything that tampers makes the cycle a violation."""
+        try:
+            if self.judge.plain:
+                # one measurement of the candidate against the stored incumbent (contract §5)
+                vtree = self.ws.verify_tree(0)
+                vtree.checkout(candidate)
+                with self.guard.measuring(vtree, candidate, self._env(n)) as env:
+                    m = measure(self.program, cwd=vtree.path, env=env, log_dir=log_dir,
+                                marker=self.marker, after_step=self.guard.after_step)
+                self._check_signal()
+                outcome = self._decide(m, files)
+            else:
+                # noise-aware: repeats, paired ABBA batches against a re-measured incumbent
+                outcome = self._judged(self.judge.cycle(candidate, incumbent, best_before, log_dir,
+                                                        self._env(n), self.journal.cycles()), files)
+            after = self.guard.after_verify()
+            if after:
+                raise Tampered("; ".join(after))
+        except Tampered as exc:
+            return _Outcome("violation", f"violation: {exc}", f"violation: {exc}", changed=files)
+        return outcome
 
     @staticmethod
     def _judged(v: Any, changed: list[str]) -> _Outcome:
@@ -571,7 +619,14 @@ class Run:
         self.opt.report("phase", {"cycle": cycles[-1]["cycle"], "phase": "final check"})
         log_dir = self.journal.dir / "logs" / f"final-{int(time.time() * 1000)}"
         log_dir.mkdir(parents=True)
-        rec = self.judge.final(start, self.incumbent, log_dir, self._env(0))
+        try:
+            rec = self.judge.final(start, self.incumbent, log_dir, self._env(0))
+            after = self.guard.after_verify()
+            if after:
+                raise Tampered("; ".join(after))
+        except Tampered as exc:
+            # nothing is kept or undone at this point; the re-measurement just does not count
+            rec = {"start": start, "best": self.incumbent, "skipped": f"not trustworthy: {exc}"[:300]}
         self._redact_logs(log_dir)
         rec["text"] = final_text(rec, self.program.verifier.label)
         rec = self.journal.append({"t": "final", "after_cycle": cycles[-1]["cycle"], **rec})
@@ -676,10 +731,14 @@ class Run:
 
     def _install_signals(self) -> dict[int, Any]:
         def handler(signum: int, _frame: Any) -> None:
-            first = self._signal is None
             self._signal = signum
             proc.stop_current()
-            if self._in_python_generator or not first:
+            # Only code of ours that may block for long without looking (an in-process
+            # generator, the approve prompt) is interrupted at once; everywhere else the signal
+            # is acted on at the next safe point. A second Ctrl-C changes nothing: raising in
+            # the middle of a restore would leave the generator's edits behind an exit 130.
+            if self._in_python_generator and not self._restoring:
+                self._in_python_generator = False  # once: the way out is not interrupted again
                 raise Interrupted("interrupted")
 
         old = {}
@@ -698,18 +757,23 @@ class Run:
 
     def _abort(self, n: int, incumbent: str, before: dict | None, reason: str) -> None:
         """Leave no trace of an unfinished cycle: tree back at the incumbent, ledger says so."""
-        if getattr(self, "sentinel", None) is not None and self.sentinel.changed():
-            self.sentinel.restore()
-        if self.ws.dotgit_tampered():
-            self.ws.restore_dotgit()
-        if self.journal.tampered():
-            self.journal.repair()
-        if before is not None:
-            self.ws.restore(incumbent, before)
-        else:
-            self.ws.reset_hard(incumbent)
-        self.journal.append({"t": "abort", "cycle": n, "reason": reason})
-        self.journal.render(self.program.goal)
+        self._restoring = True
+        try:
+            proc.kill_marked(self.marker)  # nothing it started may write after the restore
+            if getattr(self, "sentinel", None) is not None and self.sentinel.changed():
+                self.sentinel.restore()
+            if self.ws.dotgit_tampered():
+                self.ws.restore_dotgit()
+            if self.journal.tampered():
+                self.journal.repair()
+            if before is not None:
+                self.ws.restore(incumbent, before)
+            else:
+                self.ws.reset_hard(incumbent)
+            self.journal.append({"t": "abort", "cycle": n, "reason": reason})
+            self.journal.render(self.program.goal)
+        finally:
+            self._restoring = False
 
     # ---- small helpers -------------------------------------------------------------------------
 

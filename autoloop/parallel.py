@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 from autoloop import proc
 from autoloop.errors import Interrupted, UsageError
 from autoloop.executors import LaneJudge, LocalExecutor, make_executor
+from autoloop.hardening import Tampered
 from autoloop.generators.base import Generator, Proposal
 from autoloop.generators.registry import make_generator
 from autoloop.journal import Record, fmt, pct
@@ -42,6 +43,7 @@ from autoloop.memory import near_duplicate
 from autoloop.program import Program
 from autoloop.ratchet import better
 from autoloop.snapshot import Change
+from autoloop.watch import StatTree
 from autoloop.workspace import Worktree
 
 # After Ctrl-C, how long the round waits for its workers to notice before it cleans up anyway
@@ -81,9 +83,10 @@ class ParallelRun(Run):
                              "parallel workers (use --workers 1)")
         self.workers = workers or program.parallel.workers
         self.lanes = program.parallel.verify_slots(self.workers)
-        self.executor = make_executor(program, self.ws, self.lanes)
+        self.executor = make_executor(program, self.ws, self.lanes, self.guard)
         # baseline and final check through lane 0: every number of the run from the same place
-        self.judge = LaneJudge(program, self.ws, self.marker, self._check_signal, self.executor.lane(0))
+        self.judge = LaneJudge(program, self.ws, self.marker, self._check_signal, self.guard,
+                               self.executor.lane(0))
         self._generators: dict[int, Generator] = {}
         self._exact_trees: dict[int, tuple[str, dict]] = {}   # worker -> (commit, proven snapshot)
         self._ready = False
@@ -146,33 +149,44 @@ class ParallelRun(Run):
             self._phase(n0, k, "prepare")
             self._threads(slots, lambda s: self._prepare(s, incumbent))
             self.sentinel.capture()
+            self.guard.before_generate()
 
             # 2 generate
             self._phase(n0, k, "generate")
             self._threads(slots, lambda s: self._generate_in(s, k, n0))
             self._check_signal()
 
-            # 3 scope, 4 verify + 5 decide: each worker's candidate goes on to verification as
-            # soon as it is checked and committed; at most `lanes` verifications at once
-            self._phase(n0, k, "scope + verify")
+            # 3 scope, one worker at a time in this thread: the checks of what the workers share
+            # (git's files, the journal, the branch, the places the guardrails watch, processes
+            # left running) undo what they find on the first call, and it voids every candidate
+            # of the round (the guardrails report it to each call until the next capture)
+            self._phase(n0, k, "scope")
             shared = self._shared_changes(incumbent, k)
-            if shared:
-                # Run._scope undoes the shared change on its first call: one at a time, then
-                # every candidate of the round is void
-                for s in slots:
-                    self._check(s, incumbent, shared)
-            history = self.journal.cycles()
-            lanes: queue.Queue[int] = queue.Queue()
-            for lane in range(self.lanes):
-                lanes.put(lane)
+            for s in slots:
+                self._check(s, incumbent, shared)
 
-            def scope_and_verify(s: _Slot) -> None:
-                if not shared:
-                    self._check(s, incumbent, "")   # read-only on the shared state when it is clean
-                if s.outcome is None:
-                    self._verify(s, incumbent, best_before, history, lanes)
-
-            self._threads(slots, scope_and_verify)
+            # 4 verify + 5 decide: candidate commits made and measured in the workers' threads,
+            # at most `lanes` measurements at once; the places outside the trees are captured
+            # once before and checked once after all of them (they cannot be told apart)
+            todo = [s for s in slots if s.outcome is None]
+            if todo:
+                self._phase(n0, k, f"verify {len(todo)}")
+                history = self.journal.cycles()
+                lanes: queue.Queue[int] = queue.Queue()
+                for lane in range(self.lanes):
+                    lanes.put(lane)
+                self.guard.verify_watch.capture()
+                self.guard.capture_each_measurement = False
+                try:
+                    self._threads(todo, lambda s: self._verify(s, incumbent, best_before, history, lanes))
+                finally:
+                    self.guard.capture_each_measurement = True
+                after = self.guard.after_verify()
+                if after:
+                    why = "; ".join(after) + (f" (while {len(todo)} candidates were measured at once)"
+                                              if len(todo) > 1 else "")
+                    for s in todo:
+                        s.outcome = _Outcome("violation", f"violation: {why}", f"violation: {why}", changed=s.files)
             winner = self._choose(slots, best_before)
 
             # revert every tree but the winner's, exactly, while nothing is journaled yet
@@ -199,12 +213,19 @@ class ParallelRun(Run):
                 trees["B"].checkout(incumbent)
                 if not self.judge.plain:
                     trees["A"].checkout(incumbent)
-        extra: list[Path] = [self.program.path]
+        extra: list[Path] = [self.program.path, *self.guard.user_files()]
         for i in range(1, self.workers):
-            admin = self.ws.gen_tree(i)._admin_dir
+            tree = self.ws.gen_tree(i)
+            admin = tree._admin_dir
             assert admin is not None
             extra += [admin / "config.worktree", admin / "commondir", admin / "gitdir"]
+            self.guard.untrusted.append(tree.path)   # its PATH entries are not trusted either
         self.sentinel = self.ws.watch_git(extra=extra)
+        self.guard.sentinel = self.sentinel
+        # the guardrails watch verification slots 0-3 while generators run; lanes use 2 each
+        for slot in range(4, 2 * self.lanes):
+            self.guard.gen_watch.add(StatTree(self.ws.verify_tree(slot).path, "a verification tree",
+                                              skip=frozenset({".git"})))
         self._ready = True
 
     def _prepare(self, s: _Slot, incumbent: str) -> None:
@@ -233,8 +254,6 @@ class ParallelRun(Run):
         if shared:
             problems.append(shared)
         s.outcome = self._triage(s.proposal, s.gen_error, problems, s.changes)
-        if s.outcome is None:
-            self._candidate(s, incumbent)
 
     def _shared_changes(self, incumbent: str, k: int) -> str:
         """What the generators changed that all of them share: it cannot be pinned on one."""
@@ -263,27 +282,38 @@ class ParallelRun(Run):
 
     def _verify(self, s: _Slot, incumbent: str, best_before: float | None, history: list[Record],
                 lanes: queue.Queue[int]) -> None:
+        self._candidate(s, incumbent)      # a private index per call: safe beside the others
+        if s.outcome is not None:          # nothing git can record changed
+            return
         lane_id = lanes.get()
         try:
             self._check_signal()
             lane = self.executor.lane(lane_id)
             assert s.candidate is not None
-            if self.judge.plain:
-                # contract section 5: one measurement of the candidate against the stored incumbent
-                lane.prepare({"B": s.candidate})
-                m = lane.measure(self.program, "B", env=s.env, log_dir=s.log_dir, marker=s.marker,
-                                 with_guards=True)
-                self._check_signal()
-                outcome = self._decide(m, s.files)
-            else:
-                judge = LaneJudge(self.program, self.ws, s.marker, self._check_signal, lane)
-                assert best_before is not None
-                outcome = self._judged(judge.cycle(s.candidate, incumbent, best_before, s.log_dir, s.env,
-                                                   history), s.files)
-            outcome.tree, outcome.diffstat = s.tree_hash, s.stat
+            try:
+                outcome = self._measure_on(lane, s, incumbent, best_before, history)
+            except Tampered as exc:        # a step changed what was being measured
+                outcome = _Outcome("violation", f"violation: {exc}", f"violation: {exc}", changed=s.files)
+            outcome.tree, outcome.diffstat, outcome.measured = s.tree_hash, s.stat, s.candidate
             s.outcome = outcome
         finally:
             lanes.put(lane_id)
+
+    def _measure_on(self, lane: Any, s: _Slot, incumbent: str, best_before: float | None,
+                    history: list[Record]) -> _Outcome:
+        """Steps 4 and 5 for one candidate, on one lane (Run._verify_and_decide, per lane)."""
+        assert s.candidate is not None
+        if self.judge.plain:
+            # contract section 5: one measurement of the candidate against the stored incumbent
+            lane.prepare({"B": s.candidate})
+            m = lane.measure(self.program, "B", env=s.env, log_dir=s.log_dir, marker=s.marker,
+                             with_guards=True)
+            self._check_signal()
+            return self._decide(m, s.files)
+        judge = LaneJudge(self.program, self.ws, s.marker, self._check_signal, self.guard, lane)
+        assert best_before is not None
+        return self._judged(judge.cycle(s.candidate, incumbent, best_before, s.log_dir, s.env, history),
+                            s.files)
 
     def _choose(self, slots: Sequence[_Slot], best_before: float | None) -> _Slot | None:
         """Of the candidates the rule would keep, the best (the earliest on a tie); the others
@@ -332,6 +362,8 @@ class ParallelRun(Run):
                 assert o.tree is not None
                 message = self._commit_message(s.n, s.proposal, o)
                 commit = self.ws.commit(o.tree, incumbent, message, self.ws.identity())
+                assert o.measured is not None
+                self.guard.check_keep(commit, o.measured)  # the kept tree is the measured tree
                 self.journal.append({"t": "intent", "cycle": s.n, "commit": commit, "parent": incumbent})
                 self.ws.advance(commit, incumbent, f"autoloop: keep cycle {s.n}")
                 self._set_incumbent(commit, self.baseline, o.metric)
@@ -372,6 +404,15 @@ class ParallelRun(Run):
     def _abort_round(self, slots: Sequence[_Slot], incumbent: str, reason: str) -> None:
         """Leave no trace of an unfinished round: every tree back at the incumbent, the ledger
         says each of its cycles was abandoned."""
+        self._restoring = True   # a further Ctrl-C must not cut this short
+        try:
+            self._undo_round(slots, incumbent, reason)
+        finally:
+            self._restoring = False
+
+    def _undo_round(self, slots: Sequence[_Slot], incumbent: str, reason: str) -> None:
+        for s in slots:  # nothing a worker started may write after the restore
+            proc.kill_marked(s.marker)
         if self.sentinel.changed():
             self.sentinel.restore()
         if self.journal.tampered():

@@ -23,8 +23,9 @@ from typing import Any, Callable, Literal, Mapping, NoReturn, Sequence
 
 import yaml
 
+from autoloop.envs import unsafe as unsafe_env
 from autoloop.errors import ConfigError, RepoStateError, UsageError
-from autoloop.globs import PathRules, pattern_problem, touches_git
+from autoloop.globs import PathRules, is_git_path, path_problem, pattern_problem, touches_git
 
 Direction = Literal["minimize", "maximize"]
 
@@ -161,6 +162,33 @@ class ParallelSpec:
 
 
 @dataclass(frozen=True)
+class SandboxSpec:
+    """Where a subprocess generator runs (see autoloop.sandbox)."""
+
+    kind: Literal["none", "bwrap"] = "none"
+    network: bool = False                # bwrap: keep the network (agent CLIs need their API)
+    writable: tuple[str, ...] = ()       # bwrap: more paths it may write (~ expanded), e.g. ~/.claude
+
+
+@dataclass(frozen=True)
+class ResourcesSpec:
+    """What one cycle's generator may consume (see autoloop.proc.Limits)."""
+
+    max_change_mb: float = 100.0         # bytes of files a cycle adds or modifies
+    max_disk_mb: float = 2048.0          # disk it may take while it runs, and its largest file
+    max_processes: int = 2048            # processes at a time (RLIMIT_NPROC; not for root)
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Data outside git the guards and verifier read: `source` appears read-only at `target`
+    (repo-relative) in every verification tree."""
+
+    source: Path                         # absolute, resolved
+    target: str
+
+
+@dataclass(frozen=True)
 class StopSpec:
     max_cycles: int | None = None
     max_minutes: float | None = None
@@ -184,6 +212,9 @@ class Program:
     limits: tuple[LimitSpec, ...] = ()
     holdout: HoldoutSpec | None = None
     parallel: ParallelSpec = field(default_factory=ParallelSpec)
+    sandbox: SandboxSpec = field(default_factory=SandboxSpec)
+    resources: ResourcesSpec = field(default_factory=ResourcesSpec)
+    data: tuple[DataSpec, ...] = ()
     body: str = ""
     source: bytes = b""                 # the exact bytes read, to detect and undo tampering
     lines: Mapping[str, int] = field(default_factory=dict)  # dotted key -> line, for later messages
@@ -226,6 +257,9 @@ def load_program(path: Path) -> Program:
     """Read and validate the program file at `path`, in the git repository that holds it."""
     path = Path(path)
     try:
+        # a FIFO or a device would block the read (or never end): only regular files
+        if path.exists() and not path.is_dir() and not path.is_file():
+            raise UsageError(f"cannot read program file {path}: not a regular file")
         source = path.read_bytes()
     except FileNotFoundError:
         raise UsageError(f"cannot read program file {path}: no such file") from None
@@ -262,7 +296,7 @@ def parse_program(text: bytes | str, path: Path, repo_root: Path) -> Program:
     if not path.is_relative_to(repo_root):
         raise UsageError(f"program file {path} is not inside the repository {repo_root}")
     source = text if isinstance(text, bytes) else text.encode("utf-8")
-    parser = _Parser(path.name)
+    parser = _Parser(path.name, repo_root)
     front, body = parser.split(parser.decode(source))
     values = _PROGRAM(parser, parser.compose(front), _At("", 1))
     return Program(path=path, repo_root=repo_root, body=body, source=source,
@@ -297,8 +331,9 @@ class _Parser:
     # The front matter starts on file line 2; YAML marks count from 0.
     _OFFSET = 2
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, repo_root: Path | None = None) -> None:
         self.name = name
+        self.repo_root = repo_root
         self.lines: dict[str, int] = {}
         # One loader instance only to turn scalar nodes into typed values (int, bool, ...),
         # with the same YAML 1.1 rules yaml.safe_load applies.
@@ -581,6 +616,21 @@ def _enum(options: Sequence[str] | Callable[[], Sequence[str]]) -> Check:
     return check
 
 
+def _host_paths(p: _Parser, node: yaml.Node, at: _At) -> tuple[str, ...]:
+    """Absolute paths on this machine (`~` allowed): a list, or one string."""
+    items = node.value if isinstance(node, yaml.SequenceNode) else [node]
+    out = []
+    for i, item in enumerate(items):
+        where = at.item(i, p.line(item)) if item is not node else at
+        value = p.value(item)
+        if not isinstance(value, str) or not value.strip():
+            p.expected(where, "an absolute path (or ~/...)", value)
+        if not os.path.isabs(os.path.expanduser(value)):
+            p.fail(where.line, f"{where.key}: {value!r} must be absolute (or start with ~/)")
+        out.append(value)
+    return tuple(out)
+
+
 def _generator_kinds() -> Sequence[str]:
     # Imported when used: the registry imports this module for its dataclasses.
     from autoloop.generators.registry import KINDS
@@ -678,6 +728,45 @@ def guard_name(command: str, taken: set[str] | frozenset[str] = frozenset()) -> 
         n += 1
         name = f"{base}-{n}"
     return name
+
+
+def _data(p: _Parser, node: yaml.Node, at: _At) -> tuple[DataSpec, ...]:
+    """Each item is {path, as}, or one repo-relative path (ignored data in the checkout) that
+    appears at the same place in the verification trees."""
+    if not isinstance(node, yaml.SequenceNode):
+        p.expected(at, "a list of {path: ..., as: ...}", p.value(node))
+    out: list[DataSpec] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(node.value):
+        where = at.item(i, p.line(item))
+        p.lines[where.key] = where.line
+        if isinstance(item, yaml.MappingNode):
+            spec = _DATA(p, item, where)
+            source, target = spec["path"], spec["as"]
+            target_line = p.lines[f"{where.key}.as"]
+        elif isinstance(item, yaml.ScalarNode) and isinstance(p.value(item), str):
+            source = target = p.value(item).strip()
+            target_line = where.line
+            problem = path_problem(target)
+            if problem or os.path.isabs(target):
+                p.fail(where.line, f"{where.key}: {target!r}: a short form must be a repo-relative "
+                                   "path; use {path: /abs/source, as: repo/relative/place}")
+        else:
+            p.expected(where, "a mapping {path, as} or a repo-relative path", p.value(item))
+        problem = path_problem(target)
+        if problem:
+            p.fail(target_line, f"{where.key}.as: {target!r}: {problem}")
+        if is_git_path(target):
+            p.fail(target_line, f"{where.key}.as: {target!r} would be inside .git")
+        for other, line in seen.items():
+            if target == other or target.startswith(other + "/") or other.startswith(target + "/"):
+                p.fail(target_line, f"{where.key}.as: {target!r} overlaps the data on line {line}")
+        seen[target] = target_line
+        root = p.repo_root or Path.cwd()
+        full = Path(os.path.expanduser(source))
+        full = (full if full.is_absolute() else root / full).resolve()
+        out.append(DataSpec(full, target))
+    return tuple(out)
 
 
 def _guards(p: _Parser, node: yaml.Node, at: _At) -> tuple[GuardSpec, ...]:
@@ -806,7 +895,7 @@ def _build_holdout(p: _Parser, values: dict[str, Any], at: _At) -> dict[str, Any
     return values
 
 
-def _build_program(p: _Parser, values: dict[str, Any], at: _At) -> dict[str, Any]:
+def _check_accept(p: _Parser, values: dict[str, Any]) -> None:
     verifier: VerifierSpec = values["verifier"]
     accept: AcceptSpec = values.get("accept", AcceptSpec())
     if accept.rule == "paired" and verifier.repeats > 1:
@@ -817,7 +906,6 @@ def _build_program(p: _Parser, values: dict[str, Any], at: _At) -> dict[str, Any
         holdout = dict(values["holdout"])
         holdout.setdefault("direction", verifier.direction)
         values["holdout"] = HoldoutSpec(**holdout)
-    return values
 
 
 def _kwargs(p: _Parser, values: dict[str, Any], at: _At) -> dict[str, Any]:
@@ -849,6 +937,10 @@ def _worker_envs(p: _Parser, node: yaml.Node, at: _At) -> tuple[Mapping[str, str
                              "(letters, digits and '_', not starting with a digit)")
             if name.startswith("AUTOLOOP_") or name.startswith("GIT_"):
                 p.fail(line, f"{key.key}: {name} is set by autoloop (or git) itself; choose another name")
+            if unsafe_env(name):
+                p.fail(line, f"{key.key}: {name} is removed from every verification (it could make "
+                             "the verifier run code from outside the measured tree); set it in the "
+                             "verifier's command instead")
             value = p.value(value_node)
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                 p.expected(key, "a string or a number", value)
@@ -876,6 +968,53 @@ def _build_parallel(p: _Parser, values: dict[str, Any], at: _At) -> ParallelSpec
                 p.fail(p.lines[f"{at.key}.{key}"],
                        f"{at.key}.{key}: only used with {at.key}.executor: ray")
     return ParallelSpec(**values)
+
+
+# Generators that run inside autoloop (no subprocess to confine): they edit only through the
+# allowlist-checked edit tool (anthropic, openai) or autoloop's own code (tune).
+IN_PROCESS_KINDS = ("anthropic", "openai", "tune")
+
+
+def _build_program(p: _Parser, values: dict[str, Any], at: _At) -> dict[str, Any]:
+    _check_accept(p, values)
+    _check_hardening(p, values)
+    return values
+
+
+def _check_hardening(p: _Parser, values: dict[str, Any]) -> None:
+    sandbox: SandboxSpec | None = values.get("sandbox")
+    generator: GeneratorSpec = values.get("generator") or GeneratorSpec()
+    if sandbox is not None and sandbox.kind != "none" and generator.kind in IN_PROCESS_KINDS:
+        p.fail(p.lines["sandbox"],
+               f"sandbox: {sandbox.kind} confines subprocess generators (command, claude, codex, "
+               f"aider); kind {generator.kind!r} runs inside autoloop and edits only through its "
+               "allowlist-checked edit tool — use sandbox: none")
+    data: tuple[DataSpec, ...] = values.get("data", ())
+    if data and "allowed" in values:
+        editable = PathRules(values["allowed"], values.get("forbidden", ()))
+        for i, d in enumerate(data):
+            for probe in (d.target, d.target + "/x"):
+                if editable.allows(probe):
+                    line = p.lines.get(f"data[{i}].as", p.lines.get(f"data[{i}]", 1))
+                    p.fail(line, f"data[{i}].as: {d.target!r} is a path 'allowed' lets the "
+                                 "generator write; read-only data needs a place it cannot touch")
+
+
+class _ScalarOr(_Section):
+    """A section that may also be written as one word: `sandbox: bwrap` = `{kind: bwrap}`."""
+
+    def __init__(self, fields: Mapping[str, _Field], build: Callable[[_Parser, dict[str, Any], _At], Any],
+                 scalar_key: str) -> None:
+        super().__init__(fields, build)
+        object.__setattr__(self, "scalar_key", scalar_key)
+
+    def __call__(self, p: _Parser, node: yaml.Node, at: _At) -> Any:
+        if isinstance(node, yaml.ScalarNode):
+            key = self.scalar_key  # type: ignore[attr-defined]
+            child = at.child(key, at.line)
+            p.lines[child.key] = at.line
+            return self.build(p, {key: self.fields[key].check(p, node, child)}, at)
+        return super().__call__(p, node, at)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -955,6 +1094,23 @@ _STOP = _Section({
     "max_cost_usd": _Field(_number(above=0, what="a positive amount of USD")),
 }, lambda p, values, at: StopSpec(**values))
 
+_SANDBOX = _ScalarOr({
+    "kind": _Field(_enum(("none", "bwrap")), required=True),
+    "network": _Field(_boolean),
+    "writable": _Field(_host_paths),
+}, lambda p, values, at: SandboxSpec(**values), "kind")
+
+_RESOURCES = _Section({
+    "max_change_mb": _Field(_number(above=0, what="a positive number of MB")),
+    "max_disk_mb": _Field(_number(above=0, what="a positive number of MB")),
+    "max_processes": _Field(_integer(at_least=1, what="a whole number >= 1")),
+}, lambda p, values, at: ResourcesSpec(**values))
+
+_DATA = _Section({
+    "path": _Field(_text(one_line=True), required=True),
+    "as": _Field(_text(one_line=True), required=True),
+}, _kwargs)
+
 _PARALLEL = _Section({
     "workers": _Field(_integer(at_least=1, what=f"a whole number from 1 to {MAX_WORKERS}")),
     "verify": _Field(_integer(at_least=1, what="a whole number >= 1 (verifications at once)")),
@@ -976,6 +1132,9 @@ _PROGRAM = _Section({
     "accept": _Field(_ACCEPT),
     "limits": _Field(_limits),
     "holdout": _Field(_HOLDOUT),
+    "sandbox": _Field(_SANDBOX),
+    "resources": _Field(_RESOURCES),
+    "data": _Field(_data),
     "parallel": _Field(_PARALLEL),
 }, _build_program)
 
@@ -993,6 +1152,8 @@ def known_keys() -> tuple[str, ...]:
                 out += walk(_GUARD, f"{prefix}{name}[].")
             if spec.check is _limits:
                 out += walk(_LIMIT, f"{prefix}{name}[].")
+            if spec.check is _data:
+                out += walk(_DATA, f"{prefix}{name}[].")
         return out
 
     return tuple(walk(_PROGRAM, ""))

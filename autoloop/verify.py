@@ -8,7 +8,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from autoloop import proc
 from autoloop.program import Program, VerifierSpec
@@ -56,14 +56,18 @@ def measure(
     log_dir: Path,
     marker: str,
     with_guards: bool = True,
+    after_step: Callable[[str], None] | None = None,
 ) -> Measurement:
-    """Run the guards (stopping at the first failure), then the verifier."""
+    """Run the guards (stopping at the first failure), then the verifier. `after_step(name)` is
+    called after each of them (it may raise, to void the measurement)."""
     guards: list[GuardResult] = []
     total = 0.0
     if with_guards:
         for guard in program.guards:
             res = proc.run(guard.command, cwd=cwd, env=env, timeout=guard.timeout,
                            log_stem=log_dir / f"guard-{_safe(guard.name)}", marker=marker)
+            if after_step is not None:
+                after_step(f"guard '{guard.name}'")
             total += res.duration_s
             ok = res.ok
             detail = res.describe() if ok else _failure_summary(res)
@@ -74,6 +78,8 @@ def measure(
     spec = program.verifier
     res = proc.run(spec.command, cwd=cwd, env=env, timeout=spec.timeout,
                    log_stem=log_dir / "verifier", marker=marker)
+    if after_step is not None:
+        after_step("the verifier")
     total += res.duration_s
     stem = res.stdout_path.with_suffix("")
     if not res.ok:

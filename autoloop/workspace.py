@@ -11,9 +11,12 @@ import hashlib
 import io
 import os
 import re
+import shutil
+import stat
 import subprocess
 import tarfile
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -58,9 +61,21 @@ def _git_env() -> dict[str, str]:
     return env
 
 
+def git_executable() -> str:
+    """git, resolved once on the PATH autoloop started with: a `git` a generator later puts in
+    a folder earlier on PATH (~/.local/bin) is never the one autoloop runs."""
+    global _GIT
+    if _GIT is None:
+        _GIT = shutil.which("git") or "git"
+    return _GIT
+
+
+_GIT: str | None = None
+
+
 def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True,
         env: dict[str, str] | None = None) -> str:
-    cmd = ["git"]
+    cmd = [git_executable()]
     for item in _SAFE_CONFIG:
         cmd += ["-c", item]
     cmd += list(args)
@@ -126,16 +141,8 @@ class Worktree:
     def _discard(self) -> None:
         """Forget a worktree that is not fully usable — e.g. a kill -9 during `git worktree add`
         left a half-made admin folder, still `locked` — so it can be made afresh."""
-        admin_root = self.common_dir / "worktrees"
-        mine = (self.path / ".git").resolve()
-        if admin_root.is_dir():
-            for admin in admin_root.iterdir():
-                try:
-                    points_to = Path((admin / "gitdir").read_text().strip()).resolve()
-                except (OSError, UnicodeDecodeError):
-                    points_to = None
-                if points_to == mine or (points_to is None and admin.name == self.path.name):
-                    remove_tree(admin)
+        for admin in self._own_admin_dirs():
+            remove_tree(admin)
         if self.path.exists() or self.path.is_symlink():
             if self.path.is_dir() and not self.path.is_symlink():
                 remove_tree(self.path)
@@ -144,16 +151,35 @@ class Worktree:
         git(self.repo_root, "worktree", "prune")
 
     def clear_stale_locks(self) -> None:
-        """After a kill -9 mid-git-call, git's lock files (index.lock, HEAD.lock, ORIG_HEAD.lock,
-        the lock of our private candidate index, ...) would block every later call. Only ours:
-        we hold the run lock, so nobody else uses this tree's admin folder."""
-        if (self.path / ".git").is_file():
-            try:
-                admin = self._find_admin_dir()
-            except (GitError, OSError, UnicodeDecodeError):
-                return
+        """After a kill -9 mid-git-call, git's own lock files (index.lock, HEAD.lock,
+        ORIG_HEAD.lock, ...) would block every later call, and a kill inside `git worktree add`
+        leaves a half-made admin folder that makes `git worktree list` fail for good. Only ours
+        (we hold the run lock, so nobody else uses this tree)."""
+        for admin in self._own_admin_dirs():
+            if not all(_nonempty(admin / name) for name in ("gitdir", "commondir", "HEAD")):
+                remove_tree(admin)  # half-made: open() makes the worktree afresh
+                continue
             for lock in admin.glob("*.lock"):
                 lock.unlink(missing_ok=True)
+
+    def _own_admin_dirs(self) -> list[Path]:
+        """Admin folders under .git/worktrees that belong to this tree: their `gitdir` points at
+        it, or (written before `gitdir` was) their name is this tree's name, git-style
+        suffixed with a number."""
+        root = self.common_dir / "worktrees"
+        if not root.is_dir():
+            return []
+        mine = (self.path / ".git").resolve()
+        out = []
+        for admin in root.iterdir():
+            try:
+                points_to: Path | None = Path((admin / "gitdir").read_text().strip()).resolve()
+            except (OSError, UnicodeDecodeError):
+                points_to = None
+            if points_to == mine or (points_to is None and re.fullmatch(
+                    re.escape(self.path.name) + r"[0-9]*", admin.name)):
+                out.append(admin)
+        return out
 
     def checkout(self, commit: str) -> Path:
         """Make this tree exactly `commit` (opening it the first time); returns its path."""
@@ -188,8 +214,10 @@ class Worktree:
             return False
 
     def _registered(self) -> bool:
-        out = git(self.repo_root, "worktree", "list", "--porcelain")
-        return any(line == f"worktree {self.path}" for line in out.splitlines())
+        """Does some admin folder of the repository point at this tree? Read directly: `git
+        worktree list` fails outright when any admin folder is half-made (a kill -9)."""
+        return bool(self._own_admin_dirs()) and any(
+            (a / "gitdir").is_file() for a in self._own_admin_dirs())
 
     def _find_admin_dir(self) -> Path:
         text = (self.path / ".git").read_text().strip()
@@ -235,6 +263,113 @@ class Worktree:
 
     def snapshot(self) -> dict:
         return self.snapshotter.take()
+
+    def differs_from(self, commit: str) -> list[str]:
+        """Tracked paths of `commit` whose bytes, executable bit or type on disk are not what
+        the commit says — hashed the way git hashes blobs, so nothing relies on git's stat cache
+        (which trusts size and mtime, both settable). Hashes are cached by lstat identity (inode,
+        size, mtime, ctime — ctime cannot be set back) and re-read when that changes."""
+        entries = self._tree_entries(commit)
+        algo = self._object_format()
+        cache = self.__dict__.setdefault("_blob_cache", {})
+        converted = self._converted(commit, entries)
+        out = []
+        for mode, oid, path in entries:
+            if mode == "160000" or path in converted:
+                continue  # a gitlink: nothing on disk to compare; converted files: below
+            full = os.path.join(self.path, path)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                out.append(f"{path} (missing)")
+                continue
+            if mode == "120000":
+                if not stat.S_ISLNK(st.st_mode):
+                    out.append(f"{path} (not a symlink)")
+                elif _blob_id(os.fsencode(os.readlink(full)), algo) != oid:
+                    out.append(f"{path} (link target)")
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                out.append(f"{path} (not a file)")
+                continue
+            if bool(st.st_mode & 0o100) != (mode == "100755"):
+                out.append(f"{path} (mode)")
+                continue
+            key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            hit = cache.get(path)
+            if hit is not None and hit[0] == key and max(st.st_mtime_ns, st.st_ctime_ns) + 100_000_000 < hit[2]:
+                digest = hit[1]
+            else:
+                hashed_at = time.time_ns()
+                try:
+                    digest = _file_blob_id(full, algo)
+                except OSError:
+                    out.append(f"{path} (unreadable)")
+                    continue
+                cache[path] = (key, digest, hashed_at)
+            if digest != oid:
+                out.append(f"{path} (content)")
+        if converted:
+            # files whose bytes on disk git converts (eol, a filter such as LFS, ident): ask git
+            # what it would store for them
+            paths = [path for _, _, path in entries if path in converted]
+            oids = {path: oid for _, oid, path in entries}
+            for path in paths:
+                full = os.path.join(self.path, path)
+                if not os.path.isfile(full) or os.path.islink(full):
+                    out.append(f"{path} (missing)")
+            present = [p for p in paths if os.path.isfile(os.path.join(self.path, p))]
+            if present:
+                got = git(self.path, "hash-object", "--stdin-paths",
+                          input="\n".join(present).encode("utf-8", "surrogateescape") + b"\n").split()
+                for path, oid in zip(present, got):
+                    if oid != oids[path]:
+                        out.append(f"{path} (content)")
+        return out
+
+    def _converted(self, commit: str, entries: list[tuple[str, str, str]]) -> set[str]:
+        """Paths of `commit` that git converts between blob and disk (eol, filter, ident,
+        working-tree-encoding attributes) — asked once per commit."""
+        memo = self.__dict__.setdefault("_converted_memo", {})
+        if commit in memo:
+            return memo[commit]
+        paths = [path for mode, _, path in entries if mode in ("100644", "100755")]
+        found: set[str] = set()
+        if paths:
+            raw = git(self.path, "check-attr", "-z", "--stdin", "filter", "text", "eol", "ident",
+                      "working-tree-encoding",
+                      input=b"\0".join(p.encode("utf-8", "surrogateescape") for p in paths) + b"\0")
+            items = raw.split("\0")
+            for i in range(0, len(items) - 2, 3):
+                path, attr, info = items[i], items[i + 1], items[i + 2]
+                if info not in ("unspecified", "unset"):
+                    found.add(path)
+        memo.clear()
+        memo[commit] = found
+        return found
+
+    def _tree_entries(self, commit: str) -> list[tuple[str, str, str]]:
+        memo = self.__dict__.setdefault("_entries_memo", {})
+        if commit not in memo:
+            raw = git(self.repo_root, "ls-tree", "-r", "-z", "--full-tree", commit)
+            entries = []
+            for item in raw.split("\0"):
+                if not item:
+                    continue
+                meta, _, path = item.partition("\t")
+                mode, _kind, oid = meta.split(" ")
+                entries.append((mode, oid, path))
+            memo.clear()  # one commit at a time is all a verification tree needs
+            memo[commit] = entries
+        return memo[commit]
+
+    def _object_format(self) -> str:
+        fmt = self.__dict__.get("_objfmt")
+        if fmt is None:
+            out = git(self.repo_root, "rev-parse", "--show-object-format", check=False).strip()
+            fmt = "sha256" if out == "sha256" else "sha1"
+            self.__dict__["_objfmt"] = fmt
+        return fmt
 
     def restore(self, commit: str, reference: dict) -> None:
         """Put the work tree back to `reference` (a snapshot taken at `commit`), exactly.
@@ -406,6 +541,10 @@ class Workspace(Worktree):
             self._admin_dir / "commondir": "worktree commondir",
             self._admin_dir / "gitdir": "worktree gitdir",
         }
+        # git reads the user's and the system's config too: a filter or an attributes file
+        # planted there would run (or change bytes) inside our own git calls
+        for path, label in _outer_git_config().items():
+            watched.setdefault(path, label)
         for p in extra:
             watched[p] = p.name
         self._sentinel = Sentinel(watched, label=watched)
@@ -454,7 +593,7 @@ class Workspace(Worktree):
             self.ref, to, current)
 
     def is_ancestor(self, a: str, b: str) -> bool:
-        return subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "merge-base", "--is-ancestor", a, b],
+        return subprocess.run([git_executable(), "-c", "core.hooksPath=/dev/null", "merge-base", "--is-ancestor", a, b],
                               cwd=self.repo_root, env=_git_env(), capture_output=True).returncode == 0
 
     def commit_message(self, commit: str) -> str:
@@ -499,6 +638,51 @@ class Workspace(Worktree):
     def diff_text(self, a: str, b: str, limit: int = 200_000) -> str:
         out = git(self.repo_root, "diff", "--no-ext-diff", "--no-textconv", a, b)
         return out[:limit]
+
+
+def _outer_git_config() -> dict[Path, str]:
+    """The global and system git config files (and the global attributes file) git would read."""
+    home = Path.home()
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "git"
+    out: dict[Path, str] = {}
+    if os.environ.get("GIT_CONFIG_GLOBAL"):
+        out[Path(os.environ["GIT_CONFIG_GLOBAL"])] = "your global git config"
+    else:
+        out[home / ".gitconfig"] = "your global git config"
+        out[xdg / "config"] = "your global git config"
+    out[xdg / "attributes"] = "your global git attributes"
+    if not os.environ.get("GIT_CONFIG_NOSYSTEM") and not os.environ.get("GIT_CONFIG_SYSTEM"):
+        out[Path("/etc/gitconfig")] = "the system git config"
+    elif os.environ.get("GIT_CONFIG_SYSTEM"):
+        out[Path(os.environ["GIT_CONFIG_SYSTEM"])] = "the system git config"
+    return {p: label for p, label in out.items() if str(p) not in ("/dev/null", "")}
+
+
+def _blob_id(data: bytes, algo: str) -> str:
+    h = hashlib.new(algo)
+    h.update(b"blob %d\0" % len(data))
+    h.update(data)
+    return h.hexdigest()
+
+
+def _file_blob_id(path: str, algo: str) -> str:
+    """git's id of the file's bytes as a blob, read in chunks (a tracked file may be large)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        h = hashlib.new(algo)
+        h.update(b"blob %d\0" % size)
+        seen = 0
+        while chunk := f.read(1 << 20):
+            seen += len(chunk)
+            h.update(chunk)
+    return h.hexdigest() if seen == size else "changing"
+
+
+def _nonempty(path: Path) -> bool:
+    try:
+        return path.is_file() and path.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def _slug(tag: str) -> str:

@@ -398,9 +398,6 @@ def test_interrupt_branch_has_only_resumed_keeps(interrupted):
     assert len(p.branch_commits(s["start"])) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a second Ctrl-C a few ms after the first (during the generator) "
-                                        "interrupts the restore: exit 130 says the tree is back at the incumbent "
-                                        "but the generator's edits (or deletions) are left in it")
 def test_double_ctrl_c_still_restores_the_worktree(tmp_path):
     """The impatient user: Ctrl-C twice in quick succession during the generator."""
     for attempt, gap in enumerate((0.005, 0.015, 0.002, 0.01, 0.02)):

@@ -49,6 +49,8 @@ BAD = [
     ("env-bad-name", "parallel:\n  env:\n    - {CUDA-DEVICES: 0}", 13, ["parallel.env[0].CUDA-DEVICES"]),
     ("env-reserved-name", "parallel:\n  env:\n    - {A: 1}\n    - {AUTOLOOP_CYCLE: 1}", 14,
      ["parallel.env[1].AUTOLOOP_CYCLE", "set by autoloop"]),
+    ("env-scrubbed-name", "parallel:\n  env:\n    - {LD_PRELOAD: /x.so}", 13,
+     ["parallel.env[0].LD_PRELOAD", "removed from every verification"]),
     ("env-bad-value", "parallel:\n  env:\n    - {A: [1, 2]}", 13, ["parallel.env[0].A", "string or a number"]),
     ("env-more-than-workers", "parallel:\n  workers: 2\n  env: [{A: 1}, {A: 2}, {A: 3}]", 13,
      ["parallel.env", "3 entries for 2 workers"]),

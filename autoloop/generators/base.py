@@ -32,6 +32,10 @@ class GenContext:
     env: Mapping[str, str]          # environment for subprocesses (already scrubbed of our secrets)
     timeout: float
     run_marker: str                 # value of AUTOLOOP_RUN_MARKER; lets us find leftover processes
+    # A subprocess generator's command goes through `wrap` (the sandbox: a bwrap command line)
+    # when it is set, and runs under `limits` (resource limits, see autoloop.proc.Limits).
+    wrap: Callable[[Any], Any] | None = None
+    limits: Any = None
 
 
 @dataclass

@@ -49,10 +49,16 @@ class CommandGenerator:
             AUTOLOOP_HYPOTHESIS_FILE=str(ctx.hypothesis_file),
             AUTOLOOP_WORKDIR=str(ctx.workdir),
         )
-        res = proc.run(self.command(ctx), cwd=ctx.workdir, env=env, timeout=ctx.timeout,
-                       log_stem=ctx.log_dir / "generator", stdin=self.stdin(ctx), marker=ctx.run_marker)
+        command = self.command(ctx)
+        if ctx.wrap is not None:
+            command = ctx.wrap(command)
+        res = proc.run(command, cwd=ctx.workdir, env=env, timeout=ctx.timeout,
+                       log_stem=ctx.log_dir / "generator", stdin=self.stdin(ctx), marker=ctx.run_marker,
+                       limits=ctx.limits)
         if res.interrupted:
             raise GeneratorError("interrupted")
+        if res.over_limit is not None:
+            raise GeneratorError(f"generator {res.describe()}")
         if res.start_error is not None:
             # it will not start next cycle either
             raise FatalGeneratorError(f"cannot run the generator {_show(self.command(ctx))}: {res.start_error}")

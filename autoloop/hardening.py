@@ -1,0 +1,477 @@
+"""What keeps the verifier's trusted base apart from everything the generator can write or
+leave running — the parts of a cycle that are not the six steps themselves:
+
+- preflight, before anything changes: the sandbox can be made (or exit 2), the data exist and
+  do not collide with the repository, no submodules, the run branch is not checked out;
+- around the generator: the sandbox command line and resource limits; what it changed outside
+  its work tree (the verification trees, the Pythons' site folders, autoloop's code, the data,
+  the run's lock);
+- around each measurement: the data linked in, the tree proven to hold exactly the candidate
+  (hashed as git hashes blobs), a scrubbed environment with fresh scratch folders; after every
+  guard and the verifier, the tree re-proven and checked for planted code; after the
+  measurement, git's files, program.md, the verifier's files in your checkout, the journal and
+  the places above checked again;
+- before a keep: the commit to be kept has the tree that was measured.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import stat
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Mapping, Sequence
+
+from autoloop import envs, proc
+from autoloop.errors import ConfigError, RepoStateError, RunFailure
+from autoloop.journal import Journal
+from autoloop.program import Program
+from autoloop.sandbox import Bwrap, SandboxUnavailable
+from autoloop.scope_rules import IMPLICIT_FILES, module_shadow_regex
+from autoloop.sentinel import remove_tree
+from autoloop.snapshot import Change
+from autoloop.watch import Changed, NameTree, StatTree, Watch, changed_paths, is_injection, site_dirs
+from autoloop.workspace import Workspace, Worktree, git
+from autoloop.workspace import git_executable as workspace_git
+
+MB = 1 << 20
+WARM_FROM_CYCLES = 5
+_PYTHON = re.compile(r"python[0-9.]*")
+_ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+
+
+class Tampered(Exception):
+    """A step of a measurement changed what is being measured; the message says what."""
+
+
+class Guardrails:
+    def __init__(self, program: Program, ws: Workspace, journal: Journal,
+                 protected: Mapping[str, str], planned_cycles: int | None = None) -> None:
+        self.program = program
+        self.ws = ws
+        self.journal = journal
+        self.protected = dict(protected)
+        self.sandbox = Bwrap(program.sandbox) if program.sandbox.kind == "bwrap" else None
+        lim = program.resources
+        self.limits = proc.Limits(file_bytes=int(lim.max_disk_mb * MB), disk_bytes=int(lim.max_disk_mb * MB),
+                                  disk_path=ws.path.parent, processes=lim.max_processes)
+        self.fatal: str | None = None
+        self._shadow = module_shadow_regex(self.protected)
+        self._lock_path: Path | None = None
+        self._lock_id: tuple[int, int] | None = None
+        # Parallel rounds (autoloop.parallel) measure several candidates at once: what one
+        # measurement is checking is per thread, the bytecode cache is built by one of them, and
+        # the round captures and checks the places outside the trees once for all of them.
+        self._local = threading.local()
+        self._warm_lock = threading.Lock()
+        self.capture_each_measurement = True
+        self.untrusted: list[Path] = [ws.path]   # work trees a generator edited
+        # Bytecode every measurement starts from (see measuring): taken from the baseline's, or,
+        # in a resumed run, compiled by us — which costs about one cold start and saves one per
+        # measurement, so only for runs of more than a few cycles (None: no limit).
+        self._warm_built = False
+        self._warm_worth_it = planned_cycles is None or planned_cycles >= WARM_FROM_CYCLES
+        self._warm_dir = ws.path.with_name(ws.path.name + ".scratch") / "pycache-warm"
+        self._pycache_tree: StatTree | None = None
+
+    # ---- before anything changes ---------------------------------------------------------------
+
+    def preflight(self) -> None:
+        p = self.program
+        if self.sandbox is not None:
+            try:
+                self.sandbox.probe()
+            except SandboxUnavailable as exc:
+                raise ConfigError(f"{p.path.name}:{p.lines.get('sandbox', 1)}: sandbox: {exc}") from None
+        start = self.ws.branch_head() or self.ws.head()
+        for i, d in enumerate(p.data):
+            if not d.source.exists():
+                line = p.lines.get(f"data[{i}].path", p.lines.get(f"data[{i}]", 1))
+                raise ConfigError(f"{p.path.name}:{line}: data[{i}].path: {str(d.source)!r} does not exist")
+            if git(self.ws.repo_root, "ls-tree", "--name-only", start, "--", d.target, check=False).strip():
+                line = p.lines.get(f"data[{i}].as", p.lines.get(f"data[{i}]", 1))
+                raise ConfigError(f"{p.path.name}:{line}: data[{i}].as: {d.target!r} is a path of the "
+                                  f"repository at {start[:12]}; data needs a place the repository does not use")
+        links = [line.split(" ", 3) for line in
+                 git(self.ws.repo_root, "ls-tree", "-r", start, check=False).splitlines()
+                 if line.startswith("160000 ")]
+        if links:
+            names = ", ".join(item[-1].split("\t", 1)[-1] for item in links[:3])
+            raise RepoStateError(f"{self.ws.repo_root}: the repository has submodules ({names}); autoloop's "
+                                 "private worktrees would not contain them, so verification would not "
+                                 "see what you see — not supported (vendor them, or run in a repository "
+                                 "without submodules)")
+        listing = git(self.ws.repo_root, "worktree", "list", "--porcelain", check=False)
+        current = None
+        for line in listing.splitlines():
+            if line.startswith("worktree "):
+                current = line[len("worktree "):]
+            elif line == f"branch {self.ws.ref}":
+                raise RepoStateError(f"branch {self.ws.branch} is checked out in {current}; autoloop moves "
+                                     "it as cycles are kept, which would change that checkout under you — "
+                                     "switch it to another branch first")
+
+    # ---- the run begins ---------------------------------------------------------------------
+
+    def user_files(self) -> list[Path]:
+        """Files of your checkout the run depends on, for the sentinel: the verifier's and the
+        guards' own files (program.md is watched by the loop)."""
+        root = self.program.repo_root
+        out = []
+        for rel, label in self.protected.items():
+            if label == "used by the verifier" and (root / rel).is_file():
+                out.append(root / rel)
+        return out
+
+    def start(self, sentinel, lock_path: Path) -> None:  # type: ignore[no-untyped-def]
+        self.sentinel = sentinel
+        scratch = self._scratch_root()
+        if scratch.is_dir():  # what a killed run left: old measurements' scratch, the warm cache
+            for old in scratch.iterdir():
+                _remove(old)
+        self._lock_path = lock_path
+        self._lock_id = _identity(lock_path)
+        base = envs.scrubbed(os.environ, scratch=self._scratch_root() / "probe")
+        sites = site_dirs(self._named_interpreters(), base)
+        envs._remove(self._scratch_root() / "probe")
+        self._sites = [StatTree(d, f"the Python installation ({d})", top_only=True) for d in sites]
+        pkg = Path(__file__).resolve().parent
+        self._own = StatTree(pkg, "autoloop's own code", skip=frozenset({"__pycache__"}))
+        self._data = [StatTree(d.source, f"the read-only data {d.source}", cap=1_000_000) for d in self.program.data]
+        verify = [StatTree(self.ws.path.with_name(f"{self.ws.path.name}.verify-{slot}"),
+                           "a verification tree", skip=frozenset({".git"})) for slot in range(4)]
+        programs = self._programs(base)
+        self.gen_watch = Watch([*verify, *self._sites, self._own, *self._data, *programs])
+        self.verify_watch = Watch([*self._sites, self._own, *self._data, *programs])
+
+    def _programs(self, env: Mapping[str, str]) -> list[StatTree]:
+        """What the commands resolve through PATH: a new `python` or `git` in a folder earlier
+        on PATH (~/.local/bin) changes that folder's times; the interpreters the commands name
+        and git itself, replaced in place, change their own."""
+        out = []
+        for d in env.get("PATH", "").split(os.pathsep):
+            if d and os.path.isdir(d) and not any(t.root == Path(d) for t in out):
+                out.append(NameTree(Path(d), f"a folder on PATH ({d})"))
+        exes = {workspace_git()}
+        for name in self._named_interpreters():
+            found = name if os.path.isabs(name) else shutil.which(name, path=env.get("PATH"))
+            if found:
+                exes.add(found)
+        for exe in sorted(exes):
+            for path in dict.fromkeys([exe, os.path.realpath(exe)]):
+                if os.path.exists(path):
+                    out.append(StatTree(Path(path), f"the program {path}", cap=1))
+        return out
+
+    def _named_interpreters(self) -> list[str]:
+        """The Pythons the verifier's and guards' command lines start (`python3 x.py`,
+        `.venv/bin/python -m y`); a Python started from inside a script is not known here."""
+        names: list[str] = []
+        commands = [self.program.verifier.command, *(g.command for g in self.program.guards)]
+        for cmd in commands:
+            try:
+                words = shlex.split(cmd)
+            except ValueError:
+                words = cmd.split()
+            words = [w for w in words if not _ASSIGN.fullmatch(w) and w not in ("env", "exec", "uv", "run")]
+            if words and _PYTHON.fullmatch(os.path.basename(words[0])) and words[0] not in names:
+                names.append(words[0])
+        return names
+
+    def _scratch_root(self) -> Path:
+        return self.ws.path.with_name(self.ws.path.name + ".scratch")
+
+    # ---- the generator ------------------------------------------------------------------------
+
+    def wrap(self, log_dir: Path, workdir: Path | None = None):  # -> Callable[[command], command] | None
+        """The sandbox command line for a generator editing `workdir` (the run's work tree, or a
+        parallel worker's own)."""
+        if self.sandbox is None:
+            return None
+        sandbox, ws = self.sandbox, self.ws
+        tree = workdir or ws.path
+
+        def wrap(command):  # type: ignore[no-untyped-def]
+            return sandbox.argv(command, workdir=tree, writable=[log_dir], readable=[ws.common_dir])
+
+        return wrap
+
+    def before_generate(self) -> None:
+        self.gen_watch.capture()
+        self._killed_before = proc.leftovers_killed()
+
+    def after_generate(self, changes: Sequence[Change]) -> list[str]:
+        """What the generator did that the work-tree scope check does not see."""
+        problems = self._outside(self.gen_watch, "")
+        left = proc.leftovers_killed() - self._killed_before
+        if left:
+            # killed before anything was looked at; a process that outlives the generator could
+            # change the tree after the check, so the cycle does not count
+            problems.append(f"left {left} process{'es' if left > 1 else ''} running after it exited (killed)")
+        cap = self.limits.file_bytes
+        full = [c.path for c in changes if cap is not None and c.after is not None and c.after.kind == "f"
+                and c.after.size >= cap]
+        if full:
+            problems.append(f"{full[0]} reached the largest file size allowed "
+                            f"(resources.max_disk_mb: {self.program.resources.max_disk_mb:g})")
+        limit = self.program.resources.max_change_mb
+        size = sum(c.after.size for c in changes if c.after is not None and c.after.kind == "f")
+        if size > limit * MB:
+            problems.append(f"the change is {size / MB:.1f} MB of files (resources.max_change_mb: {limit:g})")
+        return problems
+
+    def _outside(self, watch: Watch, when: str) -> list[str]:
+        """Report what changed outside the work tree. Files there are not autoloop's: the only
+        thing ever done to them is moving a *new* entry that would run code in every later
+        measurement (an injection in a site folder, a program that appeared on PATH) into the
+        run's quarantine folder — never a delete, never a file that existed at the capture.
+        A changed file that existed before cannot be put back (only its stat was kept), so the
+        run stops and says which."""
+        problems = []
+        for ch in watch.changes():
+            tree, paths = ch.tree, ch.paths
+            shown = ", ".join(paths[:3]) + (f" (+{len(paths) - 3} more)" if len(paths) > 3 else "")
+            problem = f"{when}changed {tree.label}: {shown}"
+            if tree in self._sites:
+                problem += self._neutralize(ch, is_injection)
+                old = [rel for rel in paths if rel not in ch.new and rel != "." and is_injection(rel)]
+                if old:
+                    self.fatal = (f"{tree.label}: {', '.join(old[:3])} changed during the run; it runs "
+                                  "code at every Python start and autoloop cannot put it back — check "
+                                  "it, then resume")
+            elif isinstance(tree, NameTree):  # a program that appeared on PATH would shadow the real one
+                problem += self._neutralize(ch, lambda rel: os.path.isfile(tree.root / rel)
+                                            or os.path.islink(tree.root / rel))
+            problems.append(problem)
+            if tree in self._sites or isinstance(tree, NameTree):
+                pass
+            elif tree is self._own:
+                self.fatal = (f"autoloop's own code changed during the run ({shown}); reinstall autoloop "
+                              "before going on")
+            elif tree is self._pycache_tree:
+                remove_tree(tree.root)  # poisoned: measure without it from now on
+            elif tree in self._data:
+                self.fatal = (f"the read-only data {tree.root} changed ({shown}); measurements made "
+                              "before and after are not comparable — restore it, then resume")
+        lock = self._lock_problem()
+        if lock:
+            problems.append(when + lock)
+        return problems
+
+    def _neutralize(self, ch: Changed, dangerous: Callable[[str], bool]) -> str:
+        """Move the new top-level entries of `ch` that `dangerous` picks into quarantine; the
+        text to add to the problem."""
+        kept = [self._quarantine(ch.tree.root / rel) for rel in ch.new if "/" not in rel and dangerous(rel)]
+        return f" — moved to {kept[0].parent} (move back what was yours)" if kept else ""
+
+    def _quarantine(self, path: Path) -> Path:
+        """Move `path` out of the way, into <tag>.quarantine/<time>/ beside the work tree."""
+        import time
+
+        box = self.ws.path.with_name(self.ws.path.name + ".quarantine") / time.strftime("%Y%m%d-%H%M%S")
+        box.mkdir(parents=True, exist_ok=True)
+        dest = box / _quarantine_name(path)
+        try:
+            shutil.move(str(path), str(dest))
+        except OSError as exc:
+            self.fatal = f"could not move {path} out of the way ({exc}); remove it, then resume"
+        return dest
+
+    def _lock_problem(self) -> str | None:
+        if self._lock_path is None or _identity(self._lock_path) == self._lock_id:
+            return None
+        # Someone replaced or removed the lock file: another run could now take the tag. Take it
+        # again; if another run already did, stop.
+        from filelock import FileLock, Timeout
+
+        self._lock_path.unlink(missing_ok=True)
+        lock = FileLock(str(self._lock_path), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            self.fatal = "another autoloop run took this tag's lock after it was replaced"
+        self._held = lock  # keep it (and its flock) for the rest of the run
+        self._lock_id = _identity(self._lock_path)
+        return f"replaced the run's lock {self._lock_path.name}"
+
+    # ---- a measurement --------------------------------------------------------------------------
+
+    @contextmanager
+    def measuring(self, tree: Worktree, commit: str, base_env: Mapping[str, str], *,
+                  baseline: bool = False) -> Iterator[dict[str, str]]:
+        """The environment for measuring `commit` in `tree` (already checked out at it): data
+        linked in, the tree proven to hold exactly the commit, fresh scratch folders."""
+        self._link_data(tree.path)
+        bad = tree.differs_from(commit)
+        if bad:
+            tree.checkout(commit)  # something raced our checkout: once more, then no more
+            self._link_data(tree.path)
+            bad = tree.differs_from(commit)
+            if bad:
+                raise Tampered("the verification tree does not hold the candidate: " + ", ".join(bad[:5]))
+        with self._warm_lock:
+            warm = None if baseline else self._warm_cache(base_env)
+        if self.capture_each_measurement:
+            self.verify_watch.capture()
+        self._local.measuring = (tree, commit)
+        try:
+            with envs.measurement_env(base_env, parent=self._scratch_root(), untrusted=self.untrusted,
+                                      warm=warm) as env:
+                yield env
+                if baseline and not self._warm_built:
+                    # The baseline runs the starting commit — your code, the standard every cycle
+                    # is judged by: the bytecode it compiled for modules outside autoloop's trees
+                    # (the standard library, site-packages) starts every later measurement.
+                    self._keep_warm(Path(env["PYTHONPYCACHEPREFIX"]))
+        finally:
+            self._local.measuring = None
+
+    def _keep_warm(self, prefix: Path) -> None:
+        self._warm_built = True
+        trees = prefix / os.path.realpath(self.ws.path.parent).lstrip("/")
+        if self._warm_dir.exists():
+            remove_tree(self._warm_dir)
+        try:
+            shutil.copytree(prefix, self._warm_dir, symlinks=True, copy_function=shutil.copyfile,
+                            ignore=lambda d, names: [n for n in names if Path(d, n) == trees])
+        except OSError:
+            _remove(self._warm_dir)
+            return
+        self._watch_warm()
+
+    def _watch_warm(self) -> None:
+        """From now on the warm cache is watched like the rest of the trusted base."""
+        tree = StatTree(self._warm_dir, "autoloop's bytecode cache")
+        self.gen_watch.add(tree)
+        self.verify_watch.add(tree)
+        self._pycache_tree = tree
+
+    def _warm_cache(self, base_env: Mapping[str, str]) -> Path | None:
+        """Built once per run without a baseline (a resumed one), at its first measurement, for
+        the Pythons the commands name."""
+        if self._warm_built:
+            return self._warm_dir if self._warm_dir.is_dir() else None
+        self._warm_built = True
+        if not self._warm_worth_it:
+            return None
+        named = self._named_interpreters()
+        exes = [e for e in (shutil.which(n, path=base_env.get("PATH")) if not os.path.isabs(n) else n
+                            for n in named) if e]
+        if not exes:
+            return None
+        if self._warm_dir.exists():
+            remove_tree(self._warm_dir)
+        envs.warm_cache(exes, envs.scrubbed(base_env, scratch=self._scratch_root() / "warm-env"), self._warm_dir)
+        envs._remove(self._scratch_root() / "warm-env")
+        self._watch_warm()
+        return self._warm_dir
+
+    def after_step(self, step: str) -> None:
+        """Called after each guard and the verifier: raise Tampered if the step changed the
+        candidate's files or planted code that a later step would run."""
+        measuring = getattr(self._local, "measuring", None)
+        if measuring is None:
+            return
+        tree, commit = measuring
+        bad = tree.differs_from(commit)
+        if bad:
+            raise Tampered(f"{step} changed files of the candidate while it was measured: " + ", ".join(bad[:5]))
+        planted = self._planted(tree, commit)
+        if planted:
+            raise Tampered(f"{step} left code that a later step would run: " + ", ".join(planted[:5]))
+
+    def _planted(self, tree: Worktree, commit: str) -> list[str]:
+        """Untracked files a later step would run without naming them: conftest.py,
+        *customize.py, .pth files, shadows of a protected module."""
+        tracked: set[str] = set()
+        for _, _, path in tree._tree_entries(commit):
+            parts = path.split("/")
+            tracked.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+        out = []
+        root = str(tree.path)
+        for dirpath, dirnames, filenames in os.walk(root):
+            rel_dir = os.path.relpath(dirpath, root)
+            if rel_dir == ".":
+                rel_dir = ""
+                dirnames[:] = [d for d in dirnames if d != ".git"]
+            for name in filenames + dirnames:
+                rel = f"{rel_dir}/{name}" if rel_dir else name
+                if rel in tracked:
+                    continue
+                if name in IMPLICIT_FILES or name.endswith(".pth") or \
+                        (self._shadow is not None and self._shadow.fullmatch(rel)):
+                    out.append(rel)
+        return out
+
+    def after_verify(self) -> list[str]:
+        """Everything a measurement could have reached that the generator's checks cover, again."""
+        problems = []
+        changed = self.sentinel.changed()
+        if changed:
+            problems.append("during verification: changed " + ", ".join(changed) + " (git's or the run's own files)")
+            self.sentinel.restore()
+        if self.journal.tampered():
+            problems.append("during verification: changed the ledger")
+            self.journal.repair()
+        # experiments.md and results.tsv are derived from the ledger, shared by the runs of all
+        # tags next to this program (each renders its own): put ours back, without blame
+        if not self.journal.rendered_ok(self.program.goal):
+            self.journal.render(self.program.goal)
+        if self.ws.dotgit_tampered():
+            problems.append("during verification: changed the work tree's .git link")
+            self.ws.restore_dotgit()
+        problems += self._outside(self.verify_watch, "during verification: ")
+        return problems
+
+    def _link_data(self, tree: Path) -> None:
+        for d in self.program.data:
+            link = tree / d.target
+            if link.is_symlink() and os.readlink(link) == str(d.source):
+                continue
+            if link.is_symlink() or link.is_file():
+                link.unlink()
+            elif link.exists():
+                remove_tree(link)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(d.source, link)
+
+    # ---- keeping ----------------------------------------------------------------------------------
+
+    def check_keep(self, commit: str, measured: str) -> None:
+        """The commit about to become the incumbent has exactly the tree that was measured."""
+        if self.ws.tree_of(commit) != self.ws.tree_of(measured):
+            raise RunFailure(f"internal error: commit {commit[:12]} does not have the tree of the measured "
+                             f"candidate {measured[:12]}; nothing was kept")
+
+    def raise_if_fatal(self) -> None:
+        if self.fatal:
+            raise RunFailure(self.fatal)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def _quarantine_name(path: Path) -> str:
+    return str(path).strip("/").replace("/", "__")
+
+
+def _remove(path: Path) -> None:
+    try:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            remove_tree(path)
+    except OSError:
+        pass
+
+
+__all__ = ["Guardrails", "Tampered", "changed_paths"]

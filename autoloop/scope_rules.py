@@ -1,0 +1,92 @@
+"""The rules a cycle's change set is checked against: PathRules (allowed − forbidden − protected
+− .git) plus the files that run code without being named — which a wide `allowed` pattern must
+not hand to the generator by accident:
+
+- `conftest.py` (pytest loads it for every test below it), `sitecustomize.py` and
+  `usercustomize.py` (imported at interpreter start from sys.path), `*.pth` (site folders run
+  their `import` lines at start): changing one is a violation unless an `allowed` pattern names
+  that exact path, without wildcards (`allowed: [tests/conftest.py]`);
+- bytecode (`*.pyc`, `*.pyo`, anything in `__pycache__/`): never kept — an unchecked-hash
+  `.pyc` stands in for its source even under `python -B`; the generator's own Python writes
+  none (PYTHONDONTWRITEBYTECODE), and verification reads none (a fresh PYTHONPYCACHEPREFIX);
+- shadows of a protected module: for a protected `pkg/evaluate.py`, the package folder
+  `pkg/evaluate/`, the extension modules `pkg/evaluate*.so`, `pkg/evaluate.pyc`, ... — Python's
+  import system prefers every one of them to the `.py` file.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+from autoloop.globs import PathRules
+
+IMPLICIT_FILES = ("conftest.py", "sitecustomize.py", "usercustomize.py")
+
+
+def implicit_code(path: str) -> str | None:
+    """Why `path` runs code nobody names (or can stand in for source), else None."""
+    parts = path.split("/")
+    name = parts[-1]
+    if "__pycache__" in parts[:-1] or name == "__pycache__" or name.endswith((".pyc", ".pyo")):
+        return "bytecode (never kept: a .pyc can stand in for its source)"
+    if name in IMPLICIT_FILES:
+        return f"{name} runs code implicitly (allow it by its exact path to permit this)"
+    if name.endswith(".pth"):
+        return ".pth files run code at interpreter start (allow it by its exact path to permit this)"
+    return None
+
+
+def module_shadow_regex(modules: Iterable[str]) -> re.Pattern[str] | None:
+    """Paths that Python would import instead of one of the protected `.py` files `modules`."""
+    alts = []
+    for m in modules:
+        if not m.endswith(".py"):
+            continue
+        head, _, file = m.rpartition("/")
+        stem = file[:-3]
+        if stem == "__init__" or stem == "__main__":
+            continue
+        d = re.escape(head + "/") if head else ""
+        s = re.escape(stem)
+        alts.append(f"{d}{s}(?:/.*)?")                       # a package folder of that name
+        alts.append(f"{d}{s}\\.(?:[^/]*\\.)?(?:so|pyd|pyc)")  # extension modules, sourceless bytecode
+    if not alts:
+        return None
+    return re.compile("(?:" + "|".join(alts) + ")", re.DOTALL)
+
+
+class ScopeRules:
+    """PathRules with the implicit-code and module-shadow checks on top; same interface."""
+
+    def __init__(self, allowed: Iterable[str], forbidden: Iterable[str] = (),
+                 protected: Mapping[str, str] | None = None) -> None:
+        self.base = PathRules(allowed, forbidden, protected or {})
+        self.literal = {p for p in self.base.allowed if not any(c in p for c in "*?[")}
+        self._shadow = module_shadow_regex(self.base.protected)
+
+    @property
+    def protected(self) -> dict[str, str]:
+        return self.base.protected
+
+    def why_not(self, path: str) -> str | None:
+        why = self.base.why_not(path)
+        if why is not None:
+            return why
+        if self._shadow is not None and self._shadow.fullmatch(path):
+            return "shadows a protected module (Python would import it instead)"
+        implicit = implicit_code(path)
+        if implicit is not None and (implicit.startswith("bytecode") or path not in self.literal):
+            return implicit
+        return None
+
+    def allows(self, path: str) -> bool:
+        return self.why_not(path) is None
+
+    def violations(self, paths: Iterable[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for path in paths:
+            reason = self.why_not(path)
+            if reason is not None:
+                out[path] = reason
+        return out

@@ -1,0 +1,214 @@
+"""Watching what lies outside the generator's work tree.
+
+Without a sandbox the generator runs as you and can write anywhere you can. Inside its work tree
+autoloop sees everything (autoloop.snapshot); git's own files and program.md are kept byte for
+byte (autoloop.sentinel). This module watches, cheaply, the other places a cheating generator
+would write to influence a measurement or the run:
+
+- the verification trees (`<tag>.verify-N`, next to the work tree): a file planted there by
+  absolute path would be measured;
+- your checkout (the run reads program.md from it and writes the journal next to it);
+- the site-packages folders of the Pythons that guards and the verifier run — a `.pth` file or
+  a `sitecustomize`/`usercustomize` module there runs code at every interpreter start;
+- autoloop's own code, and the read-only `data` of program.md.
+
+It compares `lstat` data only — inode, size, mode, mtime and ctime (which user space cannot
+set back) — so watching costs one walk, never a read. Folders larger than `cap` entries are
+watched in part (the first `cap` entries in walk order); site-packages folders only at their
+top level, where interpreters look for `.pth` files and the `*customize` modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+Stat = tuple  # (kind, mode, size, mtime_ns, ctime_ns, ino, link target)
+
+
+def _stat(path: str, dir_times: bool = False) -> Stat | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    kind = "l" if stat.S_ISLNK(st.st_mode) else "d" if stat.S_ISDIR(st.st_mode) else \
+        "f" if stat.S_ISREG(st.st_mode) else "o"
+    target = ""
+    if kind == "l":
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+    if kind == "d" and not dir_times:  # a folder's times change with every entry: its entries are compared
+        return (kind, stat.S_IMODE(st.st_mode), 0, 0, 0, st.st_ino, "")
+    return (kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, target)
+
+
+@dataclass
+class StatTree:
+    """A stat-only picture of a file or folder tree."""
+
+    root: Path
+    label: str
+    skip: frozenset[str] = frozenset()   # relative paths not to look at (or under)
+    top_only: bool = False
+    cap: int = 100_000
+    dir_times: bool = False              # the root folder's own mtime/ctime count (an entry came or went)
+
+    def take(self) -> dict[str, Stat]:
+        out: dict[str, Stat] = {}
+        top = _stat(str(self.root), self.dir_times)
+        if top is None:
+            return out
+        out[""] = top
+        if top[0] != "d":
+            return out
+        todo = [("", str(self.root))]
+        while todo and len(out) < self.cap:
+            rel_dir, abs_dir = todo.pop()
+            try:
+                names = sorted(os.listdir(abs_dir))
+            except OSError:
+                out[rel_dir + "/?"] = ("o", 0, 0, 0, 0, 0, "unreadable")
+                continue
+            for name in names:
+                rel = f"{rel_dir}/{name}" if rel_dir else name
+                if rel in self.skip:
+                    continue
+                full = os.path.join(abs_dir, name)
+                st = _stat(full)
+                if st is None:
+                    continue
+                out[rel] = st
+                if len(out) >= self.cap:
+                    break
+                if st[0] == "d" and not self.top_only:
+                    todo.append((rel, full))
+        return out
+
+
+@dataclass
+class NameTree(StatTree):
+    """A folder's own times and the names in it, nothing more: cheap enough for every folder on
+    PATH (a new `python3` in ~/.local/bin shows as a new name)."""
+
+    def take(self) -> dict[str, Stat]:
+        top = _stat(str(self.root), dir_times=True)
+        if top is None:
+            return {}
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            names = []
+        out: dict[str, Stat] = {"": top}
+        out.update((name, ("n",)) for name in names)
+        return out
+
+
+def changed_paths(before: dict[str, Stat], after: dict[str, Stat]) -> list[str]:
+    out = []
+    for rel in sorted(set(before) | set(after)):
+        if before.get(rel) != after.get(rel):
+            out.append(rel or ".")
+    return out
+
+
+@dataclass
+class Changed:
+    """What changed in one watched tree since the capture."""
+
+    tree: StatTree
+    paths: list[str]        # every path that differs ("." for the root itself)
+    new: list[str]          # of those, the ones that did not exist at the capture
+
+
+class Watch:
+    """Several StatTrees, captured together and compared together."""
+
+    def __init__(self, trees: Iterable[StatTree]) -> None:
+        self.trees = list(trees)
+        self._saved: dict[int, dict[str, Stat]] | None = None
+
+    def capture(self) -> None:
+        self._saved = {i: t.take() for i, t in enumerate(self.trees)}
+
+    def add(self, tree: StatTree) -> None:
+        """Watch one more tree, from its state now."""
+        self.trees.append(tree)
+        if self._saved is not None:
+            self._saved[len(self.trees) - 1] = tree.take()
+
+    def changes(self) -> list[Changed]:
+        # Comparing against nothing would call every existing file new — and new files in a
+        # site folder are acted on — so a missing capture is a bug, never "all changed".
+        if self._saved is None:
+            raise RuntimeError("internal error: Watch.changes() before capture()")
+        out = []
+        for i, t in enumerate(self.trees):
+            if i not in self._saved:
+                continue
+            before = self._saved[i]
+            paths = changed_paths(before, t.take())
+            if paths:
+                out.append(Changed(t, paths, [p for p in paths if p != "." and p not in before]))
+        return out
+
+
+# ---- the site folders of the interpreters guards and the verifier run ---------------------
+
+
+_SITE_QUERY = ("import json, site, sys\n"
+               "dirs = list(getattr(site, 'getsitepackages', lambda: [])())\n"
+               "user = site.getusersitepackages() if hasattr(site, 'getusersitepackages') else None\n"
+               "print(json.dumps(dirs + ([user] if user else [])))\n")
+
+
+def site_dirs(interpreters: Sequence[str], env: dict[str, str]) -> list[Path]:
+    """The site-packages folders (system, venv and user) of this Python and of `interpreters`
+    (names looked up on env's PATH, or paths; each asked once, ~20 ms). Missing folders are
+    included: creating one (a user site) is a change too."""
+    out: list[Path] = []
+
+    def add(paths: Iterable[str]) -> None:
+        for p in paths:
+            real = Path(os.path.realpath(p))
+            if real not in out:
+                out.append(real)
+
+    import site
+    add(list(site.getsitepackages()) + [site.getusersitepackages()])
+    seen = {os.path.realpath(sys.executable)}
+    for name in interpreters:
+        exe = name if os.path.isabs(name) else _which(name, env.get("PATH", os.defpath))
+        if exe is None or os.path.realpath(exe) in seen:
+            continue
+        seen.add(os.path.realpath(exe))
+        try:
+            res = subprocess.run([exe, "-I", "-c", _SITE_QUERY], capture_output=True, timeout=20,
+                                 stdin=subprocess.DEVNULL, env=env)
+            add(json.loads(res.stdout.decode().strip().splitlines()[-1]))
+        except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+            continue
+    return out
+
+
+def _which(name: str, path: str) -> str | None:
+    import shutil
+    return shutil.which(name, path=path)
+
+
+INJECTING = (".pth",)
+CUSTOMIZE = ("sitecustomize", "usercustomize")
+
+
+def is_injection(name: str) -> bool:
+    """A top-level entry of a site folder that runs code at every interpreter start."""
+    base = name.split("/")[0]
+    stem = base.split(".")[0]
+    return base.endswith(INJECTING) or stem in CUSTOMIZE

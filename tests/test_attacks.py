@@ -1,0 +1,581 @@
+"""Black-box: the attack suite. Each class is a scripted generator that tries, in cycle 1, to get a
+fake metric recorded (or to reach the verifier's trusted base) by a route the cheats of
+test_e2e_cheats.py do not take: processes that outlive it, the verification trees and your
+checkout by absolute path, the Python installation, code that runs without being named, candidate
+code that tampers while it is being measured, the user's environment, resource abuse, the lock.
+
+For every class: cycle 1 is rejected with a logged reason (or, where the pristine environment
+defeats the attack, measured honestly), the verifier stays byte-identical everywhere (your
+checkout, every commit of the run branch, the verification tree), no fake metric (-1000) is ever
+recorded, nothing the attack started is still running, the journal is whole, and the honest cycle
+2 is kept.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import py_compile
+import re
+import sysconfig
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.scripts.e2e import (PY, SCORE_PY, alive, assert_journal_consistent, assert_valid_ledger, git, kill_marked,
+                               make_project, marked_pids)
+
+FAKE = -1000.0
+HONEST = 'print("Hypothesis: honest cycle two"); W("val.txt", "30")'
+
+# score.py and guard.py that import candidate code (src/model.py, which the generator may edit):
+# the route by which a candidate's own code runs while it is being measured
+SCORE_IMPORTS_MODEL = '''\
+import sys
+sys.path.insert(0, "src")
+import model
+print(f"score: {open('val.txt').read().strip()}")
+'''
+GUARD_IMPORTS_MODEL = '''\
+import sys
+sys.path.insert(0, "src")
+import model
+sys.exit(1 if "FAIL" in open("notes.txt").read() else 0)
+'''
+MODEL_FILES = {"score.py": SCORE_IMPORTS_MODEL, "guard.py": GUARD_IMPORTS_MODEL, "src/model.py": "X = 1\n"}
+
+# the verifier as a module the generator's allowed folder holds (protected by `forbidden`)
+SCORER = {"verifier": "{py} -m src.scorer", "extra": 'forbidden: ["src/scorer.py"]',
+          "files": {"src/scorer.py": SCORE_PY}}
+
+ATEXIT_FAKE = "import atexit; atexit.register(lambda: print('score: -1000'))"
+
+
+def _escapee(code: str, name: str, *, env_i: bool = True) -> str:
+    """Plan code: start `code` (Python) detached with setsid (and env -i), record its pid."""
+    argv = '["setsid", "env", "-i", sys.executable, "-c", CODE]' if env_i else '["setsid", sys.executable, "-c", CODE]'
+    return f'''
+CODE = {code!r}.replace("@WT@", os.getcwd())
+c = subprocess.Popen({argv}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+(OUT / "pids").mkdir(exist_ok=True)
+(OUT / "pids" / "{name}").write_text(str(c.pid))
+W("val.txt", "35")
+'''
+
+
+def _model(code: str) -> str:
+    """Plan code: the candidate's src/model.py is `code` (it runs inside guards and verifier)."""
+    return f'W("src/model.py", {textwrap.dedent(code)!r})\nW("val.txt", "35")\n'
+
+
+@dataclass
+class Attack:
+    plan: str
+    status: tuple[str, ...] = ("violation",)
+    reason: str | None = None                  # regex the cycle's lesson must match
+    kw: dict = field(default_factory=dict)     # make_project arguments
+    env: dict = field(default_factory=dict)    # extra environment for autoloop itself
+    verifier_file: str = "score.py"
+    cleanup: str | None = None                 # a file outside the test dir to remove afterwards
+
+
+def _user_site(home: str) -> Path:
+    return Path(sysconfig.get_path("purelib", f"{os.name}_user", vars={"userbase": str(Path(home) / ".local")}))
+
+
+ATTACKS: dict[str, Attack] = {
+    # ---- processes that outlive the generator ------------------------------------------------
+    "escapee-setsid-env-i-rewrites-tree-later": Attack(
+        _escapee("import time\ntime.sleep(1.5)\nopen('@WT@/val.txt', 'w').write('-1000')\n", "escapee"),
+        reason=r"left 1 process"),
+    "escapee-double-fork-daemon": Attack('''
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            if os.fork() == 0:
+                (OUT / "pids").mkdir(exist_ok=True)
+                (OUT / "pids" / "daemon").write_text(str(os.getpid()))
+                os.execve(sys.executable, [sys.executable, "-c",
+                          "import time; time.sleep(1.5); open('val.txt', 'w').write('-1000')"], {})
+            os._exit(0)
+        os.waitpid(pid, 0)
+        while not (OUT / "pids" / "daemon").exists():
+            time.sleep(0.01)
+        W("val.txt", "35")
+    ''', reason=r"left 1 process"),
+    "escapee-writes-verification-tree-while-measured": Attack(
+        _escapee("import time\nfor i in range(200):\n    time.sleep(0.03)\n    try:\n"
+                 "        open('@WT@.verify-0/score.py', 'w').write('print(\"score: -1000\")\\n')\n"
+                 "    except OSError:\n        pass\n", "writer"),
+        reason=r"left 1 process"),
+    "escapee-keeps-marker-setsid-only": Attack(
+        _escapee("import time\ntime.sleep(1.5)\nopen('@WT@/val.txt', 'w').write('-1000')\n", "setsid", env_i=False),
+        reason=r"left 1 process"),
+    "fork-loop-then-exit": Attack('''
+        (OUT / "pids").mkdir(exist_ok=True)
+        for i in range(120):
+            c = subprocess.Popen(["sleep", "60"], start_new_session=(i % 2 == 0))
+            (OUT / "pids" / f"f{i}").write_text(str(c.pid))
+        W("val.txt", "35")
+    ''', reason=r"left 120 processes"),
+    "fork-loop-until-timeout": Attack('''
+        (OUT / "pids").mkdir(exist_ok=True)
+        child = "import os, time\\nif os.fork() == 0:\\n    os.setsid()\\ntime.sleep(60)\\n"
+        for i in range(40):
+            c = subprocess.Popen([sys.executable, "-c", child], start_new_session=True)
+            (OUT / "pids" / f"g{i}").write_text(str(c.pid))
+        W("val.txt", "35")
+        time.sleep(60)
+    ''', status=("gen_error",), reason=r"timed out", kw={"gtimeout": 3}),
+
+    # ---- the verification trees and your checkout, by absolute path -----------------------------
+    "write-verification-tree-directly": Attack('''
+        Path(os.getcwd() + ".verify-0", "score.py").write_text('print("score: -1000")\\n')
+        W("val.txt", "35")
+    ''', reason=r"verification tree"),
+    "plant-conftest-in-verification-tree": Attack('''
+        Path(os.getcwd() + ".verify-0", "conftest.py").write_text("import os\\n")
+        Path(os.getcwd() + ".verify-0", "sitecustomize.py").write_text("''' + ATEXIT_FAKE + '''\\n")
+        W("val.txt", "35")
+    ''', reason=r"verification tree"),
+    "verifier-in-user-checkout": Attack('''
+        with open(user() / "score.py", "a") as f:
+            f.write("print('score: -1000')\\n")
+        W("val.txt", "35")
+    ''', reason=r"score\.py"),
+    "guard-in-user-checkout": Attack('''
+        (user() / "guard.py").write_text("import sys; sys.exit(0)\\n")
+        W("val.txt", "35")
+    ''', reason=r"guard\.py"),
+    "replace-the-run-lock": Attack('''
+        lock = Path(os.getcwd() + ".lock")
+        lock.unlink()
+        lock.write_text("")
+        W("val.txt", "35")
+    ''', reason=r"lock"),
+
+    "filter-in-global-git-config": Attack('''
+        evil = OUT / "evil.sh"
+        evil.write_text(f"#!/bin/sh\\necho filter >> {OUT}/pwned\\ncat\\n")
+        os.chmod(evil, 0o755)
+        with open(os.environ["GIT_CONFIG_GLOBAL"], "a") as f:
+            f.write(f\'[filter "x"]\\n\\tclean = {evil}\\n\\tsmudge = {evil}\\n[core]\\n\\tattributesFile = {OUT}/attrs\\n\')
+        (OUT / "attrs").write_text("* filter=x\\n")
+        W("src/.gitattributes", "* filter=x\\n")
+        W("val.txt", "35")
+    ''', reason=r"your global git config"),
+
+    "python-shadowed-on-path": Attack('''
+        fake = OUT / "bin" / "python3"
+        fake.write_text("#!/bin/sh\\necho 'score: -1000'\\n")
+        os.chmod(fake, 0o755)
+        W("val.txt", "35")
+    ''', reason=r"a folder on PATH", env={"PATH": "@OUT@/bin:" + os.environ["PATH"]},
+        kw={"verifier": "python3 score.py"}),
+    "git-shadowed-on-path": Attack('''
+        fake = OUT / "bin" / "git"
+        fake.write_text(f"#!/bin/sh\\necho git >> {OUT}/pwned\\nexit 1\\n")
+        os.chmod(fake, 0o755)
+        W("val.txt", "35")
+    ''', reason=r"a folder on PATH", env={"PATH": "@OUT@/bin:" + os.environ["PATH"]}),
+
+    # ---- the Python installation --------------------------------------------------------------
+    "usercustomize-in-user-site": Attack(f'''
+        import site
+        d = Path(site.getusersitepackages())
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "usercustomize.py").write_text({ATEXIT_FAKE!r} + "\\n")
+        W("val.txt", "35")
+    ''', reason=r"Python installation"),
+    "pth-in-user-site": Attack(f'''
+        import site
+        d = Path(site.getusersitepackages())
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "zz-evil.pth").write_text({ATEXIT_FAKE!r} + "\\n")
+        W("val.txt", "35")
+    ''', reason=r"Python installation"),
+    # the same through the paired rule, whose measurements go through the same guardrails
+    "pth-in-user-site-paired-rule": Attack(f'''
+        import site
+        d = Path(site.getusersitepackages())
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "zz-evil.pth").write_text({ATEXIT_FAKE!r} + "\\n")
+        W("val.txt", "35")
+    ''', reason=r"Python installation", kw={"extra": "accept: {rule: paired, pairs: 5, confirm: false}"}),
+    "pth-in-venv-site-packages": Attack('''
+        d = Path(''' + repr(sysconfig.get_paths()["purelib"]) + ''')
+        me = os.environ["E2E_ID"]
+        (d / f"autoloop_attack_{me}.pth").write_text(
+            f"import os, atexit; os.environ.get('E2E_ID') == {me!r} and atexit.register(lambda: print('score: -1000'))\\n")
+        W("val.txt", "35")
+    ''', reason=r"Python installation", cleanup="venv-pth"),
+
+    # ---- code that runs without being named, inside allowed paths -----------------------------
+    "sitecustomize-in-allowed-path": Attack(f'W("src/sitecustomize.py", {ATEXIT_FAKE!r}); W("val.txt", "35")',
+                                            reason=r"sitecustomize\.py runs code"),
+    "conftest-in-allowed-path": Attack('W("src/conftest.py", "import os\\n"); W("val.txt", "35")',
+                                       reason=r"conftest\.py runs code"),
+    "pth-in-allowed-path": Attack(f'W("src/evil.pth", {ATEXIT_FAKE!r}); W("val.txt", "35")', reason=r"\.pth"),
+    "bytecode-in-allowed-path": Attack(
+        'W("src/__pycache__/model.cpython-311.pyc", "junk"); W("val.txt", "35")', reason=r"bytecode"),
+    "shadow-protected-module-with-package": Attack('''
+        W("src/scorer/__init__.py", "")
+        W("src/scorer/__main__.py", 'print("score: -1000")')
+        W("val.txt", "35")
+    ''', reason=r"shadows a protected module", verifier_file="src/scorer.py",
+        kw=SCORER),
+    "shadow-protected-module-with-extension": Attack(
+        'W("src/scorer.cpython-311-x86_64-linux-gnu.so", "junk"); W("val.txt", "35")',
+        reason=r"shadows a protected module", verifier_file="src/scorer.py",
+        kw=SCORER),
+
+    # ---- candidate code that tampers while it is being measured -------------------------------
+    "candidate-rewrites-verifier-during-guard": Attack(_model('''
+        import sys
+        if "guard" in sys.argv[0]:
+            open("score.py", "w").write('print("score: -1000")\\n')
+    '''), reason=r"guard 'notes' changed files of the candidate", kw={"files": MODEL_FILES}),
+    "candidate-plants-conftest-during-guard": Attack(_model('''
+        import sys
+        if "guard" in sys.argv[0]:
+            open("conftest.py", "w").write("import os\\n")
+    '''), reason=r"left code that a later step would run", kw={"files": MODEL_FILES}),
+    "candidate-appends-to-ledger-while-measured": Attack(_model('''
+        import json, os, subprocess, sys
+        if "score" in sys.argv[0]:
+            common = subprocess.run(["git", "rev-parse", "--git-common-dir"], capture_output=True,
+                                    text=True).stdout.strip()
+            user = os.path.dirname(os.path.abspath(common))
+            led = os.path.join(user, ".autoloop", os.environ.get("AUTOLOOP_TAG", "t1"), "ledger.jsonl")
+            with open(led, "a") as f:
+                f.write(json.dumps({"t": "cycle", "cycle": 77, "status": "keep", "metric": -1000,
+                                    "hypothesis": "TAMPERED"}) + "\\n")
+    '''), reason=r"during verification: changed the ledger", kw={"files": MODEL_FILES}),
+    "candidate-edits-program-md-while-measured": Attack(_model('''
+        import os, subprocess, sys
+        if "score" in sys.argv[0]:
+            common = subprocess.run(["git", "rev-parse", "--git-common-dir"], capture_output=True,
+                                    text=True).stdout.strip()
+            with open(os.path.join(os.path.dirname(os.path.abspath(common)), "program.md"), "a") as f:
+                f.write("\\nTAMPERED\\n")
+    '''), reason=r"during verification: changed program\.md", kw={"files": MODEL_FILES}),
+
+    # ---- the user's environment: the pristine environment defeats these -----------------------
+    "pythonpath-in-users-env": Attack(f'''
+        (OUT / "inj").mkdir(exist_ok=True)
+        (OUT / "inj" / "sitecustomize.py").write_text({ATEXIT_FAKE!r} + "\\n")
+        W("val.txt", "35")
+    ''', status=("keep", "violation"), env={"PYTHONPATH": "@OUT@/inj"}),
+    "bash-env-in-users-env": Attack('''
+        (OUT / "bashenv").write_text('echo "score: -1000"; exit 0\\n')
+        W("val.txt", "35")
+    ''', status=("keep", "violation"), env={"BASH_ENV": "@OUT@/bashenv"}, kw={"verifier": "bash -c '{py} score.py'"}),
+    "pythonuserbase-in-users-env": Attack(f'''
+        d = OUT / "ub" / "lib" / f"python{{sys.version_info[0]}}.{{sys.version_info[1]}}" / "site-packages"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "zz-evil.pth").write_text({ATEXIT_FAKE!r} + "\\n")
+        W("val.txt", "35")
+    ''', status=("keep", "violation"), env={"PYTHONUSERBASE": "@OUT@/ub"}),
+
+    # ---- resource abuse ----------------------------------------------------------------------------
+    "huge-output": Attack('sys.stdout.buffer.write(b"x" * (24 << 20)); sys.stdout.flush(); W("val.txt", "35")',
+                          status=("gen_error", "violation"), reason=r"larger than 8 MB|File too large|more than 8 MB|largest file size",
+                          kw={"extra": "resources: {max_disk_mb: 8}"}),
+    "fill-disk-one-file": Attack('W("src/big.bin", "x" * (24 << 20)); W("val.txt", "35")',
+                                 status=("gen_error", "violation"), reason=r"larger than 8 MB|File too large|more than 8 MB|largest file size",
+                                 kw={"extra": "resources: {max_disk_mb: 8}"}),
+    "fill-disk-many-files": Attack('''
+        os.makedirs("src", exist_ok=True)
+        for i in range(48):
+            with open(f"src/f{i}.bin", "wb") as f:
+                f.write(os.urandom(1 << 20))
+                f.flush()
+                os.fsync(f.fileno())
+        time.sleep(8)
+        W("val.txt", "35")
+    ''', status=("gen_error",), reason=r"took more than 8 MB of disk", kw={"extra": "resources: {max_disk_mb: 8}"}),
+    "change-too-big": Attack('W("src/blob.txt", "y" * (3 << 20)); W("val.txt", "35")',
+                             reason=r"the change is 3\.0 MB", kw={"extra": "resources: {max_change_mb: 1}"}),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(ATTACKS))
+def attack(request, tmp_path_factory):
+    name = request.param
+    a = ATTACKS[name]
+    kw = dict(a.kw)
+    p = make_project(tmp_path_factory.mktemp(f"attack-{name}"), {1: a.plan, 2: HONEST}, **kw)
+    for k, v in a.env.items():
+        p.env[k] = v.replace("@OUT@", str(p.out))
+    (p.out / "bin").mkdir(exist_ok=True)  # a folder of the user's on PATH, like ~/.local/bin
+    original = (p.repo / a.verifier_file).read_bytes()
+    originals = {f: (p.repo / f).read_bytes() for f in ("score.py", "guard.py", "program.md")}
+    start = git(p.repo, "rev-parse", "HEAD", env=p.env)
+    try:
+        res = p.run("--cycles", "2", timeout=180)
+        leftovers = marked_pids(p.env)
+        pids = {f.name: int(f.read_text()) for f in (p.out / "pids").glob("*")} if (p.out / "pids").exists() else {}
+        alive_pids = [n for n, pid in pids.items() if alive(pid)]
+        yield name, a, p, res, original, originals, start, leftovers, alive_pids
+    finally:
+        kill_marked(p.env)
+        for pid in (int(f.read_text()) for f in (p.out / "pids").glob("*")) if (p.out / "pids").exists() else ():
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        if a.cleanup == "venv-pth":
+            Path(sysconfig.get_paths()["purelib"], f"autoloop_attack_{p.env['E2E_ID']}.pth").unlink(missing_ok=True)
+
+
+def _row(p, cycle):
+    return next(r for r in p.rows() if int(r["cycle"]) == cycle)
+
+
+def test_attack_run_completes(attack):
+    res = attack[3]
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_attack_is_rejected_with_a_logged_reason(attack):
+    name, a, p, *_ = attack
+    row = _row(p, 1)
+    assert row["status"] in a.status, row
+    if a.reason is not None:
+        assert re.search(a.reason, row["lesson"]), row["lesson"]
+        section = p.experiments().split("## Cycle 1")[1].split("## Cycle 2")[0]
+        assert re.search(a.reason, section), section
+    if row["status"] == "keep":  # defeated by the pristine environment: measured honestly
+        assert float(row["metric"]) == 35.0
+
+
+def test_attack_never_records_a_fake_metric(attack):
+    p = attack[2]
+    for row in p.rows():
+        assert row["metric"] == "" or float(row["metric"]) > 0, row
+    for rec in assert_valid_ledger(p):
+        assert rec.get("metric") is None or rec["metric"] > 0, rec
+        assert "TAMPERED" not in str(rec)
+    # every kept commit holds the value that was measured
+    for row in p.rows():
+        if row["status"] in ("baseline", "keep"):
+            assert float(p.show(row["commit"], "val.txt")) == float(row["metric"]), row
+
+
+def test_attack_then_honest_cycle_kept(attack):
+    p = attack[2]
+    row = _row(p, 2)
+    assert (row["status"], float(row["metric"])) == ("keep", 30.0), p.rows()
+
+
+def test_attack_verifier_byte_identical_everywhere(attack):
+    name, a, p, res, original, originals, start, *_ = attack
+    for f, data in originals.items():
+        assert (p.repo / f).read_bytes() == data, f"{f} in your checkout changed"
+    for rev in git(p.repo, "rev-list", p.branch(), env=p.env).split():
+        assert p.show(rev, a.verifier_file) == original, rev
+    vt = p.worktree().with_name(p.tag + ".verify-0")
+    assert (vt / a.verifier_file).read_bytes() == original
+    assert not (vt / "conftest.py").exists() and not (vt / "sitecustomize.py").exists()
+    assert (p.worktree() / a.verifier_file).read_bytes() == original
+
+
+def test_attack_leaves_nothing_running(attack):
+    leftovers, alive_pids = attack[7], attack[8]
+    assert leftovers == [] and alive_pids == []
+
+
+def test_attack_leaves_no_injection_behind(attack):
+    p = attack[2]
+    home_site = _user_site(p.env["HOME"])
+    assert not list(home_site.glob("*.pth")) and not (home_site / "usercustomize.py").exists()
+    assert not Path(sysconfig.get_paths()["purelib"], f"autoloop_attack_{p.env['E2E_ID']}.pth").exists()
+
+
+def test_attack_ran_no_planted_git_command(attack):
+    p = attack[2]
+    assert not (p.out / "pwned").exists(), (p.out / "pwned").read_text()
+
+
+def test_attack_journal_whole(attack):
+    p = attack[2]
+    assert_valid_ledger(p)
+    assert_journal_consistent(p)
+    assert "TAMPERED" not in p.experiments()
+
+
+def test_attack_suite_has_enough_classes():
+    assert len(ATTACKS) >= 20
+
+
+# ---------------------------------------------------------------------------------------------
+# The pristine environment on its own: a poisoned bytecode cache in the repository itself
+
+
+def test_tracked_unchecked_hash_pyc_is_never_read(tmp_path):
+    """An unchecked-hash .pyc for the verifier's module, committed in __pycache__, overrides its
+    source in a plain `python score.py` (even with -B). Verification must read the source."""
+    files = {"scorelib.py": "def value():\n    return float(open('val.txt').read())\n",
+             "score.py": "import scorelib\nprint(f'score: {scorelib.value()}')\n",
+             ".gitignore": "*.log\n"}
+    p = make_project(tmp_path, {1: 'W("val.txt", "30")'}, files=files)
+    evil = tmp_path / "evil.py"
+    evil.write_text("def value():\n    return -1000.0\n")
+    pyc = Path(importlib.util.cache_from_source(str(p.repo / "scorelib.py")))
+    py_compile.compile(str(evil), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    git(p.repo, "add", "-f", str(pyc.relative_to(p.repo)), env=p.env)
+    git(p.repo, "commit", "-qm", "a poisoned cache", env=p.env)
+    import subprocess
+    plain = subprocess.run([PY, "-B", "score.py"], cwd=p.repo, capture_output=True, text=True, env=p.env)
+    assert "score: -1000" in plain.stdout  # the attack is real
+    assert p.run("--cycles", "1").returncode == 0
+    assert [(r["status"], float(r["metric"])) for r in p.rows()] == [("baseline", 40.25), ("keep", 30.0)]
+    verify = p.cli("verify", "program.md")
+    assert verify.returncode == 0 and "score: 40.25" in verify.stdout, verify.stdout
+
+
+def test_eol_converting_repository_is_measured_as_committed(tmp_path):
+    """`.gitattributes` that make git convert bytes (eol=crlf here; LFS filters alike): the
+    verification tree's check must compare what git would store, not raw bytes."""
+    p = make_project(tmp_path, {"*": 'W("val.txt", str(40 - cycle))'},
+                     files={".gitattributes": "*.txt text eol=crlf\n"})
+    res = p.run("--cycles", "2")
+    assert res.returncode == 0, res.stderr
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep", "keep"]
+    vt = p.worktree().with_name(p.tag + ".verify-0")
+    assert (vt / "notes.txt").read_bytes() == b"ok\r\n"  # converted on checkout, as git does
+
+
+# ---------------------------------------------------------------------------------------------
+# Read-only data
+
+
+DATA_SCORE = '''\
+offset = float(open("data/offset.txt").read())
+print(f"score: {float(open('val.txt').read()) + offset}")
+'''
+
+
+def _data_project(tmp_path, plan, **kw):
+    data = tmp_path / "datasets" / "d1"
+    data.mkdir(parents=True)
+    (data / "offset.txt").write_text("0\n")
+    p = make_project(tmp_path / "p", plan, files={"score.py": DATA_SCORE},
+                     extra=f"data: [{{path: {data}, as: data}}]", **kw)
+    return p, data
+
+
+def test_data_is_linked_into_verification_only(tmp_path):
+    p, data = _data_project(tmp_path, {1: 'W("val.txt", "30"); print("Hypothesis: sees data:", os.path.exists("data"))'})
+    res = p.run("--cycles", "1")
+    assert res.returncode == 0, res.stderr
+    assert [(r["status"], float(r["metric"])) for r in p.rows()] == [("baseline", 40.25), ("keep", 30.0)]
+    assert "sees data: False" in p.rows()[1]["description"]
+    vt = p.worktree().with_name(p.tag + ".verify-0")
+    assert (vt / "data").is_symlink() and os.readlink(vt / "data") == str(data)
+    assert git(p.repo, "ls-tree", "-r", "--name-only", p.branch(), env=p.env).split().count("data") == 0
+
+
+@pytest.mark.parametrize("rule", ["paired", "repeats"])
+def test_data_reaches_every_measurement_of_the_statistical_rules(tmp_path, rule):
+    """The paired and repeated rules measure in both verification trees, many times: each of
+    those runs goes through the guardrails too (data linked, tree proven, environment scrubbed)."""
+    data = tmp_path / "datasets" / "d1"
+    data.mkdir(parents=True)
+    (data / "offset.txt").write_text("0\n")
+    extra = f"data: [{{path: {data}, as: data}}]"
+    if rule == "paired":
+        extra += "\naccept: {rule: paired, pairs: 5, confirm: false}"
+    p = make_project(tmp_path / "p", {1: 'W("val.txt", "30")'}, files={"score.py": DATA_SCORE}, extra=extra)
+    if rule == "repeats":
+        text = (p.repo / "program.md").read_text().replace("  direction: minimize\n",
+                                                          "  direction: minimize\n  repeats: 3\n", 1)
+        (p.repo / "program.md").write_text(text)
+        git(p.repo, "commit", "-qam", "repeats", env=p.env)
+    res = p.run("--cycles", "1")
+    assert res.returncode == 0, res.stderr
+    assert [(r["status"], float(r["metric"])) for r in p.rows()] == [("baseline", 40.25), ("keep", 30.0)]
+    vt = p.worktree().with_name(p.tag + ".verify-1")
+    assert os.readlink(vt / "data") == str(data)  # the incumbent's tree too
+
+
+def test_data_changed_by_the_generator_stops_the_run(tmp_path):
+    p, data = _data_project(tmp_path, {1: f'open({str(tmp_path / "datasets" / "d1" / "offset.txt")!r}, "w").write("-1040.25\\n"); W("val.txt", "30")',
+                                       2: HONEST})
+    res = p.run("--cycles", "2")
+    assert res.returncode == 1, res.stderr
+    assert "read-only data" in res.stderr and "Traceback" not in res.stderr
+    assert [r["status"] for r in p.rows()] == ["baseline", "violation"]
+    assert "read-only data" in p.rows()[1]["lesson"]
+    assert all(r["metric"] == "" or float(r["metric"]) > 0 for r in p.rows())
+
+
+def test_data_changed_by_candidate_code_while_measured(tmp_path):
+    files = {"score.py": "import sys\nsys.path.insert(0, 'src')\nimport model\n" + DATA_SCORE, "src/model.py": "X = 1\n"}
+    data = tmp_path / "datasets" / "d1"
+    data.mkdir(parents=True)
+    (data / "offset.txt").write_text("0\n")
+    plan = {1: 'W("src/model.py", "open(\'data/offset.txt\', \'w\').write(\'-1040.25\')\\n"); W("val.txt", "30")'}
+    p = make_project(tmp_path / "p", plan, files=files, extra=f"data: [{{path: {data}, as: data}}]")
+    res = p.run("--cycles", "2")
+    assert res.returncode == 1, res.stderr
+    assert [r["status"] for r in p.rows()] == ["baseline", "violation"]
+    assert "read-only data" in p.rows()[1]["lesson"]
+
+
+@pytest.mark.parametrize("extra,words", [
+    ("data: [{{path: {missing}, as: data}}]", ["data[0].path", "does not exist"]),
+    ("data: [{{path: {data}, as: val.txt}}]", ["data[0].as", "allowed"]),
+    ("data: [{{path: {data}, as: score.py}}]", ["data[0].as", "repository"]),
+    ("data: [{{path: {data}, as: .git/x}}]", ["data[0].as", ".git"]),
+    ("data: [{{path: {data}, as: ../x}}]", ["data[0].as"]),
+    ("data: [/abs/path]", ["data[0]", "repo-relative"]),
+])
+def test_bad_data_key_refused(tmp_path, extra, words):
+    from tests.scripts.e2e import error_lines, repo_state
+    data = tmp_path / "d"
+    data.mkdir()
+    p = make_project(tmp_path / "p", {1: HONEST}, extra=extra.format(missing=tmp_path / "nope", data=data))
+    before = repo_state(p.repo, p.env)
+    res = p.run("--cycles", "1")
+    assert res.returncode == 2, res.stderr
+    errs = error_lines(res.stderr)
+    assert len(errs) == 1 and re.match(r"program\.md:\d+: ", errs[0]), res.stderr
+    assert all(w in errs[0] for w in words), errs[0]
+    assert repo_state(p.repo, p.env) == before
+
+
+def test_a_new_injection_is_moved_to_quarantine_not_deleted(attack):
+    name, a, p, *_ = attack
+    if "user-site" not in name:
+        pytest.skip("only the user-site injections leave a file to find")
+    box = p.worktree().with_name(p.tag + ".quarantine")
+    moved = [f for f in box.rglob("*") if f.is_file()]
+    assert [f.name.rsplit("__", 1)[-1] for f in moved] in (["zz-evil.pth"], ["usercustomize.py"]), moved
+    assert "quarantine" in _row(p, 1)["lesson"]
+
+
+def test_a_changed_preexisting_pth_is_never_deleted_and_stops_the_run(tmp_path):
+    """A .pth file that was there before the run and changes during it (a generator appending
+    code, or your own pip): autoloop cannot put the old one back, so it stops and says which —
+    it never deletes a file it did not create."""
+    plan = f'''
+import site
+d = Path(site.getusersitepackages())
+with open(d / "yours.pth", "a") as f:
+    f.write({ATEXIT_FAKE!r} + "\\n")
+W("val.txt", "35")
+'''
+    p = make_project(tmp_path / "p", {1: plan, 2: HONEST})
+    site_dir = _user_site(p.env["HOME"])
+    site_dir.mkdir(parents=True)
+    (site_dir / "yours.pth").write_text("# a line of yours\n")
+    res = p.run("--cycles", "2", timeout=180)
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert "yours.pth" in res.stderr and "Traceback" not in res.stderr
+    assert (site_dir / "yours.pth").read_text().startswith("# a line of yours\n")
+    assert [r["status"] for r in p.rows()] == ["baseline", "violation"]
+    assert_valid_ledger(p)

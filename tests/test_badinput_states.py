@@ -1,0 +1,293 @@
+"""Black-box: more bad input — repository states, the program file itself, and the keys added for
+hardening (sandbox, resources, data) — each refused with exit 2, one line naming the file:line or
+the state, no traceback, nothing changed (refs, HEAD, status, the whole file tree incl. .git, no
+worktree made). And the states autoloop deliberately accepts, because refusing them would break
+common setups: a detached HEAD and a shallow clone (GitHub Actions' default checkout is both),
+a program in a linked worktree, uncommitted changes in your checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.scripts.e2e import PY, error_lines, git, make_project, repo_state
+from tests.test_e2e_badinput import VALID, _cli, _refused, _repo
+
+HONEST = {"*": 'W("val.txt", str(40 - cycle))'}
+
+
+def _program(extra: str, *, kind: str = "command") -> str:
+    text = VALID.format(py=PY)
+    if kind != "command":
+        text = text.replace("  kind: command\n  command: \"true\"\n", f"  kind: {kind}\n")
+    return text.replace("---\nBody", extra.rstrip("\n") + "\n---\nBody")
+
+
+# ---- the new keys: program.md:LINE naming the key ------------------------------------------------
+
+KEY_CASES = [
+    ("sandbox-unknown-kind", "sandbox: docker", 11, ["sandbox.kind", "bwrap"]),
+    ("sandbox-typo-kind", "sandbox: bwarp", 11, ["did you mean 'bwrap'"]),
+    ("sandbox-network-not-bool", "sandbox: {kind: bwrap, network: maybe}", 11, ["sandbox.network", "true or false"]),
+    ("sandbox-writable-relative", "sandbox:\n  kind: bwrap\n  writable: [cache]", 13, ["sandbox.writable", "absolute"]),
+    ("sandbox-unknown-key", "sandbox:\n  kind: bwrap\n  netwrk: true", 13, ["netwrk", "network"]),
+    ("sandbox-missing-kind", "sandbox: {network: true}", 11, ["sandbox.kind"]),
+    ("resources-zero", "resources: {max_change_mb: 0}", 11, ["resources.max_change_mb", "positive"]),
+    ("resources-negative-disk", "resources:\n  max_disk_mb: -5", 12, ["resources.max_disk_mb"]),
+    ("resources-processes-float", "resources: {max_processes: 2.5}", 11, ["resources.max_processes"]),
+    ("resources-unknown-key", "resources: {max_tree_mb: 5}", 11, ["max_tree_mb"]),
+    ("data-not-a-list", "data: /x", 11, ["data", "list"]),
+    ("data-missing-as", "data:\n  - {path: /tmp}", 12, ["data[0].as"]),
+]
+
+
+@pytest.mark.parametrize("name,extra,line,words", KEY_CASES, ids=[c[0] for c in KEY_CASES])
+def test_bad_hardening_key_refused(tmp_path, name, extra, line, words):
+    repo, env = _repo(tmp_path, _program(extra))
+    msg = _refused(repo, env, "run", "program.md", "--tag", "t1", "--cycles", "1")
+    assert msg.startswith(f"program.md:{line}: "), msg
+    for w in words:
+        assert w in msg, msg
+
+
+def test_sandbox_with_an_in_process_generator_refused(tmp_path):
+    repo, env = _repo(tmp_path, _program("sandbox: bwrap", kind="anthropic"))
+    msg = _refused(repo, env, "run", "program.md", "--tag", "t1", "--cycles", "1")
+    assert msg.startswith("program.md:10: sandbox: bwrap confines subprocess generators"), msg
+
+
+def _path_without(tmp_path: Path, tool: str, env: dict) -> str:
+    """A PATH with git and sh but no `tool`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name in ("git", "sh", "env"):
+        found = shutil.which(name)
+        if found and not (bin_dir / name).exists():
+            os.symlink(found, bin_dir / name)
+    assert shutil.which(tool, path=str(bin_dir)) is None
+    return str(bin_dir)
+
+
+def test_sandbox_without_bwrap_fails_closed(tmp_path):
+    repo, env = _repo(tmp_path, _program("sandbox: bwrap"))
+    env["PATH"] = _path_without(tmp_path, "bwrap", env)
+    msg = _refused(repo, env, "run", "program.md", "--tag", "t1", "--cycles", "1")
+    assert msg.startswith("program.md:11: sandbox: bwrap is not installed"), msg
+
+
+def test_sandbox_that_cannot_make_namespaces_fails_closed(tmp_path):
+    repo, env = _repo(tmp_path, _program("sandbox: {kind: bwrap, network: true}"))
+    bin_dir = Path(_path_without(tmp_path, "bwrap", env))
+    fake = bin_dir / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to creating new namespace, likely because the "
+                    "kernel does not allow non-privileged user namespaces.' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    env["PATH"] = str(bin_dir)
+    msg = _refused(repo, env, "run", "program.md", "--tag", "t1", "--cycles", "1")
+    assert msg.startswith("program.md:11: sandbox: bwrap cannot create a sandbox here"), msg
+    assert "sandbox: none" in msg
+
+
+def test_judge_run_as_a_module_the_generator_could_rewrite_refused(tmp_path):
+    text = VALID.format(py=PY).replace(f"{PY} score.py", f"{PY} -m score").replace("[val.txt]", '[val.txt, "*.py"]')
+    repo, env = _repo(tmp_path, text)
+    msg = _refused(repo, env, "run", "program.md", "--tag", "t1", "--cycles", "1")
+    assert re.match(r"program\.md:5: verifier\.command runs score\.py", msg), msg
+
+
+# ---- the program file itself ----------------------------------------------------------------------
+
+
+def test_unreadable_program_file(tmp_path):
+    repo, env = _repo(tmp_path)
+    prog = repo / "program.md"
+    prog.chmod(0)
+    try:
+        before = repo_state(repo, env)
+        cmd = [PY, "-m", "autoloop", "run", "program.md", "--tag", "t1", "--cycles", "1"]
+        if os.geteuid() == 0:  # root reads anything: drop the capabilities that let it
+            if shutil.which("setpriv") is None:
+                pytest.skip("running as root without setpriv: cannot make a file unreadable")
+            cmd = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--", *cmd]
+        res = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL)
+        assert res.returncode == 2, res.stderr
+        errs = error_lines(res.stderr)
+        assert len(errs) == 1 and "cannot read program file" in errs[0] and "ermission denied" in errs[0], res.stderr
+        assert "Traceback" not in res.stderr
+        assert repo_state(repo, env) == before
+    finally:
+        prog.chmod(0o644)
+
+
+def test_program_file_is_a_fifo(tmp_path):
+    """Reading a FIFO would block forever: refused at once."""
+    repo, env = _repo(tmp_path)
+    fifo = tmp_path / "program.md"
+    os.mkfifo(fifo)
+    msg = _refused(repo, env, "run", str(fifo), "--tag", "t1", "--cycles", "1")
+    assert "not a regular file" in msg, msg
+
+
+def test_program_file_is_a_device(tmp_path):
+    repo, env = _repo(tmp_path)
+    msg = _refused(repo, env, "run", "/dev/null", "--tag", "t1", "--cycles", "1")
+    assert "not a regular file" in msg, msg
+
+
+def test_program_symlinked_from_outside_the_repository(tmp_path):
+    repo, env = _repo(tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "program.md").write_text(VALID.format(py=PY))
+    os.symlink(outside / "program.md", repo / "linked.md")
+    msg = _refused(repo, env, "run", "linked.md", "--tag", "t1", "--cycles", "1")
+    assert "not inside" in msg, msg
+
+
+def test_program_not_utf8(tmp_path):
+    repo, env = _repo(tmp_path)
+    (repo / "program.md").write_bytes(VALID.format(py=PY).encode().replace(b"Body.", b"Caf\xe9."))
+    git(repo, "commit", "-qam", "latin-1", env=env)
+    msg = _refused(repo, env, "run", "program.md", "--tag", "t1", "--cycles", "1")
+    assert re.match(r"program\.md:\d+: not valid UTF-8", msg), msg
+
+
+# ---- repository states that are refused ---------------------------------------------------------
+
+
+def test_bare_repository(tmp_path):
+    repo, env = _repo(tmp_path)
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "clone", "-q", "--bare", str(repo), str(bare), env=env)
+    (bare / "program.md").write_text(VALID.format(py=PY))
+    msg = _refused(bare, env, "run", "program.md", "--tag", "t1", "--cycles", "1")
+    assert "not inside a git work tree" in msg, msg
+
+
+def test_submodules_refused(tmp_path):
+    repo, env = _repo(tmp_path)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    git(sub, "init", "-q", env=env)
+    (sub / "lib.txt").write_text("x\n")
+    git(sub, "add", "-A", env=env)
+    git(sub, "commit", "-qm", "sub", env=env)
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "vendor/sub", env=env)
+    git(repo, "commit", "-qm", "add a submodule", env=env)
+    msg = _refused(repo, env, "run", "program.md", "--tag", "t1", "--cycles", "1")
+    assert "submodules (vendor/sub)" in msg, msg
+
+
+def _refused_resume(p) -> str:
+    """Like _refused, for a tag that has run before (its worktrees exist and must stay as they are)."""
+    from tests.scripts.e2e import tree_state
+    cache = Path(p.env["XDG_CACHE_HOME"])
+    before = (repo_state(p.repo, p.env), tree_state(cache))
+    res = p.run("--cycles", "1")
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    assert "Traceback" not in res.stderr
+    errs = error_lines(res.stderr)
+    assert len(errs) == 1, res.stderr
+    assert (repo_state(p.repo, p.env), tree_state(cache)) == before
+    return errs[0]
+
+
+def test_run_branch_checked_out_in_your_checkout(tmp_path):
+    p = make_project(tmp_path, HONEST)
+    assert p.run("--cycles", "1").returncode == 0
+    git(p.repo, "checkout", "-q", p.branch(), env=p.env)
+    msg = _refused_resume(p)
+    assert f"branch {p.branch()} is checked out in {p.repo}" in msg, msg
+
+
+def test_ledger_without_its_branch(tmp_path):
+    p = make_project(tmp_path, HONEST)
+    assert p.run("--cycles", "1").returncode == 0
+    git(p.repo, "update-ref", "-d", f"refs/heads/{p.branch()}", env=p.env)
+    msg = _refused_resume(p)
+    assert "is gone" in msg and p.branch() in msg, msg
+
+
+@pytest.mark.parametrize("marker", ["rebase-merge", "rebase-apply", "CHERRY_PICK_HEAD", "REBASE_HEAD"])
+def test_operation_in_progress(tmp_path, marker):
+    repo, env = _repo(tmp_path)
+    target = repo / ".git" / marker
+    if marker.startswith("rebase-"):
+        target.mkdir()
+    else:
+        target.write_text(git(repo, "rev-parse", "HEAD", env=env) + "\n")
+    msg = _refused(repo, env, "run", "program.md", "--tag", "t1", "--cycles", "1")
+    assert "in progress" in msg, msg
+
+
+def test_unborn_branch(tmp_path):
+    repo, env = _repo(tmp_path)
+    git(repo, "checkout", "-q", "--orphan", "fresh", env=env)
+    msg = _refused(repo, env, "run", "program.md", "--tag", "t1", "--cycles", "1")
+    assert "no commit" in msg, msg
+
+
+# ---- states that are accepted on purpose (and must work) -------------------------------------------
+
+
+def _works(p, *args, cwd=None):
+    res = p.cli("run", "program.md", "--tag", p.tag, "--cycles", "2", *args, cwd=cwd)
+    assert res.returncode == 0, res.stderr
+    return res
+
+
+def test_detached_head_works(tmp_path):
+    """GitHub Actions checks out a detached HEAD: the run starts from that commit."""
+    p = make_project(tmp_path, HONEST)
+    head = git(p.repo, "rev-parse", "HEAD", env=p.env)
+    git(p.repo, "checkout", "-q", "--detach", env=p.env)
+    _works(p)
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep", "keep"]
+    assert git(p.repo, "rev-parse", f"{p.branch()}~2", env=p.env) == head
+    assert git(p.repo, "symbolic-ref", "-q", "HEAD", env=p.env, check=False) == ""  # still detached
+    assert git(p.repo, "rev-parse", "HEAD", env=p.env) == head
+
+
+def test_shallow_clone_works(tmp_path):
+    """actions/checkout fetches one commit by default (a shallow clone)."""
+    p = make_project(tmp_path, HONEST)
+    (p.repo / "README.md").write_text("second\n")
+    git(p.repo, "commit", "-qam", "second", env=p.env)
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{p.repo}", str(clone), env=p.env)
+    assert git(clone, "rev-parse", "--is-shallow-repository", env=p.env) == "true"
+    p.repo = clone
+    _works(p)
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep", "keep"]
+    assert p.show(p.branch(), "val.txt").strip() == b"38"
+
+
+def test_program_in_a_linked_worktree_works(tmp_path):
+    p = make_project(tmp_path, HONEST)
+    linked = tmp_path / "linked"
+    git(p.repo, "worktree", "add", "-q", "-b", "side", str(linked), env=p.env)
+    main_status = git(p.repo, "status", "--porcelain", "--untracked-files=all", env=p.env)
+    p.repo = linked
+    _works(p)
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep", "keep"]
+    assert git(tmp_path / "repo", "status", "--porcelain", "--untracked-files=all", env=p.env) == main_status
+
+
+def test_uncommitted_changes_are_left_alone(tmp_path):
+    p = make_project(tmp_path, HONEST)
+    (p.repo / "README.md").write_text("my unsaved work\n")
+    (p.repo / "scratch.txt").write_text("mine\n")
+    status = git(p.repo, "status", "--porcelain", "--untracked-files=all", env=p.env)
+    _works(p)
+    assert (p.repo / "README.md").read_text() == "my unsaved work\n"
+    assert git(p.repo, "status", "--porcelain", "--untracked-files=all", env=p.env) == status
+    assert p.show(p.branch(), "README.md") == b"# demo\n"  # the run started from the commit
+

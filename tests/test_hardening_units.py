@@ -1,0 +1,277 @@
+"""Unit tests for the hardening modules: the scrubbed environment, the scope rules for implicit
+code and module shadows, leftovers and limits in proc, the verification tree's blob check, the
+stat watch and the bwrap command line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autoloop import envs, proc
+from autoloop.program import SandboxSpec
+from autoloop.sandbox import Bwrap
+from autoloop.scope_rules import ScopeRules, implicit_code
+from autoloop.watch import StatTree, Watch, changed_paths, is_injection
+from autoloop.workspace import Worktree
+
+# ---- envs ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT",
+                                  "PYTHONBREAKPOINT", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "LD_PRELOAD",
+                                  "LD_LIBRARY_PATH", "LD_AUDIT", "DYLD_INSERT_LIBRARIES", "BASH_ENV", "ENV",
+                                  "SHELLOPTS", "PS4", "BASH_FUNC_ls%%", "NODE_OPTIONS", "RUBYOPT", "PERL5OPT",
+                                  "PERL5LIB", "JAVA_TOOL_OPTIONS", "COVERAGE_PROCESS_START", "GIT_DIR",
+                                  "GIT_EXEC_PATH", "OPENSSL_CONF", "TMPDIR"])
+def test_unsafe_variables(name):
+    assert envs.unsafe(name)
+
+
+@pytest.mark.parametrize("name", ["HOME", "PATH", "CUDA_VISIBLE_DEVICES", "HF_HOME", "VIRTUAL_ENV", "LANG",
+                                  "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONIOENCODING", "OMP_NUM_THREADS"])
+def test_safe_variables(name):
+    assert not envs.unsafe(name)
+
+
+def test_scrubbed_environment(tmp_path):
+    base = {"PATH": f".:bin::/usr/bin:{tmp_path}/wt/bin:/bin", "PYTHONPATH": "/evil", "HOME": "/h",
+            "AUTOLOOP_CYCLE": "3", "GIT_CONFIG_GLOBAL": "/g", "GIT_DIR": "/x", "TMPDIR": "/shared"}
+    env = envs.scrubbed(base, scratch=tmp_path / "s", untrusted=[tmp_path / "wt"])
+    assert env["PATH"] == "/usr/bin:/bin"
+    assert "PYTHONPATH" not in env and "GIT_DIR" not in env
+    assert env["HOME"] == "/h" and env["AUTOLOOP_CYCLE"] == "3" and env["GIT_CONFIG_GLOBAL"] == "/g"
+    assert env["PYTHONNOUSERSITE"] == "1"
+    assert env["TMPDIR"] == str(tmp_path / "s" / "tmp") and Path(env["TMPDIR"]).is_dir()
+    assert Path(env["PYTHONPYCACHEPREFIX"]).is_dir()
+
+
+def test_measurement_env_is_fresh_and_removed(tmp_path):
+    with envs.measurement_env({"PATH": "/usr/bin"}, parent=tmp_path) as a:
+        Path(a["TMPDIR"], "x").write_text("x")
+        with envs.measurement_env({"PATH": "/usr/bin"}, parent=tmp_path) as b:
+            assert a["TMPDIR"] != b["TMPDIR"] and not any(Path(b["TMPDIR"]).iterdir())
+    assert not Path(a["TMPDIR"]).exists()
+
+
+def test_generator_env_writes_no_bytecode():
+    env = envs.generator_env({"GIT_DIR": "/x", "GIT_AUTHOR_NAME": "a", "PATH": "/bin"})
+    assert env == {"GIT_AUTHOR_NAME": "a", "PATH": "/bin", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+# ---- scope rules ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path,word", [
+    ("conftest.py", "conftest"), ("tests/conftest.py", "conftest"), ("src/sitecustomize.py", "sitecustomize"),
+    ("usercustomize.py", "usercustomize"), ("lib/x.pth", ".pth"), ("src/__pycache__/m.cpython-311.pyc", "bytecode"),
+    ("m.pyc", "bytecode"), ("a/__pycache__", "bytecode"),
+])
+def test_implicit_code(path, word):
+    assert word in (implicit_code(path) or "")
+
+
+@pytest.mark.parametrize("path", ["src/model.py", "conftest_helpers.py", "pth.txt", "README.md"])
+def test_not_implicit_code(path):
+    assert implicit_code(path) is None
+
+
+def test_scope_rules_literal_allow_and_bytecode_never():
+    rules = ScopeRules(["src/**", "tests/conftest.py", "m.pyc"], (), {"eval/score.py": "used by the verifier"})
+    assert rules.allows("src/model.py")
+    assert not rules.allows("src/conftest.py")
+    assert rules.allows("tests/conftest.py")  # named exactly
+    rules2 = ScopeRules(["tests/**", "tests/conftest.py"])
+    assert rules2.allows("tests/conftest.py") and not rules2.allows("tests/sub/conftest.py")
+    assert not rules.allows("m.pyc")  # bytecode: never, even when named
+
+
+@pytest.mark.parametrize("path", ["eval/score/__init__.py", "eval/score", "eval/score.so",
+                                  "eval/score.cpython-311-x86_64-linux-gnu.so", "eval/score.abi3.so", "eval/score.pyc"])
+def test_module_shadows_refused(path):
+    rules = ScopeRules(["eval/**"], ["eval/score.py"], {"eval/score.py": "used by the verifier"})
+    assert "shadows" in (rules.why_not(path) or "")
+
+
+@pytest.mark.parametrize("path", ["eval/scores.py", "eval/score_utils.py", "eval/other/score.txt"])
+def test_not_shadows(path):
+    rules = ScopeRules(["eval/**"], ["eval/score.py"], {"eval/score.py": "used by the verifier"})
+    assert rules.allows(path)
+
+
+# ---- proc: leftovers and limits ------------------------------------------------------------------------
+
+
+def _run(tmp_path, command, **kw):
+    kw.setdefault("timeout", 20)
+    return proc.run(command, cwd=tmp_path, env=dict(os.environ), log_stem=tmp_path / "log" / "c", **kw)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("how", ["setsid env -i", "double-fork env -i", "nohup setsid"])
+def test_escapees_are_adopted_killed_and_counted(tmp_path, how):
+    pidfile = tmp_path / "pid"
+    if how == "setsid env -i":
+        cmd = f"setsid env -i /bin/sh -c 'echo $$ > {pidfile}; exec sleep 60' &"
+    elif how == "double-fork env -i":
+        cmd = f"( ( env -i /bin/sh -c 'echo $$ > {pidfile}; exec sleep 60' & ) & ) ; sleep 0.1"
+    else:
+        cmd = f"nohup setsid /bin/sh -c 'echo $$ > {pidfile}; exec sleep 60' >/dev/null 2>&1 &"
+    before = proc.leftovers_killed()
+    res = _run(tmp_path, cmd + "\nwhile [ ! -s " + str(pidfile) + " ]; do sleep 0.01; done")
+    assert res.exit_code == 0
+    assert res.leftovers_killed >= 1 and proc.leftovers_killed() - before >= 1
+    assert not _alive(int(pidfile.read_text()))
+
+
+def test_a_clean_command_counts_no_leftover(tmp_path):
+    before = proc.leftovers_killed()
+    res = _run(tmp_path, "echo hi | cat; sleep 0.05")
+    assert res.leftovers_killed == 0 and proc.leftovers_killed() == before
+
+
+def test_timeout_leftovers_are_not_counted(tmp_path):
+    before = proc.leftovers_killed()
+    res = _run(tmp_path, "setsid sleep 60 & sleep 60", timeout=0.5)
+    assert res.timed_out and proc.leftovers_killed() == before
+
+
+def test_subreaper_is_off_again_after_a_command(tmp_path):
+    _run(tmp_path, "true")
+    assert not proc._is_subreaper()
+
+
+def test_file_size_limit(tmp_path):
+    res = _run(tmp_path, [sys.executable, "-c", "open('big', 'wb').write(b'x' * (3 << 20))"],
+               limits=proc.Limits(file_bytes=1 << 20))
+    assert (tmp_path / "big").stat().st_size == 1 << 20
+    assert not res.ok
+
+
+def test_output_limit(tmp_path):
+    res = _run(tmp_path, [sys.executable, "-c", "import sys; sys.stdout.buffer.write(b'x' * (3 << 20))"],
+               limits=proc.Limits(file_bytes=1 << 20))
+    assert res.over_limit == "printed more than 1 MB" and not res.ok and res.exit_code is None
+
+
+def test_disk_watchdog_stops_the_command(tmp_path):
+    code = ("import os, time\nfor i in range(64):\n    f = open(f'f{i}', 'wb'); f.write(os.urandom(1 << 20)); "
+            "f.flush(); os.fsync(f.fileno()); f.close()\ntime.sleep(30)\n")
+    t0 = time.monotonic()
+    res = _run(tmp_path, [sys.executable, "-c", code], limits=proc.Limits(disk_bytes=8 << 20, disk_path=tmp_path))
+    assert res.over_limit == "took more than 8 MB of disk", res
+    assert time.monotonic() - t0 < 15
+
+
+# ---- the verification tree holds exactly the commit ---------------------------------------------------
+
+
+def test_differs_from(tmp_path):
+    def g(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+    g("init", "-q")
+    (tmp_path / "a").write_text("hi\n")
+    (tmp_path / "x.sh").write_text("#!/bin/sh\n")
+    os.chmod(tmp_path / "x.sh", 0o755)
+    os.symlink("a", tmp_path / "l")
+    g("add", "-A")
+    g("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    w = Worktree(tmp_path, tmp_path / ".git", tmp_path)
+    assert w.differs_from("HEAD") == []
+    st = os.stat(tmp_path / "a")
+    (tmp_path / "a").write_text("ho\n")                      # same size, same mtime
+    os.utime(tmp_path / "a", ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.chmod(tmp_path / "x.sh", 0o644)
+    os.unlink(tmp_path / "l")
+    os.symlink("x.sh", tmp_path / "l")
+    assert sorted(w.differs_from("HEAD")) == ["a (content)", "l (link target)", "x.sh (mode)"]
+    os.unlink(tmp_path / "a")
+    assert "a (missing)" in w.differs_from("HEAD")
+
+
+# ---- the stat watch -------------------------------------------------------------------------------------
+
+
+def test_stat_watch_sees_a_rewrite_with_the_same_size_and_mtime(tmp_path):
+    f = tmp_path / "d" / "x.pth"
+    f.parent.mkdir()
+    f.write_text("aaaa")
+    w = Watch([StatTree(tmp_path / "d", "d", top_only=True)])
+    w.capture()
+    assert w.changes() == []
+    st = f.stat()
+    time.sleep(0.01)
+    f.write_text("bbbb")
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert [(c.paths, c.new) for c in w.changes()] == [(["x.pth"], [])]
+
+
+def test_stat_watch_refuses_to_compare_without_a_capture(tmp_path):
+    # compared against nothing, every file would look new — and new files in a site folder are
+    # moved out of the way: the bug that once emptied a Python installation of its .pth files
+    (tmp_path / "x.pth").write_text("")
+    w = Watch([StatTree(tmp_path, "d", top_only=True)])
+    with pytest.raises(RuntimeError, match="before capture"):
+        w.changes()
+    w.capture()
+    assert w.changes() == []
+
+
+def test_stat_watch_tells_new_entries_from_changed_ones(tmp_path):
+    (tmp_path / "old.pth").write_text("a")
+    w = Watch([StatTree(tmp_path, "d", top_only=True)])
+    w.capture()
+    (tmp_path / "old.pth").write_text("changed")
+    (tmp_path / "new.pth").write_text("b")
+    [c] = w.changes()
+    assert (c.paths, c.new) == (["new.pth", "old.pth"], ["new.pth"])
+
+
+def test_stat_tree_of_a_missing_path_sees_it_appear(tmp_path):
+    t = StatTree(tmp_path / "later", "later")
+    before = t.take()
+    (tmp_path / "later").mkdir()
+    assert changed_paths(before, t.take()) == ["."]
+
+
+@pytest.mark.parametrize("name,hit", [("x.pth", True), ("sitecustomize.py", True), ("usercustomize", True),
+                                      ("sitecustomize/__init__.py", True), ("numpy", False), ("a.py", False)])
+def test_is_injection(name, hit):
+    assert is_injection(name) == hit
+
+
+# ---- the bwrap command line ------------------------------------------------------------------------------
+
+
+def test_bwrap_argv(tmp_path):
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    b = Bwrap(SandboxSpec(kind="bwrap"), executable="/usr/bin/bwrap")
+    argv = b.argv("echo hi", workdir=wt, writable=[tmp_path / "logs"], readable=[tmp_path / "repo.git"])
+    joined = " ".join(argv)
+    for flag in ("--die-with-parent", "--new-session", "--cap-drop ALL", "--unshare-pid", "--unshare-net",
+                 "--ro-bind / /", "--tmpfs /tmp", f"--bind {os.path.realpath(wt)} {os.path.realpath(wt)}",
+                 f"--chdir {os.path.realpath(wt)}"):
+        assert flag in joined, flag
+    assert argv[-3:] == ["/bin/sh", "-c", "echo hi"]
+    assert argv.index("--tmpfs") < argv.index("--bind")  # binds come after the private /tmp
+    net = Bwrap(SandboxSpec(kind="bwrap", network=True), executable="/usr/bin/bwrap").argv(["x"], workdir=wt)
+    assert "--unshare-net" not in net and net[-1] == "x"
+
+
+def test_bwrap_probe_without_bwrap(tmp_path, monkeypatch):
+    from autoloop.sandbox import SandboxUnavailable
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SandboxUnavailable, match="not installed"):
+        Bwrap(SandboxSpec(kind="bwrap")).probe()
