@@ -224,6 +224,13 @@ class Guardrails:
             problems.append(f"the change is {size / MB:.1f} MB of files (resources.max_change_mb: {limit:g})")
         return problems
 
+    def outside_clean(self) -> bool:
+        """Read-only: nothing after_generate checks outside the work trees (the watched places,
+        processes left running, the run's lock) changed since before_generate. Parallel rounds
+        (autoloop.parallel) check their workers' trees at once only when this holds."""
+        return (not self.gen_watch.changes() and proc.leftovers_killed() == self._killed_before
+                and (self._lock_path is None or _identity(self._lock_path) == self._lock_id))
+
     def _outside(self, watch: Watch, when: str) -> list[str]:
         """Report what changed outside the work tree. Files there are not autoloop's: the only
         thing ever done to them is moving a *new* entry that would run code in every later

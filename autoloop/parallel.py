@@ -71,6 +71,7 @@ class _Slot:
     tree_hash: str | None = None
     files: list[str] = field(default_factory=list)
     stat: str | None = None
+    restored: bool = False                   # the tree is back at the incumbent, exactly
 
 
 class ParallelRun(Run):
@@ -156,41 +157,49 @@ class ParallelRun(Run):
             self._threads(slots, lambda s: self._generate_in(s, k, n0))
             self._check_signal()
 
-            # 3 scope, one worker at a time in this thread: the checks of what the workers share
-            # (git's files, the journal, the branch, the places the guardrails watch, processes
-            # left running) undo what they find on the first call, and it voids every candidate
-            # of the round (the guardrails report it to each call until the next capture)
+            # 3 scope. What the workers share (git's files, the journal, the branch, the places
+            # the guardrails watch, processes left running) is checked first: when any of it
+            # changed, Run._scope undoes it on its first call, so the workers are checked one at
+            # a time and every candidate of the round is void; else each worker's own tree is
+            # checked in its own thread (the shared checks then only read). All are checked
+            # before any is verified: the guardrails watch the verification trees meanwhile.
             self._phase(n0, k, "scope")
             shared = self._shared_changes(incumbent, k)
-            for s in slots:
-                self._check(s, incumbent, shared)
+            if shared or not self.guard.outside_clean():
+                for s in slots:
+                    self._check(s, incumbent, shared)
+            else:
+                self._threads(slots, lambda s: self._check(s, incumbent, ""))
 
             # 4 verify + 5 decide: candidate commits made and measured in the workers' threads,
             # at most `lanes` measurements at once; the places outside the trees are captured
             # once before and checked once after all of them (they cannot be told apart)
-            todo = [s for s in slots if s.outcome is None]
-            if todo:
-                self._phase(n0, k, f"verify {len(todo)}")
-                history = self.journal.cycles()
-                lanes: queue.Queue[int] = queue.Queue()
-                for lane in range(self.lanes):
-                    lanes.put(lane)
-                self.guard.verify_watch.capture()
-                self.guard.capture_each_measurement = False
-                try:
-                    self._threads(todo, lambda s: self._verify(s, incumbent, best_before, history, lanes))
-                finally:
-                    self.guard.capture_each_measurement = True
-                after = self.guard.after_verify()
-                if after:
-                    why = "; ".join(after) + (f" (while {len(todo)} candidates were measured at once)"
-                                              if len(todo) > 1 else "")
-                    for s in todo:
-                        s.outcome = _Outcome("violation", f"violation: {why}", f"violation: {why}", changed=s.files)
+            history = self.journal.cycles()
+            lanes: queue.Queue[int] = queue.Queue()
+            for lane in range(self.lanes):
+                lanes.put(lane)
+            self.guard.verify_watch.capture()
+            self.guard.capture_each_measurement = False
+
+            self._phase(n0, k, "verify")
+            try:
+                self._threads([s for s in slots if s.outcome is None],
+                              lambda s: self._verify(s, incumbent, best_before, history, lanes))
+            finally:
+                self.guard.capture_each_measurement = True
+            measured = [s for s in slots if s.candidate is not None and s.outcome is not None
+                        and s.outcome.measured is not None]
+            after = self.guard.after_verify()
+            if after and measured:
+                why = "; ".join(after) + (f" (while {len(measured)} candidates were measured at once)"
+                                          if len(measured) > 1 else "")
+                for s in measured:
+                    s.outcome = _Outcome("violation", f"violation: {why}", f"violation: {why}", changed=s.files)
             winner = self._choose(slots, best_before)
 
-            # revert every tree but the winner's, exactly, while nothing is journaled yet
-            self._threads([s for s in slots if s is not winner], lambda s: self._restore(s, incumbent))
+            # revert the trees not reverted yet, exactly, while nothing is journaled yet (the
+            # winner's too: the next round resets it to the new incumbent in any case)
+            self._threads([s for s in slots if not s.restored], lambda s: self._restore(s, incumbent))
         except BaseException as exc:
             reason = "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt)) else \
                 f"internal error: {type(exc).__name__}: {exc}"
@@ -278,13 +287,37 @@ class ParallelRun(Run):
         s.tree_hash = tree
         s.candidate = self.ws.commit(tree, incumbent, f"autoloop candidate, cycle {s.n}", self.ws.identity())
         s.files = [c.path for c in _file_changes(s.changes)]
-        s.stat = self.ws.diffstat(incumbent, s.candidate)
 
     def _verify(self, s: _Slot, incumbent: str, best_before: float | None, history: list[Record],
                 lanes: queue.Queue[int]) -> None:
         self._candidate(s, incumbent)      # a private index per call: safe beside the others
         if s.outcome is not None:          # nothing git can record changed
             return
+        # The candidate is a commit now: revert the worker's tree and take its diffstat while
+        # it is measured, off the round's critical path.
+        errors: list[BaseException] = []
+
+        def meanwhile() -> None:
+            try:
+                self._restore(s, incumbent)
+                assert s.candidate is not None
+                s.stat = self.ws.diffstat(incumbent, s.candidate)
+            except BaseException as exc:  # raised in the worker's thread below
+                errors.append(exc)
+
+        helper = threading.Thread(target=meanwhile, daemon=True, name=f"autoloop-restore-{s.worker}")
+        helper.start()
+        try:
+            self._verify_on_lane(s, incumbent, best_before, history, lanes)
+        finally:
+            helper.join()
+        if errors:
+            raise errors[0]
+        assert s.outcome is not None
+        s.outcome.diffstat = s.stat
+
+    def _verify_on_lane(self, s: _Slot, incumbent: str, best_before: float | None, history: list[Record],
+                        lanes: queue.Queue[int]) -> None:
         lane_id = lanes.get()
         try:
             self._check_signal()
@@ -348,6 +381,7 @@ class ParallelRun(Run):
         assert s.before is not None
         s.tree.restore(incumbent, s.before)
         self._exact_trees[s.worker] = (incumbent, s.before)
+        s.restored = True
 
     # ---- recording -------------------------------------------------------------------------------
 

@@ -165,8 +165,9 @@ def test_violation_in_one_worker_leaves_the_others(tmp_path):
     res = p.run("--cycles", "8")
     assert res.returncode == 0, res.stderr
     st = p.statuses()
-    assert [st[n] for n in range(1, 5)] == ["discard", "violation", "violation", "keep"]
-    assert [st[n] for n in range(5, 9)] == ["keep", "discard", "discard", "discard"]
+    why = [(r["cycle"], r["status"], r["lesson"]) for r in p.rows()]
+    assert [st[n] for n in range(1, 5)] == ["discard", "violation", "violation", "keep"], why
+    assert [st[n] for n in range(5, 9)] == ["keep", "discard", "discard", "discard"], why
     assert p.show(p.branch(), "val.txt").strip() == b"35.0"
     assert_round_consistent(p, start)
     rows = {int(r["cycle"]): r for r in p.rows()}
@@ -229,7 +230,7 @@ def test_verify_cap_is_honoured(tmp_path, workers, verify, cap):
         a, b, worker = f.read_text().split()
         if worker != "-":            # round verifications (the baseline runs before any round)
             spans.append((float(a), float(b)))
-    assert len(spans) == 2 * workers
+    assert len(spans) == 2 * workers, [(r["cycle"], r["status"], r["lesson"]) for r in p.rows()]
     assert _max_overlap(spans) == cap
 
 
