@@ -124,8 +124,7 @@ class RayLane:
                 marker: str, with_guards: bool, baseline: bool = False) -> Measurement:
         # a fresh folder unpacked from the commit on the node for every run: nothing to re-prove
         # there; here, the places the guardrails watch must still not change meanwhile
-        if self.ex.guard.capture_each_measurement:
-            self.ex.guard.verify_watch.capture()
+        self.ex.guard.capture_outside()
         commands = [{"name": g.name, "command": g.command, "timeout": g.timeout, "guard": True}
                     for g in (program.guards if with_guards else ())]
         v = program.verifier

@@ -65,10 +65,10 @@ class Guardrails:
         self._lock_id: tuple[int, int] | None = None
         # Parallel rounds (autoloop.parallel) measure several candidates at once: what one
         # measurement is checking is per thread, the bytecode cache is built by one of them, and
-        # the round captures and checks the places outside the trees once for all of them.
+        # the round captures the places outside the trees once, before all of its measurements.
         self._local = threading.local()
         self._warm_lock = threading.Lock()
-        self.capture_each_measurement = True
+        self._verify_captured = False          # verify_watch holds the state before this cycle's measurements
         self.untrusted: list[Path] = [ws.path]   # work trees a generator edited
         # Bytecode every measurement starts from (see measuring): taken from the baseline's, or,
         # in a resumed run, compiled by us — which costs about one cold start and saves one per
@@ -202,6 +202,7 @@ class Guardrails:
 
     def before_generate(self) -> None:
         self.gen_watch.capture()
+        self._verify_captured = False  # a capture left by an interrupted measurement is stale
         self._killed_before = proc.leftovers_killed()
 
     def after_generate(self, changes: Sequence[Change]) -> list[str]:
@@ -223,6 +224,14 @@ class Guardrails:
         if size > limit * MB:
             problems.append(f"the change is {size / MB:.1f} MB of files (resources.max_change_mb: {limit:g})")
         return problems
+
+    def capture_outside(self) -> None:
+        """Capture what measurements could change outside their trees, once per cycle (at its
+        first measurement; a parallel round calls this before its measurements start at once);
+        after_verify compares once, after the last."""
+        if not self._verify_captured:
+            self.verify_watch.capture()
+            self._verify_captured = True
 
     def outside_clean(self) -> bool:
         """Read-only: nothing after_generate checks outside the work trees (the watched places,
@@ -322,8 +331,7 @@ class Guardrails:
                 raise Tampered("the verification tree does not hold the candidate: " + ", ".join(bad[:5]))
         with self._warm_lock:
             warm = None if baseline else self._warm_cache(base_env)
-        if self.capture_each_measurement:
-            self.verify_watch.capture()
+        self.capture_outside()
         self._local.measuring = (tree, commit)
         try:
             with envs.measurement_env(base_env, parent=self._scratch_root(), untrusted=self.untrusted,
@@ -431,7 +439,9 @@ class Guardrails:
         if self.ws.dotgit_tampered():
             problems.append("during verification: changed the work tree's .git link")
             self.ws.restore_dotgit()
-        problems += self._outside(self.verify_watch, "during verification: ")
+        if self._verify_captured:  # nothing was measured (a skipped re-measurement): nothing to compare
+            problems += self._outside(self.verify_watch, "during verification: ")
+            self._verify_captured = False
         return problems
 
     def _link_data(self, tree: Path) -> None:

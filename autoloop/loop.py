@@ -304,7 +304,10 @@ class Run:
         try:
             # the starting commit measured (twice at least: the noise calibration), judge.py,
             # each run through the guardrails like every later measurement
-            b = self.judge.baseline(incumbent, log_dir, self._env(0))
+            try:
+                b = self.judge.baseline(incumbent, log_dir, self._env(0))
+            except Tampered as exc:
+                raise Tampered("; ".join([str(exc), *self.guard.after_verify()])) from None
             self._check_signal()
             after = self.guard.after_verify()
             if after:
@@ -578,6 +581,7 @@ class Run:
         """Steps 4 and 5. Every measurement runs through the guardrails (hardening.py): in a
         pristine tree proven to hold exactly the commit, a scrubbed environment, re-checked after
         each guard and the verifier; anything that tampers makes the cycle a violation."""
+        problems: list[str] = []
         try:
             if self.judge.plain:
                 # one measurement of the candidate against the stored incumbent (contract §5)
@@ -592,11 +596,13 @@ class Run:
                 # noise-aware: repeats, paired ABBA batches against a re-measured incumbent
                 outcome = self._judged(self.judge.cycle(candidate, incumbent, best_before, log_dir,
                                                         self._env(n), self.journal.cycles()), files)
-            after = self.guard.after_verify()
-            if after:
-                raise Tampered("; ".join(after))
         except Tampered as exc:
-            return _Outcome("violation", f"violation: {exc}", f"violation: {exc}", changed=files)
+            problems.append(str(exc))
+        # also after a measurement that was voided: what it planted outside must be found now
+        problems += self.guard.after_verify()
+        if problems:
+            text = "; ".join(problems)
+            return _Outcome("violation", f"violation: {text}", f"violation: {text}", changed=files)
         return outcome
 
     @staticmethod
@@ -620,7 +626,10 @@ class Run:
         log_dir = self.journal.dir / "logs" / f"final-{int(time.time() * 1000)}"
         log_dir.mkdir(parents=True)
         try:
-            rec = self.judge.final(start, self.incumbent, log_dir, self._env(0))
+            try:
+                rec = self.judge.final(start, self.incumbent, log_dir, self._env(0))
+            except Tampered as exc:
+                raise Tampered("; ".join([str(exc), *self.guard.after_verify()])) from None
             after = self.guard.after_verify()
             if after:
                 raise Tampered("; ".join(after))

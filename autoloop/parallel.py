@@ -178,15 +178,12 @@ class ParallelRun(Run):
             lanes: queue.Queue[int] = queue.Queue()
             for lane in range(self.lanes):
                 lanes.put(lane)
-            self.guard.verify_watch.capture()
-            self.guard.capture_each_measurement = False
-
+            todo = [s for s in slots if s.outcome is None]
+            if todo:
+                self.guard.capture_outside()   # here, before the measurements start at once
             self._phase(n0, k, "verify")
-            try:
-                self._threads([s for s in slots if s.outcome is None],
-                              lambda s: self._verify(s, incumbent, best_before, history, lanes))
-            finally:
-                self.guard.capture_each_measurement = True
+            self._threads(todo, lambda s: self._verify(s, incumbent, best_before, history, lanes))
+            # measured, or voided while measured (Tampered): what it changed outside is checked too
             measured = [s for s in slots if s.candidate is not None and s.outcome is not None
                         and s.outcome.measured is not None]
             after = self.guard.after_verify()
@@ -194,7 +191,11 @@ class ParallelRun(Run):
                 why = "; ".join(after) + (f" (while {len(measured)} candidates were measured at once)"
                                           if len(measured) > 1 else "")
                 for s in measured:
-                    s.outcome = _Outcome("violation", f"violation: {why}", f"violation: {why}", changed=s.files)
+                    assert s.outcome is not None
+                    own = s.outcome.lesson.removeprefix("violation: ") + "; " \
+                        if s.outcome.status == "violation" else ""
+                    s.outcome = _Outcome("violation", f"violation: {own}{why}", f"violation: {own}{why}",
+                                         changed=s.files)
             winner = self._choose(slots, best_before)
 
             # revert the trees not reverted yet, exactly, while nothing is journaled yet (the
