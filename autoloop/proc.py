@@ -44,6 +44,7 @@ KILL_GRACE_S = 3.0
 # The processes running right now, so a signal handler can stop them at once, and the ones it
 # stopped (their results say `interrupted`, not `exit -15`).
 _current: set[subprocess.Popen[bytes]] = set()
+_current_markers: dict[int, str] = {}   # pid of a running command -> the marker its tree carries
 _stopped: set[int] = set()
 _current_lock = threading.Lock()
 # Every leftover process killed so far (after a command ended, or by a marker scan), so a caller
@@ -152,7 +153,8 @@ def run(
     timed_out = interrupted = False
     over: str | None = None
     watch = _DiskWatch(limits) if limits is not None and limits.disk_bytes is not None else None
-    with open(out_path, "wb") as out, open(err_path, "wb") as err, _stdin(stdin) as inp, _Adopting() as adopting:
+    with open(out_path, "wb") as out, open(err_path, "wb") as err, _stdin(stdin) as inp, _Adopting(marker) as adopting:
+        _spawn_lock.acquire()   # known before any leftover sweep of another thread can see it
         try:
             proc = subprocess.Popen(
                 command if shell else list(command),
@@ -166,7 +168,10 @@ def run(
                 executable="/bin/sh" if shell else None,
                 preexec_fn=_rlimits(limits) if limits is not None else None,
             )
-        except OSError as exc:
+        except BaseException as exc:
+            _spawn_lock.release()
+            if not isinstance(exc, OSError):
+                raise
             # like a shell would: 127 not found, 126 not executable — a result, not an exception
             why = exc.strerror or str(exc)
             err.write(f"autoloop: cannot start {command!r}: {why}\n".encode())
@@ -175,6 +180,8 @@ def run(
                               timeout, why)
         with _current_lock:
             _current.add(proc)
+            _current_markers[proc.pid] = marker
+        _spawn_lock.release()
         try:
             try:
                 over = _wait(proc, timeout, watch)
@@ -191,6 +198,7 @@ def run(
             _kill_group(proc)
             with _current_lock:
                 _current.discard(proc)
+                _current_markers.pop(proc.pid, None)
                 if proc.pid in _stopped:
                     _stopped.discard(proc.pid)
                     interrupted = True
@@ -343,10 +351,43 @@ def _is_subreaper() -> bool:
         return False
 
 
+# Children started on purpose outside run() (git, a short query; see run_captured) are never
+# leftovers, even when a parallel round (autoloop.parallel) starts them in one thread while a
+# command of another thread ends and its leftovers are swept. Starting a child and listing our
+# children for a sweep take the same lock, so a sweep never sees a child before it is known.
+_spawn_lock = threading.RLock()
+_known: set[int] = set()
+
+
+def run_captured(args: Sequence[str], *, cwd: Path | str | None = None, input: bytes | None = None,
+                 env: Mapping[str, str] | None = None,
+                 timeout: float | None = None) -> subprocess.CompletedProcess[bytes]:
+    """subprocess.run(args, capture_output=True, input=input) for autoloop's own short commands
+    (git), registered so that no leftover sweep takes them for a command's orphan."""
+    with _spawn_lock:
+        child = subprocess.Popen(list(args), cwd=cwd, env=None if env is None else dict(env),
+                                 stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _known.add(child.pid)
+    try:
+        out, err = child.communicate(input, timeout=timeout)
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    finally:
+        with _spawn_lock:
+            _known.discard(child.pid)
+    return subprocess.CompletedProcess(list(args), child.returncode, out, err)
+
+
 class _Adopting:
     """While a command runs, orphans of its tree become our children (subreaper); afterwards,
     every child of ours that was not there before and is not a command still running is a
     leftover, killed with its whole subtree."""
+
+    def __init__(self, marker: str | None = None) -> None:
+        self.marker = marker
 
     def __enter__(self) -> _Adopting:
         global _reaper_users, _reaper_was_set
@@ -362,9 +403,14 @@ class _Adopting:
         return self
 
     def _new(self) -> list[int]:
-        with _current_lock:
-            running = {p.pid for p in _current}
-        return [pid for pid in _my_children() if pid not in self.before and pid not in running]
+        with _spawn_lock:
+            with _current_lock:
+                running = {p.pid for p in _current}
+            new = [pid for pid in _my_children()
+                   if pid not in self.before and pid not in running and pid not in _known]
+        # an orphan marked by another command still running (a parallel worker's) is that
+        # command's to sweep when it ends, not ours: it may still be doing that command's work
+        return [pid for pid in new if not _others(pid, self.marker)]
 
     def live(self) -> int:
         """Live processes in the subtrees of new children; adopted zombies are reaped, as init would."""
@@ -405,6 +451,23 @@ class _Adopting:
             _reaper_users -= 1
             if _reaper_users == 0 and not _reaper_was_set:
                 _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+
+
+def _others(pid: int, marker: str | None) -> bool:
+    """Does `pid` carry the marker of a command other than ours that is still running?"""
+    if marker is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:
+        return False
+    prefix = f"{MARKER_VAR}=".encode()
+    theirs = next((e[len(prefix):].decode(errors="replace") for e in entries if e.startswith(prefix)), None)
+    if theirs is None or theirs == marker:
+        return False
+    with _current_lock:
+        return theirs in _current_markers.values()
 
 
 def _my_children() -> list[int]:

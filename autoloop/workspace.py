@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import tarfile
 import tempfile
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from autoloop.errors import RepoStateError, RunFailure
+from autoloop.proc import run_captured
 from autoloop.sentinel import Sentinel, remove_tree
 from autoloop.snapshot import Change, Snapshotter, diff
 
@@ -79,8 +79,8 @@ def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True,
     for item in _SAFE_CONFIG:
         cmd += ["-c", item]
     cmd += list(args)
-    proc = subprocess.run(cmd, cwd=cwd, input=input, capture_output=True,
-                          env=env or _git_env(), stdin=None if input is not None else subprocess.DEVNULL)
+    # registered with autoloop.proc: never mistaken for a leftover of a command running beside it
+    proc = run_captured(cmd, cwd=cwd, input=input, env=env or _git_env())
     if check and proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip().splitlines()
         raise GitError(f"git {' '.join(args[:3])} failed: {err[-1] if err else proc.returncode}")
@@ -89,11 +89,10 @@ def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True,
 
 def git_bytes(cwd: Path, *args: str, input: bytes | None = None) -> bytes:
     """git with the same safe settings, for binary output (object contents)."""
-    cmd = ["git"]
+    cmd = [git_executable()]
     for item in _SAFE_CONFIG:
         cmd += ["-c", item]
-    proc = subprocess.run(cmd + list(args), cwd=cwd, input=input, capture_output=True, env=_git_env(),
-                          stdin=None if input is not None else subprocess.DEVNULL)
+    proc = run_captured(cmd + list(args), cwd=cwd, input=input, env=_git_env())
     if proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip().splitlines()
         raise GitError(f"git {' '.join(args[:3])} failed: {err[-1] if err else proc.returncode}")
@@ -593,8 +592,8 @@ class Workspace(Worktree):
             self.ref, to, current)
 
     def is_ancestor(self, a: str, b: str) -> bool:
-        return subprocess.run([git_executable(), "-c", "core.hooksPath=/dev/null", "merge-base", "--is-ancestor", a, b],
-                              cwd=self.repo_root, env=_git_env(), capture_output=True).returncode == 0
+        return run_captured([git_executable(), "-c", "core.hooksPath=/dev/null", "merge-base", "--is-ancestor",
+                             a, b], cwd=self.repo_root, env=_git_env()).returncode == 0
 
     def commit_message(self, commit: str) -> str:
         return git(self.repo_root, "log", "-1", "--format=%B", commit)
