@@ -154,7 +154,8 @@ def run(
     over: str | None = None
     watch = _DiskWatch(limits) if limits is not None and limits.disk_bytes is not None else None
     with open(out_path, "wb") as out, open(err_path, "wb") as err, _stdin(stdin) as inp, _Adopting(marker) as adopting:
-        _spawn_lock.acquire()   # known before any leftover sweep of another thread can see it
+        starting = _Starting()
+        starting.__enter__()   # known before any leftover sweep of another thread can see it
         try:
             proc = subprocess.Popen(
                 command if shell else list(command),
@@ -169,7 +170,7 @@ def run(
                 preexec_fn=_rlimits(limits) if limits is not None else None,
             )
         except BaseException as exc:
-            _spawn_lock.release()
+            starting.__exit__(None, None, None)
             if not isinstance(exc, OSError):
                 raise
             # like a shell would: 127 not found, 126 not executable — a result, not an exception
@@ -181,7 +182,7 @@ def run(
         with _current_lock:
             _current.add(proc)
             _current_markers[proc.pid] = marker
-        _spawn_lock.release()
+        starting.__exit__(None, None, None)
         try:
             try:
                 over = _wait(proc, timeout, watch)
@@ -353,10 +354,47 @@ def _is_subreaper() -> bool:
 
 # Children started on purpose outside run() (git, a short query; see run_captured) are never
 # leftovers, even when a parallel round (autoloop.parallel) starts them in one thread while a
-# command of another thread ends and its leftovers are swept. Starting a child and listing our
-# children for a sweep take the same lock, so a sweep never sees a child before it is known.
-_spawn_lock = threading.RLock()
+# command of another thread ends and its leftovers are swept: see _Starting and _Listing.
+# Starting is shared (threads start children at once), listing is exclusive: a sweep waits for
+# the starts in flight, and starts wait for a sweep that is listing.
+_spawn_cond = threading.Condition()
+_spawning = 0
+_listing = False
 _known: set[int] = set()
+
+
+class _Starting:
+    """Around starting a child and registering it (in _known or _current)."""
+
+    def __enter__(self) -> None:
+        global _spawning
+        with _spawn_cond:
+            while _listing:
+                _spawn_cond.wait()
+            _spawning += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _spawning
+        with _spawn_cond:
+            _spawning -= 1
+            _spawn_cond.notify_all()
+
+
+class _Listing:
+    """Around listing our children for a sweep: no start is half done meanwhile."""
+
+    def __enter__(self) -> None:
+        global _listing
+        with _spawn_cond:
+            while _spawning or _listing:
+                _spawn_cond.wait()
+            _listing = True
+
+    def __exit__(self, *exc: object) -> None:
+        global _listing
+        with _spawn_cond:
+            _listing = False
+            _spawn_cond.notify_all()
 
 
 def run_captured(args: Sequence[str], *, cwd: Path | str | None = None, input: bytes | None = None,
@@ -364,11 +402,12 @@ def run_captured(args: Sequence[str], *, cwd: Path | str | None = None, input: b
                  timeout: float | None = None) -> subprocess.CompletedProcess[bytes]:
     """subprocess.run(args, capture_output=True, input=input) for autoloop's own short commands
     (git), registered so that no leftover sweep takes them for a command's orphan."""
-    with _spawn_lock:
+    with _Starting():
         child = subprocess.Popen(list(args), cwd=cwd, env=None if env is None else dict(env),
                                  stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        _known.add(child.pid)
+        with _spawn_cond:
+            _known.add(child.pid)
     try:
         out, err = child.communicate(input, timeout=timeout)
     except BaseException:
@@ -376,7 +415,7 @@ def run_captured(args: Sequence[str], *, cwd: Path | str | None = None, input: b
         child.wait()
         raise
     finally:
-        with _spawn_lock:
+        with _spawn_cond:
             _known.discard(child.pid)
     return subprocess.CompletedProcess(list(args), child.returncode, out, err)
 
@@ -403,11 +442,13 @@ class _Adopting:
         return self
 
     def _new(self) -> list[int]:
-        with _spawn_lock:
+        with _Listing():
             with _current_lock:
                 running = {p.pid for p in _current}
+            with _spawn_cond:
+                known = set(_known)
             new = [pid for pid in _my_children()
-                   if pid not in self.before and pid not in running and pid not in _known]
+                   if pid not in self.before and pid not in running and pid not in known]
         # an orphan marked by another command still running (a parallel worker's) is that
         # command's to sweep when it ends, not ours: it may still be doing that command's work
         return [pid for pid in new if not _others(pid, self.marker)]
