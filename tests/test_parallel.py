@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import time
@@ -409,3 +410,38 @@ def test_approve_with_workers_refused(tmp_path):
     assert res.returncode == 2
     assert "parallel" in res.stderr
     assert git(p.repo, "branch", "--list", "autoloop/*", env=p.env) == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# The noise-aware path (repeats) and the sandbox, with workers
+
+
+def test_repeats_judged_per_candidate_in_parallel(tmp_path):
+    """With verifier.repeats the judge (autoloop.judge) decides each candidate, through its lane."""
+    plan = {1: 'W("val.txt", "39")', 2: 'W("val.txt", "38")', 3: 'W("val.txt", "45")', 4: 'W("val.txt", "37")'}
+    p = make_project(tmp_path, plan, extra="parallel: {workers: 2}", guards=False)
+    text = (p.repo / "program.md").read_text().replace("  timeout: 30\n", "  timeout: 30\n  repeats: 3\n", 1)
+    (p.repo / "program.md").write_text(text)
+    git(p.repo, "commit", "-qam", "repeats", env=p.env)
+    start = git(p.repo, "rev-parse", "HEAD", env=p.env)
+    res = p.run("--cycles", "4")
+    assert res.returncode == 0, res.stderr
+    assert p.statuses() == {0: "baseline", 1: "discard", 2: "keep", 3: "discard", 4: "keep"}
+    rows = {int(r["cycle"]): r for r in p.rows()}
+    assert all(rows[n]["samples"].count(",") == 2 for n in (1, 2, 4))   # three runs each
+    assert_round_consistent(p, start)
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (bwrap) is not installed")
+def test_sandboxed_workers_edit_only_their_own_tree(tmp_path):
+    gen = tmp_path / "out" / "gen"
+    gen.mkdir(parents=True)
+    from tests.scripts.e2e import GEN
+    p = make_project(tmp_path, {}, command=f"{PY} {GEN} {gen}/plan.json {gen}/records",
+                     extra=f"sandbox: {{kind: bwrap, writable: [{gen}]}}\nparallel: {{workers: 2}}")
+    p.plan_path, p.rec_dir = gen / "plan.json", gen / "records"
+    p.set_plan({"*": 'W("val.txt", str(40 - cycle)); W("notes.txt", os.getcwd())'})
+    res = p.run("--cycles", "2")
+    assert res.returncode == 0, res.stderr
+    assert p.statuses() == {0: "baseline", 1: "discard", 2: "keep"}
+    assert p.show(p.branch(), "val.txt").strip() == b"38"
