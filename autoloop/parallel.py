@@ -4,9 +4,12 @@ A round is the six steps of `Run.cycle` done by N workers at once, from the same
 
     1 prepare   each worker's own git worktree == incumbent (worker 0 edits the run's own tree)
     2 generate  N generators, one per tree, at the same time (threads; each a process or an SDK call)
-    3 scope     per tree, from the disk (Run._scope); git's files, the ledger and the branch are
+    3 scope     per tree, from the disk (Run._scope, with the guardrails' after_generate); git's
+                files, the ledger, the branch and what the guardrails watch outside the trees are
                 shared, so a change to them voids every candidate of the round
-    4 verify    candidate commits measured through the executor, at most M at once
+    4 verify    candidate commits measured through the executor, at most M at once; each
+                worker's tree is reverted while its candidate is measured; what the guardrails
+                watch outside the trees is captured once before and checked once after them all
     5 decide    each against the incumbent by the usual rule (Run._decide / the judge); of those
                 that pass, the best is kept and the others are discarded ("beaten in the round")
     6 record    one commit at most; every candidate gets its own cycle number, ledger entry and
