@@ -28,7 +28,7 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from autoloop.errors import RepoStateError
-from autoloop.workspace import GitError, Workspace, _git_env, git
+from autoloop.workspace import GitError, Workspace, _git_env, git, git_executable, run_git_process
 
 if TYPE_CHECKING:
     from autoloop.journal import Journal
@@ -140,10 +140,8 @@ def restore_persisted_journal(ws: Workspace, journal: Journal, program: Program)
 
 
 def _show(ws: Workspace, commit: str, path: str) -> bytes:
-    import subprocess
-
-    out = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "cat-file", "blob", f"{commit}:{path}"],
-                         cwd=ws.repo_root, env=_git_env(), capture_output=True, stdin=subprocess.DEVNULL)
+    out = run_git_process([git_executable(), "-c", "core.hooksPath=/dev/null", "cat-file", "blob", f"{commit}:{path}"],
+                          cwd=ws.repo_root, env=_git_env())
     if out.returncode != 0:
         raise GitError(f"git cat-file {commit[:12]}:{path} failed")
     return out.stdout

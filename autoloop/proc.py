@@ -398,14 +398,22 @@ class _Listing:
 
 
 def run_captured(args: Sequence[str], *, cwd: Path | str | None = None, input: bytes | None = None,
-                 env: Mapping[str, str] | None = None,
-                 timeout: float | None = None) -> subprocess.CompletedProcess[bytes]:
+                 env: Mapping[str, str] | None = None, timeout: float | None = None,
+                 shielded: bool = False) -> subprocess.CompletedProcess[bytes]:
     """subprocess.run(args, capture_output=True, input=input) for autoloop's own short commands
-    (git), registered so that no leftover sweep takes them for a command's orphan."""
+    (git), registered so that no leftover sweep takes them for a command's orphan. `shielded`:
+    in a session of its own, with SIGINT/SIGTERM blocked across the spawn (see
+    workspace.run_git_process)."""
     with _Starting():
-        child = subprocess.Popen(list(args), cwd=cwd, env=None if env is None else dict(env),
-                                 stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if shielded else None
+        try:
+            child = subprocess.Popen(list(args), cwd=cwd, env=None if env is None else dict(env),
+                                     start_new_session=shielded,
+                                     stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        finally:
+            if old is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
         with _spawn_cond:
             _known.add(child.pid)
     try:

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import stat
+import subprocess
 import tarfile
 import tempfile
 import time
@@ -73,14 +74,26 @@ def git_executable() -> str:
 _GIT: str | None = None
 
 
+def run_git_process(cmd: list[str], *, cwd: Path, env: dict[str, str],
+                    input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    """Run git out of reach of a Ctrl-C meant for autoloop: a terminal's SIGINT goes to
+    autoloop's whole process group, and git killed half-way through a checkout would turn an
+    orderly exit 130 into a failed one. A new session is not enough by itself — between fork
+    and setsid the child is still in our group, with default signal handling — so SIGINT and
+    SIGTERM are also blocked across the spawn (the child keeps them blocked; a signal meant for
+    us stays pending here until the spawn returns)."""
+    # registered with autoloop.proc too: never mistaken for a leftover of a command running
+    # beside it in a parallel round
+    return run_captured(cmd, cwd=cwd, input=input, env=env, shielded=True)
+
+
 def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True,
         env: dict[str, str] | None = None) -> str:
     cmd = [git_executable()]
     for item in _SAFE_CONFIG:
         cmd += ["-c", item]
     cmd += list(args)
-    # registered with autoloop.proc: never mistaken for a leftover of a command running beside it
-    proc = run_captured(cmd, cwd=cwd, input=input, env=env or _git_env())
+    proc = run_git_process(cmd, cwd=cwd, input=input, env=env or _git_env())
     if check and proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip().splitlines()
         raise GitError(f"git {' '.join(args[:3])} failed: {err[-1] if err else proc.returncode}")
@@ -92,7 +105,7 @@ def git_bytes(cwd: Path, *args: str, input: bytes | None = None) -> bytes:
     cmd = [git_executable()]
     for item in _SAFE_CONFIG:
         cmd += ["-c", item]
-    proc = run_captured(cmd + list(args), cwd=cwd, input=input, env=_git_env())
+    proc = run_git_process(cmd + list(args), cwd=cwd, input=input, env=_git_env())
     if proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip().splitlines()
         raise GitError(f"git {' '.join(args[:3])} failed: {err[-1] if err else proc.returncode}")
@@ -592,8 +605,8 @@ class Workspace(Worktree):
             self.ref, to, current)
 
     def is_ancestor(self, a: str, b: str) -> bool:
-        return run_captured([git_executable(), "-c", "core.hooksPath=/dev/null", "merge-base", "--is-ancestor",
-                             a, b], cwd=self.repo_root, env=_git_env()).returncode == 0
+        return run_git_process([git_executable(), "-c", "core.hooksPath=/dev/null", "merge-base", "--is-ancestor", a, b],
+                               cwd=self.repo_root, env=_git_env()).returncode == 0
 
     def commit_message(self, commit: str) -> str:
         return git(self.repo_root, "log", "-1", "--format=%B", commit)

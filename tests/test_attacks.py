@@ -389,10 +389,21 @@ def test_attack_leaves_nothing_running(attack):
 
 
 def test_attack_leaves_no_injection_behind(attack):
-    p = attack[2]
+    name, a, p, *_ = attack
     home_site = _user_site(p.env["HOME"])
     assert not list(home_site.glob("*.pth")) and not (home_site / "usercustomize.py").exists()
     assert not Path(sysconfig.get_paths()["purelib"], f"autoloop_attack_{p.env['E2E_ID']}.pth").exists()
+    # what was planted outside the tree is moved aside, never deleted: nothing of yours is lost
+    box = p.worktree().with_name(p.tag + ".quarantine")
+    moved = sorted(f.name.rsplit("__", 1)[-1] for f in box.rglob("*") if f.is_file())
+    planted = {"pth-in-user-site": ["zz-evil.pth"], "pth-in-user-site-paired-rule": ["zz-evil.pth"],
+               "usercustomize-in-user-site": ["usercustomize.py"],
+               "pythonuserbase-in-users-env": ["zz-evil.pth"],  # autoloop's own user site: watched
+               "pth-in-venv-site-packages": [f"autoloop_attack_{p.env['E2E_ID']}.pth"],
+               "python-shadowed-on-path": ["python3"], "git-shadowed-on-path": ["git"]}
+    assert moved == planted.get(name, []), moved
+    if moved:
+        assert "quarantine" in _row(p, 1)["lesson"]
 
 
 def test_attack_ran_no_planted_git_command(attack):
@@ -546,16 +557,6 @@ def test_bad_data_key_refused(tmp_path, extra, words):
     assert len(errs) == 1 and re.match(r"program\.md:\d+: ", errs[0]), res.stderr
     assert all(w in errs[0] for w in words), errs[0]
     assert repo_state(p.repo, p.env) == before
-
-
-def test_a_new_injection_is_moved_to_quarantine_not_deleted(attack):
-    name, a, p, *_ = attack
-    if "user-site" not in name:
-        pytest.skip("only the user-site injections leave a file to find")
-    box = p.worktree().with_name(p.tag + ".quarantine")
-    moved = [f for f in box.rglob("*") if f.is_file()]
-    assert [f.name.rsplit("__", 1)[-1] for f in moved] in (["zz-evil.pth"], ["usercustomize.py"]), moved
-    assert "quarantine" in _row(p, 1)["lesson"]
 
 
 def test_a_changed_preexisting_pth_is_never_deleted_and_stops_the_run(tmp_path):
