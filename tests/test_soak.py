@@ -86,7 +86,7 @@ def soak(tmp_path_factory):
         before = len(p.rows())
         proc = p.popen("--cycles", "100000")
         # early kills land in start-up and the rollback of the last cycle; later ones mid-cycle
-        delay = rng.choice([rng.uniform(0.05, 0.6), rng.uniform(0.6, 2.5)])
+        delay = rng.choice([rng.uniform(0.05, 0.6), rng.uniform(0.6, 4.0), rng.uniform(0.6, 4.0)])
         time.sleep(delay)
         was_running = proc.poll() is None
         rc = _kill(proc, p.env, whole_tree=bool(i % 2))
@@ -113,6 +113,13 @@ def test_soak_kills_landed(soak):
     log = soak[3]
     landed = [k for k in log["kills"] if k["running"] and k["rc"] == -signal.SIGKILL]
     assert len(landed) >= 30, log
+
+
+@pytest.mark.slow
+def test_soak_spans_a_long_run(soak):
+    # kills spread over many cycles, not only over start-up: most land mid-cycle
+    p = soak[0]
+    assert len(p.rows()) >= 20, len(p.rows())
 
 
 @pytest.mark.slow
