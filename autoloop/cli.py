@@ -54,6 +54,18 @@ def _pairs(text: str) -> int:
     return n
 
 
+def _workers(text: str) -> int:
+    from autoloop.program import MAX_WORKERS
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--workers needs a whole number, got {text!r}") from None
+    if not 1 <= n <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"--workers must be between 1 and {MAX_WORKERS}, got {n}")
+    return n
+
+
 def _alpha(text: str) -> float:
     try:
         x = float(text)
@@ -84,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-minutes", type=_minutes, help="wall-clock budget for this invocation")
     r.add_argument("--json", action="store_true",
                    help="print one JSON object describing the outcome on stdout (progress goes to stderr)")
+    r.add_argument("--workers", type=_workers,
+                   help="generators proposing at once from the same incumbent, each in its own worktree "
+                        "(overrides parallel.workers; default 1)")
 
     v = sub.add_parser("verify", help="measure the current checkout (guards + metric); changes nothing")
     v.add_argument("program", nargs="?", default="program.md")
@@ -185,6 +200,9 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
     outcome.program = program.rel_path
     outcome.paths = cimod.journal_paths(program, args.tag)
     reviewer = None
+    if args.approve and (args.workers or program.parallel.workers) > 1:
+        raise UsageError("--approve shows one candidate at a time; it cannot be used with parallel "
+                         "workers (--workers / parallel.workers above 1)")
     if args.approve:
         if in_ci:
             raise UsageError("--approve asks a person at a terminal; it cannot be used in CI mode "
@@ -218,8 +236,14 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
 
     run = None
     try:
-        run = Run(program, RunOptions(tag=args.tag, cycles=args.cycles, report=report, reviewer=reviewer,
-                                      stop_check=stop_check, on_finish=on_finish))
+        options = RunOptions(tag=args.tag, cycles=args.cycles, report=report, reviewer=reviewer,
+                             stop_check=stop_check, on_finish=on_finish)
+        workers = args.workers or program.parallel.workers
+        if workers > 1 or program.parallel.executor != "local":
+            from autoloop.parallel import ParallelRun  # rounds of several workers (or a remote executor)
+            run = ParallelRun(program, options, workers=workers)
+        else:
+            run = Run(program, options)
         summary = run.execute()
     except Interrupted:
         if budget is None or not budget.fired or run is None:

@@ -56,7 +56,7 @@ _DROP_PREFIX = ("LD_", "DYLD_", "BASH_FUNC_", "GIT_", "LUA_INIT", "AUTOLOOP_")
 
 # Kept although their prefix is dropped: what a child may learn about the run, and git's
 # choice of config files (they name no repository).
-_OWN = ("AUTOLOOP_CYCLE", "AUTOLOOP_TAG", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM")
+_OWN = ("AUTOLOOP_CYCLE", "AUTOLOOP_TAG", "AUTOLOOP_WORKER", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM")
 
 
 def unsafe(name: str) -> bool:
@@ -127,8 +127,9 @@ def warm_cache(interpreters: Sequence[str], base: Mapping[str, str], dest: Path)
     for exe in interpreters:
         env = {k: v for k, v in base.items() if not unsafe(k)}
         try:  # -I ignores PYTHON* variables: the prefix goes by -X
-            subprocess.run([exe, "-I", "-X", f"pycache_prefix={dest}", "-c", _WARM], cwd=dest, env=env,
-                           stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+            # registered with autoloop.proc: not a leftover of a measurement running beside it
+            from autoloop.proc import run_captured
+            run_captured([exe, "-I", "-X", f"pycache_prefix={dest}", "-c", _WARM], cwd=dest, env=env, timeout=60)
         except (OSError, subprocess.TimeoutExpired):
             continue
 

@@ -21,6 +21,7 @@ import re
 import shlex
 import shutil
 import stat
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
@@ -62,8 +63,13 @@ class Guardrails:
         self._shadow = module_shadow_regex(self.protected)
         self._lock_path: Path | None = None
         self._lock_id: tuple[int, int] | None = None
-        self._measuring: tuple[Worktree, str] | None = None
+        # Parallel rounds (autoloop.parallel) measure several candidates at once: what one
+        # measurement is checking is per thread, the bytecode cache is built by one of them, and
+        # the round captures the places outside the trees once, before all of its measurements.
+        self._local = threading.local()
+        self._warm_lock = threading.Lock()
         self._verify_captured = False          # verify_watch holds the state before this cycle's measurements
+        self.untrusted: list[Path] = [ws.path]   # work trees a generator edited
         # Bytecode every measurement starts from (see measuring): taken from the baseline's, or,
         # in a resumed run, compiled by us — which costs about one cold start and saves one per
         # measurement, so only for runs of more than a few cycles (None: no limit).
@@ -181,13 +187,16 @@ class Guardrails:
 
     # ---- the generator ------------------------------------------------------------------------
 
-    def wrap(self, log_dir: Path):  # -> Callable[[command], command] | None
+    def wrap(self, log_dir: Path, workdir: Path | None = None):  # -> Callable[[command], command] | None
+        """The sandbox command line for a generator editing `workdir` (the run's work tree, or a
+        parallel worker's own)."""
         if self.sandbox is None:
             return None
         sandbox, ws = self.sandbox, self.ws
+        tree = workdir or ws.path
 
         def wrap(command):  # type: ignore[no-untyped-def]
-            return sandbox.argv(command, workdir=ws.path, writable=[log_dir], readable=[ws.common_dir])
+            return sandbox.argv(command, workdir=tree, writable=[log_dir], readable=[ws.common_dir])
 
         return wrap
 
@@ -215,6 +224,21 @@ class Guardrails:
         if size > limit * MB:
             problems.append(f"the change is {size / MB:.1f} MB of files (resources.max_change_mb: {limit:g})")
         return problems
+
+    def capture_outside(self) -> None:
+        """Capture what measurements could change outside their trees, once per cycle (at its
+        first measurement; a parallel round calls this before its measurements start at once);
+        after_verify compares once, after the last."""
+        if not self._verify_captured:
+            self.verify_watch.capture()
+            self._verify_captured = True
+
+    def outside_clean(self) -> bool:
+        """Read-only: nothing after_generate checks outside the work trees (the watched places,
+        processes left running, the run's lock) changed since before_generate. Parallel rounds
+        (autoloop.parallel) check their workers' trees at once only when this holds."""
+        return (not self.gen_watch.changes() and proc.leftovers_killed() == self._killed_before
+                and (self._lock_path is None or _identity(self._lock_path) == self._lock_id))
 
     def _outside(self, watch: Watch, when: str) -> list[str]:
         """Report what changed outside the work tree. Files there are not autoloop's: the only
@@ -305,13 +329,12 @@ class Guardrails:
             bad = tree.differs_from(commit)
             if bad:
                 raise Tampered("the verification tree does not hold the candidate: " + ", ".join(bad[:5]))
-        warm = None if baseline else self._warm_cache(base_env)
-        if not self._verify_captured:  # once per cycle: what all of its measurements may change
-            self.verify_watch.capture()
-            self._verify_captured = True
-        self._measuring = (tree, commit)
+        with self._warm_lock:
+            warm = None if baseline else self._warm_cache(base_env)
+        self.capture_outside()
+        self._local.measuring = (tree, commit)
         try:
-            with envs.measurement_env(base_env, parent=self._scratch_root(), untrusted=[self.ws.path],
+            with envs.measurement_env(base_env, parent=self._scratch_root(), untrusted=self.untrusted,
                                       warm=warm) as env:
                 yield env
                 if baseline and not self._warm_built:
@@ -320,7 +343,7 @@ class Guardrails:
                     # (the standard library, site-packages) starts every later measurement.
                     self._keep_warm(Path(env["PYTHONPYCACHEPREFIX"]))
         finally:
-            self._measuring = None
+            self._local.measuring = None
 
     def _keep_warm(self, prefix: Path) -> None:
         self._warm_built = True
@@ -365,9 +388,10 @@ class Guardrails:
     def after_step(self, step: str) -> None:
         """Called after each guard and the verifier: raise Tampered if the step changed the
         candidate's files or planted code that a later step would run."""
-        if self._measuring is None:
+        measuring = getattr(self._local, "measuring", None)
+        if measuring is None:
             return
-        tree, commit = self._measuring
+        tree, commit = measuring
         bad = tree.differs_from(commit)
         if bad:
             raise Tampered(f"{step} changed files of the candidate while it was measured: " + ", ".join(bad[:5]))

@@ -159,6 +159,20 @@ class Journal:
                 open_begin = None
         return open_begin
 
+    def unfinished(self) -> list[Record]:
+        """The `begin` records of every cycle that never finished — one at most for a single
+        worker, up to a round's worth after a parallel round was cut short (autoloop.parallel).
+        Those with an `intent` (the branch may have moved) come first, so rolling them back
+        in this order always starts from the branch head."""
+        open_begins: dict[int, Record] = {}
+        for r in self.records:
+            if r["t"] == "begin":
+                open_begins[r["cycle"]] = r
+            elif r["t"] in ("cycle", "abort"):
+                open_begins.pop(r.get("cycle"), None)  # type: ignore[arg-type]
+        found = list(open_begins.values())
+        return sorted(found, key=lambda b: self.intent_for(b["cycle"]) is None)
+
     def intent_for(self, cycle: int) -> Record | None:
         for r in reversed(self.records):
             if r["t"] == "intent" and r.get("cycle") == cycle:

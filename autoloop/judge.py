@@ -708,10 +708,7 @@ class TreeRunner:
         else:
             d = self.log_dir / "runs" / label
             d.mkdir(parents=True, exist_ok=True)
-        tree, commit = self.sides[side]
-        with self.guard.measuring(tree, commit, self.env, baseline=self.baseline) as env:
-            m = measure(self.program, cwd=tree.path, env=env, log_dir=d, marker=self.marker,
-                        with_guards=with_guards, after_step=self.guard.after_step)
+        m = self._measure(side, d, with_guards)
         self.check_signal()
         if not m.guards_ok:
             g = m.failed_guard
@@ -728,6 +725,15 @@ class TreeRunner:
                 except (MetricError, OSError):
                     secondary[lim.label] = None
         return Run(side, label, m.metric, m.error, False, secondary, m)
+
+
+    def _measure(self, side: str, log_dir: Path, with_guards: bool) -> Measurement:
+        """One run in this side's tree, through the guardrails; autoloop.executors overrides it
+        to run elsewhere."""
+        tree, commit = self.sides[side]
+        with self.guard.measuring(tree, commit, self.env, baseline=self.baseline) as env:
+            return measure(self.program, cwd=tree.path, env=env, log_dir=log_dir, marker=self.marker,
+                           with_guards=with_guards, after_step=self.guard.after_step)
 
 
 def holdout_spec(program: Program) -> VerifierSpec | None:

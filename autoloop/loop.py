@@ -33,7 +33,7 @@ from autoloop.snapshot import Change, diff
 from autoloop.approve import Review, Reviewer, human_outcome
 from autoloop.persist import restore_persisted_journal
 from autoloop.verify import Measurement, measure
-from autoloop.workspace import Workspace
+from autoloop.workspace import Workspace, Worktree
 
 Reporter = Callable[[str, Mapping[str, Any]], None]
 BACKOFF_MAX_S = 60.0
@@ -199,9 +199,9 @@ class Run:
                 reason = self._stop_reason(ran, started)
                 if reason:
                     break
-                rec = self.cycle(generator)
-                ran += 1
-                self._backoff(rec)
+                recs = self._step(generator, ran)
+                ran += len(recs)
+                self._backoff(recs[-1])
             final = self._final_check()
         except Interrupted:
             self._restoring = True  # from here on only the way out: a further Ctrl-C waits
@@ -242,8 +242,7 @@ class Run:
         if measured_with is not None and measured_with != verifier_fingerprint(self.program):
             raise UsageError(f"{self.program.path.name}: the verifier changed since run '{self.opt.tag}' "
                              "began, so its metrics are not comparable; start a new --tag")
-        pending = j.pending()
-        if pending is not None:
+        for pending in j.unfinished():  # several after a parallel round (autoloop.parallel)
             parent = pending["parent"]
             if head != parent:
                 intent = j.intent_for(pending["cycle"])
@@ -352,6 +351,10 @@ class Run:
 
     # ---- one cycle -----------------------------------------------------------------------------
 
+    def _step(self, generator: Generator, ran: int) -> list[Record]:
+        """One step of the loop: a cycle here; a round of several in autoloop.parallel."""
+        return [self.cycle(generator)]
+
     def cycle(self, generator: Generator) -> Record:
         n = self.journal.next_cycle()
         incumbent, best_before = self.incumbent, self.best
@@ -458,20 +461,27 @@ class Run:
 
     # ---- the steps -----------------------------------------------------------------------------
 
-    def _generate(self, generator: Generator, n: int, log_dir: Path) -> tuple[Proposal, str | None]:
+    def _generate(self, generator: Generator, n: int, log_dir: Path, tree: Worktree | None = None,
+                  env: dict[str, str] | None = None, marker: str | None = None,
+                  note: str = "") -> tuple[Proposal, str | None]:
+        """Step 2 in `tree` (this run's own by default; a parallel worker passes its tree, its
+        environment and its process marker)."""
+        tree = tree or self.ws
+        marker = marker or self.marker
         history = self.journal.cycles()
         prompt = build_prompt(self.program, cycle=n, best=self.best, baseline=self.baseline,
-                              history=history)
+                              history=history, workdir_note=note)
         prompt_file = log_dir / "prompt.md"
         prompt_file.write_text(self.redact(prompt), errors="surrogateescape")
         hyp_file = log_dir / "hypothesis.txt"
         hyp_file.unlink(missing_ok=True)
-        ctx = GenContext(program=self.program, cycle=n, workdir=self.ws.path, prompt=prompt,
+        ctx = GenContext(program=self.program, cycle=n, workdir=tree.path, prompt=prompt,
                          prompt_file=prompt_file, hypothesis_file=hyp_file, log_dir=log_dir,
                          best=self.best, baseline=self.baseline, history=history,
-                         is_allowed=self.rules.allows, env=envs.generator_env(self._env(n)),
-                         timeout=self.program.generator.timeout, run_marker=self.marker,
-                         wrap=self.guard.wrap(log_dir), limits=self.guard.limits)
+                         is_allowed=self.rules.allows,
+                         env=envs.generator_env(env if env is not None else self._env(n)),
+                         timeout=self.program.generator.timeout, run_marker=marker,
+                         wrap=self.guard.wrap(log_dir, workdir=tree.path), limits=self.guard.limits)
         self._in_python_generator = True
         try:
             if self._signal is not None:
@@ -485,19 +495,20 @@ class Run:
         finally:
             self._in_python_generator = False
             # anything the generator left running (even detached) dies before we look at the disk
-            proc.kill_marked(self.marker)
+            proc.kill_marked(marker)
 
-    def _scope(self, incumbent: str, before: dict) -> tuple[list[str], list[Change]]:
+    def _scope(self, incumbent: str, before: dict, tree: Worktree | None = None) -> tuple[list[str], list[Change]]:
         """Undo and report anything outside the tree the generator touched; return the tree's
-        change set and the list of violations in it."""
+        change set and the list of violations in it. `tree`: a parallel worker's (default ours)."""
+        tree = tree or self.ws
         problems: list[str] = []
         for name in self.sentinel.changed():
             problems.append(f"changed {name} (git's or autoloop's own file)")
         if problems:
             self.sentinel.restore()
-        if self.ws.dotgit_tampered():
+        if tree.dotgit_tampered():
             problems.append("changed the worktree's .git link")
-            self.ws.restore_dotgit()
+            tree.restore_dotgit()
         if self.journal.tampered():
             problems.append("changed the ledger")
             self.journal.repair()
@@ -511,10 +522,10 @@ class Run:
                 self.ws.create_branch(incumbent)
             else:
                 self.ws.advance(incumbent, head, "autoloop: undo a move by the generator")
-        hidden = self.ws.index_flags()
+        hidden = tree.index_flags()
         if hidden:
             problems.append("hid files from git (assume-unchanged/skip-worktree): " + ", ".join(hidden[:5]))
-        changes = diff(before, self.ws.snapshot())
+        changes = diff(before, tree.snapshot())
         problems += self.guard.after_generate(changes)
         for ch in _file_changes(changes):
             a = ch.after

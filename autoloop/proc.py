@@ -44,6 +44,7 @@ KILL_GRACE_S = 3.0
 # The processes running right now, so a signal handler can stop them at once, and the ones it
 # stopped (their results say `interrupted`, not `exit -15`).
 _current: set[subprocess.Popen[bytes]] = set()
+_current_markers: dict[int, str] = {}   # pid of a running command -> the marker its tree carries
 _stopped: set[int] = set()
 _current_lock = threading.Lock()
 # Every leftover process killed so far (after a command ended, or by a marker scan), so a caller
@@ -152,7 +153,9 @@ def run(
     timed_out = interrupted = False
     over: str | None = None
     watch = _DiskWatch(limits) if limits is not None and limits.disk_bytes is not None else None
-    with open(out_path, "wb") as out, open(err_path, "wb") as err, _stdin(stdin) as inp, _Adopting() as adopting:
+    with open(out_path, "wb") as out, open(err_path, "wb") as err, _stdin(stdin) as inp, _Adopting(marker) as adopting:
+        starting = _Starting()
+        starting.__enter__()   # known before any leftover sweep of another thread can see it
         try:
             proc = subprocess.Popen(
                 command if shell else list(command),
@@ -166,7 +169,10 @@ def run(
                 executable="/bin/sh" if shell else None,
                 preexec_fn=_rlimits(limits) if limits is not None else None,
             )
-        except OSError as exc:
+        except BaseException as exc:
+            starting.__exit__(None, None, None)
+            if not isinstance(exc, OSError):
+                raise
             # like a shell would: 127 not found, 126 not executable — a result, not an exception
             why = exc.strerror or str(exc)
             err.write(f"autoloop: cannot start {command!r}: {why}\n".encode())
@@ -175,6 +181,8 @@ def run(
                               timeout, why)
         with _current_lock:
             _current.add(proc)
+            _current_markers[proc.pid] = marker
+        starting.__exit__(None, None, None)
         try:
             try:
                 over = _wait(proc, timeout, watch)
@@ -191,6 +199,7 @@ def run(
             _kill_group(proc)
             with _current_lock:
                 _current.discard(proc)
+                _current_markers.pop(proc.pid, None)
                 if proc.pid in _stopped:
                     _stopped.discard(proc.pid)
                     interrupted = True
@@ -343,10 +352,89 @@ def _is_subreaper() -> bool:
         return False
 
 
+# Children started on purpose outside run() (git, a short query; see run_captured) are never
+# leftovers, even when a parallel round (autoloop.parallel) starts them in one thread while a
+# command of another thread ends and its leftovers are swept: see _Starting and _Listing.
+# Starting is shared (threads start children at once), listing is exclusive: a sweep waits for
+# the starts in flight, and starts wait for a sweep that is listing.
+_spawn_cond = threading.Condition()
+_spawning = 0
+_listing = False
+_known: set[int] = set()
+
+
+class _Starting:
+    """Around starting a child and registering it (in _known or _current)."""
+
+    def __enter__(self) -> None:
+        global _spawning
+        with _spawn_cond:
+            while _listing:
+                _spawn_cond.wait()
+            _spawning += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _spawning
+        with _spawn_cond:
+            _spawning -= 1
+            _spawn_cond.notify_all()
+
+
+class _Listing:
+    """Around listing our children for a sweep: no start is half done meanwhile."""
+
+    def __enter__(self) -> None:
+        global _listing
+        with _spawn_cond:
+            while _spawning or _listing:
+                _spawn_cond.wait()
+            _listing = True
+
+    def __exit__(self, *exc: object) -> None:
+        global _listing
+        with _spawn_cond:
+            _listing = False
+            _spawn_cond.notify_all()
+
+
+def run_captured(args: Sequence[str], *, cwd: Path | str | None = None, input: bytes | None = None,
+                 env: Mapping[str, str] | None = None, timeout: float | None = None,
+                 shielded: bool = False) -> subprocess.CompletedProcess[bytes]:
+    """subprocess.run(args, capture_output=True, input=input) for autoloop's own short commands
+    (git), registered so that no leftover sweep takes them for a command's orphan. `shielded`:
+    in a session of its own, with SIGINT/SIGTERM blocked across the spawn (see
+    workspace.run_git_process)."""
+    with _Starting():
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if shielded else None
+        try:
+            child = subprocess.Popen(list(args), cwd=cwd, env=None if env is None else dict(env),
+                                     start_new_session=shielded,
+                                     stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        finally:
+            if old is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        with _spawn_cond:
+            _known.add(child.pid)
+    try:
+        out, err = child.communicate(input, timeout=timeout)
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    finally:
+        with _spawn_cond:
+            _known.discard(child.pid)
+    return subprocess.CompletedProcess(list(args), child.returncode, out, err)
+
+
 class _Adopting:
     """While a command runs, orphans of its tree become our children (subreaper); afterwards,
     every child of ours that was not there before and is not a command still running is a
     leftover, killed with its whole subtree."""
+
+    def __init__(self, marker: str | None = None) -> None:
+        self.marker = marker
 
     def __enter__(self) -> _Adopting:
         global _reaper_users, _reaper_was_set
@@ -362,9 +450,16 @@ class _Adopting:
         return self
 
     def _new(self) -> list[int]:
-        with _current_lock:
-            running = {p.pid for p in _current}
-        return [pid for pid in _my_children() if pid not in self.before and pid not in running]
+        with _Listing():
+            with _current_lock:
+                running = {p.pid for p in _current}
+            with _spawn_cond:
+                known = set(_known)
+            new = [pid for pid in _my_children()
+                   if pid not in self.before and pid not in running and pid not in known]
+        # an orphan marked by another command still running (a parallel worker's) is that
+        # command's to sweep when it ends, not ours: it may still be doing that command's work
+        return [pid for pid in new if not _others(pid, self.marker)]
 
     def live(self) -> int:
         """Live processes in the subtrees of new children; adopted zombies are reaped, as init would."""
@@ -405,6 +500,23 @@ class _Adopting:
             _reaper_users -= 1
             if _reaper_users == 0 and not _reaper_was_set:
                 _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+
+
+def _others(pid: int, marker: str | None) -> bool:
+    """Does `pid` carry the marker of a command other than ours that is still running?"""
+    if marker is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:
+        return False
+    prefix = f"{MARKER_VAR}=".encode()
+    theirs = next((e[len(prefix):].decode(errors="replace") for e in entries if e.startswith(prefix)), None)
+    if theirs is None or theirs == marker:
+        return False
+    with _current_lock:
+        return theirs in _current_markers.values()
 
 
 def _my_children() -> list[int]:
@@ -573,14 +685,15 @@ def _count(n: int) -> int:
     return n
 
 
-def kill_marked(marker: str, *, count: bool = True) -> int:
-    """Kill every process whose environment carries our marker (Linux /proc). Returns how many."""
+def kill_marked(marker: str, *, count: bool = True, prefix: bool = False) -> int:
+    """Kill every process whose environment carries our marker (Linux /proc). Returns how many.
+    With `prefix`, every marker that starts with `marker` counts (a parallel run's workers)."""
     needle = f"{MARKER_VAR}={marker}".encode()
     killed = 0
     if count:  # what is still finishing its exit is not left behind
-        _settled(lambda: sum(1 for pid in _marked_pids(needle) if not _zombie(pid)))
+        _settled(lambda: sum(1 for pid in _marked_pids(needle, prefix) if not _zombie(pid)))
     for _ in range(5):  # a fork loop can spawn while we scan: repeat until none is found
-        found = [pid for pid in _marked_pids(needle) if not _zombie(pid)]
+        found = [pid for pid in _marked_pids(needle, prefix) if not _zombie(pid)]
         if not found:
             break
         for pid in found:
@@ -601,9 +714,9 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-def _marked_pids(needle: bytes) -> list[int]:
+def _marked_pids(needle: bytes, prefix: bool = False) -> list[int]:
     # Runs after every child (a few times a cycle) over every process of the machine: plain
-    # descriptors and one substring test first, the exact NUL-separated match only on a hit.
+    # descriptors and one substring test first, the NUL-separated match only on a hit.
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -630,7 +743,10 @@ def _marked_pids(needle: bytes) -> list[int]:
         finally:
             os.close(fd)
         environ = b"".join(chunks)
-        if needle in environ and needle in environ.split(b"\0"):
+        if needle not in environ:
+            continue
+        entries = environ.split(b"\0")
+        if needle in entries or (prefix and any(e.startswith(needle) for e in entries)):
             # A zombie still shows its environ; killing it is harmless.
             pids.append(pid)
     return pids

@@ -23,6 +23,7 @@ from typing import Any, Callable, Literal, Mapping, NoReturn, Sequence
 
 import yaml
 
+from autoloop.envs import unsafe as unsafe_env
 from autoloop.errors import ConfigError, RepoStateError, UsageError
 from autoloop.globs import PathRules, is_git_path, path_problem, pattern_problem, touches_git
 
@@ -135,6 +136,31 @@ class GeneratorSpec:
     seed: int | None = None             # for generators with randomness (tune)
 
 
+MAX_WORKERS = 64   # each worker is a git worktree on disk; more is a typo, not a plan
+
+
+@dataclass(frozen=True)
+class ParallelSpec:
+    """Parallel rounds (see autoloop.parallel): `workers` generators propose from the same
+    incumbent, at most `verify` candidates are measured at once, through `executor`."""
+
+    workers: int = 1
+    verify: int | None = None          # verifications at once; None: as many as workers
+    executor: str = "local"            # local | ray
+    address: str | None = None         # ray: "auto", "ray://host:10001"; none: a private local instance
+    num_cpus: float | None = None      # ray: resources one verification task asks for
+    num_gpus: float | None = None
+    # resource hints: worker i's generator and verifications get env[i % len(env)] on top of ours
+    env: tuple[Mapping[str, str], ...] = ()
+
+    def verify_slots(self, workers: int) -> int:
+        """Verifications at once for `workers` workers (a cap above the worker count means nothing)."""
+        return max(1, min(self.verify or workers, workers))
+
+    def worker_env(self, i: int) -> Mapping[str, str]:
+        return self.env[i % len(self.env)] if self.env else {}
+
+
 @dataclass(frozen=True)
 class SandboxSpec:
     """Where a subprocess generator runs (see autoloop.sandbox)."""
@@ -185,6 +211,7 @@ class Program:
     accept: AcceptSpec = field(default_factory=AcceptSpec)
     limits: tuple[LimitSpec, ...] = ()
     holdout: HoldoutSpec | None = None
+    parallel: ParallelSpec = field(default_factory=ParallelSpec)
     sandbox: SandboxSpec = field(default_factory=SandboxSpec)
     resources: ResourcesSpec = field(default_factory=ResourcesSpec)
     data: tuple[DataSpec, ...] = ()
@@ -885,6 +912,64 @@ def _kwargs(p: _Parser, values: dict[str, Any], at: _At) -> dict[str, Any]:
     return values
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _worker_envs(p: _Parser, node: yaml.Node, at: _At) -> tuple[Mapping[str, str], ...]:
+    """A list of mappings NAME: value, one per worker (worker i gets item i mod the length).
+    Numbers are taken as their text (`CUDA_VISIBLE_DEVICES: 0` means "0")."""
+    if not isinstance(node, yaml.SequenceNode) or not node.value:
+        p.expected(at, 'a non-empty list of mappings, one per worker, e.g. [{CUDA_VISIBLE_DEVICES: "0"}, '
+                       '{CUDA_VISIBLE_DEVICES: "1"}]', p.value(node))
+    out: list[Mapping[str, str]] = []
+    for i, item in enumerate(node.value):
+        where = at.item(i, p.line(item))
+        p.lines[where.key] = where.line
+        if not isinstance(item, yaml.MappingNode):
+            p.expected(where, "a mapping of environment variables such as {CUDA_VISIBLE_DEVICES: \"0\"}",
+                       p.value(item))
+        env: dict[str, str] = {}
+        for name, line, value_node in p.pairs(item, where):
+            key = where.child(name, line)
+            p.lines[key.key] = line
+            if not _ENV_NAME.fullmatch(name):
+                p.fail(line, f"{key.key}: {name!r} is not an environment variable name "
+                             "(letters, digits and '_', not starting with a digit)")
+            if name.startswith("AUTOLOOP_") or name.startswith("GIT_"):
+                p.fail(line, f"{key.key}: {name} is set by autoloop (or git) itself; choose another name")
+            if unsafe_env(name):
+                p.fail(line, f"{key.key}: {name} is removed from every verification (it could make "
+                             "the verifier run code from outside the measured tree); set it in the "
+                             "verifier's command instead")
+            value = p.value(value_node)
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                p.expected(key, "a string or a number", value)
+            env[name] = value if isinstance(value, str) else str(value_node.value)
+        out.append(types.MappingProxyType(env))
+    return tuple(out)
+
+
+def _build_parallel(p: _Parser, values: dict[str, Any], at: _At) -> ParallelSpec:
+    workers, verify = values.get("workers"), values.get("verify")
+    if workers is not None and workers > MAX_WORKERS:
+        p.fail(p.lines[f"{at.key}.workers"],
+               f"{at.key}.workers: expected a whole number from 1 to {MAX_WORKERS}, got {workers}")
+    if workers is not None and verify is not None and verify > workers:
+        p.fail(p.lines[f"{at.key}.verify"],
+               f"{at.key}.verify: {verify} is more than {at.key}.workers ({workers}); a round has at "
+               f"most {workers} candidates to verify")
+    if workers is not None and "env" in values and len(values["env"]) > workers:
+        p.fail(p.lines[f"{at.key}.env"],
+               f"{at.key}.env: {len(values['env'])} entries for {workers} workers; give one per worker "
+               f"(worker i uses entry i)")
+    if values.get("executor", "local") != "ray":
+        for key in ("address", "num_cpus", "num_gpus"):
+            if key in values:
+                p.fail(p.lines[f"{at.key}.{key}"],
+                       f"{at.key}.{key}: only used with {at.key}.executor: ray")
+    return ParallelSpec(**values)
+
+
 # Generators that run inside autoloop (no subprocess to confine): they edit only through the
 # allowlist-checked edit tool (anthropic, openai) or autoloop's own code (tune).
 IN_PROCESS_KINDS = ("anthropic", "openai", "tune")
@@ -1026,6 +1111,16 @@ _DATA = _Section({
     "as": _Field(_text(one_line=True), required=True),
 }, _kwargs)
 
+_PARALLEL = _Section({
+    "workers": _Field(_integer(at_least=1, what=f"a whole number from 1 to {MAX_WORKERS}")),
+    "verify": _Field(_integer(at_least=1, what="a whole number >= 1 (verifications at once)")),
+    "executor": _Field(_enum(("local", "ray"))),
+    "address": _Field(_text(one_line=True)),
+    "num_cpus": _Field(_number(at_least=0, what="a number >= 0 (CPUs per verification task)")),
+    "num_gpus": _Field(_number(at_least=0, what="a number >= 0 (GPUs per verification task)")),
+    "env": _Field(_worker_envs),
+}, _build_parallel)
+
 _PROGRAM = _Section({
     "goal": _Field(_text(one_line=True), required=True),
     "allowed": _Field(_patterns(required=True, allow_git_check=True), required=True),
@@ -1040,6 +1135,7 @@ _PROGRAM = _Section({
     "sandbox": _Field(_SANDBOX),
     "resources": _Field(_RESOURCES),
     "data": _Field(_data),
+    "parallel": _Field(_PARALLEL),
 }, _build_program)
 
 

@@ -29,6 +29,7 @@ path outside `allowed` before it reaches the disk; `tune` is autoloop's own code
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -112,7 +113,8 @@ class Bwrap:
         # running autoloop and its venv (CI makes venvs under /tmp), PATH folders, the repository.
         ro: list[str] = []
         for p in [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), *readable,
-                  *(Path(d) for d in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(d))]:
+                  *(Path(d) for d in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(d)),
+                  *_named_folders(command)]:
             real = os.path.realpath(p)
             if os.path.exists(real) and _under(real, hidden) and real not in ro:
                 ro.append(real)
@@ -134,6 +136,23 @@ class Bwrap:
         if isinstance(command, str):
             return [*args, "/bin/sh", "-c", command]
         return [*args, *command]
+
+
+def _named_folders(command: str | Sequence[str]) -> list[Path]:
+    """The folders of absolute paths the command names (`python /tmp/x/gen.py`): a script kept
+    under /tmp must stay readable behind the private /tmp, with the files beside it."""
+    if isinstance(command, str):
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            words = command.split()
+    else:
+        words = list(command)
+    out = []
+    for w in words:
+        if os.path.isabs(w) and os.path.exists(w):
+            out.append(Path(w) if os.path.isdir(w) else Path(w).parent)
+    return out
 
 
 def _under(path: str, roots: Sequence[str]) -> bool:

@@ -8,19 +8,22 @@ generator plants in `.git` can run through us.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import shutil
 import stat
-import signal
 import subprocess
+import tarfile
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from autoloop.errors import RepoStateError, RunFailure
+from autoloop.proc import run_captured
 from autoloop.sentinel import Sentinel, remove_tree
 from autoloop.snapshot import _RACY_NS, Change, Entry, Snapshot, Snapshotter, diff
 
@@ -87,20 +90,9 @@ def run_git_process(cmd: list[str], *, cwd: Path, env: dict[str, str],
     and setsid the child is still in our group, with default signal handling — so SIGINT and
     SIGTERM are also blocked across the spawn (the child keeps them blocked; a signal meant for
     us stays pending here until the spawn returns)."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        p = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True,
-                             stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-    try:
-        out, err = p.communicate(input)
-    except BaseException:
-        p.kill()
-        p.wait()
-        raise
-    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+    # registered with autoloop.proc too: never mistaken for a leftover of a command running
+    # beside it in a parallel round
+    return run_captured(cmd, cwd=cwd, input=input, env=env, shielded=True)
 
 
 def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True,
@@ -114,6 +106,18 @@ def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True,
         err = proc.stderr.decode(errors="replace").strip().splitlines()
         raise GitError(f"git {' '.join(args[:3])} failed: {err[-1] if err else proc.returncode}")
     return proc.stdout.decode(errors="surrogateescape")
+
+
+def git_bytes(cwd: Path, *args: str, input: bytes | None = None) -> bytes:
+    """git with the same safe settings, for binary output (object contents)."""
+    cmd = [git_executable()]
+    for item in _SAFE_CONFIG:
+        cmd += ["-c", item]
+    proc = run_git_process(cmd + list(args), cwd=cwd, input=input, env=_git_env())
+    if proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise GitError(f"git {' '.join(args[:3])} failed: {err[-1] if err else proc.returncode}")
+    return proc.stdout
 
 
 def repo_root_of(path: Path) -> Path:
@@ -650,6 +654,7 @@ class Workspace(Worktree):
                          cache / "autoloop" / "worktrees" / f"{repo_root.name}-{repo_id}" / _slug(tag))
         self._sentinel: Sentinel | None = None
         self._verify_trees: dict[int, Worktree] = {}
+        self._gen_trees: dict[int, Worktree] = {}
         self._identity: Identity | None = None
         self._trees: dict[str, str] = {}
         self._commits: set[str] = set()   # known to be commits: the branch may be read from its file
@@ -665,6 +670,17 @@ class Workspace(Worktree):
         if tree is None:
             tree = Worktree(self.repo_root, self.common_dir, self.path.with_name(f"{self.path.name}.verify-{slot}"))
             self._verify_trees[slot] = tree
+        return tree
+
+    def gen_tree(self, worker: int) -> Worktree:
+        """Worker `worker`'s tree in a parallel round (autoloop.parallel): worker 0 edits this
+        run's own tree, the others each their own one beside it, kept across rounds."""
+        if worker == 0:
+            return self
+        tree = self._gen_trees.get(worker)
+        if tree is None:
+            tree = Worktree(self.repo_root, self.common_dir, self.path.with_name(f"{self.path.name}.gen-{worker}"))
+            self._gen_trees[worker] = tree
         return tree
 
     def clear_stale_locks(self) -> None:
@@ -761,14 +777,21 @@ class Workspace(Worktree):
 
     # ---- commits ------------------------------------------------------------------------------
 
-    def candidate_tree(self, base: str, changes: list[Change]) -> str:
+    def candidate_tree(self, base: str, changes: list[Change], where: Worktree | None = None) -> str:
         """The tree of `base` plus exactly the changed files as they are on disk now — written
-        through a private index, so ignore rules and index flags play no part."""
+        through a private index, so ignore rules and index flags play no part. `where` is the
+        tree the files are in (a parallel worker's), this run's own tree by default."""
+        root = (where or self).path
         # every path that is or was a file/link; folders come and go with their files
         paths = sorted({c.path for c in changes
                         if (c.before is not None and c.before.kind != "d")
                         or (c.after is not None and c.after.kind != "d")})
         self._candidate = None
+        if where is not None and where is not self:
+            # a parallel worker's tree: its files through a fresh index (the copy of the sealed
+            # index below is this tree's, with this tree's stat data)
+            with tempfile.TemporaryDirectory(prefix="autoloop-index-") as tmp:
+                return self._write_candidate(base, paths, Path(tmp) / "index", fresh=True, root=root)
         # The private index starts as the tree of `base`: a copy of the worktree's own index
         # when that is byte for byte what our own command wrote at `base` (then it keeps this
         # tree's stat data, and can become the worktree's index if the candidate is kept), else
@@ -797,16 +820,18 @@ class Workspace(Worktree):
         self._candidate = (base, tree, seal)
         return tree
 
-    def _write_candidate(self, base: str, paths: list[str], index: Path, fresh: bool) -> str:
+    def _write_candidate(self, base: str, paths: list[str], index: Path, fresh: bool,
+                         root: Path | None = None) -> str:
+        root = root or self.path
         env = _git_env()
         env["GIT_INDEX_FILE"] = str(index)
         if fresh:
-            git(self.path, "read-tree", base, env=env)
+            git(root, "read-tree", base, env=env)
         if paths:
             # --replace: a file may become a folder (train.py -> train.py/main.py) or back
-            git(self.path, "update-index", "--add", "--remove", "--replace", "-z", "--stdin", env=env,
+            git(root, "update-index", "--add", "--remove", "--replace", "-z", "--stdin", env=env,
                 input="\0".join(paths).encode("utf-8", "surrogateescape") + b"\0")
-        return git(self.path, "write-tree", env=env).strip()
+        return git(root, "write-tree", env=env).strip()
 
     def keep(self, commit: str, parent: str, reference: dict, changes: list[Change]) -> dict:
         """After `commit` (the last candidate on `parent`) is kept: make the tree exactly a
@@ -914,46 +939,67 @@ class Workspace(Worktree):
         so it runs beside whatever comes next (the verify tree's reset, the verifier)."""
         return Later(self.repo_root, ["diff", "--no-ext-diff", "--no-textconv", "--shortstat", a, b])
 
+    def archive(self, commit: str) -> bytes:
+        """`commit`'s files as an uncompressed tar, exactly as stored: blob bytes, modes and
+        symlinks from the object database (autoloop.executors ships it to remote verifiers).
+        Not `git archive`: .gitattributes in the commit (export-ignore, export-subst) would
+        let a candidate change what is measured."""
+        listing = git_bytes(self.repo_root, "ls-tree", "-r", "-z", "--full-tree", commit)
+        entries: list[tuple[str, str, bytes]] = []
+        for item in listing.split(b"\0"):
+            if not item:
+                continue
+            meta, path = item.split(b"\t", 1)
+            mode, kind, sha = meta.decode().split()
+            entries.append((mode, sha, path))
+        blobs = [e for e in entries if e[0] != "160000"]   # submodules are not part of the tree's bytes
+        data = git_bytes(self.repo_root, "cat-file", "--batch",
+                         input=b"".join(sha.encode() + b"\n" for _, sha, _ in blobs))
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            pos = 0
+            for mode, sha, path in blobs:
+                nl = data.index(b"\n", pos)
+                size = int(data[pos:nl].split()[2])
+                body = data[nl + 1: nl + 1 + size]
+                pos = nl + 1 + size + 1
+                info = tarfile.TarInfo(path.decode("utf-8", "surrogateescape"))
+                if mode == "120000":
+                    info.type, info.linkname = tarfile.SYMTYPE, body.decode("utf-8", "surrogateescape")
+                    tar.addfile(info)
+                else:
+                    info.size, info.mode = size, 0o755 if mode == "100755" else 0o644
+                    tar.addfile(info, io.BytesIO(body))
+        return out.getvalue()
+
     def diff_text(self, a: str, b: str, limit: int = 200_000) -> str:
         out = git(self.repo_root, "diff", "--no-ext-diff", "--no-textconv", a, b)
         return out[:limit]
 
 
 class Later:
-    """A read-only git command running in the background; calling it waits for its output."""
+    """A read-only git command running in the background (a thread waiting on `git()`, so the
+    child is started, shielded and registered like every git of ours); calling it waits for its
+    output, or raises what `git()` raised."""
 
     def __init__(self, cwd: Path, args: list[str]) -> None:
-        cmd = [git_executable()]
-        for item in _SAFE_CONFIG:
-            cmd += ["-c", item]
-        self._args = args
-        # out of reach of a Ctrl-C meant for autoloop, as run_git_process
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
-            self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                cmd + args, cwd=cwd, env=_git_env(), stdin=subprocess.DEVNULL, start_new_session=True,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         self._out: str | None = None
+        self._exc: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(cwd, args), daemon=True)
+        self._thread.start()
+
+    def _run(self, cwd: Path, args: list[str]) -> None:
+        try:
+            self._out = git(cwd, *args)
+        except BaseException as exc:  # handed to the caller
+            self._exc = exc
 
     def __call__(self) -> str:
-        if self._out is None:
-            assert self._proc is not None
-            out, err = self._proc.communicate()
-            code, self._proc = self._proc.returncode, None
-            if code != 0:
-                lines = err.decode(errors="replace").strip().splitlines()
-                raise GitError(f"git {' '.join(self._args[:3])} failed: {lines[-1] if lines else code}")
-            self._out = out.decode(errors="surrogateescape").strip()
-        return self._out
-
-    def __del__(self) -> None:  # never read (the cycle was abandoned): do not leave a zombie
-        if getattr(self, "_proc", None) is not None:
-            try:
-                self._proc.communicate()
-            except Exception:
-                pass
+        self._thread.join()
+        if self._exc is not None:
+            raise self._exc
+        assert self._out is not None
+        return self._out.strip()
 
 
 def _write_file(path: Path, data: bytes) -> None:

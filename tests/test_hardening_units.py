@@ -299,6 +299,25 @@ def test_bwrap_argv(tmp_path):
     assert "--unshare-net" not in net and net[-1] == "x"
 
 
+def test_bwrap_keeps_what_the_command_names_under_tmp_readable(tmp_path):
+    # a generator script kept under /tmp (a CI checkout, a scratch copy) would vanish behind the
+    # private /tmp: the folders of absolute paths the command names are bound read-only
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "gen.py").write_text("")
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    b = Bwrap(SandboxSpec(kind="bwrap"), executable="/usr/bin/bwrap")
+    real = os.path.realpath(scripts)
+    assert real.startswith("/tmp/")  # pytest's tmp_path: the case at hand
+    for command in (f"python3 {scripts / 'gen.py'} --fast", ["python3", str(scripts / "gen.py")]):
+        argv = b.argv(command, workdir=wt)
+        i = argv.index(real)
+        assert argv[i - 1] == "--ro-bind" and argv[i + 1] == real
+        assert argv.index("--tmpfs") < i - 1
+    assert real not in b.argv("python3 gen.py", workdir=wt)
+
+
 def test_bwrap_probe_without_bwrap(tmp_path, monkeypatch):
     from autoloop.sandbox import SandboxUnavailable
     monkeypatch.setenv("PATH", str(tmp_path))

@@ -356,9 +356,10 @@ UNKNOWN_KEYS = [
     ("max_cycles: 3", "program.md:8: unknown key 'max_cycles' (did you mean "
                       "'stop.max_cycles'?)"),
     ("zzz: 1", "program.md:8: unknown key 'zzz' (known keys: goal, allowed, forbidden, "
-               "verifier, guards, generator, stop, accept, limits, holdout, sandbox, resources, data)"),
+               "verifier, guards, generator, stop, accept, limits, holdout, sandbox, resources, data, "
+               "parallel)"),
     ("on: 1", "program.md:8: unknown key 'on' (known keys: goal, allowed, forbidden, verifier, "
-              "guards, generator, stop, accept, limits, holdout, sandbox, resources, data)"),
+              "guards, generator, stop, accept, limits, holdout, sandbox, resources, data, parallel)"),
     ("  zzz: 1", "program.md:8: unknown key 'verifier.zzz' (known keys under verifier: command, "
                  "metric, pattern, direction, timeout, repeats)"),
     ("generator:\n  modle: x", "program.md:9: unknown key 'generator.modle' (did you mean "

@@ -1,0 +1,320 @@
+"""Where verification runs (program.md `parallel.executor`).
+
+An executor offers `lanes`: slots that each measure one candidate at a time, so the number of
+lanes is the cap on verifications at once (`parallel.verify`). A lane is told which commit
+each side stands for (B the candidate, A the incumbent or the start) once per judged cycle,
+then measures runs of a side as often as the acceptance rule asks.
+
+- `local`: a lane is a pair of pristine git worktrees beside the run's own (lane k uses the
+  verification slots 2k for B and 2k+1 for A; lane 0 is exactly what a single-worker run uses).
+- `ray`: a lane ships the commit as a tar of its files (a Ray object, put once per commit) to
+  a task on a Ray cluster, which unpacks it in a temporary folder and runs the guards and the
+  verifier there (autoloop._ray_task). No shared filesystem is assumed. Logs come back as
+  tails of the output and are written to the cycle's log folder like local ones.
+
+The baseline and the end-of-run check go through lane 0 too, so every number of a run is
+measured on the same kind of machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol
+
+from autoloop import proc
+from autoloop.errors import ConfigError, Interrupted, UsageError
+from autoloop.judge import Guarded, Judge, TreeRunner, holdout_spec
+from autoloop.program import Program
+from autoloop.verify import GuardResult, Measurement, MetricError, _failure_summary, _safe, measure, parse_metric
+from autoloop.workspace import Workspace
+
+# Output brought back from a remote run: enough for any metric line and a failure's last words.
+REMOTE_TAIL_BYTES = 4 << 20
+RAY_EXTRA = "pip install 'autoloop-ratchet[ray]'"
+
+
+class Lane(Protocol):
+    def prepare(self, sides: Mapping[str, str]) -> None:
+        """Side ("A"/"B") -> the commit it measures, until the next prepare."""
+
+    def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
+                marker: str, with_guards: bool, baseline: bool = False) -> Measurement:
+        """One run of `side`'s commit: guards (if asked) then the verifier."""
+
+
+class Executor(Protocol):
+    lanes: int
+
+    def start(self) -> None: ...
+    def lane(self, k: int) -> Lane: ...
+    def cancel(self) -> None: ...
+    def close(self) -> None: ...
+
+
+# ---- local ------------------------------------------------------------------------------------
+
+
+class LocalLane:
+    """Two verification trees; every run goes through the guardrails (autoloop.hardening): the
+    tree proven to hold exactly the commit, a scrubbed environment, checks after each step."""
+
+    def __init__(self, ws: Workspace, k: int, guard: Guarded) -> None:
+        self.trees = {"B": ws.verify_tree(2 * k), "A": ws.verify_tree(2 * k + 1)}
+        self.guard = guard
+        self.commits: dict[str, str] = {}
+
+    def prepare(self, sides: Mapping[str, str]) -> None:
+        for side, commit in sides.items():
+            self.trees[side].checkout(commit)
+        self.commits = dict(sides)
+
+    def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
+                marker: str, with_guards: bool, baseline: bool = False) -> Measurement:
+        tree, commit = self.trees[side], self.commits[side]
+        with self.guard.measuring(tree, commit, env, baseline=baseline) as menv:
+            return measure(program, cwd=tree.path, env=menv, log_dir=log_dir, marker=marker,
+                           with_guards=with_guards, after_step=self.guard.after_step)
+
+
+class LocalExecutor:
+    def __init__(self, ws: Workspace, lanes: int, guard: Guarded) -> None:
+        self.lanes = lanes
+        self._lanes = [LocalLane(ws, k, guard) for k in range(lanes)]
+
+    def start(self) -> None:
+        pass
+
+    def lane(self, k: int) -> Lane:
+        return self._lanes[k]
+
+    def trees(self) -> list[Any]:
+        """Every worktree the lanes may use (to clear stale git locks after a kill)."""
+        return [t for lane in self._lanes for t in lane.trees.values()]
+
+    def cancel(self) -> None:
+        proc.stop_current()   # the signal handler did this already; harmless twice
+
+    def close(self) -> None:
+        pass
+
+
+# ---- ray --------------------------------------------------------------------------------------
+
+
+def ray_available() -> bool:
+    """Can `import ray` work here? (An import, not a lookup: a broken install counts as absent.)"""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class RayLane:
+    def __init__(self, ex: RayExecutor) -> None:
+        self.ex = ex
+        self.refs: dict[str, Any] = {}
+
+    def prepare(self, sides: Mapping[str, str]) -> None:
+        self.refs = {side: self.ex.put(commit) for side, commit in sides.items()}
+
+    def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
+                marker: str, with_guards: bool, baseline: bool = False) -> Measurement:
+        # a fresh folder unpacked from the commit on the node for every run: nothing to re-prove
+        # there; here, the places the guardrails watch must still not change meanwhile
+        self.ex.guard.capture_outside()
+        commands = [{"name": g.name, "command": g.command, "timeout": g.timeout, "guard": True}
+                    for g in (program.guards if with_guards else ())]
+        v = program.verifier
+        commands.append({"name": "verifier", "command": v.command, "timeout": v.timeout, "guard": False})
+        # the node's own environment, plus ours that mean something there: not our PATH or HOME
+        shipped = {k: val for k, val in env.items() if k.startswith("AUTOLOOP_") or k in self.ex.hint_keys}
+        shipped[proc.MARKER_VAR] = marker
+        reply = self.ex.call(self.refs[side], commands, shipped)
+        return _measurement(program, commands, reply, log_dir)
+
+
+class RayExecutor:
+    def __init__(self, program: Program, ws: Workspace, lanes: int, guard: Any) -> None:
+        self.program = program
+        self.ws = ws
+        self.guard = guard
+        self.lanes = lanes
+        spec = program.parallel
+        self.spec = spec
+        self.hint_keys = frozenset(k for env in spec.env for k in env)
+        self._lanes = [RayLane(self) for _ in range(lanes)]
+        self._cache: dict[str, Any] = {}           # commit -> ObjectRef of its tar
+        self._lock = threading.Lock()
+        self._running: set[Any] = set()
+        self._cancelled = False
+        self._started_local = False
+        self._ray: Any = None
+        self._task: Any = None
+
+    def start(self) -> None:
+        import ray
+
+        from autoloop import _ray_task
+
+        # by value: the cluster's nodes need Ray and Python, not autoloop
+        ray.cloudpickle.register_pickle_by_value(_ray_task)
+        address = self.spec.address
+        kw: dict[str, Any] = dict(ignore_reinit_error=True, logging_level=logging.ERROR, log_to_driver=False)
+        if address is None:
+            # a private local instance: enough CPUs for every lane, Ray's own GPU detection
+            cpus = self.spec.num_cpus if self.spec.num_cpus is not None else 1.0
+            kw.update(num_cpus=max(1, int(-(-cpus * self.lanes // 1))), include_dashboard=False)
+            self._started_local = True
+        else:
+            kw["address"] = address
+        try:
+            ray.init(**kw)
+        except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
+            where = self.program.lines.get("parallel.address") or self.program.lines.get("parallel", 1)
+            raise UsageError(f"{self.program.path.name}:{where}: parallel.address: cannot start or reach "
+                             f"Ray ({address or 'local instance'}): {type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())[:300]}") from None
+        self._ray = ray
+        opts: dict[str, Any] = {"max_retries": 0}
+        if self.spec.num_cpus is not None:
+            opts["num_cpus"] = self.spec.num_cpus
+        if self.spec.num_gpus is not None:
+            opts["num_gpus"] = self.spec.num_gpus
+        self._task = ray.remote(_ray_task.run_commands).options(**opts)
+
+    def lane(self, k: int) -> Lane:
+        return self._lanes[k]
+
+    def put(self, commit: str) -> Any:
+        with self._lock:
+            ref = self._cache.get(commit)
+        if ref is None:
+            ref = self._ray.put(self.ws.archive(commit))
+            with self._lock:
+                if len(self._cache) > 32:      # old incumbents and candidates: let Ray free them
+                    self._cache.clear()
+                self._cache[commit] = ref
+        return ref
+
+    def call(self, archive_ref: Any, commands: list[dict[str, Any]], env: dict[str, str]) -> dict[str, Any]:
+        ref = self._task.remote(archive_ref, commands, env, REMOTE_TAIL_BYTES)
+        with self._lock:
+            self._running.add(ref)
+        try:
+            while True:
+                if self._cancelled:
+                    raise Interrupted("interrupted")
+                done, _ = self._ray.wait([ref], timeout=0.2)
+                if done:
+                    break
+            try:
+                return self._ray.get(ref)
+            except Exception as exc:
+                # the task or its node died: the candidate's run is a crash, not the run's end
+                return {"host": "?", "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}",
+                        "results": []}
+        finally:
+            with self._lock:
+                self._running.discard(ref)
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        with self._lock:
+            refs = list(self._running)
+        for ref in refs:
+            try:
+                self._ray.cancel(ref)   # not force: the task kills its verifier's group first
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        if self._ray is not None:
+            self._ray.shutdown()
+            self._ray = None
+
+
+def _measurement(program: Program, commands: list[dict[str, Any]], reply: Mapping[str, Any],
+                 log_dir: Path) -> Measurement:
+    """The remote results (one per command run, in order) as a Measurement, with logs written
+    where a local run writes them."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    guards: list[GuardResult] = []
+    total = 0.0
+    for spec, r in zip(commands, reply.get("results", [])):
+        stem = log_dir / (f"guard-{_safe(spec['name'])}" if spec["guard"] else "verifier")
+        out, err = stem.with_name(stem.name + ".out"), stem.with_name(stem.name + ".err")
+        out.write_bytes(r["stdout"])
+        err.write_bytes(r["stderr"] + f"\n[autoloop: ran on {reply.get('host')}; "
+                        f"{r['stdout_size']} bytes of stdout in all]\n".encode())
+        res = proc.ProcResult(r["exit_code"], r["timed_out"], False, r["duration_s"], out, err, 0,
+                              spec["timeout"])
+        total += res.duration_s
+        if spec["guard"]:
+            ok = res.ok
+            guards.append(GuardResult(spec["name"], ok, res.describe() if ok else _failure_summary(res),
+                                      stem, res.duration_s))
+            if not ok:
+                return Measurement(None, tuple(guards), None, None, total)
+            continue
+        if not res.ok:
+            return Measurement(None, tuple(guards), _failure_summary(res), stem, total)
+        try:
+            return Measurement(parse_metric(out, program.verifier), tuple(guards), None, stem, total)
+        except MetricError as exc:
+            return Measurement(None, tuple(guards), str(exc), stem, total)
+    why = reply.get("error") or "the remote verification returned no result"
+    return Measurement(None, tuple(guards), f"ray: {why}", None, total)
+
+
+# ---- judging through a lane --------------------------------------------------------------------
+
+
+class LaneRunner(TreeRunner):
+    """TreeRunner whose runs go through a lane (the `paths` of a TreeRunner are commits here)."""
+
+    def __init__(self, lane: Lane, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.lane = lane
+
+    def _measure(self, side: str, log_dir: Path, with_guards: bool) -> Measurement:
+        return self.lane.measure(self.program, side, env=self.env, log_dir=log_dir,
+                                 marker=self.marker, with_guards=with_guards, baseline=self.baseline)
+
+
+class LaneJudge(Judge):
+    """The Judge of autoloop.judge, measuring through one lane of an executor."""
+
+    def __init__(self, program: Program, ws: Any, marker: str, check_signal: Callable[[], None],
+                 guard: Guarded, lane: Lane) -> None:
+        super().__init__(program, ws, marker, check_signal, guard)
+        self.lane = lane
+
+    def _runners(self, a: str, b: str, env: Mapping[str, str], log_dir: Path,
+                 first_log_dir: Path | None = None, need_a: bool = True,
+                 baseline: bool = False) -> tuple[TreeRunner, TreeRunner | None]:
+        commits = {"B": b, **({"A": a} if need_a else {})}
+        self.lane.prepare(commits)
+        sides: dict[str, tuple[Any, str]] = {side: (None, c) for side, c in commits.items()}
+        main = LaneRunner(self.lane, self.program, sides, env=env, log_dir=log_dir, marker=self.marker,
+                          check_signal=self.check_signal, guard=self.guard, first_log_dir=first_log_dir,
+                          baseline=baseline)
+        spec = holdout_spec(self.program)
+        hold = None if spec is None else LaneRunner(
+            self.lane, self.program, sides, env=env, log_dir=log_dir, marker=self.marker,
+            check_signal=self.check_signal, guard=self.guard, spec=spec, baseline=baseline)
+        return main, hold
+
+
+def make_executor(program: Program, ws: Workspace, lanes: int, guard: Guarded) -> LocalExecutor | RayExecutor:
+    """The executor program.md asks for. Refuses (ConfigError, exit 2) before anything changes
+    when it cannot work here."""
+    if program.parallel.executor == "ray":
+        if not ray_available():
+            line = program.lines.get("parallel.executor", 1)
+            raise ConfigError(f"{program.path.name}:{line}: parallel.executor: ray is not installed "
+                              f"in this Python; {RAY_EXTRA}")
+        return RayExecutor(program, ws, lanes, guard)
+    return LocalExecutor(ws, lanes, guard)
