@@ -402,10 +402,7 @@ class Guardrails:
     def _planted(self, tree: Worktree, commit: str) -> list[str]:
         """Untracked files a later step would run without naming them: conftest.py,
         *customize.py, .pth files, shadows of a protected module."""
-        tracked: set[str] = set()
-        for _, _, path in tree._tree_entries(commit):
-            parts = path.split("/")
-            tracked.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+        tracked = self._tracked_names(tree, commit)
         out = []
         root = str(tree.path)
         for dirpath, dirnames, filenames in os.walk(root):
@@ -421,6 +418,20 @@ class Guardrails:
                         (self._shadow is not None and self._shadow.fullmatch(rel)):
                     out.append(rel)
         return out
+
+    def _tracked_names(self, tree: Worktree, commit: str) -> set[str]:
+        """Every path of `commit` and every folder above one (asked after each measurement step;
+        built once per commit — a 100k-file tree makes it a few hundred thousand strings)."""
+        memo = self.__dict__.setdefault("_tracked_memo", {})
+        if commit not in memo:
+            tracked: set[str] = set()
+            for _, _, path in tree._tree_entries(commit):
+                parts = path.split("/")
+                tracked.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+            while len(memo) >= 2:  # a paired measurement alternates two commits
+                del memo[next(iter(memo))]
+            memo[commit] = tracked
+        return memo[commit]
 
     def after_verify(self) -> list[str]:
         """Everything a measurement could have reached that the generator's checks cover, again."""

@@ -397,7 +397,7 @@ class Run:
                     candidate = self.ws.commit(tree, incumbent, f"autoloop candidate, cycle {n}",
                                                self.ws.identity())
                     files = [c.path for c in _file_changes(changes)]
-                    stat = self.ws.diffstat(incumbent, candidate)
+                    stat = self.ws.diffstat_later(incumbent, candidate)  # read when recorded
                     outcome = self._review("before", n, proposal, incumbent, candidate, files, stat, None)
                     if outcome is None:
                         self.opt.report("phase", {"cycle": n, "phase": "verify"})
@@ -406,7 +406,7 @@ class Run:
                         outcome = self._review("after", n, proposal, incumbent, candidate, files, stat,
                                                outcome) or outcome
                     # what was measured (or shown to the person) is what a keep commits
-                    outcome.tree, outcome.diffstat, outcome.measured = tree, stat, candidate
+                    outcome.tree, outcome.diffstat, outcome.measured = tree, stat(), candidate
         except BaseException as exc:
             reason = "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt)) else \
                 f"internal error: {type(exc).__name__}: {exc}"
@@ -424,8 +424,10 @@ class Run:
             self.journal.append({"t": "intent", "cycle": n, "commit": commit, "parent": incumbent})
             self.ws.advance(commit, incumbent, f"autoloop: keep cycle {n}")
             self._set_incumbent(commit, self.baseline, outcome.metric)
+            # the tree becomes exactly the kept commit (only the changed paths are touched)
+            self._exact = (commit, self.ws.keep(commit, incumbent, before, changes))
         else:
-            self.ws.restore(incumbent, before)
+            self.ws.restore_changes(incumbent, before, changes)
             self._exact = (incumbent, before)
         self._redact_logs(log_dir)
         repeat = near_duplicate(proposal.hypothesis, self.journal.cycles())
@@ -644,7 +646,7 @@ class Run:
         return rec
 
     def _review(self, when: str, n: int, proposal: Proposal, incumbent: str, candidate: str,
-                files: list[str], stat: str, outcome: _Outcome | None) -> _Outcome | None:
+                files: list[str], stat: Callable[[], str], outcome: _Outcome | None) -> _Outcome | None:
         """Approve mode: show the candidate to the person and apply their decision. Returns the
         outcome to record, or None to go on as the ratchet would (no reviewer for `when`, or
         `verify` before measuring)."""
@@ -654,7 +656,7 @@ class Run:
         v = self.program.verifier
         m = outcome.measurement if outcome is not None else None
         review = Review(when=when, cycle=n, hypothesis=proposal.hypothesis, incumbent=incumbent,
-                        candidate=candidate, files=tuple(files), diffstat=stat,
+                        candidate=candidate, files=tuple(files), diffstat=stat(),
                         diff=self.ws.diff_text(incumbent, candidate), metric_name=v.label,
                         direction=v.direction, best=self.best,
                         metric=None if outcome is None else outcome.metric,

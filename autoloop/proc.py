@@ -715,21 +715,35 @@ def _zombie(pid: int) -> bool:
 
 
 def _marked_pids(needle: bytes, prefix: bool = False) -> list[int]:
-    proc_dir = Path("/proc")
-    if not proc_dir.is_dir():
+    # Runs after every child (a few times a cycle) over every process of the machine: plain
+    # descriptors and one substring test first, the NUL-separated match only on a hit.
+    try:
+        names = os.listdir("/proc")
+    except OSError:
         return []
     me = os.getpid()
     pids: list[int] = []
-    for entry in os.scandir(proc_dir):
-        if not entry.name.isdigit():
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+    for name in names:
+        if not name.isdigit():
             continue
-        pid = int(entry.name)
+        pid = int(name)
         if pid == me:
             continue
         try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                environ = f.read()
+            fd = os.open(f"/proc/{name}/environ", flags)
         except OSError:
+            continue
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        environ = b"".join(chunks)
+        if needle not in environ:
             continue
         entries = environ.split(b"\0")
         if needle in entries or (prefix and any(e.startswith(needle) for e in entries)):

@@ -54,59 +54,114 @@ class Snapshotter:
     def __init__(self, root: Path, skip_top: Iterable[str] = (".git",)) -> None:
         self.root = root
         self.skip_top = frozenset(skip_top)
-        # rel -> (stat identity, digest, when it was hashed)
-        self._cache: dict[str, tuple[tuple[int, int, int, int], str, int]] = {}
+        # rel -> (stat identity, entry, trusted): `trusted` when the file had last changed well
+        # before it was hashed, so the same identity later means the same bytes
+        self._cache: dict[str, tuple[tuple[int, ...], Entry, bool]] = {}
 
     def take(self) -> dict[str, Entry]:
         out: dict[str, Entry] = {}
-        seen: set[str] = set()
-        self._walk(str(self.root), "", out, seen)
-        # forget hashes of paths that are gone, so the cache never outgrows the tree
-        for gone in set(self._cache) - seen:
-            del self._cache[gone]
+        cache: dict[str, tuple[tuple[int, ...], Entry, bool]] = {}
+        self._walk(str(self.root), "", out, cache)
+        # a fresh cache each time: hashes of paths that are gone are forgotten, so it never
+        # outgrows the tree
+        self._cache = cache
         return out
 
-    def _walk(self, abs_dir: str, rel_dir: str, out: dict[str, Entry], seen: set[str]) -> None:
+    def take_paths(self, paths: Iterable[str]) -> dict[str, Entry]:
+        """Entries of just these paths (those that exist), and of everything under the ones
+        that are folders: the same entries a full walk would give them."""
+        out: dict[str, Entry] = {}
+        cache = self._cache
+        root = str(self.root)
+        for rel in sorted(set(paths)):
+            if rel in out or rel.split("/", 1)[0] in self.skip_top:
+                continue
+            full = os.path.join(root, rel)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                cache.pop(rel, None)
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                out[rel] = _dir_entry(stat.S_IMODE(st.st_mode))
+                self._walk(full, rel + "/", out, cache)
+            else:
+                out[rel] = self._entry(rel, full, st, cache)
+        return out
+
+    def _walk(self, abs_dir: str, prefix: str, out: dict[str, Entry],
+              cache: dict[str, tuple[tuple[int, ...], Entry, bool]],
+              parent_fd: int | None = None) -> None:
+        # By descriptor: each lstat then makes the kernel look up one name, not the whole path
+        # from / (the worktree sits deep under ~/.cache) — a good part of a walk's cost.
         try:
-            it = os.scandir(abs_dir)
+            if parent_fd is None:
+                fd = os.open(abs_dir, _DIR_FLAGS)
+            else:
+                fd = os.open(abs_dir.rsplit("/", 1)[1], _DIR_FLAGS, dir_fd=parent_fd)
         except OSError:
             # unreadable directory (chmod 000): still a state we must see and undo
-            out[rel_dir or "."] = Entry("o", 0, "unreadable")
+            out[prefix[:-1] or "."] = _UNREADABLE
             return
-        with it:
-            entries = list(it)
-        for e in entries:
-            rel = f"{rel_dir}/{e.name}" if rel_dir else e.name
-            if not rel_dir and e.name in self.skip_top:
-                continue
+        try:
             try:
-                st = e.stat(follow_symlinks=False)
+                with os.scandir(fd) as it:
+                    entries = list(it)
             except OSError:
-                continue
-            mode = st.st_mode
-            if stat.S_ISDIR(mode):
-                out[rel] = Entry("d", stat.S_IMODE(mode))
-                self._walk(e.path, rel, out, seen)
-            elif stat.S_ISLNK(mode):
+                out[prefix[:-1] or "."] = _UNREADABLE
+                return
+            old = self._cache
+            skip = self.skip_top if not prefix else ()
+            for e in entries:
+                name = e.name
+                if name in skip:
+                    continue
+                rel = prefix + name
                 try:
-                    target = os.readlink(e.path)
+                    st = e.stat(follow_symlinks=False)
                 except OSError:
-                    target = "?"
-                out[rel] = Entry("l", stat.S_IMODE(mode), target)
-            elif stat.S_ISREG(mode):
-                seen.add(rel)
-                out[rel] = Entry("f", stat.S_IMODE(mode), self._digest(rel, e.path, st),
-                                 st.st_size, st.st_nlink)
-            else:
-                out[rel] = Entry("o", stat.S_IMODE(mode), f"type {stat.S_IFMT(mode):o}")
+                    continue
+                mode = st.st_mode
+                kind = mode & 0o170000
+                if kind == _S_IFREG:
+                    # the common case, kept short: an unchanged file costs one lstat and a lookup
+                    key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode, st.st_nlink)
+                    hit = old.get(rel)
+                    if hit is not None and hit[2] and hit[0] == key:
+                        cache[rel] = hit
+                        out[rel] = hit[1]
+                    else:
+                        out[rel] = self._file(rel, f"{abs_dir}/{name}", st, key, cache)
+                elif kind == _S_IFDIR:
+                    out[rel] = _dir_entry(mode & 0o7777)
+                    self._walk(f"{abs_dir}/{name}", rel + "/", out, cache, fd)
+                else:
+                    out[rel] = self._entry(rel, f"{abs_dir}/{name}", st, cache)
+        finally:
+            os.close(fd)
 
-    def _digest(self, rel: str, path: str, st: os.stat_result) -> str:
-        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        hit = self._cache.get(rel)
-        # like git's "racy" index entries: trust a cached hash only if the file had last changed
-        # well before we hashed it, so a later change must have moved its ctime
-        if hit is not None and hit[0] == key and max(st.st_mtime_ns, st.st_ctime_ns) + _RACY_NS < hit[2]:
-            return hit[1]
+    def _entry(self, rel: str, path: str, st: os.stat_result,
+               cache: dict[str, tuple[tuple[int, ...], Entry, bool]]) -> Entry:
+        mode = st.st_mode
+        if stat.S_ISREG(mode):
+            key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode, st.st_nlink)
+            hit = self._cache.get(rel)
+            if hit is not None and hit[2] and hit[0] == key:
+                cache[rel] = hit
+                return hit[1]
+            return self._file(rel, path, st, key, cache)
+        if stat.S_ISDIR(mode):
+            return _dir_entry(stat.S_IMODE(mode))
+        if stat.S_ISLNK(mode):
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            return Entry("l", stat.S_IMODE(mode), target)
+        return Entry("o", stat.S_IMODE(mode), f"type {stat.S_IFMT(mode):o}")
+
+    def _file(self, rel: str, path: str, st: os.stat_result, key: tuple[int, ...],
+              cache: dict[str, tuple[tuple[int, ...], Entry, bool]]) -> Entry:
         hashed_at = time.time_ns()
         h = hashlib.blake2b(digest_size=20)
         try:
@@ -114,25 +169,46 @@ class Snapshotter:
                 while chunk := f.read(1 << 20):
                     h.update(chunk)
         except OSError:
-            return "unreadable"
-        digest = h.hexdigest()
-        self._cache[rel] = (key, digest, hashed_at)
-        return digest
+            cache.pop(rel, None)
+            return Entry("f", stat.S_IMODE(st.st_mode), "unreadable", st.st_size, st.st_nlink)
+        entry = Entry("f", stat.S_IMODE(st.st_mode), h.hexdigest(), st.st_size, st.st_nlink)
+        # like git's "racy" index entries: trust a cached hash only if the file had last changed
+        # well before we hashed it, so a later change must have moved its ctime
+        trusted = max(st.st_mtime_ns, st.st_ctime_ns) + _RACY_NS < hashed_at
+        cache[rel] = (key, entry, trusted)
+        return entry
+
+
+_UNREADABLE = Entry("o", 0, "unreadable")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_S_IFREG, _S_IFDIR = stat.S_IFREG, stat.S_IFDIR
+_DIRS: dict[int, Entry] = {}
+
+
+def _dir_entry(mode: int) -> Entry:
+    e = _DIRS.get(mode)
+    if e is None:
+        e = _DIRS[mode] = Entry("d", mode)
+    return e
 
 
 def diff(before: Snapshot, after: Snapshot) -> list[Change]:
-    """Every path whose entry differs. Directories count only when added, removed or re-typed
-    (their mode is restored but is not a change git could record)."""
+    """Every path whose entry differs, sorted by path. Directories count only when added,
+    removed, re-typed or re-moded (a mode is restored but is not a change git could record)."""
     changes: list[Change] = []
-    for path in sorted(set(before) | set(after)):
-        b, a = before.get(path), after.get(path)
+    added = 0
+    get = before.get
+    for path, a in after.items():
+        b = get(path)
+        if b is a:
+            continue  # unchanged files keep their cached entry: the common case is this test
+        if b is None:
+            added += 1
+            changes.append(Change(path, "added", None, a))
+            continue
         if b == a:
             continue
-        if b is None:
-            changes.append(Change(path, "added", None, a))
-        elif a is None:
-            changes.append(Change(path, "deleted", b, None))
-        elif a.kind != b.kind:
+        if a.kind != b.kind:
             changes.append(Change(path, "type", b, a))
         elif a.digest != b.digest or a.size != b.size:
             changes.append(Change(path, "modified", b, a))
@@ -140,4 +216,7 @@ def diff(before: Snapshot, after: Snapshot) -> list[Change]:
             changes.append(Change(path, "mode", b, a))
         elif a.nlink != b.nlink:
             changes.append(Change(path, "modified", b, a))  # a hard link appeared or went
+    if len(before) != len(after) - added:  # some paths of `before` are gone
+        changes.extend(Change(path, "deleted", b, None) for path, b in before.items() if path not in after)
+    changes.sort(key=lambda c: c.path)
     return changes

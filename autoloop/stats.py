@@ -22,12 +22,27 @@ Conventions (used by autoloop.judge, the ledger and the docs):
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
-import numpy as np
-from scipy import stats as _st
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy and scipy cost about a second to import; only the noise-aware rules (paired batches,
+# the gate, power) need them, so they are imported on first use — a run with the plain strict
+# rule never pays for them.
+
+
+def _np():  # type: ignore[no-untyped-def]
+    import numpy
+    return numpy
+
+
+def _st():  # type: ignore[no-untyped-def]
+    from scipy import stats
+    return stats
 
 Scale = Literal["log", "diff"]
 CI_LEVEL = 0.95
@@ -79,10 +94,11 @@ def change_pct(change: float, scale: Scale, reference: float | None = None) -> f
 
 def signed_rank_p(g: Sequence[float]) -> float:
     """One-sided p-value that the gains tend to be positive (1.0 when nothing is nonzero)."""
+    np = _np()
     arr = np.asarray(g, dtype=float)
     if arr.size == 0 or not np.any(arr != 0):
         return 1.0
-    return float(_st.wilcoxon(arr, alternative="greater").pvalue)
+    return float(_st().wilcoxon(arr, alternative="greater").pvalue)
 
 
 def _ranks_with_sum(n: int, w: int) -> np.ndarray:
@@ -94,7 +110,7 @@ def _ranks_with_sum(n: int, w: int) -> np.ndarray:
             rest -= i
         else:
             out.append(-float(i))
-    return np.asarray(out)
+    return _np().asarray(out)
 
 
 @lru_cache(maxsize=None)
@@ -105,7 +121,7 @@ def _upper_tail(n: int, w: int) -> float:
         return 1.0
     if w > total:
         return 0.0
-    return float(_st.wilcoxon(_ranks_with_sum(n, w), alternative="greater",
+    return float(_st().wilcoxon(_ranks_with_sum(n, w), alternative="greater",
                               method="exact").pvalue)
 
 
@@ -146,6 +162,7 @@ def reachable(g: Sequence[float], n_total: int, alpha: float) -> bool:
 
 
 def walsh_averages(g: Sequence[float]) -> np.ndarray:
+    np = _np()
     arr = np.asarray(g, dtype=float)
     i, j = np.triu_indices(arr.size)
     return np.sort((arr[i] + arr[j]) / 2.0)
@@ -154,7 +171,7 @@ def walsh_averages(g: Sequence[float]) -> np.ndarray:
 def hodges_lehmann(g: Sequence[float]) -> float:
     if len(g) == 0:
         raise ValueError("no pairs")
-    return float(np.median(walsh_averages(g)))
+    return float(_np().median(walsh_averages(g)))
 
 
 @dataclass(frozen=True)
@@ -221,6 +238,7 @@ def compare(a: Sequence[float], b: Sequence[float], direction: str,
     ci = hl_interval(g, level)
     s = orientation(direction)
     lo_c, hi_c = sorted((s * ci.low, s * ci.high))
+    np = _np()
     med_a = float(np.median(a))
     pct = change_pct(s * est, scale, med_a)
     lo_p, hi_p = change_pct(lo_c, scale, med_a), change_pct(hi_c, scale, med_a)
@@ -256,12 +274,12 @@ def passes(c: Comparison, alpha: float, min_gain: float) -> bool:
 
 def noise_sd(g: Sequence[float]) -> float:
     """Spread of the per-pair changes of an A/A batch (two runs of the same code)."""
-    arr = np.asarray(g, dtype=float)
-    if arr.size == 0:
+    xs = [float(x) for x in g]
+    if not xs:
         return 0.0
-    if arr.size == 1:
-        return float(abs(arr[0]))
-    return float(np.std(arr, ddof=1))
+    if len(xs) == 1:
+        return abs(xs[0])
+    return statistics.stdev(xs)
 
 
 def batch_power(effect: float, sd: float, n: int, alpha: float, min_gain: float,
@@ -273,9 +291,10 @@ def batch_power(effect: float, sd: float, n: int, alpha: float, min_gain: float,
         return 0.0
     if sd <= 0:
         return 1.0 if effect > 0 and effect >= min_gain else 0.0
+    np, st = _np(), _st()
     z = np.random.default_rng(seed).standard_normal((reps, n))
     g = effect + sd * z
-    ranks = _st.rankdata(np.abs(g), axis=1)
+    ranks = st.rankdata(np.abs(g), axis=1)
     w_plus = (ranks * (g > 0)).sum(axis=1)
     i, j = np.triu_indices(n)
     hl = np.median((g[:, i] + g[:, j]) / 2.0, axis=1)
@@ -313,7 +332,7 @@ def strict_noise(values: Sequence[float]) -> tuple[float, Scale]:
     """Spread of single runs of the same code (sd of log values, or of values)."""
     scale = pick_scale(values)
     xs = [math.log(v) for v in values] if scale == "log" else list(values)
-    return (float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0), scale
+    return (statistics.stdev(xs) if len(xs) > 1 else 0.0), scale
 
 
 def strict_phantom(run_sd: float, repeats: int, candidates: int) -> float:
@@ -323,7 +342,7 @@ def strict_phantom(run_sd: float, repeats: int, candidates: int) -> float:
     standard normals (Blom's approximation) times the spread of one measurement."""
     eff = 1.2533 if repeats >= 3 else 1.0     # a median is noisier than a mean
     n = candidates + 1
-    return float(_st.norm.ppf((n - 0.375) / (n + 0.25))) * run_sd * eff / math.sqrt(repeats)
+    return statistics.NormalDist().inv_cdf((n - 0.375) / (n + 0.25)) * run_sd * eff / math.sqrt(repeats)
 
 
 # ---- coarse feedback ------------------------------------------------------------------------

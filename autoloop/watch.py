@@ -50,6 +50,13 @@ def _stat(path: str, dir_times: bool = False) -> Stat | None:
     return (kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, target)
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+
+
+def _name(entry: os.DirEntry) -> str:  # type: ignore[type-arg]
+    return entry.name
+
+
 @dataclass
 class StatTree:
     """A stat-only picture of a file or folder tree."""
@@ -69,27 +76,55 @@ class StatTree:
         out[""] = top
         if top[0] != "d":
             return out
+        # Taken several times a cycle (site folders, verification trees): each folder is opened
+        # once and its entries are stat'ed relative to it, so the kernel resolves one name per
+        # entry rather than the whole path (the same entries and values as lstat by path).
         todo = [("", str(self.root))]
-        while todo and len(out) < self.cap:
+        skip, cap, top_only = self.skip, self.cap, self.top_only
+        while todo and len(out) < cap:
             rel_dir, abs_dir = todo.pop()
             try:
-                names = sorted(os.listdir(abs_dir))
+                fd = os.open(abs_dir, _DIR_FLAGS)
             except OSError:
                 out[rel_dir + "/?"] = ("o", 0, 0, 0, 0, 0, "unreadable")
                 continue
-            for name in names:
-                rel = f"{rel_dir}/{name}" if rel_dir else name
-                if rel in self.skip:
+            try:
+                try:
+                    with os.scandir(fd) as it:
+                        entries = sorted(it, key=_name)
+                except OSError:
+                    out[rel_dir + "/?"] = ("o", 0, 0, 0, 0, 0, "unreadable")
                     continue
-                full = os.path.join(abs_dir, name)
-                st = _stat(full)
-                if st is None:
-                    continue
-                out[rel] = st
-                if len(out) >= self.cap:
-                    break
-                if st[0] == "d" and not self.top_only:
-                    todo.append((rel, full))
+                for e in entries:
+                    name = e.name
+                    rel = f"{rel_dir}/{name}" if rel_dir else name
+                    if rel in skip:
+                        continue
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    mode = st.st_mode
+                    if stat.S_ISDIR(mode):
+                        out[rel] = ("d", stat.S_IMODE(mode), 0, 0, 0, st.st_ino, "")
+                    else:
+                        target = ""
+                        if stat.S_ISLNK(mode):
+                            kind = "l"
+                            try:
+                                target = os.readlink(name, dir_fd=fd)
+                            except OSError:
+                                target = "?"
+                        else:
+                            kind = "f" if stat.S_ISREG(mode) else "o"
+                        out[rel] = (kind, stat.S_IMODE(mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                    st.st_ino, target)
+                    if len(out) >= cap:
+                        break
+                    if not top_only and stat.S_ISDIR(mode):
+                        todo.append((rel, f"{abs_dir}/{name}"))
+            finally:
+                os.close(fd)
         return out
 
 

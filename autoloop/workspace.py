@@ -16,6 +16,7 @@ import stat
 import subprocess
 import tarfile
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +25,10 @@ from typing import Iterable, Sequence
 from autoloop.errors import RepoStateError, RunFailure
 from autoloop.proc import run_captured
 from autoloop.sentinel import Sentinel, remove_tree
-from autoloop.snapshot import Change, Snapshotter, diff
+from autoloop.snapshot import _RACY_NS, Change, Entry, Snapshot, Snapshotter, diff
 
 BRANCH_PREFIX = "autoloop/"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 
 # Settings that would let a repository (or a generator that wrote to it) run code or change
 # bytes during our own git calls. Filters from .gitattributes still apply, but only with drivers
@@ -38,6 +40,12 @@ _SAFE_CONFIG = (
     "core.splitIndex=false",
     "core.sparseCheckout=false",
     "core.autocrlf=false",
+    # git's "is this file unchanged?" shortcut compares stat data (times in whole seconds); a
+    # user's config must not weaken it further for our calls, or update-index would take a
+    # changed file for an unchanged one
+    "core.trustctime=true",
+    "core.checkStat=default",
+    "core.ignoreStat=false",
     "core.safecrlf=false",
     "core.symlinks=true",
     "core.pager=cat",
@@ -120,6 +128,94 @@ def repo_root_of(path: Path) -> Path:
     return Path(out.strip())
 
 
+class IndexSeal:
+    """What an index file held right after one of our own git commands wrote it, to tell cheaply
+    that nobody has written it since (and so that it still has no hidden-file flags and still
+    lists the commit we checked out).
+
+    Same rule as the snapshot's hash cache: the stat identity (inode, size, mtime, ctime — ctime
+    cannot be set from user space) is trusted only once the file had last changed well before
+    we last read it; otherwise it is read again and compared byte for byte. (An index is a few
+    hundred bytes per file: 9 MB for 100k files.)
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._known: tuple[tuple[int, int, int, int], bytes, int] | None = None
+        self._written_ns = 0   # the file's mtime as our own command left it
+
+    def seal(self) -> None:
+        """Call right after our own command wrote the file."""
+        self._known = self._read()
+        self._written_ns = self._known[0][2] if self._known is not None else 0
+
+    def forget(self) -> None:
+        self._known = None
+
+    def written_ns(self) -> int:
+        """The mtime the file had when our own command wrote it (not whatever a `touch` since
+        gave it). For an index this is git's "racy" reference: entries whose files changed in
+        the same second are re-checked by content, not trusted by their stat data."""
+        return self._written_ns
+
+    def intact(self) -> bool:
+        return self.read_intact() is not None
+
+    def read_intact(self) -> bytes | None:
+        """The file's bytes if it is unchanged since seal(); else None."""
+        if self._known is None:
+            return None
+        ident, data, at = self._known
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        if _ident(st) == ident and max(st.st_mtime_ns, st.st_ctime_ns) + _RACY_NS < at:
+            return data
+        got = self._read()
+        if got is None or got[1] != data:
+            return None
+        self._known = got
+        return data
+
+    def _read(self) -> tuple[tuple[int, int, int, int], bytes, int] | None:
+        at = time.time_ns()
+        got = _read_regular(self.path)
+        if got is None:
+            return None
+        st, data = got
+        try:
+            after = os.stat(self.path)
+        except OSError:
+            return None
+        if _ident(st) != _ident(after):
+            return None  # written while we read it
+        return _ident(st), data, at
+
+
+def _read_regular(path: Path, limit: int = -1) -> tuple[os.stat_result, bytes] | None:
+    """A regular file's stat and bytes; None for anything else. A generator may have put a FIFO
+    (which would block a plain open) or a symlink where git keeps a file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        with open(fd, "rb", closefd=False) as f:
+            return st, f.read(limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _ident(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 @dataclass(frozen=True)
 class Identity:
     name: str
@@ -137,9 +233,13 @@ class Worktree:
         self.snapshotter = Snapshotter(self.path)
         self._admin_dir: Path | None = None
         self._dotgit: bytes | None = None
+        # the state our own last command left: HEAD detached at _at, index sealed (no flags)
+        self._at: str | None = None
+        self._seal: IndexSeal | None = None
 
     def open(self, commit: str) -> None:
         """Create (or reuse) the private worktree, detached at `commit`, exactly equal to it."""
+        self._forget()
         if self._reusable():
             self._admin_dir = self._find_admin_dir()
         else:
@@ -147,6 +247,7 @@ class Worktree:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             git(self.repo_root, "worktree", "add", "--detach", "-f", str(self.path), commit)
             self._admin_dir = self._find_admin_dir()
+        self._seal = IndexSeal(self._admin_dir / "index")
         self._dotgit = (self.path / ".git").read_bytes()
         self.reset_hard(commit)
 
@@ -253,8 +354,32 @@ class Worktree:
         assert self._dotgit is not None
         p.write_bytes(self._dotgit)
 
+    # ---- what our own last command left, and whether it is still so ----------------------------
+
+    def _forget(self) -> None:
+        self._at = None
+        if self._seal is not None:
+            self._seal.forget()
+
+    def _sealed(self, commit: str) -> None:
+        """Our own command just left HEAD detached at `commit` and an index without flags."""
+        self._at = commit
+        if self._seal is not None:
+            self._seal.seal()
+
+    def _as_we_left_it(self, commit: str) -> bool:
+        """HEAD still detached at `commit`, the index byte for byte as our last command wrote
+        it, the .git link untouched: then git's view of the tree is still ours and only the
+        files can differ."""
+        if self._at != commit or self._seal is None or self._admin_dir is None or self.dotgit_tampered():
+            return False
+        head = _read_regular(self._admin_dir / "HEAD", 200)
+        return head is not None and head[1] == (commit + "\n").encode() and self._seal.intact()
+
     def index_flags(self) -> list[str]:
         """Paths the worktree's index hides from git (assume-unchanged / skip-worktree)."""
+        if self._seal is not None and self._seal.intact():
+            return []  # the index our own command wrote, without flags, and nobody wrote it since
         out = git(self.path, "ls-files", "-v", "-z")
         hidden = []
         for item in out.split("\0"):
@@ -270,11 +395,50 @@ class Worktree:
             paths = "\0".join(hidden).encode("utf-8", "surrogateescape") + b"\0"
             git(self.path, "update-index", "--no-skip-worktree", "-z", "--stdin", input=paths)
             git(self.path, "update-index", "--no-assume-unchanged", "-z", "--stdin", input=paths)
+        self._forget()
         git(self.path, "reset", "-q", "--hard", commit)
         git(self.path, "clean", "-ffdxq")
+        self._sealed(commit)
 
     def snapshot(self) -> dict:
         return self.snapshotter.take()
+
+    def restore_changes(self, commit: str, reference: dict, changes: list[Change]) -> None:
+        """restore() when the tree's whole change set since `reference` is known (a full walk
+        found `changes`, and nothing was written to the tree since): put back just those paths
+        and check just those paths (and everything under any that is a folder). The rest of the
+        tree is as the walk saw it, equal to `reference`.
+
+        Only while git's view is still the one our own command left (HEAD, index, .git link):
+        checkout-index then writes the incumbent's bytes. Anything else — or a path that does
+        not come back equal — takes the full restore()."""
+        if not self._as_we_left_it(commit):
+            self.restore(commit, reference)
+            return
+        if not changes:
+            return
+        paths = {c.path for c in changes}
+        try:
+            self._unlock(paths)
+            if self._force_checkout(changes, update_index=True):
+                self._sealed(commit)  # checkout-index -u wrote the index (stat data only)
+            ok = _matches(reference, self.snapshotter.take_paths(paths), paths)
+        except (OSError, GitError):
+            ok = False
+        if not ok:
+            self.restore(commit, reference)
+
+    def _unlock(self, paths: Iterable[str]) -> None:
+        """Give back u+rwx to the folders among `paths` (parents first), so that what is in
+        them can be put back; restore() does this for every folder of the tree."""
+        for rel in sorted(paths, key=lambda p: p.count("/")):
+            full = os.path.join(self.path, rel)
+            try:
+                st = os.lstat(full)
+                if stat.S_ISDIR(st.st_mode) and (st.st_mode & 0o700) != 0o700:
+                    os.chmod(full, st.st_mode | 0o700)
+            except OSError:
+                pass
 
     def differs_from(self, commit: str) -> list[str]:
         """Tracked paths of `commit` whose bytes, executable bit or type on disk are not what
@@ -286,41 +450,68 @@ class Worktree:
         cache = self.__dict__.setdefault("_blob_cache", {})
         converted = self._converted(commit, entries)
         out = []
-        for mode, oid, path in entries:
-            if mode == "160000" or path in converted:
-                continue  # a gitlink: nothing on disk to compare; converted files: below
-            full = os.path.join(self.path, path)
-            try:
-                st = os.lstat(full)
-            except OSError:
-                out.append(f"{path} (missing)")
-                continue
-            if mode == "120000":
-                if not stat.S_ISLNK(st.st_mode):
-                    out.append(f"{path} (not a symlink)")
-                elif _blob_id(os.fsencode(os.readlink(full)), algo) != oid:
-                    out.append(f"{path} (link target)")
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                out.append(f"{path} (not a file)")
-                continue
-            if bool(st.st_mode & 0o100) != (mode == "100755"):
-                out.append(f"{path} (mode)")
-                continue
-            key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            hit = cache.get(path)
-            if hit is not None and hit[0] == key and max(st.st_mtime_ns, st.st_ctime_ns) + 100_000_000 < hit[2]:
-                digest = hit[1]
-            else:
-                hashed_at = time.time_ns()
-                try:
-                    digest = _file_blob_id(full, algo)
-                except OSError:
-                    out.append(f"{path} (unreadable)")
+        # Run before and after every measurement step over every tracked file (100k files: this
+        # loop is a good part of a cycle), so it is kept tight: each folder is opened once and
+        # its files are stat'ed relative to it (a path resolves as lstat of the full path would,
+        # but the kernel walks one name, not the ~10 above the tree), the full path is only
+        # made for a file that must be hashed, and an unchanged file costs a stat and a lookup.
+        root = str(self.path)
+        dir_rel: str | None = None
+        dir_fd = -1
+        S_IFMT, S_IFREG, S_IFLNK = 0o170000, stat.S_IFREG, stat.S_IFLNK
+        lstat_at = os.stat
+        get = cache.get
+        try:
+            for mode, oid, path in entries:
+                if mode == "160000" or path in converted:
+                    continue  # a gitlink: nothing on disk to compare; converted files: below
+                parent, _, name = path.rpartition("/")
+                if parent != dir_rel:
+                    if dir_fd >= 0:
+                        os.close(dir_fd)
+                    dir_rel = parent
+                    try:
+                        dir_fd = os.open(f"{root}/{parent}" if parent else root, _DIR_FLAGS)
+                    except OSError:
+                        dir_fd = -1
+                if dir_fd < 0:
+                    out.append(f"{path} (missing)")
                     continue
-                cache[path] = (key, digest, hashed_at)
-            if digest != oid:
-                out.append(f"{path} (content)")
+                try:
+                    st = lstat_at(name, dir_fd=dir_fd, follow_symlinks=False)
+                except OSError:
+                    out.append(f"{path} (missing)")
+                    continue
+                kind = st.st_mode & S_IFMT
+                if mode == "120000":
+                    if kind != S_IFLNK:
+                        out.append(f"{path} (not a symlink)")
+                    elif _blob_id(os.fsencode(os.readlink(name, dir_fd=dir_fd)), algo) != oid:
+                        out.append(f"{path} (link target)")
+                    continue
+                if kind != S_IFREG:
+                    out.append(f"{path} (not a file)")
+                    continue
+                if bool(st.st_mode & 0o100) != (mode == "100755"):
+                    out.append(f"{path} (mode)")
+                    continue
+                key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                hit = get(path)
+                if hit is not None and hit[0] == key and max(st.st_mtime_ns, st.st_ctime_ns) + _RACY_NS < hit[2]:
+                    digest = hit[1]
+                else:
+                    hashed_at = time.time_ns()
+                    try:
+                        digest = _file_blob_id(os.path.join(root, path), algo)
+                    except OSError:
+                        out.append(f"{path} (unreadable)")
+                        continue
+                    cache[path] = (key, digest, hashed_at)
+                if digest != oid:
+                    out.append(f"{path} (content)")
+        finally:
+            if dir_fd >= 0:
+                os.close(dir_fd)
         if converted:
             # files whose bytes on disk git converts (eol, a filter such as LFS, ident): ask git
             # what it would store for them
@@ -396,7 +587,9 @@ class Worktree:
         self.reset_hard(commit)
         remaining = diff(reference, self.snapshot())
         if remaining:
+            self._forget()
             self._force_checkout(remaining)
+            self._sealed(commit)
             remaining = diff(reference, self.snapshot())
         if remaining:
             raise RunFailure("could not restore the work tree exactly: "
@@ -415,7 +608,10 @@ class Worktree:
                     except OSError:
                         pass
 
-    def _force_checkout(self, changes: list[Change]) -> None:
+    def _force_checkout(self, changes: list[Change], update_index: bool = False,
+                        env: dict[str, str] | None = None) -> bool:
+        """Remove what `changes` added, put back what they changed from the index (the
+        worktree's, or env's GIT_INDEX_FILE). Returns whether git ran."""
         tracked: list[str] = []
         for ch in sorted(changes, key=lambda c: c.path.count("/"), reverse=True):
             full = self.path / ch.path
@@ -431,10 +627,12 @@ class Worktree:
                 tracked.append(ch.path)
         if tracked:
             git(self.path, "checkout-index", "-f", "--ignore-skip-worktree-bits", "-z", "--stdin",
-                input="\0".join(tracked).encode("utf-8", "surrogateescape") + b"\0")
+                *(["-u"] if update_index else []),
+                input="\0".join(tracked).encode("utf-8", "surrogateescape") + b"\0", env=env)
         for ch in changes:  # modes of folders re-created above
             if ch.before is not None and ch.before.kind == "d" and (self.path / ch.path).is_dir():
                 os.chmod(self.path / ch.path, ch.before.mode)
+        return bool(tracked)
 
 
 
@@ -459,6 +657,10 @@ class Workspace(Worktree):
         self._gen_trees: dict[int, Worktree] = {}
         self._identity: Identity | None = None
         self._trees: dict[str, str] = {}
+        self._commits: set[str] = set()   # known to be commits: the branch may be read from its file
+        # the last candidate's private index, when it was made from our sealed worktree index
+        # (so its stat data is this tree's): (base, tree, seal)
+        self._candidate: tuple[str, str, IndexSeal] | None = None
 
     def verify_tree(self, slot: int = 0) -> Worktree:
         """A pristine tree for measuring commits (slot 0 candidate, 1 incumbent, ...), beside the
@@ -504,7 +706,16 @@ class Workspace(Worktree):
             raise RepoStateError(f"--tag {self.tag!r}: use letters, digits, '.', '_' or '-' (at most 64)")
 
     def branch_head(self) -> str | None:
+        # A loose ref file wins over packed-refs, so when it names a commit we made or checked,
+        # that is the answer without a git process; anything else (packed, symbolic, another
+        # ref backend, a stranger's value) is git's to resolve.
+        got = _read_regular(self.common_dir / self.ref, 200)
+        loose = got[1].decode("ascii", "replace").strip() if got is not None else None
+        if loose in self._commits:
+            return loose
         out = git(self.repo_root, "rev-parse", "--verify", "-q", self.ref + "^{commit}", check=False).strip()
+        if out:
+            self._commits.add(out)
         return out or None
 
     def head(self) -> str:
@@ -522,6 +733,7 @@ class Workspace(Worktree):
 
     def create_branch(self, start: str) -> None:
         git(self.repo_root, "update-ref", "-m", "autoloop: start run", self.ref, start, "")
+        self._commits.add(start)
 
     def exclude_in_checkout(self, rel_paths: Iterable[str]) -> None:
         """Keep our files out of git's view in the user's checkout (.git/info/exclude)."""
@@ -574,15 +786,118 @@ class Workspace(Worktree):
         paths = sorted({c.path for c in changes
                         if (c.before is not None and c.before.kind != "d")
                         or (c.after is not None and c.after.kind != "d")})
-        with tempfile.TemporaryDirectory(prefix="autoloop-index-") as tmp:
-            env = _git_env()
-            env["GIT_INDEX_FILE"] = os.path.join(tmp, "index")
+        self._candidate = None
+        if where is not None and where is not self:
+            # a parallel worker's tree: its files through a fresh index (the copy of the sealed
+            # index below is this tree's, with this tree's stat data)
+            with tempfile.TemporaryDirectory(prefix="autoloop-index-") as tmp:
+                return self._write_candidate(base, paths, Path(tmp) / "index", fresh=True, root=root)
+        # The private index starts as the tree of `base`: a copy of the worktree's own index
+        # when that is byte for byte what our own command wrote at `base` (then it keeps this
+        # tree's stat data, and can become the worktree's index if the candidate is kept), else
+        # read from the commit in a temporary folder.
+        ours = self._seal.read_intact() if self._seal is not None and self._at == base else None
+        if ours is None or self._admin_dir is None or self.dotgit_tampered():
+            with tempfile.TemporaryDirectory(prefix="autoloop-index-") as tmp:
+                return self._write_candidate(base, paths, Path(tmp) / "index", fresh=True)
+        index = self._admin_dir / "autoloop-candidate-index"
+        try:
+            _write_file(index, ours)
+            # The copy keeps the mtime git gave the original. git trusts an entry whose stat data
+            # (times in whole seconds) match the file unless the file changed no earlier than
+            # the index was written; a copy dated now would make an entry written in the same
+            # second as the original index look safely old, and update-index would take a
+            # same-size rewrite of it for the incumbent's bytes (the candidate then silently
+            # equals the incumbent: "no_change").
+            written = self._seal.written_ns()
+            os.utime(index, ns=(written, written))
+        except OSError:
+            with tempfile.TemporaryDirectory(prefix="autoloop-index-") as tmp:
+                return self._write_candidate(base, paths, Path(tmp) / "index", fresh=True)
+        tree = self._write_candidate(base, paths, index, fresh=False)
+        seal = IndexSeal(index)
+        seal.seal()
+        self._candidate = (base, tree, seal)
+        return tree
+
+    def _write_candidate(self, base: str, paths: list[str], index: Path, fresh: bool,
+                         root: Path | None = None) -> str:
+        root = root or self.path
+        env = _git_env()
+        env["GIT_INDEX_FILE"] = str(index)
+        if fresh:
             git(root, "read-tree", base, env=env)
-            if paths:
-                # --replace: a file may become a folder (train.py -> train.py/main.py) or back
-                git(root, "update-index", "--add", "--remove", "--replace", "-z", "--stdin", env=env,
-                    input="\0".join(paths).encode("utf-8", "surrogateescape") + b"\0")
-            return git(root, "write-tree", env=env).strip()
+        if paths:
+            # --replace: a file may become a folder (train.py -> train.py/main.py) or back
+            git(root, "update-index", "--add", "--remove", "--replace", "-z", "--stdin", env=env,
+                input="\0".join(paths).encode("utf-8", "surrogateescape") + b"\0")
+        return git(root, "write-tree", env=env).strip()
+
+    def keep(self, commit: str, parent: str, reference: dict, changes: list[Change]) -> dict:
+        """After `commit` (the last candidate on `parent`) is kept: make the tree exactly a
+        checkout of `commit` and return its snapshot, cheaply when we can — only the changed
+        paths are rewritten (from the candidate's index, which then becomes the worktree's) and
+        looked at again; anything else takes reset_hard + a full walk.
+
+        Like a checkout, this drops what git does not record (modes other than +x, empty
+        folders) and writes what its filters would."""
+        cand = self._candidate
+        self._candidate = None
+        tree = self.tree_of(commit) if cand is not None else None
+        if (cand is None or cand[0] != parent or cand[1] != tree or not changes
+                or not self._as_we_left_it(parent)):
+            self.reset_hard(commit)
+            return self.snapshot()
+        _, _, seal = cand
+        assert self._admin_dir is not None and self._seal is not None
+        paths = {c.path for c in changes}
+        env = _git_env()
+        env["GIT_INDEX_FILE"] = str(seal.path)
+        try:
+            self._unlock(paths)
+            self._forget()
+            # out with everything the generator changed, then the kept files from the index
+            # that holds exactly the candidate tree
+            new = []
+            for ch in sorted(changes, key=lambda c: c.path.count("/"), reverse=True):
+                full = self.path / ch.path
+                if ch.before is not None and ch.before.kind == "d" and full.is_dir() and not full.is_symlink():
+                    continue  # a folder of the incumbent: its mode is put back below
+                if full.is_dir() and not full.is_symlink():
+                    remove_tree(full)
+                elif full.is_symlink() or full.exists():
+                    full.unlink()
+                if ch.after is not None and ch.after.kind in ("f", "l"):
+                    new.append(ch.path)
+            if not seal.intact():
+                raise GitError("the candidate's index changed")
+            if new:
+                git(self.path, "checkout-index", "-f", "-u", "-z", "--stdin", env=env,
+                    input="\0".join(new).encode("utf-8", "surrogateescape") + b"\0")
+            for ch in changes:  # folder modes are not recorded: the incumbent's stay
+                full = self.path / ch.path
+                if ch.before is not None and ch.before.kind == "d" and full.is_dir() and not full.is_symlink():
+                    os.chmod(full, ch.before.mode)
+            # folders left empty are not in the commit: a checkout would not have them
+            gone = _remove_empty_parents(self.path, paths)
+            os.replace(seal.path, self._admin_dir / "index")
+            git(self.path, "update-ref", "--no-deref", "-m", "autoloop: keep", "HEAD", commit, parent)
+            self._sealed(commit)
+        except (OSError, GitError):
+            self.reset_hard(commit)
+            return self.snapshot()
+        look = paths | gone
+        got = self.snapshotter.take_paths(look)
+        after = dict(reference)
+        for rel in look:
+            after.pop(rel, None)
+        # a folder of the incumbent among them was walked whole: its old contents go (one pass)
+        walked = tuple(p + "/" for p in look if p in got and got[p].kind == "d" and p in reference)
+        if walked:
+            for rel in [k for k in after if k.startswith(walked)]:
+                del after[rel]
+        after.update(got)
+        return after
 
     def tree_of(self, commit: str) -> str:
         if commit not in self._trees:  # commits are immutable: ask git once
@@ -593,16 +908,21 @@ class Workspace(Worktree):
         env = _git_env()
         env.update(GIT_AUTHOR_NAME=who.name, GIT_AUTHOR_EMAIL=who.email,
                    GIT_COMMITTER_NAME=who.name, GIT_COMMITTER_EMAIL=who.email)
-        return git(self.repo_root, "commit-tree", tree, "-p", parent, "-F", "-",
-                   input=message.encode(), env=env).strip()
+        commit = git(self.repo_root, "commit-tree", tree, "-p", parent, "-F", "-",
+                     input=message.encode(), env=env).strip()
+        self._trees[commit] = tree
+        self._commits.add(commit)
+        return commit
 
     def advance(self, new: str, old: str, reason: str) -> None:
         """Move the run branch from `old` to `new`, refusing if someone else moved it."""
         git(self.repo_root, "update-ref", "-m", reason, self.ref, new, old)
+        self._commits.update((new, old))
 
     def rewind(self, to: str, current: str) -> None:
         git(self.repo_root, "update-ref", "-m", "autoloop: roll back an unfinished cycle",
             self.ref, to, current)
+        self._commits.add(to)
 
     def is_ancestor(self, a: str, b: str) -> bool:
         return run_git_process([git_executable(), "-c", "core.hooksPath=/dev/null", "merge-base", "--is-ancestor", a, b],
@@ -612,7 +932,12 @@ class Workspace(Worktree):
         return git(self.repo_root, "log", "-1", "--format=%B", commit)
 
     def diffstat(self, a: str, b: str) -> str:
-        return git(self.repo_root, "diff", "--no-ext-diff", "--no-textconv", "--shortstat", a, b).strip()
+        return self.diffstat_later(a, b)()
+
+    def diffstat_later(self, a: str, b: str) -> "Later":
+        """`git diff --shortstat a b`, started now and read when called: it only reads objects,
+        so it runs beside whatever comes next (the verify tree's reset, the verifier)."""
+        return Later(self.repo_root, ["diff", "--no-ext-diff", "--no-textconv", "--shortstat", a, b])
 
     def archive(self, commit: str) -> bytes:
         """`commit`'s files as an uncompressed tar, exactly as stored: blob bytes, modes and
@@ -650,6 +975,80 @@ class Workspace(Worktree):
     def diff_text(self, a: str, b: str, limit: int = 200_000) -> str:
         out = git(self.repo_root, "diff", "--no-ext-diff", "--no-textconv", a, b)
         return out[:limit]
+
+
+class Later:
+    """A read-only git command running in the background (a thread waiting on `git()`, so the
+    child is started, shielded and registered like every git of ours); calling it waits for its
+    output, or raises what `git()` raised."""
+
+    def __init__(self, cwd: Path, args: list[str]) -> None:
+        self._out: str | None = None
+        self._exc: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(cwd, args), daemon=True)
+        self._thread.start()
+
+    def _run(self, cwd: Path, args: list[str]) -> None:
+        try:
+            self._out = git(cwd, *args)
+        except BaseException as exc:  # handed to the caller
+            self._exc = exc
+
+    def __call__(self) -> str:
+        self._thread.join()
+        if self._exc is not None:
+            raise self._exc
+        assert self._out is not None
+        return self._out.strip()
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """A file of our own in git's admin folder: made afresh, never written through whatever a
+    generator may have put at that name (a symlink to a file of the user's)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    with open(fd, "wb") as f:
+        f.write(data)
+
+
+def _remove_empty_parents(root: Path, paths: Iterable[str]) -> set[str]:
+    """Remove the folders among `paths` and their parents that are empty (deepest first), as
+    `git clean -d` would; returns the ones removed."""
+    folders: set[str] = set()
+    for rel in paths:
+        parts = rel.split("/")
+        for i in range(1, len(parts) + 1):
+            folders.add("/".join(parts[:i]))
+    removed: set[str] = set()
+    for rel in sorted(folders, key=lambda p: p.count("/"), reverse=True):
+        full = os.path.join(root, rel)
+        try:
+            if not os.path.islink(full) and os.path.isdir(full) and not os.listdir(full):
+                os.rmdir(full)
+                removed.add(rel)
+        except OSError:
+            pass
+    return removed
+
+
+def _matches(reference: Snapshot, got: dict[str, Entry], paths: set[str]) -> bool:
+    """Do the entries of `paths` (and of everything under those that are folders), taken
+    afresh, equal the reference's?"""
+    for rel in paths:
+        if reference.get(rel) != got.get(rel):
+            return False
+    for rel, entry in got.items():
+        if reference.get(rel) != entry:
+            return False
+    folders = [rel + "/" for rel in paths if rel in got and got[rel].kind == "d"]
+    if folders:  # nothing of the reference may be missing under a folder we walked
+        prefixes = tuple(folders)
+        if sum(1 for rel in reference if rel.startswith(prefixes)) != sum(1 for rel in got if rel.startswith(prefixes)):
+            return False
+    return True
 
 
 def _outer_git_config() -> dict[Path, str]:

@@ -1,96 +1,76 @@
-"""Orchestrator time per cycle on a small repository.
+"""Orchestrator overhead per cycle: autoloop vs a shell script doing the minimal git operations of
+this tool's cycle (detect the change, commit the candidate, check it out in a second worktree for
+verification, advance or reset the branch), side by side in one run; a script without any
+isolation is shown for reference (see harness.py for exactly what each side does).
 
-A trivial generator (appends a line to an allowed file, alternating keep/discard) and a trivial
-verifier (`echo`) make a cycle cost almost nothing but autoloop's own work: prepare, snapshot,
-scope checks, git commit or restore, ledger and rendering.
+    python benchmarks/cycle_overhead.py                       # 1k files, target ≤ 1.5×
+    python benchmarks/cycle_overhead.py --files 100000        # 100k files, target ≤ 2× and < 2 s
 
-    python benchmarks/cycle_overhead.py [--files 200] [--cycles 30]
-
-Prints the wall time per cycle, and the share of it spent in the generator and verifier processes.
+Rounds alternate (autoloop K cycles, then the baseline K cycles) so that both sides see the same
+machine load; the ratio is taken per round and the median is reported with its spread.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-GEN = """\
-import os
-n = int(os.environ["AUTOLOOP_CYCLE"])
-with open("work.txt", "a") as f:
-    f.write(f"line {n}\\n")
-print(f"Hypothesis: append line {n}")
-"""
-
-VERIFY = """\
-import os
-lines = open("work.txt").read().count("\\n")
-# even cycles improve, odd ones are worse: half keeps, half discards
-n = int(os.environ.get("AUTOLOOP_CYCLE", "0"))
-print(f"score: {-lines if n % 2 == 0 else 10**6}")
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import Bench, interleaved, summary  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--files", type=int, default=200)
-    ap.add_argument("--cycles", type=int, default=30)
+    ap.add_argument("--files", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--cycles", type=int, default=0, help="cycles per round (default: 41, or 11 at ≥ 50k files)")
+    ap.add_argument("--target", type=float, default=0.0, help="ratio target (default: 1.5, or 2 at ≥ 50k files)")
+    ap.add_argument("--max-seconds", type=float, default=2.0, help="per-cycle limit checked at ≥ 50k files")
+    ap.add_argument("--children", default="sh", choices=["sh", "python"],
+                    help="generator and verifier as shell built-ins (default) or Python scripts")
+    ap.add_argument("--before", metavar="DIR",
+                    help="also time another autoloop source tree (a folder holding its autoloop/ "
+                         "package, e.g. from `git archive OLD autoloop | tar -x -C DIR`), side by side")
     args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # progress as it comes, also into a pipe
+    large = args.files >= 50_000
+    cycles = args.cycles or (11 if large else 41)
+    target = args.target or (2.0 if large else 1.5)
     with tempfile.TemporaryDirectory(prefix="autoloop-bench-") as tmp:
-        repo = Path(tmp) / "repo"
-        repo.mkdir()
-        env = dict(os.environ, XDG_CACHE_HOME=str(Path(tmp) / "cache"), GIT_CONFIG_NOSYSTEM="1")
+        t = time.perf_counter()
+        bench = Bench.create(Path(tmp), args.files, children=args.children)
+        print(f"repository: {args.files} files (+5) in {args.files // 100} folders; made in "
+              f"{time.perf_counter() - t:.1f} s; children: {args.children}")
+        print(f"{args.rounds} rounds of {cycles} cycles each side (autoloop: {cycles - 1} timed intervals per round)")
+        res = interleaved(bench, args.rounds, cycles, before=args.before,
+                          report=lambda line: print(line, flush=True))
+        return _summarize(res["rows"], args, large, target)  # before the (slow) clean-up
 
-        def git(*a: str) -> None:
-            subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True, env=env)
 
-        git("init", "-q")
-        git("config", "user.name", "bench")
-        git("config", "user.email", "bench@example.com")
-        for i in range(args.files):
-            d = repo / f"pkg{i % 20}"
-            d.mkdir(exist_ok=True)
-            (d / f"mod{i}.py").write_text(f"X = {i}\n" * 20)
-        (repo / "work.txt").write_text("")
-        (repo / "gen.py").write_text(GEN)
-        (repo / "verify.py").write_text(VERIFY)
-        (repo / "program.md").write_text(
-            "---\ngoal: benchmark\nallowed: [work.txt]\n"
-            "verifier: {command: python verify.py, metric: score, direction: minimize}\n"
-            f"generator: {{kind: command, command: {sys.executable} gen.py}}\n---\n")
-        git("add", "-A")
-        git("commit", "-qm", "init")
-        t0 = time.perf_counter()
-        res = subprocess.run([sys.executable, "-m", "autoloop", "run", "program.md", "--tag", "bench",
-                              "--cycles", str(args.cycles)], cwd=repo, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        if res.returncode != 0:
-            print(res.stdout, res.stderr, file=sys.stderr)
-            return 1
-        ledger = [json.loads(x) for x in (repo / ".autoloop/bench/ledger.jsonl").read_text().splitlines()]
-        cycles = [r for r in ledger if r["t"] == "cycle" and r["cycle"] > 0]
-        per_cycle = sum(c["duration_s"] for c in cycles) / len(cycles)
-        statuses: dict[str, int] = {}
-        for c in cycles:
-            statuses[c["status"]] = statuses.get(c["status"], 0) + 1
-        # the children here are `python gen.py` and `python verify.py`: time them alone
-        py = subprocess.run([sys.executable, "-c", "import time,subprocess,sys;"
-                             "t=time.perf_counter();[subprocess.run([sys.executable,'-c','pass']) for _ in range(10)];"
-                             "print((time.perf_counter()-t)/10)"], capture_output=True, text=True)
-        interp = float(py.stdout)
-        print(f"files in repo:            {args.files + 4}")
-        print(f"cycles:                   {len(cycles)} ({', '.join(f'{k} {v}' for k, v in statuses.items())})")
-        print(f"wall time, whole run:     {wall:.2f} s (includes baseline and start-up)")
-        print(f"time per cycle:           {per_cycle * 1000:.0f} ms")
-        print(f"  of which 2 python starts (generator + verifier): ~{2 * interp * 1000:.0f} ms")
-        print(f"  autoloop's own work:    ~{(per_cycle - 2 * interp) * 1000:.0f} ms")
-    return 0
+def _summarize(rows: list[dict], args: argparse.Namespace, large: bool, target: float) -> int:
+    ratio = [r["ratio"] for r in rows]
+    a = [r["autoloop"] * 1000 for r in rows]
+    b = [r["baseline"] * 1000 for r in rows]
+    i = [r["inplace"] * 1000 for r in rows]
+    print()
+    print(f"autoloop per cycle:           {summary(a)} ms   (median [min – max] over rounds)")
+    print(f"baseline per cycle:           {summary(b)} ms   (minimal git operations of the cycle)")
+    print(f"in-place script per cycle:    {summary(i)} ms   (no isolation; reference only)")
+    print(f"ratio autoloop / in-place script:  {summary([r['ratio_inplace'] for r in rows])}")
+    if args.before:
+        print(f"before ({args.before}) per cycle: {summary([r['before'] * 1000 for r in rows])} ms;"
+              f"  speed-up before / now: {summary([r['speedup'] for r in rows])}")
+    print(f"RATIO autoloop / baseline:   {summary(ratio)}   target ≤ {target:g}×")
+    ok = statistics.median(ratio) <= target
+    if large:
+        ok = ok and statistics.median(a) < args.max_seconds * 1000
+        print(f"per-cycle time {statistics.median(a) / 1000:.2f} s   target < {args.max_seconds:g} s")
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -200,6 +200,35 @@ def test_differs_from(tmp_path):
     assert "a (missing)" in w.differs_from("HEAD")
 
 
+def test_differs_from_in_nested_folders(tmp_path):
+    """Files are looked at folder by folder (relative to an open folder): every kind of
+    difference is still found at any depth, in the commit's order, and nothing is missed when a
+    whole folder is gone or is a file now."""
+    def g(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+    g("init", "-q")
+    files = {"top.txt": "t\n", "d1/a.txt": "a\n", "d1/b.txt": "b\n", "d1/d2/c.txt": "c\n",
+             "d1/d2/d3/e.txt": "e\n", "d4/f.txt": "f\n", "d5/g.txt": "g\n", "z.txt": "z\n"}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    os.symlink("../top.txt", tmp_path / "d1" / "d2" / "link")
+    g("add", "-A")
+    g("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    w = Worktree(tmp_path, tmp_path / ".git", tmp_path)
+    assert w.differs_from("HEAD") == []
+    (tmp_path / "d1" / "d2" / "d3" / "e.txt").write_text("E\n")
+    os.unlink(tmp_path / "d1" / "d2" / "link")
+    (tmp_path / "d1" / "d2" / "link").write_text("../top.txt")      # a file where a link was
+    import shutil
+    shutil.rmtree(tmp_path / "d4")
+    shutil.rmtree(tmp_path / "d5")
+    (tmp_path / "d5").write_text("a file where a folder was\n")
+    os.chmod(tmp_path / "d1" / "b.txt", 0o755)
+    assert w.differs_from("HEAD") == ["d1/b.txt (mode)", "d1/d2/d3/e.txt (content)", "d1/d2/link (not a symlink)",
+                                      "d4/f.txt (missing)", "d5/g.txt (missing)"]
+
+
 # ---- the stat watch -------------------------------------------------------------------------------------
 
 

@@ -522,3 +522,77 @@ def test_ledger_lines_are_json_objects_with_type(journal: Journal) -> None:
     journal.append(cycle(0, "baseline"))
     for line in journal.ledger.read_text().splitlines():
         assert isinstance(json.loads(line), dict) and "t" in json.loads(line)
+
+
+# ---------------------------------------------------------------------------------------------
+# incremental rendering, byte for byte a full render; which records are fsynced
+
+def full_render(j: Journal, goal: str) -> tuple[bytes, bytes]:
+    cycles = [r for r in j.records if r["t"] == "cycle"]
+    finals = [r for r in j.records if r["t"] == "final"]
+    enc = lambda s: s.encode("utf-8", "surrogateescape")  # noqa: E731
+    return enc(render_experiments(cycles, j.tag, goal, finals)), enc(render_tsv(cycles))
+
+
+def test_incremental_render_is_byte_identical_to_a_full_render(journal: Journal,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+
+    import autoloop.journal as jmod
+    sections = []
+    real_section = jmod._section
+    monkeypatch.setattr(jmod, "_section", lambda c: (sections.append(c["cycle"]), real_section(c))[1])
+    rng = random.Random(7)
+    goal = "goal"
+    reloads = 0
+    for n in range(120):
+        kind = rng.choice(["cycle", "cycle", "begin", "intent", "abort", "start", "final"])
+        if kind == "cycle":
+            journal.append(cycle(n, rng.choice(list(STATUSES)), hypothesis=f"h {n}\n\tmore \udcff",
+                                 changed=["x.py"] * rng.randrange(13), metric=rng.choice([None, rng.random()]),
+                                 delta_pct=rng.choice([None, 1.5]), gen={"cost_usd": rng.choice([None, 0.25])},
+                                 stats=rng.choice([None, {"rule": "paired", "noise_pct": 0.5}])))
+        elif kind == "final":
+            journal.append({"t": "final", "after_cycle": n, "text": f"re-measured {n}", "a": [1.0], "b": [0.5]})
+        else:
+            journal.append({"t": kind, "cycle": n})
+        if rng.random() < 0.1:
+            goal = rng.choice(["goal", "", "another goal"])
+        if rng.random() < 0.05:
+            journal.load()                       # records replaced: the cache must notice
+            reloads += 1
+        journal.render(goal)
+        rendered = (journal.experiments.read_bytes(), journal.results.read_bytes())
+        n_sections = len(sections)
+        assert rendered == full_render(journal, goal), n
+        del sections[n_sections:]                # (the full render's own calls)
+        assert journal.rendered_ok(goal)
+    # each cycle's section was rendered once, plus once more after each reload: not O(cycles²)
+    cycles = len(journal.cycles())
+    assert cycles <= len(sections) <= cycles * (1 + reloads), (len(sections), cycles, reloads)
+
+
+def test_cycles_cache_follows_appends_and_reloads(journal: Journal) -> None:
+    journal.append(cycle(0, "baseline"))
+    first = journal.cycles()
+    first.append({"t": "cycle", "cycle": 99})    # a caller's list is its own
+    journal.append({"t": "begin", "cycle": 1})
+    journal.append(cycle(1))
+    assert [c["cycle"] for c in journal.cycles()] == [0, 1]
+    journal.records = [r for r in journal.records if r.get("cycle") == 0]
+    assert [c["cycle"] for c in journal.cycles()] == [0]
+    journal.load()
+    assert [c["cycle"] for c in journal.cycles()] == [0, 1]
+
+
+def test_begin_is_not_fsynced_but_the_rest_is(journal: Journal, monkeypatch: pytest.MonkeyPatch) -> None:
+    import autoloop.journal as jmod
+    synced: list[int] = []
+    real = jmod.os.fsync
+    monkeypatch.setattr(jmod.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    journal.append({"t": "begin", "cycle": 1})
+    assert synced == []
+    for rec in ({"t": "intent", "cycle": 1}, cycle(1), {"t": "abort", "cycle": 2}, {"t": "start"}):
+        journal.append(rec)
+    assert len(synced) == 4
+    assert [r["t"] for r in reopen(journal).records] == ["begin", "intent", "cycle", "abort", "start"]

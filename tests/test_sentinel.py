@@ -195,3 +195,47 @@ def test_folder_mode_change_is_reported(tmp_path: Path) -> None:
     s = watch(d)
     d.chmod(0o777)
     assert s.changed() == [str(d)]
+
+
+# ---------------------------------------------------------------------------------------------
+# unchanged files are not read again; every change still is
+
+@pytest.mark.parametrize("age", [False, True])
+def test_same_size_edit_with_times_put_back_is_seen(paths: dict[str, Path], age: bool) -> None:
+    import time
+    from autoloop import sentinel as sentmod
+    if age:
+        time.sleep(sentmod._RACY_NS / 1e9 + 0.05)
+    s = watch(*paths.values())
+    assert s.changed() == []                         # reads, and trusts what is old enough
+    cfg = paths["file"]
+    st = os.stat(cfg)
+    cfg.write_text(cfg.read_text().replace("false", "FALSE"))
+    os.utime(cfg, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert s.changed() == [str(cfg)]
+    hook = paths["folder"] / "pre-commit.sample"
+    st = os.stat(hook)
+    hook.write_text("#!/bin/X\n")
+    os.utime(hook, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert str(paths["folder"]) in s.changed()
+
+
+def test_unchanged_old_files_are_not_read_again(paths: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+    from autoloop import sentinel as sentmod
+    time.sleep(sentmod._RACY_NS / 1e9 + 0.05)
+    s = watch(*paths.values())
+    opened: list[str] = []
+    real = os.open
+    monkeypatch.setattr(sentmod.os, "open", lambda p, *a, **k: (opened.append(str(p)), real(p, *a, **k))[1])
+    assert s.changed() == []
+    s.capture()
+    assert opened == []
+
+
+def test_a_planted_fifo_does_not_hang(paths: dict[str, Path]) -> None:
+    s = watch(*paths.values())
+    os.mkfifo(paths["folder"] / "post-merge")
+    assert s.changed() == [str(paths["folder"])]
+    s.restore()
+    assert not (paths["folder"] / "post-merge").exists()

@@ -381,3 +381,33 @@ def test_enumeration_helper_is_right() -> None:
         assert c == [sum(1 for s in itertools.product((0, 1), repeat=n)
                          if sum(r * b for r, b in zip(range(1, n + 1), s)) == w)
                      for w in range(len(c))]
+
+
+def test_strict_pieces_agree_with_numpy_and_scipy() -> None:
+    """strict_noise / strict_phantom / noise_sd are pure Python (no scipy import on the strict
+    path) but give numpy's and scipy's values."""
+    xs = [1.3, 0.7, 2.9, 1.1, 0.4]
+    assert st.noise_sd(xs) == pytest.approx(float(np.std(xs, ddof=1)), rel=1e-12)
+    assert st.strict_noise(xs)[0] == pytest.approx(float(np.std(np.log(xs), ddof=1)), rel=1e-12)
+    for n in (1, 10, 100, 1000):
+        q = (n + 1 - 0.375) / (n + 1 + 0.25)
+        assert st.strict_phantom(1.0, 1, n) == pytest.approx(float(scipy.stats.norm.ppf(q)), rel=1e-12)
+
+
+def test_numpy_and_scipy_load_only_when_a_statistical_rule_needs_them() -> None:
+    """They cost about a second at start-up: importing the whole program, and the strict rule's
+    warnings about noise, must not load them; the paired test does."""
+    import subprocess
+    import sys
+    code = (
+        "import sys\n"
+        "import autoloop.cli, autoloop.loop, autoloop.judge, autoloop.gate, autoloop.report\n"
+        "from autoloop import stats as st\n"
+        "st.strict_noise([1.0, 1.2, 0.9]); st.strict_phantom(0.1, 1, 100); st.noise_sd([0.1, 0.2])\n"
+        "assert 'numpy' not in sys.modules and 'scipy' not in sys.modules, "
+        "sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'scipy'))[:5]\n"
+        "st.signed_rank_p([0.1, 0.2, -0.05])\n"
+        "assert 'scipy.stats' in sys.modules\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr

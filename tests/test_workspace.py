@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -375,6 +376,93 @@ def test_candidate_does_not_touch_the_worktree_index(ws: Workspace) -> None:
     before = index.read_bytes()
     make_candidate(ws, lambda p: (p / "train.py").write_text("x\n"))
     assert index.read_bytes() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# the candidate index is a copy of the worktree's: git's stat shortcut must not hide a change
+
+def _same_second_rewrite(ws: Workspace, tries: int = 6):
+    """Keep a candidate that rewrites train.py, then rewrite train.py again (same size, same
+    inode) within the same second as keep()'s checkout wrote it — so git, which compares file
+    times in whole seconds, sees stat data equal to its index entry (a "racily clean" entry that
+    only the index file's own mtime tells git to re-check). Returns (kept commit, snapshot of
+    it, the rewritten content). Retries while the machine was too slow to stay in one second."""
+    inc, ref = ws.head(), ws.snapshot()
+    for i in range(tries):
+        kept = f"lr = 0.{i}{i}\nprint('val_loss: 1.0')\n"
+        (ws.path / "train.py").write_text(kept)
+        changes = diff(ref, ws.snapshot())
+        commit = ws.commit(ws.candidate_tree(inc, changes), inc, "keep", Identity("A", "a@x"))
+        ws.advance(commit, inc, "keep")
+        while time.time() % 1 > 0.2:  # start near the beginning of a second
+            time.sleep(0.01)
+        ref = ws.keep(commit, inc, ref, changes)
+        inc = commit
+        st_kept = os.stat(ws.path / "train.py")
+        rewritten = f"lr = 0.{i}9\nprint('val_loss: 1.0')\n"
+        with open(ws.path / "train.py", "r+") as f:  # in place: same inode
+            f.write(rewritten)
+        st = os.stat(ws.path / "train.py")
+        if (st.st_ino, st.st_size) == (st_kept.st_ino, st_kept.st_size) \
+                and st.st_mtime_ns // 10**9 == st_kept.st_mtime_ns // 10**9 \
+                and st.st_ctime_ns // 10**9 == st_kept.st_ctime_ns // 10**9:
+            assert rewritten != kept
+            time.sleep(1.05 - time.time() % 1)  # what follows happens in a later second
+            return inc, ref, rewritten
+        ws.restore_changes(inc, ref, diff(ref, ws.snapshot()))
+    pytest.skip("could not write a file twice within one second on this machine")
+
+
+def test_candidate_sees_a_same_second_same_size_rewrite_after_keep(ws: Workspace) -> None:
+    """The flake that reverted issue8: the honest cycle right after a quick cheat lost its
+    change (status no_change). The candidate index was a fresh copy of the worktree's index, so
+    its mtime — git's reference for "racily clean" entries — was later than the file's, and git
+    took the stale stat data of train.py for an unchanged file."""
+    inc, ref, rewritten = _same_second_rewrite(ws)
+    changes = diff(ref, ws.snapshot())
+    assert [c.path for c in changes] == ["train.py"]
+    tree = ws.candidate_tree(inc, changes)
+    assert tree != ws.tree_of(inc)
+    assert tree_files(ws.repo_root, tree)["train.py"] == ("100644", rewritten)
+
+
+def test_candidate_sees_the_rewrite_even_if_the_index_was_touched(ws: Workspace) -> None:
+    """Same, but the generator also moved the worktree index's mtime forward (bytes unchanged):
+    git would trust its stat data; the copy must still carry the time our own command wrote it."""
+    inc, ref, rewritten = _same_second_rewrite(ws)
+    index = Path(wgit(ws, "rev-parse", "--git-path", "index"))
+    index = index if index.is_absolute() else ws.path / index
+    os.utime(index)
+    changes = diff(ref, ws.snapshot())
+    tree = ws.candidate_tree(inc, changes)
+    assert tree_files(ws.repo_root, tree)["train.py"] == ("100644", rewritten)
+
+
+@pytest.mark.parametrize("setting", ["core.trustctime=false", "core.ignoreStat=true", "core.checkStat=minimal"])
+def test_candidate_sees_a_same_size_same_mtime_edit_whatever_the_stat_config(ws: Workspace, repo: Path,
+                                                                           setting: str) -> None:
+    """A user's config may weaken git's stat checks; our own calls must not inherit that, or a
+    real change to an allowed file would silently not be measured."""
+    key, value = setting.split("=")
+    git(repo, "config", key, value)
+    inc = ws.head()
+    ws.reset_hard(inc)
+    ref = ws.snapshot()
+    # a kept cycle first: its index is the one the next candidate starts from (with
+    # core.ignoreStat git would mark the kept file assume-unchanged in it)
+    (ws.path / "train.py").write_text("lr = 0.2\nprint('val_loss: 1.0')\n")
+    changes = diff(ref, ws.snapshot())
+    commit = ws.commit(ws.candidate_tree(inc, changes), inc, "keep", Identity("A", "a@x"))
+    ws.advance(commit, inc, "keep")
+    ref = ws.keep(commit, inc, ref, changes)
+    time.sleep(1.05)  # not racy: the index was written a second ago
+    t = same_times(ws.path / "train.py")
+    (ws.path / "train.py").write_text("lr = 0.9\nprint('val_loss: 1.0')\n")
+    t()
+    changes = diff(ref, ws.snapshot())
+    assert [c.path for c in changes] == ["train.py"]
+    tree = ws.candidate_tree(commit, changes)
+    assert tree_files(ws.repo_root, tree)["train.py"] == ("100644", "lr = 0.9\nprint('val_loss: 1.0')\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -784,3 +872,252 @@ def test_our_git_calls_ignore_git_env_vars(ws: Workspace, repo: Path, monkeypatc
     assert ws.index_flags() == []
     ws.reset_hard(ws.head())
     assert not (tmp_path / "idx").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# the fast paths: restore just the changed paths, keep without a reset, the index seal
+
+def fresh_checkout_snapshot(ws: Workspace, commit: str) -> dict:
+    """What reset_hard + a full walk make of the tree: the reference the fast paths must equal."""
+    ws.reset_hard(commit)
+    return Snapshotter(ws.path).take()
+
+
+@pytest.mark.parametrize("case", list(RESTORE_CASES))
+def test_restore_changes_undoes(ws: Workspace, case: str, outside: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    head = ws.head()
+    ref = ws.snapshot()
+    RESTORE_CASES[case](ws.path)
+    changes = diff(ref, ws.snapshot())
+    try:
+        ws.restore_changes(head, ref, changes)
+    finally:
+        link = ws.path.parent / f"{ws.path.name}-outside-link"
+        if link.exists():
+            link.unlink()
+    assert diff(ref, Snapshotter(ws.path).take()) == []
+    for rel, content in FILES.items():
+        assert (ws.path / rel).read_text() == content
+    assert sorted(p.name for p in outside.iterdir()) == ["target.py"]
+    assert wgit(ws, "status", "--porcelain", "--ignored", "-uall") == ""
+    assert wgit(ws, "rev-parse", "HEAD") == head
+    assert ws.index_flags() == []
+
+
+@pytest.mark.parametrize("case", ["content changed", "file deleted", "dir deleted", "new ignored dir",
+                                  "mode git does not track", "file replaced by dir", "dir replaced by file",
+                                  "hard link added", "many changes"])
+def test_restore_changes_needs_no_reset(ws: Workspace, case: str, outside: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With git's view as our last command left it, only the changed paths are touched."""
+    head = ws.head()
+    ref = ws.snapshot()
+    RESTORE_CASES[case](ws.path)
+    changes = diff(ref, ws.snapshot())
+    monkeypatch.setattr(ws, "restore", lambda *a: pytest.fail("took the full restore"))
+    ws.restore_changes(head, ref, changes)
+    assert diff(ref, Snapshotter(ws.path).take()) == []
+
+
+GIT_VIEW_ATTACKS = {
+    "flag": lambda ws: wgit(ws, "update-index", "--assume-unchanged", "train.py"),
+    "staged": lambda ws: wgit(ws, "add", "train.py"),
+    "committed": lambda ws: wgit(ws, "-c", "core.hooksPath=/dev/null", "commit", "-qam", "sneaky", "--allow-empty"),
+    "head moved": lambda ws: wgit(ws, "update-ref", "--no-deref", "HEAD", wgit(ws, "rev-parse", "HEAD~1")),
+    "index entry forged": lambda ws: wgit(ws, "update-index", "--cacheinfo",
+                                          f"100644,{wgit(ws, 'hash-object', '-w', 'README.md')},model/net.py"),
+    "index same size, times kept": lambda ws: _flip_a_flag_in_place(ws),
+}
+
+
+def _flip_a_flag_in_place(ws: Workspace) -> None:
+    """assume-unchanged set by editing the index in place: same inode, same size, mtime put back
+    (only the ctime moves) — and within the racy window of our own write."""
+    index = Path(wgit(ws, "rev-parse", "--absolute-git-dir")) / "index"
+    st = os.stat(index)
+    data = bytearray(index.read_bytes())
+    pos = data.index(b"train.py\0") - 2          # the 16-bit flags field right before the name
+    data[pos] |= 0x80                            # CE_VALID: assume-unchanged
+    with open(index, "r+b") as f:
+        f.write(data)
+    os.utime(index, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("attack", list(GIT_VIEW_ATTACKS))
+def test_restore_changes_falls_back_when_git_view_changed(ws: Workspace, attack: str) -> None:
+    head = ws.head()
+    ref = ws.snapshot()
+    (ws.path / "train.py").write_text("edited\n")
+    GIT_VIEW_ATTACKS[attack](ws)
+    assert not ws._as_we_left_it(head)
+    changes = diff(ref, ws.snapshot())
+    ws.restore_changes(head, ref, changes)
+    assert diff(ref, Snapshotter(ws.path).take()) == []
+    assert wgit(ws, "rev-parse", "HEAD") == head
+    assert ws.index_flags() == [] and wgit(ws, "ls-files", "-v", "train.py").startswith("H ")
+    assert wgit(ws, "status", "--porcelain", "--ignored", "-uall") == ""
+
+
+def test_index_flags_notices_an_in_place_edit_with_times_kept(ws: Workspace) -> None:
+    _flip_a_flag_in_place(ws)
+    assert ws.index_flags() == ["train.py"]
+
+
+def test_index_flags_trusts_an_aged_untouched_index_without_git(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    import autoloop.workspace as wsmod
+    import time as _time
+    assert ws.index_flags() == []
+    _time.sleep(wsmod._RACY_NS / 1e9 + 0.05)
+    assert ws.index_flags() == []     # read once more: now past the racy window
+    monkeypatch.setattr(wsmod, "git", lambda *a, **k: pytest.fail("ran git"))
+    opened = []
+    real_open = open
+    monkeypatch.setattr(wsmod, "open", lambda p, *a, **k: (opened.append(p), real_open(p, *a, **k))[1],
+                        raising=False)
+    assert ws.index_flags() == []
+    assert opened == []               # a stat was enough
+
+
+KEEP_CASES = {
+    "content changed": lambda p: (p / "train.py").write_text("lr = 0.01\n"),
+    "new file in new folders": lambda p: ((p / "pkg" / "sub").mkdir(parents=True),
+                                          (p / "pkg" / "sub" / "m.py").write_text("m = 1\n")),
+    "file deleted, folder left empty": lambda p: ((p / "model" / "deep" / "init.py").unlink()),
+    "dir deleted": lambda p: __import__("shutil").rmtree(p / "model"),
+    "exec bit added": lambda p: (p / "prepare.py").chmod(0o755),
+    "mode git does not track, with an edit": lambda p: ((p / "train.py").write_text("x\n"),
+                                                        (p / "train.py").chmod(0o600)),
+    "file replaced by dir": lambda p: ((p / "train.py").unlink(), (p / "train.py").mkdir(),
+                                       (p / "train.py" / "x").write_text("x")),
+    "dir replaced by file": lambda p: (__import__("shutil").rmtree(p / "model"), (p / "model").write_text("x")),
+    "ignored file and an empty dir": lambda p: ((p / "metrics.log").write_text("allowed and ignored\n"),
+                                                (p / "empty").mkdir(), (p / "README.md").write_text("y\n")),
+    "dir mode and an edit": lambda p: ((p / "model").chmod(0o700), (p / "model" / "net.py").write_text("z\n")),
+}
+
+
+@pytest.mark.parametrize("case", list(KEEP_CASES))
+def test_keep_leaves_exactly_a_checkout_of_the_commit(ws: Workspace, case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    parent = ws.head()
+    ref = ws.snapshot()
+    KEEP_CASES[case](ws.path)
+    changes = diff(ref, ws.snapshot())
+    tree = ws.candidate_tree(parent, changes)
+    commit = ws.commit(tree, parent, "kept\n", Identity("A", "a@x"))
+    ws.advance(commit, parent, "keep")
+    monkeypatch.setattr(ws, "reset_hard", lambda *a: pytest.fail("took reset_hard"))
+    got = ws.keep(commit, parent, ref, changes)
+    monkeypatch.undo()
+    assert got == Snapshotter(ws.path).take()               # the snapshot it returns is the disk
+    assert wgit(ws, "rev-parse", "HEAD") == commit
+    assert wgit(ws, "status", "--porcelain", "--ignored", "-uall") == ""
+    assert wgit(ws, "diff-index", "--cached", commit) == ""
+    assert ws.index_flags() == [] and ws._as_we_left_it(commit)
+    assert diff(fresh_checkout_snapshot(ws, commit), got) == []   # and what a checkout gives
+
+
+def test_keep_then_more_cycles_stay_exact(ws: Workspace) -> None:
+    """Cycles chained on the fast paths: keep, discard, keep — each state equal to a checkout."""
+    incumbent = ws.head()
+    ref = ws.snapshot()
+    for i, keep in enumerate([True, False, True, True, False]):
+        (ws.path / "train.py").write_text(f"lr = {i}\n")
+        (ws.path / f"new{i}.py").write_text("n\n")
+        changes = diff(ref, ws.snapshot())
+        tree = ws.candidate_tree(incumbent, changes)
+        if keep:
+            commit = ws.commit(tree, incumbent, f"c{i}\n", Identity("A", "a@x"))
+            ws.advance(commit, incumbent, "keep")
+            ref = ws.keep(commit, incumbent, ref, changes)
+            incumbent = commit
+        else:
+            ws.restore_changes(incumbent, ref, changes)
+        assert diff(ref, Snapshotter(ws.path).take()) == []
+        assert wgit(ws, "status", "--porcelain", "--ignored", "-uall") == ""
+        assert wgit(ws, "rev-parse", "HEAD") == incumbent
+    assert ws.branch_head() == incumbent
+
+
+def test_keep_without_a_fast_candidate_takes_reset_hard(ws: Workspace) -> None:
+    parent = ws.head()
+    ref = ws.snapshot()
+    (ws.path / "train.py").write_text("lr = 0.01\n")
+    changes = diff(ref, ws.snapshot())
+    wgit(ws, "update-index", "--assume-unchanged", "README.md")   # the index is no longer ours
+    tree = ws.candidate_tree(parent, changes)
+    assert ws._candidate is None
+    commit = ws.commit(tree, parent, "kept\n", Identity("A", "a@x"))
+    got = ws.keep(commit, parent, ref, changes)
+    assert got == Snapshotter(ws.path).take()
+    assert wgit(ws, "rev-parse", "HEAD") == commit and ws.index_flags() == []
+
+
+def test_candidate_tree_is_the_same_by_either_path(ws: Workspace) -> None:
+    parent = ws.head()
+    ref = ws.snapshot()
+    KEEP_CASES["new file in new folders"](ws.path)
+    (ws.path / "train.py").write_text("lr = 0.01\n")
+    changes = diff(ref, ws.snapshot())
+    fast = ws.candidate_tree(parent, changes)
+    assert ws._candidate is not None
+    ws._forget()                                  # as if the index were not ours: read-tree
+    slow = ws.candidate_tree(parent, changes)
+    assert ws._candidate is None and fast == slow
+
+
+def test_branch_head_reads_the_ref_file_only_for_known_commits(ws: Workspace, repo: Path) -> None:
+    head = ws.branch_head()
+    ref_file = Path(wgit(ws, "rev-parse", "--git-common-dir")).resolve() / ws.ref
+    assert ref_file.read_text().strip() == head
+    other = git(repo, "commit-tree", git(repo, "rev-parse", "HEAD^{tree}"), "-m", "x")
+    ref_file.write_text(other + "\n")
+    assert ws.branch_head() == other              # a stranger's value: asked git
+    ref_file.write_text(git(repo, "rev-parse", "HEAD^{tree}") + "\n")   # not a commit
+    assert ws.branch_head() is None
+    ref_file.unlink()
+    git(repo, "update-ref", ws.ref, head)         # packed or loose: git decides
+    git(repo, "pack-refs", "--all")
+    assert ws.branch_head() == head
+
+
+@pytest.mark.parametrize("attack", list(GIT_VIEW_ATTACKS))
+def test_restore_changes_with_no_file_change_still_undoes_git_view_changes(ws: Workspace, attack: str) -> None:
+    head = ws.head()
+    ref = ws.snapshot()
+    GIT_VIEW_ATTACKS[attack](ws)
+    ws.restore_changes(head, ref, diff(ref, ws.snapshot()))
+    assert wgit(ws, "rev-parse", "HEAD") == head and ws._as_we_left_it(head)
+    assert ws.index_flags() == [] and wgit(ws, "ls-files", "-v", "train.py").startswith("H ")
+    assert wgit(ws, "status", "--porcelain", "--ignored", "-uall") == ""
+
+
+@pytest.mark.parametrize("plant", ["symlink", "dir"])
+def test_candidate_index_is_never_written_through_a_planted_name(ws: Workspace, tmp_path: Path, plant: str) -> None:
+    admin = Path(wgit(ws, "rev-parse", "--absolute-git-dir"))
+    victim = tmp_path / "users-file"
+    victim.write_text("precious\n")
+    target = admin / "autoloop-candidate-index"
+    if plant == "symlink":
+        os.symlink(victim, target)
+    else:
+        (target / "sub").mkdir(parents=True)
+    parent = ws.head()
+    ref = ws.snapshot()
+    (ws.path / "train.py").write_text("lr = 0.01\n")
+    tree = ws.candidate_tree(parent, diff(ref, ws.snapshot()))
+    assert victim.read_text() == "precious\n"
+    assert tree_files(ws.repo_root, tree)["train.py"][1] == "lr = 0.01\n"
+
+
+def test_keep_after_modes_of_many_folders_changed(ws: Workspace) -> None:
+    parent = ws.head()
+    ref = ws.snapshot()
+    for d in ("model", "model/deep"):
+        (ws.path / d).chmod(0o700)
+    (ws.path / "model" / "deep" / "init.py").write_text("changed\n")
+    changes = diff(ref, ws.snapshot())
+    tree = ws.candidate_tree(parent, changes)
+    commit = ws.commit(tree, parent, "kept\n", Identity("A", "a@x"))
+    got = ws.keep(commit, parent, ref, changes)
+    assert got == Snapshotter(ws.path).take()
+    assert (ws.path / "model" / "deep" / "init.py").read_text() == "changed\n"
