@@ -182,6 +182,21 @@ class Guardrails:
                 names.append(words[0])
         return names
 
+    def _commands_by_name(self) -> set[str]:
+        """Programs the guards and the verifier start by name: the first word of each command
+        (after `env`/`exec`/assignments), the Pythons they name, git, and the shells."""
+        names = {"git", "sh", "bash", "dash", "env", "python", "python3",
+                 *(os.path.basename(n) for n in self._named_interpreters())}
+        for cmd in [self.program.verifier.command, *(g.command for g in self.program.guards)]:
+            try:
+                words = shlex.split(cmd)
+            except ValueError:
+                words = cmd.split()
+            words = [w for w in words if not _ASSIGN.fullmatch(w) and w not in ("env", "exec")]
+            if words and "/" not in words[0]:
+                names.add(words[0])
+        return names
+
     def _scratch_root(self) -> Path:
         return self.ws.path.with_name(self.ws.path.name + ".scratch")
 
@@ -259,9 +274,13 @@ class Guardrails:
                     self.fatal = (f"{tree.label}: {', '.join(old[:3])} changed during the run; it runs "
                                   "code at every Python start and autoloop cannot put it back — check "
                                   "it, then resume")
-            elif isinstance(tree, NameTree):  # a program that appeared on PATH would shadow the real one
-                problem += self._neutralize(ch, lambda rel: os.path.isfile(tree.root / rel)
-                                            or os.path.islink(tree.root / rel))
+            elif isinstance(tree, NameTree):
+                # A new program there that the measurement starts by name would shadow the real
+                # one: moved aside. Other new names (your pip install adding its scripts) only
+                # void the cycle — they are yours, and nothing measured runs them by name.
+                shadows = self._commands_by_name()
+                problem += self._neutralize(ch, lambda rel: rel in shadows and (
+                    os.path.isfile(tree.root / rel) or os.path.islink(tree.root / rel)))
             problems.append(problem)
             if tree in self._sites or isinstance(tree, NameTree):
                 pass

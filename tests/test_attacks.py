@@ -580,3 +580,26 @@ W("val.txt", "35")
     assert (site_dir / "yours.pth").read_text().startswith("# a line of yours\n")
     assert [r["status"] for r in p.rows()] == ["baseline", "violation"]
     assert_valid_ledger(p)
+
+
+def test_a_new_unrelated_program_on_path_voids_the_cycle_but_stays(tmp_path):
+    """Your own pip install during a run adds scripts to a folder on PATH: the cycle that saw it
+    is void (it could have been the generator), but only programs the measurement starts by
+    name are moved aside — `ray` stays where it was put, `python3` goes to quarantine."""
+    plan = {1: '''
+for name in ("ray", "python3"):
+    f = OUT / "bin" / name
+    f.write_text("#!/bin/sh\\necho 'score: -1000'\\n")
+    os.chmod(f, 0o755)
+W("val.txt", "35")
+''', 2: HONEST}
+    p = make_project(tmp_path / "p", plan, verifier="python3 score.py")
+    (p.out / "bin").mkdir()
+    p.env["PATH"] = f"{p.out / 'bin'}:{p.env['PATH']}"
+    res = p.run("--cycles", "2", timeout=180)
+    assert res.returncode == 0, res.stderr
+    assert [(r["status"], r["metric"]) for r in p.rows()[1:]] == [("violation", ""), ("keep", "30")]
+    assert "a folder on PATH" in p.rows()[1]["lesson"]
+    assert (p.out / "bin" / "ray").exists() and not (p.out / "bin" / "python3").exists()
+    box = p.worktree().with_name(p.tag + ".quarantine")
+    assert [f.name.rsplit("__", 1)[-1] for f in box.rglob("*") if f.is_file()] == ["python3"]
