@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import stat
 import threading
@@ -29,7 +28,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 from autoloop import envs, proc
 from autoloop.errors import ConfigError, RepoStateError, RunFailure
 from autoloop.journal import Journal
-from autoloop.program import Program
+from autoloop.program import Program, command_words
 from autoloop.sandbox import Bwrap, SandboxUnavailable
 from autoloop.scope_rules import IMPLICIT_FILES, module_shadow_regex
 from autoloop.sentinel import remove_tree
@@ -173,10 +172,7 @@ class Guardrails:
         names: list[str] = []
         commands = [self.program.verifier.command, *(g.command for g in self.program.guards)]
         for cmd in commands:
-            try:
-                words = shlex.split(cmd)
-            except ValueError:
-                words = cmd.split()
+            words = command_words(cmd)
             words = [w for w in words if not _ASSIGN.fullmatch(w) and w not in ("env", "exec", "uv", "run")]
             if words and _PYTHON.fullmatch(os.path.basename(words[0])) and words[0] not in names:
                 names.append(words[0])
@@ -188,10 +184,7 @@ class Guardrails:
         names = {"git", "sh", "bash", "dash", "env", "python", "python3",
                  *(os.path.basename(n) for n in self._named_interpreters())}
         for cmd in [self.program.verifier.command, *(g.command for g in self.program.guards)]:
-            try:
-                words = shlex.split(cmd)
-            except ValueError:
-                words = cmd.split()
+            words = command_words(cmd)
             words = [w for w in words if not _ASSIGN.fullmatch(w) and w not in ("env", "exec")]
             if words and "/" not in words[0]:
                 names.add(words[0])

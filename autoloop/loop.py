@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shlex
 import signal
 import time
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from autoloop.hardening import Guardrails, Tampered
 from autoloop.journal import Journal, Record, fmt, pct
 from autoloop.judge import Judge, final_text
 from autoloop.memory import near_duplicate
-from autoloop.program import Program
+from autoloop.program import Program, command_words
 from autoloop.prompt import build_prompt
 from autoloop.ratchet import better, reached
 from autoloop.redact import Redactor
@@ -93,10 +92,7 @@ def protected_paths(program: Program) -> dict[str, str]:
     if program.holdout is not None:
         commands.append(("holdout.command", program.holdout.command))
     for key, cmd in commands:
-        try:
-            words = shlex.split(cmd)
-        except ValueError:
-            words = cmd.split()
+        words = command_words(cmd)
         for prev, w in zip(["", *words], words):
             candidate = program.repo_root / w
             if prev == "-m":  # `python -m evaluate` runs evaluate.py (or evaluate/__main__.py)
@@ -433,24 +429,8 @@ class Run:
         repeat = near_duplicate(proposal.hypothesis, self.journal.cycles())
         if repeat is not None:
             outcome.result += f" (repeats foreclosed cycle {repeat['cycle']})"
-        rec = {
-            "t": "cycle", "cycle": n, "status": outcome.status, "metric": outcome.metric,
-            "best": self.best, "commit": commit, "parent": incumbent,
-            "hypothesis": proposal.hypothesis, "result": outcome.result, "lesson": outcome.lesson,
-            "changed": outcome.changed, "duration_s": round(time.monotonic() - t0, 3),
-            "delta_pct": _round(pct(best_before, outcome.metric)),
-            "gen": {"tokens_in": proposal.tokens_in, "tokens_out": proposal.tokens_out,
-                    "cost_usd": proposal.cost_usd, "turns": proposal.turns, "notes": proposal.notes},
-            "gen_meta": proposal.meta,
-            "repeat_of": None if repeat is None else repeat["cycle"],
-            "diffstat": outcome.diffstat,
-            "decided_by": outcome.decided_by,
-            "recommendation": outcome.recommendation,
-            "guards": [{"name": g.name, "ok": g.ok, "detail": g.detail}
-                       for g in (outcome.measurement.guards if outcome.measurement else ())],
-            "log_dir": str(log_dir),
-            **outcome.extra,
-        }
+        rec = self._cycle_record(n, proposal, outcome, commit=commit, incumbent=incumbent,
+                                 best_before=best_before, t0=t0, log_dir=log_dir, repeat=repeat)
         rec = self.redact.obj(rec)  # lessons quote tool output, which may quote a key
         self.journal.append(rec)
         self.journal.render(self.program.goal)
@@ -458,6 +438,31 @@ class Run:
         if proposal.finished:
             self._finished = proposal.no_change_reason or "the generator has nothing left to propose"
         return rec
+
+    def _cycle_record(self, n: int, proposal: Proposal, outcome: _Outcome, *, commit: str | None,
+                      incumbent: str, best_before: float | None, t0: float, log_dir: Path,
+                      repeat: Record | None, more: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The ledger's `cycle` record (a parallel round adds its worker and round in `more`)."""
+        p = proposal
+        return {
+            "t": "cycle", "cycle": n, "status": outcome.status, "metric": outcome.metric,
+            "best": self.best, "commit": commit, "parent": incumbent,
+            "hypothesis": p.hypothesis, "result": outcome.result, "lesson": outcome.lesson,
+            "changed": outcome.changed, "duration_s": round(time.monotonic() - t0, 3),
+            "delta_pct": _round(pct(best_before, outcome.metric)),
+            "gen": {"tokens_in": p.tokens_in, "tokens_out": p.tokens_out,
+                    "cost_usd": p.cost_usd, "turns": p.turns, "notes": p.notes},
+            "gen_meta": p.meta,
+            "repeat_of": None if repeat is None else repeat["cycle"],
+            "diffstat": outcome.diffstat,
+            "decided_by": outcome.decided_by,
+            "recommendation": outcome.recommendation,
+            "guards": [{"name": g.name, "ok": g.ok, "detail": g.detail}
+                       for g in (outcome.measurement.guards if outcome.measurement else ())],
+            "log_dir": str(log_dir),
+            **(more or {}),
+            **outcome.extra,
+        }
 
     # ---- the steps -----------------------------------------------------------------------------
 

@@ -40,8 +40,8 @@ from autoloop.executors import LaneJudge, LocalExecutor, make_executor
 from autoloop.hardening import Tampered
 from autoloop.generators.base import Generator, Proposal
 from autoloop.generators.registry import make_generator
-from autoloop.journal import Record, fmt, pct
-from autoloop.loop import Run, RunOptions, _file_changes, _Outcome, _round
+from autoloop.journal import Record, fmt
+from autoloop.loop import Run, RunOptions, _file_changes, _Outcome
 from autoloop.memory import near_duplicate
 from autoloop.program import Program
 from autoloop.ratchet import better
@@ -410,26 +410,9 @@ class ParallelRun(Run):
             if repeat is not None:
                 o.result += f" (repeats foreclosed cycle {repeat['cycle']})"
             p = s.proposal
-            rec = {
-                "t": "cycle", "cycle": s.n, "status": o.status, "metric": o.metric,
-                "best": self.best, "commit": commit, "parent": incumbent,
-                "hypothesis": p.hypothesis, "result": o.result, "lesson": o.lesson,
-                "changed": o.changed, "duration_s": round(time.monotonic() - s.t0, 3),
-                "delta_pct": _round(pct(best_before, o.metric)),
-                "gen": {"tokens_in": p.tokens_in, "tokens_out": p.tokens_out,
-                        "cost_usd": p.cost_usd, "turns": p.turns, "notes": p.notes},
-                "gen_meta": p.meta,
-                "repeat_of": None if repeat is None else repeat["cycle"],
-                "diffstat": o.diffstat,
-                "decided_by": o.decided_by,
-                "recommendation": o.recommendation,
-                "guards": [{"name": g.name, "ok": g.ok, "detail": g.detail}
-                           for g in (o.measurement.guards if o.measurement else ())],
-                "log_dir": str(s.log_dir),
-                "worker": s.worker,
-                "round": n0,
-                **o.extra,
-            }
+            rec = self._cycle_record(s.n, p, o, commit=commit, incumbent=incumbent, best_before=best_before,
+                                     t0=s.t0, log_dir=s.log_dir, repeat=repeat,
+                                     more={"worker": s.worker, "round": n0})
             rec = self.redact.obj(rec)  # lessons quote tool output, which may quote a key
             recs.append(self.journal.append(rec))
             if p.finished:

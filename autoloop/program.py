@@ -707,14 +707,19 @@ _LAUNCHERS = re.compile(r"(python[0-9.]*|py|uv|uvx|run|poetry|pipenv|pdm|hatch|n
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
+def command_words(command: str) -> list[str]:
+    """A command line's words as the shell would split them (plain whitespace when the quoting
+    is broken: the shell reports that itself when the command runs)."""
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return command.split()
+
+
 def guard_name(command: str, taken: set[str] | frozenset[str] = frozenset()) -> str:
     """A short name for a guard given as a bare command: `python -m pytest -q` -> `pytest`,
     `ruff check .` -> `ruff-check`; `-2`, `-3`, ... when the name is already in `taken`."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = command.split()
-    words = [w for w in words if not w.startswith("-") and "=" not in w
+    words = [w for w in command_words(command) if not w.startswith("-") and "=" not in w
              and not _LAUNCHERS.fullmatch(w)]
     parts: list[str] = []
     if words:

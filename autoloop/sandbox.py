@@ -29,14 +29,13 @@ path outside `allowed` before it reaches the disk; `tune` is autoloop's own code
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from autoloop.program import SandboxSpec
+from autoloop.program import SandboxSpec, command_words
 
 # Hidden when the network is on: ways to have a process started outside the sandbox.
 _DAEMON_DIRS = ("/run/user", "/run/dbus", "/run/containerd", "/run/podman", "/run/docker",
@@ -141,13 +140,7 @@ class Bwrap:
 def _named_folders(command: str | Sequence[str]) -> list[Path]:
     """The folders of absolute paths the command names (`python /tmp/x/gen.py`): a script kept
     under /tmp must stay readable behind the private /tmp, with the files beside it."""
-    if isinstance(command, str):
-        try:
-            words = shlex.split(command)
-        except ValueError:
-            words = command.split()
-    else:
-        words = list(command)
+    words = command_words(command) if isinstance(command, str) else list(command)
     out = []
     for w in words:
         if os.path.isabs(w) and os.path.exists(w):
