@@ -56,21 +56,19 @@ def module_shadow_regex(modules: Iterable[str]) -> re.Pattern[str] | None:
     return re.compile("(?:" + "|".join(alts) + ")", re.DOTALL)
 
 
-class ScopeRules:
-    """PathRules with the implicit-code and module-shadow checks on top; same interface."""
+class ScopeRules(PathRules):
+    """PathRules with the implicit-code and module-shadow checks on top."""
+
+    __slots__ = ("literal", "_shadow")
 
     def __init__(self, allowed: Iterable[str], forbidden: Iterable[str] = (),
                  protected: Mapping[str, str] | None = None) -> None:
-        self.base = PathRules(allowed, forbidden, protected or {})
-        self.literal = {p for p in self.base.allowed if not any(c in p for c in "*?[")}
-        self._shadow = module_shadow_regex(self.base.protected)
-
-    @property
-    def protected(self) -> dict[str, str]:
-        return self.base.protected
+        super().__init__(allowed, forbidden, protected or {})
+        self.literal = {p for p in self.allowed if not any(c in p for c in "*?[")}
+        self._shadow = module_shadow_regex(self.protected)
 
     def why_not(self, path: str) -> str | None:
-        why = self.base.why_not(path)
+        why = super().why_not(path)
         if why is not None:
             return why
         if self._shadow is not None and self._shadow.fullmatch(path):
@@ -79,14 +77,3 @@ class ScopeRules:
         if implicit is not None and (implicit.startswith("bytecode") or path not in self.literal):
             return implicit
         return None
-
-    def allows(self, path: str) -> bool:
-        return self.why_not(path) is None
-
-    def violations(self, paths: Iterable[str]) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for path in paths:
-            reason = self.why_not(path)
-            if reason is not None:
-                out[path] = reason
-        return out
