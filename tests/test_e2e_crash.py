@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.scripts.e2e import (PY, SCRIPTS, alive, assert_journal_consistent, assert_valid_ledger,
+from tests.scripts.e2e import (random_moves_plan, PY, SCRIPTS, alive, assert_journal_consistent, assert_valid_ledger,
                                git, kill_marked, make_project, marked_pids, wait_for)
 
 
@@ -448,21 +448,7 @@ def test_interrupt_during_baseline(tmp_path):
 # kill -9
 
 
-KILL_PLAN = {"*": '''
-    r = random.Random(cycle * 7919 + time.time_ns())
-    time.sleep(r.uniform(0, 0.15))
-    k = r.random()
-    cur = float(open("val.txt").read())
-    if k < 0.45:
-        W("val.txt", str(round(cur - r.uniform(0.1, 2.0), 3)))
-    elif k < 0.65:
-        W("val.txt", str(cur + 5))
-    elif k < 0.75:
-        W("val.txt", "exit")
-    elif k < 0.85:
-        open("score.py", "a").write("# cheat\\n")
-    print(f"Hypothesis: random move {cycle} k={k:.2f}")
-'''}
+KILL_PLAN = random_moves_plan(max_sleep=0.15)
 
 
 def _sigkill_tree(proc, env):

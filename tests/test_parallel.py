@@ -8,13 +8,11 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.scripts.e2e import (PY, assert_journal_consistent, assert_valid_ledger, experiments_sections, git,
+from tests.scripts.e2e import (random_moves_plan, PY, assert_journal_consistent, assert_valid_ledger, experiments_sections, git,
                                kill_marked, make_project, marked_pids, section_field, wait_for)
 
 
@@ -259,21 +257,7 @@ def test_worker_env_hints(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # kill -9 in the middle of a 4-worker run, then resume
 
-KILL_PLAN = {"*": '''
-    r = random.Random(cycle * 7919 + time.time_ns())
-    time.sleep(r.uniform(0, 0.3))
-    k = r.random()
-    cur = float(open("val.txt").read())
-    if k < 0.45:
-        W("val.txt", str(round(cur - r.uniform(0.1, 2.0), 3)))
-    elif k < 0.65:
-        W("val.txt", str(cur + 5))
-    elif k < 0.75:
-        W("val.txt", "exit")
-    elif k < 0.85:
-        open("score.py", "a").write("# cheat\\n")
-    print(f"Hypothesis: random move {cycle} k={k:.2f}")
-'''}
+KILL_PLAN = random_moves_plan(max_sleep=0.3)
 
 
 @pytest.fixture(scope="module")

@@ -225,6 +225,26 @@ class Project:
         return mine[0]
 
 
+def random_moves_plan(max_sleep: float) -> dict[Any, str]:
+    """A plan for long runs that get killed: every cycle, after up to `max_sleep` s, a random
+    move — a gain, a loss, a crash of the verifier, a cheat on the verifier, or nothing."""
+    return {"*": f'''
+    r = random.Random(cycle * 7919 + time.time_ns())
+    time.sleep(r.uniform(0, {max_sleep}))
+    k = r.random()
+    cur = float(open("val.txt").read())
+    if k < 0.45:
+        W("val.txt", str(round(cur - r.uniform(0.1, 2.0), 3)))
+    elif k < 0.65:
+        W("val.txt", str(cur + 5))
+    elif k < 0.75:
+        W("val.txt", "exit")
+    elif k < 0.85:
+        open("score.py", "a").write("# cheat\\n")
+    print(f"Hypothesis: random move {{cycle}} k={{k:.2f}}")
+'''}
+
+
 def make_project(base: Path, plan: dict[Any, str] | None = None, *, files: dict[str, str] | None = None,
                  tag: str = "t1", **program_kw: Any) -> Project:
     """A committed repository with score.py (the verifier), guard.py, val.txt (the score) and a
