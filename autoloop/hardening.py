@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import stat
+import time
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -274,9 +275,6 @@ class Guardrails:
                 shadows = self._commands_by_name()
                 problem += self._neutralize(ch, lambda rel: rel in shadows and (
                     os.path.isfile(tree.root / rel) or os.path.islink(tree.root / rel)))
-            problems.append(problem)
-            if tree in self._sites or isinstance(tree, NameTree):
-                pass
             elif tree is self._own:
                 self.fatal = (f"autoloop's own code changed during the run ({shown}); reinstall autoloop "
                               "before going on")
@@ -285,6 +283,7 @@ class Guardrails:
             elif tree in self._data:
                 self.fatal = (f"the read-only data {tree.root} changed ({shown}); measurements made "
                               "before and after are not comparable — restore it, then resume")
+            problems.append(problem)
         lock = self._lock_problem()
         if lock:
             problems.append(when + lock)
@@ -298,8 +297,6 @@ class Guardrails:
 
     def _quarantine(self, path: Path) -> Path:
         """Move `path` out of the way, into <tag>.quarantine/<time>/ beside the work tree."""
-        import time
-
         box = self.ws.path.with_name(self.ws.path.name + ".quarantine") / time.strftime("%Y%m%d-%H%M%S")
         box.mkdir(parents=True, exist_ok=True)
         dest = box / _quarantine_name(path)

@@ -9,7 +9,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from filelock import FileLock, Timeout
 
@@ -35,6 +35,7 @@ from autoloop.verify import Measurement, measure
 from autoloop.workspace import Workspace, Worktree
 
 Reporter = Callable[[str, Mapping[str, Any]], None]
+T = TypeVar("T")
 BACKOFF_MAX_S = 60.0
 
 
@@ -300,14 +301,12 @@ class Run:
         try:
             # the starting commit measured (twice at least: the noise calibration), judge.py,
             # each run through the guardrails like every later measurement
-            try:
+            def calibrate() -> Any:
                 b = self.judge.baseline(incumbent, log_dir, self._env(0))
-            except Tampered as exc:
-                raise Tampered("; ".join([str(exc), *self.guard.after_verify()])) from None
-            self._check_signal()
-            after = self.guard.after_verify()
-            if after:
-                raise Tampered("; ".join(after))
+                self._check_signal()
+                return b
+
+            b = self._checked(calibrate)
         except Tampered as exc:
             self.journal.append({"t": "abort", "cycle": 0, "reason": f"baseline: {exc}"[:300]})
             self.ws.reset_hard(incumbent)
@@ -588,8 +587,7 @@ class Run:
         """Steps 4 and 5. Every measurement runs through the guardrails (hardening.py): in a
         pristine tree proven to hold exactly the commit, a scrubbed environment, re-checked after
         each guard and the verifier; anything that tampers makes the cycle a violation."""
-        problems: list[str] = []
-        try:
+        def judged() -> _Outcome:
             if self.judge.plain:
                 # one measurement of the candidate against the stored incumbent (contract §5)
                 vtree = self.ws.verify_tree(0)
@@ -598,19 +596,28 @@ class Run:
                     m = measure(self.program, cwd=vtree.path, env=env, log_dir=log_dir,
                                 marker=self.marker, after_step=self.guard.after_step)
                 self._check_signal()
-                outcome = self._decide(m, files)
-            else:
-                # noise-aware: repeats, paired ABBA batches against a re-measured incumbent
-                outcome = self._judged(self.judge.cycle(candidate, incumbent, best_before, log_dir,
-                                                        self._env(n), self.journal.cycles()), files)
+                return self._decide(m, files)
+            # noise-aware: repeats, paired ABBA batches against a re-measured incumbent
+            return self._judged(self.judge.cycle(candidate, incumbent, best_before, log_dir,
+                                                 self._env(n), self.journal.cycles()), files)
+
+        try:
+            return self._checked(judged)
         except Tampered as exc:
-            problems.append(str(exc))
-        # also after a measurement that was voided: what it planted outside must be found now
-        problems += self.guard.after_verify()
-        if problems:
-            text = "; ".join(problems)
-            return _Outcome("violation", f"violation: {text}", f"violation: {text}", changed=files)
-        return outcome
+            return _Outcome("violation", f"violation: {exc}", f"violation: {exc}", changed=files)
+
+    def _checked(self, measurements: Callable[[], T]) -> T:
+        """Run `measurements`, then check everything outside the trees they could have reached —
+        also after a measurement voided by tampering: what it planted must be found now. Raises
+        Tampered with every problem found."""
+        try:
+            result = measurements()
+        except Tampered as exc:
+            raise Tampered("; ".join([str(exc), *self.guard.after_verify()])) from None
+        after = self.guard.after_verify()
+        if after:
+            raise Tampered("; ".join(after))
+        return result
 
     @staticmethod
     def _judged(v: Any, changed: list[str]) -> _Outcome:
@@ -633,13 +640,7 @@ class Run:
         log_dir = self.journal.dir / "logs" / f"final-{int(time.time() * 1000)}"
         log_dir.mkdir(parents=True)
         try:
-            try:
-                rec = self.judge.final(start, self.incumbent, log_dir, self._env(0))
-            except Tampered as exc:
-                raise Tampered("; ".join([str(exc), *self.guard.after_verify()])) from None
-            after = self.guard.after_verify()
-            if after:
-                raise Tampered("; ".join(after))
+            rec = self._checked(lambda: self.judge.final(start, self.incumbent, log_dir, self._env(0)))
         except Tampered as exc:
             # nothing is kept or undone at this point; the re-measurement just does not count
             rec = {"start": start, "best": self.incumbent, "skipped": f"not trustworthy: {exc}"[:300]}
