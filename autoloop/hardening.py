@@ -142,9 +142,11 @@ class Guardrails:
         pkg = Path(__file__).resolve().parent
         self._own = StatTree(pkg, "autoloop's own code", skip=frozenset({"__pycache__"}))
         self._data = [StatTree(d.source, f"the read-only data {d.source}", cap=1_000_000) for d in self.program.data]
-        verify = [StatTree(self.ws.path.with_name(f"{self.ws.path.name}.verify-{slot}"),
-                           "a verification tree", skip=frozenset({".git"})) for slot in range(4)]
+        verify = [StatTree.verification(self.ws.path.with_name(f"{self.ws.path.name}.verify-{slot}"))
+                  for slot in range(4)]
         programs = self._programs(base)
+        for t in [*self._sites, self._own, *self._data, *programs]:
+            t.carried = True
         self.gen_watch = Watch([*verify, *self._sites, self._own, *self._data, *programs])
         self.verify_watch = Watch([*self._sites, self._own, *self._data, *programs])
 
@@ -152,9 +154,12 @@ class Guardrails:
         """What the commands resolve through PATH: a new `python` or `git` in a folder earlier
         on PATH (~/.local/bin) changes that folder's times; the interpreters the commands name
         and git itself, replaced in place, change their own."""
-        out = []
+        out: list[StatTree] = []
+        seen = set()
         for d in env.get("PATH", "").split(os.pathsep):
-            if d and os.path.isdir(d) and not any(t.root == Path(d) for t in out):
+            # /bin is often /usr/bin: one folder, watched once
+            if d and os.path.isdir(d) and os.path.realpath(d) not in seen:
+                seen.add(os.path.realpath(d))
                 out.append(NameTree(Path(d), f"a folder on PATH ({d})"))
         exes = {workspace_git()}
         for name in self._named_interpreters():
@@ -259,6 +264,7 @@ class Guardrails:
         problems = []
         for ch in watch.changes():
             tree, paths = ch.tree, ch.paths
+            tree.latest = None  # what is done about it below changes it: walk it afresh next time
             shown = ", ".join(paths[:3]) + (f" (+{len(paths) - 3} more)" if len(paths) > 3 else "")
             problem = f"{when}changed {tree.label}: {shown}"
             if tree in self._sites:
@@ -330,19 +336,21 @@ class Guardrails:
                   baseline: bool = False) -> Iterator[dict[str, str]]:
         """The environment for measuring `commit` in `tree` (already checked out at it): data
         linked in, the tree proven to hold exactly the commit, fresh scratch folders."""
-        self._link_data(tree.path)
-        bad = tree.differs_from(commit)
-        if bad:
-            tree.checkout(commit)  # something raced our checkout: once more, then no more
+        self._local.measuring = None
+        self._local.pictured = False
+        try:
             self._link_data(tree.path)
             bad = tree.differs_from(commit)
             if bad:
-                raise Tampered("the verification tree does not hold the candidate: " + ", ".join(bad[:5]))
-        with self._warm_lock:
-            warm = None if baseline else self._warm_cache(base_env)
-        self.capture_outside()
-        self._local.measuring = (tree, commit)
-        try:
+                tree.checkout(commit)  # something raced our checkout: once more, then no more
+                self._link_data(tree.path)
+                bad = tree.differs_from(commit)
+                if bad:
+                    raise Tampered("the verification tree does not hold the candidate: " + ", ".join(bad[:5]))
+            with self._warm_lock:
+                warm = None if baseline else self._warm_cache(base_env)
+            self.capture_outside()
+            self._local.measuring = (tree, commit)
             with envs.measurement_env(base_env, parent=self._scratch_root(), untrusted=self.untrusted,
                                       warm=warm) as env:
                 yield env
@@ -353,6 +361,17 @@ class Guardrails:
                     self._keep_warm(Path(env["PYTHONPYCACHEPREFIX"]))
         finally:
             self._local.measuring = None
+            if not self._local.pictured:
+                # the generators' watch starts the next cycle from the tree as this left it
+                self._tree_watch(tree).take()
+
+    def _tree_watch(self, tree: Worktree) -> StatTree:
+        """The generators' watch of a verification tree (a stand-in for a tree it does not
+        watch): a picture taken through it is where the next capture starts."""
+        for t in self.gen_watch.trees:
+            if t.carried and t.root == tree.path:
+                return t
+        return StatTree.verification(tree.path)
 
     def _keep_warm(self, prefix: Path) -> None:
         self._warm_built = True
@@ -369,7 +388,7 @@ class Guardrails:
 
     def _watch_warm(self) -> None:
         """From now on the warm cache is watched like the rest of the trusted base."""
-        tree = StatTree(self._warm_dir, "autoloop's bytecode cache")
+        tree = StatTree(self._warm_dir, "autoloop's bytecode cache", carried=True)
         self.gen_watch.add(tree)
         self.verify_watch.add(tree)
         self._pycache_tree = tree
@@ -401,32 +420,30 @@ class Guardrails:
         if measuring is None:
             return
         tree, commit = measuring
-        bad = tree.differs_from(commit)
+        # one walk: the proof, the planted-code check, and the generators' next starting point
+        picture = self._tree_watch(tree).take()
+        self._local.pictured = True
+        bad = tree.differs_from(commit, picture)
         if bad:
             raise Tampered(f"{step} changed files of the candidate while it was measured: " + ", ".join(bad[:5]))
-        planted = self._planted(tree, commit)
+        planted = self._planted(tree, commit, picture)
         if planted:
             raise Tampered(f"{step} left code that a later step would run: " + ", ".join(planted[:5]))
 
-    def _planted(self, tree: Worktree, commit: str) -> list[str]:
-        """Untracked files a later step would run without naming them: conftest.py,
-        *customize.py, .pth files, shadows of a protected module."""
+    def _planted(self, tree: Worktree, commit: str, picture: Mapping[str, tuple]) -> list[str]:
+        """Untracked entries of `picture` (the tree, .git aside) that a later step would run
+        without naming them: conftest.py, *customize.py, .pth files, shadows of a protected
+        module."""
         tracked = self._tracked_names(tree, commit)
         out = []
-        root = str(tree.path)
-        for dirpath, dirnames, filenames in os.walk(root):
-            rel_dir = os.path.relpath(dirpath, root)
-            if rel_dir == ".":
-                rel_dir = ""
-                dirnames[:] = [d for d in dirnames if d != ".git"]
-            for name in filenames + dirnames:
-                rel = f"{rel_dir}/{name}" if rel_dir else name
-                if rel in tracked:
-                    continue
-                if name in IMPLICIT_FILES or name.endswith(".pth") or \
-                        (self._shadow is not None and self._shadow.fullmatch(rel)):
-                    out.append(rel)
-        return out
+        for rel in picture:
+            if not rel or rel in tracked:
+                continue
+            name = rel.rpartition("/")[2]
+            if name in IMPLICIT_FILES or name.endswith(".pth") or \
+                    (self._shadow is not None and self._shadow.fullmatch(rel)):
+                out.append(rel)
+        return sorted(out)
 
     def _tracked_names(self, tree: Worktree, commit: str) -> set[str]:
         """Every path of `commit` and every folder above one (asked after each measurement step;

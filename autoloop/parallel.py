@@ -237,8 +237,7 @@ class ParallelRun(Run):
         self.guard.sentinel = self.sentinel
         # the guardrails watch verification slots 0-3 while generators run; lanes use 2 each
         for slot in range(4, 2 * self.lanes):
-            self.guard.gen_watch.add(StatTree(self.ws.verify_tree(slot).path, "a verification tree",
-                                              skip=frozenset({".git"})))
+            self.guard.gen_watch.add(StatTree.verification(self.ws.verify_tree(slot).path))
         self._ready = True
 
     def _prepare(self, s: _Slot, incumbent: str) -> None:

@@ -25,9 +25,12 @@ import os
 import stat
 import subprocess
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
+
+from autoloop.snapshot import _RACY_NS
 
 Stat = tuple  # (kind, mode, size, mtime_ns, ctime_ns, ino, link target)
 
@@ -51,6 +54,7 @@ def _stat(path: str, dir_times: bool = False) -> Stat | None:
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+_S_IFMT, _S_IFDIR, _S_IFREG, _S_IFLNK = 0o170000, stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK
 
 
 def _name(entry: os.DirEntry) -> str:  # type: ignore[type-arg]
@@ -67,8 +71,28 @@ class StatTree:
     top_only: bool = False
     cap: int = 100_000
     dir_times: bool = False              # the root folder's own mtime/ctime count (an entry came or went)
+    # Carried: a capture starts from the picture taken last (by a Watch's comparison, or by a
+    # measurement in a verification tree) rather than walking the tree again. The watches of a
+    # cycle then follow each other without a gap — what changes between the generator's check
+    # and the first measurement, or between cycles, is seen by the next comparison — and each
+    # place is walked half as often. Whoever changes a carried tree itself (a quarantine) drops
+    # `latest`, so the next capture walks it.
+    carried: bool = False
+    latest: dict[str, Stat] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def verification(cls, path: Path) -> "StatTree":
+        """A verification tree: every entry but .git, however many (its picture is also the
+        proof that the tree holds a commit: Worktree.differs_from)."""
+        return cls(path, "a verification tree", skip=frozenset({".git"}), cap=sys.maxsize, carried=True)
 
     def take(self) -> dict[str, Stat]:
+        out = self._take()
+        if self.carried:
+            self.latest = out
+        return out
+
+    def _take(self) -> dict[str, Stat]:
         out: dict[str, Stat] = {}
         top = _stat(str(self.root), self.dir_times)
         if top is None:
@@ -91,38 +115,40 @@ class StatTree:
             try:
                 try:
                     with os.scandir(fd) as it:
-                        entries = sorted(it, key=_name)
+                        # in name order when only part is watched: the same part every time
+                        entries = list(it) if cap == sys.maxsize else sorted(it, key=_name)
                 except OSError:
                     out[rel_dir + "/?"] = ("o", 0, 0, 0, 0, 0, "unreadable")
                     continue
+                prefix = rel_dir + "/" if rel_dir else ""
                 for e in entries:
                     name = e.name
-                    rel = f"{rel_dir}/{name}" if rel_dir else name
-                    if rel in skip:
+                    rel = prefix + name
+                    if skip and rel in skip:
                         continue
                     try:
                         st = e.stat(follow_symlinks=False)
                     except OSError:
                         continue
                     mode = st.st_mode
-                    if stat.S_ISDIR(mode):
-                        out[rel] = ("d", stat.S_IMODE(mode), 0, 0, 0, st.st_ino, "")
+                    fmt = mode & _S_IFMT
+                    if fmt == _S_IFDIR:
+                        out[rel] = ("d", mode & 0o7777, 0, 0, 0, st.st_ino, "")
+                        if not top_only:
+                            todo.append((rel, f"{abs_dir}/{name}"))
+                    elif fmt == _S_IFREG:
+                        out[rel] = ("f", mode & 0o7777, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, "")
                     else:
                         target = ""
-                        if stat.S_ISLNK(mode):
-                            kind = "l"
+                        if fmt == _S_IFLNK:
                             try:
                                 target = os.readlink(name, dir_fd=fd)
                             except OSError:
                                 target = "?"
-                        else:
-                            kind = "f" if stat.S_ISREG(mode) else "o"
-                        out[rel] = (kind, stat.S_IMODE(mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                    st.st_ino, target)
+                        out[rel] = ("l" if fmt == _S_IFLNK else "o", mode & 0o7777, st.st_size,
+                                    st.st_mtime_ns, st.st_ctime_ns, st.st_ino, target)
                     if len(out) >= cap:
                         break
-                    if not top_only and stat.S_ISDIR(mode):
-                        todo.append((rel, f"{abs_dir}/{name}"))
             finally:
                 os.close(fd)
         return out
@@ -131,17 +157,34 @@ class StatTree:
 @dataclass
 class NameTree(StatTree):
     """A folder's own times and the names in it, nothing more: cheap enough for every folder on
-    PATH (a new `python3` in ~/.local/bin shows as a new name)."""
+    PATH (a new `python3` in ~/.local/bin shows as a new name).
 
-    def take(self) -> dict[str, Stat]:
+    A folder's mtime and ctime change whenever an entry is added, removed or renamed, and ctime
+    cannot be set back from user space; so while they stay as they were, the names are the ones
+    listed last time and only the folder is stat'ed (/usr/bin holds a thousand names and is
+    looked at several times a cycle). A listing made within _RACY_NS of the folder's last
+    change is not reused: a change in the same clock tick would not move the times.
+    """
+
+    def __post_init__(self) -> None:
+        self._listed: tuple[Stat, float, list[str]] | None = None
+
+    def _take(self) -> dict[str, Stat]:
         top = _stat(str(self.root), dir_times=True)
         if top is None:
+            self._listed = None
             return {}
-        try:
-            names = os.listdir(self.root)
-        except OSError:
-            names = []
         out: dict[str, Stat] = {"": top}
+        listed = self._listed
+        if listed is not None and listed[0] == top and max(top[3], top[4]) + _RACY_NS < listed[1]:
+            names = listed[2]
+        else:
+            listed_at = time.time_ns()
+            try:
+                names = os.listdir(self.root)
+            except OSError:
+                names = []
+            self._listed = (top, listed_at, names)
         out.update((name, ("n",)) for name in names)
         return out
 
@@ -171,13 +214,13 @@ class Watch:
         self._saved: dict[int, dict[str, Stat]] | None = None
 
     def capture(self) -> None:
-        self._saved = {i: t.take() for i, t in enumerate(self.trees)}
+        self._saved = {i: _current(t) for i, t in enumerate(self.trees)}
 
     def add(self, tree: StatTree) -> None:
         """Watch one more tree, from its state now."""
         self.trees.append(tree)
         if self._saved is not None:
-            self._saved[len(self.trees) - 1] = tree.take()
+            self._saved[len(self.trees) - 1] = _current(tree)
 
     def changes(self) -> list[Changed]:
         # Comparing against nothing would call every existing file new — and new files in a
@@ -193,6 +236,13 @@ class Watch:
             if paths:
                 out.append(Changed(t, paths, [p for p in paths if p != "." and p not in before]))
         return out
+
+
+def _current(tree: StatTree) -> dict[str, Stat]:
+    """The tree as it is now: a carried tree's last picture, else a new one."""
+    if tree.carried and tree.latest is not None:
+        return tree.latest
+    return tree.take()
 
 
 # ---- the site folders of the interpreters guards and the verifier run ---------------------

@@ -20,15 +20,15 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from autoloop.errors import RepoStateError, RunFailure
 from autoloop.proc import run_captured
 from autoloop.sentinel import Sentinel, remove_tree
 from autoloop.snapshot import _RACY_NS, Change, Entry, Snapshot, Snapshotter, diff
+from autoloop.watch import StatTree
 
 BRANCH_PREFIX = "autoloop/"
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 
 # Settings that would let a repository (or a generator that wrote to it) run code or change
 # bytes during our own git calls. Filters from .gitattributes still apply, but only with drivers
@@ -440,78 +440,60 @@ class Worktree:
             except OSError:
                 pass
 
-    def differs_from(self, commit: str) -> list[str]:
+    def differs_from(self, commit: str, picture: Mapping[str, tuple] | None = None) -> list[str]:
         """Tracked paths of `commit` whose bytes, executable bit or type on disk are not what
         the commit says — hashed the way git hashes blobs, so nothing relies on git's stat cache
         (which trusts size and mtime, both settable). Hashes are cached by lstat identity (inode,
-        size, mtime, ctime — ctime cannot be set back) and re-read when that changes."""
+        size, mtime, ctime — ctime cannot be set back) and re-read when that changes.
+
+        `picture`: the tree's lstat data as autoloop.watch.StatTree.verification takes it (a
+        caller that walks the tree anyway passes its walk; else one is taken here)."""
+        if picture is None:
+            picture = StatTree.verification(self.path).take()
         entries = self._tree_entries(commit)
         algo = self._object_format()
         cache = self.__dict__.setdefault("_blob_cache", {})
         converted = self._converted(commit, entries)
         out = []
         # Run before and after every measurement step over every tracked file (100k files: this
-        # loop is a good part of a cycle), so it is kept tight: each folder is opened once and
-        # its files are stat'ed relative to it (a path resolves as lstat of the full path would,
-        # but the kernel walks one name, not the ~10 above the tree), the full path is only
-        # made for a file that must be hashed, and an unchanged file costs a stat and a lookup.
+        # loop is a good part of a cycle), so it is kept tight: an unchanged file costs two
+        # lookups, the full path is only made for a file that must be hashed.
         root = str(self.path)
-        dir_rel: str | None = None
-        dir_fd = -1
-        S_IFMT, S_IFREG, S_IFLNK = 0o170000, stat.S_IFREG, stat.S_IFLNK
-        lstat_at = os.stat
-        get = cache.get
-        try:
-            for mode, oid, path in entries:
-                if mode == "160000" or path in converted:
-                    continue  # a gitlink: nothing on disk to compare; converted files: below
-                parent, _, name = path.rpartition("/")
-                if parent != dir_rel:
-                    if dir_fd >= 0:
-                        os.close(dir_fd)
-                    dir_rel = parent
-                    try:
-                        dir_fd = os.open(f"{root}/{parent}" if parent else root, _DIR_FLAGS)
-                    except OSError:
-                        dir_fd = -1
-                if dir_fd < 0:
-                    out.append(f"{path} (missing)")
-                    continue
+        get, seen = cache.get, picture.get
+        for mode, oid, path in entries:
+            if mode == "160000" or path in converted:
+                continue  # a gitlink: nothing on disk to compare; converted files: below
+            st = seen(path)  # (kind, mode bits, size, mtime_ns, ctime_ns, ino, link target)
+            if st is None or st[0] == "o" and st[6] == "unreadable":
+                out.append(f"{path} (missing)")
+                continue
+            kind = st[0]
+            if mode == "120000":
+                if kind != "l":
+                    out.append(f"{path} (not a symlink)")
+                elif _blob_id(os.fsencode(st[6]), algo) != oid:
+                    out.append(f"{path} (link target)")
+                continue
+            if kind != "f":
+                out.append(f"{path} (not a file)")
+                continue
+            if bool(st[1] & 0o100) != (mode == "100755"):
+                out.append(f"{path} (mode)")
+                continue
+            key = (st[5], st[2], st[3], st[4])
+            hit = get(path)
+            if hit is not None and hit[0] == key and max(st[3], st[4]) + _RACY_NS < hit[2]:
+                digest = hit[1]
+            else:
+                hashed_at = time.time_ns()
                 try:
-                    st = lstat_at(name, dir_fd=dir_fd, follow_symlinks=False)
+                    digest = _file_blob_id(os.path.join(root, path), algo)
                 except OSError:
-                    out.append(f"{path} (missing)")
+                    out.append(f"{path} (unreadable)")
                     continue
-                kind = st.st_mode & S_IFMT
-                if mode == "120000":
-                    if kind != S_IFLNK:
-                        out.append(f"{path} (not a symlink)")
-                    elif _blob_id(os.fsencode(os.readlink(name, dir_fd=dir_fd)), algo) != oid:
-                        out.append(f"{path} (link target)")
-                    continue
-                if kind != S_IFREG:
-                    out.append(f"{path} (not a file)")
-                    continue
-                if bool(st.st_mode & 0o100) != (mode == "100755"):
-                    out.append(f"{path} (mode)")
-                    continue
-                key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                hit = get(path)
-                if hit is not None and hit[0] == key and max(st.st_mtime_ns, st.st_ctime_ns) + _RACY_NS < hit[2]:
-                    digest = hit[1]
-                else:
-                    hashed_at = time.time_ns()
-                    try:
-                        digest = _file_blob_id(os.path.join(root, path), algo)
-                    except OSError:
-                        out.append(f"{path} (unreadable)")
-                        continue
-                    cache[path] = (key, digest, hashed_at)
-                if digest != oid:
-                    out.append(f"{path} (content)")
-        finally:
-            if dir_fd >= 0:
-                os.close(dir_fd)
+                cache[path] = (key, digest, hashed_at)
+            if digest != oid:
+                out.append(f"{path} (content)")
         if converted:
             # files whose bytes on disk git converts (eol, a filter such as LFS, ident): ask git
             # what it would store for them
@@ -532,24 +514,33 @@ class Worktree:
 
     def _converted(self, commit: str, entries: list[tuple[str, str, str]]) -> set[str]:
         """Paths of `commit` that git converts between blob and disk (eol, filter, ident,
-        working-tree-encoding attributes) — asked once per commit."""
-        memo = self.__dict__.setdefault("_converted_memo", {})
-        if commit in memo:
-            return memo[commit]
+        working-tree-encoding attributes). A path's attributes follow from the path and the
+        attribute files: the commit's .gitattributes, and files outside the tree that the
+        integrity check keeps as they were (.git/info, your global attributes and config). So
+        the answers are kept while the commit's .gitattributes are the same ones, and git is
+        asked only about paths it has not been asked about (none, when a cycle edits files)."""
+        memo = self.__dict__.setdefault("_attr_memo", {"key": None, "known": {}})
+        key = tuple((path, oid) for _, oid, path in entries
+                    if path == ".gitattributes" or path.endswith("/.gitattributes"))
+        if memo["key"] != key:
+            memo["key"], memo["known"] = key, {}
+        known: dict[str, bool] = memo["known"]
         paths = [path for mode, _, path in entries if mode in ("100644", "100755")]
-        found: set[str] = set()
-        if paths:
+        ask = [path for path in paths if path not in known]
+        if ask:
             raw = git(self.path, "check-attr", "-z", "--stdin", "filter", "text", "eol", "ident",
                       "working-tree-encoding",
-                      input=b"\0".join(p.encode("utf-8", "surrogateescape") for p in paths) + b"\0")
+                      input=b"\0".join(p.encode("utf-8", "surrogateescape") for p in ask) + b"\0")
+            for path in ask:
+                known[path] = False
             items = raw.split("\0")
             for i in range(0, len(items) - 2, 3):
-                path, attr, info = items[i], items[i + 1], items[i + 2]
+                path, _attr, info = items[i], items[i + 1], items[i + 2]
                 if info not in ("unspecified", "unset"):
-                    found.add(path)
-        memo.clear()
-        memo[commit] = found
-        return found
+                    known[path] = True
+        if len(known) > 2 * len(paths) + 1000:  # paths of old commits pile up: start afresh
+            memo["known"] = {path: known[path] for path in paths}
+        return {path for path in paths if known[path]}
 
     def _tree_entries(self, commit: str) -> list[tuple[str, str, str]]:
         memo = self.__dict__.setdefault("_entries_memo", {})

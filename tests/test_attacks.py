@@ -479,6 +479,20 @@ def _data_project(tmp_path, plan, **kw):
     return p, data
 
 
+def test_what_a_measurement_leaves_in_its_tree_is_not_blamed_on_later_generators(tmp_path):
+    """The generators' watch of a verification tree starts from the tree as the last measurement
+    left it (the verifier's own output): later cycles are judged by what they did, and a write
+    into the tree by a later generator is still caught, in its own cycle."""
+    score = "import os\nos.makedirs('out', exist_ok=True)\nopen('out/result.json', 'w').write('{}')\n" + SCORE_PY
+    plant = 'open(os.getcwd() + ".verify-0/out/result.json", "w").write("planted"); W("val.txt", "10")'
+    p = make_project(tmp_path / "p", {1: 'W("val.txt", "30")', 2: 'W("val.txt", "20")', 3: plant,
+                                      4: 'W("val.txt", "5")'}, files={"score.py": score})
+    res = p.run("--cycles", "4")
+    assert res.returncode == 0, res.stderr
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep", "keep", "violation", "keep"]
+    assert "verification tree" in p.rows()[3]["lesson"] and "out/result.json" in p.rows()[3]["lesson"]
+
+
 def test_data_is_linked_into_verification_only(tmp_path):
     p, data = _data_project(tmp_path, {1: 'W("val.txt", "30"); print("Hypothesis: sees data:", os.path.exists("data"))'})
     res = p.run("--cycles", "1")

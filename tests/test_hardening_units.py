@@ -229,6 +229,47 @@ def test_differs_from_in_nested_folders(tmp_path):
                                       "d4/f.txt (missing)", "d5/g.txt (missing)"]
 
 
+def test_differs_from_does_not_look_through_a_folder_that_became_a_symlink(tmp_path):
+    """git records a symlink where a folder was: the files under it are gone, even when the link
+    leads to a folder with the very same files."""
+    def g(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+    g("init", "-q")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("a\n")
+    g("add", "-A")
+    g("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    w = Worktree(tmp_path, tmp_path / ".git", tmp_path)
+    assert w.differs_from("HEAD") == []
+    os.rename(tmp_path / "d", tmp_path / "copy")
+    os.symlink("copy", tmp_path / "d")
+    assert w.differs_from("HEAD") == ["d/a.txt (missing)"]
+
+
+def test_differs_from_asks_git_again_when_the_attribute_files_change(tmp_path):
+    """Which files git converts is remembered between commits only while their .gitattributes
+    are the same: adding one (eol=crlf) makes CRLF on disk right, dropping it makes it wrong."""
+    def g(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "core.autocrlf=false",
+                               *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
+    g("init", "-q")
+    (tmp_path / "a.txt").write_bytes(b"hi\n")
+    g("add", "-A")
+    g("commit", "-qm", "plain")
+    w = Worktree(tmp_path, tmp_path / ".git", tmp_path)
+    assert w.differs_from(g("rev-parse", "HEAD")) == []
+    (tmp_path / ".gitattributes").write_text("*.txt text eol=crlf\n")
+    g("add", "-A")
+    g("commit", "-qm", "crlf")
+    (tmp_path / "a.txt").unlink()
+    g("checkout", "--", "a.txt")
+    assert (tmp_path / "a.txt").read_bytes() == b"hi\r\n"
+    assert w.differs_from(g("rev-parse", "HEAD")) == []
+    g("rm", "-q", ".gitattributes")    # a.txt stays "hi\n" in the commit, CRLF on disk
+    g("commit", "-qm", "no attributes")
+    assert w.differs_from(g("rev-parse", "HEAD")) == ["a.txt (content)"]
+
+
 # ---- the stat watch -------------------------------------------------------------------------------------
 
 
@@ -272,6 +313,40 @@ def test_stat_tree_of_a_missing_path_sees_it_appear(tmp_path):
     before = t.take()
     (tmp_path / "later").mkdir()
     assert changed_paths(before, t.take()) == ["."]
+
+
+def test_carried_watches_follow_each_other_without_a_gap(tmp_path):
+    """A carried tree's capture starts from the picture its last comparison took: a change made
+    between a comparison and the next capture is seen by the next comparison, not lost."""
+    (tmp_path / "a.pth").write_text("a")
+    w = Watch([StatTree(tmp_path, "d", top_only=True, carried=True)])
+    w.capture()
+    assert w.changes() == []
+    (tmp_path / "gap.pth").write_text("between two watches")
+    w.capture()
+    [c] = w.changes()
+    assert c.new == ["gap.pth"]
+    plain = Watch([StatTree(tmp_path, "d", top_only=True)])
+    plain.capture()
+    (tmp_path / "b.pth").write_text("b")
+    assert [c.new for c in plain.changes()] == [["b.pth"]]
+    plain.capture()   # not carried: starts afresh from the disk
+    assert plain.changes() == []
+
+
+def test_name_tree_lists_a_folder_again_only_when_its_times_change(tmp_path, monkeypatch):
+    from autoloop.watch import NameTree
+    (tmp_path / "python3").write_text("")
+    t = NameTree(tmp_path, "PATH folder")
+    time.sleep(0.15)                 # older than a clock tick's doubt: the listing can be reused
+    listed = []
+    real = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda p: listed.append(p) or real(p))
+    first = t.take()
+    assert t.take() == first and len(listed) == 1
+    (tmp_path / "git").write_text("")   # a new name moves the folder's times
+    assert set(t.take()) == {"", "python3", "git"} and len(listed) == 2
+    assert set(t.take()) == {"", "python3", "git"} and len(listed) == 3   # changed just now: listed again
 
 
 @pytest.mark.parametrize("name,hit", [("x.pth", True), ("sitecustomize.py", True), ("usercustomize", True),
