@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from autoloop.errors import RepoStateError, RunFailure
+from autoloop.objects import ObjectStore, Trees, changed_entries, derive
 from autoloop.proc import run_captured
 from autoloop.sentinel import Sentinel, remove_tree
 from autoloop.snapshot import _RACY_NS, Change, Entry, Snapshot, Snapshotter, diff
@@ -214,6 +215,44 @@ def _read_regular(path: Path, limit: int = -1) -> tuple[os.stat_result, bytes] |
 
 def _ident(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+_BY_HAND_MAX = 64 << 20   # bigger files go through git, which streams them
+
+
+class _Shared:
+    """What the worktrees of one repository share: listings of recent commits (a paired
+    measurement alternates two; parallel lanes measure several), and which paths git converts."""
+
+    KEEP = 8
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.listings: dict[str, list[tuple[str, str, str]]] = {}
+        self.attr_key: tuple[tuple[str, str], ...] | None = None
+        self.converts: dict[str, bool] = {}
+
+    def remember(self, commit: str, entries: list[tuple[str, str, str]]) -> None:
+        with self.lock:
+            self.listings.pop(commit, None)
+            self.listings[commit] = entries
+            while len(self.listings) > self.KEEP:
+                del self.listings[next(iter(self.listings))]
+
+
+_SHARED: dict[Path, _Shared] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared(common_dir: Path) -> _Shared:
+    with _SHARED_LOCK:
+        return _SHARED.setdefault(common_dir, _Shared())
+
+
+def attr_key(entries: Iterable[tuple[str, str, str]]) -> tuple[tuple[str, str], ...]:
+    """The .gitattributes files of a listing (path, blob): what its paths' attributes follow from."""
+    return tuple((path, oid) for _, oid, path in entries
+                 if path == ".gitattributes" or path.endswith("/.gitattributes"))
 
 
 @dataclass(frozen=True)
@@ -519,43 +558,46 @@ class Worktree:
         integrity check keeps as they were (.git/info, your global attributes and config). So
         the answers are kept while the commit's .gitattributes are the same ones, and git is
         asked only about paths it has not been asked about (none, when a cycle edits files)."""
-        memo = self.__dict__.setdefault("_attr_memo", {"key": None, "known": {}})
-        key = tuple((path, oid) for _, oid, path in entries
-                    if path == ".gitattributes" or path.endswith("/.gitattributes"))
-        if memo["key"] != key:
-            memo["key"], memo["known"] = key, {}
-        known: dict[str, bool] = memo["known"]
+        memo = _shared(self.common_dir)
+        key = attr_key(entries)
         paths = [path for mode, _, path in entries if mode in ("100644", "100755")]
-        ask = [path for path in paths if path not in known]
-        if ask:
-            raw = git(self.path, "check-attr", "-z", "--stdin", "filter", "text", "eol", "ident",
-                      "working-tree-encoding",
-                      input=b"\0".join(p.encode("utf-8", "surrogateescape") for p in ask) + b"\0")
-            for path in ask:
-                known[path] = False
-            items = raw.split("\0")
-            for i in range(0, len(items) - 2, 3):
-                path, _attr, info = items[i], items[i + 1], items[i + 2]
-                if info not in ("unspecified", "unset"):
-                    known[path] = True
-        if len(known) > 2 * len(paths) + 1000:  # paths of old commits pile up: start afresh
-            memo["known"] = {path: known[path] for path in paths}
-        return {path for path in paths if known[path]}
+        with memo.lock:
+            if memo.attr_key != key:
+                memo.attr_key, memo.converts = key, {}
+            known = memo.converts
+            ask = [path for path in paths if path not in known]
+            if ask:
+                raw = git(self.path, "check-attr", "-z", "--stdin", "filter", "text", "eol", "ident",
+                          "working-tree-encoding",
+                          input=b"\0".join(p.encode("utf-8", "surrogateescape") for p in ask) + b"\0")
+                for path in ask:
+                    known[path] = False
+                items = raw.split("\0")
+                for i in range(0, len(items) - 2, 3):   # path, attribute, value
+                    if items[i + 2] not in ("unspecified", "unset"):
+                        known[items[i]] = True
+            if len(known) > 2 * len(paths) + 1000:  # paths of old commits pile up: start afresh
+                memo.converts = known = {path: known[path] for path in paths}
+            return {path for path in paths if known[path]}
 
     def _tree_entries(self, commit: str) -> list[tuple[str, str, str]]:
-        memo = self.__dict__.setdefault("_entries_memo", {})
-        if commit not in memo:
-            raw = git(self.repo_root, "ls-tree", "-r", "-z", "--full-tree", commit)
-            entries = []
-            for item in raw.split("\0"):
-                if not item:
-                    continue
-                meta, _, path = item.partition("\t")
-                mode, _kind, oid = meta.split(" ")
-                entries.append((mode, oid, path))
-            memo.clear()  # one commit at a time is all a verification tree needs
-            memo[commit] = entries
-        return memo[commit]
+        """(mode, oid, path) of every file of `commit` (a listing the worktrees of the repository
+        share: the one autoloop made a candidate from is there without asking git)."""
+        memo = _shared(self.common_dir)
+        with memo.lock:
+            got = memo.listings.get(commit)
+        if got is not None:
+            return got
+        raw = git(self.repo_root, "ls-tree", "-r", "-z", "--full-tree", commit)
+        entries = []
+        for item in raw.split("\0"):
+            if not item:
+                continue
+            meta, _, path = item.partition("\t")
+            mode, _kind, oid = meta.split(" ")
+            entries.append((mode, oid, path))
+        memo.remember(commit, entries)
+        return entries
 
     def _object_format(self) -> str:
         fmt = self.__dict__.get("_objfmt")
@@ -652,6 +694,11 @@ class Workspace(Worktree):
         # the last candidate's private index, when it was made from our sealed worktree index
         # (so its stat data is this tree's): (base, tree, seal)
         self._candidate: tuple[str, str, IndexSeal] | None = None
+        # the last candidate written by hand (autoloop.objects): (base, tree)
+        self._by_hand: tuple[str, str] | None = None
+        self._folders: dict[str, Trees] = {}     # tree id -> its folders (the last few)
+        self._store: ObjectStore | None = None
+        self._file_mode: bool | None = None
 
     def verify_tree(self, slot: int = 0) -> Worktree:
         """A pristine tree for measuring commits (slot 0 candidate, 1 incumbent, ...), beside the
@@ -778,6 +825,11 @@ class Workspace(Worktree):
                         if (c.before is not None and c.before.kind != "d")
                         or (c.after is not None and c.after.kind != "d")})
         self._candidate = None
+        self._by_hand = None
+        tree = self._by_hand_tree(base, paths, root)
+        if tree is not None:
+            self._by_hand = (base, tree)
+            return tree
         if where is not None and where is not self:
             # a parallel worker's tree: its files through a fresh index (the copy of the sealed
             # index below is this tree's, with this tree's stat data)
@@ -811,6 +863,69 @@ class Workspace(Worktree):
         self._candidate = (base, tree, seal)
         return tree
 
+    def _by_hand_tree(self, base: str, paths: list[str], root: Path) -> str | None:
+        """The candidate's tree written by autoloop itself (autoloop.objects) — None where git
+        could store other bytes than the disk holds: attributes that convert a changed path, a
+        changed .gitattributes, core.fileMode off, anything but a regular file, a big file."""
+        if not paths or len(paths) > 1000 or any(p.rpartition("/")[2] == ".gitattributes" for p in paths):
+            return None
+        if not self._tracks_file_mode():
+            return None
+        trees = self.folders_of(base)
+        memo = _shared(self.common_dir)
+        with memo.lock:
+            if memo.attr_key != trees.attr_key():
+                return None   # not the attributes the answers below were given for
+            ask = [p for p in paths if p not in memo.converts]
+            if ask:
+                # paths new to the repository (or not asked yet): asked in the generator's tree,
+                # whose .gitattributes are the incumbent's (a changed one never comes here)
+                raw = git(self.path, "check-attr", "-z", "--stdin", "filter", "text", "eol", "ident",
+                          "working-tree-encoding",
+                          input=b"\0".join(p.encode("utf-8", "surrogateescape") for p in ask) + b"\0")
+                items = raw.split("\0")
+                for p in ask:
+                    memo.converts[p] = False
+                for i in range(0, len(items) - 2, 3):
+                    if items[i + 2] not in ("unspecified", "unset"):
+                        memo.converts[items[i]] = True
+            if any(memo.converts[p] for p in paths):
+                return None
+        store = self.object_store()
+        try:
+            changed = changed_entries(root, paths, store, max_bytes=_BY_HAND_MAX)
+        except (ValueError, OSError):
+            return None
+        made = derive(trees, changed, store)
+        self._remember_folders(made)
+        return made.root
+
+    def _tracks_file_mode(self) -> bool:
+        if self._file_mode is None:
+            out = git(self.repo_root, "config", "--bool", "core.fileMode", check=False).strip()
+            self._file_mode = out != "false"
+        return self._file_mode
+
+    def object_store(self) -> ObjectStore:
+        if self._store is None:
+            self._store = ObjectStore(self.common_dir / "objects", self._object_format())
+        return self._store
+
+    def folders_of(self, commit: str) -> Trees:
+        """`commit`'s folders: made by us (a kept candidate), or listed by git once."""
+        tree = self.tree_of(commit)
+        got = self._folders.get(tree)
+        if got is None:
+            got = Trees.parse(git(self.repo_root, "ls-tree", "-r", "-t", "-z", "--full-tree", commit), tree)
+            self._remember_folders(got)
+        return got
+
+    def _remember_folders(self, trees: Trees) -> None:
+        self._folders.pop(trees.root, None)
+        self._folders[trees.root] = trees
+        while len(self._folders) > 3:   # the incumbent, the candidate, and one to spare
+            del self._folders[next(iter(self._folders))]
+
     def _write_candidate(self, base: str, paths: list[str], index: Path, fresh: bool,
                          root: Path | None = None) -> str:
         root = root or self.path
@@ -832,18 +947,18 @@ class Workspace(Worktree):
 
         Like a checkout, this drops what git does not record (modes other than +x, empty
         folders) and writes what its filters would."""
-        cand = self._candidate
-        self._candidate = None
-        tree = self.tree_of(commit) if cand is not None else None
-        if (cand is None or cand[0] != parent or cand[1] != tree or not changes
-                or not self._as_we_left_it(parent)):
+        cand, by_hand = self._candidate, self._by_hand
+        self._candidate = self._by_hand = None
+        tree = self.tree_of(commit)
+        via_index = cand is not None and cand[0] == parent and cand[1] == tree
+        if not (via_index or by_hand == (parent, tree)) or not changes or not self._as_we_left_it(parent):
             self.reset_hard(commit)
             return self.snapshot()
-        _, _, seal = cand
         assert self._admin_dir is not None and self._seal is not None
         paths = {c.path for c in changes}
         env = _git_env()
-        env["GIT_INDEX_FILE"] = str(seal.path)
+        if cand is not None:
+            env["GIT_INDEX_FILE"] = str(cand[2].path)
         try:
             self._unlock(paths)
             self._forget()
@@ -860,19 +975,27 @@ class Workspace(Worktree):
                     full.unlink()
                 if ch.after is not None and ch.after.kind in ("f", "l"):
                     new.append(ch.path)
-            if not seal.intact():
-                raise GitError("the candidate's index changed")
-            if new:
-                git(self.path, "checkout-index", "-f", "-u", "-z", "--stdin", env=env,
-                    input="\0".join(new).encode("utf-8", "surrogateescape") + b"\0")
+            if via_index:
+                assert cand is not None
+                if not cand[2].intact():
+                    raise GitError("the candidate's index changed")
+                if new:
+                    git(self.path, "checkout-index", "-f", "-u", "-z", "--stdin", env=env,
+                        input="\0".join(new).encode("utf-8", "surrogateescape") + b"\0")
+            else:
+                # written by hand, so there is no candidate index: git moves HEAD, the index and
+                # the files (only those removed above differ) to the commit in one go
+                git(self.path, "reset", "-q", "--hard", commit)
             for ch in changes:  # folder modes are not recorded: the incumbent's stay
                 full = self.path / ch.path
                 if ch.before is not None and ch.before.kind == "d" and full.is_dir() and not full.is_symlink():
                     os.chmod(full, ch.before.mode)
             # folders left empty are not in the commit: a checkout would not have them
             gone = _remove_empty_parents(self.path, paths)
-            os.replace(seal.path, self._admin_dir / "index")
-            git(self.path, "update-ref", "--no-deref", "-m", "autoloop: keep", "HEAD", commit, parent)
+            if via_index:
+                assert cand is not None
+                os.replace(cand[2].path, self._admin_dir / "index")
+                git(self.path, "update-ref", "--no-deref", "-m", "autoloop: keep", "HEAD", commit, parent)
             self._sealed(commit)
         except (OSError, GitError):
             self.reset_hard(commit)
@@ -896,13 +1019,13 @@ class Workspace(Worktree):
         return self._trees[commit]
 
     def commit(self, tree: str, parent: str, message: str, who: Identity) -> str:
-        env = _git_env()
-        env.update(GIT_AUTHOR_NAME=who.name, GIT_AUTHOR_EMAIL=who.email,
-                   GIT_COMMITTER_NAME=who.name, GIT_COMMITTER_EMAIL=who.email)
-        commit = git(self.repo_root, "commit-tree", tree, "-p", parent, "-F", "-",
-                     input=message.encode(), env=env).strip()
+        """A commit of `tree` on `parent`, written as `git commit-tree` would (same bytes)."""
+        commit = self.object_store().commit(tree, parent, who.name, who.email, message)
         self._trees[commit] = tree
         self._commits.add(commit)
+        made = self._folders.get(tree)
+        if made is not None:   # its listing is known: the verification trees need not ask git
+            _shared(self.common_dir).remember(commit, made.files())
         return commit
 
     def advance(self, new: str, old: str, reason: str) -> None:

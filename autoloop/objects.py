@@ -1,0 +1,247 @@
+"""git objects that autoloop writes itself: a candidate's blobs, trees and commit.
+
+A cycle's candidate is its incumbent's tree with a few files changed. Made by git it costs three
+processes (update-index through a private index, write-tree, commit-tree), and a kept cycle a
+fourth (commit-tree again) — on a small repository most of autoloop's own git time. Written here
+it is a few hashes and small files: loose objects in the format git reads (the zlib-deflated
+bytes "<type> <size>\\0<body>", filed under the hash of those bytes), with trees rebuilt only
+along the changed paths; every other folder keeps the incumbent's tree.
+
+Only where git would store exactly the bytes on disk (autoloop.workspace decides, and goes
+through git otherwise): regular files, no attribute that converts (eol, filter, ident, encoding)
+on a changed path, no .gitattributes among them, core.fileMode on. The result is checked the
+way every candidate is: the verification tree must hold, byte for byte, what the commit says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import time
+import zlib
+from pathlib import Path
+from typing import Iterable, Mapping
+
+TREE = "40000"
+Entry = tuple[str, str]          # (mode as git writes it in a tree, object id)
+Folders = dict[str, dict[str, Entry]]   # folder ("" for the top) -> name -> entry
+
+
+class Trees:
+    """One commit's folders, name by name, with their object ids."""
+
+    def __init__(self, folders: Folders, root: str, *, base: "Trees | None" = None,
+                 changed: Iterable[str] = ()) -> None:
+        self.folders = folders
+        self.root = root
+        # listings of folders (every file under one), shared with the base for the folders
+        # that did not change: a candidate's full listing costs its changed folders only
+        self._listed: dict[str, list[tuple[str, str, str]]] = {}
+        if base is not None:
+            unchanged = set(base._listed) - set(changed)
+            self._listed.update((f, base._listed[f]) for f in unchanged if f in folders)
+        self._attr_key: tuple[tuple[str, str], ...] | None = None
+
+    @classmethod
+    def parse(cls, listing: str, root: str) -> "Trees":
+        """From `git ls-tree -r -t -z --full-tree` of the commit whose tree is `root`."""
+        folders: Folders = {"": {}}
+        for item in listing.split("\0"):
+            if not item:
+                continue
+            meta, _, path = item.partition("\t")
+            mode, _kind, oid = meta.split(" ")
+            parent, _, name = path.rpartition("/")
+            mode = TREE if mode == "040000" else mode
+            folders.setdefault(parent, {})[name] = (mode, oid)
+            if mode == TREE:
+                folders.setdefault(path, {})
+        return cls(folders, root)
+
+    def files(self, folder: str = "") -> list[tuple[str, str, str]]:
+        """(mode, oid, path) of every file under `folder`, in `git ls-tree -r` order."""
+        got = self._listed.get(folder)
+        if got is None:
+            got = []
+            prefix = folder + "/" if folder else ""
+            for name, (mode, oid) in sorted(self.folders.get(folder, {}).items(),
+                                            key=lambda kv: _sort_key(kv[0], kv[1][0])):
+                if mode == TREE:
+                    got.extend(self.files(prefix + name))
+                else:
+                    got.append((mode, oid, prefix + name))
+            self._listed[folder] = got
+        return got
+
+    def attr_key(self) -> tuple[tuple[str, str], ...]:
+        """The commit's .gitattributes files (path, blob): what its paths' attributes follow from."""
+        if self._attr_key is None:
+            self._attr_key = tuple((path, oid) for _, oid, path in self.files()
+                                   if path == ".gitattributes" or path.endswith("/.gitattributes"))
+        return self._attr_key
+
+
+class ObjectStore:
+    """Loose objects of one repository (`objects_dir`), hashed with `algo` (sha1 or sha256)."""
+
+    def __init__(self, objects_dir: Path, algo: str) -> None:
+        self.dir = objects_dir
+        self.algo = algo
+
+    def write(self, kind: str, body: bytes) -> str:
+        raw = b"%s %d\0" % (kind.encode(), len(body)) + body
+        oid = hashlib.new(self.algo, raw).hexdigest()
+        folder = self.dir / oid[:2]
+        final = folder / oid[2:]
+        if final.exists():
+            return oid
+        folder.mkdir(exist_ok=True)
+        tmp = folder / f"tmp_obj_autoloop_{os.getpid()}_{time.monotonic_ns()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        try:
+            os.write(fd, zlib.compress(raw, 1))
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, final)    # as git does: never replace an object that is there
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+        return oid
+
+    def file(self, path: Path, max_bytes: int | None = None) -> Entry:
+        """The blob of a regular file (its bytes as they are) and its mode."""
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise ValueError(f"{path} is larger than {max_bytes} bytes")
+        with open(path, "rb") as f:
+            data = f.read()
+        return ("100755" if st.st_mode & stat.S_IXUSR else "100644", self.write("blob", data))
+
+    def tree(self, entries: Mapping[str, Entry]) -> str:
+        width = hashlib.new(self.algo).digest_size
+        body = b"".join(
+            mode.encode() + b" " + name.encode("utf-8", "surrogateescape") + b"\0" + bytes.fromhex(oid)
+            for name, (mode, oid) in sorted(entries.items(), key=lambda kv: _sort_key(kv[0], kv[1][0])))
+        assert all(len(oid) == 2 * width for _, oid in entries.values())
+        return self.write("tree", body)
+
+    def commit(self, tree: str, parent: str, name: str, email: str, message: str,
+               when: float | None = None) -> str:
+        when = time.time() if when is None else when
+        stamp = f"{int(when)} {_tz(when)}"
+        person = f"{_clean(name)} <{_clean(email)}> {stamp}"
+        body = f"tree {tree}\nparent {parent}\nauthor {person}\ncommitter {person}\n\n{message}"
+        return self.write("commit", body.encode("utf-8", "surrogateescape"))
+
+
+def derive(base: Trees, changed: Mapping[str, Entry | None], store: ObjectStore) -> Trees:
+    """`base` with the files `changed` (path -> new entry, or None: gone), its new trees written
+    to `store`. A file may take a folder's place or a folder a file's; folders left empty go."""
+    folders: Folders = dict(base.folders)   # shallow: the folders that change are copied
+    copied: set[str] = set()
+
+    def own(folder: str) -> dict[str, Entry]:
+        """`folder`'s entries, to change: copied from the base once, with every folder above
+        it (their entries for it change too)."""
+        if folder not in copied:
+            folders[folder] = dict(folders.get(folder, {}))
+            copied.add(folder)
+            if folder:
+                own(folder.rpartition("/")[0])
+        return folders[folder]
+
+    for path in sorted(changed):
+        entry = changed[path]
+        parent, _, name = path.rpartition("/")
+        if entry is None:
+            if name in folders.get(parent, {}) and folders[parent][name][0] != TREE:
+                del own(parent)[name]
+            continue
+        # every folder above it exists, as a folder (a file of that name gives way)
+        above = ""
+        for part in parent.split("/") if parent else []:
+            here = f"{above}/{part}" if above else part
+            got = folders.get(above, {}).get(part)
+            if got is None or got[0] != TREE:
+                own(above)[part] = (TREE, "")
+                folders[here] = {}
+                copied.add(here)   # new: nothing of the base's to copy
+            above = here
+        own(parent)[name] = entry
+
+    def seal(folder: str) -> str | None:
+        """The id of changed `folder`'s new tree (written), None when it holds nothing."""
+        entries = folders[folder]
+        prefix = folder + "/" if folder else ""
+        for name, (mode, _) in list(entries.items()):
+            if mode == TREE and prefix + name in copied:
+                sub = seal(prefix + name)
+                if sub is None:
+                    del entries[name]     # git keeps no empty folder
+                else:
+                    entries[name] = (TREE, sub)
+        if not entries and folder:
+            return None
+        return store.tree(entries)
+
+    if not copied:
+        return base
+    root = seal("")
+    assert root is not None
+    return Trees({f: e for f, e in folders.items() if _reachable(folders, f)}, root, base=base, changed=copied)
+
+
+def _reachable(folders: Folders, folder: str) -> bool:
+    """Is `folder` still a folder of the tree (not dropped, nor replaced by a file above it)?"""
+    if not folder:
+        return True
+    above = ""
+    for part in folder.split("/"):
+        got = folders.get(above, {}).get(part)
+        if got is None or got[0] != TREE:
+            return False
+        above = f"{above}/{part}" if above else part
+    return True
+
+
+def _sort_key(name: str, mode: str) -> bytes:
+    """git orders a tree's entries by name bytes, a folder as if its name ended in '/'."""
+    raw = name.encode("utf-8", "surrogateescape")
+    return raw + b"/" if mode == TREE else raw
+
+
+def _tz(when: float) -> str:
+    off = time.localtime(when).tm_gmtoff // 60
+    sign = "+" if off >= 0 else "-"
+    return f"{sign}{abs(off) // 60:02d}{abs(off) % 60:02d}"
+
+
+def _clean(text: str) -> str:
+    """git drops these from names and emails (they would break the header line)."""
+    return text.replace("<", "").replace(">", "").replace("\n", " ").strip()
+
+
+def changed_entries(root: Path, paths: Iterable[str], store: ObjectStore,
+                    max_bytes: int | None = None) -> dict[str, Entry | None]:
+    """path -> the blob git would store for the regular file there now, or None when there is
+    no file (gone, or a folder now). Raises ValueError for anything else (a symlink, a fifo)."""
+    out: dict[str, Entry | None] = {}
+    for rel in paths:
+        full = root / rel
+        try:
+            st = os.lstat(full)
+        except (FileNotFoundError, NotADirectoryError):   # gone, or a file took a folder's place
+            out[rel] = None
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            out[rel] = None
+        elif stat.S_ISREG(st.st_mode):
+            out[rel] = store.file(full, max_bytes)
+        else:
+            raise ValueError(f"{rel}: not a regular file")
+    return out
