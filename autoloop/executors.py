@@ -67,7 +67,7 @@ class LocalLane:
 
     def prepare(self, sides: Mapping[str, str]) -> None:
         for side, commit in sides.items():
-            self.trees[side].checkout(commit)
+            self.trees[side].checkout(commit, clean=False)   # measuring() cleans it
         self.commits = dict(sides)
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,

@@ -340,7 +340,12 @@ class Guardrails:
         self._local.pictured = False
         try:
             self._link_data(tree.path)
-            bad = tree.differs_from(commit)
+            # the tree was reset to the commit (not cleaned): one walk finds what git clean
+            # would remove, and is then the proof that it holds exactly the commit
+            picture = StatTree.verification(tree.path).take()
+            if tree.remove_untracked(picture, commit, self._data_paths()):
+                picture = StatTree.verification(tree.path).take()
+            bad = tree.differs_from(commit, picture)
             if bad:
                 tree.checkout(commit)  # something raced our checkout: once more, then no more
                 self._link_data(tree.path)
@@ -434,7 +439,7 @@ class Guardrails:
         """Untracked entries of `picture` (the tree, .git aside) that a later step would run
         without naming them: conftest.py, *customize.py, .pth files, shadows of a protected
         module."""
-        tracked = self._tracked_names(tree, commit)
+        tracked = tree.tracked_names(commit)
         out = []
         for rel in picture:
             if not rel or rel in tracked:
@@ -445,19 +450,13 @@ class Guardrails:
                 out.append(rel)
         return sorted(out)
 
-    def _tracked_names(self, tree: Worktree, commit: str) -> set[str]:
-        """Every path of `commit` and every folder above one (asked after each measurement step;
-        built once per commit — a 100k-file tree makes it a few hundred thousand strings)."""
-        memo = self.__dict__.setdefault("_tracked_memo", {})
-        if commit not in memo:
-            tracked: set[str] = set()
-            for _, _, path in tree._tree_entries(commit):
-                parts = path.split("/")
-                tracked.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
-            while len(memo) >= 2:  # a paired measurement alternates two commits
-                del memo[next(iter(memo))]
-            memo[commit] = tracked
-        return memo[commit]
+    def _data_paths(self) -> frozenset[str]:
+        """The data links in a verification tree, and the folders above them."""
+        out: set[str] = set()
+        for d in self.program.data:
+            parts = d.target.strip("/").split("/")
+            out.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+        return frozenset(out)
 
     def after_verify(self) -> list[str]:
         """Everything a measurement could have reached that the generator's checks cover, again."""

@@ -767,11 +767,11 @@ class Judge:
                  first_log_dir: Path | None = None, need_a: bool = True,
                  baseline: bool = False) -> tuple[TreeRunner, TreeRunner | None]:
         tree_b = self.ws.verify_tree(0)
-        tree_b.checkout(b)
+        tree_b.checkout(b, clean=False)   # measuring() cleans them
         sides: dict[str, tuple[Any, str]] = {"B": (tree_b, b)}
         if need_a:
             tree_a = self.ws.verify_tree(1)
-            tree_a.checkout(a)
+            tree_a.checkout(a, clean=False)
             sides["A"] = (tree_a, a)
         main = TreeRunner(self.program, sides, env=env, log_dir=log_dir, marker=self.marker,
                           check_signal=self.check_signal, guard=self.guard,

@@ -182,6 +182,7 @@ class Run:
         self._attached = True
         started = time.monotonic()
         self.ws.open(incumbent)
+        self.ws.drop_verify_trees(*self._verify_slots())
         self.sentinel = self.ws.watch_git(extra=[self.program.path, *self.guard.user_files()])
         self.guard.start(self.sentinel, self._lock_path)
         self.journal.render(self.program.goal)
@@ -209,6 +210,11 @@ class Run:
         self.opt.report("stop", {"reason": reason})
         return RunSummary(self.opt.tag, reason, ran, self.baseline, self.best, self.incumbent,
                           sum(1 for c in self.journal.cycles() if c["status"] == "keep"), final)
+
+    def _verify_slots(self) -> tuple[set[int], int]:
+        """The verification slots this run's cycles measure in (autoloop.parallel: its lanes'),
+        and how many slots there may be."""
+        return ({0} if self.judge.plain else {0, 1}), 4
 
     # ---- attaching to the branch and the ledger ------------------------------------------------
 
@@ -591,7 +597,7 @@ class Run:
             if self.judge.plain:
                 # one measurement of the candidate against the stored incumbent (contract §5)
                 vtree = self.ws.verify_tree(0)
-                vtree.checkout(candidate)
+                vtree.checkout(candidate, clean=False)   # measuring() cleans it
                 with self.guard.measuring(vtree, candidate, self._env(n)) as env:
                     m = measure(self.program, cwd=vtree.path, env=env, log_dir=log_dir,
                                 marker=self.marker, after_step=self.guard.after_step)

@@ -74,6 +74,10 @@ class Trees:
             self._listed[folder] = got
         return got
 
+    def inherit_attr_key(self, base: "Trees") -> None:
+        """This tree's .gitattributes are `base`'s (none of them changed)."""
+        self._attr_key = base.attr_key()
+
     def attr_key(self) -> tuple[tuple[str, str], ...]:
         """The commit's .gitattributes files (path, blob): what its paths' attributes follow from."""
         if self._attr_key is None:

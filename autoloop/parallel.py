@@ -95,6 +95,11 @@ class ParallelRun(Run):
         self._exact_trees: dict[int, tuple[str, dict]] = {}   # worker -> (commit, proven snapshot)
         self._ready = False
 
+    def _verify_slots(self) -> tuple[set[int], int]:
+        """Lane k measures in slots 2k (and 2k+1 for the incumbent, unless the rule is plain)."""
+        sides = (0,) if self.judge.plain else (0, 1)
+        return {2 * k + side for k in range(self.lanes) for side in sides}, max(4, 2 * self.lanes)
+
     # ---- entry ---------------------------------------------------------------------------------
 
     def execute(self) -> Any:

@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Container, Iterable, Mapping, Sequence
 
 from autoloop.errors import RepoStateError, RunFailure
 from autoloop.objects import ObjectStore, Trees, changed_entries, derive
@@ -231,6 +231,14 @@ class _Shared:
         self.listings: dict[str, list[tuple[str, str, str]]] = {}
         self.attr_key: tuple[tuple[str, str], ...] | None = None
         self.converts: dict[str, bool] = {}
+        self.names: dict[str, Tracked] = {}
+
+    def remember_names(self, commit: str, names: "Tracked") -> None:
+        with self.lock:
+            self.names.pop(commit, None)
+            self.names[commit] = names
+            while len(self.names) > self.KEEP:
+                del self.names[next(iter(self.names))]
 
     def remember(self, commit: str, entries: list[tuple[str, str, str]]) -> None:
         with self.lock:
@@ -238,6 +246,20 @@ class _Shared:
             self.listings[commit] = entries
             while len(self.listings) > self.KEEP:
                 del self.listings[next(iter(self.listings))]
+
+
+class Tracked:
+    """The paths of a commit and the folders above them, for `in`: asked of its folders."""
+
+    def __init__(self, folders: Mapping[str, Container[str]]) -> None:
+        self.folders = folders
+
+    def __contains__(self, rel: object) -> bool:
+        if not isinstance(rel, str) or not rel:
+            return False
+        parent, _, name = rel.rpartition("/")
+        names = self.folders.get(parent)
+        return names is not None and name in names
 
 
 _SHARED: dict[Path, _Shared] = {}
@@ -333,14 +355,16 @@ class Worktree:
                 out.append(admin)
         return out
 
-    def checkout(self, commit: str) -> Path:
-        """Make this tree exactly `commit` (opening it the first time); returns its path."""
+    def checkout(self, commit: str, clean: bool = True) -> Path:
+        """Make this tree exactly `commit` (opening it the first time); returns its path.
+        `clean=False`: leave untracked files for the caller, whose walk of the tree removes them
+        anyway (Guardrails.measuring) — one git process and one walk fewer."""
         if self._admin_dir is None:
             self.open(commit)
         else:
             if self.dotgit_tampered():
                 self.restore_dotgit()
-            self.reset_hard(commit)
+            self.reset_hard(commit, clean=clean)
         return self.path
 
     def _reusable(self) -> bool:
@@ -426,8 +450,9 @@ class Worktree:
                 hidden.append(item[2:])
         return hidden
 
-    def reset_hard(self, commit: str) -> None:
-        """Work tree, index and HEAD exactly at `commit`; untracked and ignored files removed."""
+    def reset_hard(self, commit: str, clean: bool = True) -> None:
+        """Work tree, index and HEAD exactly at `commit`; untracked and ignored files removed
+        (unless not `clean`)."""
         hidden = self.index_flags()
         if hidden:
             # one flag per call: update-index applies only the first of the two per path
@@ -436,8 +461,57 @@ class Worktree:
             git(self.path, "update-index", "--no-assume-unchanged", "-z", "--stdin", input=paths)
         self._forget()
         git(self.path, "reset", "-q", "--hard", commit)
-        git(self.path, "clean", "-ffdxq")
+        if clean:
+            git(self.path, "clean", "-ffdxq")
         self._sealed(commit)
+
+    def tracked_names(self, commit: str) -> "Tracked":
+        """Every path of `commit` and every folder above one, for `in` (a candidate autoloop
+        wrote answers from the folders it built; another commit's are gathered from its listing
+        once — a 100k-file tree makes a few hundred thousand strings)."""
+        memo = _shared(self.common_dir)
+        with memo.lock:
+            got = memo.names.get(commit)
+        if got is None:
+            folders: dict[str, set[str]] = {}
+            for _, _, path in self._tree_entries(commit):
+                parent, _, name = path.rpartition("/")
+                while True:
+                    names = folders.get(parent)
+                    if names is None:
+                        folders[parent] = names = set()
+                    elif name in names:
+                        break
+                    names.add(name)
+                    if not parent:
+                        break
+                    parent, _, name = parent.rpartition("/")
+            got = Tracked(folders)
+            memo.remember_names(commit, got)
+        return got
+
+    def remove_untracked(self, picture: Mapping[str, tuple], commit: str, keep: frozenset[str]) -> bool:
+        """Remove what `picture` (this tree's StatTree.verification walk) holds beyond `commit`
+        and `keep` — what `git clean -ffdx` would remove. Returns whether anything was."""
+        tracked = self.tracked_names(commit)
+        removed: set[str] = set()
+        for rel in sorted((r for r in picture if r and r not in tracked and r not in keep),
+                          key=lambda r: r.count("/")):
+            parent = rel.rpartition("/")[0]
+            while parent and parent not in removed:
+                parent = parent.rpartition("/")[0]
+            if parent:
+                continue   # went with a folder above it
+            full = os.path.join(self.path, rel)
+            try:
+                if os.path.isdir(full) and not os.path.islink(full):
+                    remove_tree(Path(full))
+                else:
+                    os.unlink(full)
+            except OSError:
+                pass       # the proof that follows finds whatever could not go
+            removed.add(rel)
+        return bool(removed)
 
     def snapshot(self) -> dict:
         return self.snapshotter.take()
@@ -710,6 +784,20 @@ class Workspace(Worktree):
             self._verify_trees[slot] = tree
         return tree
 
+    def drop_verify_trees(self, keep: set[int], upto: int = 4) -> None:
+        """Remove the verification trees of slots not in `keep` (below `upto`): the cycles of
+        this run do not measure there, and the generators' watch of a tree that is not there
+        costs nothing (one that appears is still seen). A slot needed later (the end-of-run
+        check) is made afresh then."""
+        for slot in range(upto):
+            if slot in keep:
+                continue
+            path = self.path.with_name(f"{self.path.name}.verify-{slot}")
+            if path.exists() or path.is_symlink() or any(True for _ in Worktree(
+                    self.repo_root, self.common_dir, path)._own_admin_dirs()):
+                Worktree(self.repo_root, self.common_dir, path)._discard()
+            self._verify_trees.pop(slot, None)
+
     def gen_tree(self, worker: int) -> Worktree:
         """Worker `worker`'s tree in a parallel round (autoloop.parallel): worker 0 edits this
         run's own tree, the others each their own one beside it, kept across rounds."""
@@ -897,6 +985,7 @@ class Workspace(Worktree):
         except (ValueError, OSError):
             return None
         made = derive(trees, changed, store)
+        made.inherit_attr_key(trees)   # no .gitattributes among the changes (see above)
         self._remember_folders(made)
         return made.root
 
@@ -1025,7 +1114,9 @@ class Workspace(Worktree):
         self._commits.add(commit)
         made = self._folders.get(tree)
         if made is not None:   # its listing is known: the verification trees need not ask git
-            _shared(self.common_dir).remember(commit, made.files())
+            memo = _shared(self.common_dir)
+            memo.remember(commit, made.files())
+            memo.remember_names(commit, Tracked(made.folders))
         return commit
 
     def advance(self, new: str, old: str, reason: str) -> None:

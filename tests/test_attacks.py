@@ -493,6 +493,23 @@ def test_what_a_measurement_leaves_in_its_tree_is_not_blamed_on_later_generators
     assert "verification tree" in p.rows()[3]["lesson"] and "out/result.json" in p.rows()[3]["lesson"]
 
 
+def test_every_measurement_starts_in_a_tree_without_what_the_last_one_left(tmp_path):
+    """The verification tree is reset but not cleaned by git: the walk before each measurement
+    removes what a verifier left (ignored files, folders at any depth), so none is there next
+    time — a verifier that finds any scores itself out of every keep."""
+    score = ("import os\n"
+             "left = [p for p in ('run.log', 'out/deep/r.txt', 'cache') if os.path.exists(p)]\n"
+             "os.makedirs('out/deep', exist_ok=True); os.makedirs('cache', exist_ok=True)\n"
+             "for p in ('run.log', 'out/deep/r.txt', 'cache/c.bin'): open(p, 'w').write('x')\n"
+             "if left: print('score: 999'); raise SystemExit(0)\n") + SCORE_PY
+    p = make_project(tmp_path / "p", {1: 'W("val.txt", "30")', 2: 'W("val.txt", "20")', 3: 'W("val.txt", "10")'},
+                     files={"score.py": score, ".gitignore": "*.log\ncache/\n"})
+    res = p.run("--cycles", "3")
+    assert res.returncode == 0, res.stderr
+    assert [(r["status"], float(r["metric"])) for r in p.rows()] == [
+        ("baseline", 40.25), ("keep", 30.0), ("keep", 20.0), ("keep", 10.0)]
+
+
 def test_data_is_linked_into_verification_only(tmp_path):
     p, data = _data_project(tmp_path, {1: 'W("val.txt", "30"); print("Hypothesis: sees data:", os.path.exists("data"))'})
     res = p.run("--cycles", "1")

@@ -270,6 +270,38 @@ def test_differs_from_asks_git_again_when_the_attribute_files_change(tmp_path):
     assert w.differs_from(g("rev-parse", "HEAD")) == ["a.txt (content)"]
 
 
+def test_remove_untracked_leaves_exactly_the_commit_and_what_is_kept(tmp_path):
+    """What `git clean -ffdx` would remove goes — ignored files, untracked folders at any depth,
+    a symlink (not what it points to) — and the kept data link and its folder stay."""
+    def g(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                              check=True, capture_output=True, text=True).stdout.strip()
+    outside = tmp_path.parent / (tmp_path.name + "-outside")
+    outside.mkdir()
+    (outside / "precious").write_text("not ours")
+    g("init", "-q")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("A = 1\n")
+    (tmp_path / ".gitignore").write_text("*.log\n")
+    g("add", "-A")
+    g("commit", "-qm", "x")
+    head = g("rev-parse", "HEAD")
+    for rel in ("run.log", "src/b.py", "out/deep/er/r.txt", "src/__pycache__/a.pyc"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("left over")
+    os.symlink(outside, tmp_path / "link")
+    (tmp_path / "inputs").mkdir()
+    os.symlink(outside, tmp_path / "inputs" / "data")
+    w = Worktree(tmp_path, tmp_path / ".git", tmp_path)
+    keep = frozenset({"inputs", "inputs/data"})
+    assert w.remove_untracked(StatTree.verification(tmp_path).take(), head, keep)
+    after = StatTree.verification(tmp_path).take()
+    assert sorted(after) == ["", ".gitignore", "inputs", "inputs/data", "src", "src/a.py"]
+    assert (outside / "precious").read_text() == "not ours"
+    assert w.differs_from(head, after) == []
+    assert not w.remove_untracked(after, head, keep)
+
+
 # ---- the stat watch -------------------------------------------------------------------------------------
 
 
