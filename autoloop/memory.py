@@ -4,6 +4,7 @@ the rules — deduplicated, so an agent does not repeat a failed experiment with
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -23,7 +24,9 @@ class Avenue:
     times: int           # how many cycles tried (nearly) the same thing
 
 
+@functools.lru_cache(maxsize=4096)
 def tokens(text: str) -> frozenset[str]:
+    # every cycle compares its hypothesis with the run's earlier ones: each is split once
     return frozenset(w for w in _WORD.findall(text.lower()) if w not in _STOP)
 
 
