@@ -230,7 +230,10 @@ class _Shared:
         self.lock = threading.Lock()
         self.listings: dict[str, list[tuple[str, str, str]]] = {}
         self.attr_key: tuple[tuple[str, str], ...] | None = None
-        self.converts: dict[str, bool] = {}
+        self.converts: dict[str, bool] = {}     # path -> converted, for attr_key's attributes
+        self.convert_true: set[str] = set()     # the paths converts says True of
+        self.conv: dict[str, frozenset[str]] = {}            # commit -> its converted paths
+        self.maps: dict[str, dict[str, tuple[str, str]]] = {}  # commit -> path -> (mode, oid)
         self.names: dict[str, Tracked] = {}
 
     def remember_names(self, commit: str, names: "Tracked") -> None:
@@ -556,62 +559,58 @@ class Worktree:
     def differs_from(self, commit: str, picture: Mapping[str, tuple] | None = None) -> list[str]:
         """Tracked paths of `commit` whose bytes, executable bit or type on disk are not what
         the commit says — hashed the way git hashes blobs, so nothing relies on git's stat cache
-        (which trusts size and mtime, both settable). Hashes are cached by lstat identity (inode,
-        size, mtime, ctime — ctime cannot be set back) and re-read when that changes.
+        (which trusts size and mtime, both settable). A file's hash stands while its lstat
+        identity does (inode, size, mtime, ctime — ctime cannot be set back; not within a clock
+        tick of the hash).
 
         `picture`: the tree's lstat data as autoloop.watch.StatTree.verification takes it (a
-        caller that walks the tree anyway passes its walk; else one is taken here)."""
+        caller that walks the tree anyway passes its walk; else one is taken here).
+
+        Run before and after every measurement step, over every tracked file: so only what can
+        differ from the last proof of this tree is looked at — files whose lstat data changed
+        since, and paths whose blob or mode differ between the two commits — found with set
+        operations on the picture (at 100k files, milliseconds instead of a Python loop)."""
         if picture is None:
             picture = StatTree.verification(self.path).take()
         entries = self._tree_entries(commit)
+        listed = self._listing_map(commit)
+        converted = self._converted(commit, entries)
+        proof: tuple[dict[str, tuple], dict[str, tuple[str, str]]] | None = self.__dict__.get("_proof")
+        if proof is None:
+            stats: dict[str, tuple] = {}
+            todo: Iterable[str] = listed.keys()
+        else:
+            was, was_listed = proof
+            stats = dict(was)
+            for path in was_listed.keys() - listed.keys():
+                stats.pop(path, None)
+            look = {path for path, _ in listed.items() - was_listed.items()}    # new blob or mode
+            look.update(path for path, _ in stats.items() - picture.items())    # changed on disk
+            look.update(listed.keys() - stats.keys())   # not proven last time (racy, failed, converted)
+            todo = look
         algo = self._object_format()
         cache = self.__dict__.setdefault("_blob_cache", {})
-        converted = self._converted(commit, entries)
-        out = []
-        # Run before and after every measurement step over every tracked file (100k files: this
-        # loop is a good part of a cycle), so it is kept tight: an unchanged file costs two
-        # lookups, the full path is only made for a file that must be hashed.
         root = str(self.path)
-        get, seen = cache.get, picture.get
-        for mode, oid, path in entries:
+        bad: dict[str, str] = {}
+        for path in todo:
+            mode, oid = listed[path]
             if mode == "160000" or path in converted:
+                stats.pop(path, None)
                 continue  # a gitlink: nothing on disk to compare; converted files: below
-            st = seen(path)  # (kind, mode bits, size, mtime_ns, ctime_ns, ino, link target)
-            if st is None or st[0] == "o" and st[6] == "unreadable":
-                out.append(f"{path} (missing)")
-                continue
-            kind = st[0]
-            if mode == "120000":
-                if kind != "l":
-                    out.append(f"{path} (not a symlink)")
-                elif _blob_id(os.fsencode(st[6]), algo) != oid:
-                    out.append(f"{path} (link target)")
-                continue
-            if kind != "f":
-                out.append(f"{path} (not a file)")
-                continue
-            if bool(st[1] & 0o100) != (mode == "100755"):
-                out.append(f"{path} (mode)")
-                continue
-            key = (st[5], st[2], st[3], st[4])
-            hit = get(path)
-            if hit is not None and hit[0] == key and max(st[3], st[4]) + _RACY_NS < hit[2]:
-                digest = hit[1]
+            st = picture.get(path)  # (kind, mode bits, size, mtime_ns, ctime_ns, ino, link target)
+            why, trusted = _check_file(root, path, mode, oid, st, algo, cache)
+            if why is None and trusted:
+                stats[path] = st
             else:
-                hashed_at = time.time_ns()
-                try:
-                    digest = _file_blob_id(os.path.join(root, path), algo)
-                except OSError:
-                    out.append(f"{path} (unreadable)")
-                    continue
-                cache[path] = (key, digest, hashed_at)
-            if digest != oid:
-                out.append(f"{path} (content)")
+                stats.pop(path, None)
+                if why is not None:
+                    bad[path] = why
+        self.__dict__["_proof"] = (stats, listed)
+        out = [f"{path} ({bad[path]})" for _, _, path in entries if path in bad] if bad else []
         if converted:
             # files whose bytes on disk git converts (eol, a filter such as LFS, ident): ask git
             # what it would store for them
             paths = [path for _, _, path in entries if path in converted]
-            oids = {path: oid for _, oid, path in entries}
             for path in paths:
                 full = os.path.join(self.path, path)
                 if not os.path.isfile(full) or os.path.islink(full):
@@ -621,11 +620,24 @@ class Worktree:
                 got = git(self.path, "hash-object", "--stdin-paths",
                           input="\n".join(present).encode("utf-8", "surrogateescape") + b"\n").split()
                 for path, oid in zip(present, got):
-                    if oid != oids[path]:
+                    if oid != listed[path][1]:
                         out.append(f"{path} (content)")
         return out
 
-    def _converted(self, commit: str, entries: list[tuple[str, str, str]]) -> set[str]:
+    def _listing_map(self, commit: str) -> dict[str, tuple[str, str]]:
+        """path -> (mode, oid) of every file of `commit`."""
+        memo = _shared(self.common_dir)
+        with memo.lock:
+            got = memo.maps.get(commit)
+        if got is None:
+            got = {path: (mode, oid) for mode, oid, path in self._tree_entries(commit)}
+            with memo.lock:
+                memo.maps[commit] = got
+                while len(memo.maps) > 4:
+                    del memo.maps[next(iter(memo.maps))]
+        return got
+
+    def _converted(self, commit: str, entries: list[tuple[str, str, str]]) -> frozenset[str]:
         """Paths of `commit` that git converts between blob and disk (eol, filter, ident,
         working-tree-encoding attributes). A path's attributes follow from the path and the
         attribute files: the commit's .gitattributes, and files outside the tree that the
@@ -633,13 +645,17 @@ class Worktree:
         the answers are kept while the commit's .gitattributes are the same ones, and git is
         asked only about paths it has not been asked about (none, when a cycle edits files)."""
         memo = _shared(self.common_dir)
+        with memo.lock:
+            got = memo.conv.get(commit)
+        if got is not None:
+            return got
+        listed = self._listing_map(commit)
         key = attr_key(entries)
-        paths = [path for mode, _, path in entries if mode in ("100644", "100755")]
         with memo.lock:
             if memo.attr_key != key:
-                memo.attr_key, memo.converts = key, {}
+                memo.attr_key, memo.converts, memo.convert_true = key, {}, set()
             known = memo.converts
-            ask = [path for path in paths if path not in known]
+            ask = sorted(p for p in listed.keys() - known.keys() if listed[p][0] in ("100644", "100755"))
             if ask:
                 raw = git(self.path, "check-attr", "-z", "--stdin", "filter", "text", "eol", "ident",
                           "working-tree-encoding",
@@ -650,9 +666,15 @@ class Worktree:
                 for i in range(0, len(items) - 2, 3):   # path, attribute, value
                     if items[i + 2] not in ("unspecified", "unset"):
                         known[items[i]] = True
-            if len(known) > 2 * len(paths) + 1000:  # paths of old commits pile up: start afresh
-                memo.converts = known = {path: known[path] for path in paths}
-            return {path for path in paths if known[path]}
+                        memo.convert_true.add(items[i])
+            if len(known) > 2 * len(listed) + 1000:  # paths of old commits pile up: start afresh
+                memo.converts = {path: known[path] for path in listed if path in known}
+                memo.convert_true &= memo.converts.keys()
+            got = frozenset(p for p in memo.convert_true if p in listed and listed[p][0] in ("100644", "100755"))
+            memo.conv[commit] = got
+            while len(memo.conv) > 4:
+                del memo.conv[next(iter(memo.conv))]
+        return got
 
     def _tree_entries(self, commit: str) -> list[tuple[str, str, str]]:
         """(mode, oid, path) of every file of `commit` (a listing the worktrees of the repository
@@ -977,6 +999,7 @@ class Workspace(Worktree):
                 for i in range(0, len(items) - 2, 3):
                     if items[i + 2] not in ("unspecified", "unset"):
                         memo.converts[items[i]] = True
+                        memo.convert_true.add(items[i])
             if any(memo.converts[p] for p in paths):
                 return None
         store = self.object_store()
@@ -1272,6 +1295,36 @@ def _outer_git_config() -> dict[Path, str]:
     elif os.environ.get("GIT_CONFIG_SYSTEM"):
         out[Path(os.environ["GIT_CONFIG_SYSTEM"])] = "the system git config"
     return {p: label for p, label in out.items() if str(p) not in ("/dev/null", "")}
+
+
+def _check_file(root: str, path: str, mode: str, oid: str, st: tuple | None, algo: str,
+                cache: dict[str, tuple[tuple[int, ...], str, int]]) -> tuple[str | None, bool]:
+    """What is wrong with `path` on disk (lstat data `st`) for blob `oid` with `mode`, or None;
+    and whether its hash can stand for as long as its lstat data do (not within a clock tick)."""
+    if st is None or st[0] == "o" and st[6] == "unreadable":
+        return "missing", False
+    kind = st[0]
+    if mode == "120000":
+        if kind != "l":
+            return "not a symlink", False
+        return (None if _blob_id(os.fsencode(st[6]), algo) == oid else "link target"), True
+    if kind != "f":
+        return "not a file", False
+    if bool(st[1] & 0o100) != (mode == "100755"):
+        return "mode", False
+    key = (st[5], st[2], st[3], st[4])
+    hit = cache.get(path)
+    if hit is not None and hit[0] == key and max(st[3], st[4]) + _RACY_NS < hit[2]:
+        digest, trusted = hit[1], True
+    else:
+        hashed_at = time.time_ns()
+        try:
+            digest = _file_blob_id(os.path.join(root, path), algo)
+        except OSError:
+            return "unreadable", False
+        cache[path] = (key, digest, hashed_at)
+        trusted = max(st[3], st[4]) + _RACY_NS < hashed_at
+    return (None if digest == oid else "content"), trusted
 
 
 def _blob_id(data: bytes, algo: str) -> str:

@@ -229,6 +229,41 @@ def test_differs_from_in_nested_folders(tmp_path):
                                       "d4/f.txt (missing)", "d5/g.txt (missing)"]
 
 
+def test_differs_from_between_proofs(tmp_path):
+    """Each proof looks again only at what can have changed since the last one (lstat data,
+    blobs that differ between the commits) — which must still find every difference."""
+    def g(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                              check=True, capture_output=True, text=True).stdout.strip()
+    g("init", "-q")
+    for i in range(20):
+        (tmp_path / f"f{i}.txt").write_text(f"{i}\n")
+    g("add", "-A")
+    g("commit", "-qm", "a")
+    a = g("rev-parse", "HEAD")
+    (tmp_path / "f3.txt").write_text("three\n")
+    os.unlink(tmp_path / "f4.txt")
+    (tmp_path / "new.txt").write_text("new\n")
+    g("add", "-A")
+    g("commit", "-qm", "b")
+    b = g("rev-parse", "HEAD")
+    time.sleep(0.15)   # older than a clock tick: the hashes can stand
+    w = Worktree(tmp_path, tmp_path / ".git", tmp_path)
+    assert w.differs_from(b) == []
+    assert w.differs_from(a) == ["f3.txt (content)", "f4.txt (missing)"]
+    assert w.differs_from(b) == []
+    st = os.stat(tmp_path / "f7.txt")
+    (tmp_path / "f7.txt").write_text("X\n")                     # same size, same mtime
+    os.utime(tmp_path / "f7.txt", ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.chmod(tmp_path / "f9.txt", 0o755)
+    assert w.differs_from(b) == ["f7.txt (content)", "f9.txt (mode)"]
+    (tmp_path / "f7.txt").write_text("7\n")
+    os.chmod(tmp_path / "f9.txt", 0o644)
+    assert w.differs_from(b) == []
+    (tmp_path / "new.txt").unlink()
+    assert w.differs_from(b) == ["new.txt (missing)"]
+
+
 def test_differs_from_does_not_look_through_a_folder_that_became_a_symlink(tmp_path):
     """git records a symlink where a folder was: the files under it are gone, even when the link
     leads to a folder with the very same files."""
