@@ -236,6 +236,12 @@ class _Shared:
         self.maps: dict[str, dict[str, tuple[str, str]]] = {}  # commit -> path -> (mode, oid)
         self.names: dict[str, Tracked] = {}
 
+    def learn_converts(self, asked: Iterable[str], converted: set[str]) -> None:
+        """Record git's answers for `asked` (call with the lock held)."""
+        for path in asked:
+            self.converts[path] = path in converted
+        self.convert_true |= converted
+
     def remember_names(self, commit: str, names: "Tracked") -> None:
         with self.lock:
             self.names.pop(commit, None)
@@ -272,6 +278,16 @@ _SHARED_LOCK = threading.Lock()
 def _shared(common_dir: Path) -> _Shared:
     with _SHARED_LOCK:
         return _SHARED.setdefault(common_dir, _Shared())
+
+
+def _converting(cwd: Path, paths: list[str]) -> set[str]:
+    """Those of `paths` that an attribute makes git convert between blob and disk (eol, filter,
+    ident, working-tree-encoding), by `git check-attr` in `cwd`."""
+    raw = git(cwd, "check-attr", "-z", "--stdin", "filter", "text", "eol", "ident", "working-tree-encoding",
+              input=b"\0".join(p.encode("utf-8", "surrogateescape") for p in paths) + b"\0")
+    items = raw.split("\0")
+    return {items[i] for i in range(0, len(items) - 2, 3)   # path, attribute, value
+            if items[i + 2] not in ("unspecified", "unset")}
 
 
 def attr_key(entries: Iterable[tuple[str, str, str]]) -> tuple[tuple[str, str], ...]:
@@ -657,16 +673,7 @@ class Worktree:
             known = memo.converts
             ask = sorted(p for p in listed.keys() - known.keys() if listed[p][0] in ("100644", "100755"))
             if ask:
-                raw = git(self.path, "check-attr", "-z", "--stdin", "filter", "text", "eol", "ident",
-                          "working-tree-encoding",
-                          input=b"\0".join(p.encode("utf-8", "surrogateescape") for p in ask) + b"\0")
-                for path in ask:
-                    known[path] = False
-                items = raw.split("\0")
-                for i in range(0, len(items) - 2, 3):   # path, attribute, value
-                    if items[i + 2] not in ("unspecified", "unset"):
-                        known[items[i]] = True
-                        memo.convert_true.add(items[i])
+                memo.learn_converts(ask, _converting(self.path, ask))
             if len(known) > 2 * len(listed) + 1000:  # paths of old commits pile up: start afresh
                 memo.converts = {path: known[path] for path in listed if path in known}
                 memo.convert_true &= memo.converts.keys()
@@ -990,16 +997,7 @@ class Workspace(Worktree):
             if ask:
                 # paths new to the repository (or not asked yet): asked in the generator's tree,
                 # whose .gitattributes are the incumbent's (a changed one never comes here)
-                raw = git(self.path, "check-attr", "-z", "--stdin", "filter", "text", "eol", "ident",
-                          "working-tree-encoding",
-                          input=b"\0".join(p.encode("utf-8", "surrogateescape") for p in ask) + b"\0")
-                items = raw.split("\0")
-                for p in ask:
-                    memo.converts[p] = False
-                for i in range(0, len(items) - 2, 3):
-                    if items[i + 2] not in ("unspecified", "unset"):
-                        memo.converts[items[i]] = True
-                        memo.convert_true.add(items[i])
+                memo.learn_converts(ask, _converting(self.path, ask))
             if any(memo.converts[p] for p in paths):
                 return None
         store = self.object_store()
