@@ -69,6 +69,8 @@ class Guardrails:
         self._local = threading.local()
         self._warm_lock = threading.Lock()
         self._verify_captured = False          # verify_watch holds the state before this cycle's measurements
+        self._unchanged: dict[Path, dict] = {}   # verification trees found as last proven (after_generate)
+        self._changed_roots: set[Path] = set()
         self.untrusted: list[Path] = [ws.path]   # work trees a generator edited
         # Bytecode every measurement starts from (see measuring): taken from the baseline's, or,
         # in a resumed run, compiled by us — which costs about one cold start and saves one per
@@ -215,6 +217,7 @@ class Guardrails:
         return wrap
 
     def before_generate(self) -> None:
+        self._unchanged: dict[Path, dict] = {}
         self.gen_watch.capture()
         self._verify_captured = False  # a capture left by an interrupted measurement is stale
         self._killed_before = proc.leftovers_killed()
@@ -227,6 +230,14 @@ class Guardrails:
             # killed before anything was looked at; a process that outlives the generator could
             # change the tree after the check, so the cycle does not count
             problems.append(f"left {left} process{'es' if left > 1 else ''} running after it exited (killed)")
+        else:
+            # The verification trees found as the last measurement left them: their state is
+            # known (the picture that measurement proved), and nothing of the generator runs to
+            # change it again — the first measurement starts from it (see _picture_after_reset).
+            for t in self.gen_watch.trees:
+                saved = self.gen_watch.saved(t)
+                if t.of_verification and t.root not in self._changed_roots and saved is not None:
+                    self._unchanged[t.root] = saved
         cap = self.limits.file_bytes
         full = [c.path for c in changes if cap is not None and c.after is not None and c.after.kind == "f"
                 and c.after.size >= cap]
@@ -262,7 +273,9 @@ class Guardrails:
         A changed file that existed before cannot be put back (only its stat was kept), so the
         run stops and says which."""
         problems = []
-        for ch in watch.changes():
+        found = watch.changes()
+        self._changed_roots = {ch.tree.root for ch in found}
+        for ch in found:
             tree, paths = ch.tree, ch.paths
             tree.latest = None  # what is done about it below changes it: walk it afresh next time
             shown = ", ".join(paths[:3]) + (f" (+{len(paths) - 3} more)" if len(paths) > 3 else "")
@@ -340,11 +353,13 @@ class Guardrails:
         self._local.pictured = False
         try:
             self._link_data(tree.path)
-            # the tree was reset to the commit (not cleaned): one walk finds what git clean
-            # would remove, and is then the proof that it holds exactly the commit
-            picture = StatTree.verification(tree.path).take()
-            if tree.remove_untracked(picture, commit, self._data_paths()):
-                picture = StatTree.verification(tree.path).take()
+            # the tree was reset to the commit (not cleaned): a picture of it shows what git
+            # clean would remove, and is then the proof that it holds exactly the commit
+            picture = self._picture_after_reset(tree, commit) or StatTree.verification(tree.path).take()
+            removed = tree.remove_untracked(picture, commit, self._data_paths())
+            if removed:
+                under = tuple(rel + "/" for rel in removed)
+                picture = {rel: st for rel, st in picture.items() if rel not in removed and not rel.startswith(under)}
             bad = tree.differs_from(commit, picture)
             if bad:
                 tree.checkout(commit)  # something raced our checkout: once more, then no more
@@ -369,6 +384,17 @@ class Guardrails:
             if not self._local.pictured:
                 # the generators' watch starts the next cycle from the tree as this left it
                 self._tree_watch(tree).take()
+
+    def _picture_after_reset(self, tree: Worktree, commit: str) -> dict | None:
+        """The tree's picture without walking it, at its first measurement in a cycle: when the
+        generators' check found it exactly as the last measurement's proof left it, what is on
+        disk now is that picture with the paths git's reset wrote (those that differ between
+        the two commits) looked at again. None: walk it."""
+        unchanged = getattr(self, "_unchanged", {})
+        saved = unchanged.pop(tree.path, None)
+        if saved is None:
+            return None
+        return tree.picture_after_reset(saved, commit)
 
     def _tree_watch(self, tree: Worktree) -> StatTree:
         """The generators' watch of a verification tree (a stand-in for a tree it does not

@@ -35,7 +35,7 @@ from autoloop.snapshot import _RACY_NS
 Stat = tuple  # (kind, mode, size, mtime_ns, ctime_ns, ino, link target)
 
 
-def _stat(path: str, dir_times: bool = False) -> Stat | None:
+def lstat_entry(path: str, dir_times: bool = False) -> Stat | None:
     try:
         st = os.lstat(path)
     except OSError:
@@ -79,12 +79,14 @@ class StatTree:
     # `latest`, so the next capture walks it.
     carried: bool = False
     latest: dict[str, Stat] | None = field(default=None, compare=False, repr=False)
+    of_verification: bool = field(default=False, compare=False)   # a verification tree (see below)
 
     @classmethod
     def verification(cls, path: Path) -> "StatTree":
         """A verification tree: every entry but .git, however many (its picture is also the
         proof that the tree holds a commit: Worktree.differs_from)."""
-        return cls(path, "a verification tree", skip=frozenset({".git"}), cap=sys.maxsize, carried=True)
+        return cls(path, "a verification tree", skip=frozenset({".git"}), cap=sys.maxsize, carried=True,
+                   of_verification=True)
 
     def take(self) -> dict[str, Stat]:
         out = self._take()
@@ -94,7 +96,7 @@ class StatTree:
 
     def _take(self) -> dict[str, Stat]:
         out: dict[str, Stat] = {}
-        top = _stat(str(self.root), self.dir_times)
+        top = lstat_entry(str(self.root), self.dir_times)
         if top is None:
             return out
         out[""] = top
@@ -170,7 +172,7 @@ class NameTree(StatTree):
         self._listed: tuple[Stat, float, list[str]] | None = None
 
     def _take(self) -> dict[str, Stat]:
-        top = _stat(str(self.root), dir_times=True)
+        top = lstat_entry(str(self.root), dir_times=True)
         if top is None:
             self._listed = None
             return {}
@@ -221,6 +223,13 @@ class Watch:
         self.trees.append(tree)
         if self._saved is not None:
             self._saved[len(self.trees) - 1] = _current(tree)
+
+    def saved(self, tree: StatTree) -> dict[str, Stat] | None:
+        """The picture of `tree` the last capture holds."""
+        for i, t in enumerate(self.trees):
+            if t is tree and self._saved is not None:
+                return self._saved.get(i)
+        return None
 
     def changes(self) -> list[Changed]:
         # Comparing against nothing would call every existing file new — and new files in a

@@ -27,7 +27,7 @@ from autoloop.objects import ObjectStore, Trees, changed_entries, derive
 from autoloop.proc import run_captured
 from autoloop.sentinel import Sentinel, remove_tree
 from autoloop.snapshot import _RACY_NS, Change, Entry, Snapshot, Snapshotter, diff
-from autoloop.watch import StatTree
+from autoloop.watch import StatTree, lstat_entry
 
 BRANCH_PREFIX = "autoloop/"
 
@@ -509,9 +509,10 @@ class Worktree:
             memo.remember_names(commit, got)
         return got
 
-    def remove_untracked(self, picture: Mapping[str, tuple], commit: str, keep: frozenset[str]) -> bool:
+    def remove_untracked(self, picture: Mapping[str, tuple], commit: str, keep: frozenset[str]) -> set[str]:
         """Remove what `picture` (this tree's StatTree.verification walk) holds beyond `commit`
-        and `keep` — what `git clean -ffdx` would remove. Returns whether anything was."""
+        and `keep` — what `git clean -ffdx` would remove. Returns the paths removed (a removed
+        folder stands for everything under it)."""
         tracked = self.tracked_names(commit)
         removed: set[str] = set()
         for rel in sorted((r for r in picture if r and r not in tracked and r not in keep),
@@ -530,7 +531,7 @@ class Worktree:
             except OSError:
                 pass       # the proof that follows finds whatever could not go
             removed.add(rel)
-        return bool(removed)
+        return removed
 
     def snapshot(self) -> dict:
         return self.snapshotter.take()
@@ -622,6 +623,7 @@ class Worktree:
                 if why is not None:
                     bad[path] = why
         self.__dict__["_proof"] = (stats, listed)
+        self.__dict__["_proved_with"] = picture if not bad and not converted else None
         out = [f"{path} ({bad[path]})" for _, _, path in entries if path in bad] if bad else []
         if converted:
             # files whose bytes on disk git converts (eol, a filter such as LFS, ident): ask git
@@ -638,6 +640,36 @@ class Worktree:
                 for path, oid in zip(present, got):
                     if oid != listed[path][1]:
                         out.append(f"{path} (content)")
+        return out
+
+    def picture_after_reset(self, proved: Mapping[str, tuple], commit: str) -> dict[str, tuple] | None:
+        """This tree's picture after `git reset --hard commit`, when just before it the tree was
+        exactly `proved` — the picture of its last passing proof: that picture, with the paths
+        whose blob or mode differ between the two commits (the ones reset writes or removes)
+        looked at again. None when `proved` is not that picture, or too much changed."""
+        proof = self.__dict__.get("_proof")
+        if proof is None or self.__dict__.get("_proved_with") is not proved:
+            return None
+        was = proof[1]
+        listed = self._listing_map(commit)
+        touched = {path for path, _ in listed.items() - was.items()}
+        touched.update(was.keys() - listed.keys())
+        if len(touched) > 10_000:
+            return None
+        out = dict(proved)
+        root = str(self.path)
+        for rel in touched:
+            st = lstat_entry(os.path.join(root, rel))
+            if st is None:
+                out.pop(rel, None)
+                continue
+            out[rel] = st
+            parent = rel.rpartition("/")[0]
+            while parent and parent not in out:   # a folder the reset made
+                made = lstat_entry(os.path.join(root, parent))
+                if made is not None:
+                    out[parent] = made
+                parent = parent.rpartition("/")[0]
         return out
 
     def _listing_map(self, commit: str) -> dict[str, tuple[str, str]]:

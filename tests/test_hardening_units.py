@@ -264,6 +264,45 @@ def test_differs_from_between_proofs(tmp_path):
     assert w.differs_from(b) == ["new.txt (missing)"]
 
 
+def test_picture_after_reset_still_proves_what_the_reset_wrote(tmp_path):
+    """A tree found exactly as its last proof left it is not walked again after the reset to the
+    next commit: its proven picture, with the paths that differ between the commits looked at
+    again, is the proof's input — so a path git did not write (a tampered index could make it
+    skip one) is still caught, and only the last passing proof's own picture is taken."""
+    def g(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                              check=True, capture_output=True, text=True).stdout.strip()
+    g("init", "-q")
+    for rel in ("a.txt", "d/b.txt", "gone.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    g("add", "-A")
+    g("commit", "-qm", "p")
+    p_commit = g("rev-parse", "HEAD")
+    (tmp_path / "a.txt").write_text("changed")
+    (tmp_path / "gone.txt").unlink()
+    (tmp_path / "new" / "deep").mkdir(parents=True)
+    (tmp_path / "new" / "deep" / "c.txt").write_text("c")
+    g("add", "-A")
+    g("commit", "-qm", "c")
+    c_commit = g("rev-parse", "HEAD")
+    g("reset", "-q", "--hard", p_commit)
+    time.sleep(0.15)
+    w = Worktree(tmp_path, tmp_path / ".git", tmp_path)
+    proved = StatTree.verification(tmp_path).take()
+    assert w.differs_from(p_commit, proved) == []
+    assert w.picture_after_reset(dict(proved), c_commit) is None      # not the proof's own picture
+    skipped = w.picture_after_reset(proved, c_commit)                  # no reset happened
+    assert w.differs_from(c_commit, skipped) == ["a.txt (content)", "new/deep/c.txt (missing)"]
+    g("reset", "-q", "--hard", p_commit)
+    proved = StatTree.verification(tmp_path).take()
+    assert w.differs_from(p_commit, proved) == []
+    g("reset", "-q", "--hard", c_commit)
+    after = w.picture_after_reset(proved, c_commit)
+    assert w.differs_from(c_commit, after) == []
+    assert after == StatTree.verification(tmp_path).take()   # what a walk would have seen
+
+
 def test_differs_from_does_not_look_through_a_folder_that_became_a_symlink(tmp_path):
     """git records a symlink where a folder was: the files under it are gone, even when the link
     leads to a folder with the very same files."""
