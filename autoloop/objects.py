@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -101,12 +102,11 @@ class ObjectStore:
         if final.exists():
             return oid
         folder.mkdir(exist_ok=True)
-        tmp = folder / f"tmp_obj_autoloop_{os.getpid()}_{time.monotonic_ns()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-        try:
-            os.write(fd, zlib.compress(raw, 1))
-        finally:
-            os.close(fd)
+        # git's own name for a half-written object (`git prune` clears what a kill leaves);
+        # unique per thread, as parallel workers write at once
+        tmp = folder / f"tmp_obj_autoloop_{os.getpid()}_{threading.get_ident()}_{time.monotonic_ns()}"
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444), "wb") as f:
+            f.write(zlib.compress(raw, 1))
         try:
             os.link(tmp, final)    # as git does: never replace an object that is there
         except FileExistsError:

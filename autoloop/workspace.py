@@ -246,7 +246,7 @@ class _Shared:
         with self.lock:
             self.names.pop(commit, None)
             self.names[commit] = names
-            while len(self.names) > self.KEEP:
+            while len(self.names) > self.KEEP // 2:   # each can be a few hundred thousand strings
                 del self.names[next(iter(self.names))]
 
     def remember(self, commit: str, entries: list[tuple[str, str, str]]) -> None:
@@ -832,6 +832,7 @@ class Workspace(Worktree):
         # the last candidate written by hand (autoloop.objects): (base, tree)
         self._by_hand: tuple[str, str] | None = None
         self._folders: dict[str, Trees] = {}     # tree id -> its folders (the last few)
+        self._folders_lock = threading.Lock()     # parallel workers make candidates at once
         self._store: ObjectStore | None = None
         self._file_mode: bool | None = None
 
@@ -1056,17 +1057,20 @@ class Workspace(Worktree):
     def folders_of(self, commit: str) -> Trees:
         """`commit`'s folders: made by us (a kept candidate), or listed by git once."""
         tree = self.tree_of(commit)
-        got = self._folders.get(tree)
+        with self._folders_lock:
+            got = self._folders.get(tree)
         if got is None:
             got = Trees.parse(git(self.repo_root, "ls-tree", "-r", "-t", "-z", "--full-tree", commit), tree)
             self._remember_folders(got)
         return got
 
     def _remember_folders(self, trees: Trees) -> None:
-        self._folders.pop(trees.root, None)
-        self._folders[trees.root] = trees
-        while len(self._folders) > 3:   # the incumbent, the candidate, and one to spare
-            del self._folders[next(iter(self._folders))]
+        with self._folders_lock:
+            self._folders.pop(trees.root, None)
+            self._folders[trees.root] = trees
+            # the incumbent, and the candidates of a round (one each worker) to spare
+            while len(self._folders) > 9:
+                del self._folders[next(iter(self._folders))]
 
     def _write_candidate(self, base: str, paths: list[str], index: Path, fresh: bool,
                          root: Path | None = None) -> str:
@@ -1165,7 +1169,8 @@ class Workspace(Worktree):
         commit = self.object_store().commit(tree, parent, who.name, who.email, message)
         self._trees[commit] = tree
         self._commits.add(commit)
-        made = self._folders.get(tree)
+        with self._folders_lock:
+            made = self._folders.get(tree)
         if made is not None:   # its listing is known: the verification trees need not ask git
             memo = _shared(self.common_dir)
             memo.remember(commit, made.files())
