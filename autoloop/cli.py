@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -146,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return exc.exit_code
     except Interrupted:
+        _leaving()
         print("autoloop: interrupted; the work tree is back at the incumbent and the journal is whole",
               file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -153,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"autoloop: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        _leaving()
         print("autoloop: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug of ours: one line, details only on request
@@ -161,6 +164,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"autoloop: internal error: {type(exc).__name__}: {exc} (set AUTOLOOP_DEBUG=1 for details)",
               file=sys.stderr)
         return 1
+
+
+def _leaving() -> None:
+    """Interrupted, and all is put back: one more Ctrl-C (an impatient second press, the
+    terminal's signal to the whole group) must not break the way out — the interpreter's
+    exit handlers (filelock releases its locks at exit) would print a traceback."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _load(path_text: str):  # -> Program
