@@ -46,7 +46,10 @@ KILL_GRACE_S = 3.0
 _current: set[subprocess.Popen[bytes]] = set()
 _current_markers: dict[int, str] = {}   # pid of a running command -> the marker its tree carries
 _stopped: set[int] = set()
-_current_lock = threading.Lock()
+# Re-entrant: stop_current() runs in a signal handler, which runs on the main thread between
+# two bytecodes — possibly while that thread holds this very lock (a second Ctrl-C landing in
+# run()'s bookkeeping deadlocked the run with a plain Lock).
+_current_lock = threading.RLock()
 # Every leftover process killed so far (after a command ended, or by a marker scan), so a caller
 # can tell whether some step left processes running: read it before and after.
 _leftovers_total = 0

@@ -396,3 +396,21 @@ def test_stop_current_marks_the_result_interrupted(tmp_path: Path) -> None:
 
 def test_stop_current_with_nothing_running_is_harmless() -> None:
     proc.stop_current()
+
+
+def test_stop_current_from_a_signal_handler_inside_the_bookkeeping():
+    """A signal handler runs on the main thread between two bytecodes, possibly while that
+    thread holds the lock of the running-commands bookkeeping: stop_current() from there must
+    not wait for itself (a second Ctrl-C once hung a run this way)."""
+    import threading
+
+    from autoloop import proc as p
+
+    def handler_inside_lock() -> None:
+        with p._current_lock:
+            p.stop_current()
+
+    t = threading.Thread(target=handler_inside_lock, daemon=True)
+    t.start()
+    t.join(timeout=5)
+    assert not t.is_alive()
