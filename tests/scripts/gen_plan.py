@@ -38,7 +38,9 @@ record = {
     "cwd": os.getcwd(),
     "pid": os.getpid(),
 }
-tmp = rec_dir / f".tmp-{os.getpid()}"
+# Not the pid alone: sandboxed generators each get their own PID namespace, so two parallel
+# workers can both be pid 3 and would share one temporary file.
+tmp = rec_dir / f".tmp-{cycle}-{os.getpid()}-{time.time_ns()}-{random.getrandbits(32)}"
 tmp.write_text(json.dumps(record))
 os.replace(tmp, rec_dir / f"cycle-{cycle}-{time.time_ns()}.json")
 
