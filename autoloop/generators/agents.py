@@ -346,15 +346,8 @@ def _last_json_object(text: str, want_type: str) -> dict[str, Any] | None:
     """The last JSON object of type `want_type` in `text`: one object per line, as
     `--output-format json` (and `stream-json`, whose last line is the result) print them;
     a pretty-printed object works too."""
-    for line in reversed(text.splitlines()):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict) and obj.get("type") == want_type:
+    for obj in reversed(list(_json_lines(text))):
+        if obj.get("type") == want_type:
             return obj
     try:
         whole = json.loads(text)
@@ -453,6 +446,7 @@ class CodexGenerator(AgentGenerator):
 
 
 def _json_lines(text: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects of `text` that stand one to a line; other lines are skipped."""
     for line in text.splitlines():
         line = line.strip()
         if not line.startswith("{"):
