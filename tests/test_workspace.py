@@ -525,13 +525,21 @@ def outside(ws: Workspace) -> Path:
     return d
 
 
+RESTORERS = {
+    "full": lambda ws, head, ref: ws.restore(head, ref),
+    "changed paths": lambda ws, head, ref: ws.restore_changes(head, ref, diff(ref, ws.snapshot())),
+}
+
+
+@pytest.mark.parametrize("way", list(RESTORERS))
 @pytest.mark.parametrize("case", list(RESTORE_CASES))
-def test_restore_undoes(ws: Workspace, case: str, outside: Path) -> None:
+def test_restore_undoes(ws: Workspace, case: str, way: str, outside: Path) -> None:
+    """Both ways back (the full restore, and the fast one over the changed paths) end at the commit."""
     head = ws.head()
     ref = ws.snapshot()
     RESTORE_CASES[case](ws.path)
     try:
-        ws.restore(head, ref)
+        RESTORERS[way](ws, head, ref)
     finally:
         link = ws.path.parent / f"{ws.path.name}-outside-link"
         if link.exists():
@@ -541,6 +549,9 @@ def test_restore_undoes(ws: Workspace, case: str, outside: Path) -> None:
         assert (ws.path / rel).read_text() == content
     assert sorted(p.name for p in outside.iterdir()) == ["target.py"]
     assert (outside / "target.py").read_text() == "outside\n"
+    assert wgit(ws, "status", "--porcelain", "--ignored", "-uall") == ""
+    assert wgit(ws, "rev-parse", "HEAD") == head
+    assert ws.index_flags() == []
 
 
 def test_restore_with_git_trusting_stat_data(ws: Workspace, repo: Path) -> None:
@@ -881,27 +892,6 @@ def fresh_checkout_snapshot(ws: Workspace, commit: str) -> dict:
     """What reset_hard + a full walk make of the tree: the reference the fast paths must equal."""
     ws.reset_hard(commit)
     return Snapshotter(ws.path).take()
-
-
-@pytest.mark.parametrize("case", list(RESTORE_CASES))
-def test_restore_changes_undoes(ws: Workspace, case: str, outside: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    head = ws.head()
-    ref = ws.snapshot()
-    RESTORE_CASES[case](ws.path)
-    changes = diff(ref, ws.snapshot())
-    try:
-        ws.restore_changes(head, ref, changes)
-    finally:
-        link = ws.path.parent / f"{ws.path.name}-outside-link"
-        if link.exists():
-            link.unlink()
-    assert diff(ref, Snapshotter(ws.path).take()) == []
-    for rel, content in FILES.items():
-        assert (ws.path / rel).read_text() == content
-    assert sorted(p.name for p in outside.iterdir()) == ["target.py"]
-    assert wgit(ws, "status", "--porcelain", "--ignored", "-uall") == ""
-    assert wgit(ws, "rev-parse", "HEAD") == head
-    assert ws.index_flags() == []
 
 
 @pytest.mark.parametrize("case", ["content changed", "file deleted", "dir deleted", "new ignored dir",
