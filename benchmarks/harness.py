@@ -198,28 +198,28 @@ class Bench:
                 "stdout": res.stdout, "stderr": res.stderr}
 
     def baseline(self, cycles: int) -> dict:
-        res = subprocess.run(["bash", str(self.root / "baseline.sh"), str(self._base_next), str(cycles),
-                              str(self._base_best), str(self.root / "baseline-logs")],
-                             cwd=self.base, env=self.env, capture_output=True, text=True)
-        if res.returncode != 0:
-            raise SystemExit(f"baseline failed:\n{res.stdout}\n{res.stderr}")
-        t0, t1, best = res.stdout.split()
+        per_cycle, self._base_best = self._shell_cycles("baseline.sh", self.base, self._base_next, cycles,
+                                                        self._base_best)
         self._base_next += cycles
-        self._base_best = int(best)
-        return {"per_cycle": (float(t1) - float(t0)) / cycles}
+        return {"per_cycle": per_cycle}
 
     def isolated(self, cycles: int) -> dict:
         assert self.iso is not None
-        res = subprocess.run(["bash", str(self.root / "isolated.sh"), str(self._iso_next), str(cycles),
-                              str(self._iso_best), str(self.root / "baseline-logs"),
-                              str(self.root / "isolated-verify")],
-                             cwd=self.iso, env=self.env, capture_output=True, text=True)
-        if res.returncode != 0:
-            raise SystemExit(f"isolated baseline failed:\n{res.stdout}\n{res.stderr}")
-        t0, t1, best = res.stdout.split()
+        per_cycle, self._iso_best = self._shell_cycles("isolated.sh", self.iso, self._iso_next, cycles,
+                                                       self._iso_best, str(self.root / "isolated-verify"))
         self._iso_next += cycles
-        self._iso_best = int(best)
-        return {"per_cycle": (float(t1) - float(t0)) / cycles}
+        return {"per_cycle": per_cycle}
+
+    def _shell_cycles(self, script: str, cwd: Path, first: int, cycles: int, best: int,
+                      *extra: str) -> tuple[float, int]:
+        """Run `cycles` cycles of one of the shell baselines: (seconds a cycle, the best metric after)."""
+        res = subprocess.run(["bash", str(self.root / script), str(first), str(cycles), str(best),
+                              str(self.root / "baseline-logs"), *extra],
+                             cwd=cwd, env=self.env, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise SystemExit(f"{script} failed:\n{res.stdout}\n{res.stderr}")
+        t0, t1, after = res.stdout.split()
+        return (float(t1) - float(t0)) / cycles, int(after)
 
     def cleanup(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
