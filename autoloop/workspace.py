@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Container, Iterable, Mapping, Sequence
+from typing import Container, Iterable, Mapping, Sequence, TypeVar
 
 from autoloop.errors import RepoStateError, RunFailure
 from autoloop.objects import ObjectStore, Trees, changed_entries, derive
@@ -30,6 +30,9 @@ from autoloop.snapshot import _RACY_NS, Change, Entry, Snapshot, Snapshotter, di
 from autoloop.watch import StatTree, lstat_entry
 
 BRANCH_PREFIX = "autoloop/"
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 # Settings that would let a repository (or a generator that wrote to it) run code or change
 # bytes during our own git calls. Filters from .gitattributes still apply, but only with drivers
@@ -244,17 +247,11 @@ class _Shared:
 
     def remember_names(self, commit: str, names: "Tracked") -> None:
         with self.lock:
-            self.names.pop(commit, None)
-            self.names[commit] = names
-            while len(self.names) > self.KEEP // 2:   # each can be a few hundred thousand strings
-                del self.names[next(iter(self.names))]
+            _put_newest(self.names, commit, names, self.KEEP // 2)   # each can be a few hundred thousand strings
 
     def remember(self, commit: str, entries: list[tuple[str, str, str]]) -> None:
         with self.lock:
-            self.listings.pop(commit, None)
-            self.listings[commit] = entries
-            while len(self.listings) > self.KEEP:
-                del self.listings[next(iter(self.listings))]
+            _put_newest(self.listings, commit, entries, self.KEEP)
 
 
 class Tracked:
@@ -278,6 +275,15 @@ _SHARED_LOCK = threading.Lock()
 def _shared(common_dir: Path) -> _Shared:
     with _SHARED_LOCK:
         return _SHARED.setdefault(common_dir, _Shared())
+
+
+def _put_newest(memo: dict[K, V], key: K, value: V, keep: int) -> None:
+    """Put `key` in `memo` as its newest entry and drop the oldest beyond `keep` (dicts keep
+    insertion order)."""
+    memo.pop(key, None)
+    memo[key] = value
+    while len(memo) > keep:
+        del memo[next(iter(memo))]
 
 
 def _converting(cwd: Path, paths: list[str]) -> set[str]:
@@ -680,9 +686,7 @@ class Worktree:
         if got is None:
             got = {path: (mode, oid) for mode, oid, path in self._tree_entries(commit)}
             with memo.lock:
-                memo.maps[commit] = got
-                while len(memo.maps) > 4:
-                    del memo.maps[next(iter(memo.maps))]
+                _put_newest(memo.maps, commit, got, 4)
         return got
 
     def _converted(self, commit: str, entries: list[tuple[str, str, str]]) -> frozenset[str]:
@@ -710,9 +714,7 @@ class Worktree:
                 memo.converts = {path: known[path] for path in listed if path in known}
                 memo.convert_true &= memo.converts.keys()
             got = frozenset(p for p in memo.convert_true if p in listed and listed[p][0] in ("100644", "100755"))
-            memo.conv[commit] = got
-            while len(memo.conv) > 4:
-                del memo.conv[next(iter(memo.conv))]
+            _put_newest(memo.conv, commit, got, 4)
         return got
 
     def _tree_entries(self, commit: str) -> list[tuple[str, str, str]]:
@@ -1066,11 +1068,8 @@ class Workspace(Worktree):
 
     def _remember_folders(self, trees: Trees) -> None:
         with self._folders_lock:
-            self._folders.pop(trees.root, None)
-            self._folders[trees.root] = trees
             # the incumbent, and the candidates of a round (one each worker) to spare
-            while len(self._folders) > 9:
-                del self._folders[next(iter(self._folders))]
+            _put_newest(self._folders, trees.root, trees, 9)
 
     def _write_candidate(self, base: str, paths: list[str], index: Path, fresh: bool,
                          root: Path | None = None) -> str:
