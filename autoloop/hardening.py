@@ -217,7 +217,7 @@ class Guardrails:
         return wrap
 
     def before_generate(self) -> None:
-        self._unchanged: dict[Path, dict] = {}
+        self._unchanged = {}
         self.gen_watch.capture()
         self._verify_captured = False  # a capture left by an interrupted measurement is stale
         self._killed_before = proc.leftovers_killed()
@@ -390,8 +390,7 @@ class Guardrails:
         generators' check found it exactly as the last measurement's proof left it, what is on
         disk now is that picture with the paths git's reset wrote (those that differ between
         the two commits) looked at again. None: walk it."""
-        unchanged = getattr(self, "_unchanged", {})
-        saved = unchanged.pop(tree.path, None)
+        saved = self._unchanged.pop(tree.path, None)
         if saved is None:
             return None
         return tree.picture_after_reset(saved, commit)
