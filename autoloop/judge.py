@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from autoloop import stats as st
 from autoloop.journal import fmt, pct
-from autoloop.program import LimitSpec, Program, VerifierSpec
+from autoloop.program import Amount, LimitSpec, Program, VerifierSpec
 from autoloop.ratchet import better
 from autoloop.verify import Measurement, MetricError, measure, parse_metric
 
@@ -146,12 +146,6 @@ def warm_up(session: Session, n: int, prefix: str = "", sides: str = "BA") -> tu
     return runs, None
 
 
-def _futility(direction: str, n: int, alpha: float) -> Callable[[list[float], list[float]], bool]:
-    def stop(a: list[float], b: list[float]) -> bool:
-        return not st.reachable(st.gains(a, b, direction, st.pick_scale(a, b)), n, alpha)
-    return stop
-
-
 def _secondaries(runs: Sequence[Run]) -> dict[str, list[float | None]]:
     out: dict[str, list[float | None]] = {}
     for r in runs:
@@ -236,6 +230,82 @@ def _amount_text(gain: float, scale: str, name: str) -> str:
     return f"{fmt(float(f'{gain:.3g}'))} ({name} units)"
 
 
+TARGET_POWER = 0.8         # "4 times in 5": the chance of a keep the proposals aim for
+
+
+def _mean_seconds(runs: Sequence[Run]) -> float | None:
+    ds = [r.measurement.duration_s for r in runs if r.measurement is not None]
+    return sum(ds) / len(ds) if ds else None
+
+
+def propose(pair_sd: float, scale: str, program: Program, noise_n: int,
+            seconds: float | None, reference: float) -> dict[str, Any]:
+    """What the sequential paired rule does at this noise, measured by simulation: how often a
+    real gain of min_effect is kept, and the smallest gain kept 4 times in 5 with its cost
+    in verifier runs (and time, at `seconds` a run). Gains are on `scale` (one pair's change)."""
+    acc = program.accept
+    alpha, max_pairs = acc.alpha, max(acc.pairs, 2)
+    m = program.accept.min_effect
+    min_gain = st.threshold(m.value, m.relative, scale, program.verifier.direction, reference)
+
+    def keep_rate(gain: float, floor: float) -> tuple[float, float]:
+        # how often the test itself detects the gain: a true gain of exactly min_effect clears
+        # the min_effect floor only about half the time whatever the noise, so it is left out
+        p, runs = st.sequential_runs(gain, pair_sd, alpha, max_pairs, noise_n, 0.0, reps=200)
+        return (p * p, 2 * runs) if acc.confirm else (p, runs)
+
+    at_min, runs_min = keep_rate(min_gain, min_gain) if min_gain > 0 else (0.0, 2.0 * max_pairs)
+    lo, hi = 0.0, 4.0 * pair_sd + min_gain
+    if keep_rate(hi, min_gain)[0] < TARGET_POWER:
+        hi *= 2
+    for _ in range(7):
+        mid = (lo + hi) / 2
+        if keep_rate(mid, min_gain)[0] >= TARGET_POWER:
+            hi = mid
+        else:
+            lo = mid
+    _, runs = keep_rate(hi, min_gain)
+    return {"pair_sd": pair_sd, "power_at_min_effect": at_min, "runs_at_min_effect": runs_min,
+            "gain": hi, "gain_pct": _pct_of_gain(hi, scale) if scale == "log" else None,
+            "runs_per_keep": runs, "seconds_per_run": seconds,
+            "minutes_per_keep": None if seconds is None else runs * seconds / 60.0,
+            "noise_pct": (math.exp(pair_sd / math.sqrt(2)) - 1) * 100 if scale == "log" else None}
+
+
+def _round_up(x: float) -> str:
+    """A min_effect a person would type: 2 significant digits, rounded up."""
+    if x <= 0:
+        return "0"
+    e = math.floor(math.log10(x)) - 1
+    return f"{math.ceil(x / 10 ** e) * 10 ** e:.{max(0, -e)}f}"
+
+
+def _proposed_gain(prop: Mapping[str, Any], scale: str) -> str:
+    return f"{_round_up(prop['gain_pct'])}%" if scale == "log" else _round_up(prop["gain"])
+
+
+def _cost_text(prop: Mapping[str, Any]) -> str:
+    cost = f"≈ {prop['runs_per_keep']:.0f} verifier runs a keep"
+    t, sec = prop.get("minutes_per_keep"), prop.get("seconds_per_run")
+    if t is not None and sec is not None:
+        cost += f", ≈ {t:.1f} min at {sec:.2g} s a run" if t < 120 else f", ≈ {t / 60:.1f} h at {sec:.2g} s a run"
+    return cost
+
+
+def proposal_text(prop: Mapping[str, Any], scale: str, name: str) -> str:
+    """The proposal as one actionable sentence."""
+    if scale == "log":
+        noise = f"{prop['noise_pct']:.2g}% per run"
+    else:
+        per_run = float(f"{prop['pair_sd'] / math.sqrt(2):.3g}")
+        noise = f"±{fmt(per_run)} {name} per run"
+    gain = _proposed_gain(prop, scale)
+    return (f"your verifier's noise is {noise}: a real gain of accept.min_effect is detected only "
+            f"{prop['power_at_min_effect'] * 100:.0f}% of the time. Gains of {gain} or more are "
+            f"detected 4 times in 5 ({_cost_text(prop)}): set accept.min_effect: {gain} to say so, "
+            "or make the verifier steadier (README: 'Noisy metrics').")
+
+
 def calibrate_strict(session: Session, program: Program) -> Baseline:
     """`repeats` runs of the starting commit (at least two: a second one only to look at the
     noise). The baseline metric is the median of the first `repeats` runs."""
@@ -275,6 +345,14 @@ def calibrate_strict(session: Session, program: Program) -> Baseline:
                    "than the best so far: over 100 such changes expect several junk commits and "
                    f"a best {v.label} that reads about {_amount_text(phantom, scale, v.label)} "
                    "better than it is. Set accept.rule: paired (README: 'Noisy metrics').")
+        # what the paired rule's defaults would do at this noise (its calibration: 16 pairs)
+        paired = dataclasses.replace(program, accept=dataclasses.replace(
+            acc, rule="paired", alpha=0.01, pairs=16, confirm=False,
+            min_effect=acc.min_effect if acc.min_effect.value else Amount(1.0, True)))
+        prop = propose(sd * math.sqrt(2), scale, paired, 16, _mean_seconds(runs), metric)
+        rec["proposal"] = prop
+        warning += (f" With it, gains of {_proposed_gain(prop, scale)} or more would be detected 4 "
+                    f"times in 5 ({_cost_text(prop)}).")
         rec["warning"] = warning
     return Baseline(metric, _m(first), problem, rec, warning=warning)
 
@@ -301,29 +379,19 @@ def calibrate_paired(session: Session, program: Program) -> Baseline:
     sd = st.noise_sd(st.changes(pairs.a, pairs.b, scale))
     deterministic = len(set(pairs.a + pairs.b)) == 1
     min_gain = st.threshold(acc.min_effect.value, acc.min_effect.relative, scale, v.direction, metric)
-    detect = st.detectable_effect(sd, acc.pairs, acc.alpha, 0.0, acc.confirm)
     rec.update(scale=scale, noise_sd=sd, deterministic=deterministic, min_gain=min_gain,
-               detectable=detect if math.isfinite(detect) else None,
                noise_pct=(math.exp(sd / math.sqrt(2)) - 1) * 100 if scale == "log" else None,
                step=sd / math.sqrt(acc.pairs))
     warning = note = None
-    name = v.label
     if deterministic:
         note = ("the verifier looks deterministic (identical values for the same commit); "
                 "accept.rule: paired only costs time here")
-    elif detect > min_gain * 1.0000001 or not math.isfinite(detect):
-        runs = f"{acc.pairs} pairs per batch" + (" + a confirmation batch" if acc.confirm else "")
-        found = ("no effect" if not math.isfinite(detect)
-                 else f"only effects of about {_amount_text(detect, scale, name)} or more")
-        per_run = (f"±{rec['noise_pct']:.2g}% per run" if scale == "log"
-                   else f"±{fmt(float(f'{sd / math.sqrt(2):.3g}'))} per run")
-        warning = (f"with this verifier's noise ({per_run}), {runs} reliably detect {found} "
-                   f"(80% power), more than accept.min_effect {acc.min_effect}: smaller real "
-                   "gains will usually be discarded. Raise accept.pairs or make the verifier "
-                   "steadier (README: 'Noisy metrics').")
-        if math.isfinite(detect) and min_gain > 0:
-            more = math.ceil(acc.pairs * (detect / min_gain) ** 2)
-            warning = warning.replace("Raise accept.pairs", f"Raise accept.pairs (about {more})")
+    elif sd > 0:
+        prop = propose(sd, scale, program, len(pairs.a), _mean_seconds(pairs.runs), metric)
+        rec["proposal"] = prop
+        rec["detectable"] = prop["gain"]
+        if prop["power_at_min_effect"] < TARGET_POWER:
+            warning = proposal_text(prop, scale, v.label)
     rec["warning"] = warning
     return Baseline(metric, _m(first), problem, rec, warning=warning, note=note)
 
@@ -335,6 +403,9 @@ def _run_problem(failure: Run, is_first: bool) -> str:
         return f"the baseline could not be measured: {failure.error}"
     return (f"the baseline could not be measured: run {failure.label} of the starting commit "
             f"failed ({failure.error}); the verifier is flaky")
+
+
+HOLDOUT_PAIRS = 8          # a fixed batch for the held-out verifier after a keep (min p 1/256)
 
 
 # ---- one cycle --------------------------------------------------------------------------------
@@ -467,37 +538,94 @@ def _step_pct(noise_step: float | None, scale: str, reference: float) -> float |
     return noise_step / abs(reference) * 100.0 if reference else None
 
 
+def calibration_noise(history: Sequence[Mapping[str, Any]]) -> tuple[list[float], str | None]:
+    """The A/A changes of the run's paired calibration (the same commit on both sides: draws of
+    the pair noise with mean 0) and their scale; ([], None) when the run has none."""
+    for c in history:
+        s = c.get("stats") or {}
+        if (c.get("status") == "baseline" and s.get("kind") == "calibration"
+                and s.get("rule") == "paired" and s.get("a") and s.get("scale")):
+            return st.changes(s["a"], s["b"], s["scale"]), s["scale"]
+    return [], None
+
+
+@dataclass
+class Sequential:
+    """One sequential test: its pairs, the evidence after each pair and how it ended."""
+
+    pairs: Pairs
+    log_lr: list[float]
+    decision: str          # keep | discard | undecided (the most pairs, no boundary reached)
+    noise_n: int
+
+
+def sequential_test(session: Session, program: Program, prefix: str,
+                    noise: Sequence[float], noise_scale: str | None) -> Sequential:
+    """Pairs in ABBA order until the likelihood ratio of autoloop.stats reaches 1/alpha (keep)
+    or beta (discard), or accept.pairs pairs were measured."""
+    acc, direction = program.accept, program.verifier.direction
+    evidence: list[float] = []
+    used: list[int] = []
+
+    def lr(a: list[float], b: list[float]) -> float:
+        scale = st.pick_scale(a, b)
+        draws = list(noise) if noise_scale == scale else []
+        used.append(len(draws))
+        x = st.sequential_log_lr(st.gains(a, b, direction, scale), draws)
+        evidence.append(x)
+        return x
+
+    def stop(a: list[float], b: list[float]) -> bool:
+        return st.sequential_decide(lr(a, b), acc.alpha) != "continue"
+
+    pairs = measure_pairs(session, acc.pairs, prefix, stop)
+    if pairs.failure is not None:
+        return Sequential(pairs, evidence, "discard", used[-1] if used else 0)
+    if len(evidence) < len(pairs.a):          # measure_pairs does not ask after the last pair
+        lr(pairs.a, pairs.b)
+    d = st.sequential_decide(evidence[-1], acc.alpha)
+    return Sequential(pairs, evidence, "undecided" if d == "continue" else d, used[-1])
+
+
 def judge_paired(session: Session, program: Program,
                  baseline_secondary: Mapping[str, float | None],
                  noise_step: float | None = None, noise_scale: str | None = None,
-                 holdout: Session | None = None) -> Verdict:
+                 holdout: Session | None = None, noise: Sequence[float] = ()) -> Verdict:
+    """The sequential paired rule: keep when the evidence reaches 1/alpha and the effect is at
+    least min_effect; discard as soon as it falls to beta or after accept.pairs pairs. With
+    confirm, a second, fresh test must end in a keep too (false keeps then <= alpha²)."""
     v, acc = program.verifier, program.accept
     name, direction = v.label, v.direction
-    stats: dict[str, Any] = {"rule": "paired", "alpha": acc.alpha, "pairs": acc.pairs,
-                             "confirm": acc.confirm, "min_effect": str(acc.min_effect),
-                             "direction": direction, "batches": []}
+    stats: dict[str, Any] = {"rule": "paired", "test": "sequential", "alpha": acc.alpha,
+                             "beta": st.FUTILITY, "design_effect": st.DESIGN_EFFECT,
+                             "pairs": acc.pairs, "confirm": acc.confirm,
+                             "min_effect": str(acc.min_effect), "direction": direction,
+                             "batches": []}
     warm, failure = warm_up(session, acc.warmup)
     stats["warmup"] = {"a": [r.value for r in warm if r.side == "A"],
                        "b": [r.value for r in warm if r.side == "B"]}
     if failure is not None:
         return _failed(session, failure, stats)
-    stop = _futility(direction, acc.pairs, acc.alpha)
-    batches: list[tuple[Pairs, st.Comparison, float, bool]] = []
+    batches: list[tuple[Pairs, st.Comparison, float, bool, Sequential]] = []
 
-    def run_batch(label: str, prefix: str) -> Verdict | None:
-        pairs = measure_pairs(session, acc.pairs, prefix, stop)
+    def run_test(label: str, prefix: str) -> Verdict | None:
+        t = sequential_test(session, program, prefix, noise, noise_scale)
+        pairs = t.pairs
         if pairs.failure is not None:
             stats["batches"].append(_batch_record(label, pairs, None, None, False, acc.pairs))
             return _failed(session, pairs.failure, stats)
         c = st.compare(pairs.a, pairs.b, direction)
         min_gain = st.threshold(acc.min_effect.value, acc.min_effect.relative, c.scale,
                                 direction, c.median_a)
-        ok = not pairs.stopped_early and st.passes(c, acc.alpha, min_gain)
-        stats["batches"].append(_batch_record(label, pairs, c, min_gain, ok, acc.pairs))
-        batches.append((pairs, c, min_gain, ok))
+        ok = t.decision == "keep" and c.effect >= min_gain and c.effect > 0
+        rec = _batch_record(label, pairs, c, min_gain, ok, acc.pairs)
+        rec.update(log_lr=t.log_lr, decision=t.decision, noise_n=t.noise_n,
+                   bounds=[math.log(st.FUTILITY), math.log(1.0 / acc.alpha)])
+        stats["batches"].append(rec)
+        batches.append((pairs, c, min_gain, ok, t))
         return None
 
-    early = run_batch("batch", "")
+    early = run_test("batch", "")
     if early is not None:
         return early
     limits, problem = check_limits(program.limits, baseline_secondary,
@@ -505,9 +633,10 @@ def judge_paired(session: Session, program: Program,
     if limits:
         stats["limits"] = limits
     if batches[0][3] and acc.confirm and not problem:
-        early = run_batch("confirm", "c")
+        early = run_test("confirm", "c")
         if early is not None:
             return early
+    stats["verifier_runs"] = sum(len(p.runs) for p, *_ in batches) + len(warm)
 
     a = [x for p, *_ in batches for x in p.a]
     b = [x for p, *_ in batches for x in p.b]
@@ -518,7 +647,7 @@ def judge_paired(session: Session, program: Program,
                      pooled.scale, pooled.median_a)
     if step is None and pooled.n > 1:          # no calibration to lean on: this cycle's own noise
         g = st.gains(a, b, direction, pooled.scale)
-        step = _step_pct(st.noise_sd(g) / math.sqrt(acc.pairs), pooled.scale, pooled.median_a)
+        step = _step_pct(st.noise_sd(g) / math.sqrt(pooled.n), pooled.scale, pooled.median_a)
     stats["step_pct"] = step
     improvement = None if pooled.change_pct is None else -pooled.change_pct if direction == "minimize" \
         else pooled.change_pct
@@ -526,32 +655,35 @@ def judge_paired(session: Session, program: Program,
     stats["feedback"] = feedback
     first = session.first
     ci = _ci_text(pooled, name)
-    ps = ", ".join(f"{'confirm ' if i else ''}p={c.p:.3g}" for i, (_, c, _, _) in enumerate(batches))
-    sizes = "+".join(str(c.n) for _, c, _, _ in batches)
+    evid = ", ".join(f"{'confirm ' if i else ''}LR={math.exp(t.log_lr[-1]):.3g}"
+                     for i, (*_, t) in enumerate(batches))
+    sizes = "+".join(str(c.n) for _, c, *_ in batches)
     ratio = f", median ratio {pooled.median_ratio:.4g}" if pooled.median_ratio is not None else ""
-    numbers = f"{ci}, {ps}{ratio} ({sizes} pairs)"
+    numbers = f"{ci}, {evid}{ratio} ({sizes} pairs)"
     base = dict(stats=stats, measurement=_m(first), delta_pct=pooled.change_pct, feedback=feedback)
+    keep_at = f"{1 / acc.alpha:g}"
 
     if problem:
         return Verdict("guard_fail", metric, f"guard_fail: {problem}; {numbers}", problem, **base)
-    p1, c1, g1, ok1 = batches[0]
+    p1, c1, g1, ok1, t1 = batches[0]
     if not ok1:
-        if p1.stopped_early:
-            why = (f"stopped after {c1.n} of {acc.pairs} pairs: p={acc.alpha:g} was out of reach")
+        if t1.decision == "discard":
+            why = (f"stopped after {c1.n} pairs: the evidence fell to {st.FUTILITY:g} "
+                   "(no improvement beyond the noise)")
             lesson = f"discarded: no improvement beyond the noise; {feedback}"
-        elif c1.p > acc.alpha:
-            why = f"p={c1.p:.3g} > alpha {acc.alpha:g}"
+        elif t1.decision == "undecided":
+            why = (f"undecided after {c1.n} pairs (LR between {st.FUTILITY:g} and {keep_at}): "
+                   "any real gain is smaller than the noise lets these pairs show")
             lesson = f"discarded: no improvement beyond the noise; {feedback}"
         else:
             why = f"significant, but the effect is below min_effect {acc.min_effect}"
             lesson = f"discarded: {feedback}, below min_effect {acc.min_effect}"
         return Verdict("discard", metric, f"discard: {numbers}; {why}", lesson, **base)
     if acc.confirm:
-        p2, c2, g2, ok2 = batches[1]
+        p2, c2, g2, ok2, t2 = batches[1]
         if not ok2:
-            why = ("the confirmation batch stopped early" if p2.stopped_early else
-                   f"the confirmation batch did not pass (p={c2.p:.3g})")
-            return Verdict("discard", metric, f"discard: {numbers}; first batch passed, {why}",
+            why = f"the confirmation test ended in {t2.decision} after {c2.n} pairs"
+            return Verdict("discard", metric, f"discard: {numbers}; first test passed, {why}",
                            f"discarded: looked better at first, not confirmed; {feedback}", **base)
     confirmed = ", confirmed" if acc.confirm else ""
     verdict = Verdict("keep", metric, f"keep: {numbers}", f"kept: {feedback}{confirmed}",
@@ -577,7 +709,7 @@ def holdout_batch(session: Session, program: Program, n: int, prefix: str = "h")
 def _holdout_paired(session: Session, program: Program, verdict: Verdict) -> None:
     h = program.holdout
     assert h is not None
-    rec = holdout_batch(session, program, program.accept.pairs)
+    rec = holdout_batch(session, program, HOLDOUT_PAIRS)
     if "error" in rec:
         rec["overfit"] = None
         verdict.result += f"; holdout could not be measured ({rec['error']})"
@@ -800,7 +932,9 @@ class Judge:
         secondary = _baseline_secondary(history)
         if paired:
             step, scale = noise_step(history)
-            return judge_paired(session, self.program, secondary, step, scale, holdout)
+            noise, noise_scale = calibration_noise(history)
+            return judge_paired(session, self.program, secondary, step, noise_scale or scale,
+                                holdout, noise)
         return judge_strict(session, self.program, best, secondary, holdout)
 
     def final(self, start: str, best: str, log_dir: Path, env: Mapping[str, str]) -> dict[str, Any]:

@@ -69,9 +69,9 @@ class AcceptSpec:
 
     rule: Rule = "strict"
     min_effect: Amount = Amount(0.0, False)   # 1% when rule is paired and it is not given
-    alpha: float = 0.05                  # paired: one-sided level of the signed-rank test
-    pairs: int = 8                       # paired: incumbent/candidate pairs per batch
-    confirm: bool = False                # paired: a second batch must pass too (default true)
+    alpha: float = 0.05                  # paired: the bound on false keeps (default 0.01 there)
+    pairs: int = 8                       # paired: the most pairs one decision takes (default 16)
+    confirm: bool = False                # paired: a second, fresh sequential test must pass too
     warmup: int = 0                      # runs per side measured first and discarded
     final_pairs: int = 20                # end-of-run re-measurement of best vs start (0: none)
 
@@ -846,8 +846,16 @@ def _build_generator(p: _Parser, values: dict[str, Any], at: _At) -> GeneratorSp
     return GeneratorSpec(**values)
 
 
+def _reachable(pairs: int, alpha: float) -> bool:
+    """Can the sequential test (autoloop.stats) keep after `pairs` pairs at level alpha? Its
+    strongest evidence is that of identical gains with no calibration noise."""
+    from autoloop import stats
+    return pairs >= 2 and stats.sequential_log_lr([1.0] * pairs, []) >= math.log(1.0 / alpha)
+
+
 def _build_accept(p: _Parser, values: dict[str, Any], at: _At) -> AcceptSpec:
     rule = values.get("rule", "strict")
+    given = set(values)
     if rule == "strict":
         for key in ("alpha", "pairs", "confirm"):
             if key in values:
@@ -855,21 +863,25 @@ def _build_accept(p: _Parser, values: dict[str, Any], at: _At) -> AcceptSpec:
                        f"{at.key}.{key}: only used with {at.key}.rule: paired (the strict rule "
                        "compares one measurement, or the median of verifier.repeats, per side)")
     else:
+        # the sequential test holds its false-keep rate at alpha by construction, so one test at
+        # 0.01 replaces two fixed batches at 0.05; 16 pairs is the most a decision may take
         values.setdefault("min_effect", Amount(1.0, True))
-        values.setdefault("confirm", True)
+        values.setdefault("confirm", False)
+        values.setdefault("alpha", 0.01)
+        values.setdefault("pairs", 16)
     alpha, pairs = values.get("alpha", 0.05), values.get("pairs", 8)
     if alpha > 0.5:
         p.fail(p.lines[f"{at.key}.alpha"], f"{at.key}.alpha: expected a level between 0 and 0.5, "
                                            f"e.g. 0.05, got {alpha:g}")
-    if rule == "paired" and 0.5 ** pairs > alpha:
-        need = next(n for n in range(1, 64) if 0.5 ** n <= alpha)
-        if "pairs" in values:
+    if rule == "paired" and not _reachable(pairs, alpha):
+        need = next(n for n in range(2, 64) if _reachable(n, alpha))
+        if "pairs" in given:
             p.fail(p.lines[f"{at.key}.pairs"],
-                   f"{at.key}.pairs: {pairs} pairs can never pass alpha {alpha:g} (the smallest "
-                   f"one-sided p-value of {pairs} pairs is 1/{2 ** pairs}); use at least {need} pairs")
+                   f"{at.key}.pairs: {pairs} pairs can never reach alpha {alpha:g} (even when every "
+                   f"pair shows the same gain); use at least {need} pairs")
         p.fail(p.lines[f"{at.key}.alpha"],
-               f"{at.key}.alpha: {alpha:g} is out of reach of the default {pairs} pairs (their "
-               f"smallest one-sided p-value is 1/{2 ** pairs}); set {at.key}.pairs to at least {need}")
+               f"{at.key}.alpha: {alpha:g} is out of reach of {pairs} pairs (even when every pair "
+               f"shows the same gain); set {at.key}.pairs to at least {need}")
     return AcceptSpec(**values)
 
 
