@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from contextlib import AbstractContextManager
@@ -328,6 +329,7 @@ def calibrate_strict(session: Session, program: Program) -> Baseline:
     metric = values[0] if v.repeats == 1 else _median(values[:v.repeats])
     secondary, problem = baseline_secondaries(program.limits, runs[:max(v.repeats, 1)])
     rec["secondary"] = secondary
+    rec["seconds_per_run"] = _mean_seconds(runs)
     deterministic = len(set(values)) == 1
     rec["deterministic"] = deterministic
     warning = None
@@ -380,6 +382,7 @@ def calibrate_paired(session: Session, program: Program) -> Baseline:
     deterministic = len(set(pairs.a + pairs.b)) == 1
     min_gain = st.threshold(acc.min_effect.value, acc.min_effect.relative, scale, v.direction, metric)
     rec.update(scale=scale, noise_sd=sd, deterministic=deterministic, min_gain=min_gain,
+               seconds_per_run=_mean_seconds(pairs.runs),
                noise_pct=(math.exp(sd / math.sqrt(2)) - 1) * 100 if scale == "log" else None,
                step=sd / math.sqrt(acc.pairs))
     warning = note = None
@@ -761,7 +764,12 @@ def final_text(rec: Mapping[str, Any], name: str) -> str:
     if rec.get("skipped"):
         return f"re-measured: {rec['skipped']}"
     if rec.get("error"):
-        return f"re-measure of best vs start failed: {rec['error']}"
+        return f"re-measure of best vs start failed: {rec['error']}" + _cost(rec)
+    if rec.get("reused"):
+        pct_ = rec.get("change_pct")
+        body = (f"{name} {pct_:+.2f}%" if pct_ is not None else f"{name} {rec['change']:+.4g}")
+        return (f"re-measured best vs start: {body} (deterministic: one pair, as cycle 0 "
+                f"showed){_cost(rec)}")
     c = st.compare(rec["a"], rec["b"], rec["direction"])
     if rec.get("deterministic"):
         body = f"{_ci_text(c, name).split(' (')[0]} (deterministic: {c.n} identical pairs)"
@@ -773,7 +781,64 @@ def final_text(rec: Mapping[str, Any], name: str) -> str:
         text += f"; holdout {_comparison_text(hold, 'holdout')}"
         if rec.get("overfit"):
             text += " — the holdout did not improve: possible overfitting"
-    return text
+    return text + _cost(rec)
+
+
+def _cost(rec: Mapping[str, Any]) -> str:
+    """What the end-of-run check cost, for its line."""
+    if rec.get("verifier_runs") is None:
+        return ""
+    return f" [{rec['verifier_runs']} verifier runs, {rec.get('seconds', 0.0):.1f} s]"
+
+
+def calibration(history: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The run's cycle-0 calibration record ({} when there is none)."""
+    for c in history:
+        if c.get("status") == "baseline":
+            s = c.get("stats") or {}
+            if s.get("kind") == "calibration":
+                return s
+    return {}
+
+
+def needs_scipy(program: Program, history: Sequence[Mapping[str, Any]] = ()) -> bool:
+    """Will this run compute a statistic that needs numpy/scipy (so they are worth importing
+    before the first generator runs)? The paired rule and a holdout always do; the strict rule
+    does once cycle 0 has shown a noisy verifier (its end-of-run check compares pairs). A strict
+    run on a verifier shown deterministic never does."""
+    if program.accept.rule == "paired" or program.holdout is not None:
+        return True
+    cal = calibration(history)
+    if not cal:
+        return program.verifier.repeats > 1 or program.accept.final_pairs > 0
+    return not cal.get("deterministic") and program.accept.final_pairs > 0
+
+
+def final_estimate(program: Program, history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the end-of-run check will cost: verifier runs, and seconds at the calibration's
+    mean time a run (None when unknown). Zero when it will be skipped."""
+    acc = program.accept
+    kept = any(c.get("status") == "keep" for c in history)
+    cal = calibration(history)
+    if acc.final_pairs == 0 or not kept:
+        runs = 0
+    elif cal.get("deterministic") and program.holdout is None:
+        runs = 2
+    else:
+        runs = 2 * acc.final_pairs * (2 if program.holdout is not None else 1)
+    sec = cal.get("seconds_per_run")
+    return {"runs": runs, "seconds": None if sec is None else runs * sec}
+
+
+def _deterministic_pair(a: float, b: float, direction: str) -> dict[str, Any]:
+    """The record of one pair on a deterministic verifier, computed without numpy/scipy."""
+    if a > 0 and b > 0:
+        change, scale, pct_ = math.log(b / a), "log", (b / a - 1.0) * 100.0
+    else:
+        change, scale, pct_ = b - a, "diff", ((b - a) / abs(a) * 100.0 if a else None)
+    gain = st.orientation(direction) * change
+    return {"n": 1, "scale": scale, "change": change, "effect": gain, "change_pct": pct_,
+            "median_a": a, "median_b": b, "improved": gain > 0}
 
 
 # ---- the prompt's view ----------------------------------------------------------------------
@@ -937,7 +1002,16 @@ class Judge:
                                 holdout, noise)
         return judge_strict(session, self.program, best, secondary, holdout)
 
-    def final(self, start: str, best: str, log_dir: Path, env: Mapping[str, str]) -> dict[str, Any]:
+    def final(self, start: str, best: str, log_dir: Path, env: Mapping[str, str],
+              history: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+        t0 = time.monotonic()
+        rec = self._final(start, best, log_dir, env, history)
+        if "skipped" not in rec:
+            rec["seconds"] = round(time.monotonic() - t0, 3)
+        return rec
+
+    def _final(self, start: str, best: str, log_dir: Path, env: Mapping[str, str],
+               history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         rec: dict[str, Any] = {"start": start, "best": best}
         if self.program.accept.final_pairs == 0:
             return {**rec, "skipped": "accept.final_pairs is 0"}
@@ -945,9 +1019,35 @@ class Judge:
             return {**rec, "skipped": "nothing was kept: the best is the starting code",
                     "change_pct": 0.0}
         main, hold = self._runners(start, best, env, log_dir)
+        cal = calibration(history)
+        runs = 0
+        if cal.get("deterministic") and hold is None:
+            # cycle 0 showed the verifier deterministic: one pair that gives the stored values
+            # again is the whole check (no statistics, no numpy/scipy); anything else and the
+            # claim no longer holds, so the full check runs
+            v = self.program.verifier
+            pairs = measure_pairs(Session(main, guards=False), 1, "f")
+            runs = len(pairs.runs)
+            stored = _stored(history)
+            if pairs.failure is None and stored is not None and (pairs.a[0], pairs.b[0]) == stored:
+                rec.update(pairs=1, planned=1, a=pairs.a, b=pairs.b, order=pairs.order,
+                           direction=v.direction, deterministic=True, verifier_runs=runs,
+                           reused="cycle 0 showed the verifier deterministic",
+                           **_deterministic_pair(pairs.a[0], pairs.b[0], v.direction))
+                return rec
+            rec["determinism_broken"] = {"a": pairs.a, "b": pairs.b, "stored": stored}
         rec.update(final_check(Session(main, guards=False), self.program,
                                Session(hold, guards=False) if hold is not None else None))
+        rec["verifier_runs"] = runs + len(rec.get("a") or []) + len(rec.get("b") or []) + (
+            len((rec.get("holdout") or {}).get("a") or []) + len((rec.get("holdout") or {}).get("b") or []))
         return rec
+
+
+def _stored(history: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None:
+    """(the baseline's metric, the best kept metric) as the ledger holds them."""
+    base = next((c.get("metric") for c in history if c.get("status") == "baseline"), None)
+    best = next((c.get("metric") for c in reversed(history) if c.get("status") in ("keep", "baseline")), None)
+    return None if base is None or best is None else (base, best)
 
 
 def _baseline_secondary(history: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:

@@ -646,7 +646,8 @@ class Run:
         log_dir = self.journal.dir / "logs" / f"final-{int(time.time() * 1000)}"
         log_dir.mkdir(parents=True)
         try:
-            rec = self._checked(lambda: self.judge.final(start, self.incumbent, log_dir, self._env(0)))
+            rec = self._checked(lambda: self.judge.final(start, self.incumbent, log_dir, self._env(0),
+                                                         cycles))
         except Tampered as exc:
             # nothing is kept or undone at this point; the re-measurement just does not count
             rec = {"start": start, "best": self.incumbent, "skipped": f"not trustworthy: {exc}"[:300]}

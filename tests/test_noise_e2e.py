@@ -186,12 +186,37 @@ def test_end_of_run_record_log_and_final_line(sim) -> None:
     assert "**End-of-run check** (after cycle 1)" in (repo / "experiments.md").read_text()
 
 
-def test_end_of_run_with_a_deterministic_verifier_takes_two_pairs(sim) -> None:
+def test_end_of_run_with_a_deterministic_verifier_takes_one_pair(sim) -> None:
     repo, env = sim(cv=0.0, edit="# GAIN {n}")
-    run(repo, env, 2)
+    res = run(repo, env, 2)
     final = [r for r in ledger(repo) if r["t"] == "final"][0]
-    assert final["deterministic"] and final["pairs"] == 2
+    assert final["deterministic"] and final["pairs"] == 1 and final["verifier_runs"] == 2
+    assert final["reused"] and final["order"] == "fB1 fA1"
     assert final["change_pct"] == pytest.approx((0.95 ** 2 - 1) * 100)
+    # its cost is printed with its result
+    assert re.search(r"\[2 verifier runs, \d+\.\d s\]", final["text"]) and final["text"] in res.stdout
+
+
+def test_a_strict_run_on_a_deterministic_verifier_never_imports_numpy_or_scipy(sim) -> None:
+    repo, env = sim(cv=0.0, edit="# GAIN {n}")
+    code = ("import sys; from autoloop.cli import main; rc = main(['run', '--tag', 't', '--cycles', '1']); "
+            "print('LOADED', sorted(m for m in ('numpy', 'scipy') if m in sys.modules)); sys.exit(rc)")
+    res = subprocess.run([sys.executable, "-c", code], cwd=repo, env={**os.environ, **env},
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "LOADED []" in res.stdout
+    assert [r for r in ledger(repo) if r["t"] == "final"][0]["reused"]
+
+
+def test_a_deterministic_claim_that_breaks_runs_the_full_check(sim, tmp_path: Path) -> None:
+    # cycle 0 sees identical values; by the end of the run the verifier has turned noisy
+    repo, env = sim(cv=0.0, edit="# GAIN {n}")
+    run(repo, env, 1)
+    env["SIM_CV"] = "0.01"
+    run(repo, env, 1)
+    final = [r for r in ledger(repo) if r["t"] == "final"][-1]
+    assert "determinism_broken" in final and final["pairs"] >= 2 and not final.get("reused")
+    assert final["verifier_runs"] == 2 + 2 * final["pairs"]
 
 
 def test_end_of_run_skips_measuring_when_nothing_was_kept(sim) -> None:
