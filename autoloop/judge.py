@@ -696,7 +696,11 @@ def judge_paired(session: Session, program: Program,
     return verdict
 
 
-def holdout_batch(session: Session, program: Program, n: int, prefix: str = "h") -> dict[str, Any]:
+FINAL_ALPHA = 0.05     # the end-of-run check describes a finished run: it decides nothing
+
+
+def holdout_batch(session: Session, program: Program, n: int, prefix: str = "h",
+                  alpha: float | None = None) -> dict[str, Any]:
     """The held-out verifier on `n` pairs; improved = its one-sided test passes alpha."""
     h = program.holdout
     assert h is not None
@@ -704,7 +708,7 @@ def holdout_batch(session: Session, program: Program, n: int, prefix: str = "h")
     if pairs.failure is not None:
         return {"error": f"{pairs.failure.label}: {pairs.failure.error}", "a": pairs.a, "b": pairs.b}
     c = st.compare(pairs.a, pairs.b, h.direction)
-    improved = c.p <= program.accept.alpha and c.effect > 0
+    improved = c.p <= (program.accept.alpha if alpha is None else alpha) and c.effect > 0
     return {"a": pairs.a, "b": pairs.b, "order": pairs.order, **c.as_record(),
             "direction": h.direction, "improved": improved}
 
@@ -750,9 +754,9 @@ def final_check(session: Session, program: Program, holdout: Session | None = No
         return rec
     c = st.compare(pairs.a, pairs.b, v.direction)
     rec.update(c.as_record())
-    rec["improved"] = c.effect > 0 and (pairs.stopped_early or c.p <= acc.alpha)
+    rec["improved"] = c.effect > 0 and (pairs.stopped_early or c.p <= FINAL_ALPHA)
     if holdout is not None and program.holdout is not None:
-        hold = holdout_batch(holdout, program, n, "fh")
+        hold = holdout_batch(holdout, program, n, "fh", FINAL_ALPHA)
         rec["holdout"] = hold
         if "error" not in hold:
             rec["overfit"] = bool(rec["improved"] and not hold["improved"])

@@ -107,17 +107,18 @@ def test_paired_keeps_a_real_gain_and_commits_it(sim) -> None:
     assert res.returncode == 0, res.stderr
     assert statuses(repo) == ["keep", "keep"]
     message = git(repo, "log", "-1", "--format=%B", "autoloop/t")
-    assert "Measured: score" in message and "confirm p=" in message
+    assert "Measured: score" in message and re.search(r"LR=[0-9.e+]+", message)
 
 
-def test_paired_confirmation_batch_is_recorded(sim) -> None:
-    repo, env = sim(PAIRED, cv=0.005, edit="# GAIN {n}")
+def test_paired_confirmation_test_is_recorded(sim) -> None:
+    repo, env = sim(PAIRED + "  confirm: true\n", cv=0.005, edit="# GAIN {n}")
     run(repo, env, 1)
     batches = cycles(repo)[1]["stats"]["batches"]
     assert [b["name"] for b in batches] == ["batch", "confirm"]
-    assert all(len(b["a"]) == len(b["b"]) == 6 for b in batches)
+    assert all(len(b["a"]) == len(b["b"]) <= 6 and b["decision"] == "keep" for b in batches)
     row = tsv(repo)[1]
-    assert row["rule"] == "paired" and row["pairs"] == "6+6" and row["p_confirm"]
+    sizes = "+".join(str(len(b["a"])) for b in batches)
+    assert row["rule"] == "paired" and row["pairs"] == sizes and row["p_confirm"]
 
 
 def test_paired_without_confirm_runs_one_batch(sim) -> None:
@@ -159,8 +160,11 @@ def test_calibration_of_a_deterministic_verifier_is_quiet(sim) -> None:
 def test_calibration_warns_when_pairs_cannot_detect_min_effect(sim) -> None:
     repo, env = sim(PAIRED, cv=0.03)
     res = run(repo, env, 0)
-    assert "WARNING" in res.stderr and "more than accept.min_effect 1%" in res.stderr
     stats = cycles(repo)[0]["stats"]
+    prop = stats["proposal"]
+    assert "WARNING" in res.stderr and f"your verifier's noise is {prop['noise_pct']:.2g}% per run" in res.stderr
+    assert re.search(r"set accept.min_effect: [0-9.]+% to say so", res.stderr)
+    assert re.search(r"≈ \d+ verifier runs a keep, ≈ [0-9.]+ min at [0-9.]+ s a run", res.stderr)
     assert len(stats["a"]) == 6 and stats["detectable"] > stats["min_gain"]
 
 
