@@ -250,25 +250,30 @@ def propose(pair_sd: float, scale: str, program: Program, noise_n: int,
     min_gain = st.threshold(m.value, m.relative, scale, program.verifier.direction, reference)
 
     def keep_rate(gain: float, floor: float) -> tuple[float, float]:
-        # how often the test itself detects the gain: a true gain of exactly min_effect clears
-        # the min_effect floor only about half the time whatever the noise, so it is left out
-        p, runs = st.sequential_runs(gain, pair_sd, alpha, max_pairs, noise_n, 0.0, reps=200)
+        p, runs = st.sequential_runs(gain, pair_sd, alpha, max_pairs, noise_n, floor, reps=200)
         return (p * p, 2 * runs) if acc.confirm else (p, runs)
 
-    at_min, runs_min = keep_rate(min_gain, min_gain) if min_gain > 0 else (0.0, 2.0 * max_pairs)
+    # how often the test itself detects a gain (floor 0): a true gain of exactly min_effect
+    # clears a min_effect floor only about half the time whatever the noise
+
+    at_min, runs_min = keep_rate(min_gain, 0.0) if min_gain > 0 else (0.0, 2.0 * max_pairs)
     lo, hi = 0.0, 4.0 * pair_sd + min_gain
-    if keep_rate(hi, min_gain)[0] < TARGET_POWER:
+    if keep_rate(hi, 0.0)[0] < TARGET_POWER:
         hi *= 2
     for _ in range(7):
         mid = (lo + hi) / 2
-        if keep_rate(mid, min_gain)[0] >= TARGET_POWER:
+        if keep_rate(mid, 0.0)[0] >= TARGET_POWER:
             hi = mid
         else:
             lo = mid
-    _, runs = keep_rate(hi, min_gain)
+    # the min_effect to propose: half that gain, so that the floor costs the gain little (the
+    # rule keeps it as often as the test detects it) while smaller lucky estimates are refused
+    floor = hi / 2
+    kept, runs = keep_rate(hi, floor)
     return {"pair_sd": pair_sd, "power_at_min_effect": at_min, "runs_at_min_effect": runs_min,
             "gain": hi, "gain_pct": _pct_of_gain(hi, scale) if scale == "log" else None,
-            "runs_per_keep": runs, "seconds_per_run": seconds,
+            "min_effect": floor, "min_effect_pct": _pct_of_gain(floor, scale) if scale == "log" else None,
+            "kept_at_gain": kept, "runs_per_keep": runs, "seconds_per_run": seconds,
             "minutes_per_keep": None if seconds is None else runs * seconds / 60.0,
             "noise_pct": (math.exp(pair_sd / math.sqrt(2)) - 1) * 100 if scale == "log" else None}
 
@@ -285,11 +290,17 @@ def _proposed_gain(prop: Mapping[str, Any], scale: str) -> str:
     return f"{_round_up(prop['gain_pct'])}%" if scale == "log" else _round_up(prop["gain"])
 
 
+def _proposed_min_effect(prop: Mapping[str, Any], scale: str) -> str:
+    return (f"{_round_up(prop['min_effect_pct'])}%" if scale == "log"
+            else _round_up(prop["min_effect"]))
+
+
 def _cost_text(prop: Mapping[str, Any]) -> str:
     cost = f"≈ {prop['runs_per_keep']:.0f} verifier runs a keep"
     t, sec = prop.get("minutes_per_keep"), prop.get("seconds_per_run")
     if t is not None and sec is not None:
-        cost += f", ≈ {t:.1f} min at {sec:.2g} s a run" if t < 120 else f", ≈ {t / 60:.1f} h at {sec:.2g} s a run"
+        took = (f"{t * 60:.0f} s" if t < 1.5 else f"{t:.1f} min" if t < 120 else f"{t / 60:.1f} h")
+        cost += f", ≈ {took} at {sec:.3g} s a run"
     return cost
 
 
@@ -300,11 +311,11 @@ def proposal_text(prop: Mapping[str, Any], scale: str, name: str) -> str:
     else:
         per_run = float(f"{prop['pair_sd'] / math.sqrt(2):.3g}")
         noise = f"±{fmt(per_run)} {name} per run"
-    gain = _proposed_gain(prop, scale)
+    gain, floor = _proposed_gain(prop, scale), _proposed_min_effect(prop, scale)
     return (f"your verifier's noise is {noise}: a real gain of accept.min_effect is detected only "
             f"{prop['power_at_min_effect'] * 100:.0f}% of the time. Gains of {gain} or more are "
-            f"detected 4 times in 5 ({_cost_text(prop)}): set accept.min_effect: {gain} to say so, "
-            "or make the verifier steadier (README: 'Noisy metrics').")
+            f"kept {prop['kept_at_gain'] * 100:.0f}% of the time with accept.min_effect: {floor} "
+            f"({_cost_text(prop)}): set it, or make the verifier steadier (README: 'Noisy metrics').")
 
 
 def calibrate_strict(session: Session, program: Program) -> Baseline:
@@ -353,8 +364,9 @@ def calibrate_strict(session: Session, program: Program) -> Baseline:
             min_effect=acc.min_effect if acc.min_effect.value else Amount(1.0, True)))
         prop = propose(sd * math.sqrt(2), scale, paired, 16, _mean_seconds(runs), metric)
         rec["proposal"] = prop
-        warning += (f" With it, gains of {_proposed_gain(prop, scale)} or more would be detected 4 "
-                    f"times in 5 ({_cost_text(prop)}).")
+        warning += (f" With it and min_effect: {_proposed_min_effect(prop, scale)}, gains of "
+                    f"{_proposed_gain(prop, scale)} or more would be kept "
+                    f"{prop['kept_at_gain'] * 100:.0f}% of the time ({_cost_text(prop)}).")
         rec["warning"] = warning
     return Baseline(metric, _m(first), problem, rec, warning=warning)
 

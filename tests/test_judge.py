@@ -456,11 +456,14 @@ def test_calibration_paired_proposes_what_it_measured() -> None:
     assert b.warning and "accept.min_effect 1%" not in b.warning
     assert f"your verifier's noise is {prop['noise_pct']:.2g}% per run" in b.warning
     assert f"detected only {prop['power_at_min_effect'] * 100:.0f}% of the time" in b.warning
-    assert "set accept.min_effect: " in b.warning and "verifier runs a keep" in b.warning
+    assert f"with accept.min_effect: {jd._round_up(prop['min_effect_pct'])}% (" in b.warning
+    assert "verifier runs a keep" in b.warning and prop["min_effect"] == prop["gain"] / 2
     assert prop["power_at_min_effect"] < 0.8 and prop["gain"] > b.stats["min_gain"]
-    # the proposed gain is kept 4 times in 5 (within the simulation's resolution)
-    p, _ = st.sequential_runs(prop["gain"], prop["pair_sd"], 0.01, 6, 6, 0.0, reps=400, seed=7)
-    assert p >= 0.7
+    # the proposed gain is kept 4 times in 5 with the proposed min_effect (an independent
+    # simulation, within its resolution)
+    p, _ = st.sequential_runs(prop["gain"], prop["pair_sd"], 0.01, 6, 6, prop["min_effect"],
+                              reps=400, seed=7)
+    assert p >= 0.7 and prop["kept_at_gain"] >= 0.7
 
 
 def test_calibration_paired_quiet_when_noise_is_small() -> None:
