@@ -360,7 +360,7 @@ def calibrate_strict(session: Session, program: Program) -> Baseline:
                    "better than it is. Set accept.rule: paired (README: 'Noisy metrics').")
         # what the paired rule's defaults would do at this noise (its calibration: 16 pairs)
         paired = dataclasses.replace(program, accept=dataclasses.replace(
-            acc, rule="paired", alpha=0.01, pairs=16, confirm=False,
+            acc, rule="paired", alpha=0.005, pairs=16, confirm=False,
             min_effect=acc.min_effect if acc.min_effect.value else Amount(1.0, True)))
         prop = propose(sd * math.sqrt(2), scale, paired, 16, _mean_seconds(runs), metric)
         rec["proposal"] = prop
@@ -553,15 +553,36 @@ def _step_pct(noise_step: float | None, scale: str, reference: float) -> float |
     return noise_step / abs(reference) * 100.0 if reference else None
 
 
+NOISE_DRAWS = 200          # the most noise draws a test leans on: the recent past, not all of it
+
+
 def calibration_noise(history: Sequence[Mapping[str, Any]]) -> tuple[list[float], str | None]:
-    """The A/A changes of the run's paired calibration (the same commit on both sides: draws of
-    the pair noise with mean 0) and their scale; ([], None) when the run has none."""
+    """Draws of the pair noise with mean 0, and their scale ([], None when the run has none):
+    the A/A changes of the paired calibration (the same commit on both sides), then, from every
+    later paired cycle, the Helmert contrasts of each test's gains — orthonormal combinations
+    that cancel the candidate's effect, so k pairs give k - 1 pure noise draws whatever the
+    candidate did. A lucky calibration is outvoted as the run goes on, and more draws make the
+    test faster. At most NOISE_DRAWS, the most recent first."""
+    draws: list[float] = []
+    scale = None
     for c in history:
         s = c.get("stats") or {}
         if (c.get("status") == "baseline" and s.get("kind") == "calibration"
                 and s.get("rule") == "paired" and s.get("a") and s.get("scale")):
-            return st.changes(s["a"], s["b"], s["scale"]), s["scale"]
-    return [], None
+            scale = s["scale"]
+            draws = st.changes(s["a"], s["b"], scale)
+    if scale is None:
+        return [], None
+    later: list[float] = []
+    for c in history:
+        s = c.get("stats") or {}
+        if c.get("cycle", 0) > 0 and s.get("rule") == "paired" and s.get("test") == "sequential":
+            for b in s.get("batches") or []:
+                a_, b_ = b.get("a") or [], b.get("b") or []
+                if len(a_) == len(b_) >= 2 and st.pick_scale(a_, b_) == scale:
+                    later.extend(st.helmert(st.changes(a_, b_, scale)))
+    pooled = draws + later
+    return pooled[-NOISE_DRAWS:], scale
 
 
 @dataclass

@@ -69,7 +69,7 @@ class AcceptSpec:
 
     rule: Rule = "strict"
     min_effect: Amount = Amount(0.0, False)   # 1% when rule is paired and it is not given
-    alpha: float = 0.05                  # paired: the bound on false keeps (default 0.01 there)
+    alpha: float = 0.05                  # paired: the bound on false keeps (default 0.005 there)
     pairs: int = 8                       # paired: the most pairs one decision takes (default 16)
     confirm: bool = False                # paired: a second, fresh sequential test must pass too
     warmup: int = 0                      # runs per side measured first and discarded
@@ -864,10 +864,10 @@ def _build_accept(p: _Parser, values: dict[str, Any], at: _At) -> AcceptSpec:
                        "compares one measurement, or the median of verifier.repeats, per side)")
     else:
         # the sequential test holds its false-keep rate at alpha by construction, so one test at
-        # 0.01 replaces two fixed batches at 0.05; 16 pairs is the most a decision may take
+        # 0.005 replaces two fixed batches at 0.05; 16 pairs is the most a decision may take
         values.setdefault("min_effect", Amount(1.0, True))
         values.setdefault("confirm", False)
-        values.setdefault("alpha", 0.01)
+        values.setdefault("alpha", 0.005)
         values.setdefault("pairs", 16)
     alpha, pairs = values.get("alpha", 0.05), values.get("pairs", 8)
     if alpha > 0.5:

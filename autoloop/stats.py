@@ -386,6 +386,17 @@ DESIGN_EFFECT = 1.5      # the alternative, in units of one pair's noise: gains 
 FUTILITY = 0.05          # beta: the most a gain of DESIGN_EFFECT σ is ever discarded by the test
 
 
+def helmert(xs: Sequence[float]) -> list[float]:
+    """The k - 1 Helmert contrasts of k values: orthonormal, free of their common mean, so for
+    independent draws with one mean and spread σ they are independent N(0, σ²) draws."""
+    out, total = [], 0.0
+    for j, x in enumerate(xs, start=1):
+        if j > 1:
+            out.append((total - (j - 1) * x) / math.sqrt(j * (j - 1)))
+        total += x
+    return out
+
+
 def _log_integral(n_total: int, a: float) -> float:
     """log of ∫_0^∞ s^(N-1) exp(-s²/2 + a s) ds = log(Γ(N) e^(a²/4) D_-N(-a)), D the parabolic
     cylinder function (scipy); numerically integrated around its peak where that underflows."""

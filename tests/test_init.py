@@ -133,4 +133,4 @@ def test_the_timing_template_uses_the_paired_rule(make_repo) -> None:
     init_program(repo, "speed")
     accept = load_program(repo / "program.md").accept
     assert accept.rule == "paired" and (accept.min_effect.value, accept.min_effect.relative) == (2.0, True)
-    assert (accept.alpha, accept.pairs, accept.confirm) == (0.01, 16, False)
+    assert (accept.alpha, accept.pairs, accept.confirm) == (0.005, 16, False)

@@ -111,17 +111,17 @@ def test_paired_keeps_a_clear_improvement_as_soon_as_the_evidence_allows() -> No
     v = jd.judge_paired(session(fake), program(PAIRED), {})
     assert v.status == "keep" and [b["name"] for b in v.stats["batches"]] == ["batch"]
     rec = v.stats["batches"][0]
-    # identical gains without calibration noise: the evidence first reaches 1/0.01 at pair 5
-    path = st.sequential_path(st.gains(rec["a"], rec["b"], "minimize", "log"), [], 0.01)
-    assert [s.decision for s in path][-1] == "keep" and len(path) == 5 == len(rec["a"])
+    # identical gains without calibration noise: the evidence first reaches 1/0.005 at pair 6
+    path = st.sequential_path(st.gains(rec["a"], rec["b"], "minimize", "log"), [], 0.005)
+    assert [s.decision for s in path][-1] == "keep" and len(path) == 6 == len(rec["a"])
     assert rec["log_lr"] == pytest.approx([s.log_lr for s in path])
-    assert rec["decision"] == "keep" and rec["stopped_early"] and v.stats["verifier_runs"] == 10
-    assert v.delta_pct == pytest.approx(-3.0) and len(fake.calls) == 10
+    assert rec["decision"] == "keep" and v.stats["verifier_runs"] == 12
+    assert v.delta_pct == pytest.approx(-3.0) and len(fake.calls) == 12
 
 
 def test_paired_defaults_are_alpha_001_and_at_most_16_pairs_without_confirmation() -> None:
     v = jd.judge_paired(session(Fake(const(1.0, 0.97))), program("accept:\n  rule: paired\n"), {})
-    assert (v.stats["alpha"], v.stats["pairs"], v.stats["confirm"]) == (0.01, 16, False)
+    assert (v.stats["alpha"], v.stats["pairs"], v.stats["confirm"]) == (0.005, 16, False)
     assert v.status == "keep" and len(v.stats["batches"]) == 1
     # undecided evidence runs to the most pairs and is discarded
     fake = Fake(noisy(1.0, 1.0, 0.02, seed=5))
@@ -141,7 +141,7 @@ def test_paired_uses_the_calibration_noise_and_the_ledger_recomputes_it() -> Non
     assert rec["noise_n"] == 8
     assert rec["log_lr"] == pytest.approx([st.sequential_log_lr(g[:n], noise)
                                            for n in range(1, len(g) + 1)])
-    assert v.status == "keep" and rec["log_lr"][-1] >= math.log(100) > max(rec["log_lr"][:-1])
+    assert v.status == "keep" and rec["log_lr"][-1] >= math.log(200) > max(rec["log_lr"][:-1])
     # with the noise of another scale it is not used
     v = jd.judge_paired(session(Fake(const(1.0, 0.97))), program(PAIRED), {}, noise=noise,
                         noise_scale="diff")
@@ -197,7 +197,7 @@ def test_paired_min_effect_in_metric_units() -> None:
 
 def test_paired_confirmation_must_pass_too() -> None:
     # the candidate looks better in the first test only (a lucky streak)
-    fake = Fake(lambda side, k: 1.0 if side == "A" else (0.95 if k < 5 else 1.01))
+    fake = Fake(lambda side, k: 1.0 if side == "A" else (0.95 if k < 6 else 1.01))
     v = jd.judge_paired(session(fake), program(PAIRED + "  confirm: true\n"), {})
     assert v.status == "discard" and "not confirmed" in v.lesson
     assert v.stats["batches"][0]["passed"] and not v.stats["batches"][1]["passed"]
@@ -207,7 +207,7 @@ def test_paired_confirmation_runs_a_second_fresh_test() -> None:
     fake = Fake(const(1.0, 0.95))
     v = jd.judge_paired(session(fake), program(PAIRED + "  confirm: true\n"), {})
     assert v.status == "keep" and [b["name"] for b in v.stats["batches"]] == ["batch", "confirm"]
-    assert len(fake.calls) == 20 and fake.labels[10:12] == ["cB1", "cA1"]
+    assert len(fake.calls) == 24 and fake.labels[12:14] == ["cB1", "cA1"]
 
 
 def maximizing(extra: str = ""):
@@ -461,7 +461,7 @@ def test_calibration_paired_proposes_what_it_measured() -> None:
     assert prop["power_at_min_effect"] < 0.8 and prop["gain"] > b.stats["min_gain"]
     # the proposed gain is kept 4 times in 5 with the proposed min_effect (an independent
     # simulation, within its resolution)
-    p, _ = st.sequential_runs(prop["gain"], prop["pair_sd"], 0.01, 6, 6, prop["min_effect"],
+    p, _ = st.sequential_runs(prop["gain"], prop["pair_sd"], 0.005, 6, 6, prop["min_effect"],
                               reps=400, seed=7)
     assert p >= 0.7 and prop["kept_at_gain"] >= 0.7
 
@@ -579,3 +579,20 @@ def test_prompt_of_a_strict_run_is_exact() -> None:
     from autoloop.prompt import build_prompt
     text = build_prompt(program(), cycle=1, best=97.98765, baseline=97.98765, history=[])
     assert "97.98765" in text
+
+
+def test_noise_draws_pool_the_calibration_and_later_tests_contrasts() -> None:
+    cal = {"cycle": 0, "status": "baseline", "stats": {
+        "kind": "calibration", "rule": "paired", "scale": "log", "a": [1.0, 1.02], "b": [1.01, 1.0]}}
+    later = {"cycle": 1, "status": "discard", "stats": {
+        "rule": "paired", "test": "sequential",
+        "batches": [{"a": [1.0, 1.0, 1.0], "b": [0.9, 0.92, 0.95]}]}}
+    draws, scale = jd.calibration_noise([cal, later])
+    g = st.changes([1.0, 1.0, 1.0], [0.9, 0.92, 0.95], "log")
+    assert scale == "log"
+    assert draws == pytest.approx(st.changes([1.0, 1.02], [1.01, 1.0], "log") + st.helmert(g))
+    # the candidate's effect is not noise: contrasts of a constant shift are all zero
+    assert st.helmert([0.3, 0.3, 0.3, 0.3]) == pytest.approx([0.0, 0.0, 0.0])
+    assert jd.calibration_noise([later]) == ([], None)        # no calibration: nothing to lean on
+    many = [cal] + [later] * 200
+    assert len(jd.calibration_noise(many)[0]) == jd.NOISE_DRAWS

@@ -19,7 +19,7 @@ VALID: list[tuple[str, Callable[[Program], Any], Any]] = [
     ("accept:", lambda p: p.accept, AcceptSpec()),
     ("accept: {rule: strict}", lambda p: p.accept, AcceptSpec()),
     ("accept: {rule: paired}", lambda p: p.accept,
-     AcceptSpec(rule="paired", min_effect=Amount(1.0, True), alpha=0.01, pairs=16, confirm=False)),
+     AcceptSpec(rule="paired", min_effect=Amount(1.0, True), alpha=0.005, pairs=16, confirm=False)),
     ("accept: {rule: paired, confirm: false}", lambda p: p.accept.confirm, False),
     ("accept: {rule: paired, min_effect: 0}", lambda p: p.accept.min_effect, Amount(0.0, False)),
     ("accept: {rule: paired, pairs: 10, alpha: 0.01}", lambda p: (p.accept.pairs, p.accept.alpha),
@@ -96,8 +96,8 @@ ERRORS: list[tuple[str, str]] = [
     ("accept:\n  rule: paired\n  pairs: 2.5",
      "program.md:10: accept.pairs: expected a whole number >= 1, got 2.5"),
     ("accept:\n  rule: paired\n  pairs: 4",
-     "program.md:10: accept.pairs: 4 pairs can never reach alpha 0.01 (even when every pair "
-     "shows the same gain); use at least 5 pairs"),
+     "program.md:10: accept.pairs: 4 pairs can never reach alpha 0.005 (even when every pair "
+     "shows the same gain); use at least 6 pairs"),
     ("accept:\n  rule: paired\n  pairs: 1\n  alpha: 0.5",
      "program.md:10: accept.pairs: 1 pairs can never reach alpha 0.5 (even when every pair "
      "shows the same gain); use at least 2 pairs"),

@@ -474,3 +474,13 @@ def test_the_sequential_test_is_scale_free() -> None:
     g, noise = [0.3, -0.1, 0.5, 0.2], [0.1, -0.2, 0.05]
     assert st.sequential_log_lr(g, noise) == pytest.approx(
         st.sequential_log_lr([x * 1000 for x in g], [x * 1000 for x in noise]))
+
+
+def test_helmert_contrasts_are_orthonormal_and_free_of_the_mean() -> None:
+    xs = [0.3, -1.2, 2.5, 0.7, 0.1]
+    h = st.helmert(xs)
+    assert len(h) == 4
+    # orthonormal: the sum of squares about the mean is kept exactly
+    mean = sum(xs) / len(xs)
+    assert sum(x * x for x in h) == pytest.approx(sum((x - mean) ** 2 for x in xs))
+    assert st.helmert([x + 10.0 for x in xs]) == pytest.approx(h)
