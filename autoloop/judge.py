@@ -805,8 +805,8 @@ def final_text(rec: Mapping[str, Any], name: str) -> str:
     if rec.get("reused"):
         pct_ = rec.get("change_pct")
         body = (f"{name} {pct_:+.2f}%" if pct_ is not None else f"{name} {rec['change']:+.4g}")
-        return (f"re-measured best vs start: {body} (deterministic: one pair, as cycle 0 "
-                f"showed){_cost(rec)}")
+        return (f"re-measured best vs start: {body} (deterministic: the best measured once "
+                f"more, the start as in cycle 0){_cost(rec)}")
     c = st.compare(rec["a"], rec["b"], rec["direction"])
     if rec.get("deterministic"):
         body = f"{_ci_text(c, name).split(' (')[0]} (deterministic: {c.n} identical pairs)"
@@ -825,7 +825,8 @@ def _cost(rec: Mapping[str, Any]) -> str:
     """What the end-of-run check cost, for its line."""
     if rec.get("verifier_runs") is None:
         return ""
-    return f" [{rec['verifier_runs']} verifier runs, {rec.get('seconds', 0.0):.1f} s]"
+    n = rec["verifier_runs"]
+    return f" [{n} verifier run{'' if n == 1 else 's'}, {rec.get('seconds', 0.0):.1f} s]"
 
 
 def calibration(history: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
@@ -860,7 +861,7 @@ def final_estimate(program: Program, history: Sequence[Mapping[str, Any]]) -> di
     if acc.final_pairs == 0 or not kept:
         runs = 0
     elif cal.get("deterministic") and program.holdout is None:
-        runs = 2
+        runs = 1
     else:
         runs = 2 * acc.final_pairs * (2 if program.holdout is not None else 1)
     sec = cal.get("seconds_per_run")
@@ -1055,24 +1056,26 @@ class Judge:
         if self.ws.tree_of(start) == self.ws.tree_of(best):
             return {**rec, "skipped": "nothing was kept: the best is the starting code",
                     "change_pct": 0.0}
-        main, hold = self._runners(start, best, env, log_dir)
         cal = calibration(history)
         runs = 0
-        if cal.get("deterministic") and hold is None:
-            # cycle 0 showed the verifier deterministic: one pair that gives the stored values
-            # again is the whole check (no statistics, no numpy/scipy); anything else and the
-            # claim no longer holds, so the full check runs
+        if cal.get("deterministic") and self.program.holdout is None:
+            # cycle 0 measured the starting commit twice and got the same value: it is not
+            # measured again. The best is, once, in a fresh tree: when it gives its stored value
+            # again that is the whole check (no statistics, no numpy/scipy); anything else and
+            # the verifier is no longer deterministic, so the full check runs
             v = self.program.verifier
-            pairs = measure_pairs(Session(main, guards=False), 1, "f")
-            runs = len(pairs.runs)
+            only_b, _ = self._runners(start, best, env, log_dir, need_a=False)
+            r = Session(only_b, guards=False).run("B", "fB1")
+            runs = 1
             stored = _stored(history)
-            if pairs.failure is None and stored is not None and (pairs.a[0], pairs.b[0]) == stored:
-                rec.update(pairs=1, planned=1, a=pairs.a, b=pairs.b, order=pairs.order,
+            if r.value is not None and stored is not None and r.value == stored[1]:
+                rec.update(pairs=0, planned=0, a=[stored[0]], b=[r.value], order="fB1",
                            direction=v.direction, deterministic=True, verifier_runs=runs,
-                           reused="cycle 0 showed the verifier deterministic",
-                           **_deterministic_pair(pairs.a[0], pairs.b[0], v.direction))
+                           reused="cycle 0 measured the starting commit twice, identically",
+                           **_deterministic_pair(stored[0], r.value, v.direction))
                 return rec
-            rec["determinism_broken"] = {"a": pairs.a, "b": pairs.b, "stored": stored}
+            rec["determinism_broken"] = {"b": r.value, "error": r.error, "stored": stored}
+        main, hold = self._runners(start, best, env, log_dir)
         rec.update(final_check(Session(main, guards=False), self.program,
                                Session(hold, guards=False) if hold is not None else None))
         rec["verifier_runs"] = runs + len(rec.get("a") or []) + len(rec.get("b") or []) + (

@@ -596,3 +596,28 @@ def test_noise_draws_pool_the_calibration_and_later_tests_contrasts() -> None:
     assert jd.calibration_noise([later]) == ([], None)        # no calibration: nothing to lean on
     many = [cal] + [later] * 200
     assert len(jd.calibration_noise(many)[0]) == jd.NOISE_DRAWS
+
+
+def _history(deterministic: bool, kept: bool = True, seconds: float | None = 2.0) -> list[dict]:
+    h = [{"cycle": 0, "status": "baseline", "metric": 1.0,
+          "stats": {"kind": "calibration", "rule": "strict", "deterministic": deterministic,
+                    "seconds_per_run": seconds}}]
+    return h + ([{"cycle": 1, "status": "keep", "metric": 0.9}] if kept else [])
+
+
+def test_needs_scipy_only_when_a_statistic_will_be_computed() -> None:
+    strict, paired = program(""), program(PAIRED)
+    assert not jd.needs_scipy(strict, _history(True))
+    assert jd.needs_scipy(strict, _history(False))
+    assert jd.needs_scipy(paired, _history(True)) and jd.needs_scipy(paired)
+    assert not jd.needs_scipy(program("accept:\n  final_pairs: 0\n"), _history(False))
+    assert jd.needs_scipy(program(HOLDOUT), _history(True))
+
+
+def test_final_estimate_is_runs_times_the_calibrated_run_time() -> None:
+    strict = program("")
+    assert jd.final_estimate(strict, _history(True)) == {"runs": 1, "seconds": 2.0}
+    assert jd.final_estimate(strict, _history(False)) == {"runs": 40, "seconds": 80.0}
+    assert jd.final_estimate(strict, _history(False, kept=False)) == {"runs": 0, "seconds": 0.0}
+    assert jd.final_estimate(strict, _history(False, seconds=None))["seconds"] is None
+    assert jd.final_estimate(program(HOLDOUT), _history(True))["runs"] == 80
