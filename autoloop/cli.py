@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generators proposing at once from the same incumbent, each in its own worktree "
                         "(overrides parallel.workers; default 1)")
 
-    v = sub.add_parser("verify", help="measure the current checkout (guards + metric); changes nothing")
+    v = sub.add_parser("verify", help="measure HEAD as a run's baseline would (guards + metric); changes nothing")
     v.add_argument("program", nargs="?", default="program.md")
 
     lg = sub.add_parser("log", help="the cycles of a run and its summary")
@@ -337,31 +337,29 @@ def _gain(a: float | None, b: float | None) -> str:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from autoloop import proc
-    from autoloop.envs import measurement_env
-    from autoloop.verify import measure
+    from autoloop.verify_head import check, verify_head
 
     program = _load(args.program)
-    log_dir = Path(tempfile.mkdtemp(prefix="autoloop-verify-"))
-    print(f"verifying {program.repo_root} (current checkout, nothing is changed)")
-    # the same scrubbed environment as a run's measurements (autoloop.envs)
-    with measurement_env(os.environ, parent=log_dir / "scratch") as env:
-        m = measure(program, cwd=program.repo_root, env=env, log_dir=log_dir, marker=proc.new_marker())
+    ws, head = check(program)
+    print(f"verifying {program.repo_root} at HEAD {head[:12]}: what a run's baseline measures "
+          "(committed files only, in a private tree; nothing is changed)", flush=True)
+    res = verify_head(program, ws, head)
+    for line in res.warnings:
+        print(f"autoloop: WARNING: {line}", file=sys.stderr)
+    m = res.measurement
     for g in m.guards:
         print(f"guard {g.name}: {'pass' if g.ok else 'FAIL'} ({g.detail}, {g.duration_s:.1f}s)")
+        if not g.ok and res.guard_tails.get(g.name):
+            print(res.guard_tails[g.name])
     if not m.guards_ok:
-        print(f"logs: {log_dir}")
         return 1
     if m.metric is None:
         print(f"verifier: no metric: {m.error}")
-        if m.log_stem is not None:
-            print(proc.read_tail(m.log_stem.with_name("verifier.out"), 2000).rstrip())
-            print(proc.read_tail(m.log_stem.with_name("verifier.err"), 2000).rstrip())
-        print(f"logs: {log_dir}")
+        if res.verifier_tail:
+            print(res.verifier_tail)
         return 1
     v = program.verifier
     print(f"{v.label}: {_f(m.metric)}  ({v.direction}, {m.duration_s:.1f}s)")
-    print(f"logs: {log_dir}")
     return 0
 
 
