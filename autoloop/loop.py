@@ -48,6 +48,9 @@ class RunOptions:
     reviewer: Reviewer | None = None     # a person decides (before verify and/or at decide)
     stop_check: Callable[[], str] = field(default=lambda: "")  # extra stop reason ("" = go on)
     on_finish: Callable[[Run], None] | None = None  # under the lock, once attached, however it ends
+    # seconds left of this invocation's wall-clock budget (None: no budget); the end-of-run
+    # check is skipped, and says so, when it would not fit
+    time_left: Callable[[], float | None] = field(default=lambda: None)
 
 
 @dataclass
@@ -706,13 +709,41 @@ class Run:
         return _Outcome(v.status, v.lesson, v.result, metric=v.metric, changed=changed,
                         measurement=v.measurement, extra=extra)
 
+    def final_estimate_s(self) -> float | None:
+        """How long the end-of-run check would take, at most: its planned verifier runs (both
+        sides, `final_pairs` pairs, and the holdout's) at the baseline's time per run (guards
+        included, so on the safe side). None: nothing to go by."""
+        base = next((c for c in self.journal.cycles() if c["status"] == "baseline"), None)
+        if base is None or not base.get("duration_s"):
+            return None
+        st = base.get("stats") or {}
+        runs = (len(st.get("runs") or []) + len(st.get("a") or []) + len(st.get("b") or [])
+                + _count(st.get("warmup")))
+        per_run = float(base["duration_s"]) / max(1, runs)
+        # a verifier that gave identical values at the baseline is re-measured in 2 pairs
+        pairs = min(2, self.program.accept.final_pairs) if st.get("deterministic") else self.program.accept.final_pairs
+        planned = 2 * pairs * (2 if self.program.holdout is not None else 1)
+        return per_run * planned + 1.0   # + the trees' checkout and proof
+
     def _final_check(self) -> dict[str, Any] | None:
         """When a run ends on a stop condition: best against the starting commit, re-measured
-        in one interleaved batch; its gain and confidence interval go to the ledger."""
+        in one interleaved batch; its gain and confidence interval go to the ledger — unless
+        the run's time budget would not hold it (then the record says so)."""
         cycles = self.journal.cycles()
         start = next((c.get("commit") for c in cycles if c["status"] == "baseline"), None)
         if start is None:
             return None
+        left, need = self.opt.time_left(), self.final_estimate_s()
+        if left is not None and need is not None and need > left and \
+                self.program.accept.final_pairs > 0 and start != self.incumbent:
+            rec = {"start": start, "best": self.incumbent,
+                   "skipped": (f"skipped — about {need:.0f}s of re-measurement would not fit in the "
+                               f"{left:.0f}s left of --max-minutes"), "estimate_s": round(need, 1)}
+            rec["text"] = final_text(rec, self.program.verifier.label)
+            rec = self.journal.append({"t": "final", "after_cycle": cycles[-1]["cycle"], **rec})
+            self.journal.render(self.program.goal)
+            self.opt.report("final", rec)
+            return rec
         self.opt.report("phase", {"cycle": cycles[-1]["cycle"], "phase": "final check"})
         log_dir = self.journal.dir / "logs" / f"final-{int(time.time() * 1000)}"
         log_dir.mkdir(parents=True)
@@ -902,6 +933,13 @@ def _file_changes(changes: list[Change]) -> list[Change]:
 def _pct_text(old: float | None, new: float | None) -> str:
     d = pct(old, new)
     return f" ({d:+.2f}%)" if d is not None else ""
+
+
+def _count(x: Any) -> int:
+    """Values in a calibration's warm-up record (a list, or {a: [...], b: [...]})."""
+    if isinstance(x, dict):
+        return sum(len(v or []) for v in x.values())
+    return len(x or [])
 
 
 def _round(x: float | None) -> float | None:
