@@ -163,9 +163,7 @@ class Run:
         self.journal = Journal(program.state_dir, options.tag)
         protected = protected_paths(program)
         self.rules = ScopeRules(program.allowed, program.forbidden, protected)
-        self.guard = Guardrails(program, self.ws, self.journal, protected,
-                                planned_cycles=options.cycles if options.cycles is not None
-                                else program.stop.max_cycles)
+        self.guard = Guardrails(program, self.ws, self.journal, protected)
         self.generator_factory = generator_factory
         self.redact = Redactor.from_env(os.environ)
         self._signal: int | None = None
