@@ -376,6 +376,7 @@ class Guardrails:
                 if cache is not None:
                     with self._warm_lock:
                         cache.seed(prefix)
+                self._local.prefix = (prefix, cache)
                 try:
                     yield env
                 except BaseException:
@@ -390,6 +391,7 @@ class Guardrails:
                             self.verify_watch.refresh(self._pycache_tree)
         finally:
             self._local.measuring = None
+            self._local.prefix = None
             if not self._local.pictured:
                 # the generators' watch starts the next cycle from the tree as this left it
                 self._tree_watch(tree).take()
@@ -474,6 +476,26 @@ class Guardrails:
         planted = self._planted(tree, commit, picture)
         if planted:
             raise Tampered(f"{step} left code that a later step would run: " + ", ".join(planted[:5]))
+        self._fresh_prefix()
+
+    def _fresh_prefix(self) -> None:
+        """Between two steps of a measurement: the bytecode prefix as it was before the first.
+        A guard runs the candidate's code, which may write bytecode (unchecked-hash, trusted
+        over its source) for a module the verifier imports; the next step never reads it."""
+        held = getattr(self._local, "prefix", None)
+        if held is None:
+            return
+        prefix, cache = held
+        if cache is not None:
+            with self._warm_lock:
+                if self._proven is cache and cache.learn(prefix):
+                    self.gen_watch.refresh(self._pycache_tree)
+                    self.verify_watch.refresh(self._pycache_tree)
+        remove_tree(prefix)
+        prefix.mkdir()
+        if cache is not None:
+            with self._warm_lock:
+                cache.seed(prefix)
 
     def _planted(self, tree: Worktree, commit: str, picture: Mapping[str, tuple]) -> list[str]:
         """Untracked entries of `picture` (the tree, .git aside) that a later step would run

@@ -108,3 +108,27 @@ def test_every_cycle_measures_its_own_candidate_module(tmp_path: Path) -> None:
     rows = p.rows()
     assert [(r["status"], float(r["metric"])) for r in rows] == [
         ("baseline", 40.25), ("keep", 30.0), ("discard", 35.0), ("keep", 20.0), ("discard", 25.0), ("keep", 10.0)]
+
+
+PLANT_GUARD = '''\
+import importlib.util, marshal, os, sys
+# the guard runs the candidate's code: it may leave bytecode for a module the verifier imports
+path = os.path.abspath("src/model.py")
+pyc = importlib.util.cache_from_source(path)
+os.makedirs(os.path.dirname(pyc), exist_ok=True)
+code = compile("SCORE = -1000\\n", path, "exec")
+with open(pyc, "wb") as f:   # unchecked-hash: Python would trust it over the source
+    f.write(importlib.util.MAGIC_NUMBER + b"\\x01\\x00\\x00\\x00" + b"\\0" * 8 + marshal.dumps(code))
+'''
+
+
+def test_bytecode_a_guard_leaves_is_not_read_by_the_verifier(tmp_path: Path) -> None:
+    p = make_project(tmp_path, {1: 'W("src/model.py", "SCORE = 30\\n")'},
+                     files={"src/model.py": "SCORE = 40.25\n", "plant.py": PLANT_GUARD,
+                            "score.py": "import sys\nsys.path.insert(0, 'src')\n"
+                                        "import model\nprint(f'score: {model.SCORE}')\n"},
+                     guards=False, extra=f"guards:\n  - {{name: plant, command: {PY} plant.py}}")
+    res = p.run("--cycles", "1")
+    kill_marked(p.env)
+    assert res.returncode == 0, res.stderr
+    assert [(r["status"], float(r["metric"])) for r in p.rows()] == [("baseline", 40.25), ("keep", 30.0)]
