@@ -21,7 +21,7 @@ from autoloop.generators.registry import make_generator
 from autoloop.globs import PathRules
 from autoloop.hardening import Guardrails, Tampered
 from autoloop.journal import Journal, Record, fmt, pct
-from autoloop.judge import Judge, final_text
+from autoloop.judge import Judge, final_estimate, final_text
 from autoloop.memory import near_duplicate
 from autoloop.program import Program, command_words
 from autoloop.prompt import build_prompt
@@ -718,9 +718,8 @@ class Run:
         runs = (len(st.get("runs") or []) + len(st.get("a") or []) + len(st.get("b") or [])
                 + _count(st.get("warmup")))
         per_run = float(base["duration_s"]) / max(1, runs)
-        # a verifier that gave identical values at the baseline is re-measured in 2 pairs
-        pairs = min(2, self.program.accept.final_pairs) if st.get("deterministic") else self.program.accept.final_pairs
-        planned = 2 * pairs * (2 if self.program.holdout is not None else 1)
+        # the judge's own plan (one run of the best on a verifier cycle 0 showed deterministic)
+        planned = final_estimate(self.program, self.journal.cycles())["runs"]
         return per_run * planned + 1.0   # + the trees' checkout and proof
 
     def _final_check(self) -> dict[str, Any] | None:

@@ -203,7 +203,7 @@ ATTACKS: dict[str, Attack] = {
         d.mkdir(parents=True, exist_ok=True)
         (d / "zz-evil.pth").write_text({ATEXIT_FAKE!r} + "\\n")
         W("val.txt", "35")
-    ''', reason=r"Python installation", kw={"extra": "accept: {rule: paired, pairs: 5, confirm: false}"}),
+    ''', reason=r"Python installation", kw={"extra": "accept: {rule: paired, pairs: 6, confirm: false}"}),
     "pth-in-venv-site-packages": Attack('''
         d = Path(''' + repr(sysconfig.get_paths()["purelib"]) + ''')
         me = os.environ["E2E_ID"]
@@ -530,7 +530,7 @@ def test_data_reaches_every_measurement_of_the_statistical_rules(tmp_path, rule)
     (data / "offset.txt").write_text("0\n")
     extra = f"data: [{{path: {data}, as: data}}]"
     if rule == "paired":
-        extra += "\naccept: {rule: paired, pairs: 5, confirm: false}"
+        extra += "\naccept: {rule: paired, pairs: 6, confirm: false}"
     p = make_project(tmp_path / "p", {1: 'W("val.txt", "30")'}, files={"score.py": DATA_SCORE}, extra=extra)
     if rule == "repeats":
         text = (p.repo / "program.md").read_text().replace("  direction: minimize\n",
