@@ -785,6 +785,11 @@ def final_check(session: Session, program: Program, holdout: Session | None = No
     if pairs.failure is not None:
         rec["error"] = f"{pairs.failure.label}: {pairs.failure.error}"
         return rec
+    if pairs.stopped_early and holdout is None:
+        # every pair identical: the change is exact, no statistic (and no numpy/scipy) needed
+        rec.update(_deterministic_pair(pairs.a[0], pairs.b[0], v.direction))
+        rec["n"] = len(pairs.a)
+        return rec
     c = st.compare(pairs.a, pairs.b, v.direction)
     rec.update(c.as_record())
     rec["improved"] = c.effect > 0 and (pairs.stopped_early or c.p <= FINAL_ALPHA)
@@ -802,11 +807,12 @@ def final_text(rec: Mapping[str, Any], name: str) -> str:
         return f"re-measured: {rec['skipped']}"
     if rec.get("error"):
         return f"re-measure of best vs start failed: {rec['error']}" + _cost(rec)
-    if rec.get("reused"):
+    if rec.get("deterministic") and "change" in rec and not rec.get("holdout"):
         pct_ = rec.get("change_pct")
         body = (f"{name} {pct_:+.2f}%" if pct_ is not None else f"{name} {rec['change']:+.4g}")
-        return (f"re-measured best vs start: {body} (deterministic: the best measured once "
-                f"more, the start as in cycle 0){_cost(rec)}")
+        how = ("the best measured once more, the start as in cycle 0" if rec.get("reused")
+               else f"{len(rec['a'])} identical pairs")
+        return f"re-measured best vs start: {body} (deterministic: {how}){_cost(rec)}"
     c = st.compare(rec["a"], rec["b"], rec["direction"])
     if rec.get("deterministic"):
         body = f"{_ci_text(c, name).split(' (')[0]} (deterministic: {c.n} identical pairs)"

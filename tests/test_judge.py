@@ -621,3 +621,10 @@ def test_final_estimate_is_runs_times_the_calibrated_run_time() -> None:
     assert jd.final_estimate(strict, _history(False, kept=False)) == {"runs": 0, "seconds": 0.0}
     assert jd.final_estimate(strict, _history(False, seconds=None))["seconds"] is None
     assert jd.final_estimate(program(HOLDOUT), _history(True))["runs"] == 80
+
+
+def test_final_check_on_identical_pairs_needs_no_statistics() -> None:
+    rec = jd.final_check(Session(Fake(const(2.0, 1.5)), guards=False), program(PAIRED))
+    assert rec["deterministic"] and rec["pairs"] == 2 and "p" not in rec
+    assert rec["change_pct"] == pytest.approx(-25.0) and rec["improved"]
+    assert jd.final_text(rec, "score") == "re-measured best vs start: score -25.00% (deterministic: 2 identical pairs)"
