@@ -224,7 +224,8 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
             raise UsageError(str(exc)) from None
     live = not in_ci and is_live(out)
     color = not in_ci and use_color(out)
-    progress = Progress(out, program.verifier.label, live=live, color=color, timestamps=in_ci)
+    progress = Progress(out, program.verifier.label, live=live, color=color, timestamps=in_ci,
+                        direction=program.verifier.direction)
     if args.approve:
         reviewer = TerminalReviewer(args.approve, out=out, color=color, pause=progress.pause,
                                     resume=progress.resume)

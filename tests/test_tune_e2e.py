@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,8 @@ def test_a_persons_skip_teaches_nothing(make_repo) -> None:
 def test_a_kept_regression_is_not_called_best(make_repo) -> None:
     repo = make_repo({"params.py": PARAMS, "score.py": SCORE, "program.md": program()})
     child = spawn(repo, "k", "--approve", "--cycles", "2")
+    seen = io.StringIO()
+    child.logfile_read = seen
     child.expect("Ratchet recommends: discard")
     child.expect(r"> ")
     child.send("k")                                    # the person keeps a regression
@@ -98,6 +102,11 @@ def test_a_kept_regression_is_not_called_best(make_repo) -> None:
     assert recs[2]["gen_meta"]["incumbent"] == recs[1]["gen_meta"]["config"]
     assert recs[2]["hypothesis"].endswith("; best measured so far 1")
     assert recs[2]["gen_meta"]["observed"] == 2
+    # nor does the run call it best: the progress line and the stop line show the baseline's 1
+    out = seen.getvalue()
+    line1 = next(line for line in out.splitlines() if line.startswith("cycle    1  keep"))
+    assert re.search(r"best\s+1\s", line1), line1
+    assert re.search(r"baseline 1 → best 1[;\s]", out), out[-600:]
 
 
 def test_a_resumed_run_continues_the_same_search(make_repo) -> None:
