@@ -15,20 +15,24 @@ import math
 import random
 import statistics
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 Value = float | str
 Config = Mapping[str, Value]
 
-# Random points measured before TPE models the space. Optuna's default is 10; with the user's
-# starting values already measured (the baseline) 5 more were enough on every objective of
-# benchmarks/tune_search.py, and the model then has the cycles that 10 would spend at random.
+# Spread-out points measured before TPE models the space. Optuna's default is 10; with the
+# user's starting values already measured (the baseline), 5 gave better results after 10 and 20
+# cycles on benchmarks/tune_search.py (--engine n_startup=10 to compare), not worse after 40.
 N_STARTUP = 5
 # After the start, every LOCAL_EVERY-th point is a Gaussian step from the best point measured
-# (sigma LOCAL_SIGMA of the range, shrinking as 1/sqrt(observations)); the rest are TPE's.
+# (per dimension, the spread of the best quarter of the points, within LOCAL_SIGMA_MIN..
+# LOCAL_SIGMA of the range); the rest are TPE's. Every 2nd beat every 3rd and 5th in the valley.
 LOCAL_EVERY = 2
 LOCAL_SIGMA = 0.15
 LOCAL_SIGMA_MIN = 0.002
+# Univariate TPE (Optuna's default): multivariate TPE was worse on the int/log/categorical mix
+# and in the valley (benchmarks/tune_search.py --variants).
+MULTIVARIATE = False
 # Candidates TPE scores per proposal (Optuna's default: 24).
 N_EI_CANDIDATES = 24
 # How many times a point TPE proposes may turn out to be measured already before tune falls
@@ -163,7 +167,7 @@ class Engine:
     """Proposes the next configuration(s) from what was measured."""
 
     def __init__(self, space: Sequence[Param], direction: str, seed: int | None,
-                 n_startup: int = N_STARTUP, multivariate: bool = False,
+                 n_startup: int = N_STARTUP, multivariate: bool = MULTIVARIATE,
                  local_every: int = LOCAL_EVERY, n_ei_candidates: int = N_EI_CANDIDATES) -> None:
         self.space = tuple(space)
         self.direction = direction
@@ -172,10 +176,6 @@ class Engine:
         self.multivariate = multivariate
         self.local_every = local_every
         self.n_ei_candidates = n_ei_candidates
-
-    def exhausted(self, observations: Iterable[Observation]) -> bool:
-        total = math.prod(p.size() for p in self.space)
-        return math.isfinite(total) and len({canonical(o.config) for o in observations}) >= total
 
     def _usable(self, observations: Sequence[Observation]) -> list[tuple[dict[str, Value], float]]:
         """Observations that fit today's space, failures scored as the worst value measured:
@@ -227,7 +227,7 @@ class Engine:
             if how == "explore":
                 config = self._explore(n, seen)
             elif how == "local":
-                config = self._local(usable, n, rng, seen)
+                config = self._local(usable, rng, seen)
             if config is not None:
                 # a running trial at this point, so TPE's constant liar keeps later workers away
                 study.enqueue_trial({k: self._optuna_value(k, v) for k, v in config.items()})
@@ -269,7 +269,7 @@ class Engine:
                 return config
         return None
 
-    def _local(self, usable: Sequence[tuple[dict[str, Value], float]], n: int, rng: random.Random,
+    def _local(self, usable: Sequence[tuple[dict[str, Value], float]], rng: random.Random,
                seen: set[Any]) -> dict[str, Value] | None:
         """A small step from the best point measured: TPE spreads its bets; this refines the
         basin it found (it is what closes a narrow valley)."""
