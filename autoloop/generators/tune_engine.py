@@ -14,6 +14,7 @@ import hashlib
 import math
 import random
 import statistics
+import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -212,9 +213,14 @@ class Engine:
         usable = self._usable(observations)
         seen = {canonical(o.config) for o in observations}
         dists = {p.key: p.distribution() for p in self.space}
-        sampler = optuna.samplers.TPESampler(
-            seed=_seed(self.seed, len(observations), 0), n_startup_trials=0,
-            multivariate=self.multivariate, constant_liar=True, n_ei_candidates=self.n_ei_candidates)
+        with warnings.catch_warnings():
+            # Optuna marks constant_liar (and multivariate) experimental: a warning on the
+            # terminal of every tune cycle would say nothing the user can act on
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(
+                seed=_seed(self.seed, len(observations), 0), n_startup_trials=0,
+                multivariate=self.multivariate, constant_liar=True,
+                n_ei_candidates=self.n_ei_candidates)
         study = optuna.create_study(direction=self.direction, sampler=sampler)
         for params, value in usable:
             study.add_trial(create_trial(params=params, distributions=dists, value=value))
