@@ -32,7 +32,7 @@ from autoloop.snapshot import Change, diff
 from autoloop.approve import Review, Reviewer, human_outcome
 from autoloop.persist import restore_persisted_journal
 from autoloop.verify import Measurement, measure
-from autoloop.workspace import Workspace, Worktree
+from autoloop.workspace import Workspace, Worktree, thaw_outer_config
 
 Reporter = Callable[[str, Mapping[str, Any]], None]
 T = TypeVar("T")
@@ -172,6 +172,7 @@ class Run:
                 if self._attached and self.opt.on_finish is not None:
                     self.opt.on_finish(self)
             finally:
+                thaw_outer_config()
                 self._restore_signals(old_handlers)
                 lock.release()
 
@@ -183,6 +184,7 @@ class Run:
         started = time.monotonic()
         self.ws.open(incumbent)
         self.ws.drop_verify_trees(*self._verify_slots())
+        self.ws.freeze_config()
         self.sentinel = self.ws.watch_git(extra=[self.program.path, *self.guard.user_files()])
         self.guard.start(self.sentinel, self._lock_path)
         self.journal.render(self.program.goal)
@@ -372,6 +374,7 @@ class Run:
                 before = self.ws.snapshot()
             self._exact = None
             self.sentinel.capture()
+            self.ws.capture_refs()
             self.guard.before_generate()
 
             # 2 generate
@@ -532,6 +535,9 @@ class Run:
                 self.ws.create_branch(incumbent)
             else:
                 self.ws.advance(incumbent, head, "autoloop: undo a move by the generator")
+        # refs/replace would swap objects in other tools' reads, a moved branch or tag rewrites
+        # your history: any ref the generator made or moved is put back
+        problems += [f"{what} (refs are not the generator's to change)" for what in self.ws.refs_changed()]
         hidden = tree.index_flags()
         if hidden:
             problems.append("hid files from git (assume-unchanged/skip-worktree): " + ", ".join(hidden[:5]))

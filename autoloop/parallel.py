@@ -158,6 +158,7 @@ class ParallelRun(Run):
             self._phase(n0, k, "prepare")
             self._threads(slots, lambda s: self._prepare(s, incumbent))
             self.sentinel.capture()
+            self.ws.capture_refs()
             self.guard.before_generate()
 
             # 2 generate

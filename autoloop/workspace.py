@@ -69,9 +69,17 @@ class GitError(RunFailure):
 
 def _git_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("GIT_") or k in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM")}
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+           if not k.startswith("GIT_") or k in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_SYSTEM")}
+    # replace refs (refs/replace/*) would let anyone who can write a ref swap the incumbent's
+    # tree for another one inside our own reads: git's object graph is taken as it is stored
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C", GIT_NO_REPLACE_OBJECTS="1")
+    env.update(_FROZEN_ENV)
     return env
+
+
+# Set for the length of a run by freeze_outer_config: git then reads a private copy of your
+# global and system config as they were when the run started.
+_FROZEN_ENV: dict[str, str] = {}
 
 
 def git_executable() -> str:
@@ -823,6 +831,8 @@ class Workspace(Worktree):
         super().__init__(repo_root, self.common_dir,
                          cache / "autoloop" / "worktrees" / f"{repo_root.name}-{repo_id}" / _slug(tag))
         self._sentinel: Sentinel | None = None
+        self._refs: dict[str, str] | None = None
+        self._frozen: dict[Path, str] = {}
         self._verify_trees: dict[int, Worktree] = {}
         self._gen_trees: dict[int, Worktree] = {}
         self._identity: Identity | None = None
@@ -940,6 +950,11 @@ class Workspace(Worktree):
 
     # ---- integrity of git's own files --------------------------------------------------------
 
+    def freeze_config(self) -> None:
+        """Our git calls read your global/system config as it is now (freeze_outer_config); the
+        private copy lives beside the work tree, outside the repository."""
+        self._frozen = freeze_outer_config(self.repo_root, self.path.with_name(self.path.name + ".gitconfig"))
+
     def watch_git(self, extra: Sequence[Path] = ()) -> Sentinel:
         """Files git obeys during our own calls, plus `extra` user-side files (program.md)."""
         assert self._admin_dir is not None
@@ -959,11 +974,54 @@ class Workspace(Worktree):
         # planted there would run (or change bytes) inside our own git calls
         for path, label in _outer_git_config().items():
             watched.setdefault(path, label)
+        for path, label in self._frozen.items():
+            watched.setdefault(path, label)
         for p in extra:
             watched[p] = p.name
         self._sentinel = Sentinel(watched, label=watched)
         self._sentinel.capture()
         return self._sentinel
+
+    # ---- refs ---------------------------------------------------------------------------------
+
+    def _read_refs(self) -> dict[str, str]:
+        """Every ref of the repository (loose, packed, refs/replace, tags, stash, notes) but the
+        run branch, which the loop checks itself: name -> object id, or `ref: target`."""
+        raw = git(self.repo_root, "for-each-ref", "--format=%(refname)%00%(objectname)%00%(symref)")
+        out: dict[str, str] = {}
+        for line in raw.splitlines():
+            name, oid, sym = (line.split("\0") + ["", ""])[:3]
+            if name != self.ref:
+                out[name] = f"ref: {sym}" if sym else oid
+        return out
+
+    def capture_refs(self) -> None:
+        self._refs = self._read_refs()
+
+    def refs_changed(self) -> list[str]:
+        """The refs made, moved or deleted since capture_refs, each put back as it was (git's
+        reflog keeps what they pointed at); one line each."""
+        if self._refs is None:
+            return []
+        now = self._read_refs()
+        problems = []
+        for name in sorted(set(now) | set(self._refs)):
+            was, is_ = self._refs.get(name), now.get(name)
+            if was == is_:
+                continue
+            if was is None:
+                problems.append(f"made ref {name}")
+                git(self.repo_root, "update-ref", "--no-deref", "-d", name, check=False)
+                continue
+            problems.append(f"{'deleted' if is_ is None else 'moved'} ref {name}")
+            if was.startswith("ref: "):
+                git(self.repo_root, "symbolic-ref", name, was[len("ref: "):], check=False)
+            else:
+                git(self.repo_root, "update-ref", "--no-deref", "-m", "autoloop: undo a ref change by the generator",
+                    name, was, check=False)
+        if problems:
+            self._refs = self._read_refs()
+        return problems
 
     # ---- commits ------------------------------------------------------------------------------
 
@@ -1390,3 +1448,81 @@ def _nonempty(path: Path) -> bool:
 
 def _slug(tag: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", tag)
+
+
+# ---- your global and system git config, frozen for the run --------------------------------------
+
+def _config_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
+
+
+def _outer_entries(repo_root: Path) -> list[tuple[str, str, str | None]]:
+    """(origin file, key, value or None for a bare boolean) of the system and global config, in
+    the order git reads them, includes (`include.path`, `includeIf` as they apply to this
+    repository) resolved."""
+    out: list[tuple[str, str, str | None]] = []
+    env = _git_env()
+    scopes = ["--global"]
+    if not env.get("GIT_CONFIG_NOSYSTEM"):
+        scopes.insert(0, "--system")
+    for scope in scopes:
+        proc = run_git_process([git_executable(), "config", scope, "--includes", "--show-origin", "--list", "-z"],
+                               cwd=repo_root, env=env)
+        if proc.returncode != 0:
+            continue   # no such file: nothing to freeze
+        items = proc.stdout.decode("utf-8", "surrogateescape").split("\0")
+        for origin, entry in zip(items[0::2], items[1::2]):
+            key, sep, value = entry.partition("\n")
+            out.append((origin.removeprefix("file:"), key, value if sep else None))
+    return out
+
+
+def freeze_outer_config(repo_root: Path, dest: Path) -> dict[Path, str]:
+    """Write the system and global git config as they are now, includes resolved, into one file
+    in `dest` (with a copy of the global attributes file), and point every later git call of
+    autoloop at it: a filter or attributes file planted in them (or in a file they include)
+    during the run never runs inside our git calls — LFS and the other filters you had keep
+    working. Returns the files the copy came from, for the integrity check (a change to them is
+    a violation, undone)."""
+    thaw_outer_config()
+    entries = _outer_entries(repo_root)
+    sources: dict[Path, str] = {}
+    lines: list[str] = []
+    attributes: str | None = None
+    for origin, key, value in entries:
+        if origin and origin not in ("-", "command line:"):
+            sources.setdefault(Path(origin), "a file your git config includes")
+        section, _, rest = key.partition(".")
+        sub, _, name = rest.rpartition(".")
+        if section.lower() == "core" and not sub and name.lower() == "attributesfile" and value is not None:
+            attributes = value
+            continue
+        lines.append(f"[{section} {_config_quote(sub)}]" if sub else f"[{section}]")
+        lines.append(f"\t{name}" if value is None else f"\t{name} = {_config_quote(value)}")
+    if attributes is None:
+        xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+        attributes = os.path.join(xdg, "git", "attributes")
+    attr_src = Path(os.path.expanduser(attributes))
+    if not attr_src.is_absolute():
+        attr_src = repo_root / attr_src
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(attr_src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            data = os.read(fd, 4 << 20) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        finally:
+            os.close(fd)
+    except OSError:
+        data = b""
+    sources.setdefault(attr_src, "your global git attributes")
+    _write_file(dest / "attributes", data)
+    # an attributes file that did not exist when the run started stays empty for our calls
+    lines += ["[core]", f"\tattributesFile = {_config_quote(str(dest / 'attributes'))}"]
+    _write_file(dest / "config", ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+    _FROZEN_ENV.update(GIT_CONFIG_GLOBAL=str(dest / "config"), GIT_CONFIG_NOSYSTEM="1")
+    sources.update({dest: "autoloop's copy of your git config"})
+    return sources
+
+
+def thaw_outer_config() -> None:
+    _FROZEN_ENV.clear()

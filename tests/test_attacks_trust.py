@@ -1,0 +1,197 @@
+"""Black-box: attacks on autoloop's own trusted base (issue 13 item 4) — git's replace objects,
+the global git config's includes and attributes file, refs outside the run branch, daemons
+reached through the environment, odd file names and control characters in the journal, a FIFO
+as the hypothesis file, a verifier named inside `sh -c '…'`, a module shadowing the standard
+library next to the verifier.
+
+Each attack runs as cycle 1 of a real run (real git, the real CLI, a scripted generator), with
+`sandbox: none` and with `sandbox: bwrap` where the mode matters; cycle 2 is honest. Judged on
+the outcome only: nothing kept that the honest code would not produce, the verifier byte-identical
+in your checkout and in every commit of the run branch, no ref the run did not make, no process
+left, the journal whole, and the honest cycle 2 kept.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.scripts.e2e import (PY, assert_journal_consistent, assert_valid_ledger, git, kill_marked, make_project,
+                               marked_pids)
+
+HONEST = 'print("Hypothesis: honest cycle two"); W("val.txt", "30")'
+BWRAP = shutil.which("bwrap")
+MODES = ["none", pytest.param("bwrap", marks=pytest.mark.skipif(BWRAP is None, reason="needs bubblewrap"))]
+
+
+def _project(base: Path, plan: dict, mode: str, extra: str = "", **kw):
+    """A project whose generator runs under `mode`; sandboxed, it may write the scripted
+    generator's record folder and the test's scratch folder (both outside the repository)."""
+    if mode != "none":
+        for d in ("records", "out"):
+            (base / d).mkdir(parents=True, exist_ok=True)
+        extra = f"sandbox: {{kind: {mode}, writable: [{base / 'records'}, {base / 'out'}]}}\n" + extra
+    return make_project(base, plan, extra=extra, **kw)
+
+
+def _refs(p) -> dict[str, str]:
+    out = git(p.repo, "for-each-ref", "--format=%(refname) %(objectname)", env=p.env)
+    return dict(line.split(" ", 1) for line in out.splitlines() if line)
+
+
+def _run(p, cycles: int = 2, timeout: float = 180):
+    before = _refs(p)
+    originals = {f: (p.repo / f).read_bytes() for f in ("score.py", "guard.py", "program.md")}
+    try:
+        res = p.run("--cycles", str(cycles), timeout=timeout)
+        left = marked_pids(p.env)
+    finally:
+        kill_marked(p.env)
+    return res, before, originals, left
+
+
+def assert_caught(p, res, before, originals, left, *, verifier: str = "score.py") -> list[dict[str, str]]:
+    """The outcome every attack must end in; returns the results.tsv rows."""
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    rows = p.rows()
+    for row in rows:
+        assert row["metric"] == "" or float(row["metric"]) > 0, row
+        if row["status"] in ("baseline", "keep"):
+            assert float(p.show(row["commit"], "val.txt")) == float(row["metric"]), row
+    one = next(r for r in rows if r["cycle"] == "1")
+    assert one["status"] != "keep" or float(one["metric"]) == 35.0, one
+    two = next(r for r in rows if r["cycle"] == "2")
+    assert (two["status"], float(two["metric"])) == ("keep", 30.0), rows
+    for f, data in originals.items():
+        assert (p.repo / f).read_bytes() == data, f"{f} in your checkout changed"
+    original = originals.get(verifier) or (p.repo / verifier).read_bytes()
+    for rev in git(p.repo, "rev-list", p.branch(), env=p.env).split():
+        assert p.show(rev, verifier) == original, rev
+    after = _refs(p)
+    after.pop(f"refs/heads/{p.branch()}", None)
+    assert after == before, "refs changed: " + str(set(after.items()) ^ set(before.items()))
+    assert left == []
+    assert_valid_ledger(p)
+    assert_journal_consistent(p)
+    return rows
+
+
+# ---- git replace: the incumbent's tree (or commit) replaced by one with a fake verifier ----------
+
+REPLACE_TREE = '''
+def g(*a, inp=None):
+    return subprocess.run(["git", "-c", "core.hooksPath=/dev/null", *a], input=inp, capture_output=True,
+                          text=True).stdout.strip()
+fake = g("hash-object", "-w", "--stdin", inp='print("score: -1000")\\n')
+lines = [ln.split("\\t", 1) for ln in g("ls-tree", "HEAD").splitlines()]
+spec = "".join(f"{m.rsplit(' ', 1)[0]} {fake if n == 'score.py' else m.rsplit(' ', 1)[1]}\\t{n}\\n" for m, n in lines)
+new_tree = g("mktree", inp=spec)
+g("replace", "-f", g("rev-parse", "HEAD^{tree}"), new_tree)
+WHAT
+W("val.txt", "35")
+'''
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("what", ["tree", "commit"])
+def test_git_replace_of_the_incumbent_never_reaches_a_measurement(tmp_path, mode, what):
+    plan = REPLACE_TREE.replace("WHAT", "" if what == "tree" else
+                                'c = g("commit-tree", new_tree, "-p", "HEAD", "-m", "x")\n'
+                                'g("replace", "-d", g("rev-parse", "HEAD^{tree}"))\n'
+                                'g("replace", "-f", g("rev-parse", "HEAD"), c)')
+    p = _project(tmp_path / "p", {1: plan, 2: HONEST}, mode)
+    res, before, originals, left = _run(p)
+    assert_caught(p, res, before, originals, left)
+    assert "-1000" not in (p.repo / "results.tsv").read_text()
+
+
+# ---- refs outside the run branch --------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_new_or_moved_ref_is_a_violation_and_undone(tmp_path, mode):
+    plan = '''
+def g(*a):
+    return subprocess.run(["git", "-c", "core.hooksPath=/dev/null", *a], capture_output=True, text=True)
+g("update-ref", "refs/heads/planted", "HEAD")
+g("update-ref", "refs/tags/v-fake", "HEAD")
+W("val.txt", "35")
+g("-c", "user.name=x", "-c", "user.email=x@y", "commit", "-qam", "moved")
+g("update-ref", "refs/heads/main", "HEAD")
+'''
+    p = _project(tmp_path / "p", {1: plan, 2: HONEST}, mode)
+    res, before, originals, left = _run(p)
+    rows = assert_caught(p, res, before, originals, left)
+    one = rows[1]
+    if mode == "none":   # under the sandbox, git's files are read-only: the generator's git failed
+        assert one["status"] == "violation", one
+        assert re.search(r"made ref refs/heads/planted.*made ref refs/tags/v-fake|moved ref refs/heads/main",
+                         one["lesson"]), one["lesson"]
+
+
+# ---- your global git config: a file it includes, its attributes file --------------------------
+
+EVIL_INCLUDE = '''
+evil = OUT / "evil.sh"
+evil.write_text(f"#!/bin/sh\\necho filter >> {OUT}/pwned\\nsed s/40.25/-1000/\\n")
+os.chmod(evil, 0o755)
+home = Path(os.environ["HOME"])
+with open(home / "inc.cfg", "a") as f:
+    f.write(f'[filter "evil"]\\n\\tclean = {evil}\\n\\tsmudge = {evil}\\n')
+with open(home / "attrs", "a") as f:
+    f.write("*.py filter=evil\\n*.txt filter=evil\\n")
+W("val.txt", "35")
+'''
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_filters_planted_through_included_config_never_run_in_autoloops_git(tmp_path, mode):
+    """The user's global config includes inc.cfg (which defines the filter their .gitattributes
+    names — it must keep working) and sets an attributes file; the generator adds a filter to the
+    included file and names it in the attributes file. None of it may run inside autoloop's git
+    calls; both files are put back."""
+    p = _project(tmp_path / "p", {1: EVIL_INCLUDE, 2: HONEST}, mode,
+                 files={".gitattributes": "notes.txt filter=mine\n"})
+    home = Path(p.env["HOME"])
+    (home / "inc.cfg").write_text('[filter "mine"]\n\tclean = cat\n\tsmudge = cat\n\trequired = true\n')
+    (home / "attrs").write_text("")
+    with open(home / ".gitconfig", "a") as f:
+        f.write(f"[include]\n\tpath = {home / 'inc.cfg'}\n[core]\n\tattributesFile = {home / 'attrs'}\n")
+    saved = {n: (home / n).read_bytes() for n in ("inc.cfg", "attrs", ".gitconfig")}
+    res, before, originals, left = _run(p)
+    rows = assert_caught(p, res, before, originals, left)
+    assert not (p.out / "pwned").exists(), (p.out / "pwned").read_text()
+    assert {n: (home / n).read_bytes() for n in saved} == saved
+    if mode == "none":
+        assert rows[1]["status"] == "violation" and "include" in rows[1]["lesson"], rows[1]
+
+
+# ---- daemons that start processes outside autoloop's reach --------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_generator_and_measurements_get_no_handle_on_session_daemons(tmp_path, mode):
+    """$TMUX, $STY, the session bus: a process started through them is the daemon's child, not
+    ours — it outlives every check. None of them may reach the generator or a measurement."""
+    plan = '''
+(OUT / "gen-env.json").write_text(json.dumps(dict(os.environ)))
+W("val.txt", "35")
+'''
+    score = ("import json, os\n"
+             "open(os.environ['E2E_OUT'] + '/verifier-env.json', 'w').write(json.dumps(dict(os.environ)))\n"
+             "print('score:', open('val.txt').read().strip())\n")
+    p = _project(tmp_path / "p", {1: plan, 2: HONEST}, mode, files={"score.py": score})
+    daemons = {"TMUX": "/tmp/tmux-0/default,1,0", "TMUX_PANE": "%1", "STY": "1.pts-0.host",
+               "DBUS_SESSION_BUS_ADDRESS": "unix:path=/run/user/0/bus", "ZELLIJ": "0"}
+    p.env.update(daemons)
+    res, before, originals, left = _run(p)
+    assert_caught(p, res, before, originals, left)
+    import json
+    for who in ("gen-env.json", "verifier-env.json"):
+        if mode != "none" and who == "verifier-env.json" and not (p.out / who).exists():
+            continue   # a sandboxed measurement may not reach the scratch folder
+        env = json.loads((p.out / who).read_text())
+        assert not set(daemons) & set(env), (who, set(daemons) & set(env))
