@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shlex
 import signal
 import time
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from autoloop.hardening import Guardrails, Tampered
 from autoloop.journal import Journal, Record, fmt, pct
 from autoloop.judge import Judge, final_text
 from autoloop.memory import near_duplicate
-from autoloop.program import Program, command_words
+from autoloop.program import Program
 from autoloop.prompt import build_prompt
 from autoloop.ratchet import better, reached
 from autoloop.redact import Redactor
@@ -93,7 +95,7 @@ def protected_paths(program: Program) -> dict[str, str]:
     if program.holdout is not None:
         commands.append(("holdout.command", program.holdout.command))
     for key, cmd in commands:
-        words = command_words(cmd)
+        words = all_words(cmd)
         for prev, w in zip(["", *words], words):
             candidate = program.repo_root / w
             if prev == "-m":  # `python -m evaluate` runs evaluate.py (or evaluate/__main__.py)
@@ -115,6 +117,29 @@ def protected_paths(program: Program) -> dict[str, str]:
                     f"generator change, so it could rewrite its own judge; keep the measurement in "
                     f"a file the generator cannot edit (e.g. prepare.py) and allow only what it tunes")
             out.setdefault(rel, "used by the verifier")
+    return out
+
+
+_SHELLY = re.compile(r"[\s;|&()<>`$]")
+
+
+def all_words(command: str, depth: int = 4) -> list[str]:
+    """The words of a command line and, recursively, of every word that is itself a command
+    line (`bash -c '… score.py'`, `sh -c "cd x && python eval.py"`), with shell operators split
+    off and `--opt=value` values included: a path named anywhere in it is a path it may run."""
+    try:
+        lex = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lex.whitespace_split = True
+        words = list(lex)
+    except ValueError:
+        words = command.split()
+    out: list[str] = []
+    for w in words:
+        out.append(w)
+        if w.startswith("-") and "=" in w:
+            out.append(w.split("=", 1)[1])
+        if depth > 0 and _SHELLY.search(w) and not set(w) <= set(";|&()<>"):
+            out += all_words(w, depth - 1)
     return out
 
 
@@ -392,7 +417,12 @@ class Run:
             # 4 verify
             if outcome is None:
                 tree = self.ws.candidate_tree(incumbent, changes)
-                if tree == self.ws.tree_of(incumbent):
+                swapped = self.ws.differs_at(self.ws.tree_of(incumbent), tree, sorted(self.guard.protected))
+                if swapped:
+                    outcome = _Outcome("violation", "violation: the candidate's tree does not carry the "
+                                       f"incumbent's {', '.join(swapped[:5])}", "violation: protected "
+                                       "files differ in the candidate's tree", changed=swapped)
+                elif tree == self.ws.tree_of(incumbent):
                     outcome = _Outcome("no_change", "no change: nothing git can record changed "
                                        "(e.g. only a mode git does not track)", "no change")
                 else:

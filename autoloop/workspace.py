@@ -1221,6 +1221,16 @@ class Workspace(Worktree):
             self._trees[commit] = git(self.repo_root, "rev-parse", commit + "^{tree}").strip()
         return self._trees[commit]
 
+    def differs_at(self, tree_a: str, tree_b: str, paths: Sequence[str]) -> list[str]:
+        """Those of `paths` (files or folders) whose entries differ between two trees — by git's
+        own object graph, replace refs ignored: a candidate must carry the incumbent's blob for
+        every protected path, whatever wrote its tree."""
+        if not paths:
+            return []
+        raw = git(self.repo_root, "diff-tree", "-r", "-z", "--no-renames", "--name-only", tree_a, tree_b,
+                  "--", *paths)
+        return [p for p in raw.split("\0") if p]
+
     def commit(self, tree: str, parent: str, message: str, who: Identity) -> str:
         """A commit of `tree` on `parent`, written as `git commit-tree` would (same bytes)."""
         commit = self.object_store().commit(tree, parent, who.name, who.email, message)

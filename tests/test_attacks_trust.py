@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scripts.e2e import (PY, assert_journal_consistent, assert_valid_ledger, git, kill_marked, make_project,
+from tests.scripts.e2e import (PY, SCORE_PY, assert_journal_consistent, assert_valid_ledger, git, kill_marked, make_project,
                                marked_pids)
 
 HONEST = 'print("Hypothesis: honest cycle two"); W("val.txt", "30")'
@@ -195,3 +195,34 @@ W("val.txt", "35")
             continue   # a sandboxed measurement may not reach the scratch folder
         env = json.loads((p.out / who).read_text())
         assert not set(daemons) & set(env), (who, set(daemons) & set(env))
+
+
+# ---- a verifier named inside `bash -c '…'` ------------------------------------------------------
+
+@pytest.mark.parametrize("verifier", ["bash -c 'cd . && {py} score.py | tail -n 5'",
+                                      "sh -c \"{py} -m scorer; true\""])
+def test_a_verifier_named_inside_a_shell_string_is_protected(tmp_path, verifier):
+    """`allowed: ['**']` would let the generator rewrite a verifier it does not see named at the
+    top level of the command line; named inside the shell string, it is the judge all the same:
+    the program is refused before anything runs, as for `python score.py`."""
+    plan = 'W("score.py", "print(\'score: -1000\')\\n"); W("scorer.py", "print(\'score: -1000\')\\n"); W("val.txt", "35")'
+    p = make_project(tmp_path / "p", {1: plan, 2: HONEST}, allowed='["**"]', verifier=verifier,
+                     files={"scorer.py": "exec(open('score.py').read())\n"})
+    res, before, originals, left = _run(p)
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr
+    assert re.search(r"program\.md:\d+: verifier\.command runs (score|scorer)\.py", res.stderr), res.stderr
+    assert not (p.repo / "results.tsv").exists()
+    assert {f: (p.repo / f).read_bytes() for f in originals} == originals
+
+
+def test_a_file_named_inside_a_guards_shell_string_is_protected(tmp_path):
+    plan = 'W("check.py", "import sys; sys.exit(0)\\n"); W("val.txt", "35")'
+    p = make_project(tmp_path / "p", {1: plan, 2: HONEST}, guards=False, allowed='[val.txt, "*.py"]',
+                     verifier="{py} src/score.py",
+                     extra=f"guards:\n  - {{name: chk, command: \"sh -c '{PY} check.py && true'\", timeout: 30}}",
+                     files={"check.py": "import sys\nsys.exit(0)\n", "src/score.py": SCORE_PY})
+    res, before, originals, left = _run(p)
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert re.search(r"program\.md:\d+: guards\[0\] runs check\.py", res.stderr), res.stderr
+    assert not (p.repo / "results.tsv").exists()
