@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from filelock import FileLock, Timeout
 
-from autoloop import envs, proc
+from autoloop import envs, proc, trust
 from autoloop.errors import (ConfigError, FatalGeneratorError, GeneratorError, Interrupted, LockedError,
                              RepoStateError, RunFailure, UsageError)
 from autoloop.generators.base import GenContext, Generator, Proposal
@@ -175,6 +175,8 @@ class Run:
     # ---- entry ---------------------------------------------------------------------------------
 
     def execute(self) -> RunSummary:
+        # before any generator exists: a same-uid debugger must not attach to the judge
+        trust.undumpable()
         self.ws.check_state()
         self.guard.preflight()
         generator = self.generator_factory(self.program.generator, self.program)
@@ -213,6 +215,10 @@ class Run:
         self.sentinel = self.ws.watch_git(extra=[self.program.path, *self.guard.user_files()])
         self.guard.start(self.sentinel, self._lock_path)
         self.journal.render(self.program.goal)
+        # what autoloop imports later is loaded now, before any generator could have planted
+        # or patched it (numpy/scipy only when this run computes statistics)
+        trust.preload(statistics=not self.judge.plain or self.program.accept.final_pairs > 0,
+                      generator_kind=self.program.generator.kind)
         if not self.journal.cycles():
             self._baseline(incumbent)
         ran = 0

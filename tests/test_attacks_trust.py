@@ -35,7 +35,11 @@ def _project(base: Path, plan: dict, mode: str, extra: str = "", **kw):
         for d in ("records", "out"):
             (base / d).mkdir(parents=True, exist_ok=True)
         extra = f"sandbox: {{kind: {mode}, writable: [{base / 'records'}, {base / 'out'}]}}\n" + extra
-    return make_project(base, plan, extra=extra, **kw)
+    p = make_project(base, plan, extra=extra, **kw)
+    # PATH folders of this machine's other users (pyenv shims rewritten by a parallel job) must
+    # not void the run's checks for reasons of their own
+    p.env["PATH"] = os.pathsep.join((str(Path(PY).parent), "/usr/local/bin", "/usr/bin", "/bin"))
+    return p
 
 
 def _refs(p) -> dict[str, str]:
@@ -226,3 +230,65 @@ def test_a_file_named_inside_a_guards_shell_string_is_protected(tmp_path):
     assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
     assert re.search(r"program\.md:\d+: guards\[0\] runs check\.py", res.stderr), res.stderr
     assert not (p.repo / "results.tsv").exists()
+
+
+# ---- what autoloop itself imports late: a numpy planted on its own path -------------------------
+
+PLANT_NUMPY = '''
+for mod in ("numpy", "scipy"):
+    d = OUT / "lib" / mod
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "__init__.py").write_text(
+        "import os, sys\\n"
+        f"open(os.environ['E2E_OUT'] + '/pwned', 'a').write('{mod} ran inside autoloop\\\\n')\\n"
+        "sys.path[:] = [p for p in sys.path if not p.startswith(os.environ['E2E_OUT'])]\\n"
+        f"del sys.modules['{mod}']\\n"
+        f"import {mod}\\n")
+W("val.txt", "35")
+'''
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_module_planted_on_autoloops_own_path_never_runs_in_it(tmp_path, mode):
+    """autoloop's own sys.path holds a folder the generator can write (here through PYTHONPATH;
+    for a user, a user site or a writable venv). numpy is first needed by the end-of-run
+    statistics, after the generators: it must already be loaded by then."""
+    p = _project(tmp_path / "p", {1: PLANT_NUMPY, 2: HONEST}, mode)
+    p.env["PYTHONPATH"] += os.pathsep + str(p.out / "lib")
+    (p.out / "lib").mkdir()
+    res, before, originals, left = _run(p)
+    assert_caught(p, res, before, originals, left)
+    assert not (p.out / "pwned").exists(), (p.out / "pwned").read_text()
+    assert "re-measured best vs start" in res.stdout, res.stdout
+
+
+# ---- a debugger of the same uid -----------------------------------------------------------------
+
+@pytest.mark.skipif(shutil.which("setpriv") is None or os.geteuid() != 0, reason="needs setpriv and root")
+@pytest.mark.parametrize("undumpable", [False, True])
+def test_a_same_uid_process_cannot_read_autoloops_memory(tmp_path, undumpable):
+    """The kernel's own rule, as a same-uid generator meets it: without CAP_SYS_PTRACE, a
+    non-dumpable process's /proc/PID/mem (what a debugger writes through) cannot be opened. Run
+    as an unprivileged uid so root's capabilities do not blur it; the control case shows the
+    same open succeeds while the process is dumpable."""
+    import subprocess
+    import sys
+    import time
+    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
+    code = (f"import sys, time; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
+            "from autoloop import trust\n"
+            f"ok = trust.undumpable() if {undumpable} else True\n"
+            "print('ready', ok, flush=True); time.sleep(30)\n")
+    target = subprocess.Popen([*drop, sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout.readline().split() == ["ready", "True"]
+        probe = subprocess.run([*drop, sys.executable, "-c",
+                                f"open('/proc/{target.pid}/mem', 'rb'); print('opened')"],
+                               capture_output=True, text=True, timeout=30)
+        if undumpable:
+            assert "PermissionError" in probe.stderr and "opened" not in probe.stdout, probe
+        else:
+            assert probe.stdout.strip() == "opened", probe
+    finally:
+        target.kill()
+        target.wait()
