@@ -22,7 +22,7 @@ from autoloop.generators.base import GenContext, Generator, Proposal
 from autoloop.generators.registry import make_generator
 from autoloop.globs import PathRules
 from autoloop.hardening import Guardrails, Tampered
-from autoloop.journal import Journal, Record, fmt, pct
+from autoloop.journal import Journal, Record, escape_controls, fmt, pct, quote_path
 from autoloop.judge import Judge, final_text
 from autoloop.memory import near_duplicate
 from autoloop.program import Program
@@ -412,7 +412,7 @@ class Run:
             self.opt.report("phase", {"cycle": n, "phase": "generate"})
             proposal, gen_error = self._generate(generator, n, log_dir)
             # the hypothesis goes into the journal and a commit message: no secrets in it
-            proposal.hypothesis = self.redact(proposal.hypothesis)
+            proposal.hypothesis = escape_controls(self.redact(proposal.hypothesis))
             self._check_signal()
 
             # 3 scope: what really changed on disk, against the rules
@@ -491,7 +491,9 @@ class Run:
         return {
             "t": "cycle", "cycle": n, "status": outcome.status, "metric": outcome.metric,
             "best": self.best, "commit": commit, "parent": incumbent,
-            "hypothesis": p.hypothesis, "result": outcome.result, "lesson": outcome.lesson,
+            # lessons quote file names and tool output: no control character reaches a reader raw
+            "hypothesis": escape_controls(p.hypothesis), "result": escape_controls(outcome.result),
+            "lesson": escape_controls(outcome.lesson),
             "changed": outcome.changed, "duration_s": round(time.monotonic() - t0, 3),
             "delta_pct": _round(pct(best_before, outcome.metric)),
             "gen": {"tokens_in": p.tokens_in, "tokens_out": p.tokens_out,
@@ -582,15 +584,15 @@ class Run:
         for ch in _file_changes(changes):
             a = ch.after
             if a is not None and a.kind == "l":
-                problems.append(f"symlink {ch.path} -> {a.digest} (symlinks are not allowed)")
+                problems.append(f"symlink {quote_path(ch.path)} -> {quote_path(str(a.digest))} (symlinks are not allowed)")
             elif a is not None and a.kind == "o":
-                problems.append(f"special file {ch.path}")
+                problems.append(f"special file {quote_path(ch.path)}")
             elif a is not None and a.kind == "f" and a.nlink > 1:
-                problems.append(f"hard link {ch.path} (links are not allowed)")
+                problems.append(f"hard link {quote_path(ch.path)} (links are not allowed)")
             else:
                 why = self.rules.why_not(ch.path)
                 if why:
-                    problems.append(f"changed {ch.path} ({why})")
+                    problems.append(f"changed {quote_path(ch.path)} ({why})")
         return problems, changes
 
     def _triage(self, proposal: Proposal, gen_error: str | None, problems: list[str],
