@@ -315,3 +315,53 @@ def test_a_file_name_cannot_forge_a_journal_section_nor_control_characters_reach
                   p.ledger_path().read_text(), git(p.repo, "log", "--format=%B", p.branch(), env=p.env)):
         assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f\u202e]", where), repr(where[:2000])
     assert "clear\\x1b[2J" in rows[1]["description"], rows[1]
+
+
+# ---- files autoloop reads and writes where a generator or candidate code can reach ---------------
+
+LOG_DIR = 'LOG = Path(os.environ["AUTOLOOP_PROMPT_FILE"]).parent\n'
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("plant", ["fifo-hypothesis", "folder-at-verifier-out", "symlink-at-verifier-out"])
+def test_what_the_generator_plants_in_its_log_folder_is_never_followed_nor_hangs(tmp_path, mode, plant):
+    code = {
+        "fifo-hypothesis": 'p = Path(os.environ["AUTOLOOP_HYPOTHESIS_FILE"]); p.unlink(missing_ok=True); os.mkfifo(p)',
+        "folder-at-verifier-out": '(LOG / "verifier.out").mkdir(); (LOG / "verifier.out" / "x").write_text("")',
+        "symlink-at-verifier-out": 'os.symlink(Path(os.environ["HOME"]) / ".bashrc", LOG / "verifier.out"); '
+                                   'os.symlink(Path(os.environ["HOME"]) / ".profile", LOG / "notes.out")',
+    }[plant]
+    p = _project(tmp_path / "p", {1: LOG_DIR + code + '\nW("val.txt", "35")\n', 2: HONEST}, mode)
+    home = Path(p.env["HOME"])
+    (home / ".bashrc").write_text("# yours\n")
+    (home / ".profile").write_text("# yours too\n")
+    res, before, originals, left = _run(p, timeout=120)
+    assert_caught(p, res, before, originals, left)
+    assert (home / ".bashrc").read_text() == "# yours\n" and (home / ".profile").read_text() == "# yours too\n"
+
+
+MODEL_RENAMES_OUTPUT = '''
+import atexit, os, sys
+def _swap():
+    if "score" not in sys.argv[0]:
+        return
+    sys.stdout.flush()
+    out = os.readlink("/proc/self/fd/1")
+    fake = out + ".fake"
+    with open(fake, "w") as f:
+        f.write("score: -1000\\\\n")
+    os.rename(fake, out)
+atexit.register(_swap)
+'''
+
+
+def test_candidate_code_renaming_a_fake_output_over_the_verifiers_log_is_not_believed(tmp_path):
+    """Candidate code the verifier imports replaces the verifier's output file by path as the
+    verifier exits; the metric must come from what the verifier wrote to the descriptor."""
+    files = {"score.py": 'import sys\nsys.path.insert(0, "src")\nimport model\nprint("score:", open("val.txt").read().strip())\n',
+             "src/model.py": "X = 1\n"}
+    plan = f'W("src/model.py", {MODEL_RENAMES_OUTPUT!r})\nW("val.txt", "35")\n'
+    p = make_project(tmp_path / "p", {1: plan, 2: 'W("src/model.py", "X = 1\\n"); ' + HONEST}, files=files)
+    res, before, originals, left = _run(p)
+    rows = assert_caught(p, res, before, originals, left)
+    assert rows[1]["status"] in ("keep", "violation") and rows[1]["metric"] in ("35", ""), rows[1]

@@ -189,7 +189,7 @@ def _sets_option(args: Sequence[str], names: Sequence[str]) -> bool:
 
 def _hypothesis_file(ctx: GenContext) -> str:
     try:
-        written = ctx.hypothesis_file.read_text(errors="replace").strip()
+        written = proc.read_regular(ctx.hypothesis_file, 64 << 10).decode(errors="replace").strip()
     except OSError:
         return ""
     return " ".join(written.split())[:1000]

@@ -71,7 +71,7 @@ class CommandGenerator:
 
     def hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str:
         try:
-            written = ctx.hypothesis_file.read_text(errors="replace").strip()
+            written = proc.read_regular(ctx.hypothesis_file, 64 << 10).decode(errors="replace").strip()
         except OSError:
             written = ""
         if written:
