@@ -29,7 +29,7 @@ from autoloop.program import Program
 from autoloop.prompt import build_prompt
 from autoloop.ratchet import better, reached
 from autoloop.redact import Redactor
-from autoloop.scope_rules import ScopeRules
+from autoloop.scope_rules import ScopeRules, library_shadow
 from autoloop.snapshot import Change, diff
 from autoloop.approve import Review, Reviewer, human_outcome
 from autoloop.persist import restore_persisted_journal
@@ -157,6 +157,10 @@ class Run:
         self.journal = Journal(program.state_dir, options.tag)
         protected = protected_paths(program)
         self.rules = ScopeRules(program.allowed, program.forbidden, protected)
+        # where Python puts a measurement script's own folder first on sys.path (and the top,
+        # for `python -m` and scripts there): a new module named like a library one is a shadow
+        self._script_dirs = sorted({""} | {rel.rpartition("/")[0] for rel, why in protected.items()
+                                           if why == "used by the verifier" and rel.endswith(".py")})
         self.guard = Guardrails(program, self.ws, self.journal, protected,
                                 planned_cycles=options.cycles if options.cycles is not None
                                 else program.stop.max_cycles)
@@ -591,6 +595,10 @@ class Run:
                 problems.append(f"hard link {quote_path(ch.path)} (links are not allowed)")
             else:
                 why = self.rules.why_not(ch.path)
+                shadowed = library_shadow(ch.path, self._script_dirs) if ch.before is None and not why else None
+                if shadowed:
+                    why = (f"shadows the module '{shadowed}' that a verifier or guard script beside it "
+                           "would import")
                 if why:
                     problems.append(f"changed {quote_path(ch.path)} ({why})")
         return problems, changes

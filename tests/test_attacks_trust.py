@@ -365,3 +365,19 @@ def test_candidate_code_renaming_a_fake_output_over_the_verifiers_log_is_not_bel
     res, before, originals, left = _run(p)
     rows = assert_caught(p, res, before, originals, left)
     assert rows[1]["status"] in ("keep", "violation") and rows[1]["metric"] in ("35", ""), rows[1]
+
+
+# ---- a module next to the verifier named like a library module -----------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shadow", ["src/pathlib.py", "src/pathlib/__init__.py"])
+def test_a_new_module_shadowing_a_library_one_next_to_the_verifier_is_a_violation(tmp_path, mode, shadow):
+    """score.py (protected, in src/) does `from pathlib import Path`; Python puts src/ first on
+    its sys.path, so a new src/pathlib.py would run instead of the standard library's."""
+    fake = "import sys\\nprint('score: -1000')\\nsys.stdout.flush()\\nimport os\\nos._exit(0)\\n"
+    plan = f'W("{shadow}", "{fake}"); W("val.txt", "35")'
+    p = _project(tmp_path / "p", {1: plan, 2: HONEST}, mode, verifier="{py} src/score.py",
+                 extra='forbidden: ["src/score.py"]', files={"src/score.py": SCORE_PY})
+    res, before, originals, left = _run(p)
+    rows = assert_caught(p, res, before, originals, left, verifier="src/score.py")
+    assert rows[1]["status"] == "violation" and "shadows the module 'pathlib'" in rows[1]["lesson"], rows[1]
