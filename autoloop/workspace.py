@@ -392,7 +392,9 @@ class Worktree:
         """Make this tree exactly `commit` (opening it the first time); returns its path.
         `clean=False`: leave untracked files for the caller, whose walk of the tree removes them
         anyway (Guardrails.measuring) — one git process and one walk fewer."""
-        if self._admin_dir is None:
+        if self._admin_dir is None or self.path.is_symlink() or not self.path.is_dir():
+            # never made, or swapped for a link to a tree of someone else's (or removed): made
+            # afresh — measuring through the link would void every later cycle, or worse
             self.open(commit)
         else:
             if self.dotgit_tampered():
@@ -405,8 +407,8 @@ class Worktree:
         run may leave a half-made admin folder, or a `.git` link a generator rewrote to point
         elsewhere: then we rebuild."""
         dotgit = self.path / ".git"
-        if dotgit.is_symlink() or not dotgit.is_file():
-            return False
+        if self.path.is_symlink() or dotgit.is_symlink() or not dotgit.is_file():
+            return False   # a tree swapped for a link resolves everything below through it
         try:
             admin = self._find_admin_dir()
             back = Path((admin / "gitdir").read_text().strip()).resolve()

@@ -381,3 +381,27 @@ def test_a_new_module_shadowing_a_library_one_next_to_the_verifier_is_a_violatio
     res, before, originals, left = _run(p)
     rows = assert_caught(p, res, before, originals, left, verifier="src/score.py")
     assert rows[1]["status"] == "violation" and "shadows the module 'pathlib'" in rows[1]["lesson"], rows[1]
+
+
+# ---- the verification tree swapped for a symlink -------------------------------------------------
+
+SWAP_VTREE = '''
+import shutil
+vt = Path(os.getcwd() + ".verify-0")
+copy = OUT / "vt-copy"
+shutil.copytree(vt, copy, symlinks=True)
+(copy / "score.py").write_text('print("score: -1000")\\n')
+os.rename(vt, OUT / "vt-moved")
+os.symlink(copy, vt)
+W("val.txt", "35")
+'''
+
+
+def test_a_verification_tree_swapped_for_a_symlink_is_caught_and_rebuilt(tmp_path):
+    p = make_project(tmp_path / "p", {1: SWAP_VTREE, 2: HONEST, 3: 'print("Hypothesis: three"); W("val.txt", "20")'})
+    res, before, originals, left = _run(p, cycles=3)
+    rows = assert_caught(p, res, before, originals, left)
+    assert rows[1]["status"] == "violation", rows[1]
+    assert (rows[3]["status"], rows[3]["metric"]) == ("keep", "20"), rows[3]
+    vt = p.worktree().with_name(p.tag + ".verify-0")
+    assert not vt.is_symlink() and (vt / "score.py").read_bytes() == originals["score.py"]
