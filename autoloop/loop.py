@@ -410,6 +410,7 @@ class Run:
             self._exact = None
             self.sentinel.capture()
             self.ws.capture_refs()
+            self.ws.capture_objects(incumbent, sorted(self.guard.protected))
             self.guard.before_generate()
 
             # 2 generate
@@ -580,6 +581,7 @@ class Run:
         # refs/replace would swap objects in other tools' reads, a moved branch or tag rewrites
         # your history: any ref the generator made or moved is put back
         problems += [f"{what} (refs are not the generator's to change)" for what in self.ws.refs_changed()]
+        problems += self.ws.objects_changed()
         hidden = tree.index_flags()
         if hidden:
             problems.append("hid files from git (assume-unchanged/skip-worktree): " + ", ".join(hidden[:5]))

@@ -159,6 +159,7 @@ class ParallelRun(Run):
             self._threads(slots, lambda s: self._prepare(s, incumbent))
             self.sentinel.capture()
             self.ws.capture_refs()
+            self.ws.capture_objects(incumbent, sorted(self.guard.protected))
             self.guard.before_generate()
 
             # 2 generate

@@ -834,6 +834,8 @@ class Workspace(Worktree):
                          cache / "autoloop" / "worktrees" / f"{repo_root.name}-{repo_id}" / _slug(tag))
         self._sentinel: Sentinel | None = None
         self._refs: dict[str, str] | None = None
+        self._objects: dict | None = None
+        self._obj_ids: dict[str, set[str]] = {}
         self._frozen: dict[Path, str] = {}
         self._verify_trees: dict[int, Worktree] = {}
         self._gen_trees: dict[int, Worktree] = {}
@@ -1023,6 +1025,55 @@ class Workspace(Worktree):
                     name, was, check=False)
         if problems:
             self._refs = self._read_refs()
+        return problems
+
+    # ---- the object store -----------------------------------------------------------------------
+
+    def capture_objects(self, commit: str, paths: Sequence[str]) -> None:
+        """Remember the pack files of the object store and the loose files of the objects that
+        make `commit`'s `paths` what they are (the commit, the trees down to them, their blobs):
+        git trusts an object's file to hold what its name says, and never checks on read."""
+        ids = self._obj_ids.get(commit)
+        if ids is None:
+            ids = {commit, self.tree_of(commit)}
+            if paths:
+                raw = git(self.repo_root, "ls-tree", "-r", "-t", "-z", "--full-tree", commit, "--", *paths)
+                ids |= {e.partition("\t")[0].split()[2] for e in raw.split("\0") if e}
+            self._obj_ids = {commit: ids}
+        objects = self.common_dir / "objects"
+        self._objects = {"packs": _idents(objects / "pack"), "loose": {}}
+        for oid in ids:
+            f = objects / oid[:2] / oid[2:]
+            try:
+                st = os.lstat(f)
+                self._objects["loose"][oid] = (_ident(st), f.read_bytes(), stat.S_IMODE(st.st_mode))
+            except OSError:
+                pass
+
+    def objects_changed(self) -> list[str]:
+        """What changed in the captured part of the object store, loose files put back."""
+        if self._objects is None:
+            return []
+        objects = self.common_dir / "objects"
+        problems = []
+        packs = _idents(objects / "pack")
+        was = self._objects["packs"]
+        if any(packs.get(name) != ident for name, ident in was.items()):
+            problems.append("rewrote or removed git's pack files (objects/pack; `git fsck` tells what is left)")
+        for oid, (ident, data, mode) in self._objects["loose"].items():
+            f = objects / oid[:2] / oid[2:]
+            try:
+                same = _ident(os.lstat(f)) == ident
+            except OSError:
+                same = False
+            if not same:
+                problems.append(f"rewrote git's object {oid[:12]}")
+                _clear_path(f)
+                f.parent.mkdir(parents=True, exist_ok=True)
+                _write_file(f, data)
+                os.chmod(f, mode)
+        if problems:
+            self._objects = None
         return problems
 
     # ---- commits ------------------------------------------------------------------------------
@@ -1538,3 +1589,27 @@ def freeze_outer_config(repo_root: Path, dest: Path) -> dict[Path, str]:
 
 def thaw_outer_config() -> None:
     _FROZEN_ENV.clear()
+
+
+def _ident(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    # ctime cannot be set back from user space: the same identity means the same bytes
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _idents(folder: Path) -> dict[str, tuple[int, int, int, int, int]]:
+    out = {}
+    try:
+        with os.scandir(folder) as it:
+            for e in it:
+                if e.name.endswith((".pack", ".idx", ".rev", ".bitmap")):
+                    out[e.name] = _ident(e.stat(follow_symlinks=False))
+    except OSError:
+        pass
+    return out
+
+
+def _clear_path(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        remove_tree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()

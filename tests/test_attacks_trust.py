@@ -405,3 +405,26 @@ def test_a_verification_tree_swapped_for_a_symlink_is_caught_and_rebuilt(tmp_pat
     assert (rows[3]["status"], rows[3]["metric"]) == ("keep", "20"), rows[3]
     vt = p.worktree().with_name(p.tag + ".verify-0")
     assert not vt.is_symlink() and (vt / "score.py").read_bytes() == originals["score.py"]
+
+
+# ---- the object store ---------------------------------------------------------------------------
+
+REWRITE_OBJECT = '''
+import zlib
+oid = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "rev-parse", "HEAD:score.py"], capture_output=True,
+                     text=True).stdout.strip()
+f = common() / "objects" / oid[:2] / oid[2:]
+body = b'print("score: -1000")\\n'
+os.chmod(f, 0o644)
+f.write_bytes(zlib.compress(b"blob %d\\0" % len(body) + body))
+W("val.txt", "35")
+'''
+
+
+def test_a_rewritten_object_of_the_incumbent_is_caught_and_put_back(tmp_path):
+    p = make_project(tmp_path / "p", {1: REWRITE_OBJECT, 2: HONEST, 3: 'print("Hypothesis: three"); W("val.txt", "20")'})
+    res, before, originals, left = _run(p, cycles=3)
+    rows = assert_caught(p, res, before, originals, left)
+    assert rows[1]["status"] == "violation" and "rewrote git's object" in rows[1]["lesson"], rows[1]
+    assert (rows[3]["status"], rows[3]["metric"]) == ("keep", "20"), rows[3]
+    assert git(p.repo, "fsck", "--no-dangling", env=p.env, check=False) == ""
