@@ -120,13 +120,15 @@ def protected_paths(program: Program) -> dict[str, str]:
     return out
 
 
-_SHELLY = re.compile(r"[\s;|&()<>`$]")
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
+_SHELL_C = re.compile(r"-[a-zA-Z]*c[a-zA-Z]*")   # -c, -lc, -ec, -exc ...
 
 
 def all_words(command: str, depth: int = 4) -> list[str]:
-    """The words of a command line and, recursively, of every word that is itself a command
-    line (`bash -c '… score.py'`, `sh -c "cd x && python eval.py"`), with shell operators split
-    off and `--opt=value` values included: a path named anywhere in it is a path it may run."""
+    """The words of a command line and, recursively, of the command string a shell is given
+    (`bash -c '… score.py'`, `sh -lc "cd x && python eval.py"`), with shell operators split off
+    and `--opt=value` values included: a path named anywhere in it is a path it may run. Code
+    given to an interpreter (`python -c "…"`) is not a command line and is not split."""
     try:
         lex = shlex.shlex(command, posix=True, punctuation_chars=True)
         lex.whitespace_split = True
@@ -134,11 +136,18 @@ def all_words(command: str, depth: int = 4) -> list[str]:
     except ValueError:
         words = command.split()
     out: list[str] = []
-    for w in words:
+    shell = False
+    for i, w in enumerate(words):
         out.append(w)
         if w.startswith("-") and "=" in w:
             out.append(w.split("=", 1)[1])
-        if depth > 0 and _SHELLY.search(w) and not set(w) <= set(";|&()<>"):
+        if set(w) <= set(";|&()<>"):
+            shell = False          # the next command starts
+        elif os.path.basename(w) in _SHELLS or w == "eval":
+            shell = True
+            if w == "eval" and depth > 0:
+                out += all_words(" ".join(words[i + 1:]), depth - 1)
+        elif shell and depth > 0 and i > 0 and _SHELL_C.fullmatch(words[i - 1]):
             out += all_words(w, depth - 1)
     return out
 

@@ -131,3 +131,8 @@ def test_undumpable_sets_the_flag():
     code = "from autoloop import trust; print(trust.dumpable(), trust.undumpable(), trust.dumpable())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "True", "False"]
+
+
+def test_code_given_to_an_interpreter_is_not_a_command_line():
+    """`python -c "…open('val.txt')…"` reads val.txt as data; it does not run it."""
+    assert "val.txt" not in all_words("python -c \"print(open('val.txt').read())\"")
