@@ -1046,7 +1046,7 @@ class Workspace(Worktree):
             f = objects / oid[:2] / oid[2:]
             try:
                 st = os.lstat(f)
-                self._objects["loose"][oid] = (_ident(st), f.read_bytes(), stat.S_IMODE(st.st_mode))
+                self._objects["loose"][oid] = (_object_ident(st), f.read_bytes(), stat.S_IMODE(st.st_mode))
             except OSError:
                 pass
 
@@ -1063,7 +1063,7 @@ class Workspace(Worktree):
         for oid, (ident, data, mode) in self._objects["loose"].items():
             f = objects / oid[:2] / oid[2:]
             try:
-                same = _ident(os.lstat(f)) == ident
+                same = _object_ident(os.lstat(f)) == ident
             except OSError:
                 same = False
             if not same:
@@ -1591,7 +1591,7 @@ def thaw_outer_config() -> None:
     _FROZEN_ENV.clear()
 
 
-def _ident(st: os.stat_result) -> tuple[int, int, int, int, int]:
+def _object_ident(st: os.stat_result) -> tuple[int, int, int, int, int]:
     # ctime cannot be set back from user space: the same identity means the same bytes
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
@@ -1602,7 +1602,7 @@ def _idents(folder: Path) -> dict[str, tuple[int, int, int, int, int]]:
         with os.scandir(folder) as it:
             for e in it:
                 if e.name.endswith((".pack", ".idx", ".rev", ".bitmap")):
-                    out[e.name] = _ident(e.stat(follow_symlinks=False))
+                    out[e.name] = _object_ident(e.stat(follow_symlinks=False))
     except OSError:
         pass
     return out
