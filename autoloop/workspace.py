@@ -834,6 +834,7 @@ class Workspace(Worktree):
                          cache / "autoloop" / "worktrees" / f"{repo_root.name}-{repo_id}" / _slug(tag))
         self._sentinel: Sentinel | None = None
         self._refs: dict[str, str] | None = None
+        self._refs_seen: tuple = ()
         self._objects: dict | None = None
         self._obj_ids: dict[str, set[str]] = {}
         self._frozen: dict[Path, str] = {}
@@ -1018,13 +1019,32 @@ class Workspace(Worktree):
                 out[name] = f"ref: {sym}" if sym else oid
         return out
 
+    def _refs_picture(self) -> tuple:
+        """The stat identity of every file and folder that holds refs (loose refs, packed-refs,
+        the reftable folder): unchanged, the refs are unchanged (ctime cannot be set back)."""
+        out = []
+        for top in ("refs", "packed-refs", "reftable"):
+            for dirpath, dirnames, filenames in os.walk(self.common_dir / top) if (self.common_dir / top).is_dir() \
+                    else [(str(self.common_dir), [], [top])]:
+                for name in sorted(dirnames) + sorted(filenames):
+                    full = os.path.join(dirpath, name)
+                    try:
+                        st = os.lstat(full)
+                    except OSError:
+                        continue
+                    out.append((full, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        return tuple(out)
+
     def capture_refs(self) -> None:
-        self._refs = self._read_refs()
+        picture = self._refs_picture()
+        if self._refs is None or picture != self._refs_seen:
+            self._refs = self._read_refs()
+            self._refs_seen = self._refs_picture()
 
     def refs_changed(self) -> list[str]:
         """The refs made, moved or deleted since capture_refs, each put back as it was (git's
         reflog keeps what they pointed at); one line each."""
-        if self._refs is None:
+        if self._refs is None or self._refs_picture() == self._refs_seen:
             return []
         now = self._read_refs()
         problems = []
@@ -1042,8 +1062,8 @@ class Workspace(Worktree):
             else:
                 git(self.repo_root, "update-ref", "--no-deref", "-m", "autoloop: undo a ref change by the generator",
                     name, was, check=False)
-        if problems:
-            self._refs = self._read_refs()
+        self._refs = self._read_refs()
+        self._refs_seen = self._refs_picture()
         return problems
 
     # ---- the object store -----------------------------------------------------------------------
@@ -1054,10 +1074,18 @@ class Workspace(Worktree):
         git trusts an object's file to hold what its name says, and never checks on read."""
         ids = self._obj_ids.get(commit)
         if ids is None:
+            # from the commit's folders (kept commits are made, and remembered, by autoloop:
+            # no git call for them)
+            folders = self.folders_of(commit).folders
             ids = {commit, self.tree_of(commit)}
-            if paths:
-                raw = git(self.repo_root, "ls-tree", "-r", "-t", "-z", "--full-tree", commit, "--", *paths)
-                ids |= {e.partition("\t")[0].split()[2] for e in raw.split("\0") if e}
+            for path in paths:
+                parent = ""
+                for name in path.split("/"):
+                    entry = folders.get(parent, {}).get(name)
+                    if entry is None:
+                        break
+                    ids.add(entry[1])
+                    parent = f"{parent}/{name}" if parent else name
             self._obj_ids = {commit: ids}
         objects = self.common_dir / "objects"
         self._objects = {"packs": _idents(objects / "pack"), "loose": {}}
@@ -1292,6 +1320,10 @@ class Workspace(Worktree):
         if commit not in self._trees:  # commits are immutable: ask git once
             self._trees[commit] = git(self.repo_root, "rev-parse", commit + "^{tree}").strip()
         return self._trees[commit]
+
+    def written_by_hand(self, base: str, tree: str) -> bool:
+        """Was `tree` (the last candidate on `base`) written by autoloop itself?"""
+        return self._by_hand == (base, tree)
 
     def differs_at(self, tree_a: str, tree_b: str, paths: Sequence[str]) -> list[str]:
         """Those of `paths` (files or folders) whose entries differ between two trees — by git's
