@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from filelock import FileLock, Timeout
 from autoloop import envs, proc
 from autoloop.errors import (ConfigError, FatalGeneratorError, GeneratorError, Interrupted, LockedError,
                              RepoStateError, RunFailure, UsageError)
-from autoloop.generators.base import GenContext, Generator, Proposal
+from autoloop.generators.base import GenContext, Generator, Proposal, preflight_context
 from autoloop.generators.registry import make_generator
 from autoloop.globs import PathRules
 from autoloop.hardening import Guardrails, Tampered
@@ -153,6 +154,7 @@ class Run:
         self.ws.check_state()
         self.guard.preflight()
         generator = self.generator_factory(self.program.generator, self.program)
+        self.preflight_generator(generator)
         # Beside the worktree, outside the repository: a refused run leaves no trace in it.
         lock_path = self.ws.path.with_name(self.ws.path.name + ".lock")
         lock_path.parent.mkdir(parents=True, exist_ok=True)
@@ -174,6 +176,22 @@ class Run:
             finally:
                 self._restore_signals(old_handlers)
                 lock.release()
+
+    def preflight_generator(self, generator: Generator) -> str | None:
+        """Before the baseline: a generator that cannot start (not installed, not startable in
+        the sandbox) stops the run now (FatalGeneratorError, exit 1), not as a gen_error every
+        cycle. Returns the version it reported, if any."""
+        check = getattr(generator, "preflight", None)
+        if check is None:
+            return None
+        with tempfile.TemporaryDirectory(prefix="autoloop-preflight-") as tmp:
+            scratch = Path(tmp)
+            ctx = preflight_context(self.program, scratch, env=envs.generator_env(self._env(0)),
+                                    run_marker=self.marker, wrap=self.guard.wrap(scratch, workdir=scratch))
+            try:
+                return check(ctx)
+            finally:
+                proc.kill_marked(self.marker)
 
     def _run(self, generator: Generator) -> RunSummary:
         proc.kill_marked(self.marker)
@@ -562,6 +580,9 @@ class Run:
                             changed=files)
         if not files:
             lesson = proposal.no_change_reason or "no change: the generator left the tree as it was"
+            if proposal.notes:
+                # what the agent said went wrong (failed edits, denied tools) is the lesson
+                lesson += " (it reported: " + "; ".join(proposal.notes[:5]) + ")"
             return _Outcome("no_change", lesson, "no change")
         return None
 

@@ -35,15 +35,19 @@ Where the flags and shapes come from (re-check them here when a tool changes):
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
 import shlex
 import shutil
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
 from autoloop import proc
+from autoloop.executables import needed_paths
 from autoloop.errors import FatalGeneratorError, GeneratorError
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.generators.command import CommandGenerator
@@ -68,6 +72,54 @@ _AUTH_PROBLEM = re.compile(
 )
 
 
+@dataclass(frozen=True)
+class AgentState:
+    """Where an agent CLI keeps its state, so each run can give it a private, writable copy
+    (inside the sandbox the user's home is read-only, and the real state must not become the
+    generator's to rewrite).
+
+    `env`: the variable that moves the state folder (the copy's path is put there);
+    `home`: where the folder is when the variable is unset (`~` expanded);
+    `files`: single files beside it that go into the copy (`~/.claude.json` → `.claude.json`);
+    `copy`: what of the folder is copied — its top-level files and these sub-folders (sessions,
+    logs and caches are left behind: the copy is for settings and credentials)."""
+
+    env: str
+    home: str
+    files: tuple[tuple[str, str], ...] = ()
+    copy: tuple[str, ...] = ()
+    defaults: tuple[tuple[str, str], ...] = ()   # more variables, set only when the user has not
+
+
+_STATE_FILE_LIMIT = 4 << 20
+
+
+def private_state(state: AgentState, environ: Mapping[str, str]) -> Path:
+    """A fresh private copy of the agent's state (0700, removed when autoloop exits)."""
+    root = Path(tempfile.mkdtemp(prefix="autoloop-agent-state-"))
+    atexit.register(shutil.rmtree, root, True)
+    source = Path(environ.get(state.env) or os.path.expanduser(state.home))
+    if source.is_dir() and not source.is_symlink():
+        for entry in source.iterdir():
+            try:
+                if entry.is_file() and not entry.is_symlink() and entry.stat().st_size <= _STATE_FILE_LIMIT:
+                    shutil.copy2(entry, root / entry.name)
+                elif entry.name in state.copy and entry.is_dir() and not entry.is_symlink():
+                    shutil.copytree(entry, root / entry.name, symlinks=True)
+            except OSError:
+                continue   # unreadable leftovers of the agent's own: not needed to start
+    for src, dst in state.files:
+        path = Path(os.path.expanduser(src))
+        if state.env in environ:
+            continue   # the user moved the state: the files beside the home default are not it
+        try:
+            if path.is_file() and not path.is_symlink() and path.stat().st_size <= _STATE_FILE_LIMIT:
+                shutil.copy2(path, root / dst)
+        except OSError:
+            continue
+    return root
+
+
 class AgentReportError(GeneratorError):
     """The agent's run failed (the cycle is `gen_error`); `proposal` holds what it reported."""
 
@@ -86,6 +138,45 @@ class AgentGenerator(CommandGenerator):
     tool: ClassVar[str] = ""
     install_hint: ClassVar[str] = ""
     model_flag: ClassVar[tuple[str, ...]] = ("--model",)
+    state: ClassVar[AgentState | None] = None
+    version_argv: ClassVar[tuple[str, ...]] = ("--version",)
+
+    _state_dir: Path | None = None
+
+    # ---- the sandbox it lives in -------------------------------------------------------------
+
+    def program_path(self, ctx: GenContext) -> str | None:
+        return self.executable(ctx)[0]
+
+    def network(self) -> bool | None:
+        """Agent CLIs talk to their API: network on in the sandbox unless program.md says."""
+        return None if "sandbox.network" in self.program.lines else True
+
+    def sandboxed(self, ctx: GenContext) -> GenContext:
+        if ctx.wrap is None:
+            # Unsandboxed the agent keeps the user's own state, as it would outside autoloop.
+            return ctx
+        env = dict(ctx.env)
+        writable: list[Path] = []
+        if self.state is not None:
+            if self._state_dir is None:
+                self._state_dir = private_state(self.state, ctx.env)
+            env[self.state.env] = str(self._state_dir)
+            writable.append(self._state_dir)
+            for key, value in self.state.defaults:
+                env.setdefault(key, value)
+        readable = needed_paths(self.executable(ctx)[0], ctx.env.get("PATH"))
+        outer, network = ctx.wrap, self.network()
+        return replace(ctx, env=env, wrap=lambda command: outer(
+            command, readable=readable, writable=writable, network=network))
+
+    def preflight(self, ctx: GenContext) -> str | None:
+        """The tool is found, and starts (`--version`) inside the sandbox the cycles will use;
+        returns what it said its version is."""
+        exe = self.executable(ctx)
+        ctx = self.sandboxed(ctx)
+        said = self.check_starts(ctx, [*exe, *self.version_argv], os.path.basename(exe[0]))
+        return (said.strip().splitlines() or [""])[0][:100] or None
 
     # ---- argv ------------------------------------------------------------------------------
 
@@ -268,6 +359,11 @@ class ClaudeGenerator(AgentGenerator):
 
     tool = "claude"
     install_hint = "Claude Code"
+    # CLAUDE_CONFIG_DIR moves ~/.claude and ~/.claude.json together.
+    state = AgentState(env="CLAUDE_CONFIG_DIR", home="~/.claude",
+                       files=(("~/.claude.json", ".claude.json"),),
+                       copy=("agents", "commands", "skills"),
+                       defaults=(("DISABLE_AUTOUPDATER", "1"),))
 
     def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
         return [
@@ -361,18 +457,22 @@ def _last_json_object(text: str, want_type: str) -> dict[str, Any] | None:
 
 class CodexGenerator(AgentGenerator):
     """Codex CLI: `codex exec --json ... -`, the prompt on stdin (a file, so it sees EOF and never
-    waits on an open pipe). `workspace-write` lets it write its working directory only."""
+    waits on an open pipe). Unsandboxed, `workspace-write` lets it write its working directory
+    only; inside autoloop's sandbox it runs `danger-full-access` within ours."""
 
     tool = "codex"
     install_hint = "the Codex CLI"
     model_flag = ("--model", "-m")
+    state = AgentState(env="CODEX_HOME", home="~/.codex", copy=("prompts", "rules"))
 
     def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
+        # Codex's own sandbox cannot start inside ours (it needs a user namespace bwrap's
+        # --cap-drop forbids): its edits would fail while it exits 0. Ours confines it instead.
+        own = ["--sandbox", "danger-full-access"] if ctx.wrap is not None else ["--sandbox", "workspace-write"]
         return [
             ((), ["exec"]),
             (("--json", "--experimental-json"), ["--json"]),
-            (("--sandbox", "-s", "--dangerously-bypass-approvals-and-sandbox", "--full-auto"),
-             ["--sandbox", "workspace-write"]),
+            (("--sandbox", "-s", "--dangerously-bypass-approvals-and-sandbox", "--full-auto"), own),
             (("--skip-git-repo-check",), ["--skip-git-repo-check"]),
         ]
 
@@ -384,7 +484,8 @@ class CodexGenerator(AgentGenerator):
         last_completed = -1
         failure: str | None = None
         last_error: tuple[int, str] | None = None
-        commands = 0
+        commands = failed_commands = edits = 0
+        failed_edits: list[str] = []
         for index, event in enumerate(_json_lines(_read_text(out))):
             kind = event.get("type")
             if not isinstance(kind, str):
@@ -415,11 +516,24 @@ class CodexGenerator(AgentGenerator):
                 item = event["item"]
                 if item.get("type") == "command_execution":
                     commands += 1
+                    if item.get("status") == "failed" or _int(item.get("exit_code")) != 0:
+                        failed_commands += 1
+                        _note(proposal, f"codex: command failed (exit {item.get('exit_code')}): "
+                                        f"{' '.join(str(item.get('command', '')).split())}")
+                elif item.get("type") == "file_change":
+                    paths = ", ".join(str(c.get("path", "?")) for c in item.get("changes") or []
+                                      if isinstance(c, dict))
+                    if item.get("status") == "failed":
+                        failed_edits.append(paths or "?")
+                        _note(proposal, f"codex: edit failed: {paths or '(no path given)'}")
+                    else:
+                        edits += 1
                 elif item.get("type") == "error" and len(proposal.notes) < _MAX_NOTES:
                     proposal.notes.append(f"codex: {item.get('message', '')}"[:_NOTE_LEN])
         proposal.turns = completed
         proposal.cost_usd = _price(proposal.tokens_in, proposal.tokens_out, self.spec.price)
-        proposal.meta.update({"tool": "codex", "commands": commands})
+        proposal.meta.update({"tool": "codex", "commands": commands, "failed_commands": failed_commands,
+                              "edits": edits, "failed_edits": len(failed_edits)})
         if seen == 0:
             tail = _last_line(_read_text(err)) or _last_line(_read_text(out))
             raise _Unparseable("codex printed no JSON events" + (f": {tail}" if tail else ""))
@@ -433,6 +547,11 @@ class CodexGenerator(AgentGenerator):
             raise AgentReportError(f"codex error: {last_error[1][:500]}", proposal)
         if completed == 0:
             raise AgentReportError("codex finished without completing a turn", proposal)
+        if failed_edits and not edits:
+            # Codex exits 0 when every edit it tried failed (its own sandbox refusing them, for
+            # one): that is a failed attempt, not a generator that chose to change nothing.
+            raise AgentReportError(f"codex: every edit it tried failed ({'; '.join(failed_edits)[:300]})",
+                                   proposal)
 
     def output_hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str | None:
         replies = [str(e["item"].get("text", "")) for e in _json_lines(_read_text(res.stdout_path))
@@ -443,6 +562,11 @@ class CodexGenerator(AgentGenerator):
             if found:
                 return found
         return first_sentence(replies[-1]) if replies else None
+
+
+def _note(proposal: Proposal, text: str) -> None:
+    if len(proposal.notes) < _MAX_NOTES:
+        proposal.notes.append(text[:_NOTE_LEN])
 
 
 def _json_lines(text: str) -> Iterator[dict[str, Any]]:

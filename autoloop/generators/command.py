@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from autoloop import proc
+from autoloop.executables import needed_paths
 from autoloop.errors import ConfigError, FatalGeneratorError, GeneratorError
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.journal import fmt
@@ -15,6 +21,11 @@ from autoloop.program import GeneratorSpec, Program
 _HYPOTHESIS = re.compile(r"Hypothesis:\s*(.*)", re.IGNORECASE)
 _SCAN_LIMIT = 16 << 20
 _LINE_LIMIT = 64 << 10
+_PREFLIGHT_TIMEOUT = 120.0
+# Exit statuses of a shell (and of bwrap's exec) for "found but not executable" / "not found":
+# it will not start next cycle either.
+_CANNOT_START = {126: "found but not executable", 127: "command not found"}
+_SHELL_SYNTAX = re.compile(r"[|&;<>()$`\\\"'*?\[\]#~=%{}]")
 
 
 class CommandGenerator:
@@ -37,9 +48,76 @@ class CommandGenerator:
     def read_report(self, res: proc.ProcResult, proposal: Proposal) -> None:
         """Fill cost/tokens/notes from the tool's own output; raise GeneratorError if it failed."""
 
+    def program_path(self, ctx: GenContext) -> str | None:
+        """The program the command starts, resolved as its shell will (None: not knowable, e.g.
+        a shell builtin or a command line with shell syntax in its first word)."""
+        assert self.spec.command is not None
+        try:
+            words = shlex.split(self.spec.command)
+        except ValueError:
+            return None
+        if not words or _SHELL_SYNTAX.search(words[0]):
+            return None
+        name = words[0]
+        if "/" in name:
+            return str(Path(ctx.workdir, name)) if not os.path.isabs(name) else name
+        return shutil.which(name, path=ctx.env.get("PATH", os.defpath)) or name
+
+    def sandboxed(self, ctx: GenContext) -> GenContext:
+        """`ctx` with what the program needs inside the sandbox: the files its name resolves to
+        (an npm `.bin` symlink's target, a venv's interpreter) readable behind the private /tmp."""
+        if ctx.wrap is None:
+            return ctx
+        exe = self.program_path(ctx)
+        if exe is None or not os.path.isabs(exe):
+            return ctx
+        readable = needed_paths(exe, ctx.env.get("PATH"))
+        outer = ctx.wrap
+        return replace(ctx, wrap=lambda command: outer(command, readable=readable))
+
+    def preflight(self, ctx: GenContext) -> None:
+        """Raise FatalGeneratorError unless the program can start, inside the sandbox when there
+        is one — before the baseline, so a run that could never propose anything stops at once."""
+        exe = self.program_path(ctx)
+        if exe is None:
+            return
+        name = shlex.split(self.spec.command or "")[0]
+        if not os.path.isabs(exe):
+            raise FatalGeneratorError(
+                f"generator.command: {name}"
+                f" not found on PATH; "
+                "install it, or name it by its full path")
+        if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+            raise FatalGeneratorError(f"generator.command: {exe} is not an executable file; "
+                                      "fix generator.command or chmod +x it")
+        ctx = self.sandboxed(ctx)
+        if ctx.wrap is None:
+            return
+        # Found outside; is it there inside (not under a folder the sandbox hides)?
+        self.check_starts(ctx, ["/bin/sh", "-c", 'test -x "$1"', "sh", exe], name)
+
+    def check_starts(self, ctx: GenContext, argv: list[str], name: str) -> str:
+        """Run `argv` as the generator would run (sandboxed when it is); its stdout, or
+        FatalGeneratorError naming `name`, what it said and the fix."""
+        command = ctx.wrap(argv) if ctx.wrap is not None else argv
+        with tempfile.TemporaryDirectory(prefix="autoloop-preflight-") as tmp:
+            res = proc.run(command, cwd=ctx.workdir, env=dict(ctx.env), timeout=_PREFLIGHT_TIMEOUT,
+                           log_stem=Path(tmp) / "preflight", stdin=None, marker=ctx.run_marker)
+            out = res.stdout_tail(2000)
+            said = [ln.strip() for ln in (res.stderr_tail(2000) + "\n" + out).splitlines() if ln.strip()]
+        where = "inside the sandbox" if ctx.wrap is not None else ""
+        if res.start_error is not None or not res.ok:
+            why = res.start_error or (said[-1][:300] if said else res.describe())
+            fix = ("bind what it needs with sandbox.writable, or run it with sandbox: none"
+                   if ctx.wrap is not None else "check that it is installed and runs")
+            raise FatalGeneratorError(f"the generator {name} cannot start {where}: "
+                                      f"`{' '.join(argv)}` {res.describe()}: {why}; {fix}".replace("  ", " "))
+        return out
+
     # ---- the protocol --------------------------------------------------------------------------
 
     def propose(self, ctx: GenContext) -> Proposal:
+        ctx = self.sandboxed(ctx)
         env = dict(ctx.env)
         env.update(
             AUTOLOOP_PROMPT_FILE=str(ctx.prompt_file),
@@ -62,6 +140,11 @@ class CommandGenerator:
         if res.start_error is not None:
             # it will not start next cycle either
             raise FatalGeneratorError(f"cannot run the generator {_show(self.command(ctx))}: {res.start_error}")
+        if res.exit_code in _CANNOT_START:
+            raise FatalGeneratorError(
+                f"the generator {_show(command)[:200]} {_CANNOT_START[res.exit_code]} (exit "
+                f"{res.exit_code}): {(res.stderr_tail(500).strip().splitlines() or [''])[-1][:200]}; "
+                "fix generator.command (autoloop doctor checks it)")
         if not res.ok:
             tail = [ln for ln in (res.stderr_tail(2000) or res.stdout_tail(2000)).splitlines() if ln.strip()]
             raise GeneratorError(f"generator {res.describe()}" + (f": {tail[-1][:200]}" if tail else ""))
