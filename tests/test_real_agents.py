@@ -1,0 +1,182 @@
+"""The real agent CLIs — Claude Code, Codex CLI, aider — from their public registries, inside
+the generator sandbox, driven end to end through `python -m autoloop run` against a loopback
+server that speaks their APIs (tests/fake_llm_server.py).
+
+Each is installed under /tmp (an npm `--prefix`, a venv of its own), reached through PATH (npm's
+`node_modules/.bin` symlink, a venv's script), and scripted for two cycles:
+
+1. read the allowed file, then edit it to a better value  -> `keep`, committed on the branch;
+2. edit the verifier instead                                -> `violation`, the verifier intact.
+
+Where they are: AUTOLOOP_TEST_CLAUDE / AUTOLOOP_TEST_CODEX / AUTOLOOP_TEST_AIDER (the
+executables), else under AUTOLOOP_TEST_CLIS (`claude/node_modules/.bin/claude`,
+`codex/node_modules/.bin/codex`, `aider/bin/aider`), which `.ci/run` fills with pinned versions.
+A missing CLI or bubblewrap skips its test with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from tests.fake_llm_server import FakeLLMServer, Item, Reply, ToolCall
+from tests.scripts.e2e import git, isolated_env
+
+PY = sys.executable
+SCORE_PY = 'print(f"score: {open(\'val.txt\').read().strip()}")\n'
+CHEAT = 'print("score: -1000")\n'
+KEY = "e2e-real-agent-key-4fQ9"
+HYPOTHESIS = "Hypothesis: a smaller value in val.txt lowers the score."
+
+
+def _installed(var: str, rel: str) -> Path | None:
+    named = os.environ.get(var)
+    if named:
+        return Path(named)
+    root = os.environ.get("AUTOLOOP_TEST_CLIS")
+    return Path(root) / rel if root else None
+
+
+def _need(var: str, rel: str) -> Path:
+    exe = _installed(var, rel)
+    if exe is None:
+        pytest.skip(f"set {var} (or AUTOLOOP_TEST_CLIS, as .ci/run does) to test the real CLI")
+    if not (exe.exists() and os.access(exe, os.X_OK)):
+        pytest.skip(f"{var}: {exe} is not an executable (its install failed?)")
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    probe = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-pid", "--", "/bin/true"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"bwrap cannot make a sandbox here: {probe.stderr.decode()[-200:]}")
+    return exe
+
+
+class Project:
+    def __init__(self, tmp: Path, generator: str, exe: Path) -> None:
+        self.env = isolated_env(tmp)
+        self.home = Path(self.env["HOME"])
+        self.repo = tmp / "repo"
+        self.repo.mkdir()
+        (self.repo / "val.txt").write_text("5\n")
+        (self.repo / "score.py").write_text(SCORE_PY)
+        (self.repo / ".gitignore").write_text("program.md\nexperiments.md\nresults.tsv\n.autoloop/\n")
+        (self.repo / "program.md").write_text(
+            "---\ngoal: Lower the score that score.py prints\nallowed: [val.txt]\n"
+            f"verifier: {{command: {PY} score.py, metric: score, direction: minimize}}\n"
+            f"{generator}\nsandbox: bwrap\n---\nLower the number in val.txt.\n")
+        git(self.repo, "init", "-q", env=self.env)
+        git(self.repo, "add", "-A", env=self.env)
+        git(self.repo, "commit", "-qm", "start", env=self.env)
+        # Installed under /tmp and found through PATH: npm's .bin symlink / the venv's script.
+        self.env["PATH"] = f"{exe.parent}{os.pathsep}{self.env['PATH']}"
+
+    def run(self, cycles: int, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PY, "-m", "autoloop", "run", "program.md", "--tag", "t", "--cycles", str(cycles)],
+                              cwd=self.repo, env=self.env, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+
+    def rows(self) -> list[dict[str, str]]:
+        lines = (self.repo / "results.tsv").read_text().splitlines()
+        head = lines[0].split("\t")
+        return [dict(zip(head, ln.split("\t"))) for ln in lines[1:]]
+
+
+class Script:
+    """Answers each agent session in turn: session 1 edits val.txt, session 2 the verifier.
+    A session is a conversation the CLI starts (a request with no assistant turn yet); side
+    requests (titles, quota probes) get a plain text answer from `side`."""
+
+    def __init__(self, sessions: list[list[Callable[[str], Item]]],
+                 is_main: Callable[[dict[str, Any]], bool], workdir: Callable[[dict[str, Any]], str],
+                 turns: Callable[[dict[str, Any]], int]) -> None:
+        self.sessions = sessions
+        self.is_main, self.workdir, self.turns = is_main, workdir, turns
+        self.started = 0
+        self.seen: list[str] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, path: str, body: dict[str, Any]) -> Item:
+        if not self.is_main(body):
+            return Reply(text="ok")
+        turn = self.turns(body)
+        with self._lock:
+            if turn == 0:
+                self.started += 1
+            session = self.sessions[min(self.started, len(self.sessions)) - 1]
+        wd = self.workdir(body)
+        self.seen.append(wd)
+        return session[min(turn, len(session) - 1)](wd)
+
+
+def _text(body: dict[str, Any]) -> str:
+    return json.dumps(body)
+
+
+def _check_two_cycles(p: Project, res: subprocess.CompletedProcess[str]) -> None:
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = p.rows()
+    assert [r["status"] for r in rows] == ["baseline", "keep", "violation"], rows
+    assert rows[1]["metric"] == "3" and rows[1]["description"].startswith("a smaller value"), rows[1]
+    branch = git(p.repo, "show", "autoloop/t:val.txt", env=p.env)
+    assert branch.strip() == "3"
+    assert git(p.repo, "show", "autoloop/t:score.py", env=p.env) == SCORE_PY.strip()
+    assert (p.repo / "score.py").read_text() == SCORE_PY     # the checkout's verifier too
+    assert int(git(p.repo, "rev-list", "--count", "main..autoloop/t", env=p.env)) == 1
+    assert "score.py" in rows[2]["lesson"]
+
+
+# ----------------------------------------------------------------------------------- Claude Code
+
+_CWD = re.compile(r"[Ww]orking directory: (/[^\s\"\\]+)")
+
+
+def _claude_workdir(body: dict[str, Any]) -> str:
+    m = _CWD.search(_text(body))
+    assert m, "Claude Code's system prompt names no working directory"
+    return m.group(1)
+
+
+def _claude_turns(body: dict[str, Any]) -> int:
+    return sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
+
+
+def _claude_sessions(repo_val: str) -> list[list[Callable[[str], Item]]]:
+    def read(name: str) -> Callable[[str], Item]:
+        return lambda wd: Reply(tool_calls=[ToolCall(name="Read", input={"file_path": f"{wd}/{name}"})])
+
+    def change(name: str, old: str, new: str) -> Callable[[str], Item]:
+        return lambda wd: Reply(tool_calls=[ToolCall(
+            name="Edit", input={"file_path": f"{wd}/{name}", "old_string": old, "new_string": new})])
+
+    done = lambda wd: Reply(text=HYPOTHESIS)   # noqa: E731
+    return [[read("val.txt"), change("val.txt", "5", "3"), done],
+            [read("score.py"), change("score.py", SCORE_PY.strip(), CHEAT.strip()), done]]
+
+
+def test_real_claude_code_keeps_an_edit_and_cannot_change_the_verifier(tmp_path: Path) -> None:
+    exe = _need("AUTOLOOP_TEST_CLAUDE", "claude/node_modules/.bin/claude")
+    p = Project(tmp_path, "generator: {kind: claude, timeout: 300}", exe)
+    with FakeLLMServer() as srv:
+        script = Script(_claude_sessions("val.txt"),
+                        is_main=lambda b: any(t.get("name") == "Edit" for t in b.get("tools") or []),
+                        workdir=_claude_workdir, turns=_claude_turns)
+        srv.responder = script
+        p.env.update(ANTHROPIC_API_KEY=KEY, ANTHROPIC_BASE_URL=srv.anthropic_url)
+        res = p.run(2)
+    _check_two_cycles(p, res)
+    assert script.started == 2
+    # It ran in autoloop's work tree, not in the checkout, and never saw the key in the journal.
+    assert all(not wd.startswith(str(p.repo) + "/") and wd != str(p.repo) for wd in script.seen)
+    assert KEY not in (p.repo / "results.tsv").read_text() + (p.repo / "experiments.md").read_text()
+    # Its state was a private copy: nothing written into the user's home.
+    assert not (p.home / ".claude").exists() and not (p.home / ".claude.json").exists()
