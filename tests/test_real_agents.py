@@ -180,3 +180,27 @@ def test_real_claude_code_keeps_an_edit_and_cannot_change_the_verifier(tmp_path:
     assert KEY not in (p.repo / "results.tsv").read_text() + (p.repo / "experiments.md").read_text()
     # Its state was a private copy: nothing written into the user's home.
     assert not (p.home / ".claude").exists() and not (p.home / ".claude.json").exists()
+
+
+# ----------------------------------------------------------------------------------------- aider
+
+def _aider_block(name: str, old: str, new: str) -> Callable[[str], Item]:
+    return lambda wd: Reply(text=f"Editing {name}.\n\n{name}\n```\n<<<<<<< SEARCH\n{old}\n=======\n"
+                                 f"{new}\n>>>>>>> REPLACE\n```\n\n{HYPOTHESIS}\n")
+
+
+def test_real_aider_keeps_an_edit_and_cannot_change_the_verifier(tmp_path: Path) -> None:
+    exe = _need("AUTOLOOP_TEST_AIDER", "aider/bin/aider")
+    with FakeLLMServer() as srv:
+        p = Project(tmp_path, "generator: {kind: aider, model: openai/gpt-4o, timeout: 300, args: "
+                              f"[--openai-api-base, '{srv.openai_url}', --edit-format, diff]}}", exe)
+        # One request per aider run (no git: no commit-message call to the weak model).
+        script = Script([[_aider_block("val.txt", "5", "3")],
+                         [_aider_block("score.py", SCORE_PY.strip(), CHEAT.strip())]],
+                        is_main=lambda b: True, workdir=lambda b: "", turns=lambda b: 0)
+        srv.responder = script
+        p.env.update(OPENAI_API_KEY=KEY, LITELLM_LOCAL_MODEL_COST_MAP="True")
+        res = p.run(2)
+    _check_two_cycles(p, res)
+    assert script.started == 2
+    assert KEY not in (p.repo / "results.tsv").read_text() + (p.repo / "experiments.md").read_text()
