@@ -204,3 +204,60 @@ def test_real_aider_keeps_an_edit_and_cannot_change_the_verifier(tmp_path: Path)
     _check_two_cycles(p, res)
     assert script.started == 2
     assert KEY not in (p.repo / "results.tsv").read_text() + (p.repo / "experiments.md").read_text()
+
+
+# ------------------------------------------------------------------------------------- Codex CLI
+
+def _patch(name: str, old: str, new: str) -> Callable[[str], Item]:
+    # Codex runs `apply_patch` given to its shell tool itself, as a `file_change` item.
+    body = f"*** Begin Patch\n*** Update File: {name}\n@@\n-{old}\n+{new}\n*** End Patch"
+    return lambda wd: Reply(tool_calls=[ToolCall(name="exec_command", input={"cmd": f"apply_patch <<'EOF'\n{body}\nEOF\n"})])
+
+
+def _codex_turns(body: dict[str, Any]) -> int:
+    return sum(1 for i in body.get("input") or [] if isinstance(i, dict) and i.get("type") == "function_call")
+
+
+def _codex_project(tmp_path: Path, srv: FakeLLMServer, extra: str = "") -> Project:
+    exe = _need("AUTOLOOP_TEST_CODEX", "codex/node_modules/.bin/codex")
+    p = Project(tmp_path, f"generator: {{kind: codex, timeout: 300{extra}}}", exe)
+    # The user's own ~/.codex/config.toml names the provider; autoloop gives Codex a private
+    # copy of it (CODEX_HOME) inside the sandbox.
+    (p.home / ".codex").mkdir()
+    (p.home / ".codex" / "config.toml").write_text(
+        'model = "gpt-5-codex"\nmodel_provider = "loopback"\n\n[model_providers.loopback]\n'
+        f'name = "loopback"\nbase_url = "{srv.openai_url}"\nenv_key = "LOOPBACK_KEY"\nwire_api = "responses"\n')
+    p.env["LOOPBACK_KEY"] = KEY
+    return p
+
+
+def test_real_codex_keeps_an_edit_and_cannot_change_the_verifier(tmp_path: Path) -> None:
+    with FakeLLMServer() as srv:
+        p = _codex_project(tmp_path, srv)
+        done = lambda wd: Reply(text=HYPOTHESIS)   # noqa: E731
+        script = Script([[_patch("val.txt", "5", "3"), done],
+                         [_patch("score.py", SCORE_PY.strip(), CHEAT.strip()), done]],
+                        is_main=lambda b: True, workdir=lambda b: "", turns=_codex_turns)
+        srv.responder = script
+        res = p.run(2)
+    _check_two_cycles(p, res)
+    assert script.started == 2
+    assert KEY not in (p.repo / "results.tsv").read_text() + (p.repo / "experiments.md").read_text()
+    # The private copy was Codex's to write; the user's own state folder was not touched.
+    assert sorted(os.listdir(p.home / ".codex")) == ["config.toml"]
+
+
+def test_real_codex_with_its_own_sandbox_inside_ours_is_not_a_silent_no_change(tmp_path: Path) -> None:
+    # The user turns Codex's own sandbox back on: it cannot start inside bubblewrap, every edit
+    # fails and Codex still exits 0. The cycle says so instead of passing for "no change".
+    with FakeLLMServer() as srv:
+        p = _codex_project(tmp_path, srv, ", args: [--sandbox, workspace-write]")
+        done = lambda wd: Reply(text=HYPOTHESIS)   # noqa: E731
+        srv.responder = Script([[_patch("val.txt", "5", "3"), done]],
+                               is_main=lambda b: True, workdir=lambda b: "", turns=_codex_turns)
+        res = p.run(1)
+    assert res.returncode == 0, res.stdout + res.stderr
+    row = p.rows()[1]
+    assert row["status"] == "gen_error", row
+    assert "edit" in row["lesson"] and "failed" in row["lesson"], row["lesson"]
+    assert git(p.repo, "show", "autoloop/t:val.txt", env=p.env).strip() == "5"
