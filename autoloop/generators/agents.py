@@ -170,6 +170,24 @@ class AgentGenerator(CommandGenerator):
         return replace(ctx, env=env, wrap=lambda command: outer(
             command, readable=readable, writable=writable, network=network))
 
+    def auth_status(self, ctx: GenContext) -> tuple[bool | None, str]:
+        """Is the tool logged in / does it have a key — as far as it can say without spending
+        tokens, and inside the sandbox with the state the cycles get. (True/False/None = cannot
+        tell, and what was found.)"""
+        return None, "cannot tell without sending a request"
+
+    def _quiet(self, ctx: GenContext, argv: list[str]) -> tuple[int, str] | None:
+        """(exit code, stdout + stderr) of a status command run as a cycle would run the tool."""
+        ctx = self.sandboxed(ctx)
+        command = ctx.wrap(argv) if ctx.wrap is not None else argv
+        with tempfile.TemporaryDirectory(prefix="autoloop-status-") as tmp:
+            res = proc.run(command, cwd=ctx.workdir, env=dict(ctx.env), timeout=60.0,
+                           log_stem=Path(tmp) / "status", stdin=None, marker=ctx.run_marker)
+            said = res.stdout_tail(8000) + "\n" + res.stderr_tail(2000)
+        if res.exit_code is None or res.start_error is not None:
+            return None
+        return res.exit_code, said
+
     def preflight(self, ctx: GenContext) -> str | None:
         """The tool is found, and starts (`--version`) inside the sandbox the cycles will use;
         returns what it said its version is."""
@@ -375,6 +393,20 @@ class ClaudeGenerator(AgentGenerator):
              ["--disallowedTools", "Bash,WebFetch,WebSearch"]),
         ]
 
+    def auth_status(self, ctx: GenContext) -> tuple[bool | None, str]:
+        # `claude auth status` (JSON: loggedIn, authMethod, apiKeySource; exit 1 when not).
+        res = self._quiet(ctx, [*self.executable(ctx), "auth", "status"])
+        if res is None:
+            return None, "`claude auth status` did not answer"
+        code, said = res
+        info = _last_json(said)
+        if info is None:
+            return None, f"`claude auth status` exit {code}: {_last_line(said) or 'no output'}"
+        if info.get("loggedIn") is True:
+            how = str(info.get("apiKeySource") or info.get("authMethod") or "yes")
+            return True, f"logged in ({how})"
+        return False, "not logged in: run `claude` once and /login, or set ANTHROPIC_API_KEY"
+
     def parse(self, out: Path, err: Path, proposal: Proposal) -> None:
         result = _last_json_object(_read_text(out), want_type="result")
         if result is None:
@@ -479,6 +511,26 @@ class CodexGenerator(AgentGenerator):
     def trailing(self, ctx: GenContext) -> list[str]:
         return ["-"]   # "read the prompt from stdin"
 
+    def auth_status(self, ctx: GenContext) -> tuple[bool | None, str]:
+        # A model provider of config.toml with an `env_key` authenticates by that variable;
+        # OpenAI's own by `codex login` (or CODEX_API_KEY), which `codex login status` reports.
+        env = self.sandboxed(ctx).env   # (the private CODEX_HOME copy when sandboxed)
+        provider_key = _codex_provider_env_key(Path(env.get("CODEX_HOME") or
+                                                    os.path.expanduser("~/.codex")) / "config.toml")
+        if provider_key:
+            if env.get(provider_key):
+                return True, f"the model provider's key ${provider_key} is set"
+            return False, f"${provider_key} (env_key of the model provider in config.toml) is not set"
+        if env.get("CODEX_API_KEY"):
+            return True, "CODEX_API_KEY is set"
+        res = self._quiet(ctx, [*self.executable(ctx), "login", "status"])
+        if res is None:
+            return None, "`codex login status` did not answer"
+        code, said = res
+        if code == 0:
+            return True, _last_line(said) or "logged in"
+        return False, f"{_last_line(said) or 'not logged in'}: run `codex login`, or set CODEX_API_KEY"
+
     def parse(self, out: Path, err: Path, proposal: Proposal) -> None:
         seen = completed = 0
         last_completed = -1
@@ -564,6 +616,39 @@ class CodexGenerator(AgentGenerator):
         return first_sentence(replies[-1]) if replies else None
 
 
+def _codex_provider_env_key(config: Path) -> str | None:
+    """`env_key` of the model provider config.toml selects (None: OpenAI's own, or unreadable)."""
+    try:
+        import tomllib
+    except ImportError:   # Python 3.10: no TOML reader in the standard library; cannot tell
+        return None
+    try:
+        data = tomllib.loads(config.read_text())
+    except (OSError, ValueError):
+        return None
+    name = data.get("model_provider")
+    providers = data.get("model_providers")
+    if not isinstance(name, str) or not isinstance(providers, dict):
+        return None
+    entry = providers.get(name)
+    key = entry.get("env_key") if isinstance(entry, dict) else None
+    return key if isinstance(key, str) and key else None
+
+
+def _last_json(text: str) -> dict[str, Any] | None:
+    """The JSON object `text` holds (pretty-printed or one line), else the last one-line one."""
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        try:
+            whole = json.loads(text[start:end + 1])
+            if isinstance(whole, dict):
+                return whole
+        except ValueError:
+            pass
+    found = list(_json_lines(text))
+    return found[-1] if found else None
+
+
 def _note(proposal: Proposal, text: str) -> None:
     if len(proposal.notes) < _MAX_NOTES:
         proposal.notes.append(text[:_NOTE_LEN])
@@ -632,6 +717,18 @@ class AiderGenerator(AgentGenerator):
             (("--chat-history-file",),
              ["--chat-history-file", str(ctx.log_dir / "aider.chat.history.md")]),
         ]
+
+    def auth_status(self, ctx: GenContext) -> tuple[bool | None, str]:
+        # aider has no status command; the keys litellm reads for the common providers, or a
+        # key given in generator.args, are what can be seen without a request.
+        args = " ".join(self.spec.args)
+        if "--api-key" in args or "-api-key" in args:
+            return True, "a key is given in generator.args"
+        found = sorted(k for k in ctx.env if k.endswith("_API_KEY") and ctx.env[k])
+        if found:
+            return True, "key in the environment: " + ", ".join(found[:4])
+        return None, ("no *_API_KEY in the environment (a key in .aider.conf.yml or .env may still "
+                      "work); aider only says on its first request")
 
     def stdin(self, ctx: GenContext) -> Path | None:
         # The prompt goes by --message-file; were aider ever to ask a question anyway, it must
