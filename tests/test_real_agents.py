@@ -261,3 +261,47 @@ def test_real_codex_with_its_own_sandbox_inside_ours_is_not_a_silent_no_change(t
     assert row["status"] == "gen_error", row
     assert "edit" in row["lesson"] and "failed" in row["lesson"], row["lesson"]
     assert git(p.repo, "show", "autoloop/t:val.txt", env=p.env).strip() == "5"
+
+
+# ------------------------------------------------------------------------------ autoloop doctor
+
+def _doctor(p: Project) -> dict[str, tuple[str, str]]:
+    res = subprocess.run([PY, "-m", "autoloop", "doctor"], cwd=p.repo, env=p.env, capture_output=True,
+                         text=True, timeout=300, stdin=subprocess.DEVNULL)
+    lines = {}
+    for line in res.stdout.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) == 3 and parts[0] in ("ok", "warn", "FAIL"):
+            lines[parts[1]] = (parts[0], parts[2])
+    lines["exit"] = (str(res.returncode), res.stdout + res.stderr)
+    return lines
+
+
+def test_doctor_asks_real_claude_code_inside_the_sandbox(tmp_path: Path) -> None:
+    exe = _need("AUTOLOOP_TEST_CLAUDE", "claude/node_modules/.bin/claude")
+    p = Project(tmp_path, "generator: {kind: claude}", exe)
+    without = _doctor(p)
+    assert without["exit"][0] == "1", without["exit"][1]
+    assert without["generator"][0] == "ok" and "starts inside the sandbox" in without["generator"][1]
+    assert re.search(r"version \d+\.\d+\.\d+", without["generator"][1])
+    assert without["auth"][0] == "FAIL" and "not logged in" in without["auth"][1]
+    p.env["ANTHROPIC_API_KEY"] = KEY
+    with_key = _doctor(p)
+    assert with_key["exit"][0] == "0", with_key["exit"][1]
+    assert with_key["auth"] == ("ok", "claude: logged in (ANTHROPIC_API_KEY)")
+    assert with_key["verifier"][0] == "ok" and "score = 5" in with_key["verifier"][1]
+    assert KEY not in with_key["exit"][1]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="reading config.toml needs tomllib (Python 3.11+)")
+def test_doctor_asks_real_codex_which_key_its_provider_needs(tmp_path: Path) -> None:
+    with FakeLLMServer() as srv:
+        p = _codex_project(tmp_path, srv)
+        del p.env["LOOPBACK_KEY"]
+        without = _doctor(p)
+        assert without["exit"][0] == "1", without["exit"][1]
+        assert without["generator"][0] == "ok" and "codex-cli" in without["generator"][1]
+        assert without["auth"][0] == "FAIL" and "$LOOPBACK_KEY" in without["auth"][1]
+        p.env["LOOPBACK_KEY"] = KEY
+        assert _doctor(p)["auth"][0] == "ok"
+    assert not srv.requests      # nothing was spent finding out
