@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.fake_llm_server import FakeLLMServer, Item, Reply, ToolCall
+from tests.fake_llm_server import Fail, FakeLLMServer, Item, Reply, ToolCall
 from tests.scripts.e2e import git, isolated_env
 
 PY = sys.executable
@@ -305,3 +305,32 @@ def test_doctor_asks_real_codex_which_key_its_provider_needs(tmp_path: Path) -> 
         p.env["LOOPBACK_KEY"] = KEY
         assert _doctor(p)["auth"][0] == "ok"
     assert not srv.requests      # nothing was spent finding out
+
+
+def test_real_claude_code_with_a_bad_key_stops_the_run(tmp_path: Path) -> None:
+    # Claude Code retries a 401 for minutes with its own defaults; the preset bounds that, and
+    # the first cycle's authentication error ends the run (exit 1) instead of looping gen_error.
+    exe = _need("AUTOLOOP_TEST_CLAUDE", "claude/node_modules/.bin/claude")
+    p = Project(tmp_path, "generator: {kind: claude, timeout: 300}", exe)
+    with FakeLLMServer() as srv:
+        srv.default = Fail(401, "invalid x-api-key")
+        p.env.update(ANTHROPIC_API_KEY=KEY, ANTHROPIC_BASE_URL=srv.anthropic_url)
+        res = p.run(5, timeout=240)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "claude cannot authenticate (HTTP 401)" in res.stderr
+    assert [r["status"] for r in p.rows()] in (["baseline"], ["baseline", "gen_error"])
+    assert KEY not in res.stdout + res.stderr
+
+
+def test_real_aider_with_a_bad_key_stops_the_run(tmp_path: Path) -> None:
+    # aider exits 0 on an authentication error; the litellm.AuthenticationError line is the trace.
+    exe = _need("AUTOLOOP_TEST_AIDER", "aider/bin/aider")
+    with FakeLLMServer() as srv:
+        srv.default = Fail(401, "Incorrect API key provided")
+        p = Project(tmp_path, "generator: {kind: aider, model: openai/gpt-4o, timeout: 300, args: "
+                              f"[--openai-api-base, '{srv.openai_url}']}}", exe)
+        p.env.update(OPENAI_API_KEY=KEY, LITELLM_LOCAL_MODEL_COST_MAP="True")
+        res = p.run(5, timeout=240)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "aider cannot authenticate: litellm.AuthenticationError" in res.stderr
+    assert [r["status"] for r in p.rows()] in (["baseline"], ["baseline", "gen_error"])

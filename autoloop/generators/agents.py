@@ -153,18 +153,18 @@ class AgentGenerator(CommandGenerator):
         return None if "sandbox.network" in self.program.lines else True
 
     def sandboxed(self, ctx: GenContext) -> GenContext:
+        env = dict(ctx.env)
+        for key, value in self.state.defaults if self.state is not None else ():
+            env.setdefault(key, value)
         if ctx.wrap is None:
             # Unsandboxed the agent keeps the user's own state, as it would outside autoloop.
-            return ctx
-        env = dict(ctx.env)
+            return replace(ctx, env=env)
         writable: list[Path] = []
         if self.state is not None:
             if self._state_dir is None:
                 self._state_dir = private_state(self.state, ctx.env)
             env[self.state.env] = str(self._state_dir)
             writable.append(self._state_dir)
-            for key, value in self.state.defaults:
-                env.setdefault(key, value)
         readable = needed_paths(self.executable(ctx)[0], ctx.env.get("PATH"))
         outer, network = ctx.wrap, self.network()
         return replace(ctx, env=env, wrap=lambda command: outer(
@@ -381,7 +381,9 @@ class ClaudeGenerator(AgentGenerator):
     state = AgentState(env="CLAUDE_CONFIG_DIR", home="~/.claude",
                        files=(("~/.claude.json", ".claude.json"),),
                        copy=("agents", "commands", "skills"),
-                       defaults=(("DISABLE_AUTOUPDATER", "1"),))
+                       # No update in the middle of an experiment; and a 401 is retried for
+                       # minutes with Claude Code's own retry count (3 still rides out a 529).
+                       defaults=(("DISABLE_AUTOUPDATER", "1"), ("CLAUDE_CODE_MAX_RETRIES", "3")))
 
     def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
         return [
