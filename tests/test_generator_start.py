@@ -105,3 +105,18 @@ def test_agent_that_cannot_start_inside_the_sandbox_stops_before_the_baseline(ma
     assert "sandbox: none" in res.stderr    # the fix is named
     _nothing_measured(repo)
     assert subprocess.run([str(fake)], capture_output=True, env=dict(os.environ)).returncode == 0
+
+
+@pytest.mark.parametrize("command", ["./gen.sh", "cd . && ./gen.sh", "exec ./gen.sh", "X=1 ./gen.sh"])
+def test_commands_the_preflight_cannot_or_need_not_resolve_still_run(make_repo, command: str) -> None:  # type: ignore[no-untyped-def]
+    # A work-tree script, shell builtins, assignments: only the shell knows what they run, so
+    # the preflight lets them through (a real failure is then exit 127 in the first cycle).
+    repo = _repo(make_repo, f"generator: {{kind: command, command: {command!r}}}")
+    (repo / "gen.sh").write_text("#!/bin/sh\necho 4 > val.txt\necho 'Hypothesis: four is less'\n")
+    (repo / "gen.sh").chmod(0o755)
+    git(repo, "add", "gen.sh")
+    git(repo, "commit", "-qm", "generator")
+    res = run_cli("run", "--tag", "t", "--cycles", "1", cwd=repo)
+    assert res.returncode == 0, res.stdout + res.stderr
+    statuses = [ln.split("\t")[3] for ln in (repo / "results.tsv").read_text().splitlines()[1:]]
+    assert statuses == ["baseline", "keep"]

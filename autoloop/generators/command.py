@@ -25,6 +25,10 @@ _PREFLIGHT_TIMEOUT = 120.0
 # Exit statuses of a shell (and of bwrap's exec) for "found but not executable" / "not found":
 # it will not start next cycle either.
 _CANNOT_START = {126: "found but not executable", 127: "command not found"}
+# A first word that is not a program on PATH: what it runs is known only to the shell.
+_SHELL_WORDS = frozenset({".", ":", "[", "alias", "case", "cd", "command", "eval", "exec", "export",
+                          "for", "if", "nice", "nohup", "set", "source", "test", "time", "timeout",
+                          "ulimit", "umask", "until", "while", "{", "!"})
 _SHELL_SYNTAX = re.compile(r"[|&;<>()$`\\\"'*?\[\]#~=%{}]")
 
 
@@ -48,19 +52,20 @@ class CommandGenerator:
     def read_report(self, res: proc.ProcResult, proposal: Proposal) -> None:
         """Fill cost/tokens/notes from the tool's own output; raise GeneratorError if it failed."""
 
-    def program_path(self, ctx: GenContext) -> str | None:
+    def program_path(self, ctx: GenContext, root: Path | None = None) -> str | None:
         """The program the command starts, resolved as its shell will (None: not knowable, e.g.
-        a shell builtin or a command line with shell syntax in its first word)."""
+        a shell builtin or a command line with shell syntax in its first word). A relative path
+        is a file of the work tree (`root`: the tree it is looked up in, default the cycle's)."""
         assert self.spec.command is not None
         try:
             words = shlex.split(self.spec.command)
         except ValueError:
             return None
-        if not words or _SHELL_SYNTAX.search(words[0]):
+        if not words or _SHELL_SYNTAX.search(words[0]) or words[0] in _SHELL_WORDS:
             return None
         name = words[0]
         if "/" in name:
-            return str(Path(ctx.workdir, name)) if not os.path.isabs(name) else name
+            return str(Path(root or ctx.workdir, name)) if not os.path.isabs(name) else name
         return shutil.which(name, path=ctx.env.get("PATH", os.defpath)) or name
 
     def sandboxed(self, ctx: GenContext) -> GenContext:
@@ -78,10 +83,15 @@ class CommandGenerator:
     def preflight(self, ctx: GenContext) -> None:
         """Raise FatalGeneratorError unless the program can start, inside the sandbox when there
         is one — before the baseline, so a run that could never propose anything stops at once."""
-        exe = self.program_path(ctx)
+        # A relative path names a file of the work tree, which is HEAD's (a generator may even
+        # be allowed to create it: then it need not exist yet).
+        exe = self.program_path(ctx, root=self.program.repo_root)
         if exe is None:
             return
         name = shlex.split(self.spec.command or "")[0]
+        relative = "/" in name and not os.path.isabs(name)
+        if relative and not os.path.lexists(exe):
+            return
         if not os.path.isabs(exe):
             raise FatalGeneratorError(
                 f"generator.command: {name}"
@@ -91,8 +101,8 @@ class CommandGenerator:
             raise FatalGeneratorError(f"generator.command: {exe} is not an executable file; "
                                       "fix generator.command or chmod +x it")
         ctx = self.sandboxed(ctx)
-        if ctx.wrap is None:
-            return
+        if ctx.wrap is None or relative:
+            return   # (the work tree is always there inside the sandbox)
         # Found outside; is it there inside (not under a folder the sandbox hides)?
         self.check_starts(ctx, ["/bin/sh", "-c", 'test -x "$1"', "sh", exe], name)
 
