@@ -115,12 +115,12 @@ class CommandGenerator:
                            log_stem=Path(tmp) / "preflight", stdin=None, marker=ctx.run_marker)
             out = res.stdout_tail(2000)
             said = [ln.strip() for ln in (res.stderr_tail(2000) + "\n" + out).splitlines() if ln.strip()]
-        where = "inside the sandbox" if ctx.wrap is not None else ""
+        where = " inside the sandbox" if ctx.wrap is not None else ""
         if res.start_error is not None or not res.ok:
             why = res.start_error or (said[-1][:300] if said else res.describe())
             fix = ("bind what it needs with sandbox.writable, or run it with sandbox: none"
                    if ctx.wrap is not None else "check that it is installed and runs")
-            raise FatalGeneratorError(f"the generator {name} cannot start {where}: "
+            raise FatalGeneratorError(f"the generator {name} cannot start{where}: "
                                       f"`{' '.join(argv)}` {res.describe()}: {why}; {fix}".replace("  ", " "))
         return out
 
