@@ -641,3 +641,20 @@ def test_codex_failed_edits_and_commands_are_notes_and_all_failed_is_gen_error(t
     proposal = Proposal()
     gen.parse(out, tmp_path / "err", proposal)
     assert proposal.notes[-1] == "codex: edit failed: /w/train.py" and proposal.meta["edits"] == 1
+
+
+def test_agent_network_follows_program_md_when_it_says(repo: Path, tmp_path: Path, agent_log: Path) -> None:
+    from dataclasses import replace
+
+    seen: list[dict[str, Any]] = []
+    ctx = make_ctx(repo, tmp_path, GeneratorSpec(kind="aider"))
+    ctx = _wrapped(replace(ctx, program=replace(ctx.program, lines={"sandbox.network": 7})), seen)
+    generator_for(ctx).propose(ctx)
+    assert seen[0]["network"] is None        # sandbox.network as written decides
+    assert seen[0]["writable"] == []         # aider: no state folder to copy
+
+
+def test_unsandboxed_agent_keeps_the_users_own_state(repo: Path, tmp_path: Path, agent_log: Path) -> None:
+    ctx = make_ctx(repo, tmp_path, GeneratorSpec(kind="codex"))
+    generator_for(ctx).propose(ctx)
+    assert runs(agent_log)[0]["state_env"]["CODEX_HOME"] is None
