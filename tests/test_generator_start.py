@@ -120,3 +120,12 @@ def test_commands_the_preflight_cannot_or_need_not_resolve_still_run(make_repo, 
     assert res.returncode == 0, res.stdout + res.stderr
     statuses = [ln.split("\t")[3] for ln in (repo / "results.tsv").read_text().splitlines()[1:]]
     assert statuses == ["baseline", "keep"]
+
+
+def test_missing_generator_script_stops_before_the_baseline(make_repo) -> None:  # type: ignore[no-untyped-def]
+    # python3 is there; the script it is told to run is not: every cycle would be exit 2.
+    repo = _repo(make_repo, "generator: {kind: command, command: python3 -u agents/gen.py --fast}")
+    res = run_cli("run", "--tag", "t", "--cycles", "3", cwd=repo)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "generator.command: agents/gen.py does not exist" in res.stderr
+    _nothing_measured(repo)

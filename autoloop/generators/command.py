@@ -29,6 +29,7 @@ _CANNOT_START = {126: "found but not executable", 127: "command not found"}
 _SHELL_WORDS = frozenset({".", ":", "[", "alias", "case", "cd", "command", "eval", "exec", "export",
                           "for", "if", "nice", "nohup", "set", "source", "test", "time", "timeout",
                           "ulimit", "umask", "until", "while", "{", "!"})
+_INTERPRETER = re.compile(r"(python|pypy)[0-9.]*|node|bash|sh|dash|zsh|ruby|perl|Rscript")
 _SHELL_SYNTAX = re.compile(r"[|&;<>()$`\\\"'*?\[\]#~=%{}]")
 
 
@@ -100,6 +101,13 @@ class CommandGenerator:
         if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
             raise FatalGeneratorError(f"generator.command: {exe} is not an executable file; "
                                       "fix generator.command or chmod +x it")
+        script = _script_operand(shlex.split(self.spec.command or ""))
+        if script is not None:
+            path = Path(script) if os.path.isabs(script) else self.program.repo_root / script
+            if not path.exists():
+                raise FatalGeneratorError(
+                    f"generator.command: {script} does not exist ({'' if os.path.isabs(script) else 'in the repository; '}"
+                    f"{os.path.basename(exe)} would fail every cycle); fix the path, or commit the script")
         ctx = self.sandboxed(ctx)
         if ctx.wrap is None or relative:
             return   # (the work tree is always there inside the sandbox)
@@ -171,6 +179,20 @@ class CommandGenerator:
             return " ".join(written.split())[:1000]
         found = first_hypothesis(res.stdout_path)
         return found or "(none given)"
+
+
+def _script_operand(words: list[str]) -> str | None:
+    """The script an interpreter is told to run (`python3 gen.py` → gen.py); None when the
+    command is not `INTERPRETER [options] FILE ...` or the program comes from `-m`/`-c`/stdin."""
+    if len(words) < 2 or not _INTERPRETER.fullmatch(os.path.basename(words[0])):
+        return None
+    for word in words[1:]:
+        if word in ("-m", "-c", "-e", "-", "--"):
+            return None
+        if word.startswith("-"):
+            continue
+        return word if ("/" in word or "." in word) and not _SHELL_SYNTAX.search(word) else None
+    return None
 
 
 def first_hypothesis(path: Path) -> str | None:
