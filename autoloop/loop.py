@@ -154,7 +154,6 @@ class Run:
         self.ws.check_state()
         self.guard.preflight()
         generator = self.generator_factory(self.program.generator, self.program)
-        self.preflight_generator(generator)
         # Beside the worktree, outside the repository: a refused run leaves no trace in it.
         lock_path = self.ws.path.with_name(self.ws.path.name + ".lock")
         lock_path.parent.mkdir(parents=True, exist_ok=True)
@@ -168,6 +167,8 @@ class Run:
         self._attached = False
         self._lock_path = lock_path
         try:
+            # under the lock: a run refused for the lock must not start (or kill) anything
+            self.preflight_generator(generator)
             return self._run(generator)
         finally:
             try:
@@ -184,14 +185,16 @@ class Run:
         check = getattr(generator, "preflight", None)
         if check is None:
             return None
+        # Its own process marker: what the check leaves running is killed, and nothing else.
+        marker = proc.new_marker()
         with tempfile.TemporaryDirectory(prefix="autoloop-preflight-") as tmp:
             scratch = Path(tmp)
             ctx = preflight_context(self.program, scratch, env=envs.generator_env(self._env(0)),
-                                    run_marker=self.marker, wrap=self.guard.wrap(scratch, workdir=scratch))
+                                    run_marker=marker, wrap=self.guard.wrap(scratch, workdir=scratch))
             try:
                 return check(ctx)
             finally:
-                proc.kill_marked(self.marker)
+                proc.kill_marked(marker)
 
     def _run(self, generator: Generator) -> RunSummary:
         proc.kill_marked(self.marker)
