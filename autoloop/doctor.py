@@ -9,24 +9,21 @@ where the tool can say so without spending tokens), the data paths, the guards a
 
 from __future__ import annotations
 
-import io
 import os
-import tarfile
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
-from autoloop import envs, proc
+from autoloop import envs
 from autoloop.errors import AutoloopError, UsageError
 from autoloop.generators.base import GenContext, preflight_context
 from autoloop.journal import fmt
 from autoloop.loop import Run, RunOptions
 from autoloop.program import Program
 from autoloop.sandbox import SandboxUnavailable
-from autoloop.verify import measure
-from autoloop.workspace import git, git_bytes
+from autoloop.workspace import git
 
 State = Literal["ok", "warn", "FAIL"]
 
@@ -71,7 +68,7 @@ def diagnose(program: Program, tag: str = "doctor") -> Iterator[Check]:
     elif not data_ok:
         yield Check("verifier", "FAIL", "not measured: a data path is missing")
     else:
-        yield from _measure(program, head)
+        yield from _measure(run, head)
 
 
 # ---- git -----------------------------------------------------------------------------------------
@@ -190,43 +187,31 @@ def _data(program: Program, head: str | None) -> Iterator[Check]:
 # ---- the verifier --------------------------------------------------------------------------------
 
 
-def _measure(program: Program, head: str) -> Iterator[Check]:
-    with tempfile.TemporaryDirectory(prefix="autoloop-doctor-") as tmp:
-        tree = Path(tmp) / "tree"
-        tree.mkdir()
-        _export(program, head, tree)
-        for d in program.data:
-            target = tree / d.target
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.symlink_to(d.source, target_is_directory=d.source.is_dir())
-        log_dir = Path(tmp) / "logs"
-        with envs.measurement_env(os.environ, parent=Path(tmp) / "scratch") as env:
-            m = measure(program, cwd=tree, env=env, log_dir=log_dir, marker=proc.new_marker())
-        for g in m.guards:
-            yield Check(f"guard {g.name}", "ok" if g.ok else "FAIL",
-                        f"{'passes' if g.ok else 'fails'} on HEAD ({g.detail}, {g.duration_s:.1f}s)")
-        if not m.guards_ok:
-            yield Check("verifier", "FAIL", "not measured: a guard fails on HEAD, so the baseline would too")
-            return
-        v = program.verifier
-        if m.metric is None:
-            tail = ""
-            if m.log_stem is not None:
-                said = (proc.read_tail(m.log_stem.with_name("verifier.err"), 600)
-                        or proc.read_tail(m.log_stem.with_name("verifier.out"), 600)).strip().splitlines()
-                tail = f"; it said: {said[-1][:200]}" if said else ""
-            yield Check("verifier", "FAIL", f"{m.error or 'no metric'} on HEAD{tail} — the baseline "
-                                            f"would fail the same way (try `autoloop verify`)")
-            return
-        yield Check("verifier", "ok", f"{v.label} = {fmt(m.metric)} on HEAD {head[:12]} "
-                                      f"({v.direction}, {m.duration_s:.1f}s)")
+def _measure(run: Run, head: str) -> Iterator[Check]:
+    """Guards and verifier on HEAD, exactly as `autoloop verify` (and the baseline) measure it."""
+    from autoloop.verify_head import verify_head
 
-
-def _export(program: Program, commit: str, into: Path) -> None:
-    """The committed tree, as the baseline measures it (no untracked or uncommitted files)."""
-    data = git_bytes(program.repo_root, "archive", "--format=tar", commit)
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(into, filter="data")
-        else:   # Pythons before the extraction filters; the archive is git's own of our commit
-            tar.extractall(into)
+    program = run.program
+    res = verify_head(program, run.ws, head)
+    for warning in res.warnings:
+        yield Check("checkout", "warn", warning)
+    m = res.measurement
+    for g in m.guards:
+        said = ""
+        if not g.ok and res.guard_tails.get(g.name):
+            lines = res.guard_tails[g.name].strip().splitlines()
+            said = f"; it said: {lines[-1][:200]}" if lines else ""
+        yield Check(f"guard {g.name}", "ok" if g.ok else "FAIL",
+                    f"{'passes' if g.ok else 'fails'} on HEAD ({g.detail}, {g.duration_s:.1f}s){said}")
+    if not m.guards_ok:
+        yield Check("verifier", "FAIL", "not measured: a guard fails on HEAD, so the baseline would too")
+        return
+    v = program.verifier
+    if m.metric is None:
+        lines = res.verifier_tail.strip().splitlines()
+        tail = f"; it said: {lines[-1][:200]}" if lines else ""
+        yield Check("verifier", "FAIL", f"{m.error or 'no metric'} on HEAD{tail} — the baseline "
+                                        f"would fail the same way (try `autoloop verify`)")
+        return
+    yield Check("verifier", "ok", f"{v.label} = {fmt(m.metric)} on HEAD {head[:12]} "
+                                  f"({v.direction}, {m.duration_s:.1f}s)")
