@@ -228,7 +228,8 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
             raise UsageError(str(exc)) from None
     live = not in_ci and is_live(out)
     color = not in_ci and use_color(out)
-    progress = Progress(out, program.verifier.label, live=live, color=color, timestamps=in_ci)
+    progress = Progress(out, program.verifier.label, live=live, color=color, timestamps=in_ci,
+                        direction=program.verifier.direction)
     if args.approve:
         reviewer = TerminalReviewer(args.approve, out=out, color=color, pause=progress.pause,
                                     resume=progress.resume)
@@ -292,6 +293,7 @@ def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
             final: Mapping[str, Any] | None) -> None:
     """The last lines of every run that got as far as its ledger, however it ended: the
     journal's paths, the CI journal commit, and `stopped: ... baseline → best ...; branch`."""
+    from autoloop.summary import best_measured
     outcome.stop_reason = reason
     outcome.this_run = _since_start(run)
     outcome.cycles_run = sum(outcome.this_run.values())
@@ -308,8 +310,10 @@ def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
               "was not made", file=out)
         return
     remeasured = f"; {final['text']}" if final and final.get("text") else ""
-    print(f"stopped: {reason}. {label}: baseline {_f(run.baseline)} → best {_f(run.best)}"
-          f"{_gain(run.baseline, run.best)}; {kept} kept in total; branch autoloop/{run.opt.tag}"
+    # the best measured: never a regression a person chose to keep (approve mode)
+    best = best_measured(cycles, program.verifier.direction, run.best)
+    print(f"stopped: {reason}. {label}: baseline {_f(run.baseline)} → best {_f(best)}"
+          f"{_gain(run.baseline, best)}; {kept} kept in total; branch autoloop/{run.opt.tag}"
           f" at {run.incumbent[:12]}{remeasured}", file=out)
 
 

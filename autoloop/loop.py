@@ -30,6 +30,7 @@ from autoloop.ratchet import better, reached
 from autoloop.redact import Redactor
 from autoloop.scope_rules import ScopeRules
 from autoloop.snapshot import Change, diff
+from autoloop.summary import best_measured
 from autoloop.approve import Review, Reviewer, human_outcome
 from autoloop.persist import restore_persisted_journal
 from autoloop.verify import Measurement, measure
@@ -260,8 +261,11 @@ class Run:
         self.ws.reset_hard(self.incumbent)
         self.journal.append({"t": "end", "reason": reason, "cycles_run": ran})
         self.opt.report("stop", {"reason": reason})
-        return RunSummary(self.opt.tag, reason, ran, self.baseline, self.best, self.incumbent,
-                          sum(1 for c in self.journal.cycles() if c["status"] == "keep"), final)
+        cycles = self.journal.cycles()
+        # "best" is the best measured: never a regression a person chose to keep (approve mode)
+        best = best_measured(cycles, self.program.verifier.direction, self.best)
+        return RunSummary(self.opt.tag, reason, ran, self.baseline, best, self.incumbent,
+                          sum(1 for c in cycles if c["status"] == "keep"), final)
 
     def _verify_slots(self) -> tuple[set[int], int]:
         """The verification slots this run's cycles measure in (autoloop.parallel: its lanes'),
