@@ -854,7 +854,7 @@ def needs_scipy(program: Program, history: Sequence[Mapping[str, Any]] = ()) -> 
         return True
     cal = calibration(history)
     if not cal:
-        return program.verifier.repeats > 1 or program.accept.final_pairs > 0
+        return False          # not known before cycle 0: ask again once it has calibrated
     return not cal.get("deterministic") and program.accept.final_pairs > 0
 
 

@@ -24,7 +24,7 @@ from autoloop.generators.registry import make_generator
 from autoloop.globs import PathRules
 from autoloop.hardening import Guardrails, Tampered
 from autoloop.journal import Journal, Record, escape_controls, fmt, pct, quote_path
-from autoloop.judge import Judge, final_estimate, final_text
+from autoloop.judge import Judge, final_estimate, final_text, needs_scipy
 from autoloop.memory import near_duplicate
 from autoloop.program import Program
 from autoloop.prompt import build_prompt
@@ -283,10 +283,14 @@ class Run:
         self.journal.render(self.program.goal)
         # what autoloop imports later is loaded now, before any generator could have planted
         # or patched it (numpy/scipy only when this run computes statistics)
-        trust.preload(statistics=not self.judge.plain or self.program.accept.final_pairs > 0,
+        trust.preload(statistics=needs_scipy(self.program, self.journal.cycles()),
                       generator_kind=self.program.generator.kind)
         if not self.journal.cycles():
             self._baseline(incumbent)
+            # a fresh run learns at cycle 0 whether its verifier is deterministic; still before
+            # the first generator, load the statistics if the run now turns out to need them
+            trust.preload(statistics=needs_scipy(self.program, self.journal.cycles()),
+                          generator_kind=self.program.generator.kind)
         ran = 0
         reason = ""
         try:
