@@ -35,6 +35,7 @@ from autoloop import stats as st
 from autoloop.journal import fmt, pct
 from autoloop.program import LimitSpec, Program, VerifierSpec
 from autoloop.ratchet import better
+from autoloop.sandbox import Confinement
 from autoloop.verify import Measurement, MetricError, measure, parse_metric
 
 
@@ -681,6 +682,8 @@ class Guarded(Protocol):
 
     def after_step(self, step: str) -> None: ...
 
+    def confine(self, tree: Path, env: Mapping[str, str]) -> Confinement | None: ...
+
 
 class TreeRunner:
     """Runs the verifier (or the holdout) as a fresh process in a prepared tree per side,
@@ -733,7 +736,8 @@ class TreeRunner:
         tree, commit = self.sides[side]
         with self.guard.measuring(tree, commit, self.env, baseline=self.baseline) as env:
             return measure(self.program, cwd=tree.path, env=env, log_dir=log_dir, marker=self.marker,
-                           with_guards=with_guards, after_step=self.guard.after_step)
+                           with_guards=with_guards, after_step=self.guard.after_step,
+                           box=self.guard.confine(tree.path, env))
 
 
 def holdout_spec(program: Program) -> VerifierSpec | None:

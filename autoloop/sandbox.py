@@ -29,9 +29,11 @@ path outside `allowed` before it reaches the disk; `tune` is autoloop's own code
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -42,6 +44,7 @@ _DAEMON_DIRS = ("/run/user", "/run/dbus", "/run/containerd", "/run/podman", "/ru
                 "/var/run/dbus")
 _DAEMON_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock", "/run/podman/podman.sock")
 _PRIVATE = ("/tmp", "/var/tmp")
+GIT_IN_SANDBOX = "/tmp/.autoloop-git"   # where a measurement sees the repository's git folder
 
 
 class SandboxUnavailable(Exception):
@@ -78,14 +81,15 @@ class Bwrap:
 
     # ---- the command line --------------------------------------------------------------------
 
-    def _base(self) -> list[str]:
+    def _base(self, network: bool | None = None) -> list[str]:
+        network = self.spec.network if network is None else network
         args = ["--die-with-parent", "--new-session", "--cap-drop", "ALL",
                 "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                 "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for d in _PRIVATE:
             if os.path.isdir(d):
                 args += ["--tmpfs", d]
-        if not self.spec.network:
+        if not network:
             args += ["--unshare-net"]
             if os.path.isdir("/run"):
                 args += ["--tmpfs", "/run"]
@@ -135,6 +139,126 @@ class Bwrap:
         if isinstance(command, str):
             return [*args, "/bin/sh", "-c", command]
         return [*args, *command]
+
+
+    # ---- measurements ------------------------------------------------------------------------
+
+    def measurement_argv(self, command: str, *, box: Confinement) -> list[str]:
+        """`command` (a shell string) wrapped to run as a measurement: see Confinement."""
+        args = [self.exe, *self._base(box.network)]
+        for dev in _devices():
+            args += ["--dev-bind", dev, dev]
+        args += ["--tmpfs", "/dev/shm"]
+        hidden = list(_PRIVATE) + ([] if box.network else ["/run"])
+        wanted = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), *box.readable,
+                  *(Path(d) for d in box.path.split(os.pathsep) if os.path.isabs(d)),
+                  *_named_folders(command)]
+        # a venv's bin/ is not enough: its python needs lib/…/site-packages beside it
+        wanted += [_venv_root(p) or p for p in wanted]
+        ro: list[str] = []
+        for p in wanted:
+            real = os.path.realpath(p)
+            if os.path.exists(real) and _under(real, hidden) and not _under(real, ro):
+                ro.append(real)
+        for real in sorted(ro, key=len):
+            args += ["--ro-bind", real, real]
+        if box.git is not None:
+            args += ["--ro-bind", str(box.git[0]), GIT_IN_SANDBOX]
+        tree = os.path.realpath(box.tree)
+        args += ["--bind", tree, tree]
+        where = tree
+        if box.checkout is not None and os.path.realpath(box.checkout) != tree:
+            # The candidate at your checkout's path too: an editable install's finder or .pth,
+            # pytest's rootdir, a tool that found the project by absolute path — every path
+            # into the checkout now resolves to the candidate.
+            where = os.path.realpath(box.checkout)
+            args += ["--bind", tree, where]
+            for keep in box.keep:
+                real = os.path.realpath(keep)
+                if os.path.exists(real):
+                    args += ["--ro-bind", real, real]
+        for p in box.writable:
+            real = os.path.realpath(os.path.expanduser(str(p)))
+            if os.path.exists(real):
+                args += ["--bind", real, real]
+        for rel in box.protect:
+            src = os.path.join(tree, rel)
+            if os.path.lexists(src) and not os.path.islink(src):
+                for at in dict.fromkeys([tree, where]):
+                    args += ["--ro-bind", src, os.path.join(at, rel)]
+        if box.git is not None:
+            for at in dict.fromkeys([tree, where]):
+                args += ["--ro-bind", str(box.git[1]), os.path.join(at, ".git")]
+        args += ["--chdir", where, "--"]
+        return [*args, "/bin/sh", "-c", command]
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """One measurement's sandbox: the whole file system read-only, except `tree` (the
+    verification tree), `writable` (its private scratch: temp and bytecode folders, plus
+    `sandbox.writable`); the tree also appears at `checkout` (your checkout's path), where the
+    command runs, with `keep` (virtual environments inside your checkout, data kept there)
+    read-only on top. Its own PID namespace (what it leaves running dies with it), no
+    capabilities, no network unless `network` (verifier.network), GPUs and /dev/shm kept.
+    `protect` are paths inside the tree it must not write (the tree's .git link, a journal)."""
+
+    bwrap: Bwrap
+    tree: Path
+    checkout: Path | None
+    writable: tuple[Path, ...] = ()
+    readable: tuple[Path, ...] = ()
+    keep: tuple[Path, ...] = ()
+    protect: tuple[str, ...] = ()       # relative to the tree
+    git: tuple[Path, Path] | None = None  # (the repository's git folder, the .git link to show)
+    network: bool = False
+    path: str = ""             # the command's PATH: its folders stay readable behind a private /tmp
+
+    def argv(self, command: str) -> list[str]:
+        return self.bwrap.measurement_argv(command, box=self)
+
+
+_READ_ONLY = re.compile(r"Read-only file system|EROFS|\[Errno 30\]")
+_NO_NETWORK = re.compile(r"Temporary failure in name resolution|Name or service not known|"
+                         r"Could not resolve host|Network is unreachable|getaddrinfo|"
+                         r"\[Errno -[23]\]|\[Errno 101\]|No address associated with hostname")
+
+
+def failure_hint(output: str, *, network: bool) -> str | None:
+    """What to set when a sandboxed measurement failed for want of a writable path or the
+    network (read from the tail of its output), or None."""
+    m = _READ_ONLY.search(output)
+    if m is not None:
+        line = next((ln for ln in output.splitlines() if m.group(0) in ln), "")
+        path = re.search(r"'(/[^']+)'", line) or re.search(r"(/[^\s:'\"]+)", line)
+        where = f" ({path.group(1)})" if path else ""
+        return ("the measurement sandbox keeps everything but the verification tree and its temp "
+                f"folder read-only{where}; if the command must write there, add the path to "
+                "sandbox.writable")
+    if not network and _NO_NETWORK.search(output):
+        return "the measurement sandbox has no network; set verifier.network: true if it needs one"
+    return None
+
+
+def _devices() -> list[str]:
+    """GPUs and other accelerators, bound into measurements when present."""
+    out = []
+    try:
+        names = sorted(os.listdir("/dev"))
+    except OSError:
+        return out
+    for name in names:
+        if name.startswith("nvidia") or name in ("dri", "kfd", "accel"):
+            out.append("/dev/" + name)
+    return out
+
+
+def _venv_root(p: Path) -> Path | None:
+    """The virtual environment `p` (a folder or file in its bin/) belongs to, if any."""
+    for d in (p, p.parent, p.parent.parent):
+        if (d / "pyvenv.cfg").is_file():
+            return d
+    return None
 
 
 def _named_folders(command: str | Sequence[str]) -> list[Path]:
