@@ -341,12 +341,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from autoloop.envs import measurement_env
     from autoloop.verify import measure
 
+    from autoloop.sandbox import SandboxUnavailable, for_measurements, verify_box
+
     program = _load(args.program)
+    try:
+        bwrap, why = for_measurements(program.sandbox)
+    except SandboxUnavailable as exc:
+        raise ConfigError(f"{program.path.name}:{program.lines.get('sandbox', 1)}: sandbox: {exc}") from None
     log_dir = Path(tempfile.mkdtemp(prefix="autoloop-verify-"))
     print(f"verifying {program.repo_root} (current checkout, nothing is changed)")
-    # the same scrubbed environment as a run's measurements (autoloop.envs)
+    if why:
+        print(f"autoloop: WARNING: not sandboxed: {why}; these attacks are only detected, see README "
+              "(Not covered)", file=sys.stderr)
+    # the same scrubbed environment and sandbox as a run's measurements (autoloop.envs, .sandbox)
     with measurement_env(os.environ, parent=log_dir / "scratch") as env:
-        m = measure(program, cwd=program.repo_root, env=env, log_dir=log_dir, marker=proc.new_marker())
+        box = None if bwrap is None else verify_box(bwrap, program, env)
+        m = measure(program, cwd=program.repo_root, env=env, log_dir=log_dir, marker=proc.new_marker(),
+                    box=box)
     for g in m.guards:
         print(f"guard {g.name}: {'pass' if g.ok else 'FAIL'} ({g.detail}, {g.duration_s:.1f}s)")
     if not m.guards_ok:

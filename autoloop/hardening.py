@@ -30,7 +30,7 @@ from autoloop import editable, envs, proc
 from autoloop.errors import ConfigError, RepoStateError, RunFailure
 from autoloop.journal import Journal
 from autoloop.program import Program, command_words
-from autoloop.sandbox import GIT_IN_SANDBOX, Bwrap, Confinement, SandboxUnavailable
+from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable, git_link
 from autoloop.scope_rules import IMPLICIT_FILES, module_shadow_regex
 from autoloop.sentinel import remove_tree
 from autoloop.snapshot import Change
@@ -221,7 +221,7 @@ class Guardrails:
         root = self.program.repo_root
         scratch = Path(env["TMPDIR"]).parent
         readable = [d.source for d in self.program.data if not _inside(d.source, root)]
-        git_dir = _git_redirect(tree, scratch, self.ws.common_dir)
+        git_dir = git_link(tree, scratch, self.ws.common_dir)
         if not _inside(self.ws.common_dir, root) or git_dir is None:
             readable.append(self.ws.common_dir)
         writable = [scratch, *(Path(os.path.expanduser(w)) for w in self.program.sandbox.writable)]
@@ -613,25 +613,6 @@ def _inside(path: Path, root: Path) -> bool:
     return p == r or p.startswith(r.rstrip("/") + "/")
 
 
-
-
-def _git_redirect(tree: Path, scratch: Path, common_dir: Path) -> tuple[Path, Path] | None:
-    """(the repository's git folder, a `.git` link file pointing into where the sandbox shows it)
-    for a measurement of `tree`: the candidate is bound over your checkout, which hides the
-    repository's .git there, so git inside a measurement finds it at GIT_IN_SANDBOX instead
-    (read-only). None when the tree's .git is not a link into `common_dir`/worktrees."""
-    try:
-        text = (tree / ".git").read_text(errors="replace").strip()
-    except OSError:
-        return None
-    if not text.startswith("gitdir: "):
-        return None
-    admin = Path(text[len("gitdir: "):])
-    if admin.parent.name != "worktrees" or os.path.realpath(admin.parent.parent) != os.path.realpath(common_dir):
-        return None
-    link = scratch / "dotgit"
-    link.write_text(f"gitdir: {GIT_IN_SANDBOX}/worktrees/{admin.name}\n")
-    return (Path(os.path.realpath(common_dir)), link)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

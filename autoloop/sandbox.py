@@ -35,9 +35,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from autoloop.program import SandboxSpec, command_words
+from autoloop.program import Program, SandboxSpec, command_words
 
 # Hidden when the network is on: ways to have a process started outside the sandbox.
 _DAEMON_DIRS = ("/run/user", "/run/dbus", "/run/containerd", "/run/podman", "/run/docker",
@@ -238,6 +238,67 @@ def failure_hint(output: str, *, network: bool) -> str | None:
     if not network and _NO_NETWORK.search(output):
         return "the measurement sandbox has no network; set verifier.network: true if it needs one"
     return None
+
+
+def git_link(tree: Path, scratch: Path, common_dir: Path) -> tuple[Path, Path] | None:
+    """(the repository's git folder, a `.git` link file pointing into where the sandbox shows it)
+    for a measurement of `tree`: the candidate is bound over your checkout, which hides the
+    repository's .git there, so git inside a measurement finds it at GIT_IN_SANDBOX instead
+    (read-only). None when the tree's .git is not a link into `common_dir`/worktrees."""
+    try:
+        text = (tree / ".git").read_text(errors="replace").strip()
+    except OSError:
+        return None
+    if not text.startswith("gitdir: "):
+        return None
+    admin = Path(text[len("gitdir: "):])
+    if admin.parent.name != "worktrees" or os.path.realpath(admin.parent.parent) != os.path.realpath(common_dir):
+        return None
+    link = scratch / "dotgit"
+    link.write_text(f"gitdir: {GIT_IN_SANDBOX}/worktrees/{admin.name}\n")
+    return (Path(os.path.realpath(common_dir)), link)
+
+
+def for_measurements(spec: SandboxSpec) -> tuple[Bwrap | None, str | None]:
+    """The sandbox measurements outside a run (`verify`, `gate`) use, probed: (bwrap, None), or
+    (None, why there is none) for `auto` where none can be made and for `none`. Raises
+    SandboxUnavailable for `bwrap` where none can be made (fail closed)."""
+    if spec.kind == "none":
+        return None, "sandbox: none in program.md"
+    box = Bwrap(spec)
+    try:
+        box.probe()
+    except SandboxUnavailable as exc:
+        if spec.kind == "bwrap":
+            raise
+        return None, str(exc)
+    return box, None
+
+
+def verify_box(bwrap: Bwrap, program: Program, env: Mapping[str, str]) -> Confinement:
+    """`autoloop verify` measures your checkout itself: it may write there (as it would outside
+    autoloop) but not the repository's .git, program.md or the run journals beside it."""
+    root = program.repo_root
+    state = program.state_dir.relative_to(root).as_posix()
+    prefix = "" if state == "." else state + "/"
+    protect = (".git", program.rel_path, prefix + ".autoloop", prefix + "experiments.md", prefix + "results.tsv")
+    return Confinement(bwrap, tree=root, checkout=None, writable=(Path(env["TMPDIR"]).parent,),
+                       protect=protect, network=program.verifier.network, path=env.get("PATH", ""))
+
+
+def gate_box(bwrap: Bwrap, program: Program, tree: Path, common_dir: Path, scratch: Path) -> Confinement:
+    """`autoloop gate` measures commits in private trees: like a run's measurements."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    git = git_link(tree, scratch, common_dir)
+    readable = () if git is not None and _inside(common_dir, program.repo_root) else (common_dir,)
+    return Confinement(bwrap, tree=tree, checkout=program.repo_root, writable=(scratch,),
+                       readable=readable, git=git, protect=() if git else (".git",),
+                       network=program.verifier.network, path=os.environ.get("PATH", ""))
+
+
+def _inside(path: Path, root: Path) -> bool:
+    p, r = os.path.realpath(path), os.path.realpath(root)
+    return p == r or p.startswith(r.rstrip("/") + "/")
 
 
 def _devices() -> list[str]:
