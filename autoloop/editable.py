@@ -66,7 +66,7 @@ def into_checkout(checkout: Path, pythons: Sequence[str]) -> list[Installation]:
             if real in seen:
                 continue
             seen.add(real)
-            for where, target in _pointers(Path(real)):
+            for where, target in pointers(Path(real)):
                 if _inside(target, root):
                     found.append(Installation(where, target, python))
     return found
@@ -83,7 +83,8 @@ def message(program: Program, found: Sequence[Installation], why: str) -> str:
             "it from that environment")
 
 
-def _pointers(site: Path) -> list[tuple[Path, str]]:
+def pointers(site: Path) -> list[tuple[Path, str]]:
+    """(file, the path it points to) for every installation recorded in the site folder `site`."""
     out: list[tuple[Path, str]] = []
     try:
         names = sorted(os.listdir(site))
