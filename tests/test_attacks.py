@@ -426,8 +426,11 @@ def test_attack_leaves_no_injection_behind(attack):
                "pythonuserbase-in-users-env": ["zz-evil.pth"],  # autoloop's own user site: watched
                "pth-in-venv-site-packages": [f"autoloop_attack_{p.env['E2E_ID']}.pth"],
                "python-shadowed-on-path": ["python3"], "git-shadowed-on-path": ["git"]}
-    # sandboxed, nothing planted reaches the real site folders or PATH: nothing to move
-    assert moved == (planted.get(name, []) if p.mode == "none" else []), moved
+    # Sandboxed, nothing planted reaches the real site folders or PATH: nothing to move — but
+    # for what these attacks plant in OUT, which the tests' sandbox.writable opens: a place the
+    # sandbox lets anyone write stays watched
+    in_writable = ("python-shadowed-on-path", "git-shadowed-on-path", "pythonuserbase-in-users-env")
+    assert moved == (planted.get(name, []) if p.mode == "none" or name in in_writable else []), moved
     if moved:
         assert "quarantine" in _row(p, 1)["lesson"]
 
