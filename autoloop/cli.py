@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generators proposing at once from the same incumbent, each in its own worktree "
                         "(overrides parallel.workers; default 1)")
 
-    v = sub.add_parser("verify", help="measure the current checkout (guards + metric); changes nothing")
+    v = sub.add_parser("verify", help="measure HEAD as a run's baseline would (guards + metric); changes nothing")
     v.add_argument("program", nargs="?", default="program.md")
 
     lg = sub.add_parser("log", help="the cycles of a run and its summary")
@@ -248,7 +248,8 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
     run = None
     try:
         options = RunOptions(tag=args.tag, cycles=args.cycles, report=report, reviewer=reviewer,
-                             stop_check=stop_check, on_finish=on_finish)
+                             stop_check=stop_check, on_finish=on_finish,
+                             time_left=budget.time_left if budget is not None else lambda: None)
         workers = args.workers or program.parallel.workers
         if workers > 1 or program.parallel.executor != "local":
             from autoloop.parallel import ParallelRun  # rounds of several workers (or a remote executor)
@@ -256,41 +257,67 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
         else:
             run = Run(program, options)
         summary = run.execute()
-    except Interrupted:
-        if budget is None or not budget.fired or run is None:
-            raise
-        # our own deadline stopped the cycle in progress: the run ended on its budget
+    except BaseException as exc:
         progress.close()
-        outcome.stop_reason = f"--max-minutes budget reached ({budget.minutes:g} min); the cycle in progress was stopped"
-        outcome.cycles_run = _cycles_since_start(run)
-        print(f"stopped: {outcome.stop_reason}", file=out)
+        # our own deadline stopped the cycle (or the end-of-run check) in progress: the run
+        # ended on its budget
+        on_budget = isinstance(exc, Interrupted) and budget is not None and budget.fired
+        if run is not None and getattr(run, "_attached", False):
+            # however it ended, the ending is told: counts from the ledger, the summary line
+            if on_budget:
+                assert budget is not None
+                reason = (f"--max-minutes budget reached ({budget.minutes:g} min); the cycle in "
+                          "progress was stopped")
+            elif isinstance(exc, (Interrupted, KeyboardInterrupt)):
+                reason = "interrupted"
+            else:
+                reason = f"error: {(str(exc) or type(exc).__name__).splitlines()[0]}"
+            _ending(out, program, run, outcome, reason, None)
+        if not on_budget:
+            raise
         return 0
     finally:
         if budget is not None:
             budget.disarm()
         progress.close()
-    outcome.stop_reason, outcome.cycles_run = summary.stop_reason, summary.cycles_run
-    gain = _gain(summary.baseline, summary.best)
-    remeasured = f"; {summary.final['text']}" if summary.final and summary.final.get("text") else ""
-    print(f"journal: {program.state_dir / 'experiments.md'}  {program.state_dir / 'results.tsv'}", file=out)
-    if outcome.journal_commit:
-        print(f"journal committed on autoloop/{summary.tag}: {outcome.journal_commit[:12]} "
-              "(push the branch; the next run resumes from it)", file=out)
-    print(f"stopped: {summary.stop_reason}. {program.verifier.label}: baseline {_f(summary.baseline)}"
-          f" → best {_f(summary.best)}{gain}; {summary.kept} kept in total; branch autoloop/{summary.tag}"
-          f" at {summary.incumbent[:12]}{remeasured}", file=out)
+    _ending(out, program, run, outcome, summary.stop_reason, summary.final)
     return 0
 
 
-def _cycles_since_start(run: Any) -> int:
-    """Cycles recorded since this invocation's `start` record."""
-    n = 0
+def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
+            final: Mapping[str, Any] | None) -> None:
+    """The last lines of every run that got as far as its ledger, however it ended: the
+    journal's paths, the CI journal commit, and `stopped: ... baseline → best ...; branch`."""
+    outcome.stop_reason = reason
+    outcome.this_run = _since_start(run)
+    outcome.cycles_run = sum(outcome.this_run.values())
+    outcome.incumbent = run.incumbent or outcome.incumbent
+    cycles = run.journal.cycles()
+    kept = sum(1 for c in cycles if c["status"] == "keep")
+    label = program.verifier.label
+    print(f"journal: {program.state_dir / 'experiments.md'}  {program.state_dir / 'results.tsv'}", file=out)
+    if outcome.journal_commit:
+        print(f"journal committed on autoloop/{run.opt.tag}: {outcome.journal_commit[:12]} "
+              "(push the branch; the next run resumes from it)", file=out)
+    if run.baseline is None:
+        print(f"stopped: {reason}. {label}: no baseline was measured, so branch autoloop/{run.opt.tag} "
+              "was not made", file=out)
+        return
+    remeasured = f"; {final['text']}" if final and final.get("text") else ""
+    print(f"stopped: {reason}. {label}: baseline {_f(run.baseline)} → best {_f(run.best)}"
+          f"{_gain(run.baseline, run.best)}; {kept} kept in total; branch autoloop/{run.opt.tag}"
+          f" at {run.incumbent[:12]}{remeasured}", file=out)
+
+
+def _since_start(run: Any) -> dict[str, int]:
+    """This invocation's cycles (those recorded since its `start` record), by status."""
+    counts: dict[str, int] = {}
     for r in reversed(run.journal.records):
         if r.get("t") == "start":
             break
         if r.get("t") == "cycle" and r.get("cycle", 0) > 0:
-            n += 1
-    return n
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _exit_code(exc: BaseException) -> int:
@@ -337,42 +364,29 @@ def _gain(a: float | None, b: float | None) -> str:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from autoloop import proc
-    from autoloop.envs import measurement_env
-    from autoloop.verify import measure
-
-    from autoloop.sandbox import SandboxUnavailable, for_measurements, verify_box
+    from autoloop.verify_head import check, verify_head
 
     program = _load(args.program)
-    try:
-        bwrap, why = for_measurements(program.sandbox)
-    except SandboxUnavailable as exc:
-        raise ConfigError(f"{program.path.name}:{program.lines.get('sandbox', 1)}: sandbox: {exc}") from None
-    log_dir = Path(tempfile.mkdtemp(prefix="autoloop-verify-"))
-    print(f"verifying {program.repo_root} (current checkout, nothing is changed)")
-    if why:
-        print(f"autoloop: WARNING: not sandboxed: {why}; these attacks are only detected, see README "
-              "(Not covered)", file=sys.stderr)
-    # the same scrubbed environment and sandbox as a run's measurements (autoloop.envs, .sandbox)
-    with measurement_env(os.environ, parent=log_dir / "scratch") as env:
-        box = None if bwrap is None else verify_box(bwrap, program, env)
-        m = measure(program, cwd=program.repo_root, env=env, log_dir=log_dir, marker=proc.new_marker(),
-                    box=box)
+    ws, head = check(program)
+    print(f"verifying {program.repo_root} at HEAD {head[:12]}: what a run's baseline measures "
+          "(committed files only, in a private tree; nothing is changed)", flush=True)
+    res = verify_head(program, ws, head)
+    for line in res.warnings:
+        print(f"autoloop: WARNING: {line}", file=sys.stderr)
+    m = res.measurement
     for g in m.guards:
         print(f"guard {g.name}: {'pass' if g.ok else 'FAIL'} ({g.detail}, {g.duration_s:.1f}s)")
+        if not g.ok and res.guard_tails.get(g.name):
+            print(res.guard_tails[g.name])
     if not m.guards_ok:
-        print(f"logs: {log_dir}")
         return 1
     if m.metric is None:
         print(f"verifier: no metric: {m.error}")
-        if m.log_stem is not None:
-            print(proc.read_tail(m.log_stem.with_name("verifier.out"), 2000).rstrip())
-            print(proc.read_tail(m.log_stem.with_name("verifier.err"), 2000).rstrip())
-        print(f"logs: {log_dir}")
+        if res.verifier_tail:
+            print(res.verifier_tail)
         return 1
     v = program.verifier
     print(f"{v.label}: {_f(m.metric)}  ({v.direction}, {m.duration_s:.1f}s)")
-    print(f"logs: {log_dir}")
     return 0
 
 

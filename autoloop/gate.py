@@ -35,7 +35,7 @@ from autoloop import stats
 from autoloop.errors import AutoloopError, ConfigError, UsageError
 from autoloop.journal import fmt
 from autoloop.program import Program
-from autoloop.sandbox import Confinement, SandboxUnavailable, for_measurements, gate_box
+from autoloop.sandbox import Confinement, SandboxUnavailable, for_measurements, tree_box
 from autoloop.verify import measure
 from autoloop.workspace import GitError, Worktree, git
 
@@ -157,7 +157,7 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
         if bwrap is None:
             return None
         scratch = tmp / "scratch" / side
-        return gate_box(bwrap, program, trees[side].path, common, scratch)
+        return tree_box(bwrap, program, trees[side].path, common, scratch, env.get("PATH", ""))
 
     try:
         if guards:

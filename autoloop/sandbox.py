@@ -275,25 +275,40 @@ def for_measurements(spec: SandboxSpec) -> tuple[Bwrap | None, str | None]:
     return box, None
 
 
-def verify_box(bwrap: Bwrap, program: Program, env: Mapping[str, str]) -> Confinement:
-    """`autoloop verify` measures your checkout itself: it may write there (as it would outside
-    autoloop) but not the repository's .git, program.md or the run journals beside it."""
-    root = program.repo_root
-    state = program.state_dir.relative_to(root).as_posix()
-    prefix = "" if state == "." else state + "/"
-    protect = (".git", program.rel_path, prefix + ".autoloop", prefix + "experiments.md", prefix + "results.tsv")
-    return Confinement(bwrap, tree=root, checkout=None, writable=(Path(env["TMPDIR"]).parent,),
-                       protect=protect, network=program.verifier.network, path=env.get("PATH", ""))
-
-
-def gate_box(bwrap: Bwrap, program: Program, tree: Path, common_dir: Path, scratch: Path) -> Confinement:
-    """`autoloop gate` measures commits in private trees: like a run's measurements."""
+def tree_box(bwrap: Bwrap, program: Program, tree: Path, common_dir: Path, scratch: Path,
+             path: str | None = None) -> Confinement:
+    """A measurement of `tree` (a private worktree of the repository) outside a run —
+    `autoloop verify`, `autoloop gate` — confined like a run's measurements."""
     scratch.mkdir(parents=True, exist_ok=True)
     git = git_link(tree, scratch, common_dir)
-    readable = () if git is not None and _inside(common_dir, program.repo_root) else (common_dir,)
-    return Confinement(bwrap, tree=tree, checkout=program.repo_root, writable=(scratch,),
-                       readable=readable, git=git, protect=() if git else (".git",),
-                       network=program.verifier.network, path=os.environ.get("PATH", ""))
+    root = program.repo_root
+    readable = [d.source for d in program.data if not _inside(d.source, root)]
+    if git is None or not _inside(common_dir, root):
+        readable.append(common_dir)
+    writable = [scratch, *(Path(os.path.expanduser(w)) for w in program.sandbox.writable)]
+    return Confinement(bwrap, tree=tree, checkout=root, writable=tuple(writable), readable=tuple(readable),
+                       keep=checkout_keep(program), git=git, protect=() if git else (".git",),
+                       network=program.verifier.network,
+                       path=os.environ.get("PATH", "") if path is None else path)
+
+
+def checkout_keep(program: Program) -> tuple[Path, ...]:
+    """What stays visible (read-only) at your checkout's path inside a measurement although
+    the candidate is bound there: virtual environments at its top (`.venv/bin/python -m
+    pytest`), and data kept inside it."""
+    root = program.repo_root
+    out: list[Path] = []
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        entries = []
+    for e in entries:
+        if e.is_dir(follow_symlinks=False) and (Path(e.path) / "pyvenv.cfg").is_file():
+            out.append(Path(e.path))
+    for d in program.data:
+        if _inside(d.source, root):
+            out.append(d.source)
+    return tuple(out)
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -925,6 +925,25 @@ class Workspace(Worktree):
         git(self.repo_root, "update-ref", "-m", "autoloop: start run", self.ref, start, "")
         self._commits.add(start)
 
+    def uncommitted(self, paths: Sequence[str]) -> dict[str, str]:
+        """Which of `paths` (repo-relative) the user's checkout has otherwise than HEAD:
+        'untracked', 'ignored' or 'modified' (in the index or on disk)."""
+        if not paths:
+            return {}
+        out = git(self.repo_root, "status", "--porcelain=v1", "-z", "--ignored=matching",
+                  "--untracked-files=all", "--no-renames", "--", *paths, check=False)
+        found: dict[str, str] = {}
+        for entry in out.split("\0"):
+            if len(entry) < 4:
+                continue
+            xy, rel = entry[:2], entry[3:]
+            found[rel] = "untracked" if xy == "??" else "ignored" if xy == "!!" else "modified"
+        return found
+
+    def delete_branch(self, expected: str) -> None:
+        """Remove the run branch, only if it is still at `expected` (git checks, atomically)."""
+        git(self.repo_root, "update-ref", "-m", "autoloop: restart run", "-d", self.ref, expected)
+
     def exclude_in_checkout(self, rel_paths: Iterable[str]) -> None:
         """Keep our files out of git's view in the user's checkout (.git/info/exclude)."""
         exclude = self.common_dir / "info" / "exclude"
