@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="measure HEAD as a run's baseline would (guards + metric); changes nothing")
     v.add_argument("program", nargs="?", default="program.md")
 
+    d = sub.add_parser("doctor", help="check that a run could start: git, generator, sandbox, data, verifier")
+    d.add_argument("program", nargs="?", default="program.md")
+    d.add_argument("--tag", default="doctor", help="the run tag to check against (default: doctor)")
+
     lg = sub.add_parser("log", help="the cycles of a run and its summary")
     lg.add_argument("program", nargs="?", default="program.md")
     lg.add_argument("--tag", help="which run (default: the most recent)")
@@ -141,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = ["--approve=after" if a == "--approve" else a for a in argv]
     args = build_parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "verify": cmd_verify, "log": cmd_log, "init": cmd_init, "gate": cmd_gate,
+        return {"run": cmd_run, "verify": cmd_verify, "doctor": cmd_doctor, "log": cmd_log, "init": cmd_init, "gate": cmd_gate,
                 "report": cmd_report}[args.command](args)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
@@ -224,7 +228,8 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
             raise UsageError(str(exc)) from None
     live = not in_ci and is_live(out)
     color = not in_ci and use_color(out)
-    progress = Progress(out, program.verifier.label, live=live, color=color, timestamps=in_ci)
+    progress = Progress(out, program.verifier.label, live=live, color=color, timestamps=in_ci,
+                        direction=program.verifier.direction)
     if args.approve:
         reviewer = TerminalReviewer(args.approve, out=out, color=color, pause=progress.pause,
                                     resume=progress.resume)
@@ -288,6 +293,7 @@ def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
             final: Mapping[str, Any] | None) -> None:
     """The last lines of every run that got as far as its ledger, however it ended: the
     journal's paths, the CI journal commit, and `stopped: ... baseline → best ...; branch`."""
+    from autoloop.summary import best_measured
     outcome.stop_reason = reason
     outcome.this_run = _since_start(run)
     outcome.cycles_run = sum(outcome.this_run.values())
@@ -304,8 +310,10 @@ def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
               "was not made", file=out)
         return
     remeasured = f"; {final['text']}" if final and final.get("text") else ""
-    print(f"stopped: {reason}. {label}: baseline {_f(run.baseline)} → best {_f(run.best)}"
-          f"{_gain(run.baseline, run.best)}; {kept} kept in total; branch autoloop/{run.opt.tag}"
+    # the best measured: never a regression a person chose to keep (approve mode)
+    best = best_measured(cycles, program.verifier.direction, run.best)
+    print(f"stopped: {reason}. {label}: baseline {_f(run.baseline)} → best {_f(best)}"
+          f"{_gain(run.baseline, best)}; {kept} kept in total; branch autoloop/{run.opt.tag}"
           f" at {run.incumbent[:12]}{remeasured}", file=out)
 
 
@@ -387,6 +395,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return 1
     v = program.verifier
     print(f"{v.label}: {_f(m.metric)}  ({v.direction}, {m.duration_s:.1f}s)")
+    return 0
+
+
+# ---- doctor ------------------------------------------------------------------------------------
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from autoloop.doctor import diagnose
+
+    program = _load(args.program)
+    failed = 0
+    for check in diagnose(program, tag=args.tag):
+        print(f"{check.state:<4}  {check.name:<10}  {check.detail}", flush=True)
+        failed += check.blocks
+    if failed:
+        print(f"doctor: {failed} problem{'s' if failed > 1 else ''}: a run would not start (or not get far)")
+        return 1
+    print("doctor: a run can start")
     return 0
 
 

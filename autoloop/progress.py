@@ -22,6 +22,8 @@ import time
 from typing import IO, Any, Callable, Mapping
 
 from autoloop.journal import fmt, pct
+from autoloop.ratchet import better
+from autoloop.summary import overruled_keep
 
 COLORS = {"keep": "\x1b[32m", "baseline": "\x1b[34m", "discard": "\x1b[33m", "crash": "\x1b[31m",
           "guard_fail": "\x1b[31m", "violation": "\x1b[35m", "no_change": "\x1b[2m", "gen_error": "\x1b[31m"}
@@ -59,7 +61,7 @@ def _duration(seconds: float) -> str:
 class Progress:
     def __init__(self, stream: IO[str], metric: str, *, live: bool = False, color: bool = False,
                  timestamps: bool = False, tick: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, direction: str | None = None) -> None:
         self.stream = stream
         self.metric = metric
         self.live = live
@@ -72,6 +74,8 @@ class Progress:
         self.phase_t0 = self.t0
         self.baseline: float | None = None
         self.best: float | None = None
+        self.direction = direction      # known: "best" never shows a regression a person kept
+        self._overruled = False
         self.last = ""
         self.cost = 0.0
         self.done = 0
@@ -114,8 +118,15 @@ class Progress:
         status = str(data.get("status", ""))
         if status == "baseline":
             self.baseline = data.get("metric")
-        if data.get("best") is not None:
-            self.best = data.get("best")
+        if overruled_keep(data):
+            self._overruled = True
+        best = data.get("best")
+        if best is not None:
+            # the record's best is the incumbent's metric; once a person kept a regression, the
+            # column keeps showing the best measured and moves only when a cycle beats it
+            if not (self._overruled and self.direction and self.best is not None
+                    and not better(self.direction, best, self.best)):
+                self.best = best
         self.cost += (data.get("gen") or {}).get("cost_usd") or 0.0
         if data.get("cycle", 0):
             self.done += 1
@@ -125,7 +136,7 @@ class Progress:
         width = self._width()
         cell = f"{status:<10}"
         head = (f"cycle {data['cycle']:>4}  {cell} {self.metric} {metric:>10}  "
-                f"best {fmt(data.get('best')):>10}  {data.get('duration_s', 0):6.1f}s  ")
+                f"best {fmt(self.best if self.direction else data.get('best')):>10}  {data.get('duration_s', 0):6.1f}s  ")
         if data.get("decided_by") == "human":
             head += "[you] "
         room = max(20, width - len(head) - 1) if self.live else 70
