@@ -426,6 +426,9 @@ def cmd_log(args: argparse.Namespace) -> int:
     cycles = journal.cycles()
     name = program.verifier.label
     print(f"run autoloop/{tag} — {program.goal}")
+    from autoloop.journal import not_sandboxed
+    for note in not_sandboxed(journal.records):
+        print(f"WARNING: {note}")
     print(f"{'cycle':>5}  {'status':<10} {name:>12} {'best':>12}  hypothesis / lesson")
     for c in cycles:
         hyp = " ".join(str(c.get("hypothesis", "")).split())[:60]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-from autoloop.journal import pct
+from autoloop.journal import not_sandboxed, pct
 from autoloop.summary import Summary, summarize
 
 
@@ -42,6 +42,7 @@ class Facts:
     duration_s: float
     cycles_total: int                       # cycle records, baseline included
     by_status: dict[str, int] = field(default_factory=dict)
+    not_sandboxed: tuple[str, ...] = ()     # `not sandboxed: <why>; ...`, one per distinct reason
 
     @property
     def cost_per_pct(self) -> float | None:
@@ -62,6 +63,7 @@ class Facts:
             "cycles": s.cycles, "kept": s.kept, "keep_rate": _r(s.keep_rate),
             "by_status": dict(s.by_status), "cost_usd": round(s.cost_usd, 6), "tokens": s.tokens,
             "cost_per_pct": _r(self.cost_per_pct), "duration_s": round(self.duration_s, 3),
+            "not_sandboxed": list(self.not_sandboxed),
             "kept_changes": [{**asdict(k), "ci_pct": None if k.ci_pct is None else list(k.ci_pct)}
                              for k in self.kept],
         }
@@ -97,7 +99,8 @@ def facts(records: Sequence[Mapping[str, Any]], *, tag: str, goal: str, metric: 
     duration = sum(float(c.get("duration_s") or 0.0) for c in cycles)
     return Facts(tag=tag, goal=goal, metric=metric, direction=direction, summary=s, kept=tuple(kept),
                  gain_ci_pct=gain_ci, gain_ci_level=level, duration_s=duration,
-                 cycles_total=len(cycles), by_status=dict(s.by_status))
+                 cycles_total=len(cycles), by_status=dict(s.by_status),
+                 not_sandboxed=tuple(not_sandboxed(records)))
 
 
 def num(x: float | None) -> str:
@@ -125,6 +128,8 @@ def markdown(f: Facts, *, title: str | None = None, extra_rows: Sequence[tuple[s
     out = [f"### {title or f'autoloop run `{f.tag}`'}", ""]
     if f.goal:
         out += [f"**Goal:** {f.goal}", ""]
+    for note in f.not_sandboxed:
+        out += [f"**Warning:** {note}", ""]
     rows = [("baseline", f"{f.metric} = {num(s.baseline)}"),
             ("best", f"{f.metric} = {num(s.best)} ({f.direction})"),
             ("gain", gain_text(f)),

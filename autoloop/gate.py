@@ -32,9 +32,10 @@ from typing import Any, Callable, Sequence
 
 from autoloop import proc
 from autoloop import stats
-from autoloop.errors import AutoloopError, UsageError
+from autoloop.errors import AutoloopError, ConfigError, UsageError
 from autoloop.journal import fmt
 from autoloop.program import Program
+from autoloop.sandbox import Confinement, SandboxUnavailable, for_measurements, tree_box
 from autoloop.verify import measure
 from autoloop.workspace import GitError, Worktree, git
 
@@ -146,9 +147,23 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
     marker = proc.new_marker()
     env = _verifier_env()
     try:
+        bwrap, why = for_measurements(program.sandbox)
+    except SandboxUnavailable as exc:
+        raise ConfigError(f"{program.path.name}:{program.lines.get('sandbox', 1)}: sandbox: {exc}") from None
+    if why:
+        log(f"WARNING: not sandboxed: {why}; these attacks are only detected, see README (Not covered)")
+
+    def box(side: str) -> Confinement | None:
+        if bwrap is None:
+            return None
+        scratch = tmp / "scratch" / side
+        return tree_box(bwrap, program, trees[side].path, common, scratch, env.get("PATH", ""))
+
+    try:
         if guards:
             for side in ("base", "head"):
-                problem = _run_guards(program, trees[side].checkout(commits[side]), env, tmp / f"guards-{side}", marker)
+                problem = _run_guards(program, trees[side].checkout(commits[side]), env, tmp / f"guards-{side}", marker,
+                                      box(side))
                 if problem:
                     if side == "base":
                         raise BaseBroken(f"the base ({base[:12]}) fails a guard: {problem}")
@@ -163,7 +178,8 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
                 path = trees[side].checkout(commits[side])  # pristine: reset and cleaned every run
                 log_dir = tmp / "logs" / f"pair-{i + 1:02d}-{side}"
                 log_dir.mkdir(parents=True)
-                m = measure(program, cwd=path, env=env, log_dir=log_dir, marker=marker, with_guards=False)
+                m = measure(program, cwd=path, env=env, log_dir=log_dir, marker=marker, with_guards=False,
+                            box=box(side))
                 if m.metric is None:
                     tail = proc.read_tail(log_dir / "verifier.err", 600).strip() or \
                         proc.read_tail(log_dir / "verifier.out", 600).strip()
@@ -198,10 +214,12 @@ def _verifier_env() -> dict[str, str]:
     return env
 
 
-def _run_guards(program: Program, cwd: Path, env: dict[str, str], log_dir: Path, marker: str) -> str:
+def _run_guards(program: Program, cwd: Path, env: dict[str, str], log_dir: Path, marker: str,
+                box: Confinement | None = None) -> str:
     log_dir.mkdir(parents=True, exist_ok=True)
     for g in program.guards:
-        r = proc.run(g.command, cwd=cwd, env=env, timeout=g.timeout, log_stem=log_dir / "guard", marker=marker)
+        command = g.command if box is None else box.argv(g.command)
+        r = proc.run(command, cwd=cwd, env=env, timeout=g.timeout, log_stem=log_dir / "guard", marker=marker)
         if not r.ok:
             return f"{g.name}: {r.describe()}"
     return ""

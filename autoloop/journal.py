@@ -48,7 +48,7 @@ class Journal:
         self.records: list[Record] = []
         self._bytes = bytearray()
         # caches, both rebuilt whenever `records` is not the list they were built from
-        self._cycles: tuple[list[Record], int, Record | None, list[Record], list[Record]] | None = None
+        self._cycles: tuple[list[Record], int, Record | None, list[Record], list[Record], list[Record]] | None = None
         self._rendered: _Rendered | None = None
 
     # ---- loading -----------------------------------------------------------------------------
@@ -140,15 +140,22 @@ class Journal:
         recs = self.records
         c = self._cycles
         if c is None or c[0] is not recs or c[1] > len(recs) or (c[1] and recs[c[1] - 1] is not c[2]):
-            c = (recs, 0, None, [], [])
-        found, finals = c[3], c[4]
+            c = (recs, 0, None, [], [], [])
+        found, finals, starts = c[3], c[4], c[5]
         for r in recs[c[1]:]:
             if r["t"] == "cycle":
                 found.append(r)
             elif r["t"] == "final":
                 finals.append(r)
-        self._cycles = (recs, len(recs), recs[-1] if recs else None, found, finals)
+            elif r["t"] == "start":
+                starts.append(r)
+        self._cycles = (recs, len(recs), recs[-1] if recs else None, found, finals, starts)
         return found, finals
+
+    def _any_unsandboxed(self) -> bool:
+        self._scan()
+        assert self._cycles is not None
+        return any(r.get("unsandboxed") for r in self._cycles[5])
 
     def pending(self) -> Record | None:
         """The `begin` record of a cycle that never finished, if the ledger ends inside one."""
@@ -217,10 +224,11 @@ class Journal:
         r = self._rendered
         if (r is None or r.count > len(cycles) or (r.count and cycles[r.count - 1] is not r.last)):
             r = self._rendered = _Rendered()
-        head_key = (goal, len(finals), finals[-1] if finals else None)
+        notes = tuple(not_sandboxed(self.records)) if self._any_unsandboxed() else ()
+        head_key = (goal, len(finals), finals[-1] if finals else None, notes)
         if r.head_key is None or r.head_key[0] != head_key[0] or r.head_key[1] != head_key[1] \
-                or r.head_key[2] is not head_key[2]:
-            r.head = _bytes(_experiments_head(self.tag, goal, finals))
+                or r.head_key[2] is not head_key[2] or r.head_key[3] != head_key[3]:
+            r.head = _bytes(_experiments_head(self.tag, goal, finals, notes))
             r.head_key = head_key
         for c in cycles[r.count:]:
             r.sections += b"\n" + _bytes("\n".join(_section(c)))
@@ -232,7 +240,7 @@ class Journal:
 
 class _Rendered:
     def __init__(self) -> None:
-        self.head_key: tuple[str, int, Record | None] | None = None
+        self.head_key: tuple[str, int, Record | None, tuple[str, ...]] | None = None
         self.head = b""
         self.sections = bytearray()   # "\n" + each cycle's section
         self.rows = bytearray()       # each cycle's TSV row + "\n"
@@ -421,15 +429,31 @@ def stats_cells(stats: Record | None) -> list[str]:
     ]
 
 
-def render_experiments(cycles: list[Record], tag: str, goal: str, finals: list[Record] = ()) -> str:  # type: ignore[assignment]
+def not_sandboxed(records: Sequence[Record]) -> list[str]:
+    """`not sandboxed: <why>; ...` for each distinct reason an invocation of this run had no
+    sandbox (its `start` records say), oldest first."""
+    out: list[str] = []
+    for r in records:
+        why = r.get("unsandboxed") if r.get("t") == "start" else None
+        if why:
+            line = f"not sandboxed: {_one_line(str(why))}; these attacks are only detected, see README (Not covered)"
+            if line not in out:
+                out.append(line)
+    return out
+
+
+def render_experiments(cycles: list[Record], tag: str, goal: str, finals: list[Record] = (),  # type: ignore[assignment]
+                       notes: Sequence[str] = ()) -> str:
     # the head, then each section after a newline (Journal renders the same incrementally)
-    return "".join([_experiments_head(tag, goal, finals)] + ["\n" + "\n".join(_section(c)) for c in cycles])
+    return "".join([_experiments_head(tag, goal, finals, notes)] + ["\n" + "\n".join(_section(c)) for c in cycles])
 
 
-def _experiments_head(tag: str, goal: str, finals: Sequence[Record]) -> str:
+def _experiments_head(tag: str, goal: str, finals: Sequence[Record], notes: Sequence[str] = ()) -> str:
     out = [f"# Experiments — run `autoloop/{tag}`", ""]
     if goal:
         out += [f"Goal: {goal}", ""]
+    for note in notes:
+        out += [f"**Warning:** {note}", ""]
     out += ["Written by autoloop from its ledger (.autoloop/%s/ledger.jsonl); edits here are overwritten." % tag, ""]
     for f in finals:
         # above the cycles, not a section of its own: `## Cycle N` sections stay the only ones

@@ -36,6 +36,7 @@ from autoloop import stats as st
 from autoloop.journal import fmt, pct
 from autoloop.program import Amount, LimitSpec, Program, VerifierSpec
 from autoloop.ratchet import better
+from autoloop.sandbox import Confinement
 from autoloop.verify import Measurement, MetricError, measure, parse_metric
 
 
@@ -922,6 +923,8 @@ class Guarded(Protocol):
 
     def after_step(self, step: str) -> None: ...
 
+    def confine(self, tree: Path, env: Mapping[str, str]) -> Confinement | None: ...
+
 
 class TreeRunner:
     """Runs the verifier (or the holdout) as a fresh process in a prepared tree per side,
@@ -983,7 +986,8 @@ class TreeRunner:
             self.checked_out.add(side)
         with self.guard.measuring(tree, commit, self.env, baseline=self.baseline) as env:
             return measure(self.program, cwd=tree.path, env=env, log_dir=log_dir, marker=self.marker,
-                           with_guards=with_guards, after_step=self.guard.after_step)
+                           with_guards=with_guards, after_step=self.guard.after_step,
+                           box=self.guard.confine(tree.path, env))
 
 
 def holdout_spec(program: Program) -> VerifierSpec | None:

@@ -281,6 +281,10 @@ class Run:
         self.sentinel = self.ws.watch_git(extra=[self.program.path, *self.guard.user_files()])
         self.guard.start(self.sentinel, self._lock_path)
         self.journal.render(self.program.goal)
+        if self.guard.unsandboxed:
+            # once, loudly: the journal's head and `autoloop log` / the report say it too
+            self.opt.report("warning", {"message": f"not sandboxed: {self.guard.unsandboxed}; these "
+                                                   "attacks are only detected, see README (Not covered)"})
         # what autoloop imports later is loaded now, before any generator could have planted
         # or patched it (numpy/scipy only when this run computes statistics)
         trust.preload(statistics=needs_scipy(self.program, self.journal.cycles()),
@@ -422,9 +426,12 @@ class Run:
 
     def _journal_start(self, incumbent: str) -> None:
         """One `start` record per invocation; the first one marks the branch as ours."""
-        self.journal.append({"t": "start", "tag": self.opt.tag, "program": self.program.rel_path,
-                             "verifier": verifier_fingerprint(self.program), "incumbent": incumbent,
-                             "worktree": str(self.ws.path)})
+        rec = {"t": "start", "tag": self.opt.tag, "program": self.program.rel_path,
+               "verifier": verifier_fingerprint(self.program), "incumbent": incumbent,
+               "worktree": str(self.ws.path), "sandbox": "none" if self.guard.unsandboxed else "bwrap"}
+        if self.guard.unsandboxed:
+            rec["unsandboxed"] = self.guard.unsandboxed
+        self.journal.append(rec)
 
     def _incumbent_from(self, cycles: list[Record]) -> str | None:
         commit = baseline = best = None
@@ -770,7 +777,8 @@ class Run:
                 vtree.checkout(candidate, clean=False)   # measuring() cleans it
                 with self.guard.measuring(vtree, candidate, self._env(n)) as env:
                     m = measure(self.program, cwd=vtree.path, env=env, log_dir=log_dir,
-                                marker=self.marker, after_step=self.guard.after_step)
+                                marker=self.marker, after_step=self.guard.after_step,
+                                box=self.guard.confine(vtree.path, env))
                 self._check_signal()
                 return self._decide(m, files)
             # noise-aware: repeats, paired ABBA batches against a re-measured incumbent

@@ -38,6 +38,7 @@ class VerifierSpec:
     pattern: str | None = None         # or a regex whose first group is the number
     timeout: float = 600.0
     repeats: int = 1                   # strict rule: runs per side, the median of them decides
+    network: bool = False              # measurements keep the network (sandboxed: off unless true)
 
     @property
     def label(self) -> str:
@@ -163,11 +164,13 @@ class ParallelSpec:
 
 @dataclass(frozen=True)
 class SandboxSpec:
-    """Where a subprocess generator runs (see autoloop.sandbox)."""
+    """Where the generator and the measurements run (see autoloop.sandbox). `auto`: in a
+    bubblewrap sandbox where one can be made, else unsandboxed (said loudly); `bwrap`: a
+    sandbox or exit 2; `none`: no sandbox, the watches of autoloop.watch are the only line."""
 
-    kind: Literal["none", "bwrap"] = "none"
-    network: bool = False                # bwrap: keep the network (agent CLIs need their API)
-    writable: tuple[str, ...] = ()       # bwrap: more paths it may write (~ expanded), e.g. ~/.claude
+    kind: Literal["auto", "none", "bwrap"] = "auto"
+    network: bool = False                # the generator keeps the network (agent CLIs need their API)
+    writable: tuple[str, ...] = ()       # more paths generator and measurements may write (~ expanded)
 
 
 @dataclass(frozen=True)
@@ -999,13 +1002,6 @@ def _build_program(p: _Parser, values: dict[str, Any], at: _At) -> dict[str, Any
 
 
 def _check_hardening(p: _Parser, values: dict[str, Any]) -> None:
-    sandbox: SandboxSpec | None = values.get("sandbox")
-    generator: GeneratorSpec = values.get("generator") or GeneratorSpec()
-    if sandbox is not None and sandbox.kind != "none" and generator.kind in IN_PROCESS_KINDS:
-        p.fail(p.lines["sandbox"],
-               f"sandbox: {sandbox.kind} confines subprocess generators (command, claude, codex, "
-               f"aider); kind {generator.kind!r} runs inside autoloop and edits only through its "
-               "allowlist-checked edit tool — use sandbox: none")
     data: tuple[DataSpec, ...] = values.get("data", ())
     if data and "allowed" in values:
         editable = PathRules(values["allowed"], values.get("forbidden", ()))
@@ -1054,6 +1050,7 @@ _VERIFIER = _Section({
     "direction": _Field(_enum(("minimize", "maximize")), required=True),
     "timeout": _Field(_SECONDS),
     "repeats": _Field(_integer(at_least=1, what="a whole number >= 1")),
+    "network": _Field(_boolean),
 }, _build_verifier)
 
 _ACCEPT = _Section({
@@ -1112,7 +1109,7 @@ _STOP = _Section({
 }, lambda p, values, at: StopSpec(**values))
 
 _SANDBOX = _ScalarOr({
-    "kind": _Field(_enum(("none", "bwrap")), required=True),
+    "kind": _Field(_enum(("auto", "none", "bwrap"))),
     "network": _Field(_boolean),
     "writable": _Field(_host_paths),
 }, lambda p, values, at: SandboxSpec(**values), "kind")

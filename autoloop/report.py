@@ -224,6 +224,7 @@ def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | N
             f'{f"<div class=small>{tokens:,} tok</div>" if tokens else ""}</td>'
             f'<td class="n">{float(c.get("duration_s") or 0):.1f}s</td></tr>')
     goal = f'<p class="sub">{_e(f.goal)}</p>' if f.goal else ""
+    goal += "".join(f'<p class="sub"><strong>Warning:</strong> {_e(note)}</p>' for note in f.not_sandboxed)
     return f"""<!doctype html>
 <html lang="en">
 <head>
