@@ -25,7 +25,8 @@ import tty
 from dataclasses import dataclass
 from typing import IO, Callable, Literal, Protocol, Sequence
 
-from autoloop.journal import fmt, pct
+from autoloop.journal import pct
+from autoloop.numbers import num as fmt
 from autoloop.verify import GuardResult
 
 Action = Literal["keep", "discard", "verify", "skip", "quit"]

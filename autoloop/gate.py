@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 from autoloop import proc
 from autoloop import stats
 from autoloop.errors import AutoloopError, UsageError
-from autoloop.journal import fmt
+from autoloop.numbers import num as fmt
 from autoloop.program import Program
 from autoloop.verify import measure
 from autoloop.workspace import GitError, Worktree, git

@@ -32,7 +32,8 @@ from contextlib import AbstractContextManager
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from autoloop import stats as st
-from autoloop.journal import fmt, pct
+from autoloop.journal import pct
+from autoloop.numbers import formatter, num as fmt
 from autoloop.program import LimitSpec, Program, VerifierSpec
 from autoloop.ratchet import better
 from autoloop.verify import Measurement, MetricError, measure, parse_metric
@@ -388,6 +389,7 @@ def judge_strict(session: Session, program: Program, best: float,
     need = acc.min_effect.of(best)
     gain = (best - value) if v.direction == "minimize" else (value - best)
     stats["threshold"] = need
+    fmt = formatter([best, value])      # two values that differ must print differently
     shown = f"{fmt(value)}" + (f" (median of {v.repeats})" if v.repeats > 1 else "")
     gain_txt = f" ({delta:+.1f}%)" if delta is not None else ""
     if better(v.direction, value, best) and gain >= need:
@@ -522,7 +524,7 @@ def judge_paired(session: Session, program: Program,
     stats["step_pct"] = step
     improvement = None if pooled.change_pct is None else -pooled.change_pct if direction == "minimize" \
         else pooled.change_pct
-    feedback = f"improvement {st.coarse_pct(improvement, step)}"
+    feedback = change_words(improvement, step)
     stats["feedback"] = feedback
     first = session.first
     ci = _ci_text(pooled, name)
@@ -538,10 +540,10 @@ def judge_paired(session: Session, program: Program,
     if not ok1:
         if p1.stopped_early:
             why = (f"stopped after {c1.n} of {acc.pairs} pairs: p={acc.alpha:g} was out of reach")
-            lesson = f"discarded: no improvement beyond the noise; {feedback}"
+            lesson = f"discarded: {feedback}{_not_beyond(feedback)}"
         elif c1.p > acc.alpha:
             why = f"p={c1.p:.3g} > alpha {acc.alpha:g}"
-            lesson = f"discarded: no improvement beyond the noise; {feedback}"
+            lesson = f"discarded: {feedback}{_not_beyond(feedback)}"
         else:
             why = f"significant, but the effect is below min_effect {acc.min_effect}"
             lesson = f"discarded: {feedback}, below min_effect {acc.min_effect}"
@@ -559,6 +561,26 @@ def judge_paired(session: Session, program: Program,
     if holdout is not None:
         _holdout_paired(holdout, program, verdict)
     return verdict
+
+
+def change_words(improvement: float | None, step: float | None) -> str:
+    """What the generator is told a change did, in words that cannot be misread: `better by
+    ≈2% (noise ±0.4%)`, `worse by ≈53.6% (noise ±2%)`, `no change beyond the noise (≈0%, noise
+    ±1%)`. `improvement` is signed so that positive is better, whatever the direction."""
+    if improvement is None:
+        return "change unknown"
+    text = st.coarse_pct(abs(improvement), step)
+    if improvement == 0:
+        return "no change (0%)"
+    if text.startswith("≈0%"):
+        return f"no change beyond the noise ({text.replace(' (', ', ', 1)}"
+    text = text.replace("+", "", 1)
+    return f"better by {text}" if improvement > 0 else f"worse by {text}"
+
+
+def _not_beyond(feedback: str) -> str:
+    # a better-looking result that was discarded was not better beyond the noise: say so
+    return ", not beyond the noise" if feedback.startswith("better") else ""
 
 
 def holdout_batch(session: Session, program: Program, n: int, prefix: str = "h") -> dict[str, Any]:

@@ -20,7 +20,8 @@ from autoloop.generators.base import GenContext, Generator, Proposal
 from autoloop.generators.registry import make_generator
 from autoloop.globs import PathRules
 from autoloop.hardening import Guardrails, Tampered
-from autoloop.journal import Journal, Record, fmt, pct
+from autoloop.journal import Journal, Record, pct
+from autoloop.numbers import formatter, num as fmt
 from autoloop.judge import Judge, final_text
 from autoloop.memory import near_duplicate
 from autoloop.program import Program, command_words
@@ -577,6 +578,7 @@ class Run:
             return _Outcome("crash", f"crash: {m.error}", f"crash: {m.error}", changed=changed, measurement=m)
         best = self.best
         assert best is not None
+        fmt = formatter([best, m.metric])   # two values that differ must print differently
         if better(v.direction, m.metric, best):
             d = pct(best, m.metric)
             gain = f" ({d:+.1f}%)" if d is not None else ""

@@ -21,7 +21,9 @@ import threading
 import time
 from typing import IO, Any, Callable, Mapping
 
-from autoloop.journal import fmt, pct
+from autoloop.facts import in_cycle
+from autoloop.journal import pct
+from autoloop.numbers import formatter, run_values, signed_pct, usd
 
 COLORS = {"keep": "\x1b[32m", "baseline": "\x1b[34m", "discard": "\x1b[33m", "crash": "\x1b[31m",
           "guard_fail": "\x1b[31m", "violation": "\x1b[35m", "no_change": "\x1b[2m", "gen_error": "\x1b[31m"}
@@ -75,6 +77,8 @@ class Progress:
         self.last = ""
         self.cost = 0.0
         self.done = 0
+        self._values: list[float] = []
+        self.fmt = formatter([])     # widened as values arrive: the run's rounding so far
         self._lock = threading.RLock()
         self._shown = 0          # width of the live line on screen (0: none)
         self._paused = False
@@ -117,13 +121,22 @@ class Progress:
         self.cost += (data.get("gen") or {}).get("cost_usd") or 0.0
         if data.get("cycle", 0):
             self.done += 1
+        best_before = self.best if status != "baseline" else None
+        self._values += run_values([data])
+        self.fmt = formatter(self._values)
+        fmt = self.fmt
         metric = fmt(data.get("metric")) or "-"
         self.last = f"#{data.get('cycle')} {status} {metric}"
         hyp = " ".join(str(data.get("hypothesis", "")).split())
         width = self._width()
         cell = f"{status:<10}"
+        vs, change = in_cycle(data, best_before if best_before is not None else self.best)
+        # what the row was judged on: the incumbent measured beside it (paired) or the best
+        paired = isinstance((data.get("stats") or {}).get("pooled"), dict)
+        against = (f"vs {fmt(vs):>10} {signed_pct(change, ''):>8}" if paired else
+                   f"best {fmt(data.get('best')):>10}")
         head = (f"cycle {data['cycle']:>4}  {cell} {self.metric} {metric:>10}  "
-                f"best {fmt(data.get('best')):>10}  {data.get('duration_s', 0):6.1f}s  ")
+                f"{against}  {data.get('duration_s', 0):6.1f}s  ")
         if data.get("decided_by") == "human":
             head += "[you] "
         room = max(20, width - len(head) - 1) if self.live else 70
@@ -165,12 +178,12 @@ class Progress:
         parts.append(f"{self.phase} {_duration(now - self.phase_t0)}")
         if self.best is not None:
             d = pct(self.baseline, self.best)
-            parts.append(f"best {fmt(self.best)}" + (f" ({d:+.2f}%)" if d is not None else ""))
+            parts.append(f"best {self.fmt(self.best)}" + (f" ({signed_pct(d)})" if d is not None else ""))
         if self.last:
             parts.append(f"last {self.last}")
         parts.append(f"elapsed {_duration(now - self.t0)}")
         if self.cost:
-            parts.append(f"${self.cost:.2f}")
+            parts.append(usd(self.cost))
         return " · ".join(parts)
 
     def _draw(self) -> None:

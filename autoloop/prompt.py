@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from autoloop.journal import fmt
+from autoloop.numbers import num as fmt
 from autoloop.judge import coarse_value
 from autoloop.memory import foreclosed
 from autoloop.program import Program
