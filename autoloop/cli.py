@@ -107,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     lg = sub.add_parser("log", help="the cycles of a run and its summary")
     lg.add_argument("program", nargs="?", default="program.md")
     lg.add_argument("--tag", help="which run (default: the most recent)")
+    lg.add_argument("--wide", action="store_true",
+                    help="print every hypothesis and lesson whole (default: cut with … to the terminal width)")
 
     g = sub.add_parser("gate", help="pull-request gate: measure base and head here, paired; exit 1 if head is worse")
     g.add_argument("program", nargs="?", default="program.md")
@@ -140,6 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # a bare `--approve` means `--approve=after` (an optional value would swallow PROGRAM)
     argv = ["--approve=after" if a == "--approve" else a for a in argv]
     args = build_parser().parse_args(argv)
+    if args.command in ("log", "report", "init") and hasattr(signal, "SIGPIPE"):
+        # read-only commands behave like any Unix tool in a pipe: `autoloop log | head` just
+        # ends when head has read enough (a run keeps Python's handling: see BrokenPipeError)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         return {"run": cmd_run, "verify": cmd_verify, "log": cmd_log, "init": cmd_init, "gate": cmd_gate,
                 "report": cmd_report}[args.command](args)
@@ -158,6 +164,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _leaving()
         print("autoloop: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader went away (`| head`): nothing more to say, and no traceback when Python
+        # flushes stdout at exit
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 128 + 13
     except Exception as exc:  # a bug of ours: one line, details only on request
         if os.environ.get("AUTOLOOP_DEBUG"):
             raise
@@ -258,6 +272,9 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
         summary = run.execute()
     except Interrupted:
         if budget is None or not budget.fired or run is None:
+            progress.close()
+            if run is not None and run.journal.cycles():
+                _interrupted(args, run, out)
             raise
         # our own deadline stopped the cycle in progress: the run ended on its budget
         progress.close()
@@ -270,16 +287,42 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
             budget.disarm()
         progress.close()
     outcome.stop_reason, outcome.cycles_run = summary.stop_reason, summary.cycles_run
-    gain = _gain(summary.baseline, summary.best)
-    remeasured = f"; {summary.final['text']}" if summary.final and summary.final.get("text") else ""
     print(f"journal: {program.state_dir / 'experiments.md'}  {program.state_dir / 'results.tsv'}", file=out)
     if outcome.journal_commit:
         print(f"journal committed on autoloop/{summary.tag}: {outcome.journal_commit[:12]} "
               "(push the branch; the next run resumes from it)", file=out)
-    print(f"stopped: {summary.stop_reason}. {program.verifier.label}: baseline {_f(summary.baseline)}"
-          f" → best {_f(summary.best)}{gain}; {summary.kept} kept in total; branch autoloop/{summary.tag}"
-          f" at {summary.incumbent[:12]}{remeasured}", file=out)
+    print(f"stopped: {summary.stop_reason}. {_standing(run)}; branch autoloop/{summary.tag}"
+          f" at {summary.incumbent[:12]}", file=out)
     return 0
+
+
+def _standing(run: Any) -> str:
+    """`score: baseline 109.04 → best 100.86, gain -25.77% (95% CI …), re-measured; 3 kept` —
+    from the ledger through facts, the same numbers `log`, the report and --json show."""
+    from autoloop.facts import facts, gain_text
+
+    v = run.program.verifier
+    f = facts(run.journal.records, tag=run.opt.tag, goal=run.program.goal, metric=v.label,
+              direction=v.direction)
+    s = f.summary
+    if s.baseline is None:
+        return f"{v.label}: no baseline measured"
+    gain = f", gain {gain_text(f)}" if f.headline_gain_pct is not None else ""
+    return f"{v.label}: baseline {f.fmt(s.baseline)} → best {f.fmt(s.best)}{gain}; {s.kept} kept in total"
+
+
+def _interrupted(args: argparse.Namespace, run: Any, out: Any) -> None:
+    """After Ctrl-C: where the run stands and how to go on."""
+    import shlex
+
+    try:
+        standing = _standing(run)
+    except Exception:  # the ending must not fail on a half-written ledger
+        standing = ""
+    again = shlex.join(["autoloop", "run", args.program, "--tag", args.tag])
+    print(f"interrupted. {standing + '; ' if standing else ''}branch autoloop/{args.tag}"
+          + (f" at {run.incumbent[:12]}" if getattr(run, "incumbent", "") else ""), file=out)
+    print(f"resume with: {again}", file=out, flush=True)
 
 
 def _cycles_since_start(run: Any) -> int:
@@ -323,45 +366,50 @@ def _run_epilogue(args: argparse.Namespace, outcome: Any) -> None:
         cimod.write_json(sys.stdout, outcome.as_json())
 
 
-def _f(x: float | None) -> str:
-    return "" if x is None else f"{x:.6g}"
-
-
-def _gain(a: float | None, b: float | None) -> str:
-    if a is None or b is None or a == 0:
-        return ""
-    return f" ({(b - a) / abs(a) * 100:+.2f}%)"
 
 
 # ---- verify ------------------------------------------------------------------------------------
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from autoloop import proc
-    from autoloop.envs import measurement_env
-    from autoloop.verify import measure
-
     program = _load(args.program)
     log_dir = Path(tempfile.mkdtemp(prefix="autoloop-verify-"))
+    try:
+        return _verify(program, log_dir)
+    finally:
+        # nothing of a verify outlives it: what a person needs from the logs is printed
+        from autoloop.sentinel import remove_tree
+
+        remove_tree(log_dir)
+
+
+def _verify(program: Any, log_dir: Path) -> int:
+    from autoloop import proc
+    from autoloop.envs import measurement_env
+    from autoloop.numbers import num
+    from autoloop.verify import measure
+
     print(f"verifying {program.repo_root} (current checkout, nothing is changed)")
     # the same scrubbed environment as a run's measurements (autoloop.envs)
     with measurement_env(os.environ, parent=log_dir / "scratch") as env:
         m = measure(program, cwd=program.repo_root, env=env, log_dir=log_dir, marker=proc.new_marker())
     for g in m.guards:
         print(f"guard {g.name}: {'pass' if g.ok else 'FAIL'} ({g.detail}, {g.duration_s:.1f}s)")
+        if not g.ok:
+            for ext in ("out", "err"):
+                tail = proc.read_tail(g.log_stem.with_name(f"{g.log_stem.name}.{ext}"), 2000).rstrip()
+                if tail:
+                    print(tail)
     if not m.guards_ok:
-        print(f"logs: {log_dir}")
         return 1
     if m.metric is None:
         print(f"verifier: no metric: {m.error}")
         if m.log_stem is not None:
             print(proc.read_tail(m.log_stem.with_name("verifier.out"), 2000).rstrip())
             print(proc.read_tail(m.log_stem.with_name("verifier.err"), 2000).rstrip())
-        print(f"logs: {log_dir}")
         return 1
     v = program.verifier
-    print(f"{v.label}: {_f(m.metric)}  ({v.direction}, {m.duration_s:.1f}s)")
-    print(f"logs: {log_dir}")
+    print(f"{v.label}: {num(m.metric)}  ({v.direction}, {m.duration_s:.1f}s)")
     return 0
 
 
@@ -369,17 +417,37 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    from autoloop.summary import summarize
+    from autoloop.facts import facts, gain_text, rows
+    from autoloop.numbers import count, signed_pct, usd
 
     program, tag, journal = _open_run(args)
     cycles = journal.cycles()
-    name = program.verifier.label
+    v = program.verifier
+    name = v.label
+    f = facts(journal.records, tag=tag, goal=program.goal, metric=name, direction=v.direction)
+    fmt = f.fmt
+    width = None if args.wide else _columns()
     print(f"run autoloop/{tag} — {program.goal}")
-    print(f"{'cycle':>5}  {'status':<10} {name:>12} {'best':>12}  hypothesis / lesson")
-    for c in cycles:
-        hyp = " ".join(str(c.get("hypothesis", "")).split())[:60]
-        print(f"{c['cycle']:>5}  {c['status']:<10} {_f(c.get('metric')) or '-':>12} {_f(c.get('best')):>12}  {hyp}")
-    s = summarize(cycles, program.verifier.direction)
+    if not cycles:
+        # an aborted baseline leaves no cycle record, only why: say so instead of an empty table
+        why = next((r.get("reason") for r in reversed(journal.records)
+                    if r.get("t") == "abort" and r.get("cycle") == 0), None)
+        print("no cycle was measured: " + (f"the baseline was aborted ({why})" if why else
+                                           "the run stopped before its baseline"))
+        print(f"fix what stopped it (`autoloop verify {args.program}` shows the verifier's output), then "
+              f"`autoloop run {args.program} --tag {tag}` starts the tag afresh")
+        return 1
+    paired = any(isinstance((c.get("stats") or {}).get("pooled"), dict) for c in cycles)
+    against = "vs (in cycle)" if paired else "best before"
+    head = f"{'cycle':>5}  {'status':<10} {name[:12]:>12} {against:>13} {'change':>8}  "
+    print(head + "hypothesis")
+    indent = " " * len(head)
+    for c, vs, change in rows(cycles):
+        line = (f"{c['cycle']:>5}  {c['status']:<10} {fmt(c.get('metric')) or '-':>12} "
+                f"{fmt(vs, '') :>13} {signed_pct(change, ''):>8}  ")
+        print(_cut(line + " ".join(str(c.get("hypothesis", "")).split()), width))
+        if c["status"] != "baseline":
+            print(_cut(indent + "→ " + " ".join(str(c.get("lesson", "")).split()), width))
     judged = [c for c in cycles if (c.get("stats") or {}).get("pooled")]
     if judged:
         print()
@@ -388,36 +456,54 @@ def cmd_log(args: argparse.Namespace) -> int:
             st = c["stats"]
             pooled = st["pooled"]
             ci = pooled.get("change_ci_pct")
-            ci_text = f"{ci[0]:+.2f}% … {ci[1]:+.2f}%" if ci else "-"
-            change = "-" if pooled.get("change_pct") is None else f"{pooled['change_pct']:+.2f}%"
+            ci_text = f"{signed_pct(ci[0])} … {signed_pct(ci[1])}" if ci else "-"
             hold = st.get("holdout")
             h = "-" if not isinstance(hold, dict) else ("overfit?" if hold.get("overfit") else "improved")
             ps = "/".join(f"{b['p']:.3g}" for b in st.get("batches", []) if "p" in b)
             pairs = "+".join(str(b.get("n", 0)) for b in st.get("batches", []))
-            print(f"{c['cycle']:>5}  {c['status']:<10} {change:>9}  {ci_text:<21} {ps:>8}  {pairs:<5}  {h}")
+            print(f"{c['cycle']:>5}  {c['status']:<10} {signed_pct(pooled.get('change_pct'), '-'):>9}  "
+                  f"{ci_text:<21} {ps:>8}  {pairs:<5}  {h}")
+    s = f.summary
     print()
-    print(f"baseline   {_f(s.baseline) or '-'}")
-    print(f"best       {_f(s.best) or '-'}")
-    print(f"gain       {'-' if s.gain_pct is None else f'{s.gain_pct:+.2f}%'}")
+    print(f"baseline   {fmt(s.baseline) or '-'}")
+    print(f"best       {fmt(s.best) or '-'}" + (" (as measured against its incumbent)" if f.paired else ""))
+    print(f"gain       {gain_text(f) if f.headline_gain_pct is not None else '-'}")
+    if f.final is not None and s.gain_pct is not None and signed_pct(s.gain_pct) != signed_pct(f.headline_gain_pct):
+        print(f"           (one-cycle medians baseline → best said {signed_pct(s.gain_pct)}; "
+              "the re-measured gain is the one to quote)")
     rate = "-" if s.keep_rate is None else f"{s.keep_rate * 100:.0f}% ({s.kept} of {s.cycles})"
     print(f"keep rate  {rate}")
-    print("by status  " + (", ".join(f"{k} {v}" for k, v in s.by_status.items()) or "-"))
+    print("by status  " + (", ".join(f"{k} {n}" for k, n in s.by_status.items()) or "-"))
     print(f"trend      {s.trend}")
     calibration = (cycles[0].get("stats") or {}) if cycles else {}
     if calibration.get("warning"):
         print(f"warning    {calibration['warning']}")
-    for f in journal.finals():
-        print(f"final      (after cycle {f.get('after_cycle')}) {f.get('text', '')}")
-    if s.cost_usd:
-        per_keep = f", ${s.cost_per_keep:.2f} per kept change" if s.cost_per_keep is not None else ""
-        per_unit = (f", {_usd(s.cost_per_unit_gain)} per unit of {name} gained"
-                    if s.cost_per_unit_gain is not None else "")
-        print(f"cost       ${s.cost_usd:.2f}{per_keep}{per_unit}, {s.tokens} tokens")
+    for fin in journal.finals():
+        print(_cut(f"final      (after cycle {fin.get('after_cycle')}) {fin.get('text', '')}", width))
+    if s.cost_usd or s.tokens:
+        parts = [usd(s.cost_usd) if s.cost_usd else "no price known"]
+        if s.cost_per_keep is not None:
+            parts.append(f"{usd(s.cost_per_keep)} per kept change")
+        if s.cost_per_unit_gain is not None:
+            parts.append(f"{usd(s.cost_per_unit_gain)} per unit of {name} gained")
+        if s.tokens:
+            parts.append(f"{count(s.tokens)} tokens")
+        print("cost       " + ", ".join(parts))
     return 0
 
 
-def _usd(x: float) -> str:
-    return f"${x:.2f}" if abs(x) >= 0.01 else f"${x:.2g}"
+def _columns() -> int | None:
+    """How wide a line `log` may print: the terminal's width, or 120 in a pipe (a `| less`
+    reader still sees whole words); `--wide` prints everything."""
+    if sys.stdout.isatty():
+        import shutil
+
+        return max(60, shutil.get_terminal_size((120, 24)).columns)
+    return 120
+
+
+def _cut(line: str, width: int | None) -> str:
+    return line if width is None or len(line) <= width else line[:width - 1] + "…"
 
 
 def _open_run(args: argparse.Namespace) -> tuple[Any, str, Any]:

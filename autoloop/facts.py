@@ -47,6 +47,7 @@ class Facts:
     # measured): in a paired run this, not baseline → best of one-cycle medians, is the gain
     final: Mapping[str, Any] | None = None
     values: tuple[float, ...] = ()          # every metric value the run shows (for rounding)
+    paired: bool = False                    # some cycle was judged on paired measurements
 
     @property
     def remeasured_pct(self) -> float | None:
@@ -57,6 +58,12 @@ class Facts:
         """The gain a person should quote: re-measured when the run has it, else baseline → best."""
         r = self.remeasured_pct
         return r if r is not None else self.summary.gain_pct
+
+    def title(self) -> str:
+        """`score 145.975 → 109.04 (-25.77%, re-measured)`: one line for a PR title."""
+        s = self.summary
+        gain = signed_pct(self.headline_gain_pct, "?") + (", re-measured" if self.remeasured_pct is not None else "")
+        return f"{self.metric} {self.fmt(s.baseline, '?')} → {self.fmt(s.best, '?')} ({gain})"
 
     def fmt(self, x: float | None, empty: str = "–") -> str:
         """A metric value, rounded the same way as everywhere else in this run."""
@@ -78,8 +85,9 @@ class Facts:
             "baseline": s.baseline, "best": s.best, "gain_pct": _r(s.gain_pct),
             "remeasured_gain_pct": _r(self.remeasured_pct),
             "headline_gain_pct": _r(self.headline_gain_pct),
+            # what a person reads (rounded like every other output; a PR title uses `title`)
             "display": {"baseline": self.fmt(s.baseline, ""), "best": self.fmt(s.best, ""),
-                        "gain": gain_text(self)},
+                        "gain": gain_text(self), "title": self.title()},
             "gain_ci_pct": None if self.gain_ci_pct is None else [_r(x) for x in self.gain_ci_pct],
             "gain_ci_level": self.gain_ci_level,
             "cycles": s.cycles, "kept": s.kept, "keep_rate": _r(s.keep_rate),
@@ -129,7 +137,8 @@ def facts(records: Sequence[Mapping[str, Any]], *, tag: str, goal: str, metric: 
     return Facts(tag=tag, goal=goal, metric=metric, direction=direction, summary=s, kept=tuple(kept),
                  gain_ci_pct=gain_ci, gain_ci_level=level, duration_s=duration,
                  cycles_total=len(cycles), by_status=dict(s.by_status), final=final,
-                 values=tuple(run_values(records)))
+                 values=tuple(run_values(records)),
+                 paired=any(isinstance((c.get("stats") or {}).get("pooled"), dict) for c in cycles))
 
 
 def gain_text(f: Facts) -> str:
@@ -175,8 +184,8 @@ def markdown(f: Facts, *, title: str | None = None, extra_rows: Sequence[tuple[s
         out += [f"**Goal:** {f.goal}", ""]
     num = f.fmt
     table = [("baseline", f"{f.metric} = {num(s.baseline)}"),
-            ("best", f"{f.metric} = {num(s.best)} ({f.direction}, measured against its incumbent)"
-             if f.final is not None else f"{f.metric} = {num(s.best)} ({f.direction})"),
+            ("best", f"{f.metric} = {num(s.best)} ({f.direction}, as measured against its incumbent)"
+             if f.paired else f"{f.metric} = {num(s.best)} ({f.direction})"),
             ("gain", gain_text(f)),
             ("cycles", f"{s.cycles} after the baseline; " + (", ".join(f"{k} {v}" for k, v in s.by_status.items()) or "none")),
             ("kept changes", f"{s.kept}" + (f" (keep rate {s.keep_rate * 100:.0f}%)" if s.keep_rate is not None else "")),

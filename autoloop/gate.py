@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 from autoloop import proc
 from autoloop import stats
 from autoloop.errors import AutoloopError, UsageError
-from autoloop.numbers import num as fmt
+from autoloop.numbers import num as fmt, signed_pct
 from autoloop.program import Program
 from autoloop.verify import measure
 from autoloop.workspace import GitError, Worktree, git
@@ -210,7 +210,7 @@ def _run_guards(program: Program, cwd: Path, env: dict[str, str], log_dir: Path,
 def _judge(res: GateResult) -> None:
     s = res.stats
     assert s is not None
-    change = "n/a" if s.change_pct is None else f"{s.change_pct:+.2f}%"
+    change = signed_pct(s.change_pct, "n/a")
     d = res.program.verifier.direction
     # the change oriented so that > 0 means worse
     worse_pct = None if s.change_pct is None else (s.change_pct if d == "minimize" else -s.change_pct)
@@ -255,9 +255,9 @@ def markdown(res: GateResult) -> str:
               f"| min … max | {_range(res.base_values)} | {_range(res.head_values)} |",
               f"| runs | {len(res.base_values)} | {len(res.head_values)} |", ""]
     if s is not None:
-        ci = "–" if s.ci_pct is None else f"{s.ci_pct[0]:+.2f}% … {s.ci_pct[1]:+.2f}% ({s.ci_level * 100:.0f}%)"
+        ci = "–" if s.ci_pct is None else f"{signed_pct(s.ci_pct[0])} … {signed_pct(s.ci_pct[1])} ({s.ci_level * 100:.0f}%)"
         lines += ["| | |", "| --- | --- |",
-                  f"| change, head vs base | {'–' if s.change_pct is None else f'{s.change_pct:+.2f}%'} (Hodges–Lehmann) |",
+                  f"| change, head vs base | {signed_pct(s.change_pct)} (Hodges–Lehmann) |",
                   f"| confidence interval | {ci} |",
                   f"| p (head worse) / p (head better) | {s.p_worse:.3g} / {s.p_better:.3g} |"]
     rule = ("pass only if the head is significantly better" if res.require_improvement else

@@ -319,7 +319,8 @@ def _num(x: Any, spec: str = ".4g") -> str:
 
 
 def _values(xs: Any) -> str:
-    # raw samples: as many digits as it takes to tell them apart
+    # rounded like every number a person reads, with the digits that keep this list's values
+    # apart; the ledger keeps them exact for recomputing
     f = formatter(xs or [])
     return ",".join(f(x) for x in xs or [])
 

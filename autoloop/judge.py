@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from autoloop import stats as st
 from autoloop.journal import pct
-from autoloop.numbers import formatter, num as fmt
+from autoloop.numbers import exact, formatter, num as fmt, signed_pct
 from autoloop.program import LimitSpec, Program, VerifierSpec
 from autoloop.ratchet import better
 from autoloop.verify import Measurement, MetricError, measure, parse_metric
@@ -391,7 +391,7 @@ def judge_strict(session: Session, program: Program, best: float,
     stats["threshold"] = need
     fmt = formatter([best, value])      # two values that differ must print differently
     shown = f"{fmt(value)}" + (f" (median of {v.repeats})" if v.repeats > 1 else "")
-    gain_txt = f" ({delta:+.1f}%)" if delta is not None else ""
+    gain_txt = f" ({signed_pct(delta)})" if delta is not None else ""
     if better(v.direction, value, best) and gain >= need:
         verdict = Verdict("keep", value, f"keep: {name} {fmt(best)} → {shown}{gain_txt}",
                           f"kept: {name} {fmt(best)} → {fmt(value)}{gain_txt}", stats,
@@ -438,8 +438,8 @@ def _ci_text(c: st.Comparison, name: str) -> str:
     level = f"{c.ci.level * 100:.0f}% CI" if c.n > 1 else "one pair, no CI"
     if c.change_pct is not None and c.change_ci_pct is not None:
         lo, hi = c.change_ci_pct
-        body = f"{c.change_pct:+.2f}%"
-        ci = f"{lo:+.2f}% … {hi:+.2f}%"
+        body = signed_pct(c.change_pct)
+        ci = f"{signed_pct(lo)} … {signed_pct(hi)}"
     else:
         lo, hi = c.change_ci
         body = f"{c.change:+.4g}"
@@ -685,7 +685,7 @@ def coarse_value(x: float | None, history: Sequence[Mapping[str, Any]]) -> str:
         return ""
     step, scale = noise_step(history)
     if not step or scale != "log" or x == 0:
-        return fmt(x)
+        return exact(x)
     size = abs(x) * (math.exp(step) - 1.0)
     digits = max(0, -round(math.log10(size))) if size > 0 else 6
     return f"≈{round(x, digits):.{digits}f}"

@@ -21,7 +21,7 @@ from autoloop.generators.registry import make_generator
 from autoloop.globs import PathRules
 from autoloop.hardening import Guardrails, Tampered
 from autoloop.journal import Journal, Record, pct
-from autoloop.numbers import formatter, num as fmt
+from autoloop.numbers import formatter, num as fmt, signed_pct
 from autoloop.judge import Judge, final_text
 from autoloop.memory import near_duplicate
 from autoloop.program import Program, command_words
@@ -581,7 +581,7 @@ class Run:
         fmt = formatter([best, m.metric])   # two values that differ must print differently
         if better(v.direction, m.metric, best):
             d = pct(best, m.metric)
-            gain = f" ({d:+.1f}%)" if d is not None else ""
+            gain = f" ({signed_pct(d)})" if d is not None else ""
             return _Outcome("keep", f"kept: {name} {fmt(best)} → {fmt(m.metric)}{gain}",
                             f"keep: {name} {fmt(best)} → {fmt(m.metric)}{gain}",
                             metric=m.metric, changed=changed, measurement=m)
@@ -832,7 +832,7 @@ def _file_changes(changes: list[Change]) -> list[Change]:
 
 def _pct_text(old: float | None, new: float | None) -> str:
     d = pct(old, new)
-    return f" ({d:+.2f}%)" if d is not None else ""
+    return f" ({signed_pct(d)})" if d is not None else ""
 
 
 def _round(x: float | None) -> float | None:

@@ -68,6 +68,12 @@ def num(x: float | None, digits: int = MIN_DIGITS, empty: str = "") -> str:
     return empty if x is None or not _finite(x) else sig(x, digits)
 
 
+def exact(x: float | None, empty: str = "") -> str:
+    """A value handed on to a program or an agent (AUTOLOOP_BEST, the prompt): twelve
+    significant digits — the measurement as printed, without the float noise of arithmetic."""
+    return num(x, 12, empty)
+
+
 def run_values(records: Sequence[Mapping[str, object]]) -> list[float]:
     """Every metric value a run's records show: the cycles' metrics and bests, and the medians
     their comparisons and the end-of-run check were judged on."""

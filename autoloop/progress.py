@@ -81,6 +81,7 @@ class Progress:
         self.fmt = formatter([])     # widened as values arrive: the run's rounding so far
         self._lock = threading.RLock()
         self._shown = 0          # width of the live line on screen (0: none)
+        self._gone = False       # the reader has closed the stream
         self._paused = False
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -167,8 +168,18 @@ class Progress:
         if self.timestamps:
             t = int(self.clock() - self.t0)
             line = f"[{t // 3600:02d}:{t % 3600 // 60:02d}:{t % 60:02d}] {line}"
-        self.stream.write(line + "\n")
-        self.stream.flush()
+        self._write(line + "\n")
+
+    def _write(self, text: str) -> None:
+        """Progress is for the person watching: when the reader is gone (`| head`, a closed
+        terminal) the run goes on quietly, the journal is the record."""
+        if self._gone:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (BrokenPipeError, ValueError):
+            self._gone = True
 
     def status_line(self) -> str:
         now = self.clock()
@@ -195,14 +206,15 @@ class Progress:
             text = text[:max(1, width - 2)] + "…"
         pad = max(0, self._shown - len(text))
         shown = ("\x1b[1m" + text + RESET) if self.color else text
-        self.stream.write("\r" + shown + " " * pad)
-        self.stream.flush()
+        self._write("\r" + shown + " " * pad)
         self._shown = len(text)
 
     def _clear(self) -> None:
         if self.live and self._shown:
-            self.stream.write("\r" + " " * self._shown + "\r")
-            self.stream.flush()
+            # two more than our text: a Ctrl-C echoes `^C` after it (spaces, not an erase-line
+            # escape: NO_COLOR and dumb terminals get no escapes at all)
+            pad = min(self._shown + 2, max(1, self._width() - 1))
+            self._write("\r" + " " * pad + "\r")
             self._shown = 0
 
     def _tick(self, every: float) -> None:
@@ -227,4 +239,6 @@ class Progress:
         if self._ticker is not None:
             self._ticker.join(timeout=2)
         with self._lock:
+            if self.live:
+                self._shown = max(self._shown, 1)   # also a `^C` echoed on an empty line
             self._clear()

@@ -218,14 +218,14 @@ def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | N
     if f.remeasured_pct is not None:
         gain_note = (pct_interval(f.gain_ci_pct, f.gain_ci_level) + " · " if f.gain_ci_pct else "") \
             + "best re-measured against the start" + (
-                f"; one-cycle medians said {signed_pct(s.gain_pct)}" if s.gain_pct is not None else "")
+                f"; one-cycle medians said {signed_pct(s.gain_pct)}"
+                if s.gain_pct is not None and signed_pct(s.gain_pct) != signed_pct(gain) else "")
     else:
         gain_note = (pct_interval(f.gain_ci_pct, f.gain_ci_level) + " · " if f.gain_ci_pct else "") \
             + "baseline → best"
     cards = [
         ("baseline", fmt(s.baseline), f.metric),
-        ("best", fmt(s.best), f.direction + (", as measured against its incumbent"
-                                             if f.remeasured_pct is not None else "")),
+        ("best", fmt(s.best), f.direction + (", as measured against its incumbent" if f.paired else "")),
         ("gain", signed_pct(gain), gain_note, "good" if better else ""),
         ("cycles", str(s.cycles), ", ".join(f"{k} {v}" for k, v in s.by_status.items()) or "none yet"),
         ("keep rate", "–" if s.keep_rate is None else f"{s.keep_rate * 100:.0f}%", f"{s.kept} kept"),

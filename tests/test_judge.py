@@ -134,7 +134,7 @@ def test_paired_lesson_is_coarse() -> None:
     fake = Fake(noisy(1.0, 0.95, 0.002, seed=3))
     v = jd.judge_paired(session(fake), program(PAIRED), {}, noise_step=0.01, noise_scale="log")
     assert v.status == "keep"
-    assert "≈+5%" in v.lesson and "noise ±1%" in v.lesson
+    assert "better by ≈5%" in v.lesson and "noise ±1%" in v.lesson
     assert v.feedback is not None and v.feedback in v.lesson
     # no raw sample leaks into what the generator is told
     for x in v.stats["batches"][0]["b"]:

@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from autoloop.numbers import formatter, signed_pct
+
 from tests.conftest import git, run_cli
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -180,7 +182,10 @@ def test_end_of_run_record_log_and_final_line(sim) -> None:
     finals = [r for r in ledger(repo) if r["t"] == "final"]
     assert len(finals) == 1 and finals[0]["pairs"] == 6
     last = res.stdout.strip().splitlines()[-1]
-    assert last.startswith("stopped:") and "re-measured best vs start: score" in last and "CI" in last
+    # one gain on the last line, the re-measured one with its interval
+    assert last.startswith("stopped:") and "re-measured" in last and "CI" in last
+    assert signed_pct(finals[0]["change_pct"]) in last
+    assert "re-measured best vs start: score" in res.stdout
     log = run_cli("log", "--tag", "t", cwd=repo)
     assert finals[0]["text"] in log.stdout
     assert "**End-of-run check** (after cycle 1)" in (repo / "experiments.md").read_text()
@@ -330,14 +335,14 @@ def test_reported_numbers_reproduce_from_the_ledger(sim) -> None:
             pytest.approx(lo, abs=5e-4), pytest.approx(hi, abs=5e-4))
         assert float(row["p_value"]) == pytest.approx(recompute(batches[0]["a"], batches[0]["b"])[3], rel=1e-3)
         assert c["metric"] == float(np.median(b))
+        fa, fb = (formatter(bt["a"]) for bt in batches), (formatter(bt["b"]) for bt in batches)
         assert row["samples"] == " | ".join(
-            "a=" + ",".join(repr(x) if float(f"{x:.6g}") != x else f"{x:.6g}" for x in bt["a"])
-            + ";b=" + ",".join(repr(x) if float(f"{x:.6g}") != x else f"{x:.6g}" for x in bt["b"])
-            for bt in batches)
+            "a=" + ",".join(f(x) for x in bt["a"]) + ";b=" + ",".join(g(x) for x in bt["b"])
+            for bt, f, g in zip(batches, fa, fb))
     # the end-of-run check: the final line's gain and interval
     final = [r for r in ledger(repo) if r["t"] == "final"][0]
     change, lo, hi, p = recompute(final["a"], final["b"])
-    last = res.stdout.strip().splitlines()[-1]
+    last = next(ln for ln in res.stdout.splitlines() if ln.startswith("final "))
     m = re.search(r"re-measured best vs start: score ([-+]\d+\.\d+)% \(\d+% CI ([-+]\d+\.\d+)% … "
                   r"([-+]\d+\.\d+)%\), p=(\S+), (\d+) pairs", last)
     assert m is not None, last

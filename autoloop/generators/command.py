@@ -9,7 +9,7 @@ from pathlib import Path
 from autoloop import proc
 from autoloop.errors import ConfigError, FatalGeneratorError, GeneratorError
 from autoloop.generators.base import GenContext, Proposal
-from autoloop.numbers import num as fmt
+from autoloop.numbers import exact as fmt
 from autoloop.program import GeneratorSpec, Program
 
 _HYPOTHESIS = re.compile(r"Hypothesis:\s*(.*)", re.IGNORECASE)
