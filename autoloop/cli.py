@@ -130,6 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--format", choices=("html", "markdown"), default="html",
                     help="html (default) or markdown (the summary a PR body or step summary shows)")
 
+    c = sub.add_parser("clean", help="remove a tag's worktrees and private state (asks first)")
+    c.add_argument("program", nargs="?", default="program.md")
+    c.add_argument("--tag", help="which run (default: the most recent)")
+    c.add_argument("--yes", "-y", action="store_true", help="do not ask")
+    c.add_argument("--branch", action="store_true", help="also delete the branch autoloop/TAG (its kept commits)")
+    c.add_argument("--journal", action="store_true",
+                   help="also delete the journal: the ledger, and experiments.md/results.tsv when they are this tag's")
+
     i = sub.add_parser("init", help="write a program.md from a template")
     i.add_argument("path", nargs="?", default=".", help="file or folder (default: ./program.md)")
     i.add_argument("--template", default="generic", help="template name (see --list)")
@@ -148,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         return {"run": cmd_run, "verify": cmd_verify, "log": cmd_log, "init": cmd_init, "gate": cmd_gate,
-                "report": cmd_report}[args.command](args)
+                "report": cmd_report, "clean": cmd_clean}[args.command](args)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return exc.exit_code
@@ -217,6 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
     out = sys.stderr if args.json else sys.stdout
     program = _load(args.program)  # before the heavy imports: bad input is refused at once
+    _newcomer_checks(program)
     from autoloop import ci as cimod
     from autoloop.approve import NoTerminal, TerminalReviewer
     from autoloop.loop import Run, RunOptions
@@ -325,6 +334,16 @@ def _interrupted(args: argparse.Namespace, run: Any, out: Any) -> None:
     print(f"resume with: {again}", file=out, flush=True)
 
 
+def _newcomer_checks(program: Any) -> None:
+    """Before anything runs: refuse an untouched `autoloop init` template (exit 2), warn about
+    `allowed` entries that can only be mistakes."""
+    from autoloop import hints
+
+    hints.refuse_placeholders(program)
+    for line in hints.unmatched_allowed(program):
+        print(f"autoloop: warning: {line}", file=sys.stderr)
+
+
 def _cycles_since_start(run: Any) -> int:
     """Cycles recorded since this invocation's `start` record."""
     n = 0
@@ -373,6 +392,7 @@ def _run_epilogue(args: argparse.Namespace, outcome: Any) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     program = _load(args.program)
+    _newcomer_checks(program)
     log_dir = Path(tempfile.mkdtemp(prefix="autoloop-verify-"))
     try:
         return _verify(program, log_dir)
@@ -582,6 +602,54 @@ def cmd_report(args: argparse.Namespace) -> int:
     out.write_text(text, encoding="utf-8")
     print(f"wrote {out} ({f.cycles_total} cycles)")
     return 0
+
+
+# ---- clean ---------------------------------------------------------------------------------------
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from autoloop import clean
+
+    program = _load(args.program)
+    tag = args.tag or clean.latest_tag(program)
+    plan = clean.plan(program, tag, branch=args.branch, journal=args.journal)
+    if plan.empty:
+        print(f"nothing to remove for tag '{tag}'")
+        for k in plan.keeps:
+            print(f"  keeps {k}")
+        return 0
+    print(f"autoloop clean: tag '{tag}' — will remove:")
+    if plan.branch_head:
+        print(f"  branch {plan.branch} (at {plan.branch_head[:12]}; its kept commits stay reachable only "
+              "if merged elsewhere)")
+    for p in plan.trees:
+        print(f"  {p}")
+    for p in [*plan.journal, *plan.state]:
+        print(f"  {_show_path(program, p)}")
+    for k in plan.keeps:
+        print(f"  keeps {k}")
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise UsageError("autoloop clean asks before removing anything; add --yes to run it without a terminal")
+        try:
+            answer = input("remove these? [y/N] ").strip().lower()
+        except EOFError:
+            answer = ""
+        if answer not in ("y", "yes"):
+            print("nothing removed")
+            return 1
+    clean.remove(program, plan)
+    print(f"removed; `autoloop run {args.program} --tag {tag}` " + (
+        "starts the tag afresh" if plan.branch_head and plan.journal else "resumes it"
+        if not plan.branch_head and not plan.journal else "cannot reuse the tag (see above)"))
+    return 0
+
+
+def _show_path(program: Any, p: Path) -> str:
+    try:
+        return p.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return str(p)
 
 
 # ---- init --------------------------------------------------------------------------------------

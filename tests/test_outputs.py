@@ -186,3 +186,62 @@ def test_chart_never_draws_a_discard_better_than_the_running_best():
     (0.0, None, "no change (0%)")])
 def test_lessons_say_better_or_worse(improvement, step, text):
     assert change_words(improvement, step) == text
+
+
+# ---- autoloop clean ------------------------------------------------------------------------------
+
+def _worktrees(p) -> list[str]:
+    out = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=p.repo, env=p.env,
+                         capture_output=True, text=True, check=True).stdout
+    return [ln for ln in out.splitlines() if ln.startswith("worktree ")]
+
+
+def test_clean_asks_then_removes_worktrees_and_state_but_keeps_branch_and_journal(tmp_path):
+    p = make_project(tmp_path, {1: 'hyp("first"); W("val.txt", "30")'}, guards=False)
+    assert p.run("--cycles", "1").returncode == 0
+    cache = tmp_path / "home" / ".cache" / "autoloop" / "worktrees"
+    assert len(_worktrees(p)) > 1 and any(cache.iterdir())
+    refused = p.cli("clean", "program.md", "--tag", p.tag)           # no terminal, no --yes
+    assert refused.returncode == 2 and "add --yes" in refused.stderr
+    assert len(_worktrees(p)) > 1
+    res = p.cli("clean", "program.md", "--tag", p.tag, "--yes")
+    assert res.returncode == 0, res.stderr
+    assert len(_worktrees(p)) == 1
+    assert not cache.exists() or not any(cache.iterdir())
+    assert not (p.repo / ".autoloop" / p.tag / "logs").exists()
+    assert (p.repo / ".autoloop" / p.tag / "ledger.jsonl").exists()
+    assert (p.repo / "experiments.md").exists() and (p.repo / "results.tsv").exists()
+    assert subprocess.run(["git", "rev-parse", "--verify", f"autoloop/{p.tag}"], cwd=p.repo, env=p.env,
+                          capture_output=True).returncode == 0
+    # the tag still resumes after its worktrees are gone
+    p.set_plan({2: 'hyp("second"); W("val.txt", "20")'})
+    again = p.run("--cycles", "1")
+    assert again.returncode == 0, again.stderr
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep", "keep"]
+
+
+def test_clean_branch_and_journal_lets_the_tag_start_afresh(tmp_path):
+    p = make_project(tmp_path, {1: 'hyp("first"); W("val.txt", "30")'}, guards=False)
+    assert p.run("--cycles", "1").returncode == 0
+    res = p.cli("clean", "program.md", "--tag", p.tag, "--yes", "--branch", "--journal")
+    assert res.returncode == 0, res.stderr
+    assert "starts the tag afresh" in res.stdout
+    assert not (p.repo / ".autoloop").exists() and not (p.repo / "experiments.md").exists()
+    assert subprocess.run(["git", "rev-parse", "--verify", f"autoloop/{p.tag}"], cwd=p.repo, env=p.env,
+                          capture_output=True).returncode != 0
+    assert len(_worktrees(p)) == 1
+    fresh = p.run("--cycles", "1")
+    assert fresh.returncode == 0, fresh.stderr
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep"]
+
+
+def test_verify_leaves_no_temporary_folder(tmp_path):
+    p = make_project(tmp_path, {})
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**p.env, "TMPDIR": str(tmp)}
+    res = subprocess.run([PY, "-m", "autoloop", "verify", "program.md"], cwd=p.repo, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "score: 40.25" in res.stdout
+    assert list(tmp.iterdir()) == []
