@@ -397,10 +397,20 @@ def cmd_verify(args: argparse.Namespace) -> int:
     try:
         return _verify(program, log_dir)
     finally:
-        # nothing of a verify outlives it: what a person needs from the logs is printed
+        # nothing of a verify outlives it: what a person needs from the logs is printed (the
+        # measurement's scratch is being deleted in the background meanwhile: retry on a race)
+        import time
+
         from autoloop.sentinel import remove_tree
 
-        remove_tree(log_dir)
+        for _ in range(20):
+            try:
+                remove_tree(log_dir)
+            except OSError:
+                pass
+            if not log_dir.exists():
+                break
+            time.sleep(0.05)
 
 
 def _verify(program: Any, log_dir: Path) -> int:

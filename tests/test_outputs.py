@@ -245,3 +245,83 @@ def test_verify_leaves_no_temporary_folder(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "score: 40.25" in res.stdout
     assert list(tmp.iterdir()) == []
+
+
+# ---- newcomer mistakes: the message says what to do ----------------------------------------------
+
+@pytest.mark.parametrize("line,expect", [
+    ("score: 5 ms", "it printed 'score: 5 ms': 'ms' after the number is not allowed"),
+    ("Score: 5", "it printed 'Score: 5': the name differs in case from verifier.metric 'score'"),
+    ("score: 5%", "it printed 'score: 5%': '%' after the number is not allowed"),
+])
+def test_near_miss_metric_line_is_quoted_with_the_expected_shape(tmp_path, line, expect):
+    p = make_project(tmp_path, {}, verifier="{py} emit.py", guards=False,
+                     files={"emit.py": f"print('hello')\nprint({line!r})\n"})
+    res = p.cli("verify", "program.md")
+    assert res.returncode == 1
+    assert expect in res.stdout and "'score: NUMBER'" in res.stdout, res.stdout
+    run = p.run("--cycles", "1")
+    assert run.returncode == 1 and expect in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("front,expect", [
+    ('allowed: [*.py]', "program.md:2: '*.py' must be quoted"),
+    ('allowed: [a.py]\nverifier:\n  command: echo score: 5', "program.md:4: the value contains ': ', which "
+     "YAML reads as a new key: quote the whole value, e.g. command: 'echo score: 5'"),
+])
+def test_yaml_mistakes_are_translated(tmp_path, front, expect):
+    p = make_project(tmp_path, {})
+    (p.repo / "program.md").write_text("---\n" + front + "\n---\nbody\n")
+    res = p.cli("run", "program.md", "--tag", "y", "--cycles", "1")
+    assert res.returncode == 2
+    assert res.stderr.startswith(expect), res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_a_path_from_program_mds_folder_is_explained(tmp_path):
+    p = make_project(tmp_path, {})
+    sub = p.repo / "sub"
+    sub.mkdir()
+    (sub / "measure.py").write_text("print('score: 1')\n")
+    (sub / "program.md").write_text(f"---\ngoal: g\nallowed: [sub/x.py]\nverifier:\n  command: {PY} measure.py\n"
+                                    "  metric: score\n  direction: minimize\n---\nbody\n")
+    res = p.cli("verify", "sub/program.md")
+    assert res.returncode == 1
+    assert "can't open file" in res.stdout
+    assert "commands run from the repository root" in res.stdout and "'sub/…'" in res.stdout, res.stdout
+
+
+def test_allowed_entries_that_match_nothing_are_warned_before_the_baseline(tmp_path):
+    p = make_project(tmp_path, {}, allowed='[val.txt, "modle/**", "src/new_file.py"]', guards=False)
+    (p.repo / "src").mkdir()
+    res = p.run("--cycles", "0")
+    assert res.returncode == 0, res.stderr
+    assert "allowed entry 'modle/**': its folder 'modle' does not exist" in res.stderr
+    assert "src/new_file.py" not in res.stderr        # a new file in a folder that exists is fine
+    assert res.stderr.index("modle") < (res.stderr + res.stdout).index("baseline") or "baseline" in res.stdout
+
+
+def test_an_untouched_init_template_is_refused_before_anything_runs(tmp_path):
+    p = make_project(tmp_path, {})
+    (p.repo / "sub").mkdir()
+    assert p.cli("init", "sub").returncode == 0
+    before = subprocess.run(["git", "status", "--porcelain"], cwd=p.repo, env=p.env, capture_output=True,
+                            text=True).stdout
+    res = p.cli("run", "sub/program.md", "--tag", "tpl", "--cycles", "1")
+    assert res.returncode == 2, res.stderr
+    assert "verifier.command is still the template's placeholder './measure.sh'" in res.stderr
+    assert "the instructions still hold the template's placeholder 'EDIT:" in res.stderr
+    assert "every line marked EDIT" in res.stderr
+    assert not (p.repo / "sub" / ".autoloop").exists()
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=p.repo, env=p.env, capture_output=True,
+                          text=True).stdout == before
+
+
+def test_outside_a_repository_the_git_commands_are_given(tmp_path):
+    p = make_project(tmp_path, {})
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "program.md").write_text((p.repo / "program.md").read_text())
+    res = p.cli("run", "program.md", "--tag", "x", cwd=plain)
+    assert res.returncode == 2
+    assert "not inside a git work tree" in res.stderr and "git init && git add -A && git commit -m start" in res.stderr
