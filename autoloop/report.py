@@ -217,9 +217,7 @@ def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | N
     better = gain is not None and gain != 0 and ((gain < 0) == (f.direction == "minimize"))
     if f.remeasured_pct is not None:
         gain_note = (pct_interval(f.gain_ci_pct, f.gain_ci_level) + " · " if f.gain_ci_pct else "") \
-            + "best re-measured against the start" + (
-                f"; one-cycle medians said {signed_pct(s.gain_pct)}"
-                if s.gain_pct is not None and signed_pct(s.gain_pct) != signed_pct(gain) else "")
+            + "best re-measured against the start"
     else:
         gain_note = (pct_interval(f.gain_ci_pct, f.gain_ci_level) + " · " if f.gain_ci_pct else "") \
             + "baseline → best"
