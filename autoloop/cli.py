@@ -560,13 +560,15 @@ def _latest_tag(state_dir: Path) -> str:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from autoloop.gate import markdown, parse_tolerance, run_gate, to_json
+    from autoloop.gate import markdown, parse_tolerance, resolve, run_gate, to_json
 
     try:
         tolerance = parse_tolerance(args.tolerance)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     program = _load(args.program)
+    for ref in (args.base, args.head):
+        resolve(program.repo_root, ref)      # an unknown revision is refused before any header
     print(f"gate: {program.verifier.label} of {args.head} vs {args.base}, {args.pairs} interleaved pairs",
           file=sys.stderr, flush=True)
     res = run_gate(program, base_ref=args.base, head_ref=args.head, pairs=args.pairs,

@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 from autoloop import proc
 from autoloop import stats
 from autoloop.errors import AutoloopError, UsageError
-from autoloop.numbers import num as fmt, signed_pct
+from autoloop.numbers import num as fmt, plain_pct, signed_pct
 from autoloop.program import Program
 from autoloop.verify import measure
 from autoloop.workspace import GitError, Worktree, git
@@ -152,9 +152,11 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
                 if problem:
                     if side == "base":
                         raise BaseBroken(f"the base ({base[:12]}) fails a guard: {problem}")
-                    res.head_error = f"guard failed on the head: {problem}"
-                    res.verdict = f"FAIL: the head {res.head_error}"
+                    res.head_error = f"the head fails guard {problem}"
+                    res.verdict = f"FAIL: {res.head_error}"
                     return res
+            if program.guards:
+                log(f"guards pass on the base and the head ({', '.join(g.name for g in program.guards)})")
         for i in range(pairs):
             order = ("base", "head") if i % 2 == 0 else ("head", "base")
             res.order.append(order)
@@ -225,7 +227,7 @@ def _judge(res: GateResult) -> None:
     res.passed = not (significant and beyond)
     if res.passed:
         if significant and worse_pct is not None and worse_pct > 0:
-            why = f"worse by {change}, within the {res.tolerance_pct:g}% tolerance"
+            why = f"worse by {plain_pct(s.change_pct)}, within the {res.tolerance_pct:g}% tolerance"
         elif s.p_better <= res.alpha:
             why = f"better ({change}, p = {s.p_better:.3g})"
         elif 0.5 ** s.n > res.alpha:
@@ -235,7 +237,7 @@ def _judge(res: GateResult) -> None:
             why = f"no significant difference ({change})"
         res.verdict = f"PASS: {why}"
     else:
-        res.verdict = (f"FAIL: the head is worse by {change} (beyond the {res.tolerance_pct:g}% tolerance; "
+        res.verdict = (f"FAIL: the head is worse by {plain_pct(s.change_pct)} (beyond the {res.tolerance_pct:g}% tolerance; "
                        f"p = {s.p_worse:.3g} ≤ α = {res.alpha:g})")
 
 
