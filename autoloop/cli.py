@@ -225,7 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
     out = sys.stderr if args.json else sys.stdout
     program = _load(args.program)  # before the heavy imports: bad input is refused at once
-    _newcomer_checks(program)
+    _newcomer_checks(program, args.tag)
     from autoloop import ci as cimod
     from autoloop.approve import NoTerminal, TerminalReviewer
     from autoloop.loop import Run, RunOptions
@@ -334,14 +334,29 @@ def _interrupted(args: argparse.Namespace, run: Any, out: Any) -> None:
     print(f"resume with: {again}", file=out, flush=True)
 
 
-def _newcomer_checks(program: Any) -> None:
-    """Before anything runs: refuse an untouched `autoloop init` template (exit 2), warn about
-    `allowed` entries that can only be mistakes."""
+def _newcomer_checks(program: Any, tag: str | None = None) -> None:
+    """Before anything runs: refuse an untouched `autoloop init` template (exit 2); warn about
+    `allowed` entries that can only be mistakes — before the baseline, so not again on every
+    resume of a tag that has measured one."""
     from autoloop import hints
 
     hints.refuse_placeholders(program)
+    if tag is not None and _has_baseline(program, tag):
+        return
     for line in hints.unmatched_allowed(program):
         print(f"autoloop: warning: {line}", file=sys.stderr)
+
+
+def _has_baseline(program: Any, tag: str) -> bool:
+    """Does the tag's ledger hold a cycle record? Read only (loading would mend a torn line,
+    which is the run's job, under its lock); every record starts with its type."""
+    from autoloop.journal import Journal
+
+    try:
+        with open(Journal(program.state_dir, tag).ledger, "rb") as f:
+            return any(line.startswith(b'{"t":"cycle"') for line in f)
+    except OSError:
+        return False
 
 
 def _cycles_since_start(run: Any) -> int:

@@ -48,6 +48,7 @@ class Facts:
     final: Mapping[str, Any] | None = None
     values: tuple[float, ...] = ()          # every metric value the run shows (for rounding)
     paired: bool = False                    # some cycle was judged on paired measurements
+    aborted: str | None = None              # why no cycle was measured (an aborted baseline)
 
     @property
     def remeasured_pct(self) -> float | None:
@@ -62,6 +63,8 @@ class Facts:
     def title(self) -> str:
         """`score 145.975 → 109.04 (-25.77%, re-measured)`: one line for a PR title."""
         s = self.summary
+        if s.baseline is None:
+            return f"{self.metric}: baseline not measured"
         gain = signed_pct(self.headline_gain_pct, "?") + (", re-measured" if self.remeasured_pct is not None else "")
         return f"{self.metric} {self.fmt(s.baseline, '?')} → {self.fmt(s.best, '?')} ({gain})"
 
@@ -83,7 +86,7 @@ class Facts:
             "tag": self.tag, "branch": f"autoloop/{self.tag}", "goal": self.goal,
             "metric": self.metric, "direction": self.direction,
             "baseline": s.baseline, "best": s.best, "gain_pct": _r(s.gain_pct),
-            "remeasured_gain_pct": _r(self.remeasured_pct),
+            "remeasured_gain_pct": _r(self.remeasured_pct), "aborted": self.aborted,
             "headline_gain_pct": _r(self.headline_gain_pct),
             # what a person reads (rounded like every other output; a PR title uses `title`)
             "display": {"baseline": self.fmt(s.baseline, ""), "best": self.fmt(s.best, ""),
@@ -138,7 +141,10 @@ def facts(records: Sequence[Mapping[str, Any]], *, tag: str, goal: str, metric: 
                  gain_ci_pct=gain_ci, gain_ci_level=level, duration_s=duration,
                  cycles_total=len(cycles), by_status=dict(s.by_status), final=final,
                  values=tuple(run_values(records)),
-                 paired=any(isinstance((c.get("stats") or {}).get("pooled"), dict) for c in cycles))
+                 paired=any(isinstance((c.get("stats") or {}).get("pooled"), dict) for c in cycles),
+                 aborted=None if cycles else next(
+                     (str(r.get("reason") or "stopped before its baseline") for r in reversed(records)
+                      if r.get("t") == "abort" and r.get("cycle") == 0), None))
 
 
 def gain_text(f: Facts) -> str:
@@ -182,6 +188,8 @@ def markdown(f: Facts, *, title: str | None = None, extra_rows: Sequence[tuple[s
     out = [f"### {title or f'autoloop run `{f.tag}`'}", ""]
     if f.goal:
         out += [f"**Goal:** {f.goal}", ""]
+    if f.aborted:
+        out += [f"**No cycle was measured:** the baseline was aborted ({_cell(f.aborted)}).", ""]
     num = f.fmt
     table = [("baseline", f"{f.metric} = {num(s.baseline)}"),
             ("best", f"{f.metric} = {num(s.best)} ({f.direction}, as measured against its incumbent)"

@@ -266,6 +266,8 @@ def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | N
             f'{f"<div class=small>{count(tokens)} tok</div>" if tokens else ""}</td>'
             f'<td class="n">{float(c.get("duration_s") or 0):.1f}s</td></tr>')
     goal = f'<p class="sub">{_e(f.goal)}</p>' if f.goal else ""
+    if f.aborted:
+        goal += f'<p class="bad">No cycle was measured: the baseline was aborted ({_e(f.aborted)}).</p>'
     return f"""<!doctype html>
 <html lang="en">
 <head>

@@ -325,3 +325,15 @@ def test_outside_a_repository_the_git_commands_are_given(tmp_path):
     res = p.cli("run", "program.md", "--tag", "x", cwd=plain)
     assert res.returncode == 2
     assert "not inside a git work tree" in res.stderr and "git init && git add -A && git commit -m start" in res.stderr
+
+
+def test_report_and_json_of_an_aborted_run_say_so(tmp_path):
+    p = make_project(tmp_path, {}, files={"val.txt": "none\n"})
+    assert p.run("--cycles", "1").returncode == 1
+    md = p.cli("report", "program.md", "--tag", p.tag, "--format", "markdown").stdout
+    assert "**No cycle was measured:** the baseline was aborted (the baseline could not be measured: no line" in md
+    html = p.cli("report", "program.md", "--tag", p.tag, "-o", "-").stdout
+    assert "No cycle was measured: the baseline was aborted" in html
+    d = json.loads(p.cli("run", "program.md", "--tag", p.tag, "--cycles", "1", "--json").stdout)
+    assert d["aborted"].startswith("the baseline could not be measured") and d["display"]["title"] == \
+        "score: baseline not measured"
