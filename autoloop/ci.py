@@ -66,6 +66,10 @@ class Budget:
                     f"too little for another cycle (recent ones took up to {max(recent):.0f}s)")
         return ""
 
+    def time_left(self) -> float:
+        """Seconds left of the budget (0 when it is spent)."""
+        return max(0.0, self.seconds - (self.clock() - self.t0))
+
     def _deadline(self) -> None:
         with self._lock:
             if not self._armed:
@@ -90,6 +94,9 @@ class Outcome:
     stop_reason: str = ""
     error: str = ""
     cycles_run: int = 0
+    # this invocation's cycles by status, read from the ledger however the run ended (None:
+    # it never attached to a ledger)
+    this_run: dict[str, int] | None = None
     incumbent: str = ""
     journal_commit: str | None = None
     started: float = field(default_factory=time.monotonic)
@@ -113,9 +120,8 @@ class Outcome:
         }
         if self.facts is not None:
             f = self.facts.as_dict()
-            kept_now = [k for k in f["kept_changes"]
-                        if self.cycles_run and k["cycle"] > f["cycles"] - self.cycles_run]
-            f["kept_this_run"] = len(kept_now)
+            f["kept_this_run"] = (self.this_run or {}).get("keep", 0)
+            f["by_status_this_run"] = dict(self.this_run or {})
             for k in ("tag", "branch"):
                 f.pop(k, None)
             d.update(f)

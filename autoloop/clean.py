@@ -90,7 +90,7 @@ def remove(program: Program, p: Plan) -> None:
             raise LockedError(f"a run of tag '{p.tag}' is going on (lock {lock_path}); stop it first") from None
     try:
         if p.branch_head is not None:
-            ws.delete_branch()
+            ws.remove_branch()
         ws.remove_leftovers()
         for path in [*p.state, *p.journal]:
             if path.is_dir() and not path.is_symlink():

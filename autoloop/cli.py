@@ -7,7 +7,6 @@ import argparse
 import os
 import signal
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -101,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generators proposing at once from the same incumbent, each in its own worktree "
                         "(overrides parallel.workers; default 1)")
 
-    v = sub.add_parser("verify", help="measure the current checkout (guards + metric); changes nothing")
+    v = sub.add_parser("verify", help="measure HEAD as a run's baseline would (guards + metric); changes nothing")
     v.add_argument("program", nargs="?", default="program.md")
 
     lg = sub.add_parser("log", help="the cycles of a run and its summary")
@@ -271,7 +270,8 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
     run = None
     try:
         options = RunOptions(tag=args.tag, cycles=args.cycles, report=report, reviewer=reviewer,
-                             stop_check=stop_check, on_finish=on_finish)
+                             stop_check=stop_check, on_finish=on_finish,
+                             time_left=budget.time_left if budget is not None else lambda: None)
         workers = args.workers or program.parallel.workers
         if workers > 1 or program.parallel.executor != "local":
             from autoloop.parallel import ParallelRun  # rounds of several workers (or a remote executor)
@@ -279,30 +279,58 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
         else:
             run = Run(program, options)
         summary = run.execute()
-    except Interrupted:
-        if budget is None or not budget.fired or run is None:
-            progress.close()
-            if run is not None and run.journal.cycles():
-                _interrupted(args, run, out)
-            raise
-        # our own deadline stopped the cycle in progress: the run ended on its budget
+    except BaseException as exc:
         progress.close()
-        outcome.stop_reason = f"--max-minutes budget reached ({budget.minutes:g} min); the cycle in progress was stopped"
-        outcome.cycles_run = _cycles_since_start(run)
-        print(f"stopped: {outcome.stop_reason}", file=out)
+        # our own deadline stopped the cycle (or the end-of-run check) in progress: the run
+        # ended on its budget
+        on_budget = isinstance(exc, Interrupted) and budget is not None and budget.fired
+        if run is not None and getattr(run, "_attached", False):
+            # however it ended, the ending is told: counts from the ledger, the summary line
+            if on_budget:
+                assert budget is not None
+                reason = (f"--max-minutes budget reached ({budget.minutes:g} min); the cycle in "
+                          "progress was stopped")
+            elif isinstance(exc, (Interrupted, KeyboardInterrupt)):
+                reason = "interrupted"
+            else:
+                reason = f"error: {(str(exc) or type(exc).__name__).splitlines()[0]}"
+            import shlex
+
+            _ending(out, program, run, outcome, reason, None,
+                    resume=shlex.join(["autoloop", "run", args.program, "--tag", args.tag]))
+        if not on_budget:
+            raise
         return 0
     finally:
         if budget is not None:
             budget.disarm()
         progress.close()
-    outcome.stop_reason, outcome.cycles_run = summary.stop_reason, summary.cycles_run
+    _ending(out, program, run, outcome, summary.stop_reason, summary.final)
+    return 0
+
+
+def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
+            final: Mapping[str, Any] | None, resume: str = "") -> None:
+    """The last lines of every run that got as far as its ledger, however it ended: the
+    journal's paths, the CI journal commit, and `stopped: ... baseline → best ...; branch`."""
+    outcome.stop_reason = reason
+    outcome.this_run = _since_start(run)
+    outcome.cycles_run = sum(outcome.this_run.values())
+    outcome.incumbent = run.incumbent or outcome.incumbent
+    label = program.verifier.label
     print(f"journal: {program.state_dir / 'experiments.md'}  {program.state_dir / 'results.tsv'}", file=out)
     if outcome.journal_commit:
-        print(f"journal committed on autoloop/{summary.tag}: {outcome.journal_commit[:12]} "
+        print(f"journal committed on autoloop/{run.opt.tag}: {outcome.journal_commit[:12]} "
               "(push the branch; the next run resumes from it)", file=out)
-    print(f"stopped: {summary.stop_reason}. {_standing(run)}; branch autoloop/{summary.tag}"
-          f" at {summary.incumbent[:12]}", file=out)
-    return 0
+    if run.baseline is None:
+        print(f"stopped: {reason}. {label}: no baseline was measured, so branch autoloop/{run.opt.tag} "
+              "was not made", file=out)
+        return
+    # one gain, from facts like log/report/--json: the re-measured one when the run has it
+    print(f"stopped: {reason}. {_standing(run)}; branch autoloop/{run.opt.tag} at {run.incumbent[:12]}",
+          file=out)
+    if reason == "interrupted" and resume:
+        print(f"resume with: {resume}", file=out, flush=True)
 
 
 def _standing(run: Any) -> str:
@@ -318,20 +346,6 @@ def _standing(run: Any) -> str:
         return f"{v.label}: no baseline measured"
     gain = f", gain {gain_text(f)}" if f.headline_gain_pct is not None else ""
     return f"{v.label}: baseline {f.fmt(s.baseline)} → best {f.fmt(s.best)}{gain}; {s.kept} kept in total"
-
-
-def _interrupted(args: argparse.Namespace, run: Any, out: Any) -> None:
-    """After Ctrl-C: where the run stands and how to go on."""
-    import shlex
-
-    try:
-        standing = _standing(run)
-    except Exception:  # the ending must not fail on a half-written ledger
-        standing = ""
-    again = shlex.join(["autoloop", "run", args.program, "--tag", args.tag])
-    print(f"interrupted. {standing + '; ' if standing else ''}branch autoloop/{args.tag}"
-          + (f" at {run.incumbent[:12]}" if getattr(run, "incumbent", "") else ""), file=out)
-    print(f"resume with: {again}", file=out, flush=True)
 
 
 def _newcomer_checks(program: Any, tag: str | None = None) -> None:
@@ -359,15 +373,15 @@ def _has_baseline(program: Any, tag: str) -> bool:
         return False
 
 
-def _cycles_since_start(run: Any) -> int:
-    """Cycles recorded since this invocation's `start` record."""
-    n = 0
+def _since_start(run: Any) -> dict[str, int]:
+    """This invocation's cycles (those recorded since its `start` record), by status."""
+    counts: dict[str, int] = {}
     for r in reversed(run.journal.records):
         if r.get("t") == "start":
             break
         if r.get("t") == "cycle" and r.get("cycle", 0) > 0:
-            n += 1
-    return n
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _exit_code(exc: BaseException) -> int:
@@ -400,58 +414,32 @@ def _run_epilogue(args: argparse.Namespace, outcome: Any) -> None:
         cimod.write_json(sys.stdout, outcome.as_json())
 
 
-
-
 # ---- verify ------------------------------------------------------------------------------------
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from autoloop.numbers import num
+    from autoloop.verify_head import check, verify_head
+
     program = _load(args.program)
     _newcomer_checks(program)
-    log_dir = Path(tempfile.mkdtemp(prefix="autoloop-verify-"))
-    try:
-        return _verify(program, log_dir)
-    finally:
-        # nothing of a verify outlives it: what a person needs from the logs is printed (the
-        # measurement's scratch is being deleted in the background meanwhile: retry on a race)
-        import time
-
-        from autoloop.sentinel import remove_tree
-
-        for _ in range(20):
-            try:
-                remove_tree(log_dir)
-            except OSError:
-                pass
-            if not log_dir.exists():
-                break
-            time.sleep(0.05)
-
-
-def _verify(program: Any, log_dir: Path) -> int:
-    from autoloop import proc
-    from autoloop.envs import measurement_env
-    from autoloop.numbers import num
-    from autoloop.verify import measure
-
-    print(f"verifying {program.repo_root} (current checkout, nothing is changed)")
-    # the same scrubbed environment as a run's measurements (autoloop.envs)
-    with measurement_env(os.environ, parent=log_dir / "scratch") as env:
-        m = measure(program, cwd=program.repo_root, env=env, log_dir=log_dir, marker=proc.new_marker())
+    ws, head = check(program)
+    print(f"verifying {program.repo_root} at HEAD {head[:12]}: what a run's baseline measures "
+          "(committed files only, in a private tree; nothing is changed)", flush=True)
+    res = verify_head(program, ws, head)
+    for line in res.warnings:
+        print(f"autoloop: WARNING: {line}", file=sys.stderr)
+    m = res.measurement
     for g in m.guards:
         print(f"guard {g.name}: {'pass' if g.ok else 'FAIL'} ({g.detail}, {g.duration_s:.1f}s)")
-        if not g.ok:
-            for ext in ("out", "err"):
-                tail = proc.read_tail(g.log_stem.with_name(f"{g.log_stem.name}.{ext}"), 2000).rstrip()
-                if tail:
-                    print(tail)
+        if not g.ok and res.guard_tails.get(g.name):
+            print(res.guard_tails[g.name])
     if not m.guards_ok:
         return 1
     if m.metric is None:
         print(f"verifier: no metric: {m.error}")
-        if m.log_stem is not None:
-            print(proc.read_tail(m.log_stem.with_name("verifier.out"), 2000).rstrip())
-            print(proc.read_tail(m.log_stem.with_name("verifier.err"), 2000).rstrip())
+        if res.verifier_tail:
+            print(res.verifier_tail)
         return 1
     v = program.verifier
     print(f"{v.label}: {num(m.metric)}  ({v.direction}, {m.duration_s:.1f}s)")

@@ -99,8 +99,8 @@ def scrubbed(base: Mapping[str, str], *, scratch: Path, untrusted: Sequence[Path
 def measurement_env(base: Mapping[str, str], *, parent: Path, untrusted: Sequence[Path] = (),
                     warm: Path | None = None) -> Iterator[dict[str, str]]:
     """A scrubbed environment with fresh scratch folders under `parent`, removed afterwards.
-    `warm` (see warm_cache) is copied into the fresh bytecode prefix: a copy, so nothing a
-    measurement does reaches the next one through it."""
+    `warm` (a bytecode prefix) is copied into the fresh one: a copy, so nothing a measurement
+    does reaches the next one through it."""
     parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="measure-", dir=parent))
     try:
@@ -111,27 +111,6 @@ def measurement_env(base: Mapping[str, str], *, parent: Path, untrusted: Sequenc
         yield env
     finally:
         _remove_soon(scratch)
-
-
-# What the warm cache holds: the modules every Python start imports, and the most common ones.
-_WARM = ("import os, sys, re, json, time, math, random, pathlib, subprocess, collections, "
-         "functools, itertools, typing, dataclasses, tempfile, shutil, argparse")
-
-
-def warm_cache(interpreters: Sequence[str], base: Mapping[str, str], dest: Path) -> None:
-    """Compile the standard library's common modules, for `interpreters`, into `dest` — a
-    bytecode prefix to start each measurement's fresh one from. A fresh prefix recompiles
-    everything a Python imports (~0.2 s for a bare start); this is done once per run, by
-    autoloop, with no code of the repository on the path (`-I`, cwd `dest`)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for exe in interpreters:
-        env = {k: v for k, v in base.items() if not unsafe(k)}
-        try:  # -I ignores PYTHON* variables: the prefix goes by -X
-            # registered with autoloop.proc: not a leftover of a measurement running beside it
-            from autoloop.proc import run_captured
-            run_captured([exe, "-I", "-X", f"pycache_prefix={dest}", "-c", _WARM], cwd=dest, env=env, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
 
 
 _GIT_LOCATION = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",

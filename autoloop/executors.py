@@ -64,15 +64,21 @@ class LocalLane:
         self.trees = {"B": ws.verify_tree(2 * k), "A": ws.verify_tree(2 * k + 1)}
         self.guard = guard
         self.commits: dict[str, str] = {}
+        self._checked_out: set[str] = set()
 
     def prepare(self, sides: Mapping[str, str]) -> None:
-        for side, commit in sides.items():
-            self.trees[side].checkout(commit, clean=False)   # measuring() cleans it
+        # Each tree is checked out at its first measurement, not here: a tree reset but never
+        # measured would no longer match the picture the guardrails carry to the next
+        # generator check (see judge.TreeRunner.checked_out).
         self.commits = dict(sides)
+        self._checked_out = set()
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
                 marker: str, with_guards: bool, baseline: bool = False) -> Measurement:
         tree, commit = self.trees[side], self.commits[side]
+        if side not in self._checked_out:
+            tree.checkout(commit, clean=False)   # measuring() cleans it
+            self._checked_out.add(side)
         with self.guard.measuring(tree, commit, env, baseline=baseline) as menv:
             return measure(program, cwd=tree.path, env=menv, log_dir=log_dir, marker=marker,
                            with_guards=with_guards, after_step=self.guard.after_step)

@@ -30,6 +30,7 @@ from autoloop import envs, proc
 from autoloop.errors import ConfigError, RepoStateError, RunFailure
 from autoloop.journal import Journal
 from autoloop.program import Program, command_words
+from autoloop.pycache import ProvenCache
 from autoloop.sandbox import Bwrap, SandboxUnavailable
 from autoloop.scope_rules import IMPLICIT_FILES, module_shadow_regex
 from autoloop.sentinel import remove_tree
@@ -39,7 +40,6 @@ from autoloop.workspace import Workspace, Worktree, git
 from autoloop.workspace import git_executable as workspace_git
 
 MB = 1 << 20
-WARM_FROM_CYCLES = 5
 _PYTHON = re.compile(r"python[0-9.]*")
 _ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
 
@@ -50,7 +50,7 @@ class Tampered(Exception):
 
 class Guardrails:
     def __init__(self, program: Program, ws: Workspace, journal: Journal,
-                 protected: Mapping[str, str], planned_cycles: int | None = None) -> None:
+                 protected: Mapping[str, str]) -> None:
         self.program = program
         self.ws = ws
         self.journal = journal
@@ -72,11 +72,10 @@ class Guardrails:
         self._unchanged: dict[Path, dict] = {}   # verification trees found as last proven (after_generate)
         self._changed_roots: set[Path] = set()
         self.untrusted: list[Path] = [ws.path]   # work trees a generator edited
-        # Bytecode every measurement starts from (see measuring): taken from the baseline's, or,
-        # in a resumed run, compiled by us — which costs about one cold start and saves one per
-        # measurement, so only for runs of more than a few cycles (None: no limit).
+        # Bytecode every measurement starts from (autoloop.pycache): only what autoloop compiled
+        # itself, checked-hash, learnt from what the measurements imported.
         self._warm_built = False
-        self._warm_worth_it = planned_cycles is None or planned_cycles >= WARM_FROM_CYCLES
+        self._proven: ProvenCache | None = None
         self._warm_dir = ws.path.with_name(ws.path.name + ".scratch") / "pycache-warm"
         self._pycache_tree: StatTree | None = None
 
@@ -298,6 +297,7 @@ class Guardrails:
                 self.fatal = (f"autoloop's own code changed during the run ({shown}); reinstall autoloop "
                               "before going on")
             elif tree is self._pycache_tree:
+                self._proven = None
                 remove_tree(tree.root)  # poisoned: measure without it from now on
             elif tree in self._data:
                 self.fatal = (f"the read-only data {tree.root} changed ({shown}); measurements made "
@@ -368,19 +368,30 @@ class Guardrails:
                 if bad:
                     raise Tampered("the verification tree does not hold the candidate: " + ", ".join(bad[:5]))
             with self._warm_lock:
-                warm = None if baseline else self._warm_cache(base_env)
+                cache = self._proven_cache(base_env)
             self.capture_outside()
             self._local.measuring = (tree, commit)
-            with envs.measurement_env(base_env, parent=self._scratch_root(), untrusted=self.untrusted,
-                                      warm=warm) as env:
-                yield env
-                if baseline and not self._warm_built:
-                    # The baseline runs the starting commit — your code, the standard every cycle
-                    # is judged by: the bytecode it compiled for modules outside autoloop's trees
-                    # (the standard library, site-packages) starts every later measurement.
-                    self._keep_warm(Path(env["PYTHONPYCACHEPREFIX"]))
+            with envs.measurement_env(base_env, parent=self._scratch_root(), untrusted=self.untrusted) as env:
+                prefix = Path(env["PYTHONPYCACHEPREFIX"])
+                if cache is not None:
+                    with self._warm_lock:
+                        cache.seed(prefix)
+                self._local.prefix = (prefix, cache)
+                try:
+                    yield env
+                except BaseException:
+                    if cache is not None:
+                        cache.forget(prefix)
+                    raise
+                if cache is not None:
+                    with self._warm_lock:
+                        if self._proven is cache and cache.learn(prefix):
+                            # our own additions are not a change by anyone else
+                            self.gen_watch.refresh(self._pycache_tree)
+                            self.verify_watch.refresh(self._pycache_tree)
         finally:
             self._local.measuring = None
+            self._local.prefix = None
             if not self._local.pictured:
                 # the generators' watch starts the next cycle from the tree as this left it
                 self._tree_watch(tree).take()
@@ -403,19 +414,6 @@ class Guardrails:
                 return t
         return StatTree.verification(tree.path)
 
-    def _keep_warm(self, prefix: Path) -> None:
-        self._warm_built = True
-        trees = prefix / os.path.realpath(self.ws.path.parent).lstrip("/")
-        if self._warm_dir.exists():
-            remove_tree(self._warm_dir)
-        try:
-            shutil.copytree(prefix, self._warm_dir, symlinks=True, copy_function=shutil.copyfile,
-                            ignore=lambda d, names: [n for n in names if Path(d, n) == trees])
-        except OSError:
-            _remove(self._warm_dir)
-            return
-        self._watch_warm()
-
     def _watch_warm(self) -> None:
         """From now on the warm cache is watched like the rest of the trusted base."""
         tree = StatTree(self._warm_dir, "autoloop's bytecode cache", carried=True)
@@ -423,25 +421,44 @@ class Guardrails:
         self.verify_watch.add(tree)
         self._pycache_tree = tree
 
-    def _warm_cache(self, base_env: Mapping[str, str]) -> Path | None:
-        """Built once per run without a baseline (a resumed one), at its first measurement, for
-        the Pythons the commands name."""
+    def _proven_cache(self, base_env: Mapping[str, str]) -> ProvenCache | None:
+        """autoloop's bytecode cache (autoloop.pycache), made at the first measurement for the
+        Pythons the commands start; None when there is none (or it was dropped)."""
         if self._warm_built:
-            return self._warm_dir if self._warm_dir.is_dir() else None
+            return self._proven
         self._warm_built = True
-        if not self._warm_worth_it:
-            return None
-        named = self._named_interpreters()
-        exes = [e for e in (shutil.which(n, path=base_env.get("PATH")) if not os.path.isabs(n) else n
-                            for n in named) if e]
+        exes = self._interpreter_paths(base_env)
         if not exes:
             return None
         if self._warm_dir.exists():
             remove_tree(self._warm_dir)
-        envs.warm_cache(exes, envs.scrubbed(base_env, scratch=self._scratch_root() / "warm-env"), self._warm_dir)
-        envs._remove(self._scratch_root() / "warm-env")
+        self._warm_dir.mkdir(parents=True)
+        env = envs.scrubbed(base_env, scratch=self._scratch_root() / "pycache-env")
+        cache = ProvenCache(self._warm_dir, exes, env)
+        if not cache.usable:
+            return None
         self._watch_warm()
-        return self._warm_dir
+        self._proven = cache
+        return cache
+
+    def _interpreter_paths(self, base_env: Mapping[str, str]) -> list[str]:
+        """The Pythons the commands start: named (`python3 x.py`) or through a script's `#!`
+        line (`pytest -q` → the venv's python)."""
+        path = base_env.get("PATH")
+        out: list[str] = []
+        for name in self._named_interpreters():
+            exe = name if os.path.isabs(name) else shutil.which(name, path=path)
+            if exe and exe not in out:
+                out.append(exe)
+        for cmd in [self.program.verifier.command, *(g.command for g in self.program.guards)]:
+            words = [w for w in command_words(cmd) if not _ASSIGN.fullmatch(w) and w not in ("env", "exec")]
+            if not words or "/" in words[0] or _PYTHON.fullmatch(words[0]):
+                continue
+            script = shutil.which(words[0], path=path)
+            exe = _shebang_python(script) if script else None
+            if exe and exe not in out:
+                out.append(exe)
+        return out
 
     def after_step(self, step: str) -> None:
         """Called after each guard and the verifier: raise Tampered if the step changed the
@@ -459,6 +476,26 @@ class Guardrails:
         planted = self._planted(tree, commit, picture)
         if planted:
             raise Tampered(f"{step} left code that a later step would run: " + ", ".join(planted[:5]))
+        self._fresh_prefix()
+
+    def _fresh_prefix(self) -> None:
+        """Between two steps of a measurement: the bytecode prefix as it was before the first.
+        A guard runs the candidate's code, which may write bytecode (unchecked-hash, trusted
+        over its source) for a module the verifier imports; the next step never reads it."""
+        held = getattr(self._local, "prefix", None)
+        if held is None:
+            return
+        prefix, cache = held
+        if cache is not None:
+            with self._warm_lock:
+                if self._proven is cache and cache.learn(prefix):
+                    self.gen_watch.refresh(self._pycache_tree)
+                    self.verify_watch.refresh(self._pycache_tree)
+        remove_tree(prefix)
+        prefix.mkdir()
+        if cache is not None:
+            with self._warm_lock:
+                cache.seed(prefix)
 
     def _planted(self, tree: Worktree, commit: str, picture: Mapping[str, tuple]) -> list[str]:
         """Untracked entries of `picture` (the tree, .git aside) that a later step would run
@@ -528,6 +565,24 @@ class Guardrails:
     def raise_if_fatal(self) -> None:
         if self.fatal:
             raise RunFailure(self.fatal)
+
+
+def _shebang_python(script: str) -> str | None:
+    """The Python a console script (`pytest`, `ruff`'s wrapper ...) starts, from its `#!` line."""
+    try:
+        with open(script, "rb") as f:
+            first = f.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    if words and os.path.basename(words[0]) == "env" and len(words) > 1:
+        found = shutil.which(words[1])
+        words = [found] if found else []
+    if words and _PYTHON.fullmatch(os.path.basename(words[0])) and os.path.isabs(words[0]):
+        return words[0]
+    return None
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

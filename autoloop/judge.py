@@ -723,6 +723,12 @@ class TreeRunner:
         self.check_signal = check_signal
         self.first_log_dir = first_log_dir
         self.limits = program.limits if spec is None else ()
+        # Sides whose tree holds its commit. A tree is checked out when first measured, never
+        # before: the guardrails carry each verification tree's picture from its last
+        # measurement to the next generator check, and a tree reset to another commit but never
+        # measured (a guard failing on B ends the batch before A runs) would no longer match
+        # that picture — the next cycle then blamed its generator for "changing" it.
+        self.checked_out: set[str] = set()
 
     def __call__(self, side: str, label: str, with_guards: bool) -> Run:
         if self.first_log_dir is not None:
@@ -753,6 +759,9 @@ class TreeRunner:
         """One run in this side's tree, through the guardrails; autoloop.executors overrides it
         to run elsewhere."""
         tree, commit = self.sides[side]
+        if side not in self.checked_out:
+            tree.checkout(commit, clean=False)   # measuring() cleans it
+            self.checked_out.add(side)
         with self.guard.measuring(tree, commit, self.env, baseline=self.baseline) as env:
             return measure(self.program, cwd=tree.path, env=env, log_dir=log_dir, marker=self.marker,
                            with_guards=with_guards, after_step=self.guard.after_step)
@@ -788,13 +797,10 @@ class Judge:
     def _runners(self, a: str, b: str, env: Mapping[str, str], log_dir: Path,
                  first_log_dir: Path | None = None, need_a: bool = True,
                  baseline: bool = False) -> tuple[TreeRunner, TreeRunner | None]:
-        tree_b = self.ws.verify_tree(0)
-        tree_b.checkout(b, clean=False)   # measuring() cleans them
-        sides: dict[str, tuple[Any, str]] = {"B": (tree_b, b)}
+        # checked out by the runner at each side's first measurement (TreeRunner.checked_out)
+        sides: dict[str, tuple[Any, str]] = {"B": (self.ws.verify_tree(0), b)}
         if need_a:
-            tree_a = self.ws.verify_tree(1)
-            tree_a.checkout(a, clean=False)
-            sides["A"] = (tree_a, a)
+            sides["A"] = (self.ws.verify_tree(1), a)
         main = TreeRunner(self.program, sides, env=env, log_dir=log_dir, marker=self.marker,
                           check_signal=self.check_signal, guard=self.guard,
                           first_log_dir=first_log_dir, baseline=baseline)
@@ -802,6 +808,8 @@ class Judge:
         hold = None if spec is None else TreeRunner(
             self.program, sides, env=env, log_dir=log_dir, marker=self.marker,
             check_signal=self.check_signal, guard=self.guard, spec=spec, baseline=baseline)
+        if hold is not None:
+            hold.checked_out = main.checked_out   # the same trees: one checkout each
         return main, hold
 
     def baseline(self, commit: str, log_dir: Path, env: Mapping[str, str]) -> Baseline:

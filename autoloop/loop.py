@@ -49,6 +49,9 @@ class RunOptions:
     reviewer: Reviewer | None = None     # a person decides (before verify and/or at decide)
     stop_check: Callable[[], str] = field(default=lambda: "")  # extra stop reason ("" = go on)
     on_finish: Callable[[Run], None] | None = None  # under the lock, once attached, however it ends
+    # seconds left of this invocation's wall-clock budget (None: no budget); the end-of-run
+    # check is skipped, and says so, when it would not fit
+    time_left: Callable[[], float | None] = field(default=lambda: None)
 
 
 @dataclass
@@ -79,16 +82,12 @@ class _Outcome:
     measured: str | None = None          # the candidate commit that was measured
 
 
-def protected_paths(program: Program) -> dict[str, str]:
-    """Paths the generator may never change even when `allowed` matches them: the program and
-    the run's own files (Program.protected), plus files of the repository that the verifier or
-    a guard names on its command line (`python prepare.py --eval` protects prepare.py).
-
-    A judge the generator may rewrite is no judge: a program whose verifier or guard names a file
-    that `allowed` gives the generator is refused (ConfigError) rather than run to no effect."""
-    out = dict(program.protected)
+def command_files(program: Program) -> list[tuple[str, str]]:
+    """(key, repo-relative path) of each file of the checkout that the verifier, a guard or the
+    holdout names on its command line (`python prepare.py --eval` names prepare.py; `python -m
+    evaluate` names evaluate.py or evaluate/__main__.py)."""
+    out: list[tuple[str, str]] = []
     root = program.repo_root.resolve()
-    editable = PathRules(program.allowed, program.forbidden)
     commands = [("verifier.command", program.verifier.command)]
     commands += [(f"guards[{i}]", g.command) for i, g in enumerate(program.guards)]
     if program.holdout is not None:
@@ -97,7 +96,7 @@ def protected_paths(program: Program) -> dict[str, str]:
         words = command_words(cmd)
         for prev, w in zip(["", *words], words):
             candidate = program.repo_root / w
-            if prev == "-m":  # `python -m evaluate` runs evaluate.py (or evaluate/__main__.py)
+            if prev == "-m":
                 base = program.repo_root / w.replace(".", "/")
                 for c in (base.with_name(base.name + ".py"), base / "__main__.py", base / "__init__.py"):
                     if c.is_file():
@@ -109,13 +108,45 @@ def protected_paths(program: Program) -> dict[str, str]:
                 rel = candidate.resolve().relative_to(root).as_posix()
             except ValueError:
                 continue  # outside the repository: not the generator's to reach through the tree
-            if editable.allows(rel):
-                line = program.lines.get(key) or program.lines.get(key.split("[")[0], 1)
-                raise ConfigError(
-                    f"{program.path.name}:{line}: {key} runs {rel}, which 'allowed' lets the "
-                    f"generator change, so it could rewrite its own judge; keep the measurement in "
-                    f"a file the generator cannot edit (e.g. prepare.py) and allow only what it tunes")
-            out.setdefault(rel, "used by the verifier")
+            out.append((key, rel))
+    return out
+
+
+def protected_paths(program: Program) -> dict[str, str]:
+    """Paths the generator may never change even when `allowed` matches them: the program and
+    the run's own files (Program.protected), plus files of the repository that the verifier or
+    a guard names on its command line (`python prepare.py --eval` protects prepare.py).
+
+    A judge the generator may rewrite is no judge: a program whose verifier or guard names a file
+    that `allowed` gives the generator is refused (ConfigError) rather than run to no effect."""
+    out = dict(program.protected)
+    editable = PathRules(program.allowed, program.forbidden)
+    for key, rel in command_files(program):
+        if editable.allows(rel):
+            line = program.lines.get(key) or program.lines.get(key.split("[")[0], 1)
+            raise ConfigError(
+                f"{program.path.name}:{line}: {key} runs {rel}, which 'allowed' lets the "
+                f"generator change, so it could rewrite its own judge; keep the measurement in "
+                f"a file the generator cannot edit (e.g. prepare.py) and allow only what it tunes")
+        out.setdefault(rel, "used by the verifier")
+    return out
+
+
+def uncommitted_warnings(program: Program, ws: Workspace, commit: str) -> list[str]:
+    """One line per file the measurement commands name that the checkout has but `commit` (what
+    is measured) has not as it is: untracked, ignored or modified files are not measured."""
+    named = command_files(program)
+    state = ws.uncommitted([rel for _, rel in named])
+    out = []
+    for key, rel in named:
+        how = state.get(rel)
+        if how is None:
+            continue
+        what = {"untracked": "is untracked", "ignored": "is ignored by git",
+                "modified": "has uncommitted changes"}[how]
+        measured = "does not have it" if how != "modified" else "has another version"
+        out.append(f"{rel} (named by {key}) {what} in your checkout; measurements use the committed "
+                   f"files of {commit[:12]}, which {measured} — commit it first")
     return out
 
 
@@ -133,9 +164,7 @@ class Run:
         self.journal = Journal(program.state_dir, options.tag)
         protected = protected_paths(program)
         self.rules = ScopeRules(program.allowed, program.forbidden, protected)
-        self.guard = Guardrails(program, self.ws, self.journal, protected,
-                                planned_cycles=options.cycles if options.cycles is not None
-                                else program.stop.max_cycles)
+        self.guard = Guardrails(program, self.ws, self.journal, protected)
         self.generator_factory = generator_factory
         self.redact = Redactor.from_env(os.environ)
         self._signal: int | None = None
@@ -181,6 +210,8 @@ class Run:
         self.ws.clear_stale_locks()
         incumbent = self._attach()
         self._attached = True
+        for line in uncommitted_warnings(self.program, self.ws, incumbent):
+            self.opt.report("warning", {"cycle": 0, "message": line})
         started = time.monotonic()
         self.ws.open(incumbent)
         self.ws.drop_verify_trees(*self._verify_slots())
@@ -220,24 +251,17 @@ class Run:
     # ---- attaching to the branch and the ledger ------------------------------------------------
 
     def _attach(self) -> str:
-        """Find (or create) the run branch; roll back a cycle a crash cut short. Returns the incumbent."""
+        """Find the run branch (or start afresh from HEAD); roll back a cycle a crash cut short.
+        Returns the incumbent."""
         ws, j = self.ws, self.journal
         restore_persisted_journal(ws, j, self.program)  # a CI run's journal commit, if the head is one
         j.load()
         head = ws.branch_head()
+        if not j.cycles():
+            return self._start_afresh(head)
         if head is None:
-            if j.cycles():
-                raise RepoStateError(f"branch {ws.branch} is gone but {j.ledger} records a run; "
-                                     "restore the branch or use another --tag")
-            start = ws.head()
-            # the ledger first: a kill between these steps must leave a run we can resume
-            self._journal_start(start)
-            base = self.program.path.parent.relative_to(self.program.repo_root).as_posix()
-            prefix = "" if base == "." else base + "/"
-            ws.exclude_in_checkout([prefix + "experiments.md", prefix + "results.tsv", prefix + ".autoloop/"])
-            ws.create_branch(start)
-            self._set_incumbent(start, None, None)
-            return start
+            raise RepoStateError(f"branch {ws.branch} is gone but {j.ledger} records a run; "
+                                 "restore the branch or use another --tag")
         first = j.first_start()
         if first is None:
             raise RepoStateError(f"branch {ws.branch} exists but was not made by autoloop "
@@ -262,10 +286,54 @@ class Run:
         if expected is not None and expected != head:
             raise RepoStateError(f"branch {ws.branch} is at {head[:12]} but the ledger's last kept "
                                  f"commit is {expected[:12]}; it was moved outside autoloop")
-        if expected is None:
-            self._set_incumbent(head, None, None)
         self._journal_start(head)
+        self._report_resume(head)
         return head
+
+    def _start_afresh(self, head: str | None) -> str:
+        """No cycle was ever measured under this tag (a first run, or a baseline that failed or
+        was cut short): start from the checkout's HEAD, whatever an earlier attempt started
+        from — the user may have committed the very fix the baseline needed. The branch itself
+        is made only once the baseline has been measured (_baseline)."""
+        ws, j = self.ws, self.journal
+        if head is not None:
+            starts = [r.get("incumbent") for r in j.records if r["t"] == "start"]
+            if not starts:
+                raise RepoStateError(f"branch {ws.branch} exists but was not made by autoloop "
+                                     f"(no ledger at {j.ledger}); use another --tag or delete the branch")
+            if head not in starts:
+                raise RepoStateError(f"branch {ws.branch} is at {head[:12]}, where no attempt of this run "
+                                     "started, and no cycle was ever measured: it was moved outside "
+                                     "autoloop; delete it or use another --tag")
+            ws.delete_branch(head)   # an earlier autoloop made it before its baseline failed
+        for pending in j.unfinished():
+            j.append({"t": "abort", "cycle": pending["cycle"],
+                      "reason": "unfinished when autoloop stopped; rolled back"})
+        previous = j.first_start()
+        start = ws.head()
+        self._journal_start(start)
+        if previous is not None:
+            self.opt.report("note", {"cycle": 0, "message": (
+                f"run '{self.opt.tag}' has no measured baseline yet: starting afresh from HEAD "
+                f"{start[:12]}")})
+        base = self.program.path.parent.relative_to(self.program.repo_root).as_posix()
+        prefix = "" if base == "." else base + "/"
+        ws.exclude_in_checkout([prefix + "experiments.md", prefix + "results.tsv", prefix + ".autoloop/"])
+        self._set_incumbent(start, None, None)
+        return start
+
+    def _report_resume(self, incumbent: str) -> None:
+        """`resuming autoloop/TAG from <commit>`, and a warning when the checkout's HEAD has
+        moved on from where the run started: those commits are not in the run."""
+        self.opt.report("resume", {"branch": self.ws.branch, "commit": incumbent,
+                                   "text": f"resuming {self.ws.branch} from {incumbent[:12]}"})
+        started = next((c.get("commit") for c in self.journal.cycles() if c["status"] == "baseline"), None)
+        head = self.ws.head()
+        if started and head not in (started, incumbent):
+            self.opt.report("warning", {"cycle": 0, "message": (
+                f"your HEAD ({head[:12]}) has moved on since run '{self.opt.tag}' started at "
+                f"{started[:12]}: the run goes on from {self.ws.branch} without your newer commits "
+                f"(use a new --tag to start from HEAD)")})
 
     def _baseline_verifier(self) -> dict[str, Any] | None:
         """The verifier the baseline was measured with (None before there is a baseline): a run
@@ -342,6 +410,10 @@ class Run:
                "lesson": f"baseline: {name} = {fmt(metric)}", "changed": [],
                "duration_s": round(time.monotonic() - t0, 3), "gen": {}, "gen_meta": {}, "delta_pct": None,
                "stats": b.stats}
+        if self.ws.branch_head() is None:
+            # the branch exists only once its baseline is measured: a tag whose baseline failed
+            # starts afresh from HEAD next time (_start_afresh)
+            self.ws.create_branch(incumbent)
         self.journal.append(rec)
         self.journal.render(self.program.goal)
         self._set_incumbent(incumbent, metric, metric)
@@ -637,13 +709,41 @@ class Run:
         return _Outcome(v.status, v.lesson, v.result, metric=v.metric, changed=changed,
                         measurement=v.measurement, extra=extra)
 
+    def final_estimate_s(self) -> float | None:
+        """How long the end-of-run check would take, at most: its planned verifier runs (both
+        sides, `final_pairs` pairs, and the holdout's) at the baseline's time per run (guards
+        included, so on the safe side). None: nothing to go by."""
+        base = next((c for c in self.journal.cycles() if c["status"] == "baseline"), None)
+        if base is None or not base.get("duration_s"):
+            return None
+        st = base.get("stats") or {}
+        runs = (len(st.get("runs") or []) + len(st.get("a") or []) + len(st.get("b") or [])
+                + _count(st.get("warmup")))
+        per_run = float(base["duration_s"]) / max(1, runs)
+        # a verifier that gave identical values at the baseline is re-measured in 2 pairs
+        pairs = min(2, self.program.accept.final_pairs) if st.get("deterministic") else self.program.accept.final_pairs
+        planned = 2 * pairs * (2 if self.program.holdout is not None else 1)
+        return per_run * planned + 1.0   # + the trees' checkout and proof
+
     def _final_check(self) -> dict[str, Any] | None:
         """When a run ends on a stop condition: best against the starting commit, re-measured
-        in one interleaved batch; its gain and confidence interval go to the ledger."""
+        in one interleaved batch; its gain and confidence interval go to the ledger — unless
+        the run's time budget would not hold it (then the record says so)."""
         cycles = self.journal.cycles()
         start = next((c.get("commit") for c in cycles if c["status"] == "baseline"), None)
         if start is None:
             return None
+        left, need = self.opt.time_left(), self.final_estimate_s()
+        if left is not None and need is not None and need > left and \
+                self.program.accept.final_pairs > 0 and start != self.incumbent:
+            rec = {"start": start, "best": self.incumbent,
+                   "skipped": (f"skipped — about {need:.0f}s of re-measurement would not fit in the "
+                               f"{left:.0f}s left of --max-minutes"), "estimate_s": round(need, 1)}
+            rec["text"] = final_text(rec, self.program.verifier.label)
+            rec = self.journal.append({"t": "final", "after_cycle": cycles[-1]["cycle"], **rec})
+            self.journal.render(self.program.goal)
+            self.opt.report("final", rec)
+            return rec
         self.opt.report("phase", {"cycle": cycles[-1]["cycle"], "phase": "final check"})
         log_dir = self.journal.dir / "logs" / f"final-{int(time.time() * 1000)}"
         log_dir.mkdir(parents=True)
@@ -833,6 +933,13 @@ def _file_changes(changes: list[Change]) -> list[Change]:
 def _pct_text(old: float | None, new: float | None) -> str:
     d = pct(old, new)
     return f" ({signed_pct(d)})" if d is not None else ""
+
+
+def _count(x: Any) -> int:
+    """Values in a calibration's warm-up record (a list, or {a: [...], b: [...]})."""
+    if isinstance(x, dict):
+        return sum(len(v or []) for v in x.values())
+    return len(x or [])
 
 
 def _round(x: float | None) -> float | None:

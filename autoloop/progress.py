@@ -104,6 +104,8 @@ class Progress:
                 self._cycle(data)
             elif event == "stop":
                 self.phase = "stopped"
+            elif event == "resume":
+                self._print(str(data["text"]))
             elif event in ("warning", "note"):
                 # calibration and statistics speak to the person: stderr, above the live line
                 self._clear()

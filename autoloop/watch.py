@@ -224,6 +224,12 @@ class Watch:
         if self._saved is not None:
             self._saved[len(self.trees) - 1] = _current(tree)
 
+    def refresh(self, tree: StatTree | None) -> None:
+        """Take `tree` as it is now as its captured state (a change of our own)."""
+        for i, t in enumerate(self.trees):
+            if t is tree and self._saved is not None and i in self._saved:
+                self._saved[i] = t.take()
+
     def saved(self, tree: StatTree) -> dict[str, Stat] | None:
         """The picture of `tree` the last capture holds."""
         for i, t in enumerate(self.trees):

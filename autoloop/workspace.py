@@ -931,9 +931,9 @@ class Workspace(Worktree):
             pass
         return removed
 
-    def delete_branch(self) -> str | None:
-        """Delete `autoloop/TAG` (returns the commit it pointed at, None when there was none).
-        Refused while the user's checkout has it checked out."""
+    def remove_branch(self) -> str | None:
+        """`autoloop clean --branch`: delete `autoloop/TAG` (returns the commit it pointed at,
+        None when there was none). Refused while the user's checkout has it checked out."""
         head = self.branch_head()
         if head is None:
             return None
@@ -941,7 +941,7 @@ class Workspace(Worktree):
         if current == self.ref:
             raise RepoStateError(f"{self.branch} is checked out in {self.repo_root}; switch to another "
                                  "branch first (git switch -)")
-        git(self.repo_root, "update-ref", "-d", self.ref, head)
+        self.delete_branch(head)
         return head
 
     def branch_head(self) -> str | None:
@@ -973,6 +973,25 @@ class Workspace(Worktree):
     def create_branch(self, start: str) -> None:
         git(self.repo_root, "update-ref", "-m", "autoloop: start run", self.ref, start, "")
         self._commits.add(start)
+
+    def uncommitted(self, paths: Sequence[str]) -> dict[str, str]:
+        """Which of `paths` (repo-relative) the user's checkout has otherwise than HEAD:
+        'untracked', 'ignored' or 'modified' (in the index or on disk)."""
+        if not paths:
+            return {}
+        out = git(self.repo_root, "status", "--porcelain=v1", "-z", "--ignored=matching",
+                  "--untracked-files=all", "--no-renames", "--", *paths, check=False)
+        found: dict[str, str] = {}
+        for entry in out.split("\0"):
+            if len(entry) < 4:
+                continue
+            xy, rel = entry[:2], entry[3:]
+            found[rel] = "untracked" if xy == "??" else "ignored" if xy == "!!" else "modified"
+        return found
+
+    def delete_branch(self, expected: str) -> None:
+        """Remove the run branch, only if it is still at `expected` (git checks, atomically)."""
+        git(self.repo_root, "update-ref", "-m", "autoloop: restart run", "-d", self.ref, expected)
 
     def exclude_in_checkout(self, rel_paths: Iterable[str]) -> None:
         """Keep our files out of git's view in the user's checkout (.git/info/exclude)."""

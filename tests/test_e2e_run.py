@@ -581,17 +581,18 @@ def test_metric_pattern_last_match_first_group(tmp_path):
 def test_verify_measures_without_changing_anything(tmp_path):
     from tests.scripts.e2e import repo_state
     p = make_project(tmp_path, {})
-    (p.repo / "val.txt").write_text("12.5\n")     # verify measures the checkout as it is
+    (p.repo / "val.txt").write_text("12.5\n")     # not committed: a run's baseline would not see it
     before = repo_state(p.repo, p.env)
     res = p.cli("verify", "program.md")
     assert res.returncode == 0, res.stderr
-    assert "12.5" in res.stdout
+    assert "score: 40.25" in res.stdout and "12.5" not in res.stdout
     assert repo_state(p.repo, p.env) == before
 
 
 def test_verify_reports_a_failing_guard(tmp_path):
     p = make_project(tmp_path, {})
     (p.repo / "notes.txt").write_text("FAIL\n")
+    git(p.repo, "commit", "-qam", "a failing guard", env=p.env)
     res = p.cli("verify", "program.md")
     assert res.returncode != 0
     assert "notes" in res.stdout + res.stderr

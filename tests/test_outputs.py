@@ -124,7 +124,7 @@ def test_ctrl_c_says_best_branch_and_how_to_resume(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
-    assert "interrupted. score: baseline 40.25 → best 30, gain -25.47%; 1 kept in total; branch autoloop/t1 at " in out
+    assert "stopped: interrupted. score: baseline 40.25 → best 30, gain -25.47%; 1 kept in total; branch autoloop/t1 at " in out
     assert "resume with: autoloop run program.md --tag t1" in out
 
 

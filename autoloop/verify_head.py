@@ -1,0 +1,76 @@
+"""`autoloop verify`: measure what a run's baseline would measure — HEAD, in a private
+verification tree outside the repository, in the same scrubbed environment — after the same
+program checks as `run`. Nothing of the checkout changes, and its temporary folders go."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoloop import envs, proc
+from autoloop.errors import ConfigError
+from autoloop.loop import protected_paths, uncommitted_warnings
+from autoloop.program import Program
+from autoloop.verify import Measurement, measure
+from autoloop.sentinel import remove_tree
+from autoloop.workspace import Workspace, Worktree
+
+
+@dataclass
+class Verified:
+    commit: str
+    measurement: Measurement
+    warnings: list[str] = field(default_factory=list)
+    guard_tails: dict[str, str] = field(default_factory=dict)   # failing guard -> its output's tail
+    verifier_tail: str = ""                                     # when there is no metric
+
+
+def check(program: Program) -> tuple[Workspace, str]:
+    """The checks `run` makes before anything changes; (workspace, HEAD). Raises ConfigError /
+    RepoStateError (exit 2)."""
+    ws = Workspace(program.repo_root, "verify")
+    ws.check_state()
+    protected_paths(program)   # a verifier the generator could edit is refused, as by `run`
+    for i, d in enumerate(program.data):
+        if not d.source.exists():
+            line = program.lines.get(f"data[{i}].path", program.lines.get(f"data[{i}]", 1))
+            raise ConfigError(f"{program.path.name}:{line}: data[{i}].path: {str(d.source)!r} does not exist")
+    return ws, ws.head()
+
+
+def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
+    """Guards and verifier on `commit` in a private tree that is removed afterwards."""
+    warnings = uncommitted_warnings(program, ws, commit)
+    tmp = Path(tempfile.mkdtemp(prefix="autoloop-verify-"))
+    tree = Worktree(program.repo_root, ws.common_dir, tmp / "tree")
+    try:
+        tree.open(commit)
+        for d in program.data:
+            link = tree.path / d.target
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(d.source, link)
+        log_dir = tmp / "logs"
+        log_dir.mkdir()
+        with envs.measurement_env(os.environ, parent=tmp / "scratch") as env:
+            m = measure(program, cwd=tree.path, env=env, log_dir=log_dir, marker=proc.new_marker())
+        out = Verified(commit, m, warnings)
+        for g in m.guards:
+            if not g.ok:
+                out.guard_tails[g.name] = _tail(g.log_stem)
+        if m.metric is None and m.log_stem is not None:
+            out.verifier_tail = _tail(m.log_stem)
+        return out
+    finally:
+        tree._discard()   # also unregisters it from the repository (git worktree prune)
+        remove_tree(tmp)
+
+
+def _tail(stem: Path) -> str:
+    parts = []
+    for ext in (".out", ".err"):
+        text = proc.read_tail(stem.with_name(stem.name + ext), 2000).rstrip()
+        if text:
+            parts.append(text)
+    return "\n".join(parts)
