@@ -326,8 +326,11 @@ def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
         print(f"stopped: {reason}. {label}: no baseline was measured, so branch autoloop/{run.opt.tag} "
               "was not made", file=out)
         return
-    # one gain, from facts like log/report/--json: the re-measured one when the run has it
-    print(f"stopped: {reason}. {_standing(run)}; branch autoloop/{run.opt.tag} at {run.incumbent[:12]}",
+    # one gain, from facts like log/report/--json: the re-measured one when the run has it; a
+    # re-measurement that did not happen says why
+    why_not = (f"; {final['text']}" if final and final.get("text") and (final.get("skipped") or final.get("error"))
+               else "")
+    print(f"stopped: {reason}. {_standing(run)}; branch autoloop/{run.opt.tag} at {run.incumbent[:12]}{why_not}",
           file=out)
     if reason == "interrupted" and resume:
         print(f"resume with: {resume}", file=out, flush=True)
