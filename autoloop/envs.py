@@ -54,6 +54,23 @@ _DROP_EXACT = frozenset({
 })
 _DROP_PREFIX = ("LD_", "DYLD_", "BASH_FUNC_", "GIT_", "LUA_INIT", "AUTOLOOP_")
 
+# Handles on daemons that start processes on request (a terminal multiplexer, the session bus
+# and the systemd user manager behind it, a terminal's remote control): what they start is
+# their child, not ours, so it outlives every process check. Neither the generator nor a
+# measurement gets them.
+_DAEMONS = frozenset({
+    "TMUX", "TMUX_PANE", "TMUX_TMPDIR", "STY", "SCREENDIR", "ZELLIJ", "ZELLIJ_SESSION_NAME",
+    "ZELLIJ_PANE_ID", "DBUS_SESSION_BUS_ADDRESS", "DBUS_STARTER_ADDRESS", "DBUS_STARTER_BUS_TYPE",
+    "KITTY_LISTEN_ON", "KITTY_WINDOW_ID", "WEZTERM_UNIX_SOCKET", "WEZTERM_PANE", "NVIM",
+    "NVIM_LISTEN_ADDRESS", "VSCODE_IPC_HOOK_CLI", "VSCODE_GIT_IPC_HANDLE", "SWAYSOCK", "I3SOCK",
+    "HYPRLAND_INSTANCE_SIGNATURE",
+})
+
+
+def no_daemons(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` without the handles on process-starting daemons (_DAEMONS)."""
+    return {k: v for k, v in env.items() if k not in _DAEMONS}
+
 # Kept although their prefix is dropped: what a child may learn about the run, and git's
 # choice of config files (they name no repository).
 _OWN = ("AUTOLOOP_CYCLE", "AUTOLOOP_TAG", "AUTOLOOP_WORKER", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM")
@@ -64,7 +81,7 @@ def unsafe(name: str) -> bool:
     verifier?"""
     if name.startswith("PYTHON"):
         return name not in _PYTHON_KEEP
-    return name in _DROP_EXACT or name.startswith(_DROP_PREFIX)
+    return name in _DROP_EXACT or name in _DAEMONS or name.startswith(_DROP_PREFIX)
 
 
 def clean_path(value: str, inside: Sequence[Path] = ()) -> str:
@@ -121,7 +138,7 @@ def generator_env(base: Mapping[str, str]) -> dict[str, str]:
     """The generator's environment: the caller's, minus the variables that would point its git
     commands at another repository, and no bytecode written into the tree it edits (an agent
     running the code it edits would otherwise leave __pycache__ behind, which is never kept)."""
-    env = {k: v for k, v in base.items() if k not in _GIT_LOCATION}
+    env = {k: v for k, v in no_daemons(base).items() if k not in _GIT_LOCATION}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 

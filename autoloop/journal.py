@@ -15,6 +15,7 @@ import json
 import os
 import tempfile
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -284,7 +285,56 @@ def pct(old: float | None, new: float | None) -> float | None:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    return " ".join(escape_controls(" ".join(str(text).split())).split())
+
+
+_C_ESCAPES = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f",
+              "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def _unsafe_char(ch: str) -> bool:
+    """A character that could move a terminal's cursor, start an escape sequence, end a line or
+    reorder text: C0/C1 controls, DEL, line/paragraph separators, bidi and other format marks,
+    and the stand-ins for bytes that are not UTF-8."""
+    o = ord(ch)
+    return (o < 0x20 or 0x7f <= o <= 0x9f or 0xdc80 <= o <= 0xdcff
+            or unicodedata.category(ch) in ("Cf", "Zl", "Zp"))
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every unsafe character (see _unsafe_char) written as a visible escape
+    (\\x1b, \\u202e): what enters the journal, a commit message or the terminal from a
+    generator never acts on a reader's screen or forges a line of its own."""
+    if not any(_unsafe_char(ch) for ch in text):
+        return text
+    out = []
+    for ch in text:
+        if not _unsafe_char(ch):
+            out.append(ch)
+        elif 0xdc80 <= ord(ch) <= 0xdcff:
+            out.append(f"\\x{ord(ch) - 0xdc00:02x}")
+        elif ord(ch) <= 0xff:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(f"\\u{ord(ch):04x}")
+    return "".join(out)
+
+
+def quote_path(name: str) -> str:
+    """A repository path as git shows it (core.quotePath off): as is when plain, else in double
+    quotes with C escapes and the odd bytes in octal — a file name holding a newline stays one
+    visible name."""
+    if not any(_unsafe_char(ch) or ch in '"\\' for ch in name):
+        return name
+    out = []
+    for ch in name:
+        if ch in _C_ESCAPES:
+            out.append(_C_ESCAPES[ch])
+        elif _unsafe_char(ch):
+            out.append("".join(f"\\{b:03o}" for b in ch.encode("utf-8", "surrogateescape")))
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
 
 
 def render_tsv(cycles: list[Record]) -> str:
@@ -431,6 +481,6 @@ def _section(c: Record, fmt: Fmt = num) -> Iterator[str]:
     if stats:
         yield from _stats_lines(stats, fmt)
     if c.get("changed"):
-        shown = ", ".join(c["changed"][:10]) + (" …" if len(c["changed"]) > 10 else "")
+        shown = ", ".join(quote_path(f) for f in c["changed"][:10]) + (" …" if len(c["changed"]) > 10 else "")
         yield f"Changed: {shown}"
         yield ""

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shlex
 import signal
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,27 +16,28 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from filelock import FileLock, Timeout
 
-from autoloop import envs, proc
+from autoloop import envs, proc, trust
 from autoloop.errors import (ConfigError, FatalGeneratorError, GeneratorError, Interrupted, LockedError,
                              RepoStateError, RunFailure, UsageError)
-from autoloop.generators.base import GenContext, Generator, Proposal
+from autoloop.generators.base import GenContext, Generator, Proposal, preflight_context
 from autoloop.generators.registry import make_generator
 from autoloop.globs import PathRules
 from autoloop.hardening import Guardrails, Tampered
-from autoloop.journal import Journal, Record, pct
+from autoloop.journal import Journal, Record, escape_controls, pct, quote_path
 from autoloop.numbers import formatter, num as fmt, signed_pct
 from autoloop.judge import Judge, final_text
 from autoloop.memory import near_duplicate
-from autoloop.program import Program, command_words
+from autoloop.program import Program
 from autoloop.prompt import build_prompt
 from autoloop.ratchet import better, reached
 from autoloop.redact import Redactor
-from autoloop.scope_rules import ScopeRules
+from autoloop.scope_rules import ScopeRules, library_shadow
 from autoloop.snapshot import Change, diff
+from autoloop.summary import best_measured
 from autoloop.approve import Review, Reviewer, human_outcome
 from autoloop.persist import restore_persisted_journal
 from autoloop.verify import Measurement, measure
-from autoloop.workspace import Workspace, Worktree
+from autoloop.workspace import Workspace, Worktree, thaw_outer_config
 
 Reporter = Callable[[str, Mapping[str, Any]], None]
 T = TypeVar("T")
@@ -93,7 +97,7 @@ def command_files(program: Program) -> list[tuple[str, str]]:
     if program.holdout is not None:
         commands.append(("holdout.command", program.holdout.command))
     for key, cmd in commands:
-        words = command_words(cmd)
+        words = all_words(cmd)
         for prev, w in zip(["", *words], words):
             candidate = program.repo_root / w
             if prev == "-m":
@@ -150,6 +154,38 @@ def uncommitted_warnings(program: Program, ws: Workspace, commit: str) -> list[s
     return out
 
 
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
+_SHELL_C = re.compile(r"-[a-zA-Z]*c[a-zA-Z]*")   # -c, -lc, -ec, -exc ...
+
+
+def all_words(command: str, depth: int = 4) -> list[str]:
+    """The words of a command line and, recursively, of the command string a shell is given
+    (`bash -c '… score.py'`, `sh -lc "cd x && python eval.py"`), with shell operators split off
+    and `--opt=value` values included: a path named anywhere in it is a path it may run. Code
+    given to an interpreter (`python -c "…"`) is not a command line and is not split."""
+    try:
+        lex = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lex.whitespace_split = True
+        words = list(lex)
+    except ValueError:
+        words = command.split()
+    out: list[str] = []
+    shell = False
+    for i, w in enumerate(words):
+        out.append(w)
+        if w.startswith("-") and "=" in w:
+            out.append(w.split("=", 1)[1])
+        if set(w) <= set(";|&()<>"):
+            shell = False          # the next command starts
+        elif os.path.basename(w) in _SHELLS or w == "eval":
+            shell = True
+            if w == "eval" and depth > 0:
+                out += all_words(" ".join(words[i + 1:]), depth - 1)
+        elif shell and depth > 0 and i > 0 and _SHELL_C.fullmatch(words[i - 1]):
+            out += all_words(w, depth - 1)
+    return out
+
+
 def verifier_fingerprint(program: Program) -> dict[str, Any]:
     v = program.verifier
     return {"command": v.command, "metric": v.metric, "pattern": v.pattern, "direction": v.direction}
@@ -164,6 +200,10 @@ class Run:
         self.journal = Journal(program.state_dir, options.tag)
         protected = protected_paths(program)
         self.rules = ScopeRules(program.allowed, program.forbidden, protected)
+        # where Python puts a measurement script's own folder first on sys.path (and the top,
+        # for `python -m` and scripts there): a new module named like a library one is a shadow
+        self._script_dirs = sorted({""} | {rel.rpartition("/")[0] for rel, why in protected.items()
+                                           if why == "used by the verifier" and rel.endswith(".py")})
         self.guard = Guardrails(program, self.ws, self.journal, protected)
         self.generator_factory = generator_factory
         self.redact = Redactor.from_env(os.environ)
@@ -180,6 +220,8 @@ class Run:
     # ---- entry ---------------------------------------------------------------------------------
 
     def execute(self) -> RunSummary:
+        # before any generator exists: a same-uid debugger must not attach to the judge
+        trust.undumpable()
         self.ws.check_state()
         self.guard.preflight()
         generator = self.generator_factory(self.program.generator, self.program)
@@ -196,14 +238,35 @@ class Run:
         self._attached = False
         self._lock_path = lock_path
         try:
+            # under the lock: a run refused for the lock must not start (or kill) anything
+            self.preflight_generator(generator)
             return self._run(generator)
         finally:
             try:
                 if self._attached and self.opt.on_finish is not None:
                     self.opt.on_finish(self)
             finally:
+                thaw_outer_config()
                 self._restore_signals(old_handlers)
                 lock.release()
+
+    def preflight_generator(self, generator: Generator) -> str | None:
+        """Before the baseline: a generator that cannot start (not installed, not startable in
+        the sandbox) stops the run now (FatalGeneratorError, exit 1), not as a gen_error every
+        cycle. Returns the version it reported, if any."""
+        check = getattr(generator, "preflight", None)
+        if check is None:
+            return None
+        # Its own process marker: what the check leaves running is killed, and nothing else.
+        marker = proc.new_marker()
+        with tempfile.TemporaryDirectory(prefix="autoloop-preflight-") as tmp:
+            scratch = Path(tmp)
+            ctx = preflight_context(self.program, scratch, env=envs.generator_env(self._env(0)),
+                                    run_marker=marker, wrap=self.guard.wrap(scratch, workdir=scratch))
+            try:
+                return check(ctx)
+            finally:
+                proc.kill_marked(marker)
 
     def _run(self, generator: Generator) -> RunSummary:
         proc.kill_marked(self.marker)
@@ -215,9 +278,14 @@ class Run:
         started = time.monotonic()
         self.ws.open(incumbent)
         self.ws.drop_verify_trees(*self._verify_slots())
+        self.ws.freeze_config()
         self.sentinel = self.ws.watch_git(extra=[self.program.path, *self.guard.user_files()])
         self.guard.start(self.sentinel, self._lock_path)
         self.journal.render(self.program.goal)
+        # what autoloop imports later is loaded now, before any generator could have planted
+        # or patched it (numpy/scipy only when this run computes statistics)
+        trust.preload(statistics=not self.judge.plain or self.program.accept.final_pairs > 0,
+                      generator_kind=self.program.generator.kind)
         if not self.journal.cycles():
             self._baseline(incumbent)
         ran = 0
@@ -240,8 +308,11 @@ class Run:
         self.ws.reset_hard(self.incumbent)
         self.journal.append({"t": "end", "reason": reason, "cycles_run": ran})
         self.opt.report("stop", {"reason": reason})
-        return RunSummary(self.opt.tag, reason, ran, self.baseline, self.best, self.incumbent,
-                          sum(1 for c in self.journal.cycles() if c["status"] == "keep"), final)
+        cycles = self.journal.cycles()
+        # "best" is the best measured: never a regression a person chose to keep (approve mode)
+        best = best_measured(cycles, self.program.verifier.direction, self.best)
+        return RunSummary(self.opt.tag, reason, ran, self.baseline, best, self.incumbent,
+                          sum(1 for c in cycles if c["status"] == "keep"), final)
 
     def _verify_slots(self) -> tuple[set[int], int]:
         """The verification slots this run's cycles measure in (autoloop.parallel: its lanes'),
@@ -445,13 +516,15 @@ class Run:
                 before = self.ws.snapshot()
             self._exact = None
             self.sentinel.capture()
+            self.ws.capture_refs()
+            self.ws.capture_objects(incumbent, sorted(self.guard.protected))
             self.guard.before_generate()
 
             # 2 generate
             self.opt.report("phase", {"cycle": n, "phase": "generate"})
             proposal, gen_error = self._generate(generator, n, log_dir)
             # the hypothesis goes into the journal and a commit message: no secrets in it
-            proposal.hypothesis = self.redact(proposal.hypothesis)
+            proposal.hypothesis = escape_controls(self.redact(proposal.hypothesis))
             self._check_signal()
 
             # 3 scope: what really changed on disk, against the rules
@@ -462,7 +535,15 @@ class Run:
             # 4 verify
             if outcome is None:
                 tree = self.ws.candidate_tree(incumbent, changes)
-                if tree == self.ws.tree_of(incumbent):
+                # a tree autoloop wrote itself took every unchanged entry from the incumbent's own
+                # listing; one git wrote through an index is checked against git's object graph
+                swapped = [] if self.ws.written_by_hand(incumbent, tree) else \
+                    self.ws.differs_at(self.ws.tree_of(incumbent), tree, sorted(self.guard.protected))
+                if swapped:
+                    outcome = _Outcome("violation", "violation: the candidate's tree does not carry the "
+                                       f"incumbent's {', '.join(swapped[:5])}", "violation: protected "
+                                       "files differ in the candidate's tree", changed=swapped)
+                elif tree == self.ws.tree_of(incumbent):
                     outcome = _Outcome("no_change", "no change: nothing git can record changed "
                                        "(e.g. only a mode git does not track)", "no change")
                 else:
@@ -525,7 +606,9 @@ class Run:
         return {
             "t": "cycle", "cycle": n, "status": outcome.status, "metric": outcome.metric,
             "best": self.best, "commit": commit, "parent": incumbent,
-            "hypothesis": p.hypothesis, "result": outcome.result, "lesson": outcome.lesson,
+            # lessons quote file names and tool output: no control character reaches a reader raw
+            "hypothesis": escape_controls(p.hypothesis), "result": escape_controls(outcome.result),
+            "lesson": escape_controls(outcome.lesson),
             "changed": outcome.changed, "duration_s": round(time.monotonic() - t0, 3),
             "delta_pct": _round(pct(best_before, outcome.metric)),
             "gen": {"tokens_in": p.tokens_in, "tokens_out": p.tokens_out,
@@ -605,6 +688,10 @@ class Run:
                 self.ws.create_branch(incumbent)
             else:
                 self.ws.advance(incumbent, head, "autoloop: undo a move by the generator")
+        # refs/replace would swap objects in other tools' reads, a moved branch or tag rewrites
+        # your history: any ref the generator made or moved is put back
+        problems += [f"{what} (refs are not the generator's to change)" for what in self.ws.refs_changed()]
+        problems += self.ws.objects_changed()
         hidden = tree.index_flags()
         if hidden:
             problems.append("hid files from git (assume-unchanged/skip-worktree): " + ", ".join(hidden[:5]))
@@ -613,15 +700,19 @@ class Run:
         for ch in _file_changes(changes):
             a = ch.after
             if a is not None and a.kind == "l":
-                problems.append(f"symlink {ch.path} -> {a.digest} (symlinks are not allowed)")
+                problems.append(f"symlink {quote_path(ch.path)} -> {quote_path(str(a.digest))} (symlinks are not allowed)")
             elif a is not None and a.kind == "o":
-                problems.append(f"special file {ch.path}")
+                problems.append(f"special file {quote_path(ch.path)}")
             elif a is not None and a.kind == "f" and a.nlink > 1:
-                problems.append(f"hard link {ch.path} (links are not allowed)")
+                problems.append(f"hard link {quote_path(ch.path)} (links are not allowed)")
             else:
                 why = self.rules.why_not(ch.path)
+                shadowed = library_shadow(ch.path, self._script_dirs) if ch.before is None and not why else None
+                if shadowed:
+                    why = (f"shadows the module '{shadowed}' that a verifier or guard script beside it "
+                           "would import")
                 if why:
-                    problems.append(f"changed {ch.path} ({why})")
+                    problems.append(f"changed {quote_path(ch.path)} ({why})")
         return problems, changes
 
     def _triage(self, proposal: Proposal, gen_error: str | None, problems: list[str],
@@ -635,6 +726,9 @@ class Run:
                             changed=files)
         if not files:
             lesson = proposal.no_change_reason or "no change: the generator left the tree as it was"
+            if proposal.notes:
+                # what the agent said went wrong (failed edits, denied tools) is the lesson
+                lesson += " (it reported: " + "; ".join(proposal.notes[:5]) + ")"
             return _Outcome("no_change", lesson, "no change")
         return None
 

@@ -40,7 +40,7 @@ from autoloop.executors import LaneJudge, LocalExecutor, make_executor
 from autoloop.hardening import Tampered
 from autoloop.generators.base import Generator, Proposal
 from autoloop.generators.registry import make_generator
-from autoloop.journal import Record
+from autoloop.journal import Record, escape_controls
 from autoloop.numbers import num as fmt
 from autoloop.loop import Run, RunOptions, _file_changes, _Outcome
 from autoloop.memory import near_duplicate
@@ -159,6 +159,8 @@ class ParallelRun(Run):
             self._phase(n0, k, "prepare")
             self._threads(slots, lambda s: self._prepare(s, incumbent))
             self.sentinel.capture()
+            self.ws.capture_refs()
+            self.ws.capture_objects(incumbent, sorted(self.guard.protected))
             self.guard.before_generate()
 
             # 2 generate
@@ -262,7 +264,7 @@ class ParallelRun(Run):
         s.proposal, s.gen_error = self._generate(self._generators[s.worker], s.n, s.log_dir, tree=s.tree,
                                                  env=s.env, marker=s.marker, note=note)
         # the hypothesis goes into the journal and a commit message: no secrets in it
-        s.proposal.hypothesis = self.redact(s.proposal.hypothesis)
+        s.proposal.hypothesis = escape_controls(self.redact(s.proposal.hypothesis))
 
     def _check(self, s: _Slot, incumbent: str, shared: str) -> None:
         """Step 3 for one worker: its change set from the disk, against the rules; a candidate

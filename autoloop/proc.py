@@ -28,7 +28,9 @@ import ctypes
 import os
 import resource
 import select
+import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -117,15 +119,29 @@ def new_marker() -> str:
 
 
 def read_tail(path: Path, limit: int = TAIL_BYTES) -> str:
+    return read_regular(path, limit, tail=True).decode("utf-8", "replace")
+
+
+def read_regular(path: Path, limit: int, *, tail: bool = False) -> bytes:
+    """At most `limit` bytes (the last ones with `tail`) of the regular file at `path`; b"" for
+    anything else — a symlink is not followed, a FIFO does not block, a folder is no error. For
+    files a generator or candidate code could have put there."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - limit))
-            data = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return ""
-    return data.decode("utf-8", "replace")
+        return b""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return b""
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            if tail:
+                f.seek(max(0, st.st_size - limit))
+            return f.read(limit)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def run(
@@ -156,7 +172,7 @@ def run(
     timed_out = interrupted = False
     over: str | None = None
     watch = _DiskWatch(limits) if limits is not None and limits.disk_bytes is not None else None
-    with open(out_path, "wb") as out, open(err_path, "wb") as err, _stdin(stdin) as inp, _Adopting(marker) as adopting:
+    with _fresh_log(out_path) as out, _fresh_log(err_path) as err, _stdin(stdin) as inp, _Adopting(marker) as adopting:
         starting = _Starting()
         starting.__enter__()   # known before any leftover sweep of another thread can see it
         try:
@@ -213,6 +229,10 @@ def run(
             if ended:
                 _count(max(left, marked))
             leftovers = max(left, killed) + marked
+        # nothing of the command runs any more: what is at the log paths now must be what it
+        # wrote through the descriptors we gave it (a file renamed over them is put back)
+        for f, path in ((out, out_path), (err, err_path)):
+            _own_output(f, path)
     if over is None and limits is not None and limits.file_bytes is not None \
             and proc.returncode == -signal.SIGXFSZ:
         over = f"wrote a file larger than {limits.file_bytes >> 20} MB"
@@ -230,6 +250,47 @@ def run(
     code = None if (timed_out or interrupted or over) else proc.returncode
     return ProcResult(code, timed_out, interrupted, duration, out_path, err_path, leftovers, timeout,
                       over_limit=over)
+
+
+def _clear(path: Path) -> None:
+    """Remove whatever is at `path` (a file, a link, a FIFO, a folder someone planted)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        os.unlink(path)
+
+
+def _fresh_log(path: Path) -> IO[bytes]:
+    """A new, empty regular file of our own at `path`: never written through a symlink or
+    into a FIFO or folder planted at that name (those are removed first)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(8):
+        _clear(path)
+        try:
+            return os.fdopen(os.open(path, flags, 0o644), "w+b")
+        except FileExistsError:
+            continue   # planted again between the removal and the open
+    raise OSError(f"{path}: something keeps replacing this log file")
+
+
+def _own_output(f: IO[bytes], path: Path) -> None:
+    """Make `path` again the file behind our descriptor `f`, when something replaced it: the
+    output read back by path is then what the command wrote to its stdout/stderr."""
+    mine = os.fstat(f.fileno())
+    try:
+        st = os.lstat(path)
+        if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+            return
+    except FileNotFoundError:
+        pass
+    f.flush()
+    f.seek(0)
+    with _fresh_log(path) as copy:
+        shutil.copyfileobj(f, copy, 1 << 20)
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float | None, watch: _DiskWatch | None = None) -> str | None:

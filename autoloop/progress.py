@@ -24,6 +24,8 @@ from typing import IO, Any, Callable, Mapping
 from autoloop.facts import in_cycle
 from autoloop.journal import pct
 from autoloop.numbers import formatter, run_values, signed_pct, usd
+from autoloop.ratchet import better
+from autoloop.summary import overruled_keep
 
 COLORS = {"keep": "\x1b[32m", "baseline": "\x1b[34m", "discard": "\x1b[33m", "crash": "\x1b[31m",
           "guard_fail": "\x1b[31m", "violation": "\x1b[35m", "no_change": "\x1b[2m", "gen_error": "\x1b[31m"}
@@ -61,7 +63,7 @@ def _duration(seconds: float) -> str:
 class Progress:
     def __init__(self, stream: IO[str], metric: str, *, live: bool = False, color: bool = False,
                  timestamps: bool = False, tick: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, direction: str | None = None) -> None:
         self.stream = stream
         self.metric = metric
         self.live = live
@@ -74,6 +76,8 @@ class Progress:
         self.phase_t0 = self.t0
         self.baseline: float | None = None
         self.best: float | None = None
+        self.direction = direction      # known: "best" never shows a regression a person kept
+        self._overruled = False
         self.last = ""
         self.cost = 0.0
         self.done = 0
@@ -119,8 +123,15 @@ class Progress:
         status = str(data.get("status", ""))
         if status == "baseline":
             self.baseline = data.get("metric")
-        if data.get("best") is not None:
-            self.best = data.get("best")
+        if overruled_keep(data):
+            self._overruled = True
+        best = data.get("best")
+        if best is not None:
+            # the record's best is the incumbent's metric; once a person kept a regression, the
+            # column keeps showing the best measured and moves only when a cycle beats it
+            if not (self._overruled and self.direction and self.best is not None
+                    and not better(self.direction, best, self.best)):
+                self.best = best
         self.cost += (data.get("gen") or {}).get("cost_usd") or 0.0
         if data.get("cycle", 0):
             self.done += 1
@@ -137,7 +148,7 @@ class Progress:
         # what the row was judged on: the incumbent measured beside it (paired) or the best
         paired = isinstance((data.get("stats") or {}).get("pooled"), dict)
         against = (f"vs {fmt(vs):>10} {signed_pct(change, ''):>8}" if paired else
-                   f"best {fmt(data.get('best')):>10}")
+                   f"best {fmt(self.best if self.direction else data.get('best')):>10}")
         head = (f"cycle {data['cycle']:>4}  {cell} {self.metric} {metric:>10}  "
                 f"{against}  {data.get('duration_s', 0):6.1f}s  ")
         if data.get("decided_by") == "human":

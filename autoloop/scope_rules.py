@@ -11,12 +11,18 @@ not hand to the generator by accident:
   none (PYTHONDONTWRITEBYTECODE), and verification reads none (a fresh PYTHONPYCACHEPREFIX);
 - shadows of a protected module: for a protected `pkg/evaluate.py`, the package folder
   `pkg/evaluate/`, the extension modules `pkg/evaluate*.so`, `pkg/evaluate.pyc`, ... — Python's
-  import system prefers every one of them to the `.py` file.
+  import system prefers every one of them to the `.py` file;
+- a new module next to a protected `.py` file (where Python puts the script's folder first on
+  sys.path) named like a standard-library or installed module (`pathlib.py`, `numpy/`): the
+  verifier's own `import pathlib` would run it instead.
 """
 
 from __future__ import annotations
 
 import re
+import sys
+from functools import lru_cache
+from importlib import metadata
 from typing import Iterable, Mapping
 
 from autoloop.globs import PathRules
@@ -54,6 +60,33 @@ def module_shadow_regex(modules: Iterable[str]) -> re.Pattern[str] | None:
     if not alts:
         return None
     return re.compile("(?:" + "|".join(alts) + ")", re.DOTALL)
+
+
+@lru_cache(maxsize=1)
+def library_modules() -> frozenset[str]:
+    """Top-level names of the standard library and of what is installed for this Python."""
+    names = set(getattr(sys, "stdlib_module_names", ())) | set(sys.builtin_module_names)
+    try:
+        names |= set(metadata.packages_distributions())
+    except Exception:  # a broken distribution's metadata must not stop a run; stdlib still counts
+        pass
+    return frozenset(n for n in names if n.isidentifier())
+
+
+_MODULE_FILE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:/__init__\.py|/.*|\.py|\.(?:[^/]*\.)?(?:so|pyd|pyc))", re.DOTALL)
+
+
+def library_shadow(path: str, folders: Iterable[str]) -> str | None:
+    """The library module `path` would shadow when it is new in one of `folders` (repository
+    folders a verifier or guard script sits in, "" for the top), else None."""
+    for folder in folders:
+        prefix = folder + "/" if folder else ""
+        if not path.startswith(prefix):
+            continue
+        m = _MODULE_FILE.fullmatch(path[len(prefix):])
+        if m and "/" not in m.group(1) and m.group(1) in library_modules():
+            return m.group(1)
+    return None
 
 
 class ScopeRules(PathRules):

@@ -36,6 +36,21 @@ class Summary:
         return self.cost_usd / abs(self.best - self.baseline)
 
 
+def overruled_keep(cycle: Mapping[str, Any]) -> bool:
+    """A person kept a candidate the ratchet would not have: its metric is no evidence of "best"."""
+    return (cycle.get("status") == "keep" and cycle.get("decided_by") == "human"
+            and cycle.get("recommendation") != "keep")
+
+
+def best_measured(cycles: Sequence[Mapping[str, Any]], direction: str, incumbent: float | None) -> float | None:
+    """What a run may call its best: the incumbent's metric, unless a person kept a regression
+    (approve mode), then the best metric measured at the baseline or a keep."""
+    if incumbent is None or not any(overruled_keep(c) for c in cycles):
+        return incumbent
+    best = summarize(cycles, direction).best
+    return best if best is not None and better(direction, best, incumbent) else incumbent
+
+
 def summarize(cycles: Sequence[Mapping[str, Any]], direction: str, recent: int = 10) -> Summary:
     baseline = next((c.get("metric") for c in cycles if c["status"] == "baseline"), None)
     best = baseline

@@ -69,9 +69,17 @@ class GitError(RunFailure):
 
 def _git_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("GIT_") or k in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM")}
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+           if not k.startswith("GIT_") or k in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_SYSTEM")}
+    # replace refs (refs/replace/*) would let anyone who can write a ref swap the incumbent's
+    # tree for another one inside our own reads: git's object graph is taken as it is stored
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C", GIT_NO_REPLACE_OBJECTS="1")
+    env.update(_FROZEN_ENV)
     return env
+
+
+# Set for the length of a run by freeze_outer_config: git then reads a private copy of your
+# global and system config as they were when the run started.
+_FROZEN_ENV: dict[str, str] = {}
 
 
 def git_executable() -> str:
@@ -384,7 +392,9 @@ class Worktree:
         """Make this tree exactly `commit` (opening it the first time); returns its path.
         `clean=False`: leave untracked files for the caller, whose walk of the tree removes them
         anyway (Guardrails.measuring) — one git process and one walk fewer."""
-        if self._admin_dir is None:
+        if self._admin_dir is None or self.path.is_symlink() or not self.path.is_dir():
+            # never made, or swapped for a link to a tree of someone else's (or removed): made
+            # afresh — measuring through the link would void every later cycle, or worse
             self.open(commit)
         else:
             if self.dotgit_tampered():
@@ -397,8 +407,8 @@ class Worktree:
         run may leave a half-made admin folder, or a `.git` link a generator rewrote to point
         elsewhere: then we rebuild."""
         dotgit = self.path / ".git"
-        if dotgit.is_symlink() or not dotgit.is_file():
-            return False
+        if self.path.is_symlink() or dotgit.is_symlink() or not dotgit.is_file():
+            return False   # a tree swapped for a link resolves everything below through it
         try:
             admin = self._find_admin_dir()
             back = Path((admin / "gitdir").read_text().strip()).resolve()
@@ -823,6 +833,11 @@ class Workspace(Worktree):
         super().__init__(repo_root, self.common_dir,
                          cache / "autoloop" / "worktrees" / f"{repo_root.name}-{repo_id}" / _slug(tag))
         self._sentinel: Sentinel | None = None
+        self._refs: dict[str, str] | None = None
+        self._refs_seen: tuple = ()
+        self._objects: dict | None = None
+        self._obj_ids: dict[str, set[str]] = {}
+        self._frozen: dict[Path, str] = {}
         self._verify_trees: dict[int, Worktree] = {}
         self._gen_trees: dict[int, Worktree] = {}
         self._identity: Identity | None = None
@@ -1008,6 +1023,11 @@ class Workspace(Worktree):
 
     # ---- integrity of git's own files --------------------------------------------------------
 
+    def freeze_config(self) -> None:
+        """Our git calls read your global/system config as it is now (freeze_outer_config); the
+        private copy lives beside the work tree, outside the repository."""
+        self._frozen = freeze_outer_config(self.repo_root, self.path.with_name(self.path.name + ".gitconfig"))
+
     def watch_git(self, extra: Sequence[Path] = ()) -> Sentinel:
         """Files git obeys during our own calls, plus `extra` user-side files (program.md)."""
         assert self._admin_dir is not None
@@ -1027,11 +1047,130 @@ class Workspace(Worktree):
         # planted there would run (or change bytes) inside our own git calls
         for path, label in _outer_git_config().items():
             watched.setdefault(path, label)
+        for path, label in self._frozen.items():
+            watched.setdefault(path, label)
         for p in extra:
             watched[p] = p.name
         self._sentinel = Sentinel(watched, label=watched)
         self._sentinel.capture()
         return self._sentinel
+
+    # ---- refs ---------------------------------------------------------------------------------
+
+    def _read_refs(self) -> dict[str, str]:
+        """Every ref of the repository (loose, packed, refs/replace, tags, stash, notes) but the
+        run branch, which the loop checks itself: name -> object id, or `ref: target`."""
+        raw = git(self.repo_root, "for-each-ref", "--format=%(refname)%00%(objectname)%00%(symref)")
+        out: dict[str, str] = {}
+        for line in raw.splitlines():
+            name, oid, sym = (line.split("\0") + ["", ""])[:3]
+            if name != self.ref:
+                out[name] = f"ref: {sym}" if sym else oid
+        return out
+
+    def _refs_picture(self) -> tuple:
+        """The stat identity of every file and folder that holds refs (loose refs, packed-refs,
+        the reftable folder): unchanged, the refs are unchanged (ctime cannot be set back)."""
+        out = []
+        for top in ("refs", "packed-refs", "reftable"):
+            for dirpath, dirnames, filenames in os.walk(self.common_dir / top) if (self.common_dir / top).is_dir() \
+                    else [(str(self.common_dir), [], [top])]:
+                for name in sorted(dirnames) + sorted(filenames):
+                    full = os.path.join(dirpath, name)
+                    try:
+                        st = os.lstat(full)
+                    except OSError:
+                        continue
+                    out.append((full, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        return tuple(out)
+
+    def capture_refs(self) -> None:
+        picture = self._refs_picture()
+        if self._refs is None or picture != self._refs_seen:
+            self._refs = self._read_refs()
+            self._refs_seen = self._refs_picture()
+
+    def refs_changed(self) -> list[str]:
+        """The refs made, moved or deleted since capture_refs, each put back as it was (git's
+        reflog keeps what they pointed at); one line each."""
+        if self._refs is None or self._refs_picture() == self._refs_seen:
+            return []
+        now = self._read_refs()
+        problems = []
+        for name in sorted(set(now) | set(self._refs)):
+            was, is_ = self._refs.get(name), now.get(name)
+            if was == is_:
+                continue
+            if was is None:
+                problems.append(f"made ref {name}")
+                git(self.repo_root, "update-ref", "--no-deref", "-d", name, check=False)
+                continue
+            problems.append(f"{'deleted' if is_ is None else 'moved'} ref {name}")
+            if was.startswith("ref: "):
+                git(self.repo_root, "symbolic-ref", name, was[len("ref: "):], check=False)
+            else:
+                git(self.repo_root, "update-ref", "--no-deref", "-m", "autoloop: undo a ref change by the generator",
+                    name, was, check=False)
+        self._refs = self._read_refs()
+        self._refs_seen = self._refs_picture()
+        return problems
+
+    # ---- the object store -----------------------------------------------------------------------
+
+    def capture_objects(self, commit: str, paths: Sequence[str]) -> None:
+        """Remember the pack files of the object store and the loose files of the objects that
+        make `commit`'s `paths` what they are (the commit, the trees down to them, their blobs):
+        git trusts an object's file to hold what its name says, and never checks on read."""
+        ids = self._obj_ids.get(commit)
+        if ids is None:
+            # from the commit's folders (kept commits are made, and remembered, by autoloop:
+            # no git call for them)
+            folders = self.folders_of(commit).folders
+            ids = {commit, self.tree_of(commit)}
+            for path in paths:
+                parent = ""
+                for name in path.split("/"):
+                    entry = folders.get(parent, {}).get(name)
+                    if entry is None:
+                        break
+                    ids.add(entry[1])
+                    parent = f"{parent}/{name}" if parent else name
+            self._obj_ids = {commit: ids}
+        objects = self.common_dir / "objects"
+        self._objects = {"packs": _idents(objects / "pack"), "loose": {}}
+        for oid in ids:
+            f = objects / oid[:2] / oid[2:]
+            try:
+                st = os.lstat(f)
+                self._objects["loose"][oid] = (_object_ident(st), f.read_bytes(), stat.S_IMODE(st.st_mode))
+            except OSError:
+                pass
+
+    def objects_changed(self) -> list[str]:
+        """What changed in the captured part of the object store, loose files put back."""
+        if self._objects is None:
+            return []
+        objects = self.common_dir / "objects"
+        problems = []
+        packs = _idents(objects / "pack")
+        was = self._objects["packs"]
+        if any(packs.get(name) != ident for name, ident in was.items()):
+            problems.append("rewrote or removed git's pack files (objects/pack; `git fsck` tells what is left)")
+        for oid, (ident, data, mode) in self._objects["loose"].items():
+            f = objects / oid[:2] / oid[2:]
+            try:
+                same = _object_ident(os.lstat(f)) == ident
+            except OSError:
+                same = False
+            if not same:
+                problems.append(f"rewrote git's object {oid[:12]}")
+                _clear_path(f)
+                f.parent.mkdir(parents=True, exist_ok=True)
+                _write_file(f, data)
+                os.chmod(f, mode)
+        if problems:
+            self._objects = None
+        return problems
 
     # ---- commits ------------------------------------------------------------------------------
 
@@ -1230,6 +1369,20 @@ class Workspace(Worktree):
         if commit not in self._trees:  # commits are immutable: ask git once
             self._trees[commit] = git(self.repo_root, "rev-parse", commit + "^{tree}").strip()
         return self._trees[commit]
+
+    def written_by_hand(self, base: str, tree: str) -> bool:
+        """Was `tree` (the last candidate on `base`) written by autoloop itself?"""
+        return self._by_hand == (base, tree)
+
+    def differs_at(self, tree_a: str, tree_b: str, paths: Sequence[str]) -> list[str]:
+        """Those of `paths` (files or folders) whose entries differ between two trees — by git's
+        own object graph, replace refs ignored: a candidate must carry the incumbent's blob for
+        every protected path, whatever wrote its tree."""
+        if not paths:
+            return []
+        raw = git(self.repo_root, "diff-tree", "-r", "-z", "--no-renames", "--name-only", tree_a, tree_b,
+                  "--", *paths)
+        return [p for p in raw.split("\0") if p]
 
     def commit(self, tree: str, parent: str, message: str, who: Identity) -> str:
         """A commit of `tree` on `parent`, written as `git commit-tree` would (same bytes)."""
@@ -1458,3 +1611,105 @@ def _nonempty(path: Path) -> bool:
 
 def _slug(tag: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", tag)
+
+
+# ---- your global and system git config, frozen for the run --------------------------------------
+
+def _config_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
+
+
+def _outer_entries(repo_root: Path) -> list[tuple[str, str, str | None]]:
+    """(origin file, key, value or None for a bare boolean) of the system and global config, in
+    the order git reads them, includes (`include.path`, `includeIf` as they apply to this
+    repository) resolved."""
+    out: list[tuple[str, str, str | None]] = []
+    env = _git_env()
+    scopes = ["--global"]
+    if not env.get("GIT_CONFIG_NOSYSTEM"):
+        scopes.insert(0, "--system")
+    for scope in scopes:
+        proc = run_git_process([git_executable(), "config", scope, "--includes", "--show-origin", "--list", "-z"],
+                               cwd=repo_root, env=env)
+        if proc.returncode != 0:
+            continue   # no such file: nothing to freeze
+        items = proc.stdout.decode("utf-8", "surrogateescape").split("\0")
+        for origin, entry in zip(items[0::2], items[1::2]):
+            key, sep, value = entry.partition("\n")
+            out.append((origin.removeprefix("file:"), key, value if sep else None))
+    return out
+
+
+def freeze_outer_config(repo_root: Path, dest: Path) -> dict[Path, str]:
+    """Write the system and global git config as they are now, includes resolved, into one file
+    in `dest` (with a copy of the global attributes file), and point every later git call of
+    autoloop at it: a filter or attributes file planted in them (or in a file they include)
+    during the run never runs inside our git calls — LFS and the other filters you had keep
+    working. Returns the files the copy came from, for the integrity check (a change to them is
+    a violation, undone)."""
+    thaw_outer_config()
+    entries = _outer_entries(repo_root)
+    sources: dict[Path, str] = {}
+    lines: list[str] = []
+    attributes: str | None = None
+    for origin, key, value in entries:
+        if origin and origin not in ("-", "command line:"):
+            sources.setdefault(Path(origin), "a file your git config includes")
+        section, _, rest = key.partition(".")
+        sub, _, name = rest.rpartition(".")
+        if section.lower() == "core" and not sub and name.lower() == "attributesfile" and value is not None:
+            attributes = value
+            continue
+        lines.append(f"[{section} {_config_quote(sub)}]" if sub else f"[{section}]")
+        lines.append(f"\t{name}" if value is None else f"\t{name} = {_config_quote(value)}")
+    if attributes is None:
+        xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+        attributes = os.path.join(xdg, "git", "attributes")
+    attr_src = Path(os.path.expanduser(attributes))
+    if not attr_src.is_absolute():
+        attr_src = repo_root / attr_src
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(attr_src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            data = os.read(fd, 4 << 20) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        finally:
+            os.close(fd)
+    except OSError:
+        data = b""
+    sources.setdefault(attr_src, "your global git attributes")
+    _write_file(dest / "attributes", data)
+    # an attributes file that did not exist when the run started stays empty for our calls
+    lines += ["[core]", f"\tattributesFile = {_config_quote(str(dest / 'attributes'))}"]
+    _write_file(dest / "config", ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+    _FROZEN_ENV.update(GIT_CONFIG_GLOBAL=str(dest / "config"), GIT_CONFIG_NOSYSTEM="1")
+    sources.update({dest: "autoloop's copy of your git config"})
+    return sources
+
+
+def thaw_outer_config() -> None:
+    _FROZEN_ENV.clear()
+
+
+def _object_ident(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    # ctime cannot be set back from user space: the same identity means the same bytes
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _idents(folder: Path) -> dict[str, tuple[int, int, int, int, int]]:
+    out = {}
+    try:
+        with os.scandir(folder) as it:
+            for e in it:
+                if e.name.endswith((".pack", ".idx", ".rev", ".bitmap")):
+                    out[e.name] = _object_ident(e.stat(follow_symlinks=False))
+    except OSError:
+        pass
+    return out
+
+
+def _clear_path(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        remove_tree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()

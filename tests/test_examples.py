@@ -121,7 +121,7 @@ def test_quickstart_run_improves_with_no_api_key(example_repo) -> None:
     assert [r["cycle"] for r in rows] == ["0", "1", "2", "3"]
     assert rows[0]["status"] == "baseline"
     assert any(r["status"] == "keep" for r in rows[1:])
-    assert all(r["description"].startswith(("Raise ", "Lower ")) for r in rows[1:])
+    assert all(r["description"].startswith("Set ") for r in rows[1:])
     kept = [float(r["metric"]) for r in rows if r["status"] == "keep"]
     assert min(kept) < float(rows[0]["metric"])
     experiments = (state / "experiments.md").read_text()

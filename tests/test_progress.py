@@ -120,3 +120,17 @@ def test_no_color_in_a_real_terminal(tmp_path):
     text = _run_in_pty(tmp_path, {"NO_COLOR": "1"})
     assert "\x1b" not in text
     assert re.search(r"\rcycle 1 · generate \ds", text)              # still live
+
+
+def test_best_column_never_shows_a_regression_a_person_kept():
+    out = io.StringIO()
+    p = Progress(out, "score", direction="minimize")
+    kept = {**CYCLE1, "metric": 45.0, "best": 45.0, "decided_by": "human", "recommendation": "discard"}
+    later = {**CYCLE2, "cycle": 2, "status": "discard", "metric": 50.0, "best": 45.0}
+    better = {**CYCLE1, "cycle": 3, "metric": 35.0, "best": 35.0}
+    for rec in (CYCLE0, kept, later, better):
+        p("cycle", rec)
+    p.close()
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("cycle")]
+    assert [re.search(r"best\s+(\S+)", line).group(1) for line in lines] == ["40", "40", "40", "35"]
+    assert "[you]" in lines[1]

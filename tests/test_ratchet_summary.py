@@ -217,3 +217,19 @@ def test_summary_is_frozen() -> None:
 def test_pct_helper_matches_summary() -> None:
     cyc = [rec(0, "baseline", 3.0, 3.0), rec(1, "keep", 2.0, 2.0)]
     assert summarize(cyc, "minimize").gain_pct == pct(3.0, 2.0)
+
+
+def test_best_measured_ignores_a_regression_a_person_kept() -> None:
+    from autoloop.summary import best_measured
+    base = {"cycle": 0, "status": "baseline", "metric": 1.0, "best": 1.0}
+    kept_by_person = {"cycle": 1, "status": "keep", "metric": 2.0, "best": 2.0,
+                      "decided_by": "human", "recommendation": "discard"}
+    agreed = {"cycle": 2, "status": "keep", "metric": 0.5, "best": 0.5,
+              "decided_by": "human", "recommendation": "keep"}
+    assert best_measured([base, kept_by_person], "minimize", 2.0) == 1.0
+    assert best_measured([base, kept_by_person, agreed], "minimize", 0.5) == 0.5
+    assert best_measured([base, {**kept_by_person, "metric": 0.2, "best": 0.2, "recommendation": "keep"}],
+                         "minimize", 0.2) == 0.2
+    # maximize, and no person involved: the incumbent's metric as before
+    assert best_measured([{**base, "metric": 3.0}, {**kept_by_person, "metric": 2.0}], "maximize", 2.0) == 3.0
+    assert best_measured([base], "minimize", 1.0) == 1.0

@@ -1,9 +1,11 @@
-"""The tune generator: marker grammar, proposals, learning from the ledger, convergence."""
+"""The tune generator: marker grammar, proposals, the study rebuilt from the ledger, workers,
+seeds, and what counts as a measurement."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
-import random
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -13,7 +15,8 @@ import pytest
 from autoloop.errors import ConfigError, FatalGeneratorError
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.generators.registry import make_generator
-from autoloop.generators.tune import STEP_MIN, TuneGenerator, parse_markers
+from autoloop.generators.tune import TuneGenerator, observations, parse_markers
+from autoloop.generators.tune_engine import N_STARTUP, canonical
 from autoloop.program import GeneratorSpec, Program, VerifierSpec
 
 
@@ -49,12 +52,15 @@ def baseline_record(metric: float = 1.0) -> dict[str, Any]:
             "hypothesis": "baseline", "lesson": "", "commit": "c0", "parent": "c0", "changed": []}
 
 
-def values(path: Path) -> dict[str, float]:
-    out = {}
+def values(path: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for line in path.read_text().splitlines():
         m = re.match(r"^(\w+)\s*=\s*(\S+)\s+# tune:", line)
         if m:
-            out[m.group(1)] = float(m.group(2))
+            try:
+                out[m.group(1)] = float(m.group(2))
+            except ValueError:
+                out[m.group(1)] = m.group(2).strip("\"'")
     return out
 
 
@@ -70,6 +76,7 @@ class Simulation:
         self.best = objective(values(self.file))
         assert self.best is not None
         self.history: list[dict[str, Any]] = [baseline_record(self.best)]
+        self.configs: list[dict[str, Any]] = [values(self.file)]
         self.proposals: list[Proposal] = []
 
     def step(self) -> Proposal:
@@ -83,6 +90,7 @@ class Simulation:
             assert self.file.read_bytes() == before
             rec.update(status="no_change", metric=None, best=self.best)
         else:
+            self.configs.append(values(self.file))
             metric = self.objective(values(self.file))
             if metric is None:
                 rec.update(status="crash", metric=None)
@@ -155,6 +163,10 @@ def test_comment_lines_and_plain_lines_are_not_markers() -> None:
     ("DEPTH = 4  # tune: 1..12 int float", "train.py:3: DEPTH: a parameter is either int or float"),
     ("LR = 0.5  # tune: 0.1..1 log linear", "train.py:3: LR: a parameter is either log or linear"),
     ("LR = 0.5  # tune: 0.1..1\nLR = 0.6  # tune: 0.1..1", "train.py:4: LR is already marked for tune on line 3"),
+    ('ACT = "elu"  # tune: relu|tanh', "train.py:3: ACT: the value \"elu\" is not one of its choices relu|tanh"),
+    ("ACT = relu  # tune: relu|relu", "train.py:3: ACT: a choice is listed twice in relu|relu"),
+    ("ACT = relu  # tune: relu|a b", "train.py:3: ACT: expected `tune: A|B|C`"),
+    ("ACT = relu  # tune: relu|", "train.py:3: ACT: expected `tune: A|B|C`"),
 ])
 def test_bad_markers_are_reported_with_file_and_line(line: str, message: str) -> None:
     _, errors = parse_markers(f"import os\n\n{line}\n", "train.py")
@@ -217,24 +229,6 @@ def test_registry_builds_tune(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- one proposal
 
 
-def test_first_proposal_rewrites_only_the_value(tmp_path: Path) -> None:
-    text = ("import math\r\n"
-            "LR = 0.01   #   tune: 1e-3..1 log   \r\n"
-            "DEPTH = 4  # tune: 1..12 int\r\n"
-            "print(LR)\r\n")
-    path = write(tmp_path, "train.py", text)
-    program = make_program(tmp_path)
-    proposal = TuneGenerator(program.generator, program).propose(ctx_for(program, [baseline_record()]))
-    assert proposal.no_change_reason is None
-    assert proposal.hypothesis == ("Raise LR from 0.01 to 0.02: untried so far, and it starts in the "
-                                   "low part of its range 0.001..1")
-    assert proposal.meta["param"] == "LR" and proposal.meta["file"] == "train.py"
-    assert proposal.meta["line"] == 2
-    assert (proposal.meta["from"], proposal.meta["to"], proposal.meta["step"]) == (0.01, 0.02, 0.125)
-    assert proposal.meta["incumbent"] == {"train.py:LR": 0.01, "train.py:DEPTH": 4}
-    assert path.read_bytes() == text.replace("LR = 0.01 ", "LR = 0.02 ").encode()
-
-
 def test_propose_reads_the_work_tree_not_the_repository(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     work = tmp_path / "work"
@@ -243,7 +237,7 @@ def test_propose_reads_the_work_tree_not_the_repository(tmp_path: Path) -> None:
     program = make_program(repo)
     gen = TuneGenerator(program.generator, program)
     proposal = gen.propose(ctx_for(program, [baseline_record()], workdir=work))
-    assert proposal.meta["from"] == 0.001
+    assert proposal.meta["incumbent"] == {"train.py:LR": 0.001}
     assert (repo / "train.py").read_text() == "LR = 0.01  # tune: 1e-4..1e-1 log\n"
     assert (work / "train.py").read_text() != "LR = 0.001  # tune: 1e-4..1e-1 log\n"
 
@@ -257,282 +251,246 @@ def test_bad_marker_in_work_tree_is_fatal(tmp_path: Path) -> None:
         gen.propose(ctx_for(program, [baseline_record()]))
 
 
-@pytest.mark.parametrize("line, expected", [
-    ("X = 1e-4  # tune: 1e-6..1e-2 log", "X = 0.0003  # tune: 1e-6..1e-2 log"),
-    ("X = 3e-05  # tune: 1e-6..1e-2 log", "X = 9e-05  # tune: 1e-6..1e-2 log"),
-    ("X = 4  # tune: 1..12 int", "X = 5  # tune: 1..12 int"),
-    ("X = 4.0  # tune: 1..12 int", "X = 5  # tune: 1..12 int"),
-    ("X = 0  # tune: 0..1", "X = 0.1  # tune: 0..1"),
-    ("X = 100  # tune: 0..1000", "X = 200.0  # tune: 0..1000"),
-    ("X = 64  # tune: 8..512 int log", "X = 108  # tune: 8..512 int log"),
+
+
+# --------------------------------------------------------------------------- categoricals
+
+
+@pytest.mark.parametrize("line, value, choices, quote", [
+    ('ACT = "relu"  # tune: relu|tanh|gelu', "relu", ("relu", "tanh", "gelu"), '"'),
+    ("ACT = 'tanh',  # tune: relu | tanh", "tanh", ("relu", "tanh"), "'"),
+    ("mode: fast  # tune: fast|slow  # a note", "fast", ("fast", "slow"), ""),
+    ("BATCH = 32  # tune: 16|32|64", "32", ("16", "32", "64"), ""),
 ])
-def test_values_are_written_compactly(tmp_path: Path, line: str, expected: str) -> None:
-    path = write(tmp_path, "train.py", line + "\n")
-    program = make_program(tmp_path)
-    TuneGenerator(program.generator, program).propose(ctx_for(program, [baseline_record()]))
-    assert path.read_text() == expected + "\n"
+def test_categorical_marker_forms(line: str, value: str, choices: tuple[str, ...], quote: str) -> None:
+    (m,), errors = parse_markers(line + "\n", "a.py")
+    assert errors == []
+    assert (m.value, m.choices, m.quote) == (value, choices, quote)
+
+
+SPACE = ('"""A model."""\n'
+         'DEPTH = 3  # tune: 1..12 int\n'
+         'LR = 0.1  # tune: 1e-5..1 log\n'
+         'WIDTH = 16  # tune: 8..1024 int log\n'
+         'ACT = "sigmoid"  # tune: relu|tanh|gelu|sigmoid\n'
+         'print(DEPTH, LR)  # not a marker\n')
+
+
+def mixed(v: dict[str, Any]) -> float:
+    return ((math.log10(v["LR"]) + 3) ** 2 + (v["DEPTH"] - 7) ** 2 / 9 + (math.log2(v["WIDTH"]) - 7) ** 2 / 9
+            + {"relu": 0.1, "tanh": 0.3, "gelu": 0.0, "sigmoid": 1.0}[v["ACT"]])
+
+
+def test_int_log_and_categorical_markers_are_all_searched_within_their_ranges(tmp_path: Path) -> None:
+    sim = Simulation(tmp_path, SPACE, mixed, seed=0)
+    sim.run(30)
+    assert all(p.no_change_reason is None for p in sim.proposals)
+    configs = sim.configs[1:]
+    for c in configs:
+        assert 1 <= c["DEPTH"] <= 12 and float(c["DEPTH"]).is_integer()
+        assert 1e-5 <= c["LR"] <= 1
+        assert 8 <= c["WIDTH"] <= 1024 and float(c["WIDTH"]).is_integer()
+        assert c["ACT"] in ("relu", "tanh", "gelu", "sigmoid")
+    # every dimension really moves, every categorical value gets a try, nothing is measured twice
+    for key in ("DEPTH", "LR", "WIDTH", "ACT"):
+        assert len({c[key] for c in configs}) > 3
+    assert {c["ACT"] for c in configs} == {"relu", "tanh", "gelu", "sigmoid"}
+    assert len({canonical(c) for c in sim.configs}) == len(sim.configs)
+    # it learns: the best of 30 is far better than the start and than the first random points
+    assert sim.best < mixed(sim.configs[0]) / 3
+    assert sim.best < min(mixed(c) for c in sim.configs[1:N_STARTUP + 1])
+    # the rest of the file is untouched, the quotes of the categorical kept
+    lines = sim.file.read_text().splitlines()
+    assert lines[0] == '"""A model."""' and lines[5] == "print(DEPTH, LR)  # not a marker"
+    assert re.fullmatch(r'ACT = "(relu|tanh|gelu|sigmoid)"  # tune: relu\|tanh\|gelu\|sigmoid', lines[4])
+
+
+def test_a_proposal_rewrites_only_the_values_and_says_what_and_why(tmp_path: Path) -> None:
+    text = ("import math\r\n"
+            "LR = 0.01   #   tune: 1e-3..1 log   \r\n"
+            "DEPTH = 4  # tune: 1..12 int\r\n"
+            "print(LR)\r\n")
+    path = write(tmp_path, "train.py", text)
+    program = make_program(tmp_path, seed=3)
+    proposal = TuneGenerator(program.generator, program).propose(ctx_for(program, [baseline_record(2.5)]))
+    new = path.read_bytes().decode()
+    lr, depth = proposal.meta["config"]["train.py:LR"], proposal.meta["config"]["train.py:DEPTH"]
+    expected = text.replace("LR = 0.01 ", f"LR = {lr!r} ").replace("DEPTH = 4 ", f"DEPTH = {depth} ")
+    assert new == expected
+    assert proposal.meta["incumbent"] == {"train.py:LR": 0.01, "train.py:DEPTH": 4}
+    assert isinstance(depth, int) and (lr, depth) != (0.01, 4)
+    changed = [c["param"] for c in proposal.meta["changes"]]
+    assert proposal.hypothesis.startswith("Set ")
+    for name in changed:
+        assert name in proposal.hypothesis.split(":")[0]
+    assert "quasi-random point to map the space" in proposal.hypothesis
+    assert "best measured so far 2.5" in proposal.hypothesis
 
 
 def test_yaml_floats_stay_floats_for_yaml_1_1(tmp_path: Path) -> None:
-    path = write(tmp_path, "conf.yaml", "lr: 3e-05  # tune: 1e-6..1e-2 log\n")
+    yaml = pytest.importorskip("yaml")
+    path = write(tmp_path, "conf.yaml", "lr: 3.0e-07  # tune: 1e-9..1e-6 log\n")
     program = make_program(tmp_path, ("conf.yaml",))
-    TuneGenerator(program.generator, program).propose(ctx_for(program, [baseline_record()]))
-    assert path.read_text() == "lr: 9.0e-05  # tune: 1e-6..1e-2 log\n"
+    gen = TuneGenerator(program.generator, program)
+    history = [baseline_record()]
+    for cycle in range(1, 6):
+        proposal = gen.propose(ctx_for(program, history))
+        assert isinstance(yaml.safe_load(path.read_text())["lr"], float), path.read_text()
+        history.append({"cycle": cycle, "status": "discard", "metric": 2.0, "best": 1.0,
+                        "gen_meta": proposal.meta})
+        path.write_text("lr: 3.0e-07  # tune: 1e-9..1e-6 log\n")
 
 
-def test_a_step_that_rounds_to_the_same_int_moves_one_unit(tmp_path: Path) -> None:
-    path = write(tmp_path, "train.py", "N = 3  # tune: 1..5 int\n")    # 1/8 of 4 = 0.5 -> one unit
+# --------------------------------------------------------------------------- the study and the ledger
+
+
+def test_resume_from_the_ledger_reproduces_the_study(tmp_path: Path) -> None:
+    sim = Simulation(tmp_path, SPACE, mixed, seed=5)
+    sim.run(12)
+    ledger = json.loads(json.dumps(sim.history))      # what the JSONL ledger gives back
+    seen = observations(ledger, values_by_key(sim.file))
+    # the baseline first (the user's values at the baseline's metric), then each cycle's point
+    assert [o.value for o in seen] == [r["metric"] for r in sim.history]
+    assert [dict(o.config) for o in seen] == [r["gen_meta"]["incumbent"] for r in sim.history[1:2]] + \
+        [r["gen_meta"]["config"] for r in sim.history[1:]]
+    # a new process (a new generator) resuming from the ledger proposes what the original would
+    before = sim.file.read_bytes()
+    program = make_program(tmp_path, seed=5)
+    resumed = TuneGenerator(program.generator, program).propose(ctx_for(program, ledger))
+    resumed_text = sim.file.read_bytes()
+    sim.file.write_bytes(before)
+    original = sim.gen.propose(ctx_for(sim.program, sim.history))
+    assert sim.file.read_bytes() == resumed_text != before
+    assert resumed.meta == original.meta and resumed.hypothesis == original.hypothesis
+
+
+def values_by_key(path: Path) -> dict[str, Any]:
+    return {f"train.py:{k}": v for k, v in values(path).items()}
+
+
+def test_workers_of_a_round_propose_distinct_unmeasured_points(tmp_path: Path) -> None:
+    sim = Simulation(tmp_path / "main", SPACE, mixed, seed=1)
+    sim.run(8)
+    trees = []
+    for worker in range(4):
+        tree = tmp_path / f"w{worker}"
+        write(tree, "train.py", sim.file.read_text())
+        trees.append(tree)
+    metas = []
+    for worker, tree in enumerate(trees):
+        gen = TuneGenerator(sim.program.generator, sim.program)      # one generator per worker
+        ctx = ctx_for(sim.program, sim.history, workdir=tree)
+        ctx = dataclasses.replace(ctx, env={"AUTOLOOP_WORKER": str(worker)})
+        metas.append(gen.propose(ctx).meta)
+    points = [canonical(m["config"]) for m in metas]
+    assert len(set(points)) == 4
+    measured = {canonical(c) for c in sim.configs}
+    assert not measured & set(points)
+    # worker 0 proposes what a single worker would
+    single = sim.gen.propose(ctx_for(sim.program, sim.history))
+    assert canonical(single.meta["config"]) == points[0]
+
+
+def test_a_small_space_is_shared_out_and_then_exhausted(tmp_path: Path) -> None:
+    path = write(tmp_path, "train.py", "N = 2  # tune: 1..3 int\n")
     program = make_program(tmp_path)
-    proposal = TuneGenerator(program.generator, program).propose(ctx_for(program, [baseline_record()]))
-    assert path.read_text() == "N = 4  # tune: 1..5 int\n"
-    assert proposal.meta["to"] == 4 and isinstance(proposal.meta["to"], int)
+    history = [baseline_record()]
+    got = []
+    for worker in range(3):
+        write(tmp_path / f"w{worker}", "train.py", path.read_text())
+        ctx = dataclasses.replace(ctx_for(program, history, workdir=tmp_path / f"w{worker}"),
+                                  env={"AUTOLOOP_WORKER": str(worker)})
+        got.append(TuneGenerator(program.generator, program).propose(ctx))
+    assert sorted(p.meta["config"]["train.py:N"] for p in got[:2]) == [1, 3]
+    assert not got[2].finished and got[2].no_change_reason == \
+        "tune: the other workers of this round take the last 2 of the 3 configurations"
+    assert (tmp_path / "w2" / "train.py").read_text() == "N = 2  # tune: 1..3 int\n"
+    # once they are measured, the space is exhausted: the run may stop
+    for n, p in enumerate(got[:2], 1):
+        history.append({"cycle": n, "status": "discard", "metric": 2.0, "best": 1.0, "gen_meta": p.meta})
+    last = TuneGenerator(program.generator, program).propose(ctx_for(program, history))
+    assert last.finished and last.no_change_reason == \
+        "tune: all 3 configurations of the marked parameters were measured"
+    assert path.read_text() == "N = 2  # tune: 1..3 int\n"
 
 
-def test_first_direction_heads_for_the_middle_of_the_range(tmp_path: Path) -> None:
+def test_the_seed_changes_the_search_and_fixes_it(tmp_path: Path) -> None:
+    runs = {}
+    for name, seed in (("a", 1), ("b", 2), ("c", 1), ("d", None)):
+        sim = Simulation(tmp_path / name, SPACE, mixed, seed=seed)
+        sim.run(10)
+        runs[name] = [canonical(c) for c in sim.configs[1:]]
+    assert runs["a"] == runs["c"]                       # same seed, same history: same search
+    assert runs["a"][0] != runs["b"][0]                 # another seed: another search from cycle 1
+    assert len(set(runs["a"]) & set(runs["b"])) == 0
+    assert runs["d"] != runs["a"]
+
+
+def rosenbrock(v: dict[str, Any]) -> float:
+    return (1 - v["X"]) ** 2 + 100 * (v["Y"] - v["X"] ** 2) ** 2
+
+
+def test_no_self_stop_while_the_budget_remains(tmp_path: Path) -> None:
+    """The old tuner declared "converged" after 10 cycles in this valley; a float space never
+    runs out, so every cycle is a new measured point, and the valley is followed down."""
+    sim = Simulation(tmp_path, "X = -1.5  # tune: -2..2\nY = 1.5  # tune: -2..2\n", rosenbrock, seed=0)
+    sim.run(60)
+    assert len(sim.proposals) == 60
+    assert not any(p.finished or p.no_change_reason for p in sim.proposals)
+    assert len({canonical(c) for c in sim.configs}) == 61
+    assert sim.best < 1.0 < rosenbrock(sim.configs[0])
+
+
+# --------------------------------------------------------------------------- what counts as measured (issue 14 item 9)
+
+
+def tune_record(cycle: int, config: dict[str, Any], incumbent: dict[str, Any], status: str,
+                metric: float | None, best: float, **more: Any) -> dict[str, Any]:
+    return {"cycle": cycle, "status": status, "metric": metric, "best": best,
+            "gen_meta": {"config": config, "incumbent": incumbent}, **more}
+
+
+def test_a_persons_skip_is_not_a_measurement_but_a_crash_is(tmp_path: Path) -> None:
+    start, a, b, c = ({"train.py:X": x} for x in (0.5, 0.1, 0.9, 0.7))
+    history = [baseline_record(1.0),
+               tune_record(1, a, start, "discard", None, 1.0, decided_by="human"),   # skipped
+               tune_record(2, b, start, "crash", None, 1.0),
+               tune_record(3, c, start, "discard", 3.0, 1.0)]
+    seen = observations(history, start)
+    assert [(dict(o.config), o.value) for o in seen] == [(start, 1.0), (b, None), (c, 3.0)]
+    # the skipped point can be proposed again: it was never measured
+    write(tmp_path, "train.py", "X = 0.5  # tune: 0..1\n")
+    program = make_program(tmp_path)
+    gen = TuneGenerator(program.generator, program)
+    engine = gen.engine(gen.markers)
+    assert engine._usable(seen)[1] == ({"train.py:X": 0.9}, 3.0)   # the crash scored as the worst
+
+
+def test_a_kept_regression_is_not_called_best(tmp_path: Path) -> None:
     write(tmp_path, "train.py", "X = 0.9  # tune: 0..1\n")
     program = make_program(tmp_path)
-    proposal = TuneGenerator(program.generator, program).propose(ctx_for(program, [baseline_record()]))
-    assert proposal.hypothesis.startswith("Lower X from 0.9 to 0.8: untried so far, and it starts in "
-                                          "the high part of its range 0..1")
-
-
-def test_value_at_a_bound_moves_away_from_it(tmp_path: Path) -> None:
-    write(tmp_path, "train.py", "X = 1  # tune: 0..1\n")
-    program = make_program(tmp_path)
-    history = [baseline_record(), _rec(1, "keep", "X", 0.5, 1.0, 0.5, {"train.py:X": 0.5})]
+    start, worse = {"train.py:X": 0.5}, {"train.py:X": 0.9}
+    # a person kept X=0.9 although it measured 2.0 against the incumbent's 1.0
+    history = [baseline_record(1.0),
+               tune_record(1, worse, start, "keep", 2.0, 2.0, decided_by="human", recommendation="discard")]
+    seen = observations(history, worse)
+    assert [(dict(o.config), o.value) for o in seen] == [(start, 1.0), (worse, 2.0)]
     proposal = TuneGenerator(program.generator, program).propose(ctx_for(program, history))
-    assert proposal.meta["to"] < 1
-    assert proposal.hypothesis.endswith("it is at its upper bound")
+    assert proposal.hypothesis.endswith("; best measured so far 1")
 
 
-def test_steps_clamp_to_the_bound(tmp_path: Path) -> None:
-    write(tmp_path, "train.py", "X = 0.95  # tune: 0..1\n")
-    program = make_program(tmp_path)
-    history = [baseline_record(), _rec(1, "keep", "X", 0.9, 0.95, 0.125, {"train.py:X": 0.9})]
-    proposal = TuneGenerator(program.generator, program).propose(ctx_for(program, history))
-    assert proposal.meta["to"] == 1.0
+def test_cycles_that_measured_nothing_and_other_generators_teach_nothing() -> None:
+    start = {"train.py:X": 0.5}
+    history = [baseline_record(1.0)]
+    for n, status in enumerate(("gen_error", "violation", "no_change"), 1):
+        history.append(tune_record(n, {"train.py:X": 0.1 * n}, start, status, None, 1.0))
+    history.append({"cycle": 4, "status": "discard", "metric": 0.1, "best": 1.0, "gen_meta": {"x": 1}})
+    assert [(dict(o.config), o.value) for o in observations(history, start)] == [(start, 1.0)]
 
 
-# --------------------------------------------------------------------------- learning from the ledger
-
-
-def _rec(cycle: int, status: str, param: str, old: float, new: float, step: float,
-         incumbent: dict[str, float], metric: float | None = 2.0, best: float = 1.0,
-         file: str = "train.py") -> dict[str, Any]:
-    return {"cycle": cycle, "status": status, "metric": metric, "best": best, "hypothesis": "h",
-            "lesson": "", "commit": None, "parent": "c", "changed": [file],
-            "gen_meta": {"param": param, "file": file, "line": 1, "from": old, "to": new,
-                         "step": step, "incumbent": incumbent}}
-
-
-def test_after_a_keep_the_step_doubles_in_the_same_direction(tmp_path: Path) -> None:
-    write(tmp_path, "train.py", "LR = 0.02  # tune: 1e-4..1e-1 log\nDEPTH = 4  # tune: 1..12 int\n")
-    program = make_program(tmp_path)
-    history = [baseline_record(),
-               _rec(1, "keep", "LR", 0.01, 0.02, 0.125, {"train.py:LR": 0.01, "train.py:DEPTH": 4},
-                    metric=0.5, best=0.5)]
-    proposal = TuneGenerator(program.generator, program).propose(ctx_for(program, history))
-    assert proposal.meta["param"] == "LR" and proposal.meta["step"] == 0.25
-    assert proposal.hypothesis == "Raise LR from 0.02 to 0.1: the last increase helped"
-
-
-def test_two_keeps_say_so(tmp_path: Path) -> None:
-    write(tmp_path, "train.py", "LR = 0.004  # tune: 1e-6..1 log\n")
-    program = make_program(tmp_path)
-    history = [baseline_record(),
-               _rec(1, "keep", "LR", 0.001, 0.002, 0.05, {"train.py:LR": 0.001}),
-               _rec(2, "keep", "LR", 0.002, 0.004, 0.1, {"train.py:LR": 0.002})]
-    proposal = TuneGenerator(program.generator, program).propose(ctx_for(program, history))
-    assert proposal.hypothesis.startswith("Raise LR from 0.004 to ")
-    assert proposal.hypothesis.endswith(": the last two increases helped")
-    assert proposal.meta["step"] == 0.2
-
-
-def test_after_a_discard_the_step_halves_and_the_direction_flips(tmp_path: Path) -> None:
-    write(tmp_path, "train.py", "DEPTH = 4  # tune: 1..12 int\n")
-    program = make_program(tmp_path)
-    history = [baseline_record(), _rec(1, "discard", "DEPTH", 4, 5, 0.125, {"train.py:DEPTH": 4})]
-    proposal = TuneGenerator(program.generator, program).propose(ctx_for(program, history))
-    assert proposal.hypothesis == "Lower DEPTH from 4 to 3: raising it to 5 was worse"
-    assert proposal.meta["step"] == 0.0625
-
-
-@pytest.mark.parametrize("status, metric, words", [
-    ("crash", None, "raising it to 5 crashed the verifier"),
-    ("guard_fail", None, "raising it to 5 failed a guard"),
-    ("discard", 1.0, "raising it to 5 made no difference"),
-])
-def test_failures_are_named_in_the_hypothesis(tmp_path: Path, status: str, metric: float | None,
-                                              words: str) -> None:
-    write(tmp_path, "train.py", "DEPTH = 4  # tune: 1..12 int\n")
-    program = make_program(tmp_path)
-    history = [baseline_record(),
-               _rec(1, status, "DEPTH", 4, 5, 0.125, {"train.py:DEPTH": 4}, metric=metric, best=1.0)]
-    proposal = TuneGenerator(program.generator, program).propose(ctx_for(program, history))
-    assert proposal.hypothesis == f"Lower DEPTH from 4 to 3: {words}"
-
-
-@pytest.mark.parametrize("status", ["gen_error", "violation", "no_change"])
-def test_cycles_that_measured_nothing_teach_nothing(tmp_path: Path, status: str) -> None:
-    write(tmp_path, "train.py", "DEPTH = 4  # tune: 1..12 int\n")
-    program = make_program(tmp_path)
-    gen = TuneGenerator(program.generator, program)
-    fresh = gen.choose(gen.markers, [baseline_record()])
-    history = [baseline_record(), _rec(1, status, "DEPTH", 4, 5, 0.125, {"train.py:DEPTH": 4})]
-    assert gen.choose(gen.markers, history) == fresh
-
-
-def test_records_of_other_generators_are_ignored(tmp_path: Path) -> None:
-    write(tmp_path, "train.py", "DEPTH = 4  # tune: 1..12 int\n")
-    program = make_program(tmp_path)
-    gen = TuneGenerator(program.generator, program)
-    fresh = gen.choose(gen.markers, [baseline_record()])
-    history = [baseline_record(),
-               {"cycle": 1, "status": "discard", "metric": 3.0, "best": 1.0, "gen_meta": {"turns": 3}},
-               {"cycle": 2, "status": "keep", "metric": 0.5, "best": 0.5},
-               {"cycle": 3, "status": "discard", "gen_meta": {"param": "DEPTH", "file": "train.py",
-                                                               "from": "x", "to": None, "step": 1}}]
-    assert gen.choose(gen.markers, history) == fresh
-
-
-def test_never_retries_a_value_measured_at_the_same_incumbent(tmp_path: Path) -> None:
-    write(tmp_path, "train.py", "DEPTH = 4  # tune: 1..12 int\n")
-    program = make_program(tmp_path)
-    inc = {"train.py:DEPTH": 4}
-    # Both neighbours were measured (and lost) from this very incumbent: nothing is left.
-    history = [baseline_record(),
-               _rec(1, "discard", "DEPTH", 4, 5, 0.125, inc),
-               _rec(2, "discard", "DEPTH", 4, 3, 0.0625, inc)]
-    proposal = TuneGenerator(program.generator, program).propose(ctx_for(program, history))
-    assert proposal.no_change_reason == "tune: the only parameter converged (DEPTH at 4 ±1)"
-    assert proposal.meta == {"converged": 1}
-
-
-def test_a_value_measured_at_another_incumbent_may_be_tried_again(tmp_path: Path) -> None:
-    write(tmp_path, "train.py", "A = 4  # tune: 1..12 int\nB = 2  # tune: 1..12 int\n")
-    program = make_program(tmp_path)
-    history = [baseline_record(),
-               _rec(1, "discard", "A", 4, 5, 0.125, {"train.py:A": 4, "train.py:B": 1}),
-               _rec(2, "keep", "B", 1, 2, 0.125, {"train.py:A": 4, "train.py:B": 1})]
-    gen = TuneGenerator(program.generator, program)
-    for _ in range(3):      # B's momentum first, then A: 5 is new now that B changed
-        proposal = gen.propose(ctx_for(program, history))
-        if proposal.meta["param"] == "A":
-            break
-        history.append(_rec(len(history), "discard", "B", proposal.meta["from"], proposal.meta["to"],
-                            proposal.meta["step"], proposal.meta["incumbent"]))
-        write(tmp_path, "train.py", "A = 4  # tune: 1..12 int\nB = 2  # tune: 1..12 int\n")
-    assert proposal.meta["param"] == "A"
-    assert proposal.meta["to"] == 3   # A's own lesson (5 was worse) flips its direction
-
-
-def test_does_not_jump_past_a_measured_value(tmp_path: Path) -> None:
-    write(tmp_path, "train.py", "LR = 0.1  # tune: 1e-4..3 log\n")
-    program = make_program(tmp_path)
-    history = [baseline_record(),
-               _rec(1, "keep", "LR", 0.01, 0.1, 0.25, {"train.py:LR": 0.01}),
-               _rec(2, "discard", "LR", 0.1, 3.0, 0.5, {"train.py:LR": 0.1})]
-    proposal = TuneGenerator(program.generator, program).propose(ctx_for(program, history))
-    # Flipped and halved (0.25 of 4.5 decades) would land at 0.008, past 0.01 (already measured).
-    assert 0.01 < proposal.meta["to"] < 0.1
-    assert proposal.hypothesis == ("Lower LR from 0.1 to 0.03: raising it to 3.0 was worse; "
-                                   "a smaller step, short of 0.01 (already measured)")
-
-
-def test_momentum_then_rotation(tmp_path: Path) -> None:
-    write(tmp_path, "train.py", "A = 4  # tune: 1..12 int\nB = 4  # tune: 1..12 int\n")
-    program = make_program(tmp_path)
-    gen = TuneGenerator(program.generator, program)
-    inc = {"train.py:A": 4, "train.py:B": 4}
-    one_miss = [baseline_record(), _rec(1, "discard", "A", 4, 5, 0.125, inc)]
-    assert gen.choose(gen.markers, one_miss).marker.name == "A"          # its other side first
-    two_misses = [*one_miss, _rec(2, "discard", "A", 4, 3, 0.0625, inc)]
-    assert gen.choose(gen.markers, two_misses).marker.name == "B"        # then move on
-
-
-def test_deterministic_given_seed_and_history(tmp_path: Path) -> None:
-    text = "".join(f"P{i} = 5  # tune: 1..10 int\n" for i in range(6))
-    write(tmp_path, "train.py", text)
-    firsts = {}
-    for seed in (None, 0, 1, 2, 3):
-        program = make_program(tmp_path, seed=seed)
-        picks = {TuneGenerator(program.generator, program).choose(
-            TuneGenerator(program.generator, program).markers, [baseline_record()]).marker.name
-            for _ in range(3)}
-        assert len(picks) == 1
-        firsts[seed] = picks.pop()
-    assert firsts[None] == "P0"                       # no seed: file order
-    assert len(set(firsts.values())) > 1              # seeds shuffle the order
-
-
-# --------------------------------------------------------------------------- whole runs
-
-
-QUAD = ("LR = 0.002  # tune: 1e-5..1 log\n"
-        "HIDDEN = 3  # tune: 1..32 int\n"
-        "MOM = 0.0  # tune: 0..0.99\n"
-        "BATCH = 64  # tune: 1..256 int log\n")
-
-
-def quad(v: dict[str, float]) -> float:
-    return ((math.log10(v["LR"]) + 1) ** 2 + 0.005 * (v["HIDDEN"] - 12) ** 2
-            + (v["MOM"] - 0.8) ** 2 + 0.2 * (math.log2(v["BATCH"]) - 4) ** 2)
-
-
-def test_converges_near_the_optimum_and_then_stops(tmp_path: Path) -> None:
-    sim = Simulation(tmp_path, QUAD, quad)
-    sim.run(80)
-    last = sim.proposals[-1]
-    assert last.no_change_reason is not None, "tune should converge well within 80 cycles"
-    assert last.no_change_reason.startswith("tune: all 4 parameters converged (LR at ")
-    v = values(sim.file)
-    assert abs(math.log10(v["LR"]) + 1) < 0.1
-    assert abs(v["HIDDEN"] - 12) <= 2 and abs(v["MOM"] - 0.8) < 0.05 and v["BATCH"] in (15, 16, 17)
-    assert sim.best < 0.01
-    # Once converged it keeps saying so without touching the file.
-    before = sim.file.read_bytes()
-    again = sim.step()
-    assert again.no_change_reason == last.no_change_reason and sim.file.read_bytes() == before
-
-
-@pytest.mark.parametrize("seed", [None, 0, 1, 7])
-def test_invariants_over_noisy_runs(tmp_path: Path, seed: int | None) -> None:
-    """Bounds, ints, log scale, one change per cycle, and no configuration measured twice."""
-    noise = random.Random(seed or 0)
-
-    def noisy(v: dict[str, float]) -> float | None:
-        if v["LR"] > 0.5:
-            return None                      # "diverged": the verifier crashes
-        return quad(v) + noise.gauss(0, 0.05)
-
-    sim = Simulation(tmp_path, QUAD, noisy, seed=seed)
-    seen = {frozenset(values(sim.file).items())}
-    for _ in range(60):
-        before = values(sim.file)
-        proposal = sim.step()
-        if proposal.no_change_reason:
-            break
-        meta = proposal.meta
-        candidate = {**before, meta["param"]: float(meta["to"])}
-        changed = [k for k in before if candidate[k] != before[k]]
-        assert changed == [meta["param"]]
-        assert frozenset(candidate.items()) not in seen, f"re-measured {candidate}"
-        seen.add(frozenset(candidate.items()))
-        assert 1e-5 <= candidate["LR"] <= 1 and 0 <= candidate["MOM"] <= 0.99
-        for name, hi in (("HIDDEN", 32), ("BATCH", 256)):
-            assert candidate[name] == int(candidate[name]) and 1 <= candidate[name] <= hi
-        assert isinstance(meta["to"], int) == (meta["param"] in ("HIDDEN", "BATCH"))
-        assert meta["step"] >= STEP_MIN
-        assert re.match(r"^(Raise|Lower) \w+ from \S+ to \S+: \S", proposal.hypothesis)
-
-
-def test_the_file_around_the_markers_is_untouched_across_a_run(tmp_path: Path) -> None:
-    header = '"""Docs mention # tune: markers."""\n\nimport math  # stdlib\n\n'
-    footer = "\ndef f():\n    return LR * 2\t# tab\n"
-    sim = Simulation(tmp_path, header + QUAD + footer, quad)
-    sim.run(15)
-    text = sim.file.read_text()
-    assert text.startswith(header) and text.endswith(footer)
-    for line, original in zip(text[len(header):-len(footer)].splitlines(), QUAD.splitlines()):
-        assert line.split("  # tune:")[1] == original.split("  # tune:")[1]
-        assert line.split(" = ")[0] == original.split(" = ")[0]
+def test_ledgers_of_the_previous_tuner_are_read() -> None:
+    start = {"train.py:LR": 0.01, "train.py:N": 4}
+    old = {"param": "LR", "file": "train.py", "from": 0.01, "to": 0.02, "step": 0.125, "incumbent": start}
+    history = [baseline_record(1.0), {"cycle": 1, "status": "keep", "metric": 0.5, "best": 0.5, "gen_meta": old}]
+    seen = observations(history, {"train.py:LR": 0.02, "train.py:N": 4})
+    assert [(dict(o.config), o.value) for o in seen] == [(start, 1.0), ({"train.py:LR": 0.02, "train.py:N": 4}, 0.5)]

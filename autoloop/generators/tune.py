@@ -1,27 +1,26 @@
-"""`generator.kind: tune` — offline, deterministic tuning of numeric constants.
+"""`generator.kind: tune` — offline tuning of the constants marked `# tune:` in allowed files.
 
-The human marks constants in allowed files with a trailing comment:
+The human marks constants with a trailing comment:
 
     LR = 0.01  # tune: 1e-4..1e-1 log
     DEPTH = 4  # tune: 1..12 int
     WIDTH: int = 64  # tune: 8..512 int log
+    ACT = "relu"  # tune: relu|tanh|gelu          (a categorical: one of the listed words)
     "dropout": 0.1,  # tune: 0..0.5          (JSON/YAML-ish keys; also `dropout: 0.1  # tune: ...`)
 
 Grammar of the comment: `tune: LO..HI [FLAG ...]`, FLAG one of `int`, `float` (the default),
-`log` (search in log space; needs LO > 0), `linear` (the default). A line that is only a
-comment is documentation, never a marker.
+`log` (search in log space; needs LO > 0), `linear` (the default); or `tune: A|B|C` for a
+categorical (the value is written back with the quotes it had). A line that is only a comment
+is documentation, never a marker.
 
-Each cycle tune changes ONE value in place (the rest of the line is kept byte for byte) and
-learns from the ledger: every parameter carries a step size in normalized space ([0, 1] over
-its range, log-transformed for `log`), in the spirit of a (1+1) evolution strategy. A keep
-doubles the step and keeps the direction; a discard, crash or guard failure halves it and
-flips the direction. A full configuration already measured is never proposed again (so no
-value is retried at the same incumbent), and a step never jumps past a value already measured
-on its axis, so each parameter brackets its best value. The parameter that just improved is
-pushed again; after one miss its other side is tried at once; otherwise the parameter left
-alone longest is next. A parameter whose step fell below the resolution, or whose every
-neighbour was already measured, has converged; when all have, tune proposes nothing and says
-why (the cycle becomes `no_change`).
+The search is Optuna's TPE sampler (autoloop.generators.tune_engine), rebuilt each cycle from
+the ledger: the user's starting values (the baseline) are its first observation, every measured
+cycle another one. Each cycle is one candidate: the configuration TPE proposes, written into
+the files in place (the rest of each line byte for byte), with a hypothesis saying what changes
+and why. A person's skip or anything else never measured teaches nothing; a crash or guard
+failure counts as the worst value measured. Workers of a parallel round take successive points
+of one study, so they never propose the same configuration. tune stops on its own only when a
+finite space (ints and categoricals only) has been measured in full.
 """
 
 from __future__ import annotations
@@ -29,30 +28,17 @@ from __future__ import annotations
 import difflib
 import math
 import os
-import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from autoloop.errors import ConfigError, FatalGeneratorError
 from autoloop.generators.base import GenContext, Proposal
+from autoloop.generators.tune_engine import (N_STARTUP, Engine, Observation, Param, Suggestion,
+                                             Value, canonical)
 from autoloop.globs import PathRules, is_git_name
 from autoloop.program import GeneratorSpec, Program
-
-# Normalized step sizes (fractions of a parameter's range, in log space for `log`).
-# The first probe moves 1/8 of the range: a factor of ~2.4 over 1e-4..1e-1, one unit over 1..12.
-STEP_INIT = 0.125
-STEP_MAX = 0.5
-# Below 1/64 of the range a float parameter counts as converged: finer than that, one noisy
-# measurement per side cannot tell the difference anyway, and the cycles are better spent elsewhere.
-STEP_MIN = 1.0 / 64
-GROW = 2.0
-SHRINK = 0.5
-
-# Statuses whose candidate was really evaluated: its configuration is "measured". A crash or a
-# guard failure counts as a bad measurement (the value broke something), not as "never tried".
-_MEASURED = frozenset({"keep", "discard", "crash", "guard_fail"})
 
 # Files larger than this are data, not code; scanning them would only slow every cycle down.
 _MAX_SCAN_BYTES = 2_000_000
@@ -78,13 +64,15 @@ class Marker:
     file: str            # repo-relative, `/`-separated
     line: int            # 1-based
     name: str
-    value: float         # integral for int parameters
+    value: Value         # integral for int parameters; one of `choices` for a categorical
     lo: float
     hi: float
     is_int: bool
     log: bool
     start: int           # offsets of the value literal within the line's text
     end: int
+    choices: tuple[str, ...] | None = None
+    quote: str = ""      # the quote a categorical's literal had, written back the same way
 
     @property
     def key(self) -> str:
@@ -92,19 +80,13 @@ class Marker:
 
     @property
     def range_text(self) -> str:
+        if self.choices is not None:
+            return "|".join(self.choices)
         return f"{self.lo:g}..{self.hi:g}"
 
-    def norm(self, x: float) -> float:
-        """x → [0, 1] over the range (log-transformed for log parameters)."""
-        if self.log:
-            return (math.log(x) - math.log(self.lo)) / (math.log(self.hi) - math.log(self.lo))
-        return (x - self.lo) / (self.hi - self.lo)
-
-    def denorm(self, u: float) -> float:
-        u = min(1.0, max(0.0, u))
-        if self.log:
-            return math.exp(math.log(self.lo) + u * (math.log(self.hi) - math.log(self.lo)))
-        return self.lo + u * (self.hi - self.lo)
+    @property
+    def param(self) -> Param:
+        return Param(self.key, self.lo, self.hi, self.is_int, self.log, self.choices)
 
 
 class MarkerError(ValueError):
@@ -166,21 +148,39 @@ def parse_markers(text: str, rel: str) -> tuple[list[Marker], list[str]]:
             continue
         name = assign.group("name")
         literal = assign.group("value")
+        spec = match.group("spec").split("#", 1)[0].rstrip("\r")
+        if name in seen:
+            errors.append(f"{where}: {name} is already marked for tune on line {seen[name]}")
+            continue
+        if "|" in spec:
+            try:
+                choices = _parse_choices(spec)
+            except ValueError as exc:
+                errors.append(f"{where}: {name}: {exc}")
+                continue
+            quote = literal[0] if len(literal) >= 2 and literal[0] in "\"'" and literal[-1] == literal[0] else ""
+            word = literal[1:-1] if quote else literal
+            if word not in choices:
+                errors.append(f"{where}: {name}: the value {literal} is not one of its choices "
+                              f"{'|'.join(choices)}")
+                continue
+            seen[name] = lineno
+            markers.append(Marker(file=rel, line=lineno, name=name, value=word, lo=0.0, hi=0.0,
+                                  is_int=False, log=False, start=assign.start("value"),
+                                  end=assign.end("value"), choices=choices, quote=quote))
+            continue
         value = _parse_number(literal)
         if value is None:
             errors.append(f"{where}: {name}: the value {literal!r} is not a number literal")
             continue
         try:
-            lo, hi, is_int, log = _parse_spec(match.group("spec"))
+            lo, hi, is_int, log = _parse_spec(spec)
         except ValueError as exc:
             errors.append(f"{where}: {name}: {exc}")
             continue
         problem = _check_marker(value, lo, hi, is_int, log)
         if problem:
             errors.append(f"{where}: {name}: {problem}")
-            continue
-        if name in seen:
-            errors.append(f"{where}: {name} is already marked for tune on line {seen[name]}")
             continue
         seen[name] = lineno
         markers.append(Marker(file=rel, line=lineno, name=name, value=value, lo=lo, hi=hi,
@@ -189,12 +189,24 @@ def parse_markers(text: str, rel: str) -> tuple[list[Marker], list[str]]:
     return markers, errors
 
 
+_CHOICE_RE = re.compile(r"^[\w.+-]+$")
+
+
+def _parse_choices(spec: str) -> tuple[str, ...]:
+    choices = tuple(c.strip() for c in spec.split("|"))
+    bad = [c for c in choices if not _CHOICE_RE.match(c)]
+    if bad:
+        raise ValueError(f"expected `tune: A|B|C` (words, numbers, `_ . + -`), got {('tune:' + spec).strip()!r}")
+    if len(set(choices)) != len(choices):
+        raise ValueError(f"a choice is listed twice in {'|'.join(choices)}")
+    return choices
+
+
 def _parse_spec(spec: str) -> tuple[float, float, bool, bool]:
     # A second `#` starts a note for humans: `# tune: 1..12 int  # depth of the net`.
-    spec = spec.split("#", 1)[0].rstrip("\r")
     match = _SPEC_RE.match(spec)
     if match is None:
-        raise ValueError(f"expected `tune: LO..HI [int|float] [log]`, got {('tune:' + spec).strip()!r}")
+        raise ValueError(f"expected `tune: LO..HI [int|float] [log]` or `tune: A|B|C`, got {('tune:' + spec).strip()!r}")
     lo = _parse_number(match.group("lo"))
     hi = _parse_number(match.group("hi"))
     if lo is None or hi is None:
@@ -295,224 +307,71 @@ def scan_markers(root: Path, files: Iterable[str]) -> list[Marker]:
     return markers
 
 
-# --------------------------------------------------------------------------- learning from the ledger
+# --------------------------------------------------------------------------- the ledger as observations
 
 
-Config = frozenset  # frozenset[tuple[str, float]]: every parameter's value, one configuration
-
-
-@dataclass
-class _State:
-    """What the ledger taught about one parameter."""
-
-    step: float = STEP_INIT
-    direction: int = 0                 # 0: never measured, use the prior
-    last_cycle: int = -1
-    fails: int = 0                     # consecutive failures since its last keep
-    streak: int = 0                    # consecutive keeps in `direction`
-    last: Mapping[str, Any] | None = None
-
-
-@dataclass
-class _Memory:
-    states: dict[str, _State] = field(default_factory=dict)
-    measured: set[Config] = field(default_factory=set)
-    last_key: str | None = None        # parameter of the most recent measured tune cycle
-
-
-def _config(values: Mapping[str, float]) -> Config:
-    return frozenset((k, float(v)) for k, v in values.items())
-
-
-def _record_key(meta: Mapping[str, Any]) -> str | None:
-    if not isinstance(meta, Mapping) or "param" not in meta or "file" not in meta:
-        return None
-    return f"{meta['file']}:{meta['param']}"
-
-
-def replay(history: Sequence[Mapping[str, Any]]) -> _Memory:
-    """Fold the ledger into per-parameter step sizes and the set of measured configurations."""
-    memory = _Memory()
-    for record in history:
-        meta = record.get("gen_meta") or {}
-        key = _record_key(meta)
-        status = record.get("status")
-        if key is None or status not in _MEASURED:
-            continue  # not ours, or the candidate never reached the verifier
-        try:
-            before = {str(k): float(v) for k, v in (meta.get("incumbent") or {}).items()}
-            old, new, step = float(meta["from"]), float(meta["to"]), float(meta["step"])
-        except (TypeError, ValueError, KeyError):
-            continue  # a record we cannot read teaches nothing; never let it stop the run
-        if before:
-            memory.measured.add(_config(before))
-            memory.measured.add(_config({**before, key: new}))
-        direction = 1 if new > old else -1
-        state = memory.states.setdefault(key, _State())
-        if status == "keep":
-            state.streak = state.streak + 1 if state.direction == direction and state.fails == 0 else 1
-            state.step = min(step * GROW, STEP_MAX)
-            state.direction = direction
-            state.fails = 0
-        else:
-            state.step = step * SHRINK
-            state.direction = -direction
-            state.fails += 1
-            state.streak = 0
-        state.last_cycle = int(record.get("cycle", 0))
-        state.last = record
-        memory.last_key = key
-    return memory
-
-
-# --------------------------------------------------------------------------- choosing a move
-
-
-@dataclass(frozen=True)
-class Move:
-    marker: Marker
-    value: float
-    direction: int
-    step: float
-    reason: str
-
-
-def _compact(marker: Marker, exact: float, current: float, direction: int, tolerance: float) -> float:
-    """The shortest decimal near `exact` (within `tolerance` in normalized space): 0.02, not 0.0237.
-
-    It must stay on the same side of `current` as `exact`: rounding 0.95 to 0.9 is not a raise.
-    """
-    for digits in range(1, 16):
-        candidate = float(f"{exact:.{digits}g}")
-        if (marker.lo <= candidate <= marker.hi and (candidate - current) * direction > 0
-                and abs(marker.norm(candidate) - marker.norm(exact)) <= tolerance):
-            return candidate
-    return exact
-
-
-def _step_value(marker: Marker, current: float, direction: int, step: float) -> float | None:
-    """The value `step` away from `current` in `direction`, clamped to the bounds; None if none moves."""
-    exact = marker.denorm(marker.norm(current) + direction * step)
-    if marker.is_int:
-        value = float(round(exact))
-        if value == current:
-            value = current + direction     # a step that rounds to the same int becomes one unit
-        value = min(marker.hi, max(marker.lo, value))
-    elif (exact - current) * direction <= 0:
-        return None                         # clamped at the bound it was heading for
-    else:
-        value = _compact(marker, exact, current, direction, step / 4)
-    return None if value == current else value
-
-
-def _axis(key: str, values: Mapping[str, float], measured: set[Config]) -> set[float]:
-    """Values of `key` already measured with every other parameter as it is now."""
-    others = {k: v for k, v in values.items() if k != key}
-    found: set[float] = set()
-    for config in measured:
-        as_dict = dict(config)
-        if key in as_dict and len(as_dict) == len(values) and all(
-                as_dict.get(k) == v for k, v in others.items()):
-            found.add(as_dict[key])
-    return found
-
-
-@dataclass(frozen=True)
-class _Search:
-    value: float
-    direction: int
-    step: float
-    preferred: int
-    at_bound: bool              # the preferred direction was blocked by the bound itself
-    short_of: str | None        # the measured value a reduced step stopped short of
-
-
-def _neighbour(marker: Marker, state: _State, values: Mapping[str, float],
-               measured: set[Config], prior: int) -> _Search | None:
-    """The move to make: the preferred direction first (largest step first), then the other one.
-
-    A candidate is skipped if its configuration was measured, or if it would jump past a value
-    already measured on this axis: the answer there is known, so the search stays between the
-    incumbent and its nearest measured neighbours, which is what makes it converge.
-    """
-    current = values[marker.key]
-    axis = _axis(marker.key, values, measured)
-    preferred = state.direction or prior
-    at_bound = False
-    for direction in (preferred, -preferred):
-        step = state.step
-        while step >= STEP_MIN:
-            value = _step_value(marker, current, direction, step)
-            if value is None:
-                at_bound = at_bound or direction == preferred
-                break       # every smaller step hits the same bound
-            ahead = [m for m in axis if (m - current) * direction > 0 and (value - m) * direction >= 0]
-            if not ahead:
-                beyond = [m for m in axis if (m - value) * direction > 0]
-                short_of = None
-                if step < state.step and beyond:
-                    short_of = _fmt(min(beyond, key=lambda m: abs(m - value)), marker.is_int)
-                return _Search(value, direction, step, preferred, at_bound, short_of)
-            step /= 2
+def _config_of(meta: Mapping[str, Any]) -> dict[str, Value] | None:
+    """The configuration a tune cycle measured (older ledgers recorded one parameter's move)."""
+    config = meta.get("config")
+    if isinstance(config, Mapping):
+        return dict(config)
+    incumbent = meta.get("incumbent")
+    if isinstance(incumbent, Mapping) and "param" in meta and "file" in meta and "to" in meta:
+        return {**incumbent, f"{meta['file']}:{meta['param']}": meta["to"]}
     return None
 
 
-_COUNT_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+def observations(history: Sequence[Mapping[str, Any]],
+                 current: Mapping[str, Value]) -> list[Observation]:
+    """What the ledger measured, oldest first: the baseline (the user's values), then every
+    tune candidate that reached the verifier.
+
+    Only measurements count. A cycle with no metric is ignored unless the candidate crashed or
+    failed a guard (a measured failure); so a person's skip, a violation or a gen_error teaches
+    nothing. The incumbent's value is the metric it was measured at — after a person kept a
+    regression, that regression, never a number it was not measured at.
+    """
+    out: list[Observation] = []
+    seen: set[Any] = set()
+    incumbent_value: float | None = None
+
+    def add(config: Mapping[str, Value], value: float | None) -> None:
+        key = canonical(config)
+        if key not in seen:      # the first measurement of a configuration stands
+            seen.add(key)
+            out.append(Observation(dict(config), value))
+
+    for record in history:
+        status = record.get("status")
+        metric = record.get("metric")
+        if status == "baseline":
+            incumbent_value = None if metric is None else float(metric)
+            continue
+        meta = record.get("gen_meta") or {}
+        config = _config_of(meta) if isinstance(meta, Mapping) else None
+        if config is None:
+            if status == "keep" and metric is not None:
+                incumbent_value = float(metric)   # another generator's keep: config unknown
+            continue
+        before = meta.get("incumbent")
+        if isinstance(before, Mapping) and incumbent_value is not None:
+            add(before, incumbent_value)
+        if status in ("crash", "guard_fail"):
+            add(config, None)
+        elif metric is not None and status in ("keep", "discard"):
+            add(config, float(metric))
+            if status == "keep":
+                incumbent_value = float(metric)
+    if incumbent_value is not None:
+        add(current, incumbent_value)
+    return out
 
 
-def _count(n: int) -> str:
-    return _COUNT_WORDS[n] if n < len(_COUNT_WORDS) else str(n)
-
-
-def _reason(marker: Marker, state: _State, found: _Search) -> str:
-    """Why this move, in words a human reading experiments.md would accept as a hypothesis."""
-    clauses = [c for c in (_lesson_of_last(marker, state, found.direction),) if c]
-    if found.direction != found.preferred:
-        if found.at_bound:
-            clauses.append(f"it is at its {'upper' if found.preferred > 0 else 'lower'} bound")
-        else:
-            where = "above" if found.preferred > 0 else "below"
-            clauses.append(f"everything worth trying {where} it was already measured")
-    elif found.short_of is not None:
-        clauses.append(f"a smaller step, short of {found.short_of} (already measured)")
-    if not clauses or state.last is None:
-        if found.direction == found.preferred:
-            where = "low" if found.direction > 0 else "high"
-            clauses.insert(0, f"untried so far, and it starts in the {where} part of its range "
-                              f"{marker.range_text}")
-        else:
-            clauses.insert(0, "untried so far")
-    return "; ".join(clauses)
-
-
-def _lesson_of_last(marker: Marker, state: _State, direction: int) -> str:
-    """What the parameter's last measured change taught, as a clause; "" if it has none."""
-    last = state.last
-    if last is None:
-        return ""
-    meta = last.get("gen_meta") or {}
-    last_dir = 1 if float(meta.get("to", 0)) > float(meta.get("from", 0)) else -1
-    last_to = _fmt(float(meta.get("to", 0)), marker.is_int)
-    verb = "raising" if last_dir > 0 else "lowering"
-    noun = "increase" if last_dir > 0 else "decrease"
-    status = last.get("status")
-    if status == "keep":
-        n = max(1, state.streak) if direction == last_dir else 1
-        return f"the last {noun} helped" if n == 1 else f"the last {_count(n)} {noun}s helped"
-    if status == "crash":
-        outcome = "crashed the verifier"
-    elif status == "guard_fail":
-        outcome = "failed a guard"
-    elif last.get("metric") is not None and last.get("best") is not None \
-            and float(last["metric"]) == float(last["best"]):
-        outcome = "made no difference"
-    else:
-        outcome = "was worse"
-    return f"{verb} it to {last_to} {outcome}"
+# --------------------------------------------------------------------------- the generator
 
 
 class TuneGenerator:
-    """Offline tuner of `# tune:` constants; deterministic given (spec.seed, history)."""
+    """Offline tuner of `# tune:` constants; deterministic given (spec.seed, history, worker)."""
 
     def __init__(self, spec: GeneratorSpec, program: Program) -> None:
         self.spec = spec
@@ -535,56 +394,13 @@ class TuneGenerator:
                 f"`LR = 0.01  # tune: 1e-4..1e-1 log`"
             )
         self.markers: tuple[Marker, ...] = tuple(markers)
-
-    def _rank(self, key: str, index: int) -> tuple[float, int]:
-        """Rotation order among parameters never measured: file order, or shuffled by the seed."""
-        if self.seed is None:
-            return (0.0, index)
-        return (random.Random(f"{self.seed}:{key}").random(), index)
-
-    def _prior(self, marker: Marker, current: float) -> int:
-        """First direction for a never-measured parameter: toward the middle of its range."""
-        u = marker.norm(current)
-        if u < 0.5:
-            return 1
-        if u > 0.5:
-            return -1
-        return 1 if self.seed is None else random.Random(f"{self.seed}:{marker.key}:dir").choice((1, -1))
+        _check_optuna()
 
     def current_markers(self, workdir: Path, is_allowed: Callable[[str], bool] | None = None) -> list[Marker]:
         return scan_markers(workdir, candidate_files(workdir, self.rules, is_allowed))
 
-    def choose(self, markers: Sequence[Marker], history: Sequence[Mapping[str, Any]]) -> Move | None:
-        """The next move given the incumbent's markers and the ledger; None when all converged."""
-        values = {m.key: m.value for m in markers}
-        memory = replay(history)
-        memory.measured.add(_config(values))
-
-        def attempt(marker: Marker) -> Move | None:
-            state = memory.states.get(marker.key, _State())
-            found = _neighbour(marker, state, values, memory.measured, self._prior(marker, marker.value))
-            if found is None:
-                return None
-            return Move(marker, found.value, found.direction, found.step, _reason(marker, state, found))
-
-        # Momentum: after a keep, push the same parameter again; after its first miss, try its
-        # other side at once (a compass step) before moving on.
-        last = next((m for m in markers if m.key == memory.last_key), None)
-        if last is not None and memory.states[last.key].fails <= 1:
-            move = attempt(last)
-            if move is not None:
-                return move
-        # Otherwise rotate: the parameter measured longest ago first.
-        order = sorted(
-            range(len(markers)),
-            key=lambda i: (memory.states.get(markers[i].key, _State()).last_cycle,
-                           *self._rank(markers[i].key, i)),
-        )
-        for i in order:
-            move = attempt(markers[i])
-            if move is not None:
-                return move
-        return None
+    def engine(self, markers: Sequence[Marker]) -> Engine:
+        return Engine([m.param for m in markers], self.program.verifier.direction, self.seed)
 
     def propose(self, ctx: GenContext) -> Proposal:
         try:
@@ -593,63 +409,113 @@ class TuneGenerator:
             raise FatalGeneratorError(f"tune: {exc}") from None
         if not markers:
             raise FatalGeneratorError("tune: no `# tune:` markers are left in the allowed files")
-        move = self.choose(markers, ctx.history)
-        if move is None:
-            return Proposal(hypothesis="Stop tuning: every marked parameter has converged",
-                            no_change_reason=_converged(markers),
-                            meta={"converged": len(markers)}, finished=True)
-        marker = move.marker
-        old_text, new_text = _rewrite(ctx.workdir, marker, move.value)
-        name = marker.name if sum(m.name == marker.name for m in markers) == 1 else marker.key
-        verb = "Raise" if move.value > marker.value else "Lower"
-        hypothesis = f"{verb} {name} from {old_text} to {new_text}: {move.reason}"
+        current = {m.key: m.value for m in markers}
+        seen = observations(ctx.history, current)
+        if ctx.best is not None and not any(canonical(o.config) == canonical(current) for o in seen):
+            seen.append(Observation(current, float(ctx.best)))   # a ledger without a baseline record
+        worker = _worker(ctx.env)
+        engine = self.engine(markers)
+        points = engine.propose(seen, count=worker + 1)
+        if len(points) <= worker:
+            total = len({canonical(o.config) for o in seen}) + len(points)
+            if points:      # the other workers of this round take the last unmeasured points
+                return Proposal(hypothesis="Nothing left to try beside the other workers of this round",
+                                no_change_reason=f"tune: the other workers of this round take the last "
+                                                 f"{len(points)} of the {total} configurations",
+                                meta={"exhausted": False})
+            return Proposal(hypothesis="Stop tuning: every configuration of the marked parameters was measured",
+                            no_change_reason=f"tune: all {total} configurations of the marked "
+                                             "parameters were measured",
+                            meta={"exhausted": True}, finished=True)
+        point = points[worker]
+        changes = []
+        for m in markers:
+            new = point.config[m.key]
+            if canonical({m.key: new}) == canonical({m.key: m.value}):
+                continue
+            old_text, new_text = _rewrite(ctx.workdir, m, new)
+            name = m.name if sum(x.name == m.name for x in markers) == 1 else m.key
+            changes.append({"param": m.name, "file": m.file, "line": m.line, "name": name,
+                            "from": _json_value(m, m.value), "to": _json_value(m, new),
+                            "text": f"{name} {old_text} → {new_text}"})
+        hypothesis = _hypothesis(markers, changes, point, seen, self.program.verifier.direction)
         return Proposal(
             hypothesis=hypothesis,
             meta={
-                "param": marker.name,
-                "file": marker.file,
-                "line": marker.line,
-                "from": _json_number(marker.value, marker.is_int),
-                "to": _json_number(move.value, marker.is_int),
-                "step": round(move.step, 6),
-                "scale": "log" if marker.log else "linear",
-                "int": marker.is_int,
-                # The whole configuration it started from, so later cycles never re-measure it.
-                "incumbent": {m.key: _json_number(m.value, m.is_int) for m in markers},
+                "config": {m.key: _json_value(m, point.config[m.key]) for m in markers},
+                # The configuration it started from, measured at the incumbent's metric.
+                "incumbent": {m.key: _json_value(m, m.value) for m in markers},
+                "changes": [{k: c[k] for k in ("param", "file", "line", "from", "to")} for c in changes],
+                "how": point.how,
+                "observed": point.n_observed,
+                "worker": worker,
             },
         )
 
 
-def _json_number(x: float, is_int: bool) -> float | int:
-    return int(round(x)) if is_int else float(x)
+def _check_optuna() -> None:
+    try:
+        import optuna  # noqa: F401  (fail at start-up, before the baseline, not at cycle 1)
+    except ImportError as exc:
+        raise ConfigError(f"generator.kind: tune needs the optuna package ({exc}); "
+                          "install it with `pip install 'optuna>=4.5,<6'`") from None
 
 
-def _rewrite(workdir: Path, marker: Marker, value: float) -> tuple[str, str]:
+def _worker(env: Mapping[str, str]) -> int:
+    try:
+        return max(0, int(env.get("AUTOLOOP_WORKER", "0")))
+    except ValueError:
+        return 0
+
+
+def _hypothesis(markers: Sequence[Marker], changes: Sequence[Mapping[str, Any]], point: Suggestion,
+                seen: Sequence[Observation], direction: str) -> str:
+    """What changes and why, in words a person reading experiments.md can check."""
+    moved = ", ".join(c["text"] for c in changes)
+    kept = [m.name for m in markers if m.name not in {c["param"] for c in changes}]
+    what = f"Set {moved}" + (f" ({', '.join(kept)} unchanged)" if kept else "")
+    n = point.n_observed
+    if point.how == "explore":
+        why = (f"a quasi-random point to map the space: TPE models it once {N_STARTUP} points "
+               f"are measured ({n} so far)")
+    elif point.how == "random":
+        why = "a random unmeasured point: every point TPE proposed was measured already"
+    elif point.how == "local":
+        why = "a small step from the best point measured, to refine the basin it is in"
+    else:
+        why = (f"TPE's pick after {n} measurements: where the best of them are denser than "
+               "the rest, relative to what is still unexplored")
+    scored = [o for o in seen if o.value is not None]
+    if scored:
+        best = min(scored, key=lambda o: o.value if direction == "minimize" else -o.value)  # type: ignore[operator]
+        why += f"; best measured so far {best.value:.6g}"
+        if point.how == "local":
+            at = ", ".join(f"{m.name} {_text(m, best.config[m.key], yaml=False)}" for m in markers
+                           if m.key in best.config)
+            why += f" at {at}"
+    return f"{what}: {why}"
+
+
+def _json_value(marker: Marker, value: Value) -> Value | int:
+    if marker.choices is not None:
+        return str(value)
+    return int(round(float(value))) if marker.is_int else float(value)
+
+
+def _text(marker: Marker, value: Value, *, yaml: bool) -> str:
+    if marker.choices is not None:
+        return f"{marker.quote}{value}{marker.quote}"
+    return _fmt(float(value), marker.is_int, yaml=yaml)
+
+
+def _rewrite(workdir: Path, marker: Marker, value: Value) -> tuple[str, str]:
     """Replace only the value literal on the marker's line; every other byte stays as it was."""
     path = workdir / marker.file
     text = path.read_bytes().decode("utf-8")
     lines = text.split("\n")
     line = lines[marker.line - 1]
     old = line[marker.start:marker.end]
-    new = _fmt(value, marker.is_int, yaml=path.suffix in (".yaml", ".yml"))
+    new = _text(marker, value, yaml=path.suffix in (".yaml", ".yml"))
     lines[marker.line - 1] = line[:marker.start] + new + line[marker.end:]
     path.write_bytes("\n".join(lines).encode("utf-8"))
     return old, new
-
-
-def _resolution(marker: Marker) -> str:
-    """How finely the parameter was pinned down: one unit for ints, STEP_MIN of the range otherwise."""
-    if marker.is_int:
-        return "1"
-    up = marker.denorm(marker.norm(marker.value) + STEP_MIN)
-    down = marker.denorm(marker.norm(marker.value) - STEP_MIN)
-    width = max(up - marker.value, marker.value - down)
-    return f"{width:.2g}"
-
-
-def _converged(markers: Sequence[Marker]) -> str:
-    parts = [f"{m.name} at {_fmt(m.value, m.is_int)} ±{_resolution(m)}" for m in markers]
-    n = len(markers)
-    noun = "parameter" if n == 1 else "parameters"
-    every = "the only" if n == 1 else f"all {n}"
-    return f"tune: {every} {noun} converged ({', '.join(parts)})"
