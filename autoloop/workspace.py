@@ -918,11 +918,11 @@ class Workspace(Worktree):
 
     def leftovers(self) -> list[Path]:
         """This tag's entries in the worktree cache: the generator's tree, the verification and
-        parallel workers' trees, the scratch folder and the lock file."""
+        parallel workers' trees, the scratch folder, the frozen git config and the lock file."""
         parent = self.path.parent
         if not parent.is_dir():
             return []
-        rx = re.compile(re.escape(self.path.name) + r"(?:\.(?:verify|gen)-\d+|\.scratch|\.lock)?")
+        rx = re.compile(re.escape(self.path.name) + r"(?:\.(?:verify|gen)-\d+|\.scratch|\.lock|\.gitconfig)?")
         return sorted(p for p in parent.iterdir() if rx.fullmatch(p.name))
 
     def remove_leftovers(self) -> list[Path]:
