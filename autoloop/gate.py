@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 from autoloop import proc
 from autoloop import stats
 from autoloop.errors import AutoloopError, ConfigError, UsageError
-from autoloop.journal import fmt
+from autoloop.numbers import num as fmt, plain_pct, signed_pct
 from autoloop.program import Program
 from autoloop.sandbox import Confinement, SandboxUnavailable, for_measurements, tree_box
 from autoloop.verify import measure
@@ -167,9 +167,11 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
                 if problem:
                     if side == "base":
                         raise BaseBroken(f"the base ({base[:12]}) fails a guard: {problem}")
-                    res.head_error = f"guard failed on the head: {problem}"
-                    res.verdict = f"FAIL: the head {res.head_error}"
+                    res.head_error = f"the head fails guard {problem}"
+                    res.verdict = f"FAIL: {res.head_error}"
                     return res
+            if program.guards:
+                log(f"guards pass on the base and the head ({', '.join(g.name for g in program.guards)})")
         for i in range(pairs):
             order = ("base", "head") if i % 2 == 0 else ("head", "base")
             res.order.append(order)
@@ -228,7 +230,7 @@ def _run_guards(program: Program, cwd: Path, env: dict[str, str], log_dir: Path,
 def _judge(res: GateResult) -> None:
     s = res.stats
     assert s is not None
-    change = "n/a" if s.change_pct is None else f"{s.change_pct:+.2f}%"
+    change = signed_pct(s.change_pct, "n/a")
     d = res.program.verifier.direction
     # the change oriented so that > 0 means worse
     worse_pct = None if s.change_pct is None else (s.change_pct if d == "minimize" else -s.change_pct)
@@ -243,7 +245,7 @@ def _judge(res: GateResult) -> None:
     res.passed = not (significant and beyond)
     if res.passed:
         if significant and worse_pct is not None and worse_pct > 0:
-            why = f"worse by {change}, within the {res.tolerance_pct:g}% tolerance"
+            why = f"worse by {plain_pct(s.change_pct)}, within the {res.tolerance_pct:g}% tolerance"
         elif s.p_better <= res.alpha:
             why = f"better ({change}, p = {s.p_better:.3g})"
         elif 0.5 ** s.n > res.alpha:
@@ -253,7 +255,7 @@ def _judge(res: GateResult) -> None:
             why = f"no significant difference ({change})"
         res.verdict = f"PASS: {why}"
     else:
-        res.verdict = (f"FAIL: the head is worse by {change} (beyond the {res.tolerance_pct:g}% tolerance; "
+        res.verdict = (f"FAIL: the head is worse by {plain_pct(s.change_pct)} (beyond the {res.tolerance_pct:g}% tolerance; "
                        f"p = {s.p_worse:.3g} ≤ α = {res.alpha:g})")
 
 
@@ -273,9 +275,9 @@ def markdown(res: GateResult) -> str:
               f"| min … max | {_range(res.base_values)} | {_range(res.head_values)} |",
               f"| runs | {len(res.base_values)} | {len(res.head_values)} |", ""]
     if s is not None:
-        ci = "–" if s.ci_pct is None else f"{s.ci_pct[0]:+.2f}% … {s.ci_pct[1]:+.2f}% ({s.ci_level * 100:.0f}%)"
+        ci = "–" if s.ci_pct is None else f"{signed_pct(s.ci_pct[0])} … {signed_pct(s.ci_pct[1])} ({s.ci_level * 100:.0f}%)"
         lines += ["| | |", "| --- | --- |",
-                  f"| change, head vs base | {'–' if s.change_pct is None else f'{s.change_pct:+.2f}%'} (Hodges–Lehmann) |",
+                  f"| change, head vs base | {signed_pct(s.change_pct)} (Hodges–Lehmann) |",
                   f"| confidence interval | {ci} |",
                   f"| p (head worse) / p (head better) | {s.p_worse:.3g} / {s.p_better:.3g} |"]
     rule = ("pass only if the head is significantly better" if res.require_improvement else

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from autoloop.errors import UsageError
+from autoloop.numbers import MIN_DIGITS, Fmt, digits_for, formatter, num, run_values
 from autoloop.sentinel import remove_tree
 
 Record = dict[str, Any]
@@ -222,17 +223,21 @@ class Journal:
         is re-rendered whenever it may differ; a test compares with a full render."""
         cycles, finals = self._scan()
         r = self._rendered
-        if (r is None or r.count > len(cycles) or (r.count and cycles[r.count - 1] is not r.last)):
+        # one rounding for the whole file: a value that needs more digits re-renders every row
+        digits = digits_for(run_values(cycles), floor=r.digits if r is not None else MIN_DIGITS)
+        if (r is None or r.count > len(cycles) or (r.count and cycles[r.count - 1] is not r.last)
+                or r.digits != digits):
             r = self._rendered = _Rendered()
+            r.digits = digits
         notes = tuple(not_sandboxed(self.records)) if self._any_unsandboxed() else ()
         head_key = (goal, len(finals), finals[-1] if finals else None, notes)
         if r.head_key is None or r.head_key[0] != head_key[0] or r.head_key[1] != head_key[1] \
                 or r.head_key[2] is not head_key[2] or r.head_key[3] != head_key[3]:
-            r.head = _bytes(_experiments_head(self.tag, goal, finals, notes))
+            r.head = _bytes(_experiments_head(self.tag, goal, finals, r.fmt, notes))
             r.head_key = head_key
         for c in cycles[r.count:]:
-            r.sections += b"\n" + _bytes("\n".join(_section(c)))
-            r.rows += _bytes(_tsv_row(c) + "\n")
+            r.sections += b"\n" + _bytes("\n".join(_section(c, r.fmt)))
+            r.rows += _bytes(_tsv_row(c, r.fmt) + "\n")
         r.count = len(cycles)
         r.last = cycles[-1] if cycles else None
         return r.head + bytes(r.sections), _bytes(_tsv_head()) + bytes(r.rows)
@@ -246,6 +251,10 @@ class _Rendered:
         self.rows = bytearray()       # each cycle's TSV row + "\n"
         self.count = 0
         self.last: Record | None = None
+        self.digits = MIN_DIGITS
+
+    def fmt(self, x: float | None) -> str:
+        return num(x, self.digits)
 
 
 def _bytes(text: str) -> bytes:
@@ -275,15 +284,6 @@ def _atomic_write(path: Path, data: bytes, *, durable: bool = True, tmp_dir: Pat
         except OSError:
             pass
         raise
-
-
-def fmt(x: float | None) -> str:
-    """Six significant digits when that is exact, else the shortest exact form: two metrics
-    that differ must never print the same (a keep that reads `1.23457 → 1.23457`)."""
-    if x is None:
-        return ""
-    short = f"{x:.6g}"
-    return short if float(short) == x else repr(float(x))
 
 
 def pct(old: float | None, new: float | None) -> float | None:
@@ -346,14 +346,15 @@ def quote_path(name: str) -> str:
 
 
 def render_tsv(cycles: list[Record]) -> str:
-    return "".join([_tsv_head()] + [_tsv_row(c) + "\n" for c in cycles])
+    fmt = formatter(run_values(cycles))
+    return "".join([_tsv_head()] + [_tsv_row(c, fmt) + "\n" for c in cycles])
 
 
 def _tsv_head() -> str:
     return "\t".join(TSV_COLUMNS) + "\n"
 
 
-def _tsv_row(c: Record) -> str:
+def _tsv_row(c: Record, fmt: Fmt = num) -> str:
     delta = c.get("delta_pct")
     cost = c.get("gen", {}).get("cost_usd")
     return "\t".join([
@@ -363,7 +364,7 @@ def _tsv_row(c: Record) -> str:
         c["status"],
         _one_line(c.get("hypothesis", "")),
         fmt(c.get("best")),
-        "" if delta is None else f"{delta:.2f}",
+        "" if delta is None else f"{delta:.2f}",   # a column of numbers: fixed decimals sort
         f"{c.get('duration_s', 0):.1f}",
         "" if cost is None else f"{cost:.4f}",
         _one_line(c.get("lesson", "")),
@@ -376,7 +377,10 @@ def _num(x: Any, spec: str = ".4g") -> str:
 
 
 def _values(xs: Any) -> str:
-    return ",".join(fmt(x) for x in xs or [])
+    # rounded like every number a person reads, with the digits that keep this list's values
+    # apart; the ledger keeps them exact for recomputing
+    f = formatter(xs or [])
+    return ",".join(f(x) for x in xs or [])
 
 
 def samples_text(stats: Record) -> str:
@@ -422,7 +426,7 @@ def stats_cells(stats: Record | None) -> list[str]:
         _num(ci[1], ".3f"),
         _num(batches[0].get("p")) if batches else "",
         _num(batches[1].get("p")) if len(batches) > 1 else "",
-        _num(pooled.get("median_ratio"), ".6g"),
+        num(pooled.get("median_ratio")),
         _num(stats.get("noise_pct"), ".3f"),
         holdout,
         samples_text(stats),
@@ -445,10 +449,13 @@ def not_sandboxed(records: Sequence[Record]) -> list[str]:
 def render_experiments(cycles: list[Record], tag: str, goal: str, finals: list[Record] = (),  # type: ignore[assignment]
                        notes: Sequence[str] = ()) -> str:
     # the head, then each section after a newline (Journal renders the same incrementally)
-    return "".join([_experiments_head(tag, goal, finals, notes)] + ["\n" + "\n".join(_section(c)) for c in cycles])
+    fmt = formatter(run_values(cycles))
+    return "".join([_experiments_head(tag, goal, finals, fmt, notes)]
+                   + ["\n" + "\n".join(_section(c, fmt)) for c in cycles])
 
 
-def _experiments_head(tag: str, goal: str, finals: Sequence[Record], notes: Sequence[str] = ()) -> str:
+def _experiments_head(tag: str, goal: str, finals: Sequence[Record], fmt: Fmt = num,
+                      notes: Sequence[str] = ()) -> str:
     out = [f"# Experiments — run `autoloop/{tag}`", ""]
     if goal:
         out += [f"Goal: {goal}", ""]
@@ -463,7 +470,7 @@ def _experiments_head(tag: str, goal: str, finals: Sequence[Record], notes: Sequ
     return "\n".join(out)
 
 
-def _stats_lines(stats: Record) -> Iterator[str]:
+def _stats_lines(stats: Record, fmt: Fmt = num) -> Iterator[str]:
     if stats.get("warning"):
         yield f"**Warning:** {_one_line(stats['warning'])}"
         yield ""
@@ -486,7 +493,7 @@ def _stats_lines(stats: Record) -> Iterator[str]:
         yield ""
 
 
-def _section(c: Record) -> Iterator[str]:
+def _section(c: Record, fmt: Fmt = num) -> Iterator[str]:
     yield f"## Cycle {c['cycle']} — {c['status']}"
     yield ""
     yield f"**Hypothesis:** {_one_line(c.get('hypothesis', ''))}"
@@ -497,7 +504,7 @@ def _section(c: Record) -> Iterator[str]:
     yield ""
     stats = c.get("stats")
     if stats:
-        yield from _stats_lines(stats)
+        yield from _stats_lines(stats, fmt)
     if c.get("changed"):
         shown = ", ".join(quote_path(f) for f in c["changed"][:10]) + (" …" if len(c["changed"]) > 10 else "")
         yield f"Changed: {shown}"

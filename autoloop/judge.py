@@ -33,7 +33,8 @@ from contextlib import AbstractContextManager
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from autoloop import stats as st
-from autoloop.journal import fmt, pct
+from autoloop.journal import pct
+from autoloop.numbers import exact, formatter, num as fmt, signed_pct
 from autoloop.program import Amount, LimitSpec, Program, VerifierSpec
 from autoloop.ratchet import better
 from autoloop.sandbox import Confinement
@@ -475,8 +476,9 @@ def judge_strict(session: Session, program: Program, best: float,
     need = acc.min_effect.of(best)
     gain = (best - value) if v.direction == "minimize" else (value - best)
     stats["threshold"] = need
+    fmt = formatter([best, value])      # two values that differ must print differently
     shown = f"{fmt(value)}" + (f" (median of {v.repeats})" if v.repeats > 1 else "")
-    gain_txt = f" ({delta:+.1f}%)" if delta is not None else ""
+    gain_txt = f" ({signed_pct(delta)})" if delta is not None else ""
     if better(v.direction, value, best) and gain >= need:
         verdict = Verdict("keep", value, f"keep: {name} {fmt(best)} → {shown}{gain_txt}",
                           f"kept: {name} {fmt(best)} → {fmt(value)}{gain_txt}", stats,
@@ -523,8 +525,8 @@ def _ci_text(c: st.Comparison, name: str) -> str:
     level = f"{c.ci.level * 100:.0f}% CI" if c.n > 1 else "one pair, no CI"
     if c.change_pct is not None and c.change_ci_pct is not None:
         lo, hi = c.change_ci_pct
-        body = f"{c.change_pct:+.2f}%"
-        ci = f"{lo:+.2f}% … {hi:+.2f}%"
+        body = signed_pct(c.change_pct)
+        ci = f"{signed_pct(lo)} … {signed_pct(hi)}"
     else:
         lo, hi = c.change_ci
         body = f"{c.change:+.4g}"
@@ -688,7 +690,7 @@ def judge_paired(session: Session, program: Program,
     stats["step_pct"] = step
     improvement = None if pooled.change_pct is None else -pooled.change_pct if direction == "minimize" \
         else pooled.change_pct
-    feedback = f"improvement {st.coarse_pct(improvement, step)}"
+    feedback = change_words(improvement, step)
     stats["feedback"] = feedback
     first = session.first
     ci = _ci_text(pooled, name)
@@ -707,11 +709,11 @@ def judge_paired(session: Session, program: Program,
         if t1.decision == "discard":
             why = (f"stopped after {c1.n} pairs: the evidence fell to {st.FUTILITY:g} "
                    "(no improvement beyond the noise)")
-            lesson = f"discarded: no improvement beyond the noise; {feedback}"
+            lesson = f"discarded: {feedback}{_not_beyond(feedback)}"
         elif t1.decision == "undecided":
             why = (f"undecided after {c1.n} pairs (LR between {st.FUTILITY:g} and {keep_at}): "
                    "any real gain is smaller than the noise lets these pairs show")
-            lesson = f"discarded: no improvement beyond the noise; {feedback}"
+            lesson = f"discarded: {feedback}{_not_beyond(feedback)}"
         else:
             why = f"significant, but the effect is below min_effect {acc.min_effect}"
             lesson = f"discarded: {feedback}, below min_effect {acc.min_effect}"
@@ -731,6 +733,26 @@ def judge_paired(session: Session, program: Program,
 
 
 FINAL_ALPHA = 0.05     # the end-of-run check describes a finished run: it decides nothing
+
+
+def change_words(improvement: float | None, step: float | None) -> str:
+    """What the generator is told a change did, in words that cannot be misread: `better by
+    ≈2% (noise ±0.4%)`, `worse by ≈53.6% (noise ±2%)`, `no change beyond the noise (≈0%, noise
+    ±1%)`. `improvement` is signed so that positive is better, whatever the direction."""
+    if improvement is None:
+        return "change unknown"
+    text = st.coarse_pct(abs(improvement), step)
+    if improvement == 0:
+        return "no change (0%)"
+    if text.startswith("≈0%"):
+        return f"no change beyond the noise ({text.replace(' (', ', ', 1)}"
+    text = text.replace("+", "", 1)
+    return f"better by {text}" if improvement > 0 else f"worse by {text}"
+
+
+def _not_beyond(feedback: str) -> str:
+    # a better-looking result that was discarded was not better beyond the noise: say so
+    return ", not beyond the noise" if feedback.startswith("better") else ""
 
 
 def holdout_batch(session: Session, program: Program, n: int, prefix: str = "h",
@@ -905,7 +927,7 @@ def coarse_value(x: float | None, history: Sequence[Mapping[str, Any]]) -> str:
         return ""
     step, scale = noise_step(history)
     if not step or scale != "log" or x == 0:
-        return fmt(x)
+        return exact(x)
     size = abs(x) * (math.exp(step) - 1.0)
     digits = max(0, -round(math.log10(size))) if size > 0 else 6
     return f"≈{round(x, digits):.{digits}f}"

@@ -23,7 +23,8 @@ from autoloop.generators.base import GenContext, Generator, Proposal, preflight_
 from autoloop.generators.registry import make_generator
 from autoloop.globs import PathRules
 from autoloop.hardening import Guardrails, Tampered
-from autoloop.journal import Journal, Record, escape_controls, fmt, pct, quote_path
+from autoloop.journal import Journal, Record, escape_controls, pct, quote_path
+from autoloop.numbers import formatter, num as fmt, signed_pct
 from autoloop.judge import Judge, final_estimate, final_text, needs_scipy
 from autoloop.memory import near_duplicate
 from autoloop.program import Program
@@ -754,9 +755,10 @@ class Run:
             return _Outcome("crash", f"crash: {m.error}", f"crash: {m.error}", changed=changed, measurement=m)
         best = self.best
         assert best is not None
+        fmt = formatter([best, m.metric])   # two values that differ must print differently
         if better(v.direction, m.metric, best):
             d = pct(best, m.metric)
-            gain = f" ({d:+.1f}%)" if d is not None else ""
+            gain = f" ({signed_pct(d)})" if d is not None else ""
             return _Outcome("keep", f"kept: {name} {fmt(best)} → {fmt(m.metric)}{gain}",
                             f"keep: {name} {fmt(best)} → {fmt(m.metric)}{gain}",
                             metric=m.metric, changed=changed, measurement=m)
@@ -1036,7 +1038,7 @@ def _file_changes(changes: list[Change]) -> list[Change]:
 
 def _pct_text(old: float | None, new: float | None) -> str:
     d = pct(old, new)
-    return f" ({d:+.2f}%)" if d is not None else ""
+    return f" ({signed_pct(d)})" if d is not None else ""
 
 
 def _count(x: Any) -> int:

@@ -288,7 +288,9 @@ def _git_toplevel(path: Path) -> Path:
     if out.returncode != 0 or not top:
         why = os.fsdecode(out.stderr).strip().splitlines()
         detail = f" ({why[-1]})" if why else ""
-        raise RepoStateError(f"{path} is not inside a git work tree{detail}")
+        raise RepoStateError(f"{path} is not inside a git work tree{detail}; autoloop keeps each "
+                             f"improvement as a commit, so start one in your project folder: "
+                             f"git init && git add -A && git commit -m start")
     return Path(top).resolve()
 
 
@@ -314,6 +316,36 @@ _FRONT_HINT = "YAML front matter between two '---' lines (goal, allowed, verifie
 _NULL_TAG = "tag:yaml.org,2002:null"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _NEWLINES = re.compile(r"[\r\n]+")
+
+
+def _yaml_advice(exc: yaml.MarkedYAMLError, mark: Any) -> str:
+    """The newcomer's YAML mistakes in words that say what to do: a glob starting with `*` (an
+    alias to YAML) and a `: ` inside a value (a new key to YAML) both need quotes."""
+    text = ""
+    buffer = getattr(mark, "buffer", None)
+    if mark is not None and isinstance(buffer, str):
+        lines = buffer.rstrip("\0").split("\n")
+        text = lines[mark.line] if mark.line < len(lines) else ""
+    problem, context = exc.problem or "", exc.context or ""
+    if "alias" in context or problem.startswith("found undefined alias"):
+        token = re.search(r"\*[^\s,\]}]*", text[mark.column - 1 if mark else 0:] if text else "")
+        shown = token.group(0) if token else "*…"
+        return (f"'{shown}' must be quoted: YAML reads a value starting with '*' as a reference; "
+                f"write \"{shown}\"")
+    if problem == "mapping values are not allowed here":
+        m = re.match(r"^(\s*(?:-\s+)?[\w.-]+:\s+)(.*?)\s*$", text)
+        if m and m.group(2):
+            value = m.group(2)
+            quoted = f"'{value}'" if "'" not in value else '"' + value.replace('"', '\\"') + '"'
+            return (f"the value contains ': ', which YAML reads as a new key: quote the whole "
+                    f"value, e.g. {m.group(1).strip()} {quoted}")
+        return "a value contains ': ', which YAML reads as a new key: put the value in quotes"
+    m = re.match(r"found character '(\\.|.)' that cannot start any token", problem)
+    if m and m.group(1) in ("\t", "\\t"):
+        return "a tab: YAML indents with spaces only; replace the tab with spaces"
+    if m:
+        return f"a value cannot start with '{m.group(1)}' in YAML: put the value in quotes"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -393,7 +425,8 @@ class _Parser:
         message = exc.problem or exc.context or "cannot be read"
         if exc.problem and exc.context:
             message += f" ({exc.context})"
-        self.fail(line, f"invalid YAML: {message}")
+        advice = _yaml_advice(exc, mark)
+        self.fail(line, f"{advice} (YAML: {message})" if advice else f"invalid YAML: {message}")
 
     def value(self, node: yaml.Node) -> Any:
         """A scalar's typed value; other nodes are returned as they are, for checks to refuse."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from autoloop import proc
+from autoloop.hints import near_miss, root_hint
 from autoloop.program import Program, VerifierSpec
 from autoloop.sandbox import Confinement, failure_hint
 
@@ -74,7 +75,7 @@ def measure(
                 after_step(f"guard '{guard.name}'")
             total += res.duration_s
             ok = res.ok
-            detail = res.describe() if ok else _failure_summary(res, box)
+            detail = res.describe() if ok else _failure_summary(res, box) + _root_hint(program, res)
             guards.append(GuardResult(guard.name, ok, detail, res.stdout_path.with_suffix(""),
                                       res.duration_s))
             if not ok:
@@ -87,12 +88,17 @@ def measure(
     total += res.duration_s
     stem = res.stdout_path.with_suffix("")
     if not res.ok:
-        return Measurement(None, tuple(guards), _failure_summary(res, box), stem, total)
+        return Measurement(None, tuple(guards), _failure_summary(res, box) + _root_hint(program, res), stem, total)
     try:
         value = parse_metric(res.stdout_path, spec)
     except MetricError as exc:
-        return Measurement(None, tuple(guards), str(exc), stem, total)
+        hint = near_miss(res.stdout_tail(), spec.metric) if spec.metric and spec.pattern is None else ""
+        return Measurement(None, tuple(guards), str(exc) + hint, stem, total)
     return Measurement(value, tuple(guards), None, stem, total)
+
+
+def _root_hint(program: Program, res: proc.ProcResult) -> str:
+    return root_hint(program, res.stderr_tail() + "\n" + res.stdout_tail())
 
 
 def _safe(name: str) -> str:

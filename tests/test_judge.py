@@ -160,7 +160,7 @@ def test_paired_lesson_is_coarse() -> None:
     fake = Fake(noisy(1.0, 0.95, 0.002, seed=3))
     v = jd.judge_paired(session(fake), program(PAIRED), {}, noise_step=0.01, noise_scale="log")
     assert v.status == "keep"
-    assert "≈+5%" in v.lesson and "noise ±1%" in v.lesson
+    assert "better by ≈5%" in v.lesson and "noise ±1%" in v.lesson
     assert v.feedback is not None and v.feedback in v.lesson
     # no raw sample leaks into what the generator is told
     for x in v.stats["batches"][0]["b"]:
@@ -568,11 +568,11 @@ def test_prompt_shows_a_paired_run_coarsely() -> None:
         {"cycle": 0, "status": "baseline", "metric": 100.12345, "hypothesis": "baseline", "lesson": "",
          "stats": {"kind": "calibration", "step": 0.004, "scale": "log"}},
         {"cycle": 1, "status": "keep", "metric": 97.98765, "hypothesis": "tweak",
-         "lesson": "kept: improvement ≈+2% (noise ±0.4%), confirmed", "feedback": "improvement ≈+2% (noise ±0.4%)"},
+         "lesson": "kept: better by ≈2% (noise ±0.4%), confirmed", "feedback": "better by ≈2% (noise ±0.4%)"},
     ]
     text = build_prompt(program(PAIRED), cycle=2, best=97.98765, baseline=100.12345, history=history)
     assert "97.98765" not in text and "100.12345" not in text
-    assert "Best so far (the code you see): ≈98\n" in text and "improvement ≈+2%" in text
+    assert "Best so far (the code you see): ≈98\n" in text and "better by ≈2%" in text
 
 
 def test_prompt_of_a_strict_run_is_exact() -> None:
