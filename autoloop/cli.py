@@ -545,7 +545,8 @@ def cmd_log(args: argparse.Namespace) -> int:
     if calibration.get("warning"):
         print(f"warning    {calibration['warning']}")
     for fin in journal.finals():
-        print(_cut(f"final      (after cycle {fin.get('after_cycle')}) {fin.get('text', '')}", width))
+        # the run's headline gain, with its interval and cost: never cut
+        print(f"final      (after cycle {fin.get('after_cycle')}) {fin.get('text', '')}")
     if s.cost_usd or s.tokens:
         parts = [usd(s.cost_usd) if s.cost_usd else "no price known"]
         if s.cost_per_keep is not None:

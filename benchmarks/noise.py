@@ -113,7 +113,8 @@ def program_text(tmp: Path, rule: str, final_pairs: int) -> str:
     accept += f"  final_pairs: {final_pairs}\n"
     return ("---\ngoal: Lower the score\nallowed: [work.py]\nverifier:\n"
             f"  command: {py} -S -I {tmp / 'verifier.py'}\n  metric: score\n  direction: minimize\n"
-            f"{accept}generator:\n  command: {py} -S -I {tmp / 'generator.py'}\n---\n"
+            f"{accept}sandbox:\n  writable: [{tmp / 'state'}]\n"
+            f"generator:\n  command: {py} -S -I {tmp / 'generator.py'}\n---\n"
             "Lower the score.\n")
 
 
@@ -121,12 +122,13 @@ def run_scenario(s: Scenario, args: argparse.Namespace) -> Outcome:
     with tempfile.TemporaryDirectory(prefix=f"autoloop-noise-{s.name}-") as t:
         tmp = Path(t)
         (tmp / "verifier.py").write_text(VERIFIER)
+        (tmp / "state").mkdir()   # the verifier's run counter: writable in the measurement sandbox
         (tmp / "generator.py").write_text(GENERATOR)
         repo = tmp / "repo"
         repo.mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
         env.update(HOME=str(tmp), XDG_CACHE_HOME=str(tmp / "cache"), GIT_CONFIG_NOSYSTEM="1",
-                   GIT_CONFIG_GLOBAL=str(tmp / "gitconfig"), NOISE_STATE=str(tmp / "runs"),
+                   GIT_CONFIG_GLOBAL=str(tmp / "gitconfig"), NOISE_STATE=str(tmp / "state" / "runs"),
                    NOISE_SEED=str(s.seed), NOISE_CV=str(s.cv), NOISE_DRIFT=str(s.drift),
                    NOISE_PERIOD=str(args.period), NOISE_GAIN=str(args.gain), NOISE_KIND=s.kind)
         (tmp / "gitconfig").write_text("[user]\n\tname = bench\n\temail = bench@example.com\n")

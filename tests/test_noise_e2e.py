@@ -48,10 +48,16 @@ def sim(make_repo, tmp_path: Path):
     def _make(accept: str = "", extra: str = "", *, cv: float = 0.0, edit: str | None = None,
               seed: int = 1) -> tuple[Path, dict[str, str]]:
         repo = make_repo({"work.py": "# the code being improved\n"}, commit=False)
+        # the simulated verifier counts its runs in a file outside the tree: a folder the
+        # measurement sandbox (on by default) must leave writable
+        state = tmp_path / "sim"
+        state.mkdir(exist_ok=True)
+        if "sandbox" not in extra:
+            extra += f"sandbox:\n  writable: [{state}]\n"
         make_program(repo, accept, extra)
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", "start")
-        env = {"SIM_STATE": str(tmp_path / "sim-state"), "SIM_CV": str(cv), "SIM_SEED": str(seed)}
+        env = {"SIM_STATE": str(state / "runs"), "SIM_CV": str(cv), "SIM_SEED": str(seed)}
         if edit is not None:
             env["SIM_EDIT"] = edit
         return repo, env
