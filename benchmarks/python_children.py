@@ -106,6 +106,7 @@ def from_sdist(root: Path, sdist: Path) -> tuple[str, str, str, str]:
 def make_repo(base: Path, sdist: Path | None) -> Path:
     repo = base / "repo"
     repo.mkdir()
+    (base / "times").mkdir()   # where the guard timer writes: writable in the measurement sandbox
     module, call, editable, tests = from_sdist(repo, sdist) if sdist else synthetic(repo)
     (repo / "guard_timer.py").write_text(GUARD_TIMER)
     (repo / "bench.py").write_text(VERIFY.format(module=module, call=call))
@@ -122,6 +123,8 @@ def make_repo(base: Path, sdist: Path | None) -> Path:
           - {{name: tests, command: {PY} guard_timer.py {tests}, timeout: 600}}
         generator:
           command: {PY} gen.py
+        sandbox:
+          writable: [{base / "times"}]
         accept:
           final_pairs: 0
         ---
@@ -167,13 +170,13 @@ def main() -> int:
         alone: list[float] = []
         inside: dict[str, list[float]] = {k: [] for k in sides}
         for rnd in range(args.rounds):
-            out = base / f"alone-{rnd}.txt"
+            out = base / "times" / f"alone-{rnd}.txt"
             for _ in range(4):   # the first run fills __pycache__, as a person's first run did
                 subprocess.run([PY, "guard_timer.py", "test"], cwd=repo, env={**env, "BENCH_TIMES": str(out)},
                                stdout=subprocess.DEVNULL, check=True)
             alone += times(out)[1:]
             for name, src in sides.items():
-                out = base / f"{name}-{rnd}.txt"
+                out = base / "times" / f"{name}-{rnd}.txt"
                 e = {**env, "BENCH_TIMES": str(out), "PYTHONPATH": str(src)}
                 res = subprocess.run([PY, "-m", "autoloop", "run", "program.md", "--tag", f"{name}{rnd}",
                                       "--cycles", str(args.cycles)], cwd=repo, env=e,
