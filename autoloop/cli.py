@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -454,19 +455,54 @@ def _open_run(args: argparse.Namespace) -> tuple[Any, str, Any]:
     from autoloop.journal import Journal
 
     program = _load(args.program)
-    tag = args.tag or _latest_tag(program.state_dir)
+    tag = args.tag or _latest_tag(program.state_dir, program.rel_path, args.command)
     journal = Journal(program.state_dir, tag)
     if not journal.exists():
         raise UsageError(f"no run '{tag}' next to {program.path.name} (no {journal.ledger})")
     journal.load()
+    made_by = _run_programs(journal.ledger)
+    if made_by and program.rel_path not in made_by:
+        # its cycles would be shown under this program's goal and metric name: wrong labels
+        other = sorted(made_by)[0]
+        raise UsageError(f"run '{tag}' was made with {other}, not {program.rel_path}: "
+                         f"name it, e.g. autoloop {args.command} {other} --tag {tag}")
     return program, tag, journal
 
 
-def _latest_tag(state_dir: Path) -> str:
+def _run_programs(ledger: Path) -> set[str]:
+    """The program files (repo-relative) a run's start records name; empty for a ledger
+    written before they were recorded."""
+    out: set[str] = set()
+    try:
+        with ledger.open("rb") as fh:
+            for line in fh:
+                if b'"start"' not in line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue                 # a torn last line: the journal repairs it, not us
+                if isinstance(rec, dict) and rec.get("t") == "start" and isinstance(rec.get("program"), str):
+                    out.add(rec["program"])
+    except OSError:
+        pass
+    return out
+
+
+def _latest_tag(state_dir: Path, program: str, command: str) -> str:
+    """The most recent run of `program`: program files in one folder share `.autoloop/`, and
+    another program's run would be read under this one's goal and metric name."""
     ledgers = sorted((state_dir / ".autoloop").glob("*/ledger.jsonl"), key=lambda p: p.stat().st_mtime)
     if not ledgers:
         raise UsageError(f"no autoloop run found in {state_dir} (run `autoloop run --tag NAME` first)")
-    return ledgers[-1].parent.name
+    made_by = {led: _run_programs(led) for led in ledgers}
+    mine = [led for led in ledgers if program in made_by[led] or not made_by[led]]
+    if not mine:
+        other = sorted(made_by[ledgers[-1]])[0]
+        raise UsageError(f"no run of {program} in {state_dir}: the latest run there, "
+                         f"'{ledgers[-1].parent.name}', was made with {other}: "
+                         f"autoloop {command} {other}")
+    return mine[-1].parent.name
 
 
 # ---- gate --------------------------------------------------------------------------------------
