@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="measure HEAD as a run's baseline would (guards + metric); changes nothing")
     v.add_argument("program", nargs="?", default="program.md")
 
+    d = sub.add_parser("doctor", help="check that a run could start: git, generator, sandbox, data, verifier")
+    d.add_argument("program", nargs="?", default="program.md")
+    d.add_argument("--tag", default="doctor", help="the run tag to check against (default: doctor)")
+
     lg = sub.add_parser("log", help="the cycles of a run and its summary")
     lg.add_argument("program", nargs="?", default="program.md")
     lg.add_argument("--tag", help="which run (default: the most recent)")
@@ -142,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = ["--approve=after" if a == "--approve" else a for a in argv]
     args = build_parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "verify": cmd_verify, "log": cmd_log, "init": cmd_init, "gate": cmd_gate,
+        return {"run": cmd_run, "verify": cmd_verify, "doctor": cmd_doctor, "log": cmd_log, "init": cmd_init, "gate": cmd_gate,
                 "report": cmd_report}[args.command](args)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
@@ -392,6 +396,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return 1
     v = program.verifier
     print(f"{v.label}: {_f(m.metric)}  ({v.direction}, {m.duration_s:.1f}s)")
+    return 0
+
+
+# ---- doctor ------------------------------------------------------------------------------------
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from autoloop.doctor import diagnose
+
+    program = _load(args.program)
+    failed = 0
+    for check in diagnose(program, tag=args.tag):
+        print(f"{check.state:<4}  {check.name:<10}  {check.detail}", flush=True)
+        failed += check.blocks
+    if failed:
+        print(f"doctor: {failed} problem{'s' if failed > 1 else ''}: a run would not start (or not get far)")
+        return 1
+    print("doctor: a run can start")
     return 0
 
 

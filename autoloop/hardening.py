@@ -210,8 +210,10 @@ class Guardrails:
         sandbox, ws = self.sandbox, self.ws
         tree = workdir or ws.path
 
-        def wrap(command):  # type: ignore[no-untyped-def]
-            return sandbox.argv(command, workdir=tree, writable=[log_dir], readable=[ws.common_dir])
+        def wrap(command, *, readable=(), writable=(), network=None):  # type: ignore[no-untyped-def]
+            # readable/writable/network: what an agent CLI needs (autoloop.generators.agents)
+            return sandbox.argv(command, workdir=tree, writable=[log_dir, *writable],
+                                readable=[ws.common_dir, *readable], network=network)
 
         return wrap
 

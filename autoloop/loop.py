@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import signal
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from filelock import FileLock, Timeout
 from autoloop import envs, proc, trust
 from autoloop.errors import (ConfigError, FatalGeneratorError, GeneratorError, Interrupted, LockedError,
                              RepoStateError, RunFailure, UsageError)
-from autoloop.generators.base import GenContext, Generator, Proposal
+from autoloop.generators.base import GenContext, Generator, Proposal, preflight_context
 from autoloop.generators.registry import make_generator
 from autoloop.globs import PathRules
 from autoloop.hardening import Guardrails, Tampered
@@ -236,6 +237,8 @@ class Run:
         self._attached = False
         self._lock_path = lock_path
         try:
+            # under the lock: a run refused for the lock must not start (or kill) anything
+            self.preflight_generator(generator)
             return self._run(generator)
         finally:
             try:
@@ -245,6 +248,24 @@ class Run:
                 thaw_outer_config()
                 self._restore_signals(old_handlers)
                 lock.release()
+
+    def preflight_generator(self, generator: Generator) -> str | None:
+        """Before the baseline: a generator that cannot start (not installed, not startable in
+        the sandbox) stops the run now (FatalGeneratorError, exit 1), not as a gen_error every
+        cycle. Returns the version it reported, if any."""
+        check = getattr(generator, "preflight", None)
+        if check is None:
+            return None
+        # Its own process marker: what the check leaves running is killed, and nothing else.
+        marker = proc.new_marker()
+        with tempfile.TemporaryDirectory(prefix="autoloop-preflight-") as tmp:
+            scratch = Path(tmp)
+            ctx = preflight_context(self.program, scratch, env=envs.generator_env(self._env(0)),
+                                    run_marker=marker, wrap=self.guard.wrap(scratch, workdir=scratch))
+            try:
+                return check(ctx)
+            finally:
+                proc.kill_marked(marker)
 
     def _run(self, generator: Generator) -> RunSummary:
         proc.kill_marked(self.marker)
@@ -704,6 +725,9 @@ class Run:
                             changed=files)
         if not files:
             lesson = proposal.no_change_reason or "no change: the generator left the tree as it was"
+            if proposal.notes:
+                # what the agent said went wrong (failed edits, denied tools) is the lesson
+                lesson += " (it reported: " + "; ".join(proposal.notes[:5]) + ")"
             return _Outcome("no_change", lesson, "no change")
         return None
 

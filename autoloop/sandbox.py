@@ -63,7 +63,7 @@ class Bwrap:
             raise SandboxUnavailable("bwrap is not installed (not found on PATH); install bubblewrap "
                                      "(Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
                                      "bubblewrap) or use sandbox: none")
-        argv = [self.exe, *self._base(), "--", "/bin/sh", "-c", "exit 0"]
+        argv = [self.exe, *self._base(self.spec.network), "--", "/bin/sh", "-c", "exit 0"]
         try:
             res = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -78,14 +78,14 @@ class Bwrap:
 
     # ---- the command line --------------------------------------------------------------------
 
-    def _base(self) -> list[str]:
+    def _base(self, network: bool) -> list[str]:
         args = ["--die-with-parent", "--new-session", "--cap-drop", "ALL",
                 "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                 "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for d in _PRIVATE:
             if os.path.isdir(d):
                 args += ["--tmpfs", d]
-        if not self.spec.network:
+        if not network:
             args += ["--unshare-net"]
             if os.path.isdir("/run"):
                 args += ["--tmpfs", "/run"]
@@ -104,10 +104,12 @@ class Bwrap:
         return args
 
     def argv(self, command: str | Sequence[str], *, workdir: Path, writable: Sequence[Path] = (),
-             readable: Sequence[Path] = ()) -> list[str]:
-        """`command` (a shell string or an argv) wrapped to run in the sandbox, cwd `workdir`."""
-        args = [self.exe, *self._base()]
-        hidden = list(_PRIVATE) + ([] if self.spec.network else ["/run"])
+             readable: Sequence[Path] = (), network: bool | None = None) -> list[str]:
+        """`command` (a shell string or an argv) wrapped to run in the sandbox, cwd `workdir`.
+        `network` overrides `sandbox.network` (an agent preset's default when the key is unset)."""
+        net = self.spec.network if network is None else network
+        args = [self.exe, *self._base(net)]
+        hidden = list(_PRIVATE) + ([] if net else ["/run"])
         # What a private /tmp (or /run) would hide but the command needs to read: the Python
         # running autoloop and its venv (CI makes venvs under /tmp), PATH folders, the repository.
         ro: list[str] = []

@@ -26,7 +26,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator, Union
+from typing import Any, Callable, Iterator, Union
 
 TOOL_NAME = "str_replace_based_edit_tool"
 _ids = itertools.count(1)
@@ -84,6 +84,9 @@ class FakeLLMServer:
         self._items: deque[Item] = deque()
         self._lock = threading.Lock()
         self.default: Item | None = None
+        # Asked first for every model request: (path, body) -> an item, or None for the queue's
+        # next. Real agent CLIs send side requests (titles, quota probes) the script must skip.
+        self.responder: Callable[[str, dict[str, Any]], Item | None] | None = None
         self.requests: list[Recorded] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -143,6 +146,12 @@ class FakeLLMServer:
             def log_message(self, format: str, *args: Any) -> None:   # keep pytest output clean
                 pass
 
+            def do_GET(self) -> None:
+                # model listings (agent CLIs look their model up): an empty list is an answer
+                path = self.path.split("?", 1)[0]
+                server._record(Recorded(path, {k.lower(): v for k, v in self.headers.items()}, {}))
+                self._json(200, {"object": "list", "data": [], "models": []})
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 raw = self.rfile.read(length) if length else b""
@@ -152,14 +161,20 @@ class FakeLLMServer:
                     body = {"_unparsed": raw.decode("utf-8", "replace")}
                 path = self.path.split("?", 1)[0]
                 server._record(Recorded(path, {k.lower(): v for k, v in self.headers.items()}, body))
+                if path.endswith("/v1/messages/count_tokens"):
+                    self._json(200, {"input_tokens": 100})
+                    return
                 if path.endswith("/v1/messages"):
                     flavour = "anthropic"
                 elif path.endswith("/chat/completions"):
                     flavour = "openai"
+                elif path.endswith("/responses"):
+                    flavour = "responses"
                 else:
                     self._json(404, {"error": {"message": f"fake server: no route {path}"}})
                     return
-                item = server._next()
+                item = server.responder(path, body) if server.responder is not None else None
+                item = item if item is not None else server._next()
                 if isinstance(item, Fail):
                     self._fail(flavour, item)
                 elif flavour == "anthropic":
@@ -168,6 +183,12 @@ class FakeLLMServer:
                                    anthropic_events(item, body)))
                     else:
                         self._json(200, anthropic_message(item, body))
+                elif flavour == "responses":
+                    if body.get("stream", True):
+                        self._sse((f"event: {e['type']}\ndata: {json.dumps(e)}\n\n"
+                                   for e in responses_events(item, body)))
+                    else:
+                        self._json(200, responses_object(item, body))
                 else:
                     if body.get("stream"):
                         usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -329,3 +350,48 @@ def openai_chunks(reply: Reply, request: dict[str, Any], include_usage: bool) ->
     if include_usage and reply.usage:
         out.append({**base, "choices": [], "usage": _usage(reply)})
     return out
+
+
+# ---------------------------------------------------------------------- OpenAI Responses API
+# (Codex CLI speaks it through a custom model provider with wire_api = "responses".) A tool
+# call becomes a `function_call` item, or a `custom_tool_call` when the call's name is listed
+# in the request as a freeform (custom) tool, such as Codex's apply_patch; its input is then
+# the raw text `raw_arguments`.
+
+def _responses_items(reply: Reply, request: dict[str, Any]) -> list[dict[str, Any]]:
+    custom = {t.get("name") for t in request.get("tools") or [] if isinstance(t, dict) and t.get("type") == "custom"}
+    items: list[dict[str, Any]] = []
+    for call in reply.tool_calls:
+        call_id = _tool_id(call, "call_")
+        if call.name in custom:
+            items.append({"type": "custom_tool_call", "id": f"ctc_{call_id}", "status": "completed",
+                          "call_id": call_id, "name": call.name,
+                          "input": call.raw_arguments if call.raw_arguments is not None else ""})
+        else:
+            items.append({"type": "function_call", "id": f"fc_{call_id}", "status": "completed",
+                          "call_id": call_id, "name": call.name, "arguments": _arguments(call)})
+    if reply.text is not None:
+        items.append({"type": "message", "id": f"msg_{next(_ids):04d}", "role": "assistant",
+                      "status": "completed",
+                      "content": [{"type": "output_text", "text": reply.text, "annotations": []}]})
+    return items
+
+
+def responses_object(reply: Reply, request: dict[str, Any], items: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"id": f"resp_{next(_ids):04d}", "object": "response", "created_at": 1700000000,
+            "status": "completed", "model": request.get("model", "fake"),
+            "output": items if items is not None else _responses_items(reply, request),
+            "usage": {"input_tokens": reply.input_tokens, "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens": reply.output_tokens,
+                      "output_tokens_details": {"reasoning_tokens": 0},
+                      "total_tokens": reply.input_tokens + reply.output_tokens}}
+
+
+def responses_events(reply: Reply, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    items = _responses_items(reply, request)
+    final = responses_object(reply, request, items)
+    yield {"type": "response.created", "response": {**final, "status": "in_progress", "output": []}}
+    for index, item in enumerate(items):
+        yield {"type": "response.output_item.added", "output_index": index, "item": item}
+        yield {"type": "response.output_item.done", "output_index": index, "item": item}
+    yield {"type": "response.completed", "response": final}

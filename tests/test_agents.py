@@ -565,3 +565,96 @@ def test_unrunnable_command_is_fatal(repo: Path, tmp_path: Path, agent_log: Path
     ctx = make_ctx(repo, tmp_path, GeneratorSpec(kind="claude", command="./missing/claude"))
     with pytest.raises(FatalGeneratorError, match="is not an executable file"):
         generator_for(ctx).propose(ctx)
+
+
+# ------------------------------------------------------------------ inside autoloop's sandbox
+
+
+def _wrapped(ctx: GenContext, seen: list[dict[str, Any]]) -> GenContext:
+    """ctx whose sandbox wrapper records what the generator asked for and runs the command as is."""
+    from dataclasses import replace
+
+    def wrap(command: Any, **needs: Any) -> Any:
+        seen.append(needs)
+        return command
+
+    return replace(ctx, wrap=wrap)
+
+
+def test_codex_inside_our_sandbox_turns_its_own_off(repo: Path, tmp_path: Path, agent_log: Path) -> None:
+    seen: list[dict[str, Any]] = []
+    ctx = _wrapped(make_ctx(repo, tmp_path, GeneratorSpec(kind="codex")), seen)
+    generator_for(ctx).propose(ctx)
+    (run,) = runs(agent_log)
+    assert run["argv"] == ["exec", "--json", "--sandbox", "danger-full-access", "--skip-git-repo-check", "-"]
+    (needs,) = seen
+    assert needs["network"] is True            # an agent preset: on unless program.md says
+    state = needs["writable"][0]
+    assert run["state_env"]["CODEX_HOME"] == str(state)
+    assert FAKES / "codex" in needs["readable"]
+
+
+def test_agent_state_is_a_private_copy(repo: Path, tmp_path: Path, agent_log: Path) -> None:
+    home = Path(os.environ["HOME"])
+    (home / ".claude").mkdir()
+    (home / ".claude" / "settings.json").write_text('{"x": 1}')
+    (home / ".claude" / "projects").mkdir()                      # transcripts: not copied
+    (home / ".claude" / "projects" / "big.jsonl").write_text("{}")
+    (home / ".claude.json").write_text('{"numStartups": 3}')
+    seen: list[dict[str, Any]] = []
+    ctx = _wrapped(make_ctx(repo, tmp_path, GeneratorSpec(kind="claude")), seen)
+    generator_for(ctx).propose(ctx)
+    (state,) = seen[0]["writable"]
+    assert runs(agent_log)[0]["state_env"]["CLAUDE_CONFIG_DIR"] == str(state)
+    assert state != home / ".claude" and not str(state).startswith(str(home))
+    assert sorted(os.listdir(state)) == [".claude.json", "settings.json"]
+    assert (state / "settings.json").read_text() == '{"x": 1}'
+    assert oct(state.stat().st_mode & 0o777) == "0o700"
+
+
+def test_codex_failed_edits_and_commands_are_notes_and_all_failed_is_gen_error(tmp_path: Path) -> None:
+    from autoloop.generators.agents import CodexGenerator
+
+    out = tmp_path / "out.jsonl"
+    events = [
+        {"type": "thread.started", "thread_id": "t"},
+        {"type": "item.completed", "item": {"type": "command_execution", "command": "pytest -q",
+                                            "exit_code": 2, "status": "failed"}},
+        {"type": "item.completed", "item": {"type": "file_change", "status": "failed",
+                                            "changes": [{"path": "/w/train.py", "kind": "update"}]}},
+        {"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 2}},
+    ]
+    out.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    (tmp_path / "err").write_text("")
+    program = Program(path=tmp_path / "program.md", repo_root=tmp_path, goal="g", allowed=("train.py",),
+                      verifier=VerifierSpec(command="true", direction="minimize", metric="m"))
+    gen = CodexGenerator(GeneratorSpec(kind="codex"), program)
+    proposal = Proposal()
+    with pytest.raises(GeneratorError, match=r"every edit it tried failed \(/w/train.py\)"):
+        gen.parse(out, tmp_path / "err", proposal)
+    assert proposal.notes == ["codex: command failed (exit 2): pytest -q", "codex: edit failed: /w/train.py"]
+    assert proposal.meta["failed_edits"] == 1 and proposal.meta["failed_commands"] == 1
+    # One edit that worked: the cycle goes on (the change set decides), the failure stays a note.
+    events.insert(3, {"type": "item.completed", "item": {"type": "file_change", "status": "completed",
+                                                         "changes": [{"path": "/w/train.py", "kind": "update"}]}})
+    out.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    proposal = Proposal()
+    gen.parse(out, tmp_path / "err", proposal)
+    assert proposal.notes[-1] == "codex: edit failed: /w/train.py" and proposal.meta["edits"] == 1
+
+
+def test_agent_network_follows_program_md_when_it_says(repo: Path, tmp_path: Path, agent_log: Path) -> None:
+    from dataclasses import replace
+
+    seen: list[dict[str, Any]] = []
+    ctx = make_ctx(repo, tmp_path, GeneratorSpec(kind="aider"))
+    ctx = _wrapped(replace(ctx, program=replace(ctx.program, lines={"sandbox.network": 7})), seen)
+    generator_for(ctx).propose(ctx)
+    assert seen[0]["network"] is None        # sandbox.network as written decides
+    assert seen[0]["writable"] == []         # aider: no state folder to copy
+
+
+def test_unsandboxed_agent_keeps_the_users_own_state(repo: Path, tmp_path: Path, agent_log: Path) -> None:
+    ctx = make_ctx(repo, tmp_path, GeneratorSpec(kind="codex"))
+    generator_for(ctx).propose(ctx)
+    assert runs(agent_log)[0]["state_env"]["CODEX_HOME"] is None

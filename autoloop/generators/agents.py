@@ -35,15 +35,19 @@ Where the flags and shapes come from (re-check them here when a tool changes):
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
 import shlex
 import shutil
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
 from autoloop import proc
+from autoloop.executables import needed_paths
 from autoloop.errors import FatalGeneratorError, GeneratorError
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.generators.command import CommandGenerator
@@ -68,6 +72,54 @@ _AUTH_PROBLEM = re.compile(
 )
 
 
+@dataclass(frozen=True)
+class AgentState:
+    """Where an agent CLI keeps its state, so each run can give it a private, writable copy
+    (inside the sandbox the user's home is read-only, and the real state must not become the
+    generator's to rewrite).
+
+    `env`: the variable that moves the state folder (the copy's path is put there);
+    `home`: where the folder is when the variable is unset (`~` expanded);
+    `files`: single files beside it that go into the copy (`~/.claude.json` → `.claude.json`);
+    `copy`: what of the folder is copied — its top-level files and these sub-folders (sessions,
+    logs and caches are left behind: the copy is for settings and credentials)."""
+
+    env: str
+    home: str
+    files: tuple[tuple[str, str], ...] = ()
+    copy: tuple[str, ...] = ()
+    defaults: tuple[tuple[str, str], ...] = ()   # more variables, set only when the user has not
+
+
+_STATE_FILE_LIMIT = 4 << 20
+
+
+def private_state(state: AgentState, environ: Mapping[str, str]) -> Path:
+    """A fresh private copy of the agent's state (0700, removed when autoloop exits)."""
+    root = Path(tempfile.mkdtemp(prefix="autoloop-agent-state-"))
+    atexit.register(shutil.rmtree, root, True)
+    source = Path(environ.get(state.env) or os.path.expanduser(state.home))
+    if source.is_dir() and not source.is_symlink():
+        for entry in source.iterdir():
+            try:
+                if entry.is_file() and not entry.is_symlink() and entry.stat().st_size <= _STATE_FILE_LIMIT:
+                    shutil.copy2(entry, root / entry.name)
+                elif entry.name in state.copy and entry.is_dir() and not entry.is_symlink():
+                    shutil.copytree(entry, root / entry.name, symlinks=True)
+            except OSError:
+                continue   # unreadable leftovers of the agent's own: not needed to start
+    for src, dst in state.files:
+        path = Path(os.path.expanduser(src))
+        if state.env in environ:
+            continue   # the user moved the state: the files beside the home default are not it
+        try:
+            if path.is_file() and not path.is_symlink() and path.stat().st_size <= _STATE_FILE_LIMIT:
+                shutil.copy2(path, root / dst)
+        except OSError:
+            continue
+    return root
+
+
 class AgentReportError(GeneratorError):
     """The agent's run failed (the cycle is `gen_error`); `proposal` holds what it reported."""
 
@@ -86,6 +138,63 @@ class AgentGenerator(CommandGenerator):
     tool: ClassVar[str] = ""
     install_hint: ClassVar[str] = ""
     model_flag: ClassVar[tuple[str, ...]] = ("--model",)
+    state: ClassVar[AgentState | None] = None
+    version_argv: ClassVar[tuple[str, ...]] = ("--version",)
+
+    _state_dir: Path | None = None
+
+    # ---- the sandbox it lives in -------------------------------------------------------------
+
+    def program_path(self, ctx: GenContext) -> str | None:
+        return self.executable(ctx)[0]
+
+    def network(self) -> bool | None:
+        """Agent CLIs talk to their API: network on in the sandbox unless program.md says."""
+        return None if "sandbox.network" in self.program.lines else True
+
+    def sandboxed(self, ctx: GenContext) -> GenContext:
+        env = dict(ctx.env)
+        for key, value in self.state.defaults if self.state is not None else ():
+            env.setdefault(key, value)
+        if ctx.wrap is None:
+            # Unsandboxed the agent keeps the user's own state, as it would outside autoloop.
+            return replace(ctx, env=env)
+        writable: list[Path] = []
+        if self.state is not None:
+            if self._state_dir is None:
+                self._state_dir = private_state(self.state, ctx.env)
+            env[self.state.env] = str(self._state_dir)
+            writable.append(self._state_dir)
+        readable = needed_paths(self.executable(ctx)[0], ctx.env.get("PATH"))
+        outer, network = ctx.wrap, self.network()
+        return replace(ctx, env=env, wrap=lambda command: outer(
+            command, readable=readable, writable=writable, network=network))
+
+    def auth_status(self, ctx: GenContext) -> tuple[bool | None, str]:
+        """Is the tool logged in / does it have a key — as far as it can say without spending
+        tokens, and inside the sandbox with the state the cycles get. (True/False/None = cannot
+        tell, and what was found.)"""
+        return None, "cannot tell without sending a request"
+
+    def _quiet(self, ctx: GenContext, argv: list[str]) -> tuple[int, str] | None:
+        """(exit code, stdout + stderr) of a status command run as a cycle would run the tool."""
+        ctx = self.sandboxed(ctx)
+        command = ctx.wrap(argv) if ctx.wrap is not None else argv
+        with tempfile.TemporaryDirectory(prefix="autoloop-status-") as tmp:
+            res = proc.run(command, cwd=ctx.workdir, env=dict(ctx.env), timeout=60.0,
+                           log_stem=Path(tmp) / "status", stdin=None, marker=ctx.run_marker)
+            said = res.stdout_tail(8000) + "\n" + res.stderr_tail(2000)
+        if res.exit_code is None or res.start_error is not None:
+            return None
+        return res.exit_code, said
+
+    def preflight(self, ctx: GenContext) -> str | None:
+        """The tool is found, and starts (`--version`) inside the sandbox the cycles will use;
+        returns what it said its version is."""
+        exe = self.executable(ctx)
+        ctx = self.sandboxed(ctx)
+        said = self.check_starts(ctx, [*exe, *self.version_argv], os.path.basename(exe[0]))
+        return (said.strip().splitlines() or [""])[0][:100] or None
 
     # ---- argv ------------------------------------------------------------------------------
 
@@ -268,6 +377,13 @@ class ClaudeGenerator(AgentGenerator):
 
     tool = "claude"
     install_hint = "Claude Code"
+    # CLAUDE_CONFIG_DIR moves ~/.claude and ~/.claude.json together.
+    state = AgentState(env="CLAUDE_CONFIG_DIR", home="~/.claude",
+                       files=(("~/.claude.json", ".claude.json"),),
+                       copy=("agents", "commands", "skills"),
+                       # No update in the middle of an experiment; and a 401 is retried for
+                       # minutes with Claude Code's own retry count (3 still rides out a 529).
+                       defaults=(("DISABLE_AUTOUPDATER", "1"), ("CLAUDE_CODE_MAX_RETRIES", "3")))
 
     def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
         return [
@@ -278,6 +394,20 @@ class ClaudeGenerator(AgentGenerator):
             (("--disallowedTools", "--disallowed-tools"),
              ["--disallowedTools", "Bash,WebFetch,WebSearch"]),
         ]
+
+    def auth_status(self, ctx: GenContext) -> tuple[bool | None, str]:
+        # `claude auth status` (JSON: loggedIn, authMethod, apiKeySource; exit 1 when not).
+        res = self._quiet(ctx, [*self.executable(ctx), "auth", "status"])
+        if res is None:
+            return None, "`claude auth status` did not answer"
+        code, said = res
+        info = _last_json(said)
+        if info is None:
+            return None, f"`claude auth status` exit {code}: {_last_line(said) or 'no output'}"
+        if info.get("loggedIn") is True:
+            how = str(info.get("apiKeySource") or info.get("authMethod") or "yes")
+            return True, f"logged in ({how})"
+        return False, "not logged in: run `claude` once and /login, or set ANTHROPIC_API_KEY"
 
     def parse(self, out: Path, err: Path, proposal: Proposal) -> None:
         result = _last_json_object(_read_text(out), want_type="result")
@@ -361,30 +491,55 @@ def _last_json_object(text: str, want_type: str) -> dict[str, Any] | None:
 
 class CodexGenerator(AgentGenerator):
     """Codex CLI: `codex exec --json ... -`, the prompt on stdin (a file, so it sees EOF and never
-    waits on an open pipe). `workspace-write` lets it write its working directory only."""
+    waits on an open pipe). Unsandboxed, `workspace-write` lets it write its working directory
+    only; inside autoloop's sandbox it runs `danger-full-access` within ours."""
 
     tool = "codex"
     install_hint = "the Codex CLI"
     model_flag = ("--model", "-m")
+    state = AgentState(env="CODEX_HOME", home="~/.codex", copy=("prompts", "rules"))
 
     def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
+        # Codex's own sandbox cannot start inside ours (it needs a user namespace bwrap's
+        # --cap-drop forbids): its edits would fail while it exits 0. Ours confines it instead.
+        own = ["--sandbox", "danger-full-access"] if ctx.wrap is not None else ["--sandbox", "workspace-write"]
         return [
             ((), ["exec"]),
             (("--json", "--experimental-json"), ["--json"]),
-            (("--sandbox", "-s", "--dangerously-bypass-approvals-and-sandbox", "--full-auto"),
-             ["--sandbox", "workspace-write"]),
+            (("--sandbox", "-s", "--dangerously-bypass-approvals-and-sandbox", "--full-auto"), own),
             (("--skip-git-repo-check",), ["--skip-git-repo-check"]),
         ]
 
     def trailing(self, ctx: GenContext) -> list[str]:
         return ["-"]   # "read the prompt from stdin"
 
+    def auth_status(self, ctx: GenContext) -> tuple[bool | None, str]:
+        # A model provider of config.toml with an `env_key` authenticates by that variable;
+        # OpenAI's own by `codex login` (or CODEX_API_KEY), which `codex login status` reports.
+        env = self.sandboxed(ctx).env   # (the private CODEX_HOME copy when sandboxed)
+        provider_key = _codex_provider_env_key(Path(env.get("CODEX_HOME") or
+                                                    os.path.expanduser("~/.codex")) / "config.toml")
+        if provider_key:
+            if env.get(provider_key):
+                return True, f"the model provider's key ${provider_key} is set"
+            return False, f"${provider_key} (env_key of the model provider in config.toml) is not set"
+        if env.get("CODEX_API_KEY"):
+            return True, "CODEX_API_KEY is set"
+        res = self._quiet(ctx, [*self.executable(ctx), "login", "status"])
+        if res is None:
+            return None, "`codex login status` did not answer"
+        code, said = res
+        if code == 0:
+            return True, _last_line(said) or "logged in"
+        return False, f"{_last_line(said) or 'not logged in'}: run `codex login`, or set CODEX_API_KEY"
+
     def parse(self, out: Path, err: Path, proposal: Proposal) -> None:
         seen = completed = 0
         last_completed = -1
         failure: str | None = None
         last_error: tuple[int, str] | None = None
-        commands = 0
+        commands = failed_commands = edits = 0
+        failed_edits: list[str] = []
         for index, event in enumerate(_json_lines(_read_text(out))):
             kind = event.get("type")
             if not isinstance(kind, str):
@@ -415,11 +570,24 @@ class CodexGenerator(AgentGenerator):
                 item = event["item"]
                 if item.get("type") == "command_execution":
                     commands += 1
+                    if item.get("status") == "failed" or _int(item.get("exit_code")) != 0:
+                        failed_commands += 1
+                        _note(proposal, f"codex: command failed (exit {item.get('exit_code')}): "
+                                        f"{' '.join(str(item.get('command', '')).split())}")
+                elif item.get("type") == "file_change":
+                    paths = ", ".join(str(c.get("path", "?")) for c in item.get("changes") or []
+                                      if isinstance(c, dict))
+                    if item.get("status") == "failed":
+                        failed_edits.append(paths or "?")
+                        _note(proposal, f"codex: edit failed: {paths or '(no path given)'}")
+                    else:
+                        edits += 1
                 elif item.get("type") == "error" and len(proposal.notes) < _MAX_NOTES:
                     proposal.notes.append(f"codex: {item.get('message', '')}"[:_NOTE_LEN])
         proposal.turns = completed
         proposal.cost_usd = _price(proposal.tokens_in, proposal.tokens_out, self.spec.price)
-        proposal.meta.update({"tool": "codex", "commands": commands})
+        proposal.meta.update({"tool": "codex", "commands": commands, "failed_commands": failed_commands,
+                              "edits": edits, "failed_edits": len(failed_edits)})
         if seen == 0:
             tail = _last_line(_read_text(err)) or _last_line(_read_text(out))
             raise _Unparseable("codex printed no JSON events" + (f": {tail}" if tail else ""))
@@ -433,6 +601,11 @@ class CodexGenerator(AgentGenerator):
             raise AgentReportError(f"codex error: {last_error[1][:500]}", proposal)
         if completed == 0:
             raise AgentReportError("codex finished without completing a turn", proposal)
+        if failed_edits and not edits:
+            # Codex exits 0 when every edit it tried failed (its own sandbox refusing them, for
+            # one): that is a failed attempt, not a generator that chose to change nothing.
+            raise AgentReportError(f"codex: every edit it tried failed ({'; '.join(failed_edits)[:300]})",
+                                   proposal)
 
     def output_hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str | None:
         replies = [str(e["item"].get("text", "")) for e in _json_lines(_read_text(res.stdout_path))
@@ -443,6 +616,44 @@ class CodexGenerator(AgentGenerator):
             if found:
                 return found
         return first_sentence(replies[-1]) if replies else None
+
+
+def _codex_provider_env_key(config: Path) -> str | None:
+    """`env_key` of the model provider config.toml selects (None: OpenAI's own, or unreadable)."""
+    try:
+        import tomllib
+    except ImportError:   # Python 3.10: no TOML reader in the standard library; cannot tell
+        return None
+    try:
+        data = tomllib.loads(config.read_text())
+    except (OSError, ValueError):
+        return None
+    name = data.get("model_provider")
+    providers = data.get("model_providers")
+    if not isinstance(name, str) or not isinstance(providers, dict):
+        return None
+    entry = providers.get(name)
+    key = entry.get("env_key") if isinstance(entry, dict) else None
+    return key if isinstance(key, str) and key else None
+
+
+def _last_json(text: str) -> dict[str, Any] | None:
+    """The JSON object `text` holds (pretty-printed or one line), else the last one-line one."""
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        try:
+            whole = json.loads(text[start:end + 1])
+            if isinstance(whole, dict):
+                return whole
+        except ValueError:
+            pass
+    found = list(_json_lines(text))
+    return found[-1] if found else None
+
+
+def _note(proposal: Proposal, text: str) -> None:
+    if len(proposal.notes) < _MAX_NOTES:
+        proposal.notes.append(text[:_NOTE_LEN])
 
 
 def _json_lines(text: str) -> Iterator[dict[str, Any]]:
@@ -508,6 +719,18 @@ class AiderGenerator(AgentGenerator):
             (("--chat-history-file",),
              ["--chat-history-file", str(ctx.log_dir / "aider.chat.history.md")]),
         ]
+
+    def auth_status(self, ctx: GenContext) -> tuple[bool | None, str]:
+        # aider has no status command; the keys litellm reads for the common providers, or a
+        # key given in generator.args, are what can be seen without a request.
+        args = " ".join(self.spec.args)
+        if "--api-key" in args or "-api-key" in args:
+            return True, "a key is given in generator.args"
+        found = sorted(k for k in ctx.env if k.endswith("_API_KEY") and ctx.env[k])
+        if found:
+            return True, "key in the environment: " + ", ".join(found[:4])
+        return None, ("no *_API_KEY in the environment (a key in .aider.conf.yml or .env may still "
+                      "work); aider only says on its first request")
 
     def stdin(self, ctx: GenContext) -> Path | None:
         # The prompt goes by --message-file; were aider ever to ask a question anyway, it must

@@ -54,11 +54,27 @@ class Proposal:
     finished: bool = False   # the generator has nothing left to propose: the run stops after this cycle
 
 
+def preflight_context(program: Program, scratch: Path, *, env: Mapping[str, str], run_marker: str,
+                      wrap: Callable[[Any], Any] | None) -> GenContext:
+    """A context for checking, before the baseline, that a generator can start at all
+    (`preflight`): `scratch` (an empty folder) stands in for the work tree and the logs."""
+    prompt = scratch / "prompt.md"
+    prompt.write_text("autoloop preflight: this run has not started; change nothing.\n")
+    return GenContext(program=program, cycle=0, workdir=scratch, prompt=prompt.read_text(),
+                      prompt_file=prompt, hypothesis_file=scratch / "hypothesis.txt", log_dir=scratch,
+                      best=None, baseline=None, history=(), is_allowed=lambda _rel: False,
+                      env=env, timeout=120.0, run_marker=run_marker, wrap=wrap)
+
+
 class Generator(Protocol):
     def propose(self, ctx: GenContext) -> Proposal:
         """Edit ctx.workdir once. Raise GeneratorError for a failed attempt (cycle = gen_error),
         FatalGeneratorError when no attempt can ever succeed (run stops, exit 1)."""
         ...
+
+    # Optional (subprocess generators have it): raise FatalGeneratorError unless the generator
+    # can start as the cycles will run it (in the sandbox); return its version when it says.
+    # def preflight(self, ctx: GenContext) -> str | None
 
 
 Factory = Callable[[GeneratorSpec, Program], Generator]

@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from autoloop import proc
+from autoloop.executables import needed_paths
 from autoloop.errors import ConfigError, FatalGeneratorError, GeneratorError
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.journal import fmt
@@ -15,6 +21,16 @@ from autoloop.program import GeneratorSpec, Program
 _HYPOTHESIS = re.compile(r"Hypothesis:\s*(.*)", re.IGNORECASE)
 _SCAN_LIMIT = 16 << 20
 _LINE_LIMIT = 64 << 10
+_PREFLIGHT_TIMEOUT = 120.0
+# Exit statuses of a shell (and of bwrap's exec) for "found but not executable" / "not found":
+# it will not start next cycle either.
+_CANNOT_START = {126: "found but not executable", 127: "command not found"}
+# A first word that is not a program on PATH: what it runs is known only to the shell.
+_SHELL_WORDS = frozenset({".", ":", "[", "alias", "case", "cd", "command", "eval", "exec", "export",
+                          "for", "if", "nice", "nohup", "set", "source", "test", "time", "timeout",
+                          "ulimit", "umask", "until", "while", "{", "!"})
+_INTERPRETER = re.compile(r"(python|pypy)[0-9.]*|node|bash|sh|dash|zsh|ruby|perl|Rscript")
+_SHELL_SYNTAX = re.compile(r"[|&;<>()$`\\\"'*?\[\]#~=%{}]")
 
 
 class CommandGenerator:
@@ -37,9 +53,89 @@ class CommandGenerator:
     def read_report(self, res: proc.ProcResult, proposal: Proposal) -> None:
         """Fill cost/tokens/notes from the tool's own output; raise GeneratorError if it failed."""
 
+    def program_path(self, ctx: GenContext, root: Path | None = None) -> str | None:
+        """The program the command starts, resolved as its shell will (None: not knowable, e.g.
+        a shell builtin or a command line with shell syntax in its first word). A relative path
+        is a file of the work tree (`root`: the tree it is looked up in, default the cycle's)."""
+        assert self.spec.command is not None
+        try:
+            words = shlex.split(self.spec.command)
+        except ValueError:
+            return None
+        if not words or _SHELL_SYNTAX.search(words[0]) or words[0] in _SHELL_WORDS:
+            return None
+        name = words[0]
+        if "/" in name:
+            return str(Path(root or ctx.workdir, name)) if not os.path.isabs(name) else name
+        return shutil.which(name, path=ctx.env.get("PATH", os.defpath)) or name
+
+    def sandboxed(self, ctx: GenContext) -> GenContext:
+        """`ctx` with what the program needs inside the sandbox: the files its name resolves to
+        (an npm `.bin` symlink's target, a venv's interpreter) readable behind the private /tmp."""
+        if ctx.wrap is None:
+            return ctx
+        exe = self.program_path(ctx)
+        if exe is None or not os.path.isabs(exe):
+            return ctx
+        readable = needed_paths(exe, ctx.env.get("PATH"))
+        outer = ctx.wrap
+        return replace(ctx, wrap=lambda command: outer(command, readable=readable))
+
+    def preflight(self, ctx: GenContext) -> None:
+        """Raise FatalGeneratorError unless the program can start, inside the sandbox when there
+        is one — before the baseline, so a run that could never propose anything stops at once."""
+        # A relative path names a file of the work tree, which is HEAD's (a generator may even
+        # be allowed to create it: then it need not exist yet).
+        exe = self.program_path(ctx, root=self.program.repo_root)
+        if exe is None:
+            return
+        name = shlex.split(self.spec.command or "")[0]
+        relative = "/" in name and not os.path.isabs(name)
+        if relative and not os.path.lexists(exe):
+            return
+        if not os.path.isabs(exe):
+            raise FatalGeneratorError(
+                f"generator.command: {name}"
+                f" not found on PATH; "
+                "install it, or name it by its full path")
+        if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+            raise FatalGeneratorError(f"generator.command: {exe} is not an executable file; "
+                                      "fix generator.command or chmod +x it")
+        script = _script_operand(shlex.split(self.spec.command or ""))
+        if script is not None:
+            path = Path(script) if os.path.isabs(script) else self.program.repo_root / script
+            if not path.exists():
+                raise FatalGeneratorError(
+                    f"generator.command: {script} does not exist ({'' if os.path.isabs(script) else 'in the repository; '}"
+                    f"{os.path.basename(exe)} would fail every cycle); fix the path, or commit the script")
+        ctx = self.sandboxed(ctx)
+        if ctx.wrap is None or relative:
+            return   # (the work tree is always there inside the sandbox)
+        # Found outside; is it there inside (not under a folder the sandbox hides)?
+        self.check_starts(ctx, ["/bin/sh", "-c", 'test -x "$1"', "sh", exe], name)
+
+    def check_starts(self, ctx: GenContext, argv: list[str], name: str) -> str:
+        """Run `argv` as the generator would run (sandboxed when it is); its stdout, or
+        FatalGeneratorError naming `name`, what it said and the fix."""
+        command = ctx.wrap(argv) if ctx.wrap is not None else argv
+        with tempfile.TemporaryDirectory(prefix="autoloop-preflight-") as tmp:
+            res = proc.run(command, cwd=ctx.workdir, env=dict(ctx.env), timeout=_PREFLIGHT_TIMEOUT,
+                           log_stem=Path(tmp) / "preflight", stdin=None, marker=ctx.run_marker)
+            out = res.stdout_tail(2000)
+            said = [ln.strip() for ln in (res.stderr_tail(2000) + "\n" + out).splitlines() if ln.strip()]
+        where = " inside the sandbox" if ctx.wrap is not None else ""
+        if res.start_error is not None or not res.ok:
+            why = res.start_error or (said[-1][:300] if said else res.describe())
+            fix = ("bind what it needs with sandbox.writable, or run it with sandbox: none"
+                   if ctx.wrap is not None else "check that it is installed and runs")
+            raise FatalGeneratorError(f"the generator {name} cannot start{where}: "
+                                      f"`{' '.join(argv)}` {res.describe()}: {why}; {fix}".replace("  ", " "))
+        return out
+
     # ---- the protocol --------------------------------------------------------------------------
 
     def propose(self, ctx: GenContext) -> Proposal:
+        ctx = self.sandboxed(ctx)
         env = dict(ctx.env)
         env.update(
             AUTOLOOP_PROMPT_FILE=str(ctx.prompt_file),
@@ -62,6 +158,11 @@ class CommandGenerator:
         if res.start_error is not None:
             # it will not start next cycle either
             raise FatalGeneratorError(f"cannot run the generator {_show(self.command(ctx))}: {res.start_error}")
+        if res.exit_code in _CANNOT_START:
+            raise FatalGeneratorError(
+                f"the generator {_show(command)[:200]} {_CANNOT_START[res.exit_code]} (exit "
+                f"{res.exit_code}): {(res.stderr_tail(500).strip().splitlines() or [''])[-1][:200]}; "
+                "fix generator.command (autoloop doctor checks it)")
         if not res.ok:
             tail = [ln for ln in (res.stderr_tail(2000) or res.stdout_tail(2000)).splitlines() if ln.strip()]
             raise GeneratorError(f"generator {res.describe()}" + (f": {tail[-1][:200]}" if tail else ""))
@@ -78,6 +179,20 @@ class CommandGenerator:
             return " ".join(written.split())[:1000]
         found = first_hypothesis(res.stdout_path)
         return found or "(none given)"
+
+
+def _script_operand(words: list[str]) -> str | None:
+    """The script an interpreter is told to run (`python3 gen.py` → gen.py); None when the
+    command is not `INTERPRETER [options] FILE ...` or the program comes from `-m`/`-c`/stdin."""
+    if len(words) < 2 or not _INTERPRETER.fullmatch(os.path.basename(words[0])):
+        return None
+    for word in words[1:]:
+        if word in ("-m", "-c", "-e", "-", "--"):
+            return None
+        if word.startswith("-"):
+            continue
+        return word if ("/" in word or "." in word) and not _SHELL_SYNTAX.search(word) else None
+    return None
 
 
 def first_hypothesis(path: Path) -> str | None:

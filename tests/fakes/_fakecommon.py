@@ -40,7 +40,9 @@ def log(tool: str, argv: list[str], **extra: Any) -> None:
     path = os.environ.get("FAKE_AGENT_LOG")
     if not path:
         return
-    record = {"tool": tool, "argv": argv, "cwd": os.getcwd(), **extra}
+    record = {"tool": tool, "argv": argv, "cwd": os.getcwd(),
+              # where autoloop told it to keep its state (a private copy when sandboxed)
+              "state_env": {k: os.environ.get(k) for k in ("CODEX_HOME", "CLAUDE_CONFIG_DIR")}, **extra}
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
 

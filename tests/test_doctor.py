@@ -1,0 +1,149 @@
+"""`autoloop doctor [PROGRAM]`: one line per check, exit 0 when a run could start, 1 when not,
+2 on a bad program.md — and nothing changed in the repository either way."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import git, run_cli
+
+PY = sys.executable
+SCORE = 'print(f"score: {open(\'val.txt\').read().strip()}")\n'
+GEN = "import pathlib; pathlib.Path('val.txt').write_text('4\\n')\n"
+
+
+def _repo(make_repo, *, generator: str | None = None, verifier: str | None = None,  # type: ignore[no-untyped-def]
+          extra: str = "", sandbox: str = "none") -> Path:
+    repo = make_repo({"val.txt": "5\n", "score.py": SCORE, "gen.py": GEN,
+                      ".gitignore": "program.md\nexperiments.md\nresults.tsv\n.autoloop/\n"})
+    generator = generator or f"generator: {{kind: command, command: {PY} gen.py}}"
+    verifier = verifier or f"{PY} score.py"
+    (repo / "program.md").write_text(
+        f"---\ngoal: Lower the score\nallowed: [val.txt]\n"
+        f"verifier: {{command: {verifier}, metric: score, direction: minimize}}\n"
+        f"{generator}\nsandbox: {sandbox}\n{extra}---\nLower it.\n")
+    return repo
+
+
+def _lines(out: str) -> dict[str, tuple[str, str]]:
+    """name -> (state, detail) of each check line."""
+    found = {}
+    for line in out.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) == 3 and parts[0] in ("ok", "warn", "FAIL"):
+            found[parts[1]] = (parts[0], parts[2])
+    return found
+
+
+def _unchanged(repo: Path, refs_before: str) -> None:
+    assert git(repo, "for-each-ref") == refs_before
+    assert not (repo / "results.tsv").exists() and not (repo / "experiments.md").exists()
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_healthy_setup_passes_every_check(make_repo) -> None:  # type: ignore[no-untyped-def]
+    repo = _repo(make_repo, extra="guards: [\"python3 -c 'pass'\"]\n")
+    refs = git(repo, "for-each-ref")
+    res = run_cli("doctor", cwd=repo)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = _lines(res.stdout)
+    head = git(repo, "rev-parse", "HEAD")[:12]
+    assert lines["git"] == ("ok", f"{repo}: HEAD {head} on main, clean")
+    assert lines["generator"][0] == "ok"
+    assert lines["sandbox"][0] == "warn" and "unconfined" in lines["sandbox"][1]
+    assert lines["verifier"][0] == "ok" and lines["verifier"][1].startswith(f"score = 5 on HEAD {head}")
+    assert lines["guard"][0] == "ok" and "passes on HEAD" in lines["guard"][1]   # "guard NAME ..."
+    assert res.stdout.rstrip().endswith("doctor: a run can start")
+    _unchanged(repo, refs)
+    # What doctor says is what the run then does.
+    run = run_cli("run", "--tag", "t", "--cycles", "1", cwd=repo)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_verifier_measures_head_not_the_uncommitted_checkout(make_repo) -> None:  # type: ignore[no-untyped-def]
+    repo = _repo(make_repo)
+    (repo / "val.txt").write_text("99\n")     # not committed: the run's baseline will not see it
+    res = run_cli("doctor", cwd=repo)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = _lines(res.stdout)
+    assert lines["verifier"][1].startswith("score = 5 on HEAD")
+    assert lines["git"][0] == "warn" and "1 uncommitted or untracked path" in lines["git"][1]
+    assert (repo / "val.txt").read_text() == "99\n"
+
+
+def test_broken_setup_names_each_problem(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    missing = tmp_path / "no-such-data"
+    repo = _repo(make_repo, generator="generator: {kind: command, command: no-such-agent-xyz --go}",
+                 extra=f"data: [{{path: {missing}, as: data}}]\n")
+    refs = git(repo, "for-each-ref")
+    res = run_cli("doctor", cwd=repo)
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = _lines(res.stdout)
+    assert lines["generator"][0] == "FAIL" and "no-such-agent-xyz not found on PATH" in lines["generator"][1]
+    assert lines["data"][0] == "FAIL" and str(missing) in lines["data"][1] and "program.md:" in lines["data"][1]
+    assert lines["verifier"][0] == "FAIL"      # not measured without its data
+    assert "a run would not start" in res.stdout
+    assert "Traceback" not in res.stderr
+    _unchanged(repo, refs)
+
+
+def test_failing_verifier_is_a_problem_with_what_it_said(make_repo) -> None:  # type: ignore[no-untyped-def]
+    repo = _repo(make_repo, verifier=f"{PY} -c 'import sys; sys.exit(\"no GPU here\")'")
+    res = run_cli("doctor", cwd=repo)
+    assert res.returncode == 1, res.stdout + res.stderr
+    state, detail = _lines(res.stdout)["verifier"]
+    assert state == "FAIL" and "no GPU here" in detail
+
+
+def test_missing_agent_cli_fails_the_generator_check(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    repo = _repo(make_repo, generator="generator: {kind: codex}")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("git", "sh"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))  # type: ignore[arg-type]
+    res = run_cli("doctor", cwd=repo, env={"PATH": str(bin_dir)})
+    assert res.returncode == 1
+    state, detail = _lines(res.stdout)["generator"]
+    assert state == "FAIL" and "codex not found on PATH" in detail and "install the Codex CLI" in detail
+
+
+def test_bad_program_is_exit_2(make_repo) -> None:  # type: ignore[no-untyped-def]
+    repo = _repo(make_repo, extra="stopp: {max_cycles: 3}\n")
+    res = run_cli("doctor", cwd=repo)
+    assert res.returncode == 2
+    assert res.stderr.startswith("program.md:") and "stopp" in res.stderr
+    assert res.stdout == ""
+
+
+def test_not_a_repository_state_it_works_on(make_repo) -> None:  # type: ignore[no-untyped-def]
+    repo = _repo(make_repo)
+    (repo / ".git" / "MERGE_HEAD").write_text(git(repo, "rev-parse", "HEAD") + "\n")
+    res = run_cli("doctor", cwd=repo)
+    assert res.returncode == 1
+    state, detail = _lines(res.stdout)["git"]
+    assert state == "FAIL" and "merge or rebase is in progress" in detail
+
+
+def _bwrap_works() -> bool:
+    return bool(shutil.which("bwrap")) and subprocess.run(
+        ["bwrap", "--ro-bind", "/", "/", "--", "/bin/true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _bwrap_works(), reason="bubblewrap missing or unable to make a sandbox here")
+def test_sandboxed_generator_is_checked_inside_the_sandbox(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    tool = tmp_path / "tools" / "claude"
+    tool.parent.mkdir()
+    tool.write_text('#!/bin/sh\n[ -w "$HOME" ] || { echo "cannot write $HOME" >&2; exit 3; }\necho 1.0\n')
+    tool.chmod(0o755)
+    repo = _repo(make_repo, generator=f"generator: {{kind: claude, command: {tool}}}", sandbox="bwrap")
+    res = run_cli("doctor", cwd=repo)
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = _lines(res.stdout)
+    assert lines["sandbox"][0] == "ok"
+    assert lines["generator"][0] == "FAIL" and "cannot start inside the sandbox" in lines["generator"][1]
+    assert lines["verifier"][0] == "ok"
