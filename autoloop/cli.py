@@ -480,7 +480,10 @@ def _open_run(args: argparse.Namespace) -> tuple[Any, str, Any]:
     tag = args.tag or _latest_tag(program.state_dir, program.rel_path, args.command)
     journal = Journal(program.state_dir, tag)
     if not journal.exists():
-        raise UsageError(f"no run '{tag}' next to {program.path.name} (no {journal.ledger})")
+        runs = [led.parent.name for led in sorted((program.state_dir / ".autoloop").glob("*/ledger.jsonl"))
+                if program.rel_path in _run_programs(led) or not _run_programs(led)]
+        known = f"; its runs: {', '.join(runs)}" if runs else f"; {program.path.name} has no run yet"
+        raise UsageError(f"no run '{tag}' next to {program.path.name} (no {journal.ledger}){known}")
     journal.load()
     made_by = _run_programs(journal.ledger)
     if made_by and program.rel_path not in made_by:

@@ -47,6 +47,12 @@ def test_log_and_report_pick_this_programs_run(tmp_path: Path) -> None:
     assert len(errs) == 1 and "made with other.md" in errs[0], res.stderr
     assert "autoloop log other.md --tag theirs" in errs[0], errs[0]
 
+    # a tag that does not exist: the message lists this program's runs, and only them
+    res = _cli(repo, env, "log", "--tag", "nope")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    errs = error_lines(res.stderr)
+    assert len(errs) == 1 and errs[0].endswith("its runs: mine"), res.stderr
+
     # a program never run, next to others' runs: says so instead of showing theirs
     res = _cli(repo, env, "report", "third.md")
     assert res.returncode == 2 and "Traceback" not in res.stderr
