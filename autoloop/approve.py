@@ -25,7 +25,8 @@ import tty
 from dataclasses import dataclass
 from typing import IO, Callable, Literal, Protocol, Sequence
 
-from autoloop.journal import fmt, pct
+from autoloop.journal import pct
+from autoloop.numbers import num as fmt, signed_pct
 from autoloop.verify import GuardResult
 
 Action = Literal["keep", "discard", "verify", "skip", "quit"]
@@ -111,7 +112,7 @@ def human_outcome(review: Review, decision: Decision, ratchet_lesson: str | None
 
 def _pct(old: float | None, new: float | None) -> str:
     d = pct(old, new)
-    return f" ({d:+.2f}%)" if d is not None else ""
+    return f" ({signed_pct(d)})" if d is not None else ""
 
 
 # ---- the terminal ---------------------------------------------------------------------------

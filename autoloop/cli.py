@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -112,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     lg = sub.add_parser("log", help="the cycles of a run and its summary")
     lg.add_argument("program", nargs="?", default="program.md")
     lg.add_argument("--tag", help="which run (default: the most recent)")
+    lg.add_argument("--wide", action="store_true",
+                    help="print every hypothesis and lesson whole (default: cut with … to the terminal width)")
 
     g = sub.add_parser("gate", help="pull-request gate: measure base and head here, paired; exit 1 if head is worse")
     g.add_argument("program", nargs="?", default="program.md")
@@ -133,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--format", choices=("html", "markdown"), default="html",
                     help="html (default) or markdown (the summary a PR body or step summary shows)")
 
+    c = sub.add_parser("clean", help="remove a tag's worktrees and private state (asks first)")
+    c.add_argument("program", nargs="?", default="program.md")
+    c.add_argument("--tag", help="which run (default: the most recent)")
+    c.add_argument("--yes", "-y", action="store_true", help="do not ask")
+    c.add_argument("--branch", action="store_true", help="also delete the branch autoloop/TAG (its kept commits)")
+    c.add_argument("--journal", action="store_true",
+                   help="also delete the journal: the ledger, and experiments.md/results.tsv when they are this tag's")
+
     i = sub.add_parser("init", help="write a program.md from a template")
     i.add_argument("path", nargs="?", default=".", help="file or folder (default: ./program.md)")
     i.add_argument("--template", default="generic", help="template name (see --list)")
@@ -145,9 +154,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # a bare `--approve` means `--approve=after` (an optional value would swallow PROGRAM)
     argv = ["--approve=after" if a == "--approve" else a for a in argv]
     args = build_parser().parse_args(argv)
+    if args.command in ("log", "report", "init") and hasattr(signal, "SIGPIPE"):
+        # read-only commands behave like any Unix tool in a pipe: `autoloop log | head` just
+        # ends when head has read enough (a run keeps Python's handling: see BrokenPipeError)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
-        return {"run": cmd_run, "verify": cmd_verify, "doctor": cmd_doctor, "log": cmd_log, "init": cmd_init, "gate": cmd_gate,
-                "report": cmd_report}[args.command](args)
+        return {"run": cmd_run, "verify": cmd_verify, "doctor": cmd_doctor, "log": cmd_log, "init": cmd_init,
+                "gate": cmd_gate, "report": cmd_report, "clean": cmd_clean}[args.command](args)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return exc.exit_code
@@ -163,6 +176,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _leaving()
         print("autoloop: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader went away (`| head`): nothing more to say, and no traceback when Python
+        # flushes stdout at exit
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 128 + 13
     except Exception as exc:  # a bug of ours: one line, details only on request
         if os.environ.get("AUTOLOOP_DEBUG"):
             raise
@@ -208,6 +229,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
     out = sys.stderr if args.json else sys.stdout
     program = _load(args.program)  # before the heavy imports: bad input is refused at once
+    _newcomer_checks(program, args.tag)
     from autoloop import ci as cimod
     from autoloop.approve import NoTerminal, TerminalReviewer
     from autoloop.loop import Run, RunOptions
@@ -278,7 +300,10 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
                 reason = "interrupted"
             else:
                 reason = f"error: {(str(exc) or type(exc).__name__).splitlines()[0]}"
-            _ending(out, program, run, outcome, reason, None)
+            import shlex
+
+            _ending(out, program, run, outcome, reason, None,
+                    resume=shlex.join(["autoloop", "run", args.program, "--tag", args.tag]))
         if not on_budget:
             raise
         return 0
@@ -291,16 +316,13 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
 
 
 def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
-            final: Mapping[str, Any] | None) -> None:
+            final: Mapping[str, Any] | None, resume: str = "") -> None:
     """The last lines of every run that got as far as its ledger, however it ended: the
     journal's paths, the CI journal commit, and `stopped: ... baseline → best ...; branch`."""
-    from autoloop.summary import best_measured
     outcome.stop_reason = reason
     outcome.this_run = _since_start(run)
     outcome.cycles_run = sum(outcome.this_run.values())
     outcome.incumbent = run.incumbent or outcome.incumbent
-    cycles = run.journal.cycles()
-    kept = sum(1 for c in cycles if c["status"] == "keep")
     label = program.verifier.label
     print(f"journal: {program.state_dir / 'experiments.md'}  {program.state_dir / 'results.tsv'}", file=out)
     if outcome.journal_commit:
@@ -310,12 +332,54 @@ def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
         print(f"stopped: {reason}. {label}: no baseline was measured, so branch autoloop/{run.opt.tag} "
               "was not made", file=out)
         return
-    remeasured = f"; {final['text']}" if final and final.get("text") else ""
-    # the best measured: never a regression a person chose to keep (approve mode)
-    best = best_measured(cycles, program.verifier.direction, run.best)
-    print(f"stopped: {reason}. {label}: baseline {_f(run.baseline)} → best {_f(best)}"
-          f"{_gain(run.baseline, best)}; {kept} kept in total; branch autoloop/{run.opt.tag}"
-          f" at {run.incumbent[:12]}{remeasured}", file=out)
+    # one gain, from facts like log/report/--json: the re-measured one when the run has it; a
+    # re-measurement that did not happen says why
+    why_not = (f"; {final['text']}" if final and final.get("text") and (final.get("skipped") or final.get("error"))
+               else "")
+    print(f"stopped: {reason}. {_standing(run)}; branch autoloop/{run.opt.tag} at {run.incumbent[:12]}{why_not}",
+          file=out)
+    if reason == "interrupted" and resume:
+        print(f"resume with: {resume}", file=out, flush=True)
+
+
+def _standing(run: Any) -> str:
+    """`score: baseline 109.04 → best 100.86, gain -25.77% (95% CI …), re-measured; 3 kept` —
+    from the ledger through facts, the same numbers `log`, the report and --json show."""
+    from autoloop.facts import facts, gain_text
+
+    v = run.program.verifier
+    f = facts(run.journal.records, tag=run.opt.tag, goal=run.program.goal, metric=v.label,
+              direction=v.direction)
+    s = f.summary
+    if s.baseline is None:
+        return f"{v.label}: no baseline measured"
+    gain = f", gain {gain_text(f)}" if f.headline_gain_pct is not None else ""
+    return f"{v.label}: baseline {f.fmt(s.baseline)} → best {f.fmt(s.best)}{gain}; {s.kept} kept in total"
+
+
+def _newcomer_checks(program: Any, tag: str | None = None) -> None:
+    """Before anything runs: refuse an untouched `autoloop init` template (exit 2); warn about
+    `allowed` entries that can only be mistakes — before the baseline, so not again on every
+    resume of a tag that has measured one."""
+    from autoloop import hints
+
+    hints.refuse_placeholders(program)
+    if tag is not None and _has_baseline(program, tag):
+        return
+    for line in hints.unmatched_allowed(program):
+        print(f"autoloop: warning: {line}", file=sys.stderr)
+
+
+def _has_baseline(program: Any, tag: str) -> bool:
+    """Does the tag's ledger hold a cycle record? Read only (loading would mend a torn line,
+    which is the run's job, under its lock); every record starts with its type."""
+    from autoloop.journal import Journal
+
+    try:
+        with open(Journal(program.state_dir, tag).ledger, "rb") as f:
+            return any(line.startswith(b'{"t":"cycle"') for line in f)
+    except OSError:
+        return False
 
 
 def _since_start(run: Any) -> dict[str, int]:
@@ -359,23 +423,15 @@ def _run_epilogue(args: argparse.Namespace, outcome: Any) -> None:
         cimod.write_json(sys.stdout, outcome.as_json())
 
 
-def _f(x: float | None) -> str:
-    return "" if x is None else f"{x:.6g}"
-
-
-def _gain(a: float | None, b: float | None) -> str:
-    if a is None or b is None or a == 0:
-        return ""
-    return f" ({(b - a) / abs(a) * 100:+.2f}%)"
-
-
 # ---- verify ------------------------------------------------------------------------------------
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from autoloop.numbers import num
     from autoloop.verify_head import check, verify_head
 
     program = _load(args.program)
+    _newcomer_checks(program)
     ws, head = check(program)
     print(f"verifying {program.repo_root} at HEAD {head[:12]}: what a run's baseline measures "
           "(committed files only, in a private tree; nothing is changed)", flush=True)
@@ -395,7 +451,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print(res.verifier_tail)
         return 1
     v = program.verifier
-    print(f"{v.label}: {_f(m.metric)}  ({v.direction}, {m.duration_s:.1f}s)")
+    print(f"{v.label}: {num(m.metric)}  ({v.direction}, {m.duration_s:.1f}s)")
     return 0
 
 
@@ -421,17 +477,40 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    from autoloop.summary import summarize
+    from autoloop.facts import facts, gain_text, rows
+    from autoloop.numbers import count, signed_pct, usd
 
     program, tag, journal = _open_run(args)
     cycles = journal.cycles()
-    name = program.verifier.label
+    v = program.verifier
+    name = v.label
+    f = facts(journal.records, tag=tag, goal=program.goal, metric=name, direction=v.direction)
+    fmt = f.fmt
+    width = None if args.wide else _columns()
     print(f"run autoloop/{tag} — {program.goal}")
-    print(f"{'cycle':>5}  {'status':<10} {name:>12} {'best':>12}  hypothesis / lesson")
-    for c in cycles:
-        hyp = " ".join(str(c.get("hypothesis", "")).split())[:60]
-        print(f"{c['cycle']:>5}  {c['status']:<10} {_f(c.get('metric')) or '-':>12} {_f(c.get('best')):>12}  {hyp}")
-    s = summarize(cycles, program.verifier.direction)
+    from autoloop.journal import not_sandboxed
+    for note in not_sandboxed(journal.records):
+        print(f"WARNING: {note}")
+    if not cycles:
+        # an aborted baseline leaves no cycle record, only why: say so instead of an empty table
+        why = next((r.get("reason") for r in reversed(journal.records)
+                    if r.get("t") == "abort" and r.get("cycle") == 0), None)
+        print("no cycle was measured: " + (f"the baseline was aborted ({why})" if why else
+                                           "the run stopped before its baseline"))
+        print(f"fix what stopped it (`autoloop verify {args.program}` shows the verifier's output), then "
+              f"`autoloop run {args.program} --tag {tag}` starts the tag afresh")
+        return 1
+    paired = any(isinstance((c.get("stats") or {}).get("pooled"), dict) for c in cycles)
+    against = "vs (in cycle)" if paired else "best before"
+    head = f"{'cycle':>5}  {'status':<10} {name[:12]:>12} {against:>13} {'change':>8}  "
+    print(head + "hypothesis")
+    indent = " " * len(head)
+    for c, vs, change in rows(cycles):
+        line = (f"{c['cycle']:>5}  {c['status']:<10} {fmt(c.get('metric')) or '-':>12} "
+                f"{fmt(vs, '') :>13} {signed_pct(change, ''):>8}  ")
+        print(_cut(line + " ".join(str(c.get("hypothesis", "")).split()), width))
+        if c["status"] != "baseline":
+            print(_cut(indent + "→ " + " ".join(str(c.get("lesson", "")).split()), width))
     judged = [c for c in cycles if (c.get("stats") or {}).get("pooled")]
     if judged:
         print()
@@ -440,36 +519,54 @@ def cmd_log(args: argparse.Namespace) -> int:
             st = c["stats"]
             pooled = st["pooled"]
             ci = pooled.get("change_ci_pct")
-            ci_text = f"{ci[0]:+.2f}% … {ci[1]:+.2f}%" if ci else "-"
-            change = "-" if pooled.get("change_pct") is None else f"{pooled['change_pct']:+.2f}%"
+            ci_text = f"{signed_pct(ci[0])} … {signed_pct(ci[1])}" if ci else "-"
             hold = st.get("holdout")
             h = "-" if not isinstance(hold, dict) else ("overfit?" if hold.get("overfit") else "improved")
             ps = "/".join(f"{b['p']:.3g}" for b in st.get("batches", []) if "p" in b)
             pairs = "+".join(str(b.get("n", 0)) for b in st.get("batches", []))
-            print(f"{c['cycle']:>5}  {c['status']:<10} {change:>9}  {ci_text:<21} {ps:>8}  {pairs:<5}  {h}")
+            print(f"{c['cycle']:>5}  {c['status']:<10} {signed_pct(pooled.get('change_pct'), '-'):>9}  "
+                  f"{ci_text:<21} {ps:>8}  {pairs:<5}  {h}")
+    s = f.summary
     print()
-    print(f"baseline   {_f(s.baseline) or '-'}")
-    print(f"best       {_f(s.best) or '-'}")
-    print(f"gain       {'-' if s.gain_pct is None else f'{s.gain_pct:+.2f}%'}")
+    print(f"baseline   {fmt(s.baseline) or '-'}")
+    print(f"best       {fmt(s.best) or '-'}" + (" (as measured against its incumbent)" if f.paired else ""))
+    print(f"gain       {gain_text(f) if f.headline_gain_pct is not None else '-'}")
+    if f.final is not None and s.gain_pct is not None and signed_pct(s.gain_pct) != signed_pct(f.headline_gain_pct):
+        print(f"           (one-cycle medians baseline → best said {signed_pct(s.gain_pct)}; "
+              "the re-measured gain is the one to quote)")
     rate = "-" if s.keep_rate is None else f"{s.keep_rate * 100:.0f}% ({s.kept} of {s.cycles})"
     print(f"keep rate  {rate}")
-    print("by status  " + (", ".join(f"{k} {v}" for k, v in s.by_status.items()) or "-"))
+    print("by status  " + (", ".join(f"{k} {n}" for k, n in s.by_status.items()) or "-"))
     print(f"trend      {s.trend}")
     calibration = (cycles[0].get("stats") or {}) if cycles else {}
     if calibration.get("warning"):
         print(f"warning    {calibration['warning']}")
-    for f in journal.finals():
-        print(f"final      (after cycle {f.get('after_cycle')}) {f.get('text', '')}")
-    if s.cost_usd:
-        per_keep = f", ${s.cost_per_keep:.2f} per kept change" if s.cost_per_keep is not None else ""
-        per_unit = (f", {_usd(s.cost_per_unit_gain)} per unit of {name} gained"
-                    if s.cost_per_unit_gain is not None else "")
-        print(f"cost       ${s.cost_usd:.2f}{per_keep}{per_unit}, {s.tokens} tokens")
+    for fin in journal.finals():
+        print(_cut(f"final      (after cycle {fin.get('after_cycle')}) {fin.get('text', '')}", width))
+    if s.cost_usd or s.tokens:
+        parts = [usd(s.cost_usd) if s.cost_usd else "no price known"]
+        if s.cost_per_keep is not None:
+            parts.append(f"{usd(s.cost_per_keep)} per kept change")
+        if s.cost_per_unit_gain is not None:
+            parts.append(f"{usd(s.cost_per_unit_gain)} per unit of {name} gained")
+        if s.tokens:
+            parts.append(f"{count(s.tokens)} tokens")
+        print("cost       " + ", ".join(parts))
     return 0
 
 
-def _usd(x: float) -> str:
-    return f"${x:.2f}" if abs(x) >= 0.01 else f"${x:.2g}"
+def _columns() -> int | None:
+    """How wide a line `log` may print: the terminal's width, or 120 in a pipe (a `| less`
+    reader still sees whole words); `--wide` prints everything."""
+    if sys.stdout.isatty():
+        import shutil
+
+        return max(60, shutil.get_terminal_size((120, 24)).columns)
+    return 120
+
+
+def _cut(line: str, width: int | None) -> str:
+    return line if width is None or len(line) <= width else line[:width - 1] + "…"
 
 
 def _open_run(args: argparse.Namespace) -> tuple[Any, str, Any]:
@@ -534,13 +631,15 @@ def _latest_tag(state_dir: Path, program: str, command: str) -> str:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from autoloop.gate import markdown, parse_tolerance, run_gate, to_json
+    from autoloop.gate import markdown, parse_tolerance, resolve, run_gate, to_json
 
     try:
         tolerance = parse_tolerance(args.tolerance)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     program = _load(args.program)
+    for ref in (args.base, args.head):
+        resolve(program.repo_root, ref)      # an unknown revision is refused before any header
     print(f"gate: {program.verifier.label} of {args.head} vs {args.base}, {args.pairs} interleaved pairs",
           file=sys.stderr, flush=True)
     res = run_gate(program, base_ref=args.base, head_ref=args.head, pairs=args.pairs,
@@ -586,6 +685,54 @@ def cmd_report(args: argparse.Namespace) -> int:
     out.write_text(text, encoding="utf-8")
     print(f"wrote {out} ({f.cycles_total} cycles)")
     return 0
+
+
+# ---- clean ---------------------------------------------------------------------------------------
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from autoloop import clean
+
+    program = _load(args.program)
+    tag = args.tag or clean.latest_tag(program)
+    plan = clean.plan(program, tag, branch=args.branch, journal=args.journal)
+    if plan.empty:
+        print(f"nothing to remove for tag '{tag}'")
+        for k in plan.keeps:
+            print(f"  keeps {k}")
+        return 0
+    print(f"autoloop clean: tag '{tag}' — will remove:")
+    if plan.branch_head:
+        print(f"  branch {plan.branch} (at {plan.branch_head[:12]}; its kept commits stay reachable only "
+              "if merged elsewhere)")
+    for p in plan.trees:
+        print(f"  {p}")
+    for p in [*plan.journal, *plan.state]:
+        print(f"  {_show_path(program, p)}")
+    for k in plan.keeps:
+        print(f"  keeps {k}")
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise UsageError("autoloop clean asks before removing anything; add --yes to run it without a terminal")
+        try:
+            answer = input("remove these? [y/N] ").strip().lower()
+        except EOFError:
+            answer = ""
+        if answer not in ("y", "yes"):
+            print("nothing removed")
+            return 1
+    clean.remove(program, plan)
+    print(f"removed; `autoloop run {args.program} --tag {tag}` " + (
+        "starts the tag afresh" if plan.branch_head and plan.journal else "resumes it"
+        if not plan.branch_head and not plan.journal else "cannot reuse the tag (see above)"))
+    return 0
+
+
+def _show_path(program: Any, p: Path) -> str:
+    try:
+        return p.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return str(p)
 
 
 # ---- init --------------------------------------------------------------------------------------

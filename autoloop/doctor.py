@@ -19,7 +19,7 @@ from typing import Any, Iterator, Literal
 from autoloop import envs
 from autoloop.errors import AutoloopError, UsageError
 from autoloop.generators.base import GenContext, preflight_context
-from autoloop.journal import fmt
+from autoloop.numbers import num as fmt
 from autoloop.loop import Run, RunOptions
 from autoloop.program import Program
 from autoloop.sandbox import SandboxUnavailable

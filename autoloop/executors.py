@@ -81,7 +81,8 @@ class LocalLane:
             self._checked_out.add(side)
         with self.guard.measuring(tree, commit, env, baseline=baseline) as menv:
             return measure(program, cwd=tree.path, env=menv, log_dir=log_dir, marker=marker,
-                           with_guards=with_guards, after_step=self.guard.after_step)
+                           with_guards=with_guards, after_step=self.guard.after_step,
+                           box=self.guard.confine(tree.path, menv))
 
 
 class LocalExecutor:

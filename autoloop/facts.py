@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-from autoloop.journal import pct
+from autoloop.journal import not_sandboxed, pct
+from autoloop.numbers import formatter, pct_interval, run_values, signed_pct, usd
 from autoloop.summary import Summary, summarize
 
 
@@ -42,11 +43,40 @@ class Facts:
     duration_s: float
     cycles_total: int                       # cycle records, baseline included
     by_status: dict[str, int] = field(default_factory=dict)
+    not_sandboxed: tuple[str, ...] = ()     # `not sandboxed: <why>; ...`, one per distinct reason
+    # the end-of-run re-measurement of best against the start (the last `final` record that
+    # measured): in a paired run this, not baseline → best of one-cycle medians, is the gain
+    final: Mapping[str, Any] | None = None
+    values: tuple[float, ...] = ()          # every metric value the run shows (for rounding)
+    paired: bool = False                    # some cycle was judged on paired measurements
+    aborted: str | None = None              # why no cycle was measured (an aborted baseline)
+
+    @property
+    def remeasured_pct(self) -> float | None:
+        return None if self.final is None else self.final.get("change_pct")
+
+    @property
+    def headline_gain_pct(self) -> float | None:
+        """The gain a person should quote: re-measured when the run has it, else baseline → best."""
+        r = self.remeasured_pct
+        return r if r is not None else self.summary.gain_pct
+
+    def title(self) -> str:
+        """`score 145.975 → 109.04 (-25.77%, re-measured)`: one line for a PR title."""
+        s = self.summary
+        if s.baseline is None:
+            return f"{self.metric}: baseline not measured"
+        gain = signed_pct(self.headline_gain_pct, "?") + (", re-measured" if self.remeasured_pct is not None else "")
+        return f"{self.metric} {self.fmt(s.baseline, '?')} → {self.fmt(s.best, '?')} ({gain})"
+
+    def fmt(self, x: float | None, empty: str = "–") -> str:
+        """A metric value, rounded the same way as everywhere else in this run."""
+        return formatter(self.values, empty)(x)
 
     @property
     def cost_per_pct(self) -> float | None:
         """Dollars spent per percentage point of gain (None without cost or gain)."""
-        g = self.summary.gain_pct
+        g = self.headline_gain_pct
         if not self.summary.cost_usd or not g:
             return None
         return self.summary.cost_usd / abs(g)
@@ -57,11 +87,17 @@ class Facts:
             "tag": self.tag, "branch": f"autoloop/{self.tag}", "goal": self.goal,
             "metric": self.metric, "direction": self.direction,
             "baseline": s.baseline, "best": s.best, "gain_pct": _r(s.gain_pct),
+            "remeasured_gain_pct": _r(self.remeasured_pct), "aborted": self.aborted,
+            "headline_gain_pct": _r(self.headline_gain_pct),
+            # what a person reads (rounded like every other output; a PR title uses `title`)
+            "display": {"baseline": self.fmt(s.baseline, ""), "best": self.fmt(s.best, ""),
+                        "gain": gain_text(self), "title": self.title()},
             "gain_ci_pct": None if self.gain_ci_pct is None else [_r(x) for x in self.gain_ci_pct],
             "gain_ci_level": self.gain_ci_level,
             "cycles": s.cycles, "kept": s.kept, "keep_rate": _r(s.keep_rate),
             "by_status": dict(s.by_status), "cost_usd": round(s.cost_usd, 6), "tokens": s.tokens,
             "cost_per_pct": _r(self.cost_per_pct), "duration_s": round(self.duration_s, 3),
+            "not_sandboxed": list(self.not_sandboxed),
             "kept_changes": [{**asdict(k), "ci_pct": None if k.ci_pct is None else list(k.ci_pct)}
                              for k in self.kept],
         }
@@ -76,46 +112,76 @@ def facts(records: Sequence[Mapping[str, Any]], *, tag: str, goal: str, metric: 
     cycles = [r for r in records if r.get("t") == "cycle"]
     s = summarize(cycles, direction)
     kept = []
-    for c in cycles:
+    for c, before, change in rows(cycles):
         if c["status"] != "keep":
             continue
-        # the incumbent's metric before this keep: the best of the cycle before it
-        prev = [p for p in cycles if p["cycle"] < c["cycle"] and p.get("best") is not None]
-        before = prev[-1]["best"] if prev else None
+        # `before`: what this keep was judged against (the incumbent re-measured beside it in
+        # a paired cycle, else the best of the cycle before it)
         st = c.get("stats") or {}
-        ci = st.get("change_ci_pct")
+        ci = st.get("change_ci_pct") or (st.get("pooled") or {}).get("change_ci_pct")
         kept.append(Kept(cycle=c["cycle"], commit=c.get("commit") or "", metric=c.get("metric"),
-                         before=before, change_pct=pct(before, c.get("metric")),
+                         before=before, change_pct=change,
                          hypothesis=" ".join(str(c.get("hypothesis", "")).split()),
                          ci_pct=(float(ci[0]), float(ci[1])) if isinstance(ci, (list, tuple)) and len(ci) == 2 else None,
                          decided_by=c.get("decided_by") or "ratchet"))
     gain_ci = level = None
+    final = None
     for r in records:
         ci = r.get("gain_ci_pct")
         if isinstance(ci, (list, tuple)) and len(ci) == 2:
             gain_ci, level = (float(ci[0]), float(ci[1])), r.get("gain_ci_level")
+        if r.get("t") == "final" and not r.get("error") and not r.get("skipped") \
+                and r.get("change_pct") is not None:
+            final = r
+            ci = r.get("change_ci_pct")
+            if isinstance(ci, (list, tuple)) and len(ci) == 2 and not r.get("deterministic"):
+                gain_ci, level = (float(ci[0]), float(ci[1])), r.get("ci_level")
+            else:
+                gain_ci = level = None
     duration = sum(float(c.get("duration_s") or 0.0) for c in cycles)
     return Facts(tag=tag, goal=goal, metric=metric, direction=direction, summary=s, kept=tuple(kept),
                  gain_ci_pct=gain_ci, gain_ci_level=level, duration_s=duration,
-                 cycles_total=len(cycles), by_status=dict(s.by_status))
-
-
-def num(x: float | None) -> str:
-    from autoloop.journal import fmt
-
-    return "–" if x is None else fmt(x)
-
-
-def signed_pct(x: float | None, digits: int = 2) -> str:
-    return "–" if x is None else f"{x:+.{digits}f}%"
+                 cycles_total=len(cycles), by_status=dict(s.by_status), final=final,
+                 not_sandboxed=tuple(not_sandboxed(records)),
+                 values=tuple(run_values(records)),
+                 paired=any(isinstance((c.get("stats") or {}).get("pooled"), dict) for c in cycles),
+                 aborted=None if cycles else next(
+                     (str(r.get("reason") or "stopped before its baseline") for r in reversed(records)
+                      if r.get("t") == "abort" and r.get("cycle") == 0), None))
 
 
 def gain_text(f: Facts) -> str:
-    g = signed_pct(f.summary.gain_pct)
+    """The headline gain: re-measured with its interval when the run has one (`-25.77% (95% CI
+    -31.2% … -20.4%), re-measured`), else baseline → best."""
+    g = signed_pct(f.headline_gain_pct)
     if f.gain_ci_pct is not None:
-        lvl = f"{f.gain_ci_level * 100:.0f}% " if f.gain_ci_level else ""
-        g += f" ({lvl}CI {f.gain_ci_pct[0]:+.2f}% … {f.gain_ci_pct[1]:+.2f}%)"
+        g += f" ({pct_interval(f.gain_ci_pct, f.gain_ci_level)})"
+    if f.remeasured_pct is not None:
+        g += ", re-measured" + (" (deterministic)" if f.final and f.final.get("deterministic") else "")
     return g
+
+
+def in_cycle(c: Mapping[str, Any], best_before: float | None) -> tuple[float | None, float | None]:
+    """(the value a cycle was judged against, its change in %): the incumbent re-measured in
+    the same batch for a paired cycle, else the best before the cycle."""
+    pooled = (c.get("stats") or {}).get("pooled") if isinstance(c.get("stats"), dict) else None
+    if isinstance(pooled, dict) and pooled.get("median_a") is not None:
+        return pooled.get("median_a"), pooled.get("change_pct")
+    if c.get("status") == "baseline":
+        return None, None
+    return best_before, c.get("delta_pct", pct(best_before, c.get("metric")))
+
+
+def rows(cycles: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], float | None, float | None]]:
+    """Each cycle with the in-cycle comparison it was judged on (see in_cycle)."""
+    out = []
+    best: float | None = None
+    for c in cycles:
+        vs, change = in_cycle(c, best)
+        out.append((c, vs, change))
+        if c.get("best") is not None:
+            best = c["best"]
+    return out
 
 
 def markdown(f: Facts, *, title: str | None = None, extra_rows: Sequence[tuple[str, str]] = (),
@@ -125,22 +191,28 @@ def markdown(f: Facts, *, title: str | None = None, extra_rows: Sequence[tuple[s
     out = [f"### {title or f'autoloop run `{f.tag}`'}", ""]
     if f.goal:
         out += [f"**Goal:** {f.goal}", ""]
-    rows = [("baseline", f"{f.metric} = {num(s.baseline)}"),
-            ("best", f"{f.metric} = {num(s.best)} ({f.direction})"),
+    for note in f.not_sandboxed:
+        out += [f"**Warning:** {note}", ""]
+    if f.aborted:
+        out += [f"**No cycle was measured:** the baseline was aborted ({_cell(f.aborted)}).", ""]
+    num = f.fmt
+    table = [("baseline", f"{f.metric} = {num(s.baseline)}"),
+            ("best", f"{f.metric} = {num(s.best)} ({f.direction}, as measured against its incumbent)"
+             if f.paired else f"{f.metric} = {num(s.best)} ({f.direction})"),
             ("gain", gain_text(f)),
             ("cycles", f"{s.cycles} after the baseline; " + (", ".join(f"{k} {v}" for k, v in s.by_status.items()) or "none")),
             ("kept changes", f"{s.kept}" + (f" (keep rate {s.keep_rate * 100:.0f}%)" if s.keep_rate is not None else "")),
-            ("cost", f"${s.cost_usd:.2f}" + (f", {s.tokens} tokens" if s.tokens else "")
-             + (f", ${f.cost_per_pct:.2f} per 1% gain" if f.cost_per_pct else "")),
+            ("cost", usd(s.cost_usd) + (f", {s.tokens:,} tokens" if s.tokens else "")
+             + (f", {usd(f.cost_per_pct)} per 1% gain" if f.cost_per_pct else "")),
             *extra_rows]
-    out += ["| | |", "| --- | --- |"] + [f"| {k} | {_cell(v)} |" for k, v in rows]
+    out += ["| | |", "| --- | --- |"] + [f"| {k} | {_cell(v)} |" for k, v in table]
     if f.kept:
         out += ["", f"**Kept changes** ({len(f.kept)})", "",
                 "| cycle | commit | " + f.metric + " | change | hypothesis |", "| ---: | --- | ---: | ---: | --- |"]
         for k in f.kept[-max_kept:]:
             ch = signed_pct(k.change_pct)
             if k.ci_pct is not None:
-                ch += f" [{k.ci_pct[0]:+.1f}, {k.ci_pct[1]:+.1f}]"
+                ch += f" [{signed_pct(k.ci_pct[0])} … {signed_pct(k.ci_pct[1])}]"
             who = " (you)" if k.decided_by == "human" else ""
             out.append(f"| {k.cycle} | `{k.commit[:10]}` | {num(k.metric)} | {ch} | {_cell(k.hypothesis)}{who} |")
         if len(f.kept) > max_kept:

@@ -32,9 +32,10 @@ from typing import Any, Callable, Sequence
 
 from autoloop import proc
 from autoloop import stats
-from autoloop.errors import AutoloopError, UsageError
-from autoloop.journal import fmt
+from autoloop.errors import AutoloopError, ConfigError, UsageError
+from autoloop.numbers import num as fmt, plain_pct, signed_pct
 from autoloop.program import Program
+from autoloop.sandbox import Confinement, SandboxUnavailable, for_measurements, tree_box
 from autoloop.verify import measure
 from autoloop.workspace import GitError, Worktree, git
 
@@ -146,15 +147,31 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
     marker = proc.new_marker()
     env = _verifier_env()
     try:
+        bwrap, why = for_measurements(program.sandbox)
+    except SandboxUnavailable as exc:
+        raise ConfigError(f"{program.path.name}:{program.lines.get('sandbox', 1)}: sandbox: {exc}") from None
+    if why:
+        log(f"WARNING: not sandboxed: {why}; these attacks are only detected, see README (Not covered)")
+
+    def box(side: str) -> Confinement | None:
+        if bwrap is None:
+            return None
+        scratch = tmp / "scratch" / side
+        return tree_box(bwrap, program, trees[side].path, common, scratch, env.get("PATH", ""))
+
+    try:
         if guards:
             for side in ("base", "head"):
-                problem = _run_guards(program, trees[side].checkout(commits[side]), env, tmp / f"guards-{side}", marker)
+                problem = _run_guards(program, trees[side].checkout(commits[side]), env, tmp / f"guards-{side}", marker,
+                                      box(side))
                 if problem:
                     if side == "base":
                         raise BaseBroken(f"the base ({base[:12]}) fails a guard: {problem}")
-                    res.head_error = f"guard failed on the head: {problem}"
-                    res.verdict = f"FAIL: the head {res.head_error}"
+                    res.head_error = f"the head fails guard {problem}"
+                    res.verdict = f"FAIL: {res.head_error}"
                     return res
+            if program.guards:
+                log(f"guards pass on the base and the head ({', '.join(g.name for g in program.guards)})")
         for i in range(pairs):
             order = ("base", "head") if i % 2 == 0 else ("head", "base")
             res.order.append(order)
@@ -163,7 +180,8 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
                 path = trees[side].checkout(commits[side])  # pristine: reset and cleaned every run
                 log_dir = tmp / "logs" / f"pair-{i + 1:02d}-{side}"
                 log_dir.mkdir(parents=True)
-                m = measure(program, cwd=path, env=env, log_dir=log_dir, marker=marker, with_guards=False)
+                m = measure(program, cwd=path, env=env, log_dir=log_dir, marker=marker, with_guards=False,
+                            box=box(side))
                 if m.metric is None:
                     tail = proc.read_tail(log_dir / "verifier.err", 600).strip() or \
                         proc.read_tail(log_dir / "verifier.out", 600).strip()
@@ -198,10 +216,12 @@ def _verifier_env() -> dict[str, str]:
     return env
 
 
-def _run_guards(program: Program, cwd: Path, env: dict[str, str], log_dir: Path, marker: str) -> str:
+def _run_guards(program: Program, cwd: Path, env: dict[str, str], log_dir: Path, marker: str,
+                box: Confinement | None = None) -> str:
     log_dir.mkdir(parents=True, exist_ok=True)
     for g in program.guards:
-        r = proc.run(g.command, cwd=cwd, env=env, timeout=g.timeout, log_stem=log_dir / "guard", marker=marker)
+        command = g.command if box is None else box.argv(g.command)
+        r = proc.run(command, cwd=cwd, env=env, timeout=g.timeout, log_stem=log_dir / "guard", marker=marker)
         if not r.ok:
             return f"{g.name}: {r.describe()}"
     return ""
@@ -210,7 +230,7 @@ def _run_guards(program: Program, cwd: Path, env: dict[str, str], log_dir: Path,
 def _judge(res: GateResult) -> None:
     s = res.stats
     assert s is not None
-    change = "n/a" if s.change_pct is None else f"{s.change_pct:+.2f}%"
+    change = signed_pct(s.change_pct, "n/a")
     d = res.program.verifier.direction
     # the change oriented so that > 0 means worse
     worse_pct = None if s.change_pct is None else (s.change_pct if d == "minimize" else -s.change_pct)
@@ -225,7 +245,7 @@ def _judge(res: GateResult) -> None:
     res.passed = not (significant and beyond)
     if res.passed:
         if significant and worse_pct is not None and worse_pct > 0:
-            why = f"worse by {change}, within the {res.tolerance_pct:g}% tolerance"
+            why = f"worse by {plain_pct(s.change_pct)}, within the {res.tolerance_pct:g}% tolerance"
         elif s.p_better <= res.alpha:
             why = f"better ({change}, p = {s.p_better:.3g})"
         elif 0.5 ** s.n > res.alpha:
@@ -235,7 +255,7 @@ def _judge(res: GateResult) -> None:
             why = f"no significant difference ({change})"
         res.verdict = f"PASS: {why}"
     else:
-        res.verdict = (f"FAIL: the head is worse by {change} (beyond the {res.tolerance_pct:g}% tolerance; "
+        res.verdict = (f"FAIL: the head is worse by {plain_pct(s.change_pct)} (beyond the {res.tolerance_pct:g}% tolerance; "
                        f"p = {s.p_worse:.3g} ≤ α = {res.alpha:g})")
 
 
@@ -255,9 +275,9 @@ def markdown(res: GateResult) -> str:
               f"| min … max | {_range(res.base_values)} | {_range(res.head_values)} |",
               f"| runs | {len(res.base_values)} | {len(res.head_values)} |", ""]
     if s is not None:
-        ci = "–" if s.ci_pct is None else f"{s.ci_pct[0]:+.2f}% … {s.ci_pct[1]:+.2f}% ({s.ci_level * 100:.0f}%)"
+        ci = "–" if s.ci_pct is None else f"{signed_pct(s.ci_pct[0])} … {signed_pct(s.ci_pct[1])} ({s.ci_level * 100:.0f}%)"
         lines += ["| | |", "| --- | --- |",
-                  f"| change, head vs base | {'–' if s.change_pct is None else f'{s.change_pct:+.2f}%'} (Hodges–Lehmann) |",
+                  f"| change, head vs base | {signed_pct(s.change_pct)} (Hodges–Lehmann) |",
                   f"| confidence interval | {ci} |",
                   f"| p (head worse) / p (head better) | {s.p_worse:.3g} / {s.p_better:.3g} |"]
     rule = ("pass only if the head is significantly better" if res.require_improvement else

@@ -26,12 +26,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
-from autoloop import envs, proc
+from autoloop import editable, envs, proc
 from autoloop.errors import ConfigError, RepoStateError, RunFailure
 from autoloop.journal import Journal
 from autoloop.program import Program, command_words
 from autoloop.pycache import ProvenCache
-from autoloop.sandbox import Bwrap, SandboxUnavailable
+from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable, checkout_keep, git_link
 from autoloop.scope_rules import IMPLICIT_FILES, module_shadow_regex
 from autoloop.sentinel import remove_tree
 from autoloop.snapshot import Change
@@ -55,7 +55,9 @@ class Guardrails:
         self.ws = ws
         self.journal = journal
         self.protected = dict(protected)
-        self.sandbox = Bwrap(program.sandbox) if program.sandbox.kind == "bwrap" else None
+        self.sandbox = Bwrap(program.sandbox) if program.sandbox.kind in ("bwrap", "auto") else None
+        # why this run has no sandbox (None: it has one), said in the header, journal and report
+        self.unsandboxed: str | None = "sandbox: none in program.md" if self.sandbox is None else None
         lim = program.resources
         self.limits = proc.Limits(file_bytes=int(lim.max_disk_mb * MB), disk_bytes=int(lim.max_disk_mb * MB),
                                   disk_path=ws.path.parent, processes=lim.max_processes)
@@ -87,7 +89,15 @@ class Guardrails:
             try:
                 self.sandbox.probe()
             except SandboxUnavailable as exc:
-                raise ConfigError(f"{p.path.name}:{p.lines.get('sandbox', 1)}: sandbox: {exc}") from None
+                if p.sandbox.kind == "bwrap":
+                    raise ConfigError(f"{p.path.name}:{p.lines.get('sandbox', 1)}: sandbox: {exc}") from None
+                self.sandbox, self.unsandboxed = None, str(exc)
+        if self.sandbox is None:
+            # No sandbox to bind the candidate at your checkout's path: an installation that
+            # points into the checkout would measure the checkout, every cycle.
+            found = editable.into_checkout(p.repo_root, self._interpreters(os.environ))
+            if found:
+                raise ConfigError(editable.message(p, found, self.unsandboxed or ""))
         start = self.ws.branch_head() or self.ws.head()
         for i, d in enumerate(p.data):
             if not d.source.exists():
@@ -148,8 +158,58 @@ class Guardrails:
         programs = self._programs(base)
         for t in [*self._sites, self._own, *self._data, *programs]:
             t.carried = True
-        self.gen_watch = Watch([*verify, *self._sites, self._own, *self._data, *programs])
-        self.verify_watch = Watch([*self._sites, self._own, *self._data, *programs])
+        outside = [*self._sites, self._own, *self._data, *programs]
+        if self._os_keeps_out():
+            # Neither the generator nor any measurement can write there: the sandbox makes them
+            # read-only, so walking them every cycle would only cost time (the fallback of
+            # sandbox: none keeps them). The verification trees stay: the sandbox lets a
+            # measurement write its own tree, and their pictures spare a walk per measurement.
+            outside = [t for t in outside if self._reachable(t.root)]
+        self.gen_watch = Watch([*verify, *outside])
+        self.verify_watch = Watch(outside)
+        self._keep = checkout_keep(self.program)
+
+    def _os_keeps_out(self) -> bool:
+        """Does the sandbox keep every writer of this run (generator and measurements) off the
+        trusted base? Not with measurements on a Ray cluster (they run where we have no sandbox)."""
+        return self.sandbox is not None and self.program.parallel.executor != "ray"
+
+    def _reachable(self, root: Path) -> bool:
+        """Could a sandboxed generator or measurement write under `root` (sandbox.writable)?"""
+        real = os.path.realpath(root)
+        for extra in self.program.sandbox.writable:
+            w = os.path.realpath(os.path.expanduser(extra))
+            if real == w or real.startswith(w + "/") or w.startswith(real + "/"):
+                return True
+        return False
+
+    def _interpreters(self, env: Mapping[str, str]) -> list[str]:
+        """The Pythons the commands run: those they name, and `python3`/`python` on PATH."""
+        out: list[str] = []
+        for name in [*self._named_interpreters(), "python3", "python"]:
+            found = name if os.path.isabs(name) else shutil.which(name, path=env.get("PATH"))
+            if not found and "/" in name:
+                found = str(self.program.repo_root / name) if (self.program.repo_root / name).exists() else None
+            if found and found not in out:
+                out.append(found)
+        return out
+
+    def confine(self, tree: Path, env: Mapping[str, str]) -> Confinement | None:
+        """The sandbox a command measuring `tree` runs in (None: no sandbox), with `env` from
+        measuring(): its scratch folder is the only place outside the tree it may write."""
+        if self.sandbox is None:
+            return None
+        root = self.program.repo_root
+        scratch = Path(env["TMPDIR"]).parent
+        readable = [d.source for d in self.program.data if not _inside(d.source, root)]
+        git_dir = git_link(tree, scratch, self.ws.common_dir)
+        if not _inside(self.ws.common_dir, root) or git_dir is None:
+            readable.append(self.ws.common_dir)
+        writable = [scratch, *(Path(os.path.expanduser(w)) for w in self.program.sandbox.writable)]
+        return Confinement(self.sandbox, tree=tree, checkout=root, writable=tuple(writable),
+                           readable=tuple(readable), keep=getattr(self, "_keep", ()),
+                           protect=() if git_dir else (".git",), git=git_dir,
+                           network=self.program.verifier.network, path=env.get("PATH", ""))
 
     def _programs(self, env: Mapping[str, str]) -> list[StatTree]:
         """What the commands resolve through PATH: a new `python` or `git` in a folder earlier
@@ -567,6 +627,11 @@ class Guardrails:
     def raise_if_fatal(self) -> None:
         if self.fatal:
             raise RunFailure(self.fatal)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    p, r = os.path.realpath(path), os.path.realpath(root)
+    return p == r or p.startswith(r.rstrip("/") + "/")
 
 
 def _shebang_python(script: str) -> str | None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from autoloop.errors import UsageError
+from autoloop.numbers import MIN_DIGITS, Fmt, digits_for, formatter, num, run_values
 from autoloop.sentinel import remove_tree
 
 Record = dict[str, Any]
@@ -48,7 +49,7 @@ class Journal:
         self.records: list[Record] = []
         self._bytes = bytearray()
         # caches, both rebuilt whenever `records` is not the list they were built from
-        self._cycles: tuple[list[Record], int, Record | None, list[Record], list[Record]] | None = None
+        self._cycles: tuple[list[Record], int, Record | None, list[Record], list[Record], list[Record]] | None = None
         self._rendered: _Rendered | None = None
 
     # ---- loading -----------------------------------------------------------------------------
@@ -140,15 +141,22 @@ class Journal:
         recs = self.records
         c = self._cycles
         if c is None or c[0] is not recs or c[1] > len(recs) or (c[1] and recs[c[1] - 1] is not c[2]):
-            c = (recs, 0, None, [], [])
-        found, finals = c[3], c[4]
+            c = (recs, 0, None, [], [], [])
+        found, finals, starts = c[3], c[4], c[5]
         for r in recs[c[1]:]:
             if r["t"] == "cycle":
                 found.append(r)
             elif r["t"] == "final":
                 finals.append(r)
-        self._cycles = (recs, len(recs), recs[-1] if recs else None, found, finals)
+            elif r["t"] == "start":
+                starts.append(r)
+        self._cycles = (recs, len(recs), recs[-1] if recs else None, found, finals, starts)
         return found, finals
+
+    def _any_unsandboxed(self) -> bool:
+        self._scan()
+        assert self._cycles is not None
+        return any(r.get("unsandboxed") for r in self._cycles[5])
 
     def pending(self) -> Record | None:
         """The `begin` record of a cycle that never finished, if the ledger ends inside one."""
@@ -215,16 +223,21 @@ class Journal:
         is re-rendered whenever it may differ; a test compares with a full render."""
         cycles, finals = self._scan()
         r = self._rendered
-        if (r is None or r.count > len(cycles) or (r.count and cycles[r.count - 1] is not r.last)):
+        # one rounding for the whole file: a value that needs more digits re-renders every row
+        digits = digits_for(run_values(cycles), floor=r.digits if r is not None else MIN_DIGITS)
+        if (r is None or r.count > len(cycles) or (r.count and cycles[r.count - 1] is not r.last)
+                or r.digits != digits):
             r = self._rendered = _Rendered()
-        head_key = (goal, len(finals), finals[-1] if finals else None)
+            r.digits = digits
+        notes = tuple(not_sandboxed(self.records)) if self._any_unsandboxed() else ()
+        head_key = (goal, len(finals), finals[-1] if finals else None, notes)
         if r.head_key is None or r.head_key[0] != head_key[0] or r.head_key[1] != head_key[1] \
-                or r.head_key[2] is not head_key[2]:
-            r.head = _bytes(_experiments_head(self.tag, goal, finals))
+                or r.head_key[2] is not head_key[2] or r.head_key[3] != head_key[3]:
+            r.head = _bytes(_experiments_head(self.tag, goal, finals, r.fmt, notes))
             r.head_key = head_key
         for c in cycles[r.count:]:
-            r.sections += b"\n" + _bytes("\n".join(_section(c)))
-            r.rows += _bytes(_tsv_row(c) + "\n")
+            r.sections += b"\n" + _bytes("\n".join(_section(c, r.fmt)))
+            r.rows += _bytes(_tsv_row(c, r.fmt) + "\n")
         r.count = len(cycles)
         r.last = cycles[-1] if cycles else None
         return r.head + bytes(r.sections), _bytes(_tsv_head()) + bytes(r.rows)
@@ -232,12 +245,16 @@ class Journal:
 
 class _Rendered:
     def __init__(self) -> None:
-        self.head_key: tuple[str, int, Record | None] | None = None
+        self.head_key: tuple[str, int, Record | None, tuple[str, ...]] | None = None
         self.head = b""
         self.sections = bytearray()   # "\n" + each cycle's section
         self.rows = bytearray()       # each cycle's TSV row + "\n"
         self.count = 0
         self.last: Record | None = None
+        self.digits = MIN_DIGITS
+
+    def fmt(self, x: float | None) -> str:
+        return num(x, self.digits)
 
 
 def _bytes(text: str) -> bytes:
@@ -267,15 +284,6 @@ def _atomic_write(path: Path, data: bytes, *, durable: bool = True, tmp_dir: Pat
         except OSError:
             pass
         raise
-
-
-def fmt(x: float | None) -> str:
-    """Six significant digits when that is exact, else the shortest exact form: two metrics
-    that differ must never print the same (a keep that reads `1.23457 → 1.23457`)."""
-    if x is None:
-        return ""
-    short = f"{x:.6g}"
-    return short if float(short) == x else repr(float(x))
 
 
 def pct(old: float | None, new: float | None) -> float | None:
@@ -338,14 +346,15 @@ def quote_path(name: str) -> str:
 
 
 def render_tsv(cycles: list[Record]) -> str:
-    return "".join([_tsv_head()] + [_tsv_row(c) + "\n" for c in cycles])
+    fmt = formatter(run_values(cycles))
+    return "".join([_tsv_head()] + [_tsv_row(c, fmt) + "\n" for c in cycles])
 
 
 def _tsv_head() -> str:
     return "\t".join(TSV_COLUMNS) + "\n"
 
 
-def _tsv_row(c: Record) -> str:
+def _tsv_row(c: Record, fmt: Fmt = num) -> str:
     delta = c.get("delta_pct")
     cost = c.get("gen", {}).get("cost_usd")
     return "\t".join([
@@ -355,7 +364,7 @@ def _tsv_row(c: Record) -> str:
         c["status"],
         _one_line(c.get("hypothesis", "")),
         fmt(c.get("best")),
-        "" if delta is None else f"{delta:.2f}",
+        "" if delta is None else f"{delta:.2f}",   # a column of numbers: fixed decimals sort
         f"{c.get('duration_s', 0):.1f}",
         "" if cost is None else f"{cost:.4f}",
         _one_line(c.get("lesson", "")),
@@ -368,7 +377,10 @@ def _num(x: Any, spec: str = ".4g") -> str:
 
 
 def _values(xs: Any) -> str:
-    return ",".join(fmt(x) for x in xs or [])
+    # rounded like every number a person reads, with the digits that keep this list's values
+    # apart; the ledger keeps them exact for recomputing
+    f = formatter(xs or [])
+    return ",".join(f(x) for x in xs or [])
 
 
 def samples_text(stats: Record) -> str:
@@ -414,22 +426,41 @@ def stats_cells(stats: Record | None) -> list[str]:
         _num(ci[1], ".3f"),
         _num(batches[0].get("p")) if batches else "",
         _num(batches[1].get("p")) if len(batches) > 1 else "",
-        _num(pooled.get("median_ratio"), ".6g"),
+        num(pooled.get("median_ratio")),
         _num(stats.get("noise_pct"), ".3f"),
         holdout,
         samples_text(stats),
     ]
 
 
-def render_experiments(cycles: list[Record], tag: str, goal: str, finals: list[Record] = ()) -> str:  # type: ignore[assignment]
+def not_sandboxed(records: Sequence[Record]) -> list[str]:
+    """`not sandboxed: <why>; ...` for each distinct reason an invocation of this run had no
+    sandbox (its `start` records say), oldest first."""
+    out: list[str] = []
+    for r in records:
+        why = r.get("unsandboxed") if r.get("t") == "start" else None
+        if why:
+            line = f"not sandboxed: {_one_line(str(why))}; these attacks are only detected, see README (Not covered)"
+            if line not in out:
+                out.append(line)
+    return out
+
+
+def render_experiments(cycles: list[Record], tag: str, goal: str, finals: list[Record] = (),  # type: ignore[assignment]
+                       notes: Sequence[str] = ()) -> str:
     # the head, then each section after a newline (Journal renders the same incrementally)
-    return "".join([_experiments_head(tag, goal, finals)] + ["\n" + "\n".join(_section(c)) for c in cycles])
+    fmt = formatter(run_values(cycles))
+    return "".join([_experiments_head(tag, goal, finals, fmt, notes)]
+                   + ["\n" + "\n".join(_section(c, fmt)) for c in cycles])
 
 
-def _experiments_head(tag: str, goal: str, finals: Sequence[Record]) -> str:
+def _experiments_head(tag: str, goal: str, finals: Sequence[Record], fmt: Fmt = num,
+                      notes: Sequence[str] = ()) -> str:
     out = [f"# Experiments — run `autoloop/{tag}`", ""]
     if goal:
         out += [f"Goal: {goal}", ""]
+    for note in notes:
+        out += [f"**Warning:** {note}", ""]
     out += ["Written by autoloop from its ledger (.autoloop/%s/ledger.jsonl); edits here are overwritten." % tag, ""]
     for f in finals:
         # above the cycles, not a section of its own: `## Cycle N` sections stay the only ones
@@ -439,7 +470,7 @@ def _experiments_head(tag: str, goal: str, finals: Sequence[Record]) -> str:
     return "\n".join(out)
 
 
-def _stats_lines(stats: Record) -> Iterator[str]:
+def _stats_lines(stats: Record, fmt: Fmt = num) -> Iterator[str]:
     if stats.get("warning"):
         yield f"**Warning:** {_one_line(stats['warning'])}"
         yield ""
@@ -462,7 +493,7 @@ def _stats_lines(stats: Record) -> Iterator[str]:
         yield ""
 
 
-def _section(c: Record) -> Iterator[str]:
+def _section(c: Record, fmt: Fmt = num) -> Iterator[str]:
     yield f"## Cycle {c['cycle']} — {c['status']}"
     yield ""
     yield f"**Hypothesis:** {_one_line(c.get('hypothesis', ''))}"
@@ -473,7 +504,7 @@ def _section(c: Record) -> Iterator[str]:
     yield ""
     stats = c.get("stats")
     if stats:
-        yield from _stats_lines(stats)
+        yield from _stats_lines(stats, fmt)
     if c.get("changed"):
         shown = ", ".join(quote_path(f) for f in c["changed"][:10]) + (" …" if len(c["changed"]) > 10 else "")
         yield f"Changed: {shown}"

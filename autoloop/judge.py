@@ -26,15 +26,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from contextlib import AbstractContextManager
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from autoloop import stats as st
-from autoloop.journal import fmt, pct
-from autoloop.program import LimitSpec, Program, VerifierSpec
+from autoloop.journal import pct
+from autoloop.numbers import exact, formatter, num as fmt, signed_pct
+from autoloop.program import Amount, LimitSpec, Program, VerifierSpec
 from autoloop.ratchet import better
+from autoloop.sandbox import Confinement
 from autoloop.verify import Measurement, MetricError, measure, parse_metric
 
 
@@ -146,12 +149,6 @@ def warm_up(session: Session, n: int, prefix: str = "", sides: str = "BA") -> tu
     return runs, None
 
 
-def _futility(direction: str, n: int, alpha: float) -> Callable[[list[float], list[float]], bool]:
-    def stop(a: list[float], b: list[float]) -> bool:
-        return not st.reachable(st.gains(a, b, direction, st.pick_scale(a, b)), n, alpha)
-    return stop
-
-
 def _secondaries(runs: Sequence[Run]) -> dict[str, list[float | None]]:
     out: dict[str, list[float | None]] = {}
     for r in runs:
@@ -236,6 +233,93 @@ def _amount_text(gain: float, scale: str, name: str) -> str:
     return f"{fmt(float(f'{gain:.3g}'))} ({name} units)"
 
 
+TARGET_POWER = 0.8         # "4 times in 5": the chance of a keep the proposals aim for
+
+
+def _mean_seconds(runs: Sequence[Run]) -> float | None:
+    ds = [r.measurement.duration_s for r in runs if r.measurement is not None]
+    return sum(ds) / len(ds) if ds else None
+
+
+def propose(pair_sd: float, scale: str, program: Program, noise_n: int,
+            seconds: float | None, reference: float) -> dict[str, Any]:
+    """What the sequential paired rule does at this noise, measured by simulation: how often a
+    real gain of min_effect is kept, and the smallest gain kept 4 times in 5 with its cost
+    in verifier runs (and time, at `seconds` a run). Gains are on `scale` (one pair's change)."""
+    acc = program.accept
+    alpha, max_pairs = acc.alpha, max(acc.pairs, 2)
+    m = program.accept.min_effect
+    min_gain = st.threshold(m.value, m.relative, scale, program.verifier.direction, reference)
+
+    def keep_rate(gain: float, floor: float) -> tuple[float, float]:
+        p, runs = st.sequential_runs(gain, pair_sd, alpha, max_pairs, noise_n, floor, reps=200)
+        return (p * p, 2 * runs) if acc.confirm else (p, runs)
+
+    # how often the test itself detects a gain (floor 0): a true gain of exactly min_effect
+    # clears a min_effect floor only about half the time whatever the noise
+
+    at_min, runs_min = keep_rate(min_gain, 0.0) if min_gain > 0 else (0.0, 2.0 * max_pairs)
+    lo, hi = 0.0, 4.0 * pair_sd + min_gain
+    if keep_rate(hi, 0.0)[0] < TARGET_POWER:
+        hi *= 2
+    for _ in range(7):
+        mid = (lo + hi) / 2
+        if keep_rate(mid, 0.0)[0] >= TARGET_POWER:
+            hi = mid
+        else:
+            lo = mid
+    # the min_effect to propose: half that gain, so that the floor costs the gain little (the
+    # rule keeps it as often as the test detects it) while smaller lucky estimates are refused
+    floor = hi / 2
+    kept, runs = keep_rate(hi, floor)
+    return {"pair_sd": pair_sd, "power_at_min_effect": at_min, "runs_at_min_effect": runs_min,
+            "gain": hi, "gain_pct": _pct_of_gain(hi, scale) if scale == "log" else None,
+            "min_effect": floor, "min_effect_pct": _pct_of_gain(floor, scale) if scale == "log" else None,
+            "kept_at_gain": kept, "runs_per_keep": runs, "seconds_per_run": seconds,
+            "minutes_per_keep": None if seconds is None else runs * seconds / 60.0,
+            "noise_pct": (math.exp(pair_sd / math.sqrt(2)) - 1) * 100 if scale == "log" else None}
+
+
+def _round_up(x: float) -> str:
+    """A min_effect a person would type: 2 significant digits, rounded up."""
+    if x <= 0:
+        return "0"
+    e = math.floor(math.log10(x)) - 1
+    return f"{math.ceil(x / 10 ** e) * 10 ** e:.{max(0, -e)}f}"
+
+
+def _proposed_gain(prop: Mapping[str, Any], scale: str) -> str:
+    return f"{_round_up(prop['gain_pct'])}%" if scale == "log" else _round_up(prop["gain"])
+
+
+def _proposed_min_effect(prop: Mapping[str, Any], scale: str) -> str:
+    return (f"{_round_up(prop['min_effect_pct'])}%" if scale == "log"
+            else _round_up(prop["min_effect"]))
+
+
+def _cost_text(prop: Mapping[str, Any]) -> str:
+    cost = f"≈ {prop['runs_per_keep']:.0f} verifier runs a keep"
+    t, sec = prop.get("minutes_per_keep"), prop.get("seconds_per_run")
+    if t is not None and sec is not None:
+        took = (f"{t * 60:.0f} s" if t < 1.5 else f"{t:.1f} min" if t < 120 else f"{t / 60:.1f} h")
+        cost += f", ≈ {took} at {sec:.3g} s a run"
+    return cost
+
+
+def proposal_text(prop: Mapping[str, Any], scale: str, name: str) -> str:
+    """The proposal as one actionable sentence."""
+    if scale == "log":
+        noise = f"{prop['noise_pct']:.2g}% per run"
+    else:
+        per_run = float(f"{prop['pair_sd'] / math.sqrt(2):.3g}")
+        noise = f"±{fmt(per_run)} {name} per run"
+    gain, floor = _proposed_gain(prop, scale), _proposed_min_effect(prop, scale)
+    return (f"your verifier's noise is {noise}: a real gain of accept.min_effect is detected only "
+            f"{prop['power_at_min_effect'] * 100:.0f}% of the time. Gains of {gain} or more are "
+            f"kept {prop['kept_at_gain'] * 100:.0f}% of the time with accept.min_effect: {floor} "
+            f"({_cost_text(prop)}): set it, or make the verifier steadier (README: 'Noisy metrics').")
+
+
 def calibrate_strict(session: Session, program: Program) -> Baseline:
     """`repeats` runs of the starting commit (at least two: a second one only to look at the
     noise). The baseline metric is the median of the first `repeats` runs."""
@@ -258,6 +342,7 @@ def calibrate_strict(session: Session, program: Program) -> Baseline:
     metric = values[0] if v.repeats == 1 else _median(values[:v.repeats])
     secondary, problem = baseline_secondaries(program.limits, runs[:max(v.repeats, 1)])
     rec["secondary"] = secondary
+    rec["seconds_per_run"] = _mean_seconds(runs)
     deterministic = len(set(values)) == 1
     rec["deterministic"] = deterministic
     warning = None
@@ -275,6 +360,15 @@ def calibrate_strict(session: Session, program: Program) -> Baseline:
                    "than the best so far: over 100 such changes expect several junk commits and "
                    f"a best {v.label} that reads about {_amount_text(phantom, scale, v.label)} "
                    "better than it is. Set accept.rule: paired (README: 'Noisy metrics').")
+        # what the paired rule's defaults would do at this noise (its calibration: 16 pairs)
+        paired = dataclasses.replace(program, accept=dataclasses.replace(
+            acc, rule="paired", alpha=0.005, pairs=16, confirm=False,
+            min_effect=acc.min_effect if acc.min_effect.value else Amount(1.0, True)))
+        prop = propose(sd * math.sqrt(2), scale, paired, 16, _mean_seconds(runs), metric)
+        rec["proposal"] = prop
+        warning += (f" With it and min_effect: {_proposed_min_effect(prop, scale)}, gains of "
+                    f"{_proposed_gain(prop, scale)} or more would be kept "
+                    f"{prop['kept_at_gain'] * 100:.0f}% of the time ({_cost_text(prop)}).")
         rec["warning"] = warning
     return Baseline(metric, _m(first), problem, rec, warning=warning)
 
@@ -301,29 +395,20 @@ def calibrate_paired(session: Session, program: Program) -> Baseline:
     sd = st.noise_sd(st.changes(pairs.a, pairs.b, scale))
     deterministic = len(set(pairs.a + pairs.b)) == 1
     min_gain = st.threshold(acc.min_effect.value, acc.min_effect.relative, scale, v.direction, metric)
-    detect = st.detectable_effect(sd, acc.pairs, acc.alpha, 0.0, acc.confirm)
     rec.update(scale=scale, noise_sd=sd, deterministic=deterministic, min_gain=min_gain,
-               detectable=detect if math.isfinite(detect) else None,
+               seconds_per_run=_mean_seconds(pairs.runs),
                noise_pct=(math.exp(sd / math.sqrt(2)) - 1) * 100 if scale == "log" else None,
                step=sd / math.sqrt(acc.pairs))
     warning = note = None
-    name = v.label
     if deterministic:
         note = ("the verifier looks deterministic (identical values for the same commit); "
                 "accept.rule: paired only costs time here")
-    elif detect > min_gain * 1.0000001 or not math.isfinite(detect):
-        runs = f"{acc.pairs} pairs per batch" + (" + a confirmation batch" if acc.confirm else "")
-        found = ("no effect" if not math.isfinite(detect)
-                 else f"only effects of about {_amount_text(detect, scale, name)} or more")
-        per_run = (f"±{rec['noise_pct']:.2g}% per run" if scale == "log"
-                   else f"±{fmt(float(f'{sd / math.sqrt(2):.3g}'))} per run")
-        warning = (f"with this verifier's noise ({per_run}), {runs} reliably detect {found} "
-                   f"(80% power), more than accept.min_effect {acc.min_effect}: smaller real "
-                   "gains will usually be discarded. Raise accept.pairs or make the verifier "
-                   "steadier (README: 'Noisy metrics').")
-        if math.isfinite(detect) and min_gain > 0:
-            more = math.ceil(acc.pairs * (detect / min_gain) ** 2)
-            warning = warning.replace("Raise accept.pairs", f"Raise accept.pairs (about {more})")
+    elif sd > 0:
+        prop = propose(sd, scale, program, len(pairs.a), _mean_seconds(pairs.runs), metric)
+        rec["proposal"] = prop
+        rec["detectable"] = prop["gain"]
+        if prop["power_at_min_effect"] < TARGET_POWER:
+            warning = proposal_text(prop, scale, v.label)
     rec["warning"] = warning
     return Baseline(metric, _m(first), problem, rec, warning=warning, note=note)
 
@@ -335,6 +420,9 @@ def _run_problem(failure: Run, is_first: bool) -> str:
         return f"the baseline could not be measured: {failure.error}"
     return (f"the baseline could not be measured: run {failure.label} of the starting commit "
             f"failed ({failure.error}); the verifier is flaky")
+
+
+HOLDOUT_PAIRS = 8          # a fixed batch for the held-out verifier after a keep (min p 1/256)
 
 
 # ---- one cycle --------------------------------------------------------------------------------
@@ -388,8 +476,9 @@ def judge_strict(session: Session, program: Program, best: float,
     need = acc.min_effect.of(best)
     gain = (best - value) if v.direction == "minimize" else (value - best)
     stats["threshold"] = need
+    fmt = formatter([best, value])      # two values that differ must print differently
     shown = f"{fmt(value)}" + (f" (median of {v.repeats})" if v.repeats > 1 else "")
-    gain_txt = f" ({delta:+.1f}%)" if delta is not None else ""
+    gain_txt = f" ({signed_pct(delta)})" if delta is not None else ""
     if better(v.direction, value, best) and gain >= need:
         verdict = Verdict("keep", value, f"keep: {name} {fmt(best)} → {shown}{gain_txt}",
                           f"kept: {name} {fmt(best)} → {fmt(value)}{gain_txt}", stats,
@@ -436,8 +525,8 @@ def _ci_text(c: st.Comparison, name: str) -> str:
     level = f"{c.ci.level * 100:.0f}% CI" if c.n > 1 else "one pair, no CI"
     if c.change_pct is not None and c.change_ci_pct is not None:
         lo, hi = c.change_ci_pct
-        body = f"{c.change_pct:+.2f}%"
-        ci = f"{lo:+.2f}% … {hi:+.2f}%"
+        body = signed_pct(c.change_pct)
+        ci = f"{signed_pct(lo)} … {signed_pct(hi)}"
     else:
         lo, hi = c.change_ci
         body = f"{c.change:+.4g}"
@@ -467,37 +556,115 @@ def _step_pct(noise_step: float | None, scale: str, reference: float) -> float |
     return noise_step / abs(reference) * 100.0 if reference else None
 
 
+NOISE_DRAWS = 200          # the most noise draws a test leans on: the recent past, not all of it
+
+
+def calibration_noise(history: Sequence[Mapping[str, Any]]) -> tuple[list[float], str | None]:
+    """Draws of the pair noise with mean 0, and their scale ([], None when the run has none):
+    the A/A changes of the paired calibration (the same commit on both sides), then, from every
+    later paired cycle, the Helmert contrasts of each test's gains — orthonormal combinations
+    that cancel the candidate's effect, so k pairs give k - 1 pure noise draws whatever the
+    candidate did. A lucky calibration is outvoted as the run goes on, and more draws make the
+    test faster. At most NOISE_DRAWS, the most recent first."""
+    draws: list[float] = []
+    scale = None
+    for c in history:
+        s = c.get("stats") or {}
+        if (c.get("status") == "baseline" and s.get("kind") == "calibration"
+                and s.get("rule") == "paired" and s.get("a") and s.get("scale")):
+            scale = s["scale"]
+            draws = st.changes(s["a"], s["b"], scale)
+    if scale is None:
+        return [], None
+    later: list[float] = []
+    for c in history:
+        s = c.get("stats") or {}
+        if c.get("cycle", 0) > 0 and s.get("rule") == "paired" and s.get("test") == "sequential":
+            for b in s.get("batches") or []:
+                a_, b_ = b.get("a") or [], b.get("b") or []
+                if len(a_) == len(b_) >= 2 and st.pick_scale(a_, b_) == scale:
+                    later.extend(st.helmert(st.changes(a_, b_, scale)))
+    pooled = draws + later
+    return pooled[-NOISE_DRAWS:], scale
+
+
+@dataclass
+class Sequential:
+    """One sequential test: its pairs, the evidence after each pair and how it ended."""
+
+    pairs: Pairs
+    log_lr: list[float]
+    decision: str          # keep | discard | undecided (the most pairs, no boundary reached)
+    noise_n: int
+
+
+def sequential_test(session: Session, program: Program, prefix: str,
+                    noise: Sequence[float], noise_scale: str | None) -> Sequential:
+    """Pairs in ABBA order until the likelihood ratio of autoloop.stats reaches 1/alpha (keep)
+    or beta (discard), or accept.pairs pairs were measured."""
+    acc, direction = program.accept, program.verifier.direction
+    evidence: list[float] = []
+    used: list[int] = []
+
+    def lr(a: list[float], b: list[float]) -> float:
+        scale = st.pick_scale(a, b)
+        draws = list(noise) if noise_scale == scale else []
+        used.append(len(draws))
+        x = st.sequential_log_lr(st.gains(a, b, direction, scale), draws)
+        evidence.append(x)
+        return x
+
+    def stop(a: list[float], b: list[float]) -> bool:
+        return st.sequential_decide(lr(a, b), acc.alpha) != "continue"
+
+    pairs = measure_pairs(session, acc.pairs, prefix, stop)
+    if pairs.failure is not None:
+        return Sequential(pairs, evidence, "discard", used[-1] if used else 0)
+    if len(evidence) < len(pairs.a):          # measure_pairs does not ask after the last pair
+        lr(pairs.a, pairs.b)
+    d = st.sequential_decide(evidence[-1], acc.alpha)
+    return Sequential(pairs, evidence, "undecided" if d == "continue" else d, used[-1])
+
+
 def judge_paired(session: Session, program: Program,
                  baseline_secondary: Mapping[str, float | None],
                  noise_step: float | None = None, noise_scale: str | None = None,
-                 holdout: Session | None = None) -> Verdict:
+                 holdout: Session | None = None, noise: Sequence[float] = ()) -> Verdict:
+    """The sequential paired rule: keep when the evidence reaches 1/alpha and the effect is at
+    least min_effect; discard as soon as it falls to beta or after accept.pairs pairs. With
+    confirm, a second, fresh test must end in a keep too (false keeps then <= alpha²)."""
     v, acc = program.verifier, program.accept
     name, direction = v.label, v.direction
-    stats: dict[str, Any] = {"rule": "paired", "alpha": acc.alpha, "pairs": acc.pairs,
-                             "confirm": acc.confirm, "min_effect": str(acc.min_effect),
-                             "direction": direction, "batches": []}
+    stats: dict[str, Any] = {"rule": "paired", "test": "sequential", "alpha": acc.alpha,
+                             "beta": st.FUTILITY, "design_effect": st.DESIGN_EFFECT,
+                             "pairs": acc.pairs, "confirm": acc.confirm,
+                             "min_effect": str(acc.min_effect), "direction": direction,
+                             "batches": []}
     warm, failure = warm_up(session, acc.warmup)
     stats["warmup"] = {"a": [r.value for r in warm if r.side == "A"],
                        "b": [r.value for r in warm if r.side == "B"]}
     if failure is not None:
         return _failed(session, failure, stats)
-    stop = _futility(direction, acc.pairs, acc.alpha)
-    batches: list[tuple[Pairs, st.Comparison, float, bool]] = []
+    batches: list[tuple[Pairs, st.Comparison, float, bool, Sequential]] = []
 
-    def run_batch(label: str, prefix: str) -> Verdict | None:
-        pairs = measure_pairs(session, acc.pairs, prefix, stop)
+    def run_test(label: str, prefix: str) -> Verdict | None:
+        t = sequential_test(session, program, prefix, noise, noise_scale)
+        pairs = t.pairs
         if pairs.failure is not None:
             stats["batches"].append(_batch_record(label, pairs, None, None, False, acc.pairs))
             return _failed(session, pairs.failure, stats)
         c = st.compare(pairs.a, pairs.b, direction)
         min_gain = st.threshold(acc.min_effect.value, acc.min_effect.relative, c.scale,
                                 direction, c.median_a)
-        ok = not pairs.stopped_early and st.passes(c, acc.alpha, min_gain)
-        stats["batches"].append(_batch_record(label, pairs, c, min_gain, ok, acc.pairs))
-        batches.append((pairs, c, min_gain, ok))
+        ok = t.decision == "keep" and c.effect >= min_gain and c.effect > 0
+        rec = _batch_record(label, pairs, c, min_gain, ok, acc.pairs)
+        rec.update(log_lr=t.log_lr, decision=t.decision, noise_n=t.noise_n,
+                   bounds=[math.log(st.FUTILITY), math.log(1.0 / acc.alpha)])
+        stats["batches"].append(rec)
+        batches.append((pairs, c, min_gain, ok, t))
         return None
 
-    early = run_batch("batch", "")
+    early = run_test("batch", "")
     if early is not None:
         return early
     limits, problem = check_limits(program.limits, baseline_secondary,
@@ -505,9 +672,10 @@ def judge_paired(session: Session, program: Program,
     if limits:
         stats["limits"] = limits
     if batches[0][3] and acc.confirm and not problem:
-        early = run_batch("confirm", "c")
+        early = run_test("confirm", "c")
         if early is not None:
             return early
+    stats["verifier_runs"] = sum(len(p.runs) for p, *_ in batches) + len(warm)
 
     a = [x for p, *_ in batches for x in p.a]
     b = [x for p, *_ in batches for x in p.b]
@@ -518,40 +686,43 @@ def judge_paired(session: Session, program: Program,
                      pooled.scale, pooled.median_a)
     if step is None and pooled.n > 1:          # no calibration to lean on: this cycle's own noise
         g = st.gains(a, b, direction, pooled.scale)
-        step = _step_pct(st.noise_sd(g) / math.sqrt(acc.pairs), pooled.scale, pooled.median_a)
+        step = _step_pct(st.noise_sd(g) / math.sqrt(pooled.n), pooled.scale, pooled.median_a)
     stats["step_pct"] = step
     improvement = None if pooled.change_pct is None else -pooled.change_pct if direction == "minimize" \
         else pooled.change_pct
-    feedback = f"improvement {st.coarse_pct(improvement, step)}"
+    feedback = change_words(improvement, step)
     stats["feedback"] = feedback
     first = session.first
     ci = _ci_text(pooled, name)
-    ps = ", ".join(f"{'confirm ' if i else ''}p={c.p:.3g}" for i, (_, c, _, _) in enumerate(batches))
-    sizes = "+".join(str(c.n) for _, c, _, _ in batches)
+    evid = ", ".join(f"{'confirm ' if i else ''}LR={math.exp(t.log_lr[-1]):.3g}"
+                     for i, (*_, t) in enumerate(batches))
+    sizes = "+".join(str(c.n) for _, c, *_ in batches)
     ratio = f", median ratio {pooled.median_ratio:.4g}" if pooled.median_ratio is not None else ""
-    numbers = f"{ci}, {ps}{ratio} ({sizes} pairs)"
+    numbers = f"{ci}, {evid}{ratio} ({sizes} pairs)"
     base = dict(stats=stats, measurement=_m(first), delta_pct=pooled.change_pct, feedback=feedback)
+    keep_at = f"{1 / acc.alpha:g}"
 
     if problem:
         return Verdict("guard_fail", metric, f"guard_fail: {problem}; {numbers}", problem, **base)
-    p1, c1, g1, ok1 = batches[0]
+    p1, c1, g1, ok1, t1 = batches[0]
     if not ok1:
-        if p1.stopped_early:
-            why = (f"stopped after {c1.n} of {acc.pairs} pairs: p={acc.alpha:g} was out of reach")
-            lesson = f"discarded: no improvement beyond the noise; {feedback}"
-        elif c1.p > acc.alpha:
-            why = f"p={c1.p:.3g} > alpha {acc.alpha:g}"
-            lesson = f"discarded: no improvement beyond the noise; {feedback}"
+        if t1.decision == "discard":
+            why = (f"stopped after {c1.n} pairs: the evidence fell to {st.FUTILITY:g} "
+                   "(no improvement beyond the noise)")
+            lesson = f"discarded: {feedback}{_not_beyond(feedback)}"
+        elif t1.decision == "undecided":
+            why = (f"undecided after {c1.n} pairs (LR between {st.FUTILITY:g} and {keep_at}): "
+                   "any real gain is smaller than the noise lets these pairs show")
+            lesson = f"discarded: {feedback}{_not_beyond(feedback)}"
         else:
             why = f"significant, but the effect is below min_effect {acc.min_effect}"
             lesson = f"discarded: {feedback}, below min_effect {acc.min_effect}"
         return Verdict("discard", metric, f"discard: {numbers}; {why}", lesson, **base)
     if acc.confirm:
-        p2, c2, g2, ok2 = batches[1]
+        p2, c2, g2, ok2, t2 = batches[1]
         if not ok2:
-            why = ("the confirmation batch stopped early" if p2.stopped_early else
-                   f"the confirmation batch did not pass (p={c2.p:.3g})")
-            return Verdict("discard", metric, f"discard: {numbers}; first batch passed, {why}",
+            why = f"the confirmation test ended in {t2.decision} after {c2.n} pairs"
+            return Verdict("discard", metric, f"discard: {numbers}; first test passed, {why}",
                            f"discarded: looked better at first, not confirmed; {feedback}", **base)
     confirmed = ", confirmed" if acc.confirm else ""
     verdict = Verdict("keep", metric, f"keep: {numbers}", f"kept: {feedback}{confirmed}",
@@ -561,7 +732,31 @@ def judge_paired(session: Session, program: Program,
     return verdict
 
 
-def holdout_batch(session: Session, program: Program, n: int, prefix: str = "h") -> dict[str, Any]:
+FINAL_ALPHA = 0.05     # the end-of-run check describes a finished run: it decides nothing
+
+
+def change_words(improvement: float | None, step: float | None) -> str:
+    """What the generator is told a change did, in words that cannot be misread: `better by
+    ≈2% (noise ±0.4%)`, `worse by ≈53.6% (noise ±2%)`, `no change beyond the noise (≈0%, noise
+    ±1%)`. `improvement` is signed so that positive is better, whatever the direction."""
+    if improvement is None:
+        return "change unknown"
+    text = st.coarse_pct(abs(improvement), step)
+    if improvement == 0:
+        return "no change (0%)"
+    if text.startswith("≈0%"):
+        return f"no change beyond the noise ({text.replace(' (', ', ', 1)}"
+    text = text.replace("+", "", 1)
+    return f"better by {text}" if improvement > 0 else f"worse by {text}"
+
+
+def _not_beyond(feedback: str) -> str:
+    # a better-looking result that was discarded was not better beyond the noise: say so
+    return ", not beyond the noise" if feedback.startswith("better") else ""
+
+
+def holdout_batch(session: Session, program: Program, n: int, prefix: str = "h",
+                  alpha: float | None = None) -> dict[str, Any]:
     """The held-out verifier on `n` pairs; improved = its one-sided test passes alpha."""
     h = program.holdout
     assert h is not None
@@ -569,7 +764,7 @@ def holdout_batch(session: Session, program: Program, n: int, prefix: str = "h")
     if pairs.failure is not None:
         return {"error": f"{pairs.failure.label}: {pairs.failure.error}", "a": pairs.a, "b": pairs.b}
     c = st.compare(pairs.a, pairs.b, h.direction)
-    improved = c.p <= program.accept.alpha and c.effect > 0
+    improved = c.p <= (program.accept.alpha if alpha is None else alpha) and c.effect > 0
     return {"a": pairs.a, "b": pairs.b, "order": pairs.order, **c.as_record(),
             "direction": h.direction, "improved": improved}
 
@@ -577,7 +772,7 @@ def holdout_batch(session: Session, program: Program, n: int, prefix: str = "h")
 def _holdout_paired(session: Session, program: Program, verdict: Verdict) -> None:
     h = program.holdout
     assert h is not None
-    rec = holdout_batch(session, program, program.accept.pairs)
+    rec = holdout_batch(session, program, HOLDOUT_PAIRS)
     if "error" in rec:
         rec["overfit"] = None
         verdict.result += f"; holdout could not be measured ({rec['error']})"
@@ -613,11 +808,16 @@ def final_check(session: Session, program: Program, holdout: Session | None = No
     if pairs.failure is not None:
         rec["error"] = f"{pairs.failure.label}: {pairs.failure.error}"
         return rec
+    if pairs.stopped_early and holdout is None:
+        # every pair identical: the change is exact, no statistic (and no numpy/scipy) needed
+        rec.update(_deterministic_pair(pairs.a[0], pairs.b[0], v.direction))
+        rec["n"] = len(pairs.a)
+        return rec
     c = st.compare(pairs.a, pairs.b, v.direction)
     rec.update(c.as_record())
-    rec["improved"] = c.effect > 0 and (pairs.stopped_early or c.p <= acc.alpha)
+    rec["improved"] = c.effect > 0 and (pairs.stopped_early or c.p <= FINAL_ALPHA)
     if holdout is not None and program.holdout is not None:
-        hold = holdout_batch(holdout, program, n, "fh")
+        hold = holdout_batch(holdout, program, n, "fh", FINAL_ALPHA)
         rec["holdout"] = hold
         if "error" not in hold:
             rec["overfit"] = bool(rec["improved"] and not hold["improved"])
@@ -629,7 +829,13 @@ def final_text(rec: Mapping[str, Any], name: str) -> str:
     if rec.get("skipped"):
         return f"re-measured: {rec['skipped']}"
     if rec.get("error"):
-        return f"re-measure of best vs start failed: {rec['error']}"
+        return f"re-measure of best vs start failed: {rec['error']}" + _cost(rec)
+    if rec.get("deterministic") and "change" in rec and not rec.get("holdout"):
+        pct_ = rec.get("change_pct")
+        body = (f"{name} {pct_:+.2f}%" if pct_ is not None else f"{name} {rec['change']:+.4g}")
+        how = ("the best measured once more, the start as in cycle 0" if rec.get("reused")
+               else f"{len(rec['a'])} identical pairs")
+        return f"re-measured best vs start: {body} (deterministic: {how}){_cost(rec)}"
     c = st.compare(rec["a"], rec["b"], rec["direction"])
     if rec.get("deterministic"):
         body = f"{_ci_text(c, name).split(' (')[0]} (deterministic: {c.n} identical pairs)"
@@ -641,7 +847,65 @@ def final_text(rec: Mapping[str, Any], name: str) -> str:
         text += f"; holdout {_comparison_text(hold, 'holdout')}"
         if rec.get("overfit"):
             text += " — the holdout did not improve: possible overfitting"
-    return text
+    return text + _cost(rec)
+
+
+def _cost(rec: Mapping[str, Any]) -> str:
+    """What the end-of-run check cost, for its line."""
+    if rec.get("verifier_runs") is None:
+        return ""
+    n = rec["verifier_runs"]
+    return f" [{n} verifier run{'' if n == 1 else 's'}, {rec.get('seconds', 0.0):.1f} s]"
+
+
+def calibration(history: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The run's cycle-0 calibration record ({} when there is none)."""
+    for c in history:
+        if c.get("status") == "baseline":
+            s = c.get("stats") or {}
+            if s.get("kind") == "calibration":
+                return s
+    return {}
+
+
+def needs_scipy(program: Program, history: Sequence[Mapping[str, Any]] = ()) -> bool:
+    """Will this run compute a statistic that needs numpy/scipy (so they are worth importing
+    before the first generator runs)? The paired rule and a holdout always do; the strict rule
+    does once cycle 0 has shown a noisy verifier (its end-of-run check compares pairs). A strict
+    run on a verifier shown deterministic never does."""
+    if program.accept.rule == "paired" or program.holdout is not None:
+        return True
+    cal = calibration(history)
+    if not cal:
+        return False          # not known before cycle 0: ask again once it has calibrated
+    return not cal.get("deterministic") and program.accept.final_pairs > 0
+
+
+def final_estimate(program: Program, history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the end-of-run check will cost: verifier runs, and seconds at the calibration's
+    mean time a run (None when unknown). Zero when it will be skipped."""
+    acc = program.accept
+    kept = any(c.get("status") == "keep" for c in history)
+    cal = calibration(history)
+    if acc.final_pairs == 0 or not kept:
+        runs = 0
+    elif cal.get("deterministic") and program.holdout is None:
+        runs = 1
+    else:
+        runs = 2 * acc.final_pairs * (2 if program.holdout is not None else 1)
+    sec = cal.get("seconds_per_run")
+    return {"runs": runs, "seconds": None if sec is None else runs * sec}
+
+
+def _deterministic_pair(a: float, b: float, direction: str) -> dict[str, Any]:
+    """The record of one pair on a deterministic verifier, computed without numpy/scipy."""
+    if a > 0 and b > 0:
+        change, scale, pct_ = math.log(b / a), "log", (b / a - 1.0) * 100.0
+    else:
+        change, scale, pct_ = b - a, "diff", ((b - a) / abs(a) * 100.0 if a else None)
+    gain = st.orientation(direction) * change
+    return {"n": 1, "scale": scale, "change": change, "effect": gain, "change_pct": pct_,
+            "median_a": a, "median_b": b, "improved": gain > 0}
 
 
 # ---- the prompt's view ----------------------------------------------------------------------
@@ -663,7 +927,7 @@ def coarse_value(x: float | None, history: Sequence[Mapping[str, Any]]) -> str:
         return ""
     step, scale = noise_step(history)
     if not step or scale != "log" or x == 0:
-        return fmt(x)
+        return exact(x)
     size = abs(x) * (math.exp(step) - 1.0)
     digits = max(0, -round(math.log10(size))) if size > 0 else 6
     return f"≈{round(x, digits):.{digits}f}"
@@ -680,6 +944,8 @@ class Guarded(Protocol):
                   baseline: bool = False) -> AbstractContextManager[dict[str, str]]: ...
 
     def after_step(self, step: str) -> None: ...
+
+    def confine(self, tree: Path, env: Mapping[str, str]) -> Confinement | None: ...
 
 
 class TreeRunner:
@@ -742,7 +1008,8 @@ class TreeRunner:
             self.checked_out.add(side)
         with self.guard.measuring(tree, commit, self.env, baseline=self.baseline) as env:
             return measure(self.program, cwd=tree.path, env=env, log_dir=log_dir, marker=self.marker,
-                           with_guards=with_guards, after_step=self.guard.after_step)
+                           with_guards=with_guards, after_step=self.guard.after_step,
+                           box=self.guard.confine(tree.path, env))
 
 
 def holdout_spec(program: Program) -> VerifierSpec | None:
@@ -808,20 +1075,59 @@ class Judge:
         secondary = _baseline_secondary(history)
         if paired:
             step, scale = noise_step(history)
-            return judge_paired(session, self.program, secondary, step, scale, holdout)
+            noise, noise_scale = calibration_noise(history)
+            return judge_paired(session, self.program, secondary, step, noise_scale or scale,
+                                holdout, noise)
         return judge_strict(session, self.program, best, secondary, holdout)
 
-    def final(self, start: str, best: str, log_dir: Path, env: Mapping[str, str]) -> dict[str, Any]:
+    def final(self, start: str, best: str, log_dir: Path, env: Mapping[str, str],
+              history: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+        t0 = time.monotonic()
+        rec = self._final(start, best, log_dir, env, history)
+        if "skipped" not in rec:
+            rec["seconds"] = round(time.monotonic() - t0, 3)
+        return rec
+
+    def _final(self, start: str, best: str, log_dir: Path, env: Mapping[str, str],
+               history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         rec: dict[str, Any] = {"start": start, "best": best}
         if self.program.accept.final_pairs == 0:
             return {**rec, "skipped": "accept.final_pairs is 0"}
         if self.ws.tree_of(start) == self.ws.tree_of(best):
             return {**rec, "skipped": "nothing was kept: the best is the starting code",
                     "change_pct": 0.0}
+        cal = calibration(history)
+        runs = 0
+        if cal.get("deterministic") and self.program.holdout is None:
+            # cycle 0 measured the starting commit twice and got the same value: it is not
+            # measured again. The best is, once, in a fresh tree: when it gives its stored value
+            # again that is the whole check (no statistics, no numpy/scipy); anything else and
+            # the verifier is no longer deterministic, so the full check runs
+            v = self.program.verifier
+            only_b, _ = self._runners(start, best, env, log_dir, need_a=False)
+            r = Session(only_b, guards=False).run("B", "fB1")
+            runs = 1
+            stored = _stored(history)
+            if r.value is not None and stored is not None and r.value == stored[1]:
+                rec.update(pairs=0, planned=0, a=[stored[0]], b=[r.value], order="fB1",
+                           direction=v.direction, deterministic=True, verifier_runs=runs,
+                           reused="cycle 0 measured the starting commit twice, identically",
+                           **_deterministic_pair(stored[0], r.value, v.direction))
+                return rec
+            rec["determinism_broken"] = {"b": r.value, "error": r.error, "stored": stored}
         main, hold = self._runners(start, best, env, log_dir)
         rec.update(final_check(Session(main, guards=False), self.program,
                                Session(hold, guards=False) if hold is not None else None))
+        rec["verifier_runs"] = runs + len(rec.get("a") or []) + len(rec.get("b") or []) + (
+            len((rec.get("holdout") or {}).get("a") or []) + len((rec.get("holdout") or {}).get("b") or []))
         return rec
+
+
+def _stored(history: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None:
+    """(the baseline's metric, the best kept metric) as the ledger holds them."""
+    base = next((c.get("metric") for c in history if c.get("status") == "baseline"), None)
+    best = next((c.get("metric") for c in reversed(history) if c.get("status") in ("keep", "baseline")), None)
+    return None if base is None or best is None else (base, best)
 
 
 def _baseline_secondary(history: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:

@@ -23,8 +23,9 @@ from autoloop.generators.base import GenContext, Generator, Proposal, preflight_
 from autoloop.generators.registry import make_generator
 from autoloop.globs import PathRules
 from autoloop.hardening import Guardrails, Tampered
-from autoloop.journal import Journal, Record, escape_controls, fmt, pct, quote_path
-from autoloop.judge import Judge, final_text
+from autoloop.journal import Journal, Record, escape_controls, pct, quote_path
+from autoloop.numbers import formatter, num as fmt, signed_pct
+from autoloop.judge import Judge, final_estimate, final_text, needs_scipy
 from autoloop.memory import near_duplicate
 from autoloop.program import Program
 from autoloop.prompt import build_prompt
@@ -281,12 +282,20 @@ class Run:
         self.sentinel = self.ws.watch_git(extra=[self.program.path, *self.guard.user_files()])
         self.guard.start(self.sentinel, self._lock_path)
         self.journal.render(self.program.goal)
+        if self.guard.unsandboxed:
+            # once, loudly: the journal's head and `autoloop log` / the report say it too
+            self.opt.report("warning", {"message": f"not sandboxed: {self.guard.unsandboxed}; these "
+                                                   "attacks are only detected, see README (Not covered)"})
         # what autoloop imports later is loaded now, before any generator could have planted
         # or patched it (numpy/scipy only when this run computes statistics)
-        trust.preload(statistics=not self.judge.plain or self.program.accept.final_pairs > 0,
+        trust.preload(statistics=needs_scipy(self.program, self.journal.cycles()),
                       generator_kind=self.program.generator.kind)
         if not self.journal.cycles():
             self._baseline(incumbent)
+            # a fresh run learns at cycle 0 whether its verifier is deterministic; still before
+            # the first generator, load the statistics if the run now turns out to need them
+            trust.preload(statistics=needs_scipy(self.program, self.journal.cycles()),
+                          generator_kind=self.program.generator.kind)
         ran = 0
         reason = ""
         try:
@@ -418,9 +427,12 @@ class Run:
 
     def _journal_start(self, incumbent: str) -> None:
         """One `start` record per invocation; the first one marks the branch as ours."""
-        self.journal.append({"t": "start", "tag": self.opt.tag, "program": self.program.rel_path,
-                             "verifier": verifier_fingerprint(self.program), "incumbent": incumbent,
-                             "worktree": str(self.ws.path)})
+        rec = {"t": "start", "tag": self.opt.tag, "program": self.program.rel_path,
+               "verifier": verifier_fingerprint(self.program), "incumbent": incumbent,
+               "worktree": str(self.ws.path), "sandbox": "none" if self.guard.unsandboxed else "bwrap"}
+        if self.guard.unsandboxed:
+            rec["unsandboxed"] = self.guard.unsandboxed
+        self.journal.append(rec)
 
     def _incumbent_from(self, cycles: list[Record]) -> str | None:
         commit = baseline = best = None
@@ -743,9 +755,10 @@ class Run:
             return _Outcome("crash", f"crash: {m.error}", f"crash: {m.error}", changed=changed, measurement=m)
         best = self.best
         assert best is not None
+        fmt = formatter([best, m.metric])   # two values that differ must print differently
         if better(v.direction, m.metric, best):
             d = pct(best, m.metric)
-            gain = f" ({d:+.1f}%)" if d is not None else ""
+            gain = f" ({signed_pct(d)})" if d is not None else ""
             return _Outcome("keep", f"kept: {name} {fmt(best)} → {fmt(m.metric)}{gain}",
                             f"keep: {name} {fmt(best)} → {fmt(m.metric)}{gain}",
                             metric=m.metric, changed=changed, measurement=m)
@@ -766,7 +779,8 @@ class Run:
                 vtree.checkout(candidate, clean=False)   # measuring() cleans it
                 with self.guard.measuring(vtree, candidate, self._env(n)) as env:
                     m = measure(self.program, cwd=vtree.path, env=env, log_dir=log_dir,
-                                marker=self.marker, after_step=self.guard.after_step)
+                                marker=self.marker, after_step=self.guard.after_step,
+                                box=self.guard.confine(vtree.path, env))
                 self._check_signal()
                 return self._decide(m, files)
             # noise-aware: repeats, paired ABBA batches against a re-measured incumbent
@@ -812,9 +826,8 @@ class Run:
         runs = (len(st.get("runs") or []) + len(st.get("a") or []) + len(st.get("b") or [])
                 + _count(st.get("warmup")))
         per_run = float(base["duration_s"]) / max(1, runs)
-        # a verifier that gave identical values at the baseline is re-measured in 2 pairs
-        pairs = min(2, self.program.accept.final_pairs) if st.get("deterministic") else self.program.accept.final_pairs
-        planned = 2 * pairs * (2 if self.program.holdout is not None else 1)
+        # the judge's own plan (one run of the best on a verifier cycle 0 showed deterministic)
+        planned = final_estimate(self.program, self.journal.cycles())["runs"]
         return per_run * planned + 1.0   # + the trees' checkout and proof
 
     def _final_check(self) -> dict[str, Any] | None:
@@ -840,7 +853,8 @@ class Run:
         log_dir = self.journal.dir / "logs" / f"final-{int(time.time() * 1000)}"
         log_dir.mkdir(parents=True)
         try:
-            rec = self._checked(lambda: self.judge.final(start, self.incumbent, log_dir, self._env(0)))
+            rec = self._checked(lambda: self.judge.final(start, self.incumbent, log_dir, self._env(0),
+                                                         cycles))
         except Tampered as exc:
             # nothing is kept or undone at this point; the re-measurement just does not count
             rec = {"start": start, "best": self.incumbent, "skipped": f"not trustworthy: {exc}"[:300]}
@@ -1024,7 +1038,7 @@ def _file_changes(changes: list[Change]) -> list[Change]:
 
 def _pct_text(old: float | None, new: float | None) -> str:
     d = pct(old, new)
-    return f" ({d:+.2f}%)" if d is not None else ""
+    return f" ({signed_pct(d)})" if d is not None else ""
 
 
 def _count(x: Any) -> int:

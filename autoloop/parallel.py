@@ -40,7 +40,8 @@ from autoloop.executors import LaneJudge, LocalExecutor, make_executor
 from autoloop.hardening import Tampered
 from autoloop.generators.base import Generator, Proposal
 from autoloop.generators.registry import make_generator
-from autoloop.journal import Record, escape_controls, fmt
+from autoloop.journal import Record, escape_controls
+from autoloop.numbers import num as fmt
 from autoloop.loop import Run, RunOptions, _file_changes, _Outcome
 from autoloop.memory import near_duplicate
 from autoloop.program import Program

@@ -38,6 +38,7 @@ class VerifierSpec:
     pattern: str | None = None         # or a regex whose first group is the number
     timeout: float = 600.0
     repeats: int = 1                   # strict rule: runs per side, the median of them decides
+    network: bool = False              # measurements keep the network (sandboxed: off unless true)
 
     @property
     def label(self) -> str:
@@ -69,9 +70,9 @@ class AcceptSpec:
 
     rule: Rule = "strict"
     min_effect: Amount = Amount(0.0, False)   # 1% when rule is paired and it is not given
-    alpha: float = 0.05                  # paired: one-sided level of the signed-rank test
-    pairs: int = 8                       # paired: incumbent/candidate pairs per batch
-    confirm: bool = False                # paired: a second batch must pass too (default true)
+    alpha: float = 0.05                  # paired: the bound on false keeps (default 0.005 there)
+    pairs: int = 8                       # paired: the most pairs one decision takes (default 16)
+    confirm: bool = False                # paired: a second, fresh sequential test must pass too
     warmup: int = 0                      # runs per side measured first and discarded
     final_pairs: int = 20                # end-of-run re-measurement of best vs start (0: none)
 
@@ -163,11 +164,13 @@ class ParallelSpec:
 
 @dataclass(frozen=True)
 class SandboxSpec:
-    """Where a subprocess generator runs (see autoloop.sandbox)."""
+    """Where the generator and the measurements run (see autoloop.sandbox). `auto`: in a
+    bubblewrap sandbox where one can be made, else unsandboxed (said loudly); `bwrap`: a
+    sandbox or exit 2; `none`: no sandbox, the watches of autoloop.watch are the only line."""
 
-    kind: Literal["none", "bwrap"] = "none"
-    network: bool = False                # bwrap: keep the network (agent CLIs need their API)
-    writable: tuple[str, ...] = ()       # bwrap: more paths it may write (~ expanded), e.g. ~/.claude
+    kind: Literal["auto", "none", "bwrap"] = "auto"
+    network: bool = False                # the generator keeps the network (agent CLIs need their API)
+    writable: tuple[str, ...] = ()       # more paths generator and measurements may write (~ expanded)
 
 
 @dataclass(frozen=True)
@@ -287,7 +290,9 @@ def _git_toplevel(path: Path) -> Path:
     if out.returncode != 0 or not top:
         why = os.fsdecode(out.stderr).strip().splitlines()
         detail = f" ({why[-1]})" if why else ""
-        raise RepoStateError(f"{path} is not inside a git work tree{detail}")
+        raise RepoStateError(f"{path} is not inside a git work tree{detail}; autoloop keeps each "
+                             f"improvement as a commit, so start one in your project folder: "
+                             f"git init && git add -A && git commit -m start")
     return Path(top).resolve()
 
 
@@ -324,6 +329,36 @@ _FRONT_HINT = "YAML front matter between two '---' lines (goal, allowed, verifie
 _NULL_TAG = "tag:yaml.org,2002:null"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _NEWLINES = re.compile(r"[\r\n]+")
+
+
+def _yaml_advice(exc: yaml.MarkedYAMLError, mark: Any) -> str:
+    """The newcomer's YAML mistakes in words that say what to do: a glob starting with `*` (an
+    alias to YAML) and a `: ` inside a value (a new key to YAML) both need quotes."""
+    text = ""
+    buffer = getattr(mark, "buffer", None)
+    if mark is not None and isinstance(buffer, str):
+        lines = buffer.rstrip("\0").split("\n")
+        text = lines[mark.line] if mark.line < len(lines) else ""
+    problem, context = exc.problem or "", exc.context or ""
+    if "alias" in context or problem.startswith("found undefined alias"):
+        token = re.search(r"\*[^\s,\]}]*", text[mark.column - 1 if mark else 0:] if text else "")
+        shown = token.group(0) if token else "*…"
+        return (f"'{shown}' must be quoted: YAML reads a value starting with '*' as a reference; "
+                f"write \"{shown}\"")
+    if problem == "mapping values are not allowed here":
+        m = re.match(r"^(\s*(?:-\s+)?[\w.-]+:\s+)(.*?)\s*$", text)
+        if m and m.group(2):
+            value = m.group(2)
+            quoted = f"'{value}'" if "'" not in value else '"' + value.replace('"', '\\"') + '"'
+            return (f"the value contains ': ', which YAML reads as a new key: quote the whole "
+                    f"value, e.g. {m.group(1).strip()} {quoted}")
+        return "a value contains ': ', which YAML reads as a new key: put the value in quotes"
+    m = re.match(r"found character '(\\.|.)' that cannot start any token", problem)
+    if m and m.group(1) in ("\t", "\\t"):
+        return "a tab: YAML indents with spaces only; replace the tab with spaces"
+    if m:
+        return f"a value cannot start with '{m.group(1)}' in YAML: put the value in quotes"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -403,7 +438,8 @@ class _Parser:
         message = exc.problem or exc.context or "cannot be read"
         if exc.problem and exc.context:
             message += f" ({exc.context})"
-        self.fail(line, f"invalid YAML: {message}")
+        advice = _yaml_advice(exc, mark)
+        self.fail(line, f"{advice} (YAML: {message})" if advice else f"invalid YAML: {message}")
 
     def value(self, node: yaml.Node) -> Any:
         """A scalar's typed value; other nodes are returned as they are, for checks to refuse."""
@@ -859,8 +895,16 @@ def _build_generator(p: _Parser, values: dict[str, Any], at: _At) -> GeneratorSp
     return GeneratorSpec(**values)
 
 
+def _reachable(pairs: int, alpha: float) -> bool:
+    """Can the sequential test (autoloop.stats) keep after `pairs` pairs at level alpha? Its
+    strongest evidence is that of identical gains with no calibration noise."""
+    from autoloop import stats
+    return pairs >= 2 and stats.sequential_log_lr([1.0] * pairs, []) >= math.log(1.0 / alpha)
+
+
 def _build_accept(p: _Parser, values: dict[str, Any], at: _At) -> AcceptSpec:
     rule = values.get("rule", "strict")
+    given = set(values)
     if rule == "strict":
         for key in ("alpha", "pairs", "confirm"):
             if key in values:
@@ -868,21 +912,25 @@ def _build_accept(p: _Parser, values: dict[str, Any], at: _At) -> AcceptSpec:
                        f"{at.key}.{key}: only used with {at.key}.rule: paired (the strict rule "
                        "compares one measurement, or the median of verifier.repeats, per side)")
     else:
+        # the sequential test holds its false-keep rate at alpha by construction, so one test at
+        # 0.005 replaces two fixed batches at 0.05; 16 pairs is the most a decision may take
         values.setdefault("min_effect", Amount(1.0, True))
-        values.setdefault("confirm", True)
+        values.setdefault("confirm", False)
+        values.setdefault("alpha", 0.005)
+        values.setdefault("pairs", 16)
     alpha, pairs = values.get("alpha", 0.05), values.get("pairs", 8)
     if alpha > 0.5:
         p.fail(p.lines[f"{at.key}.alpha"], f"{at.key}.alpha: expected a level between 0 and 0.5, "
                                            f"e.g. 0.05, got {alpha:g}")
-    if rule == "paired" and 0.5 ** pairs > alpha:
-        need = next(n for n in range(1, 64) if 0.5 ** n <= alpha)
-        if "pairs" in values:
+    if rule == "paired" and not _reachable(pairs, alpha):
+        need = next(n for n in range(2, 64) if _reachable(n, alpha))
+        if "pairs" in given:
             p.fail(p.lines[f"{at.key}.pairs"],
-                   f"{at.key}.pairs: {pairs} pairs can never pass alpha {alpha:g} (the smallest "
-                   f"one-sided p-value of {pairs} pairs is 1/{2 ** pairs}); use at least {need} pairs")
+                   f"{at.key}.pairs: {pairs} pairs can never reach alpha {alpha:g} (even when every "
+                   f"pair shows the same gain); use at least {need} pairs")
         p.fail(p.lines[f"{at.key}.alpha"],
-               f"{at.key}.alpha: {alpha:g} is out of reach of the default {pairs} pairs (their "
-               f"smallest one-sided p-value is 1/{2 ** pairs}); set {at.key}.pairs to at least {need}")
+               f"{at.key}.alpha: {alpha:g} is out of reach of {pairs} pairs (even when every pair "
+               f"shows the same gain); set {at.key}.pairs to at least {need}")
     return AcceptSpec(**values)
 
 
@@ -1000,13 +1048,6 @@ def _build_program(p: _Parser, values: dict[str, Any], at: _At) -> dict[str, Any
 
 
 def _check_hardening(p: _Parser, values: dict[str, Any]) -> None:
-    sandbox: SandboxSpec | None = values.get("sandbox")
-    generator: GeneratorSpec = values.get("generator") or GeneratorSpec()
-    if sandbox is not None and sandbox.kind != "none" and generator.kind in IN_PROCESS_KINDS:
-        p.fail(p.lines["sandbox"],
-               f"sandbox: {sandbox.kind} confines subprocess generators (command, claude, codex, "
-               f"aider); kind {generator.kind!r} runs inside autoloop and edits only through its "
-               "allowlist-checked edit tool — use sandbox: none")
     data: tuple[DataSpec, ...] = values.get("data", ())
     if data and "allowed" in values:
         editable = PathRules(values["allowed"], values.get("forbidden", ()))
@@ -1055,6 +1096,7 @@ _VERIFIER = _Section({
     "direction": _Field(_enum(("minimize", "maximize")), required=True),
     "timeout": _Field(_SECONDS),
     "repeats": _Field(_integer(at_least=1, what="a whole number >= 1")),
+    "network": _Field(_boolean),
 }, _build_verifier)
 
 _ACCEPT = _Section({
@@ -1113,7 +1155,7 @@ _STOP = _Section({
 }, lambda p, values, at: StopSpec(**values))
 
 _SANDBOX = _ScalarOr({
-    "kind": _Field(_enum(("none", "bwrap")), required=True),
+    "kind": _Field(_enum(("auto", "none", "bwrap"))),
     "network": _Field(_boolean),
     "writable": _Field(_host_paths),
 }, lambda p, values, at: SandboxSpec(**values), "kind")

@@ -21,7 +21,9 @@ import threading
 import time
 from typing import IO, Any, Callable, Mapping
 
-from autoloop.journal import fmt, pct
+from autoloop.facts import in_cycle
+from autoloop.journal import pct
+from autoloop.numbers import formatter, run_values, signed_pct, usd
 from autoloop.ratchet import better
 from autoloop.summary import overruled_keep
 
@@ -79,8 +81,11 @@ class Progress:
         self.last = ""
         self.cost = 0.0
         self.done = 0
+        self._values: list[float] = []
+        self.fmt = formatter([])     # widened as values arrive: the run's rounding so far
         self._lock = threading.RLock()
         self._shown = 0          # width of the live line on screen (0: none)
+        self._gone = False       # the reader has closed the stream
         self._paused = False
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -130,13 +135,22 @@ class Progress:
         self.cost += (data.get("gen") or {}).get("cost_usd") or 0.0
         if data.get("cycle", 0):
             self.done += 1
+        best_before = self.best if status != "baseline" else None
+        self._values += run_values([data])
+        self.fmt = formatter(self._values)
+        fmt = self.fmt
         metric = fmt(data.get("metric")) or "-"
         self.last = f"#{data.get('cycle')} {status} {metric}"
         hyp = " ".join(str(data.get("hypothesis", "")).split())
         width = self._width()
         cell = f"{status:<10}"
+        vs, change = in_cycle(data, best_before if best_before is not None else self.best)
+        # what the row was judged on: the incumbent measured beside it (paired) or the best
+        paired = isinstance((data.get("stats") or {}).get("pooled"), dict)
+        against = (f"vs {fmt(vs):>10} {signed_pct(change, ''):>8}" if paired else
+                   f"best {fmt(self.best if self.direction else data.get('best')):>10}")
         head = (f"cycle {data['cycle']:>4}  {cell} {self.metric} {metric:>10}  "
-                f"best {fmt(self.best if self.direction else data.get('best')):>10}  {data.get('duration_s', 0):6.1f}s  ")
+                f"{against}  {data.get('duration_s', 0):6.1f}s  ")
         if data.get("decided_by") == "human":
             head += "[you] "
         room = max(20, width - len(head) - 1) if self.live else 70
@@ -167,8 +181,18 @@ class Progress:
         if self.timestamps:
             t = int(self.clock() - self.t0)
             line = f"[{t // 3600:02d}:{t % 3600 // 60:02d}:{t % 60:02d}] {line}"
-        self.stream.write(line + "\n")
-        self.stream.flush()
+        self._write(line + "\n")
+
+    def _write(self, text: str) -> None:
+        """Progress is for the person watching: when the reader is gone (`| head`, a closed
+        terminal) the run goes on quietly, the journal is the record."""
+        if self._gone:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (BrokenPipeError, ValueError):
+            self._gone = True
 
     def status_line(self) -> str:
         now = self.clock()
@@ -178,12 +202,12 @@ class Progress:
         parts.append(f"{self.phase} {_duration(now - self.phase_t0)}")
         if self.best is not None:
             d = pct(self.baseline, self.best)
-            parts.append(f"best {fmt(self.best)}" + (f" ({d:+.2f}%)" if d is not None else ""))
+            parts.append(f"best {self.fmt(self.best)}" + (f" ({signed_pct(d)})" if d is not None else ""))
         if self.last:
             parts.append(f"last {self.last}")
         parts.append(f"elapsed {_duration(now - self.t0)}")
         if self.cost:
-            parts.append(f"${self.cost:.2f}")
+            parts.append(usd(self.cost))
         return " · ".join(parts)
 
     def _draw(self) -> None:
@@ -195,14 +219,15 @@ class Progress:
             text = text[:max(1, width - 2)] + "…"
         pad = max(0, self._shown - len(text))
         shown = ("\x1b[1m" + text + RESET) if self.color else text
-        self.stream.write("\r" + shown + " " * pad)
-        self.stream.flush()
+        self._write("\r" + shown + " " * pad)
         self._shown = len(text)
 
     def _clear(self) -> None:
         if self.live and self._shown:
-            self.stream.write("\r" + " " * self._shown + "\r")
-            self.stream.flush()
+            # two more than our text: a Ctrl-C echoes `^C` after it (spaces, not an erase-line
+            # escape: NO_COLOR and dumb terminals get no escapes at all)
+            pad = min(self._shown + 2, max(1, self._width() - 1))
+            self._write("\r" + " " * pad + "\r")
             self._shown = 0
 
     def _tick(self, every: float) -> None:
@@ -227,4 +252,6 @@ class Progress:
         if self._ticker is not None:
             self._ticker.join(timeout=2)
         with self._lock:
+            if self.live:
+                self._shown = max(self._shown, 1)   # also a `^C` echoed on an empty line
             self._clear()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from autoloop.journal import fmt
+from autoloop.numbers import exact as fmt, signed_pct
 from autoloop.judge import coarse_value
 from autoloop.memory import foreclosed
 from autoloop.program import Program
@@ -78,7 +78,7 @@ def _memory(done: Sequence[Mapping[str, Any]], name: str) -> list[str]:
             out.append(f"- ... {len(kept) - MAX_KEPT} earlier kept changes")
         for h in kept[-MAX_KEPT:]:
             gain = h.get("delta_pct")
-            g = f" ({gain:+.2f}%)" if isinstance(gain, (int, float)) else ""
+            g = f" ({signed_pct(gain)})" if isinstance(gain, (int, float)) else ""
             shown = f"{name} {fmt(h.get('metric'))}{g}" if "feedback" not in h else h["feedback"]
             out.append(f"- cycle {h['cycle']}: {_clip(h.get('hypothesis', ''), 160)} → {shown}")
     avenues = foreclosed(older, limit=MAX_FORECLOSED)

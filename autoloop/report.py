@@ -18,7 +18,8 @@ import html
 import math
 from typing import Any, Mapping, Sequence
 
-from autoloop.facts import Facts, gain_text, num, signed_pct
+from autoloop.facts import Facts, rows as judged_rows
+from autoloop.numbers import Fmt, count, formatter, pct_interval, run_values, sig, signed_pct, usd
 
 STATUS_COLORS = {
     "baseline": "#2563eb",
@@ -56,10 +57,39 @@ def _nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return ticks
 
 
-def chart(cycles: Sequence[Mapping[str, Any]], metric: str, direction: str) -> str:
+def _positions(cycles: Sequence[Mapping[str, Any]], direction: str) -> dict[int, float]:
+    """Where each measured cycle is drawn. A paired cycle was judged on its change against the
+    incumbent re-measured beside it, not on its own median (which drifts with the machine): it
+    is drawn at that change from the running best, and a cycle that was not kept is never drawn
+    better than the running best (it was not better beyond the noise)."""
+    pos: dict[int, float] = {}
+    for c, vs, change in judged_rows(cycles):
+        if c.get("metric") is None:
+            continue
+        y = float(c["metric"])
+        paired = isinstance((c.get("stats") or {}).get("pooled"), dict)
+        if paired and c["status"] != "keep" and change is not None:
+            best = _best_before(cycles, c)
+            if best is not None:
+                y = best * (1 + change / 100.0)
+                if (y < best) == (direction == "minimize") and y != best:
+                    y = best
+        pos[int(c["cycle"])] = y
+    return pos
+
+
+def _best_before(cycles: Sequence[Mapping[str, Any]], c: Mapping[str, Any]) -> float | None:
+    prev = [p.get("best") for p in cycles if p["cycle"] < c["cycle"] and p.get("best") is not None]
+    return float(prev[-1]) if prev else None
+
+
+def chart(cycles: Sequence[Mapping[str, Any]], metric: str, direction: str,
+          fmt: Fmt | None = None) -> str:
     """The SVG chart (a string), one <circle class="mark"> per cycle."""
+    fmt = fmt or formatter(run_values(cycles), "–")
     n_max = max((int(c["cycle"]) for c in cycles), default=0)
-    values = [float(c["metric"]) for c in cycles if c.get("metric") is not None]
+    pos = _positions(cycles, direction)
+    values = list(pos.values())
     values += [float(c["best"]) for c in cycles if c.get("best") is not None]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
     if hi == lo:
@@ -83,7 +113,7 @@ def chart(cycles: Sequence[Mapping[str, Any]], metric: str, direction: str) -> s
     for t in _nice_ticks(lo, hi):
         yy = y(t)
         out.append(f'<line x1="{ML}" x2="{ML + plot_w}" y1="{yy:.1f}" y2="{yy:.1f}" class="grid"/>')
-        out.append(f'<text x="{ML - 8}" y="{yy + 4:.1f}" class="tick" text-anchor="end">{_e(f"{t:.6g}")}</text>')
+        out.append(f'<text x="{ML - 8}" y="{yy + 4:.1f}" class="tick" text-anchor="end">{_e(sig(t))}</text>')
     # x ticks
     for t in _nice_ticks(0, max(n_max, 1), min(10, max(n_max, 1))):
         if t != int(t) or t > n_max:
@@ -117,10 +147,10 @@ def chart(cycles: Sequence[Mapping[str, Any]], metric: str, direction: str) -> s
     r = 4.5 if len(cycles) <= 200 else 3.0
     for c in sorted(cycles, key=lambda c: (rank.get(c["status"], 0), c["cycle"])):
         st = c["status"]
-        has = c.get("metric") is not None
-        xx, yy = x(c["cycle"]), (y(float(c["metric"])) if has else y_strip)
+        has = int(c["cycle"]) in pos
+        xx, yy = x(c["cycle"]), (y(pos[int(c["cycle"])]) if has else y_strip)
         hyp = " ".join(str(c.get("hypothesis", "")).split())
-        tip = f"cycle {c['cycle']} · {st} · {metric} {num(c.get('metric'))}\n{hyp}\n{c.get('lesson', '')}"
+        tip = f"cycle {c['cycle']} · {st} · {metric} {fmt(c.get('metric'))}\n{hyp}\n{c.get('lesson', '')}"
         big = st in ("keep", "baseline")
         out.append(f'<a href="#c{c["cycle"]}"><circle class="mark s-{_e(st)}" cx="{xx:.1f}" cy="{yy:.1f}" '
                    f'r="{r * (1.5 if big else 1):.1f}" fill="{STATUS_COLORS.get(st, "#000")}" '
@@ -133,7 +163,7 @@ def chart(cycles: Sequence[Mapping[str, Any]], metric: str, direction: str) -> s
             continue
         hyp = " ".join(str(c.get("hypothesis", "")).split())
         label = hyp if len(hyp) <= 42 else hyp[:41] + "…"
-        xx, yy = x(c["cycle"]), y(float(c["metric"]))
+        xx, yy = x(c["cycle"]), y(pos[int(c["cycle"])])
         out.append(f'<text x="{xx + 3:.1f}" y="{yy - 9:.1f}" class="note" '
                    f'transform="rotate(-32 {xx + 3:.1f} {yy - 9:.1f})">{_e(label)}</text>')
     out.append("</svg>")
@@ -182,15 +212,24 @@ def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | N
     cycles = [r for r in records if r.get("t") == "cycle"]
     s = f.summary
     when = generated or _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    better = s.gain_pct is not None and ((s.gain_pct < 0) == (f.direction == "minimize")) and s.gain_pct != 0
+    fmt = f.fmt
+    gain = f.headline_gain_pct
+    better = gain is not None and gain != 0 and ((gain < 0) == (f.direction == "minimize"))
+    if f.remeasured_pct is not None:
+        gain_note = (pct_interval(f.gain_ci_pct, f.gain_ci_level) + " · " if f.gain_ci_pct else "") \
+            + "best re-measured against the start"
+    else:
+        gain_note = (pct_interval(f.gain_ci_pct, f.gain_ci_level) + " · " if f.gain_ci_pct else "") \
+            + "baseline → best"
     cards = [
-        ("baseline", num(s.baseline), f.metric),
-        ("best", num(s.best), f.direction),
-        ("gain", gain_text(f), "baseline → best", "good" if better else ""),
+        ("baseline", fmt(s.baseline), f.metric),
+        ("best", fmt(s.best), f.direction + (", as measured against its incumbent" if f.paired else "")),
+        ("gain", signed_pct(gain), gain_note, "good" if better else ""),
         ("cycles", str(s.cycles), ", ".join(f"{k} {v}" for k, v in s.by_status.items()) or "none yet"),
         ("keep rate", "–" if s.keep_rate is None else f"{s.keep_rate * 100:.0f}%", f"{s.kept} kept"),
-        ("cost", f"${s.cost_usd:.2f}", f"{s.tokens:,} tokens" if s.tokens else "generator cost"),
-        ("cost per 1% gain", "–" if f.cost_per_pct is None else f"${f.cost_per_pct:.2f}", "dollars / percentage point"),
+        ("cost", usd(s.cost_usd) if s.cost_usd or not s.tokens else f"{count(s.tokens)} tok",
+         (f"{count(s.tokens)} tokens" if s.cost_usd else "no price known") if s.tokens else "generator cost"),
+        ("cost per 1% gain", usd(f.cost_per_pct), "dollars / percentage point"),
         ("time", _dur(f.duration_s), "summed cycle time"),
     ]
     card_html = "".join(
@@ -202,8 +241,11 @@ def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | N
     legend = "".join(f'<span style="--c:{STATUS_COLORS.get(st, "#000")}">{_e(st)} {n}</span>'
                      for st, n in counts.items() if n) + \
         '<span class="line">running best</span>'
+    if any(isinstance((c.get("stats") or {}).get("pooled"), dict) for c in cycles):
+        legend += ('<em class="small">paired cycles are drawn at their change against the incumbent '
+                   'measured beside them; hover a dot for its own numbers</em>')
     rows = []
-    for c in cycles:
+    for c, vs, change in judged_rows(cycles):
         st = c["status"]
         gen = c.get("gen") or {}
         cost = gen.get("cost_usd")
@@ -215,15 +257,18 @@ def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | N
         rows.append(
             f'<tr id="c{c["cycle"]}"><td class="n">{c["cycle"]}</td>'
             f'<td><span class="badge" style="background:{STATUS_COLORS.get(st, "#000")}">{_e(st)}</span>{who}{commit}</td>'
-            f'<td class="n">{_e(num(c.get("metric")))}</td>'
-            f'<td class="n">{_e(signed_pct(c.get("delta_pct")) if c.get("delta_pct") is not None else "")}</td>'
+            f'<td class="n">{_e(fmt(c.get("metric"), ""))}</td>'
+            f'<td class="n">{_e(fmt(vs, ""))}<div class="small">{_e(signed_pct(change, ""))}</div></td>'
             f'<td>{_e(" ".join(str(c.get("hypothesis", "")).split()))}</td>'
             f'<td class="lesson">{_e(" ".join(str(c.get("lesson", "")).split()))}</td>'
             f'<td class="small">{_e(ds)}</td>'
-            f'<td class="n">{"" if cost is None else f"${cost:.3f}"}'
-            f'{f"<div class=small>{tokens:,} tok</div>" if tokens else ""}</td>'
+            f'<td class="n">{"" if cost is None else usd(cost)}'
+            f'{f"<div class=small>{count(tokens)} tok</div>" if tokens else ""}</td>'
             f'<td class="n">{float(c.get("duration_s") or 0):.1f}s</td></tr>')
     goal = f'<p class="sub">{_e(f.goal)}</p>' if f.goal else ""
+    goal += "".join(f'<p class="sub"><strong>Warning:</strong> {_e(note)}</p>' for note in f.not_sandboxed)
+    if f.aborted:
+        goal += f'<p class="bad">No cycle was measured: the baseline was aborted ({_e(f.aborted)}).</p>'
     return f"""<!doctype html>
 <html lang="en">
 <head>
@@ -238,12 +283,12 @@ def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | N
 {goal}
 <section class="cards">{card_html}</section>
 <figure>
-{chart(cycles, f.metric, f.direction)}
+{chart(cycles, f.metric, f.direction, fmt)}
 <figcaption class="legend">{legend}</figcaption>
 </figure>
 <h2>Cycles ({len(cycles)})</h2>
 <table>
-<thead><tr><th>#</th><th>status</th><th>{_e(f.metric)}</th><th>Δ vs best</th><th>hypothesis</th><th>lesson</th>
+<thead><tr><th>#</th><th>status</th><th>{_e(f.metric)}</th><th title="what the cycle was judged against: the incumbent re-measured beside it (paired), else the best before it">judged against</th><th>hypothesis</th><th>lesson</th>
 <th>diffstat</th><th>cost</th><th>time</th></tr></thead>
 <tbody>
 {chr(10).join(rows)}

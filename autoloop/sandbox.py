@@ -29,19 +29,22 @@ path outside `allowed` before it reaches the disk; `tune` is autoloop's own code
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from autoloop.program import SandboxSpec, command_words
+from autoloop.program import Program, SandboxSpec, command_words
 
 # Hidden when the network is on: ways to have a process started outside the sandbox.
 _DAEMON_DIRS = ("/run/user", "/run/dbus", "/run/containerd", "/run/podman", "/run/docker",
                 "/var/run/dbus")
 _DAEMON_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock", "/run/podman/podman.sock")
 _PRIVATE = ("/tmp", "/var/tmp")
+GIT_IN_SANDBOX = "/tmp/.autoloop-git"   # where a measurement sees the repository's git folder
 
 
 class SandboxUnavailable(Exception):
@@ -137,6 +140,202 @@ class Bwrap:
         if isinstance(command, str):
             return [*args, "/bin/sh", "-c", command]
         return [*args, *command]
+
+
+    # ---- measurements ------------------------------------------------------------------------
+
+    def measurement_argv(self, command: str, *, box: Confinement) -> list[str]:
+        """`command` (a shell string) wrapped to run as a measurement: see Confinement."""
+        args = [self.exe, *self._base(box.network)]
+        for dev in _devices():
+            args += ["--dev-bind", dev, dev]
+        args += ["--tmpfs", "/dev/shm"]
+        hidden = list(_PRIVATE) + ([] if box.network else ["/run"])
+        wanted = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), *box.readable,
+                  *(Path(d) for d in box.path.split(os.pathsep) if os.path.isabs(d)),
+                  *_named_folders(command)]
+        # a venv's bin/ is not enough: its python needs lib/…/site-packages beside it
+        wanted += [_venv_root(p) or p for p in wanted]
+        ro: list[str] = []
+        for p in wanted:
+            real = os.path.realpath(p)
+            if os.path.exists(real) and _under(real, hidden) and not _under(real, ro):
+                ro.append(real)
+        for real in sorted(ro, key=len):
+            args += ["--ro-bind", real, real]
+        if box.git is not None:
+            args += ["--ro-bind", str(box.git[0]), GIT_IN_SANDBOX]
+        tree = os.path.realpath(box.tree)
+        args += ["--bind", tree, tree]
+        where = tree
+        if box.checkout is not None and os.path.realpath(box.checkout) != tree:
+            # The candidate at your checkout's path too: an editable install's finder or .pth,
+            # pytest's rootdir, a tool that found the project by absolute path — every path
+            # into the checkout now resolves to the candidate.
+            where = os.path.realpath(box.checkout)
+            args += ["--bind", tree, where]
+            for keep in box.keep:
+                real = os.path.realpath(keep)
+                if os.path.exists(real):
+                    args += ["--ro-bind", real, real]
+        for p in box.writable:
+            real = os.path.realpath(os.path.expanduser(str(p)))
+            if os.path.exists(real):
+                args += ["--bind", real, real]
+        for rel in box.protect:
+            src = os.path.join(tree, rel)
+            if os.path.lexists(src) and not os.path.islink(src):
+                for at in dict.fromkeys([tree, where]):
+                    args += ["--ro-bind", src, os.path.join(at, rel)]
+        if box.git is not None:
+            for at in dict.fromkeys([tree, where]):
+                args += ["--ro-bind", str(box.git[1]), os.path.join(at, ".git")]
+        args += ["--chdir", where, "--"]
+        return [*args, "/bin/sh", "-c", command]
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """One measurement's sandbox: the whole file system read-only, except `tree` (the
+    verification tree), `writable` (its private scratch: temp and bytecode folders, plus
+    `sandbox.writable`); the tree also appears at `checkout` (your checkout's path), where the
+    command runs, with `keep` (virtual environments inside your checkout, data kept there)
+    read-only on top. Its own PID namespace (what it leaves running dies with it), no
+    capabilities, no network unless `network` (verifier.network), GPUs and /dev/shm kept.
+    `protect` are paths inside the tree it must not write (the tree's .git link, a journal)."""
+
+    bwrap: Bwrap
+    tree: Path
+    checkout: Path | None
+    writable: tuple[Path, ...] = ()
+    readable: tuple[Path, ...] = ()
+    keep: tuple[Path, ...] = ()
+    protect: tuple[str, ...] = ()       # relative to the tree
+    git: tuple[Path, Path] | None = None  # (the repository's git folder, the .git link to show)
+    network: bool = False
+    path: str = ""             # the command's PATH: its folders stay readable behind a private /tmp
+
+    def argv(self, command: str) -> list[str]:
+        return self.bwrap.measurement_argv(command, box=self)
+
+
+_READ_ONLY = re.compile(r"Read-only file system|EROFS|\[Errno 30\]")
+_NO_NETWORK = re.compile(r"Temporary failure in name resolution|Name or service not known|"
+                         r"Could not resolve host|Network is unreachable|getaddrinfo|"
+                         r"\[Errno -[23]\]|\[Errno 101\]|No address associated with hostname")
+
+
+def failure_hint(output: str, *, network: bool) -> str | None:
+    """What to set when a sandboxed measurement failed for want of a writable path or the
+    network (read from the tail of its output), or None."""
+    m = _READ_ONLY.search(output)
+    if m is not None:
+        line = next((ln for ln in output.splitlines() if m.group(0) in ln), "")
+        path = re.search(r"'(/[^']+)'", line) or re.search(r"(/[^\s:'\"]+)", line)
+        where = f" ({path.group(1)})" if path else ""
+        return ("the measurement sandbox keeps everything but the verification tree and its temp "
+                f"folder read-only{where}; if the command must write there, add the path to "
+                "sandbox.writable")
+    if not network and _NO_NETWORK.search(output):
+        return "the measurement sandbox has no network; set verifier.network: true if it needs one"
+    return None
+
+
+def git_link(tree: Path, scratch: Path, common_dir: Path) -> tuple[Path, Path] | None:
+    """(the repository's git folder, a `.git` link file pointing into where the sandbox shows it)
+    for a measurement of `tree`: the candidate is bound over your checkout, which hides the
+    repository's .git there, so git inside a measurement finds it at GIT_IN_SANDBOX instead
+    (read-only). None when the tree's .git is not a link into `common_dir`/worktrees."""
+    try:
+        text = (tree / ".git").read_text(errors="replace").strip()
+    except OSError:
+        return None
+    if not text.startswith("gitdir: "):
+        return None
+    admin = Path(text[len("gitdir: "):])
+    if admin.parent.name != "worktrees" or os.path.realpath(admin.parent.parent) != os.path.realpath(common_dir):
+        return None
+    link = scratch / "dotgit"
+    link.write_text(f"gitdir: {GIT_IN_SANDBOX}/worktrees/{admin.name}\n")
+    return (Path(os.path.realpath(common_dir)), link)
+
+
+def for_measurements(spec: SandboxSpec) -> tuple[Bwrap | None, str | None]:
+    """The sandbox measurements outside a run (`verify`, `gate`) use, probed: (bwrap, None), or
+    (None, why there is none) for `auto` where none can be made and for `none`. Raises
+    SandboxUnavailable for `bwrap` where none can be made (fail closed)."""
+    if spec.kind == "none":
+        return None, "sandbox: none in program.md"
+    box = Bwrap(spec)
+    try:
+        box.probe()
+    except SandboxUnavailable as exc:
+        if spec.kind == "bwrap":
+            raise
+        return None, str(exc)
+    return box, None
+
+
+def tree_box(bwrap: Bwrap, program: Program, tree: Path, common_dir: Path, scratch: Path,
+             path: str | None = None) -> Confinement:
+    """A measurement of `tree` (a private worktree of the repository) outside a run —
+    `autoloop verify`, `autoloop gate` — confined like a run's measurements."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    git = git_link(tree, scratch, common_dir)
+    root = program.repo_root
+    readable = [d.source for d in program.data if not _inside(d.source, root)]
+    if git is None or not _inside(common_dir, root):
+        readable.append(common_dir)
+    writable = [scratch, *(Path(os.path.expanduser(w)) for w in program.sandbox.writable)]
+    return Confinement(bwrap, tree=tree, checkout=root, writable=tuple(writable), readable=tuple(readable),
+                       keep=checkout_keep(program), git=git, protect=() if git else (".git",),
+                       network=program.verifier.network,
+                       path=os.environ.get("PATH", "") if path is None else path)
+
+
+def checkout_keep(program: Program) -> tuple[Path, ...]:
+    """What stays visible (read-only) at your checkout's path inside a measurement although
+    the candidate is bound there: virtual environments at its top (`.venv/bin/python -m
+    pytest`), and data kept inside it."""
+    root = program.repo_root
+    out: list[Path] = []
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        entries = []
+    for e in entries:
+        if e.is_dir(follow_symlinks=False) and (Path(e.path) / "pyvenv.cfg").is_file():
+            out.append(Path(e.path))
+    for d in program.data:
+        if _inside(d.source, root):
+            out.append(d.source)
+    return tuple(out)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    p, r = os.path.realpath(path), os.path.realpath(root)
+    return p == r or p.startswith(r.rstrip("/") + "/")
+
+
+def _devices() -> list[str]:
+    """GPUs and other accelerators, bound into measurements when present."""
+    out = []
+    try:
+        names = sorted(os.listdir("/dev"))
+    except OSError:
+        return out
+    for name in names:
+        if name.startswith("nvidia") or name in ("dri", "kfd", "accel"):
+            out.append("/dev/" + name)
+    return out
+
+
+def _venv_root(p: Path) -> Path | None:
+    """The virtual environment `p` (a folder or file in its bin/) belongs to, if any."""
+    for d in (p, p.parent, p.parent.parent):
+        if (d / "pyvenv.cfg").is_file():
+            return d
+    return None
 
 
 def _named_folders(command: str | Sequence[str]) -> list[Path]:

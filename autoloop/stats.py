@@ -360,3 +360,132 @@ def coarse_pct(value: float | None, step: float | None) -> str:
     if rounded == 0:
         return f"≈0% (noise ±{step:g}%)"
     return f"≈{float(f'{rounded:.3g}'):+g}% (noise ±{step:g}%)"
+
+
+# ---- the sequential paired test ---------------------------------------------------------------
+#
+# Each pair's gain x_i is modelled as normal with an unknown spread σ; the A/A changes of the
+# run's calibration (cycle 0: the same commit in both trees) are extra draws c_j of the same
+# noise with mean 0. The test of "the candidate does nothing" (mean 0) against "it is better by
+# `delta` σ" uses only what does not depend on σ — the direction of the vector (c, x), its
+# maximal invariant under rescaling — so its likelihood ratio (Wijsman's representation)
+#
+#     LR_n = exp(-n δ²/2) · I(N, δ u) / I(N, 0),   u = Σx / sqrt(Σc² + Σx²),  N = m + n,
+#     I(N, a) = ∫_0^∞ s^(N-1) exp(-s²/2 + a s) ds,
+#
+# is a nonnegative martingale with mean 1 when the change does nothing, whatever σ is. Ville's
+# inequality then bounds the chance that it EVER reaches 1/alpha by alpha: stopping as soon as
+# it does (a keep) or as soon as it falls to beta (a discard) keeps the false-keep rate at or
+# below alpha by construction, at any stopping time, with no correction for looking after every
+# pair. Symmetrically (1/LR is a martingale when the gain is delta σ) a change that good is
+# wrongly discarded with probability at most beta. The bounds are those two numbers, nothing
+# tuned: this is Wald's sequential probability ratio test on the scale-invariant statistic
+# (the sequential t-test), made sharper by the calibration's noise draws.
+
+DESIGN_EFFECT = 1.5      # the alternative, in units of one pair's noise: gains this big are decided fastest
+FUTILITY = 0.05          # beta: the most a gain of DESIGN_EFFECT σ is ever discarded by the test
+
+
+def helmert(xs: Sequence[float]) -> list[float]:
+    """The k - 1 Helmert contrasts of k values: orthonormal, free of their common mean, so for
+    independent draws with one mean and spread σ they are independent N(0, σ²) draws."""
+    out, total = [], 0.0
+    for j, x in enumerate(xs, start=1):
+        if j > 1:
+            out.append((total - (j - 1) * x) / math.sqrt(j * (j - 1)))
+        total += x
+    return out
+
+
+def _log_integral(n_total: int, a: float) -> float:
+    """log of ∫_0^∞ s^(N-1) exp(-s²/2 + a s) ds = log(Γ(N) e^(a²/4) D_-N(-a)), D the parabolic
+    cylinder function (scipy); numerically integrated around its peak where that underflows."""
+    from scipy.special import gammaln, pbdv
+    d, _ = pbdv(-float(n_total), -a)
+    if d > 0 and math.isfinite(d):
+        return float(gammaln(n_total)) + a * a / 4.0 + math.log(d)
+    return _log_integral_quad(n_total, a)
+
+
+def _log_integral_quad(n_total: int, a: float) -> float:
+    from scipy import integrate
+    top = (a + math.sqrt(a * a + 4.0 * (n_total - 1))) / 2.0
+
+    def f(s: float) -> float:
+        return (n_total - 1) * math.log(s) - s * s / 2.0 + a * s if s > 0 else -math.inf
+
+    peak = f(top) if top > 0 else 0.0
+    lo, hi = max(top - 12.0, 0.0), top + 12.0
+    val, _ = integrate.quad(lambda s: math.exp(f(s) - peak) if s > 0 else 0.0, lo, hi,
+                            points=[top] if lo < top < hi else None, limit=200)
+    return peak + math.log(val)
+
+
+def _log_integral_zero(n_total: int) -> float:
+    from scipy.special import gammaln
+    return (n_total / 2.0 - 1.0) * math.log(2.0) + float(gammaln(n_total / 2.0))
+
+
+def sequential_log_lr(g: Sequence[float], noise: Sequence[float], delta: float = DESIGN_EFFECT) -> float:
+    """log LR_n of the gains `g` (positive = better) given the calibration's mean-zero noise
+    draws `noise`: the evidence that the candidate is better (see the comment above)."""
+    n = len(g)
+    if n == 0:
+        return 0.0
+    q = sum(x * x for x in noise) + sum(x * x for x in g)
+    if q <= 0:
+        return 0.0            # every draw exactly 0: nothing to tell the hypotheses apart
+    u = sum(g) / math.sqrt(q)
+    total = len(noise) + n
+    return -n * delta * delta / 2.0 + _log_integral(total, delta * u) - _log_integral_zero(total)
+
+
+@dataclass(frozen=True)
+class Step:
+    """The sequential test after n pairs."""
+
+    n: int
+    log_lr: float
+    decision: Literal["keep", "discard", "continue"]
+
+
+def sequential_decide(log_lr: float, alpha: float, beta: float = FUTILITY) -> Literal["keep", "discard", "continue"]:
+    """Wald's boundaries: keep at LR >= 1/alpha, discard at LR <= beta, else measure a pair more."""
+    if log_lr >= math.log(1.0 / alpha):
+        return "keep"
+    if log_lr <= math.log(beta):
+        return "discard"
+    return "continue"
+
+
+def sequential_path(g: Sequence[float], noise: Sequence[float], alpha: float,
+                    beta: float = FUTILITY, delta: float = DESIGN_EFFECT) -> list[Step]:
+    """The test after each pair of `g`, up to and including the first decision (recomputes
+    what the judge did from the ledger's raw values)."""
+    out: list[Step] = []
+    for n in range(1, len(g) + 1):
+        lr = sequential_log_lr(g[:n], noise, delta)
+        d = sequential_decide(lr, alpha, beta)
+        out.append(Step(n, lr, d))
+        if d != "continue":
+            break
+    return out
+
+
+def sequential_runs(effect: float, sd: float, alpha: float, max_pairs: int, noise_n: int,
+                    min_gain: float = 0.0, beta: float = FUTILITY, delta: float = DESIGN_EFFECT,
+                    reps: int = 400, seed: int = 12345) -> tuple[float, float]:
+    """(chance of a keep, median verifier runs) of the sequential rule when the true gain is
+    `effect` and one pair's gain has normal noise `sd` (simulated with a fixed seed)."""
+    np = _np()
+    rng = np.random.default_rng(seed)
+    keeps, runs = 0, []
+    for _ in range(reps):
+        noise = list(sd * rng.standard_normal(noise_n))
+        g = list(effect + sd * rng.standard_normal(max_pairs))
+        path = sequential_path(g, noise, alpha, beta, delta)
+        last = path[-1]
+        if last.decision == "keep" and hodges_lehmann(g[:last.n]) >= min_gain:
+            keeps += 1
+        runs.append(2 * last.n)
+    return keeps / reps, float(np.median(runs))

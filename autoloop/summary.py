@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from autoloop.journal import STATUSES, pct
+from autoloop.numbers import formatter, signed_pct
 from autoloop.ratchet import better
 
 
@@ -84,6 +85,7 @@ def _trend(cycles: Sequence[Mapping[str, Any]], recent: int) -> str:
     end_best = window[-1].get("best")
     keeps = sum(1 for c in window if c["status"] == "keep")
     d = pct(start_best, end_best)
-    moved = f", best {start_best:.6g} → {end_best:.6g} ({d:+.1f}%)" if (
+    fmt = formatter([start_best, end_best])
+    moved = f", best {fmt(start_best)} → {fmt(end_best)} ({signed_pct(d)})" if (
         d is not None and start_best is not None and end_best is not None) else ""
     return f"last {len(window)} cycles: {keeps} kept{moved}"

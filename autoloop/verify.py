@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from autoloop import proc
+from autoloop.hints import near_miss, root_hint
 from autoloop.program import Program, VerifierSpec
+from autoloop.sandbox import Confinement, failure_hint
 
 _BLOCK = 1 << 16
 _PATTERN_WINDOW = 8 << 20    # a `pattern:` verifier's output is scanned in blocks of this size
@@ -57,54 +59,70 @@ def measure(
     marker: str,
     with_guards: bool = True,
     after_step: Callable[[str], None] | None = None,
+    box: Confinement | None = None,
 ) -> Measurement:
     """Run the guards (stopping at the first failure), then the verifier. `after_step(name)` is
-    called after each of them (it may raise, to void the measurement)."""
+    called after each of them (it may raise, to void the measurement). With `box`, each runs in
+    that sandbox (autoloop.sandbox.Confinement); its output still goes to the files proc opened
+    here, outside it."""
     guards: list[GuardResult] = []
     total = 0.0
     if with_guards:
         for guard in program.guards:
-            res = proc.run(guard.command, cwd=cwd, env=env, timeout=guard.timeout,
+            res = proc.run(_command(guard.command, box), cwd=cwd, env=env, timeout=guard.timeout,
                            log_stem=log_dir / f"guard-{_safe(guard.name)}", marker=marker)
             if after_step is not None:
                 after_step(f"guard '{guard.name}'")
             total += res.duration_s
             ok = res.ok
-            detail = res.describe() if ok else _failure_summary(res)
+            detail = res.describe() if ok else _failure_summary(res, box) + _root_hint(program, res)
             guards.append(GuardResult(guard.name, ok, detail, res.stdout_path.with_suffix(""),
                                       res.duration_s))
             if not ok:
                 return Measurement(None, tuple(guards), None, None, total)
     spec = program.verifier
-    res = proc.run(spec.command, cwd=cwd, env=env, timeout=spec.timeout,
+    res = proc.run(_command(spec.command, box), cwd=cwd, env=env, timeout=spec.timeout,
                    log_stem=log_dir / "verifier", marker=marker)
     if after_step is not None:
         after_step("the verifier")
     total += res.duration_s
     stem = res.stdout_path.with_suffix("")
     if not res.ok:
-        return Measurement(None, tuple(guards), _failure_summary(res), stem, total)
+        return Measurement(None, tuple(guards), _failure_summary(res, box) + _root_hint(program, res), stem, total)
     try:
         value = parse_metric(res.stdout_path, spec)
     except MetricError as exc:
-        return Measurement(None, tuple(guards), str(exc), stem, total)
+        hint = near_miss(res.stdout_tail(), spec.metric) if spec.metric and spec.pattern is None else ""
+        return Measurement(None, tuple(guards), str(exc) + hint, stem, total)
     return Measurement(value, tuple(guards), None, stem, total)
+
+
+def _root_hint(program: Program, res: proc.ProcResult) -> str:
+    return root_hint(program, res.stderr_tail() + "\n" + res.stdout_tail())
 
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:60] or "guard"
 
 
-def _failure_summary(res: proc.ProcResult) -> str:
-    """`exit 1: NameError: name 'x' is not defined` — the last meaningful line, for lessons."""
+def _command(command: str, box: Confinement | None) -> str | list[str]:
+    return command if box is None else box.argv(command)
+
+
+def _failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> str:
+    """`exit 1: NameError: name 'x' is not defined` — the last meaningful line, for lessons;
+    in a sandbox, what to set when it failed for want of a writable path or the network."""
     head = res.describe()
     if res.timed_out or res.interrupted:
         return head
+    hint = None
+    if box is not None:
+        hint = failure_hint(res.stderr_tail(4096) + "\n" + res.stdout_tail(4096), network=box.network)
     for text in (res.stderr_tail(), res.stdout_tail()):
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         if lines:
-            return f"{head}: {lines[-1][:200]}"
-    return head
+            return f"{head}: {lines[-1][:200]}" + (f" (hint: {hint})" if hint else "")
+    return head + (f" (hint: {hint})" if hint else "")
 
 
 def metric_line_regex(name: str) -> re.Pattern[bytes]:

@@ -13,6 +13,7 @@ from autoloop import envs, proc
 from autoloop.errors import ConfigError
 from autoloop.loop import protected_paths, uncommitted_warnings
 from autoloop.program import Program
+from autoloop.sandbox import SandboxUnavailable, for_measurements, tree_box
 from autoloop.verify import Measurement, measure
 from autoloop.sentinel import remove_tree
 from autoloop.workspace import Workspace, Worktree
@@ -43,6 +44,12 @@ def check(program: Program) -> tuple[Workspace, str]:
 def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
     """Guards and verifier on `commit` in a private tree that is removed afterwards."""
     warnings = uncommitted_warnings(program, ws, commit)
+    try:
+        bwrap, why = for_measurements(program.sandbox)
+    except SandboxUnavailable as exc:
+        raise ConfigError(f"{program.path.name}:{program.lines.get('sandbox', 1)}: sandbox: {exc}") from None
+    if why:
+        warnings.append(f"not sandboxed: {why}; these attacks are only detected, see README (Not covered)")
     tmp = Path(tempfile.mkdtemp(prefix="autoloop-verify-"))
     tree = Worktree(program.repo_root, ws.common_dir, tmp / "tree")
     try:
@@ -54,7 +61,10 @@ def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
         log_dir = tmp / "logs"
         log_dir.mkdir()
         with envs.measurement_env(os.environ, parent=tmp / "scratch") as env:
-            m = measure(program, cwd=tree.path, env=env, log_dir=log_dir, marker=proc.new_marker())
+            # the same sandbox as a run's measurements (autoloop.sandbox)
+            box = None if bwrap is None else tree_box(bwrap, program, tree.path, ws.common_dir,
+                                                       Path(env["TMPDIR"]).parent, env.get("PATH", ""))
+            m = measure(program, cwd=tree.path, env=env, log_dir=log_dir, marker=proc.new_marker(), box=box)
         out = Verified(commit, m, warnings)
         for g in m.guards:
             if not g.ok:

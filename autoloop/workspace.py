@@ -902,13 +902,62 @@ class Workspace(Worktree):
         if git(self.repo_root, "rev-parse", "--is-bare-repository").strip() == "true":
             raise RepoStateError(f"{self.repo_root}: a bare repository has no work tree to run in")
         if not git(self.repo_root, "rev-parse", "--verify", "-q", "HEAD", check=False).strip():
-            raise RepoStateError(f"{self.repo_root}: the repository has no commit yet (commit your files first)")
+            raise RepoStateError(f"{self.repo_root}: the repository has no commit yet: the baseline is a commit, so "
+                                 "commit your files first: git add -A && git commit -m start")
         for marker in ("MERGE_HEAD", "REBASE_HEAD", "CHERRY_PICK_HEAD", "rebase-merge", "rebase-apply"):
             if (self.common_dir / marker).exists():
                 raise RepoStateError(f"{self.repo_root}: a merge or rebase is in progress; finish it first")
+        self.check_tag()
+
+    def check_tag(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", self.tag) or ".." in self.tag \
                 or self.tag.endswith((".lock", ".")):
             raise RepoStateError(f"--tag {self.tag!r}: use letters, digits, '.', '_' or '-' (at most 64)")
+
+    # ---- `autoloop clean` -------------------------------------------------------------------
+
+    def leftovers(self) -> list[Path]:
+        """This tag's entries in the worktree cache: the generator's tree, the verification and
+        parallel workers' trees, the scratch folder, the frozen git config and the lock file."""
+        parent = self.path.parent
+        if not parent.is_dir():
+            return []
+        rx = re.compile(re.escape(self.path.name) + r"(?:\.(?:verify|gen)-\d+|\.scratch|\.lock|\.gitconfig)?")
+        return sorted(p for p in parent.iterdir() if rx.fullmatch(p.name))
+
+    def remove_leftovers(self) -> list[Path]:
+        """Remove them (a tree with its admin folder under .git/worktrees), then let git forget
+        every worktree whose folder is gone. The caller holds the tag's lock."""
+        removed = []
+        for p in self.leftovers():
+            if p.name.endswith(".lock"):
+                continue                      # the caller's lock: it removes it last
+            if (p / ".git").is_file():
+                Worktree(self.repo_root, self.common_dir, p)._discard()
+            elif p.is_dir() and not p.is_symlink():
+                remove_tree(p)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p)
+        git(self.repo_root, "worktree", "prune")
+        try:
+            self.path.parent.rmdir()          # the repository's folder in the cache, once empty
+        except OSError:
+            pass
+        return removed
+
+    def remove_branch(self) -> str | None:
+        """`autoloop clean --branch`: delete `autoloop/TAG` (returns the commit it pointed at,
+        None when there was none). Refused while the user's checkout has it checked out."""
+        head = self.branch_head()
+        if head is None:
+            return None
+        current = git(self.repo_root, "symbolic-ref", "-q", "HEAD", check=False).strip()
+        if current == self.ref:
+            raise RepoStateError(f"{self.branch} is checked out in {self.repo_root}; switch to another "
+                                 "branch first (git switch -)")
+        self.delete_branch(head)
+        return head
 
     def branch_head(self) -> str | None:
         # A loose ref file wins over packed-refs, so when it names a commit we made or checked,

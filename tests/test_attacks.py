@@ -203,7 +203,7 @@ ATTACKS: dict[str, Attack] = {
         d.mkdir(parents=True, exist_ok=True)
         (d / "zz-evil.pth").write_text({ATEXIT_FAKE!r} + "\\n")
         W("val.txt", "35")
-    ''', reason=r"Python installation", kw={"extra": "accept: {rule: paired, pairs: 5, confirm: false}"}),
+    ''', reason=r"Python installation", kw={"extra": "accept: {rule: paired, pairs: 6, confirm: false}"}),
     "pth-in-venv-site-packages": Attack('''
         d = Path(''' + repr(sysconfig.get_paths()["purelib"]) + ''')
         me = os.environ["E2E_ID"]
@@ -301,12 +301,22 @@ ATTACKS: dict[str, Attack] = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(ATTACKS))
+# Each class twice: with `sandbox: none`, where the watches are the only line (the expected
+# status and reason above), and with the default sandbox, where the operating system stops
+# the attack first (see test_attack_is_rejected_with_a_logged_reason).
+MODES = ("none", "auto")
+
+
+@pytest.fixture(scope="module", params=[(n, m) for n in sorted(ATTACKS) for m in MODES],
+                ids=[f"{n}-{m}" for n in sorted(ATTACKS) for m in MODES])
 def attack(request, tmp_path_factory):
-    name = request.param
+    name, mode = request.param
     a = ATTACKS[name]
     kw = dict(a.kw)
-    p = make_project(tmp_path_factory.mktemp(f"attack-{name}"), {1: a.plan, 2: HONEST}, **kw)
+    if mode == "none":
+        kw["extra"] = (kw.get("extra", "") + "\nsandbox: none").strip()
+    p = make_project(tmp_path_factory.mktemp(f"attack-{name}-{mode}"), {1: a.plan, 2: HONEST}, **kw)
+    p.mode = mode  # type: ignore[attr-defined]
     for k, v in a.env.items():
         p.env[k] = v.replace("@OUT@", str(p.out))
     (p.out / "bin").mkdir(exist_ok=True)  # a folder of the user's on PATH, like ~/.local/bin
@@ -343,6 +353,17 @@ def test_attack_run_completes(attack):
 def test_attack_is_rejected_with_a_logged_reason(attack):
     name, a, p, *_ = attack
     row = _row(p, 1)
+    if p.mode == "auto" and row["status"] not in a.status:
+        # The sandbox refused the attack before any check had to: the generator failed on a
+        # read-only file system (gen_error, no_change), the candidate's code failed while it
+        # was measured (crash, guard_fail), or what was left of the attack — its honest
+        # val.txt — was measured and judged on its merits
+        assert row["status"] in ("gen_error", "no_change", "crash", "guard_fail", "discard", "keep"), row
+        if row["status"] == "keep":
+            assert float(row["metric"]) == 35.0, row
+        if row["status"] in ("gen_error", "crash", "guard_fail"):
+            assert row["lesson"].strip(), row
+        return
     assert row["status"] in a.status, row
     if a.reason is not None:
         assert re.search(a.reason, row["lesson"]), row["lesson"]
@@ -384,8 +405,12 @@ def test_attack_verifier_byte_identical_everywhere(attack):
 
 
 def test_attack_leaves_nothing_running(attack):
-    leftovers, alive_pids = attack[7], attack[8]
-    assert leftovers == [] and alive_pids == []
+    p, leftovers, alive_pids = attack[2], attack[7], attack[8]
+    assert leftovers == []
+    if p.mode == "none":
+        assert alive_pids == []
+    # sandboxed, the pids an attack records are those of its own PID namespace, which died with
+    # it (what such an escapee would have done is checked by the tests above)
 
 
 def test_attack_leaves_no_injection_behind(attack):
@@ -401,7 +426,11 @@ def test_attack_leaves_no_injection_behind(attack):
                "pythonuserbase-in-users-env": ["zz-evil.pth"],  # autoloop's own user site: watched
                "pth-in-venv-site-packages": [f"autoloop_attack_{p.env['E2E_ID']}.pth"],
                "python-shadowed-on-path": ["python3"], "git-shadowed-on-path": ["git"]}
-    assert moved == planted.get(name, []), moved
+    # Sandboxed, nothing planted reaches the real site folders or PATH: nothing to move — but
+    # for what these attacks plant in OUT, which the tests' sandbox.writable opens: a place the
+    # sandbox lets anyone write stays watched
+    in_writable = ("python-shadowed-on-path", "git-shadowed-on-path", "pythonuserbase-in-users-env")
+    assert moved == (planted.get(name, []) if p.mode == "none" or name in in_writable else []), moved
     if moved:
         assert "quarantine" in _row(p, 1)["lesson"]
 
@@ -470,12 +499,12 @@ print(f"score: {float(open('val.txt').read()) + offset}")
 '''
 
 
-def _data_project(tmp_path, plan, **kw):
+def _data_project(tmp_path, plan, *, sandbox: str = "", **kw):
     data = tmp_path / "datasets" / "d1"
     data.mkdir(parents=True)
     (data / "offset.txt").write_text("0\n")
     p = make_project(tmp_path / "p", plan, files={"score.py": DATA_SCORE},
-                     extra=f"data: [{{path: {data}, as: data}}]", **kw)
+                     extra=f"data: [{{path: {data}, as: data}}]" + (f"\nsandbox: {sandbox}" if sandbox else ""), **kw)
     return p, data
 
 
@@ -485,8 +514,9 @@ def test_what_a_measurement_leaves_in_its_tree_is_not_blamed_on_later_generators
     into the tree by a later generator is still caught, in its own cycle."""
     score = "import os\nos.makedirs('out', exist_ok=True)\nopen('out/result.json', 'w').write('{}')\n" + SCORE_PY
     plant = 'open(os.getcwd() + ".verify-0/out/result.json", "w").write("planted"); W("val.txt", "10")'
+    # the watching fallback: sandboxed, the generator cannot write a verification tree at all
     p = make_project(tmp_path / "p", {1: 'W("val.txt", "30")', 2: 'W("val.txt", "20")', 3: plant,
-                                      4: 'W("val.txt", "5")'}, files={"score.py": score})
+                                      4: 'W("val.txt", "5")'}, files={"score.py": score}, extra="sandbox: none")
     res = p.run("--cycles", "4")
     assert res.returncode == 0, res.stderr
     assert [r["status"] for r in p.rows()] == ["baseline", "keep", "keep", "violation", "keep"]
@@ -530,7 +560,7 @@ def test_data_reaches_every_measurement_of_the_statistical_rules(tmp_path, rule)
     (data / "offset.txt").write_text("0\n")
     extra = f"data: [{{path: {data}, as: data}}]"
     if rule == "paired":
-        extra += "\naccept: {rule: paired, pairs: 5, confirm: false}"
+        extra += "\naccept: {rule: paired, pairs: 6, confirm: false}"
     p = make_project(tmp_path / "p", {1: 'W("val.txt", "30")'}, files={"score.py": DATA_SCORE}, extra=extra)
     if rule == "repeats":
         text = (p.repo / "program.md").read_text().replace("  direction: minimize\n",
@@ -540,13 +570,15 @@ def test_data_reaches_every_measurement_of_the_statistical_rules(tmp_path, rule)
     res = p.run("--cycles", "1")
     assert res.returncode == 0, res.stderr
     assert [(r["status"], float(r["metric"])) for r in p.rows()] == [("baseline", 40.25), ("keep", 30.0)]
-    vt = p.worktree().with_name(p.tag + ".verify-1")
-    assert os.readlink(vt / "data") == str(data)  # the incumbent's tree too
+    # the paired rule measures the incumbent in tree 1 too; a strict run on a deterministic
+    # verifier measures only in tree 0 (its end-of-run check re-measures just the best, there)
+    vt = p.worktree().with_name(p.tag + (".verify-1" if rule == "paired" else ".verify-0"))
+    assert os.readlink(vt / "data") == str(data)
 
 
 def test_data_changed_by_the_generator_stops_the_run(tmp_path):
     p, data = _data_project(tmp_path, {1: f'open({str(tmp_path / "datasets" / "d1" / "offset.txt")!r}, "w").write("-1040.25\\n"); W("val.txt", "30")',
-                                       2: HONEST})
+                                       2: HONEST}, sandbox="none")
     res = p.run("--cycles", "2")
     assert res.returncode == 1, res.stderr
     assert "read-only data" in res.stderr and "Traceback" not in res.stderr
@@ -561,7 +593,7 @@ def test_data_changed_by_candidate_code_while_measured(tmp_path):
     data.mkdir(parents=True)
     (data / "offset.txt").write_text("0\n")
     plan = {1: 'W("src/model.py", "open(\'data/offset.txt\', \'w\').write(\'-1040.25\')\\n"); W("val.txt", "30")'}
-    p = make_project(tmp_path / "p", plan, files=files, extra=f"data: [{{path: {data}, as: data}}]")
+    p = make_project(tmp_path / "p", plan, files=files, extra=f"data: [{{path: {data}, as: data}}]\nsandbox: none")
     res = p.run("--cycles", "2")
     assert res.returncode == 1, res.stderr
     assert [r["status"] for r in p.rows()] == ["baseline", "violation"]
@@ -601,7 +633,7 @@ with open(d / "yours.pth", "a") as f:
     f.write({ATEXIT_FAKE!r} + "\\n")
 W("val.txt", "35")
 '''
-    p = make_project(tmp_path / "p", {1: plan, 2: HONEST})
+    p = make_project(tmp_path / "p", {1: plan, 2: HONEST}, extra="sandbox: none")   # the watching fallback
     site_dir = _user_site(p.env["HOME"])
     site_dir.mkdir(parents=True)
     (site_dir / "yours.pth").write_text("# a line of yours\n")
@@ -634,3 +666,29 @@ W("val.txt", "35")
     assert (p.out / "bin" / "ray").exists() and not (p.out / "bin" / "python3").exists()
     box = p.worktree().with_name(p.tag + ".quarantine")
     assert [f.name.rsplit("__", 1)[-1] for f in box.rglob("*") if f.is_file()] == ["python3"]
+
+
+@pytest.mark.parametrize("who", ["generator", "candidate"])
+def test_data_cannot_be_changed_when_sandboxed(tmp_path, who):
+    """The sandboxed variant of the two tests above: neither the generator nor candidate code
+    being measured can write the data at all, so the run goes on and measures honestly."""
+    target = str(tmp_path / "datasets" / "d1" / "offset.txt")
+    if who == "generator":
+        plan = {1: f'open({target!r}, "w").write("-1040.25\\n"); W("val.txt", "30")', 2: HONEST}
+        files = {"score.py": DATA_SCORE}
+    else:
+        plan = {1: 'W("src/model.py", "open(\'data/offset.txt\', \'w\').write(\'-1040.25\')\\n"); W("val.txt", "30")',
+                2: HONEST}
+        files = {"score.py": "import sys\nsys.path.insert(0, 'src')\nimport model\n" + DATA_SCORE,
+                 "src/model.py": "X = 1\n"}
+    data = tmp_path / "datasets" / "d1"
+    data.mkdir(parents=True)
+    (data / "offset.txt").write_text("0\n")
+    p = make_project(tmp_path / "p", plan, files=files, extra=f"data: [{{path: {data}, as: data}}]")
+    res = p.run("--cycles", "2")
+    assert res.returncode == 0, res.stderr
+    assert (data / "offset.txt").read_text() == "0\n"
+    statuses = [r["status"] for r in p.rows()]
+    assert statuses[0] == "baseline" and statuses[1] in ("gen_error", "crash"), p.rows()
+    assert all(r["metric"] == "" or float(r["metric"]) > 0 for r in p.rows())
+    assert (statuses[2], float(p.rows()[2]["metric"])) == ("keep", 30.0), p.rows()

@@ -38,7 +38,7 @@ KEY_CASES = [
     ("sandbox-network-not-bool", "sandbox: {kind: bwrap, network: maybe}", 11, ["sandbox.network", "true or false"]),
     ("sandbox-writable-relative", "sandbox:\n  kind: bwrap\n  writable: [cache]", 13, ["sandbox.writable", "absolute"]),
     ("sandbox-unknown-key", "sandbox:\n  kind: bwrap\n  netwrk: true", 13, ["netwrk", "network"]),
-    ("sandbox-missing-kind", "sandbox: {network: true}", 11, ["sandbox.kind"]),
+    ("sandbox-unknown-kind", "sandbox: {kind: firejail}", 11, ["sandbox.kind", "auto"]),
     ("resources-zero", "resources: {max_change_mb: 0}", 11, ["resources.max_change_mb", "positive"]),
     ("resources-negative-disk", "resources:\n  max_disk_mb: -5", 12, ["resources.max_disk_mb"]),
     ("resources-processes-float", "resources: {max_processes: 2.5}", 11, ["resources.max_processes"]),
@@ -57,10 +57,25 @@ def test_bad_hardening_key_refused(tmp_path, name, extra, line, words):
         assert w in msg, msg
 
 
-def test_sandbox_with_an_in_process_generator_refused(tmp_path):
-    repo, env = _repo(tmp_path, _program("sandbox: bwrap", kind="anthropic"))
-    msg = _refused(repo, env, "run", "program.md", "--tag", "t1", "--cycles", "1")
-    assert msg.startswith("program.md:10: sandbox: bwrap confines subprocess generators"), msg
+def test_sandbox_with_an_in_process_generator_accepted(tmp_path):
+    # anthropic/openai/tune run no subprocess generator; `bwrap` still sandboxes their measurements
+    from autoloop.program import parse_program
+
+    for kind in ("anthropic", "tune"):
+        text = _program("sandbox: bwrap", kind=kind)
+        prog = parse_program(text, tmp_path / "program.md", tmp_path)
+        assert prog.sandbox.kind == "bwrap"
+        assert prog.generator.kind == kind
+
+
+def test_sandbox_defaults_to_auto(tmp_path):
+    from autoloop.program import parse_program
+
+    prog = parse_program(_program(""), tmp_path / "program.md", tmp_path)
+    assert prog.sandbox.kind == "auto"
+    assert prog.verifier.network is False
+    prog = parse_program(_program("sandbox: {network: true}"), tmp_path / "program.md", tmp_path)
+    assert (prog.sandbox.kind, prog.sandbox.network) == ("auto", True)
 
 
 def _path_without(tmp_path: Path, tool: str, env: dict) -> str:

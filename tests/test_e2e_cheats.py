@@ -161,19 +161,23 @@ class BatchRun:
 def batches(tmp_path_factory):
     done: dict[int, BatchRun] = {}
 
-    def get(b: int) -> BatchRun:
-        if b not in done:
+    def get(b: int, mode: str = "none") -> BatchRun:
+        # mode "none": the watches are the only line (each cheat must be a violation); "auto":
+        # the default sandbox, where the operating system refuses most cheats outright
+        if (b, mode) not in done:
             names = BATCHES[b]
             plan = {}
             for i, name in enumerate(names):
                 plan[2 * i + 1] = _cheat_code(name)
                 plan[2 * i + 2] = f'print("Hypothesis: honest after {name}"); W("val.txt", "{30 - i}")'
-            p = make_project(tmp_path_factory.mktemp(f"cheats-{b}"), plan)
+            kw = {"extra": "sandbox: none"} if mode == "none" else {}
+            p = make_project(tmp_path_factory.mktemp(f"cheats-{b}-{mode}"), plan, **kw)
             start = git(p.repo, "rev-parse", "HEAD", env=p.env)
             before = {"files": tree_state(p.repo, SKIP_CHECKOUT), "git": tree_state(p.repo / ".git", SKIP_GIT)}
             res = p.run("--cycles", str(2 * len(names)), timeout=180)
-            done[b] = BatchRun(names, p, res, start, before)
-        return done[b]
+            done[b, mode] = BatchRun(names, p, res, start, before)
+            done[b, mode].mode = mode  # type: ignore[attr-defined]
+        return done[b, mode]
 
     return get
 
@@ -215,9 +219,10 @@ def test_cheat_left_no_trace_in_the_honest_commit(cheat):
     assert "TAMPERED" not in p.message(commit)
 
 
-@pytest.fixture(params=range(len(BATCHES)), ids=[f"batch{b}" for b in range(len(BATCHES))])
+@pytest.fixture(params=[(b, m) for b in range(len(BATCHES)) for m in ("none", "auto")],
+                ids=[f"batch{b}-{m}" for b in range(len(BATCHES)) for m in ("none", "auto")])
 def batch(request, batches):
-    return batches(request.param)
+    return batches(*request.param)
 
 
 def test_batch_run_exits_zero(batch):
@@ -227,6 +232,15 @@ def test_batch_run_exits_zero(batch):
 def test_batch_branch_is_start_plus_honest_commits(batch):
     p = batch.p
     commits = p.branch_commits(batch.start)
+    if batch.mode == "auto":
+        # a cheat the sandbox refused may leave only its honest part (val.txt), kept on its merits
+        for c in commits:
+            assert git(p.repo, "diff", "--name-only", f"{c}^", c, env=p.env).split() == ["val.txt"], c
+        kept = [r for r in p.rows() if r["status"] == "keep"]
+        assert len(kept) == len(commits) >= 1
+        for r in kept:
+            assert float(p.show(r["commit"], "val.txt")) == float(r["metric"]), r
+        return
     assert len(commits) == len(batch.names)
     assert git(p.repo, "rev-parse", f"{commits[-1]}^", env=p.env) == batch.start
     changed = git(p.repo, "diff", "--name-only", batch.start, commits[0], env=p.env).split()

@@ -16,6 +16,12 @@ import pytest
 from tests.scripts.e2e import (random_moves_plan, PY, SCRIPTS, alive, assert_journal_consistent, assert_valid_ledger,
                                git, kill_marked, make_project, marked_pids, wait_for)
 
+# These tests follow the pids a command's tree records and check each is dead: autoloop.proc's
+# process-group, marker and subreaper nets, which are the fallback without a sandbox. Sandboxed,
+# recorded pids are those of the command's own PID namespace (meaningless outside it), and the
+# kernel kills the whole namespace: test_sandbox.py and test_measure_sandbox.py check that.
+PIDS_SEEN = "sandbox: none"
+
 
 def _await(pred, proc, timeout: float = 60, interval: float = 0.02) -> None:
     """Wait for pred() while the run `proc` is alive; on failure show what the run printed."""
@@ -43,7 +49,7 @@ def reaper():
 @pytest.fixture(scope="module")
 def hang_run(tmp_path_factory):
     p = make_project(tmp_path_factory.mktemp("hang"), {1: 'W("val.txt", "hang")', 2: 'W("val.txt", "30")'},
-                     verifier=f"sh {SCRIPTS / 'verify_hang.sh'}", vtimeout=1.5, guards=False)
+                     verifier=f"sh {SCRIPTS / 'verify_hang.sh'}", vtimeout=1.5, guards=False, extra=PIDS_SEEN)
     t0 = time.monotonic()
     res = p.run("--cycles", "2", timeout=90)
     took = time.monotonic() - t0
@@ -76,7 +82,7 @@ def test_verifier_timeout_grandchild_dead(hang_run, name):
 @pytest.mark.parametrize("mode,status", [("escape", "crash"), ("daemon", "keep")])
 def test_setsid_escapee_is_killed(tmp_path, reaper, mode, status):
     p = make_project(tmp_path, {1: f'W("val.txt", "{mode}")'},
-                     verifier=f"{PY} {SCRIPTS / 'verify_escape.py'}", vtimeout=2, guards=False)
+                     verifier=f"{PY} {SCRIPTS / 'verify_escape.py'}", vtimeout=2, guards=False, extra=PIDS_SEEN)
     reaper(p.env)
     t0 = time.monotonic()
     res = p.run("--cycles", "1", timeout=90)
@@ -99,7 +105,7 @@ def test_generator_timeout_kills_its_children(tmp_path, reaper):
         subprocess.Popen(["sleep", "300"])
         time.sleep(300)
     '''}
-    p = make_project(tmp_path, plan, gtimeout=1.5)
+    p = make_project(tmp_path, plan, gtimeout=1.5, extra=PIDS_SEEN)
     reaper(p.env)
     t0 = time.monotonic()
     res = p.run("--cycles", "1", timeout=90)
@@ -155,7 +161,7 @@ def test_generator_daemon_cannot_change_the_candidate_after_it_exits(tmp_path, r
         (OUT / "daemon.pid").write_text(str(c.pid))
         W("val.txt", "30")
     ''', 2: 'time.sleep(0.5); W("val.txt", "29")'}
-    p = make_project(tmp_path, plan, verifier="sh -c 'sleep 0.5; {py} score.py'")
+    p = make_project(tmp_path, plan, verifier="sh -c 'sleep 0.5; {py} score.py'", extra=PIDS_SEEN)
     reaper(p.env)
     res = p.run("--cycles", "2")
     assert res.returncode == 0, res.stderr
@@ -663,7 +669,7 @@ def test_kill9_orphaned_generator_cannot_leak_into_resumed_run(tmp_path, reaper)
         W("notes.txt", "written by an orphan")
         time.sleep(60)
     '''}
-    p = make_project(tmp_path, plan)
+    p = make_project(tmp_path, plan, extra=PIDS_SEEN)
     reaper(p.env)
     proc = p.popen("--cycles", "3")
     _await((p.out / "gen-started").exists, proc)

@@ -110,20 +110,21 @@ class Project:
         return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
 
 
-def program_md(generator: dict[str, Any]) -> str:
+def program_md(generator: dict[str, Any], extra: str = "") -> str:
     lines = ["---", f"goal: {GOAL}", "allowed: [val.txt]", "verifier:", f"  command: {PY} score.py",
              "  metric: score", "  direction: minimize", "  timeout: 30", "generator:"]
     lines += [f"  {k}: {json.dumps(v)}" for k, v in generator.items()]
+    lines += extra.splitlines()
     return "\n".join(lines + ["---", BODY, ""])
 
 
-def make_project(base: Path, generator: dict[str, Any]) -> Project:
+def make_project(base: Path, generator: dict[str, Any], extra: str = "") -> Project:
     base.mkdir(parents=True, exist_ok=True)
     env = isolated_env(base)
     repo = base / "repo"
     repo.mkdir()
     files = {"score.py": SCORE_PY, "val.txt": "40.25\n", "README.md": "# demo\n",
-             "program.md": program_md(generator)}
+             "program.md": program_md(generator, extra)}
     git(repo, "init", "-q", env=env)
     for rel, text in files.items():
         (repo / rel).write_text(text)
@@ -555,9 +556,12 @@ def agent_project(base: Path, tool: str, **extra: Any) -> Project:
     gen: dict[str, Any] = {"kind": tool, "model": AGENT_MODEL[tool], "timeout": 60, **extra}
     if tool == "codex":
         gen["price"] = {"input": CODEX_PRICE[0], "output": CODEX_PRICE[1]}
-    p = make_project(base, gen)
+    # the fake agents record each call outside the work tree: the one folder the (default)
+    # sandbox lets them write besides it
+    (base / "agent").mkdir(parents=True, exist_ok=True)
+    p = make_project(base, gen, extra=f"sandbox:\n  writable: [{base / 'agent'}]")
     p.env.update(PATH=f"{FAKES}{os.pathsep}{p.env.get('PATH', os.defpath)}",
-                 FAKE_AGENT_LOG=str(base / "agent-log.jsonl"),
+                 FAKE_AGENT_LOG=str(base / "agent" / "agent-log.jsonl"),
                  FAKE_AGENT_EDIT=json.dumps({"val.txt": "29.5\n"}),
                  FAKE_AGENT_REPLY=AGENT_REPLY[tool])
     return p
@@ -613,7 +617,10 @@ def test_agent_driven_with_the_right_flags(agent_run):
     elif tool == "codex":
         assert argv[0] == "exec", argv
         assert has("--json"), argv
-        assert has("--sandbox", "workspace-write"), argv
+        # inside autoloop's sandbox (the default where bubblewrap works) codex's own is off:
+        # it cannot start there; unsandboxed, codex keeps its own
+        from tests.test_sandbox import PROBLEM
+        assert has("--sandbox", "workspace-write" if PROBLEM else "danger-full-access"), argv
         assert has("--skip-git-repo-check"), argv
         assert has("--model", model) or has("-m", model), argv
         assert argv[-1] == "-", argv          # the prompt comes from stdin

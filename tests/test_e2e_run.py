@@ -599,7 +599,9 @@ def test_verify_reports_a_failing_guard(tmp_path):
 
 
 def test_guard_timeout_is_guard_fail(tmp_path):
-    guard = "{name: slow, command: sh -c 'grep -q SLOW notes.txt && sleep 300; exit 0', timeout: 1}"
+    # The guard reads the generator's file through a glob: a file it named would be protected
+    # (and allowed to the generator, so the program refused), inside `sh -c` too.
+    guard = "{name: slow, command: sh -c 'cat *.txt | grep -q SLOW && sleep 300; exit 0', timeout: 1}"
     p = make_project(tmp_path, {1: 'W("val.txt", "30"); W("notes.txt", "SLOW")', 2: 'W("val.txt", "31")'},
                      guards=False, extra=f"guards:\n  - {guard}")
     t0 = time.monotonic()

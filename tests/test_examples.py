@@ -298,3 +298,8 @@ def test_testpass_autoloop_verify(example_repo) -> None:
     res = run_cli("verify", "examples/testpass/program.md", cwd=repo, timeout=240)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "passed: 9" in res.stdout
+
+
+def test_perf_example_uses_the_paired_rule() -> None:
+    accept = load_program(EXAMPLES / "perf" / "program.md").accept
+    assert accept.rule == "paired" and (accept.min_effect.value, accept.min_effect.relative) == (2.0, True)

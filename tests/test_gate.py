@@ -139,6 +139,7 @@ def test_unknown_ref_is_usage_error(tmp_path):
     res = gate(repo, env, "--base", "origin/nope")
     assert res.returncode == 2
     assert "unknown revision 'origin/nope'" in res.stderr and "fetch-depth" in res.stderr
+    assert res.stderr.startswith("autoloop: error: unknown revision")      # no header before it
 
 
 def test_bad_tolerance_is_usage_error(tmp_path):
@@ -176,7 +177,19 @@ def test_guards_option_fails_a_head_that_breaks_a_guard(tmp_path):
     head = commit(repo, env, {"value.txt": "100 bad"}, "bad")
     res = gate(repo, env, "--base", base, "--head", head, "--guards")
     assert res.returncode == 1, res.stdout + res.stderr
-    assert "guard failed on the head" in res.stdout
+    assert "FAIL: the head fails guard check: exit 1" in res.stdout + res.stderr
+    assert "the head guard" not in res.stdout + res.stderr and "on the head" not in res.stdout
+
+
+def test_guards_option_says_when_the_guards_pass(tmp_path):
+    prog_guard = "guards:\n  - {name: check, command: " + PY + " -c \"import sys; sys.exit('bad' in open('value.txt').read())\"}\n---\n"
+    repo, env, base = _det_repo(tmp_path, "100", "100")
+    text = (repo / "program.md").read_text().replace("---\n", "", 1)
+    text = "---\n" + text.rsplit("---\n", 1)[0] + prog_guard
+    (repo / "program.md").write_text(text)
+    head = commit(repo, env, {"value.txt": "101"}, "fine")
+    res = gate(repo, env, "--base", base, "--head", head, "--guards", "--pairs", "2")
+    assert "gate: guards pass on the base and the head (check)" in res.stderr, res.stderr
 
 
 # ---- the statistics --------------------------------------------------------------------------------

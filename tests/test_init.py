@@ -124,3 +124,13 @@ def test_cli_init_writes_and_prints_next_steps(make_repo) -> None:
     assert again.returncode == 2
     assert "already exists" in again.stderr
     assert (repo / "program.md").read_text() == template_text("testpass")
+
+
+def test_the_timing_template_uses_the_paired_rule(make_repo) -> None:
+    """Timings are noisy: with one measurement per side the speed template would keep junk
+    (issue 14 item 5), so it ships with the sequential paired rule and a min_effect."""
+    repo = make_repo({"README.md": "x\n"})
+    init_program(repo, "speed")
+    accept = load_program(repo / "program.md").accept
+    assert accept.rule == "paired" and (accept.min_effect.value, accept.min_effect.relative) == (2.0, True)
+    assert (accept.alpha, accept.pairs, accept.confirm) == (0.005, 16, False)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autoloop.errors import UsageError
-from autoloop.journal import (STATUSES, TSV_COLUMNS, Journal, fmt, pct, render_experiments,
+from autoloop.journal import (STATUSES, TSV_COLUMNS, Journal, pct, render_experiments,
                               render_tsv, state_dir)
 
 
@@ -500,17 +500,6 @@ def test_render_reflects_only_cycle_records(journal: Journal) -> None:
 # ---------------------------------------------------------------------------------------------
 # small helpers
 
-@pytest.mark.parametrize("x,s", [(None, ""), (0.5, "0.5"), (1.0, "1"), (-0.25, "-0.25"), (0.0, "0"),
-                                 (123.456, "123.456")])
-def test_fmt(x, s) -> None:
-    assert fmt(x) == s
-
-
-@pytest.mark.parametrize("x", [0.5, 1.0, 3.14159, 1e-7, 12345.0, 1e10, -2.5])
-def test_fmt_is_a_number_close_to_the_value(x: float) -> None:
-    assert float(fmt(x)) == pytest.approx(x, rel=1e-5)
-
-
 @pytest.mark.parametrize("old,new,p", [(None, 1, None), (1, None, None), (0, 1, None), (2, 1, -50.0),
                                        (-2, -1, 50.0), (4, 5, 25.0)])
 def test_pct(old, new, p) -> None:
@@ -541,7 +530,7 @@ def test_incremental_render_is_byte_identical_to_a_full_render(journal: Journal,
     import autoloop.journal as jmod
     sections = []
     real_section = jmod._section
-    monkeypatch.setattr(jmod, "_section", lambda c: (sections.append(c["cycle"]), real_section(c))[1])
+    monkeypatch.setattr(jmod, "_section", lambda c, *a: (sections.append(c["cycle"]), real_section(c, *a))[1])
     rng = random.Random(7)
     goal = "goal"
     reloads = 0
@@ -596,3 +585,14 @@ def test_begin_is_not_fsynced_but_the_rest_is(journal: Journal, monkeypatch: pyt
         journal.append(rec)
     assert len(synced) == 4
     assert [r["t"] for r in reopen(journal).records] == ["begin", "intent", "cycle", "abort", "start"]
+
+
+def test_a_value_that_needs_more_digits_rerounds_every_row(journal: Journal) -> None:
+    journal.append(cycle(0, "baseline", metric=1.0000001, best=1.0000001))
+    journal.render("g")
+    assert parse_tsv(journal.results.read_text())[0]["metric"] == "1"
+    journal.append(cycle(1, "keep", metric=1.0000002, best=1.0000002))
+    journal.render("g")
+    rows = parse_tsv(journal.results.read_text())
+    assert [r["metric"] for r in rows] == ["1.0000001", "1.0000002"]
+    assert journal.results.read_bytes() == full_render(journal, "g")[1]

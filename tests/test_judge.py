@@ -19,7 +19,7 @@ def program(extra: str = ""):
     return parse(prog(extra))
 
 
-PAIRED = "accept:\n  rule: paired\n  pairs: 6\n"   # (the default is 8; 6 keeps tests short)
+PAIRED = "accept:\n  rule: paired\n  pairs: 6\n"   # (the default is 16; 6 keeps tests short)
 
 
 class Fake:
@@ -106,27 +106,53 @@ def test_warm_up_labels_and_sides() -> None:
 # ---- the paired rule --------------------------------------------------------------------------
 
 
-def test_paired_keeps_a_clear_improvement_after_confirmation() -> None:
+def test_paired_keeps_a_clear_improvement_as_soon_as_the_evidence_allows() -> None:
     fake = Fake(const(1.0, 0.97))
     v = jd.judge_paired(session(fake), program(PAIRED), {})
-    assert v.status == "keep"
-    assert [b["name"] for b in v.stats["batches"]] == ["batch", "confirm"]
-    assert all(b["p"] == pytest.approx(1 / 64) for b in v.stats["batches"])
-    assert v.delta_pct == pytest.approx(-3.0)
-    assert len(fake.calls) == 24
+    assert v.status == "keep" and [b["name"] for b in v.stats["batches"]] == ["batch"]
+    rec = v.stats["batches"][0]
+    # identical gains without calibration noise: the evidence first reaches 1/0.005 at pair 6
+    path = st.sequential_path(st.gains(rec["a"], rec["b"], "minimize", "log"), [], 0.005)
+    assert [s.decision for s in path][-1] == "keep" and len(path) == 6 == len(rec["a"])
+    assert rec["log_lr"] == pytest.approx([s.log_lr for s in path])
+    assert rec["decision"] == "keep" and v.stats["verifier_runs"] == 12
+    assert v.delta_pct == pytest.approx(-3.0) and len(fake.calls) == 12
 
 
-def test_paired_default_is_eight_pairs_per_batch() -> None:
-    fake = Fake(const(1.0, 0.97))
-    v = jd.judge_paired(session(fake), program("accept:\n  rule: paired\n"), {})
-    assert v.status == "keep" and [len(b["a"]) for b in v.stats["batches"]] == [8, 8]
-    assert v.stats["batches"][0]["p"] == pytest.approx(1 / 256)
+def test_paired_defaults_are_alpha_001_and_at_most_16_pairs_without_confirmation() -> None:
+    v = jd.judge_paired(session(Fake(const(1.0, 0.97))), program("accept:\n  rule: paired\n"), {})
+    assert (v.stats["alpha"], v.stats["pairs"], v.stats["confirm"]) == (0.005, 16, False)
+    assert v.status == "keep" and len(v.stats["batches"]) == 1
+    # undecided evidence runs to the most pairs and is discarded
+    fake = Fake(noisy(1.0, 1.0, 0.02, seed=5))
+    v = jd.judge_paired(session(fake), program("accept:\n  rule: paired\n"), {},
+                        noise=[0.03, -0.02, 0.01, -0.04], noise_scale="log")
+    rec = v.stats["batches"][0]
+    assert v.status == "discard" and len(rec["a"]) <= 16
+    assert rec["decision"] in ("discard", "undecided") and rec["noise_n"] == 4
+
+
+def test_paired_uses_the_calibration_noise_and_the_ledger_recomputes_it() -> None:
+    noise = [0.004, -0.006, 0.002, 0.001, -0.003, 0.005, -0.001, 0.0]
+    fake = Fake(noisy(1.0, 0.98, 0.003, seed=2))
+    v = jd.judge_paired(session(fake), program(PAIRED), {}, noise=noise, noise_scale="log")
+    rec = v.stats["batches"][0]
+    g = st.gains(rec["a"], rec["b"], "minimize", "log")
+    assert rec["noise_n"] == 8
+    assert rec["log_lr"] == pytest.approx([st.sequential_log_lr(g[:n], noise)
+                                           for n in range(1, len(g) + 1)])
+    assert v.status == "keep" and rec["log_lr"][-1] >= math.log(200) > max(rec["log_lr"][:-1])
+    # with the noise of another scale it is not used
+    v = jd.judge_paired(session(Fake(const(1.0, 0.97))), program(PAIRED), {}, noise=noise,
+                        noise_scale="diff")
+    assert v.stats["batches"][0]["noise_n"] == 0
 
 
 def test_paired_metric_is_the_candidates_median() -> None:
     fake = Fake(lambda side, k: 1.0 if side == "A" else 0.9 + k / 100)
     v = jd.judge_paired(session(fake), program(PAIRED), {})
-    assert v.metric == pytest.approx(st.compare([1.0] * 12, [0.9 + k / 100 for k in range(12)],
+    n = len(v.stats["batches"][0]["b"])
+    assert v.metric == pytest.approx(st.compare([1.0] * n, [0.9 + k / 100 for k in range(n)],
                                                  "minimize").median_b)
 
 
@@ -134,7 +160,7 @@ def test_paired_lesson_is_coarse() -> None:
     fake = Fake(noisy(1.0, 0.95, 0.002, seed=3))
     v = jd.judge_paired(session(fake), program(PAIRED), {}, noise_step=0.01, noise_scale="log")
     assert v.status == "keep"
-    assert "≈+5%" in v.lesson and "noise ±1%" in v.lesson
+    assert "better by ≈5%" in v.lesson and "noise ±1%" in v.lesson
     assert v.feedback is not None and v.feedback in v.lesson
     # no raw sample leaks into what the generator is told
     for x in v.stats["batches"][0]["b"]:
@@ -146,7 +172,7 @@ def test_paired_stops_a_no_op_early() -> None:
     v = jd.judge_paired(session(fake), program(PAIRED), {})
     assert v.status == "discard"
     assert v.stats["batches"][0]["stopped_early"] and len(fake.calls) < 12
-    assert "out of reach" in v.result
+    assert v.stats["batches"][0]["decision"] == "discard" and "the evidence fell to 0.05" in v.result
 
 
 def test_paired_discards_a_significant_effect_below_min_effect() -> None:
@@ -170,17 +196,18 @@ def test_paired_min_effect_in_metric_units() -> None:
 
 
 def test_paired_confirmation_must_pass_too() -> None:
-    # the candidate looks better in the first batch only (a lucky streak)
+    # the candidate looks better in the first test only (a lucky streak)
     fake = Fake(lambda side, k: 1.0 if side == "A" else (0.95 if k < 6 else 1.01))
-    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    v = jd.judge_paired(session(fake), program(PAIRED + "  confirm: true\n"), {})
     assert v.status == "discard" and "not confirmed" in v.lesson
     assert v.stats["batches"][0]["passed"] and not v.stats["batches"][1]["passed"]
 
 
-def test_paired_without_confirm_runs_one_batch() -> None:
+def test_paired_confirmation_runs_a_second_fresh_test() -> None:
     fake = Fake(const(1.0, 0.95))
-    v = jd.judge_paired(session(fake), program(PAIRED + "  confirm: false\n"), {})
-    assert v.status == "keep" and len(v.stats["batches"]) == 1 and len(fake.calls) == 12
+    v = jd.judge_paired(session(fake), program(PAIRED + "  confirm: true\n"), {})
+    assert v.status == "keep" and [b["name"] for b in v.stats["batches"]] == ["batch", "confirm"]
+    assert len(fake.calls) == 24 and fake.labels[12:14] == ["cB1", "cA1"]
 
 
 def maximizing(extra: str = ""):
@@ -369,7 +396,7 @@ def test_holdout_improved() -> None:
     v = jd.judge_paired(session(Fake(const(1.0, 0.9))), program(PAIRED + HOLDOUT), {},
                         holdout=Session(hold, guards=False))
     assert v.status == "keep" and v.stats["holdout"]["improved"] and not v.stats["holdout"]["overfit"]
-    assert len(hold.calls) == 12 and not any(c[2] for c in hold.calls)
+    assert len(hold.calls) == 16 and not any(c[2] for c in hold.calls)     # HOLDOUT_PAIRS pairs
 
 
 def test_holdout_not_improved_is_reported_as_overfitting() -> None:
@@ -423,15 +450,26 @@ def test_calibration_paired_is_an_aa_batch() -> None:
     assert s["step"] == pytest.approx(s["noise_sd"] / math.sqrt(6))
 
 
-def test_calibration_paired_warns_when_the_budget_cannot_see_min_effect() -> None:
+def test_calibration_paired_proposes_what_it_measured() -> None:
     b = jd.calibrate_paired(session(Fake(noisy(1.0, 1.0, 0.03, seed=1))), program(PAIRED))
-    assert b.warning and "accept.min_effect 1%" in b.warning and "Raise accept.pairs" in b.warning
-    assert b.stats["detectable"] > b.stats["min_gain"]
+    prop = b.stats["proposal"]
+    assert b.warning and "accept.min_effect 1%" not in b.warning
+    assert f"your verifier's noise is {prop['noise_pct']:.2g}% per run" in b.warning
+    assert f"detected only {prop['power_at_min_effect'] * 100:.0f}% of the time" in b.warning
+    assert f"with accept.min_effect: {jd._round_up(prop['min_effect_pct'])}% (" in b.warning
+    assert "verifier runs a keep" in b.warning and prop["min_effect"] == prop["gain"] / 2
+    assert prop["power_at_min_effect"] < 0.8 and prop["gain"] > b.stats["min_gain"]
+    # the proposed gain is kept 4 times in 5 with the proposed min_effect (an independent
+    # simulation, within its resolution)
+    p, _ = st.sequential_runs(prop["gain"], prop["pair_sd"], 0.005, 6, 6, prop["min_effect"],
+                              reps=400, seed=7)
+    assert p >= 0.7 and prop["kept_at_gain"] >= 0.7
 
 
 def test_calibration_paired_quiet_when_noise_is_small() -> None:
     b = jd.calibrate_paired(session(Fake(noisy(1.0, 1.0, 0.0005, seed=1))), program(PAIRED))
     assert b.warning is None and not b.stats["deterministic"]
+    assert b.stats["proposal"]["power_at_min_effect"] >= 0.8
 
 
 def test_calibration_paired_deterministic_notes_it() -> None:
@@ -530,14 +568,63 @@ def test_prompt_shows_a_paired_run_coarsely() -> None:
         {"cycle": 0, "status": "baseline", "metric": 100.12345, "hypothesis": "baseline", "lesson": "",
          "stats": {"kind": "calibration", "step": 0.004, "scale": "log"}},
         {"cycle": 1, "status": "keep", "metric": 97.98765, "hypothesis": "tweak",
-         "lesson": "kept: improvement ≈+2% (noise ±0.4%), confirmed", "feedback": "improvement ≈+2% (noise ±0.4%)"},
+         "lesson": "kept: better by ≈2% (noise ±0.4%), confirmed", "feedback": "better by ≈2% (noise ±0.4%)"},
     ]
     text = build_prompt(program(PAIRED), cycle=2, best=97.98765, baseline=100.12345, history=history)
     assert "97.98765" not in text and "100.12345" not in text
-    assert "Best so far (the code you see): ≈98\n" in text and "improvement ≈+2%" in text
+    assert "Best so far (the code you see): ≈98\n" in text and "better by ≈2%" in text
 
 
 def test_prompt_of_a_strict_run_is_exact() -> None:
     from autoloop.prompt import build_prompt
     text = build_prompt(program(), cycle=1, best=97.98765, baseline=97.98765, history=[])
     assert "97.98765" in text
+
+
+def test_noise_draws_pool_the_calibration_and_later_tests_contrasts() -> None:
+    cal = {"cycle": 0, "status": "baseline", "stats": {
+        "kind": "calibration", "rule": "paired", "scale": "log", "a": [1.0, 1.02], "b": [1.01, 1.0]}}
+    later = {"cycle": 1, "status": "discard", "stats": {
+        "rule": "paired", "test": "sequential",
+        "batches": [{"a": [1.0, 1.0, 1.0], "b": [0.9, 0.92, 0.95]}]}}
+    draws, scale = jd.calibration_noise([cal, later])
+    g = st.changes([1.0, 1.0, 1.0], [0.9, 0.92, 0.95], "log")
+    assert scale == "log"
+    assert draws == pytest.approx(st.changes([1.0, 1.02], [1.01, 1.0], "log") + st.helmert(g))
+    # the candidate's effect is not noise: contrasts of a constant shift are all zero
+    assert st.helmert([0.3, 0.3, 0.3, 0.3]) == pytest.approx([0.0, 0.0, 0.0])
+    assert jd.calibration_noise([later]) == ([], None)        # no calibration: nothing to lean on
+    many = [cal] + [later] * 200
+    assert len(jd.calibration_noise(many)[0]) == jd.NOISE_DRAWS
+
+
+def _history(deterministic: bool, kept: bool = True, seconds: float | None = 2.0) -> list[dict]:
+    h = [{"cycle": 0, "status": "baseline", "metric": 1.0,
+          "stats": {"kind": "calibration", "rule": "strict", "deterministic": deterministic,
+                    "seconds_per_run": seconds}}]
+    return h + ([{"cycle": 1, "status": "keep", "metric": 0.9}] if kept else [])
+
+
+def test_needs_scipy_only_when_a_statistic_will_be_computed() -> None:
+    strict, paired = program(""), program(PAIRED)
+    assert not jd.needs_scipy(strict, _history(True))
+    assert jd.needs_scipy(strict, _history(False))
+    assert jd.needs_scipy(paired, _history(True)) and jd.needs_scipy(paired)
+    assert not jd.needs_scipy(program("accept:\n  final_pairs: 0\n"), _history(False))
+    assert jd.needs_scipy(program(HOLDOUT), _history(True))
+
+
+def test_final_estimate_is_runs_times_the_calibrated_run_time() -> None:
+    strict = program("")
+    assert jd.final_estimate(strict, _history(True)) == {"runs": 1, "seconds": 2.0}
+    assert jd.final_estimate(strict, _history(False)) == {"runs": 40, "seconds": 80.0}
+    assert jd.final_estimate(strict, _history(False, kept=False)) == {"runs": 0, "seconds": 0.0}
+    assert jd.final_estimate(strict, _history(False, seconds=None))["seconds"] is None
+    assert jd.final_estimate(program(HOLDOUT), _history(True))["runs"] == 80
+
+
+def test_final_check_on_identical_pairs_needs_no_statistics() -> None:
+    rec = jd.final_check(Session(Fake(const(2.0, 1.5)), guards=False), program(PAIRED))
+    assert rec["deterministic"] and rec["pairs"] == 2 and "p" not in rec
+    assert rec["change_pct"] == pytest.approx(-25.0) and rec["improved"]
+    assert jd.final_text(rec, "score") == "re-measured best vs start: score -25.00% (deterministic: 2 identical pairs)"

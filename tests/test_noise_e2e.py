@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from autoloop.numbers import formatter, signed_pct
+
 from tests.conftest import git, run_cli
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -107,17 +109,18 @@ def test_paired_keeps_a_real_gain_and_commits_it(sim) -> None:
     assert res.returncode == 0, res.stderr
     assert statuses(repo) == ["keep", "keep"]
     message = git(repo, "log", "-1", "--format=%B", "autoloop/t")
-    assert "Measured: score" in message and "confirm p=" in message
+    assert "Measured: score" in message and re.search(r"LR=[0-9.e+]+", message)
 
 
-def test_paired_confirmation_batch_is_recorded(sim) -> None:
-    repo, env = sim(PAIRED, cv=0.005, edit="# GAIN {n}")
+def test_paired_confirmation_test_is_recorded(sim) -> None:
+    repo, env = sim(PAIRED + "  confirm: true\n", cv=0.005, edit="# GAIN {n}")
     run(repo, env, 1)
     batches = cycles(repo)[1]["stats"]["batches"]
     assert [b["name"] for b in batches] == ["batch", "confirm"]
-    assert all(len(b["a"]) == len(b["b"]) == 6 for b in batches)
+    assert all(len(b["a"]) == len(b["b"]) <= 6 and b["decision"] == "keep" for b in batches)
     row = tsv(repo)[1]
-    assert row["rule"] == "paired" and row["pairs"] == "6+6" and row["p_confirm"]
+    sizes = "+".join(str(len(b["a"])) for b in batches)
+    assert row["rule"] == "paired" and row["pairs"] == sizes and row["p_confirm"]
 
 
 def test_paired_without_confirm_runs_one_batch(sim) -> None:
@@ -159,8 +162,11 @@ def test_calibration_of_a_deterministic_verifier_is_quiet(sim) -> None:
 def test_calibration_warns_when_pairs_cannot_detect_min_effect(sim) -> None:
     repo, env = sim(PAIRED, cv=0.03)
     res = run(repo, env, 0)
-    assert "WARNING" in res.stderr and "more than accept.min_effect 1%" in res.stderr
     stats = cycles(repo)[0]["stats"]
+    prop = stats["proposal"]
+    assert "WARNING" in res.stderr and f"your verifier's noise is {prop['noise_pct']:.2g}% per run" in res.stderr
+    assert re.search(r"kept \d+% of the time with accept.min_effect: [0-9.]+% \(", res.stderr)
+    assert re.search(r"≈ \d+ verifier runs a keep, ≈ [0-9.]+ (s|min|h) at [0-9.]+ s a run", res.stderr)
     assert len(stats["a"]) == 6 and stats["detectable"] > stats["min_gain"]
 
 
@@ -180,18 +186,48 @@ def test_end_of_run_record_log_and_final_line(sim) -> None:
     finals = [r for r in ledger(repo) if r["t"] == "final"]
     assert len(finals) == 1 and finals[0]["pairs"] == 6
     last = res.stdout.strip().splitlines()[-1]
-    assert last.startswith("stopped:") and "re-measured best vs start: score" in last and "CI" in last
+    # one gain on the last line, the re-measured one with its interval
+    assert last.startswith("stopped:") and "re-measured" in last and "CI" in last
+    assert signed_pct(finals[0]["change_pct"]) in last
+    assert "re-measured best vs start: score" in res.stdout
     log = run_cli("log", "--tag", "t", cwd=repo)
     assert finals[0]["text"] in log.stdout
     assert "**End-of-run check** (after cycle 1)" in (repo / "experiments.md").read_text()
 
 
-def test_end_of_run_with_a_deterministic_verifier_takes_two_pairs(sim) -> None:
+def test_end_of_run_with_a_deterministic_verifier_takes_one_run(sim) -> None:
     repo, env = sim(cv=0.0, edit="# GAIN {n}")
-    run(repo, env, 2)
+    res = run(repo, env, 2)
     final = [r for r in ledger(repo) if r["t"] == "final"][0]
-    assert final["deterministic"] and final["pairs"] == 2
+    base = cycles(repo)[0]
+    # the start is not measured again (cycle 0 did, twice); the best once, in a fresh tree
+    assert final["deterministic"] and final["verifier_runs"] == 1 and final["order"] == "fB1"
+    assert final["reused"] and final["a"] == [base["metric"]] and final["b"] == [cycles(repo)[-1]["metric"]]
     assert final["change_pct"] == pytest.approx((0.95 ** 2 - 1) * 100)
+    # its cost is printed with its result
+    assert re.search(r"\[1 verifier run, \d+\.\d s\]", final["text"]) and final["text"] in res.stdout
+
+
+def test_a_strict_run_on_a_deterministic_verifier_never_imports_numpy_or_scipy(sim) -> None:
+    repo, env = sim(cv=0.0, edit="# GAIN {n}")
+    code = ("import sys; from autoloop.cli import main; rc = main(['run', '--tag', 't', '--cycles', '1']); "
+            "print('LOADED', sorted(m for m in ('numpy', 'scipy') if m in sys.modules)); sys.exit(rc)")
+    res = subprocess.run([sys.executable, "-c", code], cwd=repo, env={**os.environ, **env},
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "LOADED []" in res.stdout
+    assert [r for r in ledger(repo) if r["t"] == "final"][0]["reused"]
+
+
+def test_a_deterministic_claim_that_breaks_runs_the_full_check(sim, tmp_path: Path) -> None:
+    # cycle 0 sees identical values; by the end of the run the verifier has turned noisy
+    repo, env = sim(cv=0.0, edit="# GAIN {n}")
+    run(repo, env, 1)
+    env["SIM_CV"] = "0.01"
+    run(repo, env, 1)
+    final = [r for r in ledger(repo) if r["t"] == "final"][-1]
+    assert "determinism_broken" in final and final["pairs"] >= 2 and not final.get("reused")
+    assert final["verifier_runs"] == 1 + 2 * final["pairs"] and final["determinism_broken"]["b"] is not None
 
 
 def test_end_of_run_skips_measuring_when_nothing_was_kept(sim) -> None:
@@ -330,14 +366,14 @@ def test_reported_numbers_reproduce_from_the_ledger(sim) -> None:
             pytest.approx(lo, abs=5e-4), pytest.approx(hi, abs=5e-4))
         assert float(row["p_value"]) == pytest.approx(recompute(batches[0]["a"], batches[0]["b"])[3], rel=1e-3)
         assert c["metric"] == float(np.median(b))
+        fa, fb = (formatter(bt["a"]) for bt in batches), (formatter(bt["b"]) for bt in batches)
         assert row["samples"] == " | ".join(
-            "a=" + ",".join(repr(x) if float(f"{x:.6g}") != x else f"{x:.6g}" for x in bt["a"])
-            + ";b=" + ",".join(repr(x) if float(f"{x:.6g}") != x else f"{x:.6g}" for x in bt["b"])
-            for bt in batches)
+            "a=" + ",".join(f(x) for x in bt["a"]) + ";b=" + ",".join(g(x) for x in bt["b"])
+            for bt, f, g in zip(batches, fa, fb))
     # the end-of-run check: the final line's gain and interval
     final = [r for r in ledger(repo) if r["t"] == "final"][0]
     change, lo, hi, p = recompute(final["a"], final["b"])
-    last = res.stdout.strip().splitlines()[-1]
+    last = next(ln for ln in res.stdout.splitlines() if ln.startswith("final "))
     m = re.search(r"re-measured best vs start: score ([-+]\d+\.\d+)% \(\d+% CI ([-+]\d+\.\d+)% … "
                   r"([-+]\d+\.\d+)%\), p=(\S+), (\d+) pairs", last)
     assert m is not None, last
@@ -350,6 +386,9 @@ def test_reported_numbers_reproduce_from_the_ledger(sim) -> None:
     base = cs[0]["metric"]
     best = [c["metric"] for c in cs if c["status"] == "keep"][-1] if "keep" in statuses(repo) else base
     kept = statuses(repo).count("keep")
-    assert f"gain       {(best - base) / abs(base) * 100:+.2f}%" in log
+    # the headline gain is the re-measured one; the one-cycle medians' is named as such
+    assert f"gain       {signed_pct(final['change_pct'])} (" in log
+    medians = signed_pct((best - base) / abs(base) * 100)
+    assert medians == signed_pct(final["change_pct"]) or f"baseline → best said {medians}" in log
     assert f"keep rate  {kept / 3 * 100:.0f}% ({kept} of 3)" in log
     assert final["text"] in log

@@ -15,7 +15,7 @@ import pytest
 from tests.scripts.e2e import assert_journal_consistent, kill_marked, make_project, wait_for
 
 STATUSES = ["keep", "discard", "guard_fail", "crash", "violation", "no_change", "gen_error"]
-PAIRED = "accept:\n  rule: paired\n  pairs: 5\n  final_pairs: 0\n"
+PAIRED = "accept:\n  rule: paired\n  pairs: 6\n  final_pairs: 0\n"   # 6: the fewest alpha 0.005 can reach
 
 # What the scripted generator does for each status it is asked to produce. The score is
 # val.txt's number (lower is better); the guard fails on FAIL in notes.txt; "exit" makes the

@@ -180,7 +180,8 @@ def test_shared_tampering_voids_the_whole_round(tmp_path):
         2: 'open(common() / "config", "a").write("[alias]\\n\\tx = status\\n"); W("val.txt", "30")',
         "*": 'W("val.txt", str(40 - cycle))',
     }
-    p = make_project(tmp_path, plan, extra="parallel: {workers: 2}")
+    # the watching fallback; sandboxed, see the test below
+    p = make_project(tmp_path, plan, extra="parallel: {workers: 2}\nsandbox: none")
     config = (p.repo / ".git" / "config").read_bytes()
     res = p.run("--cycles", "4")
     assert res.returncode == 0, res.stderr
@@ -190,6 +191,23 @@ def test_shared_tampering_voids_the_whole_round(tmp_path):
     assert (p.repo / ".git" / "config").read_bytes() == config
     rows = {int(r["cycle"]): r for r in p.rows()}
     assert "at once" in rows[1]["lesson"]
+
+
+def test_shared_tampering_is_refused_by_the_sandbox(tmp_path):
+    """Sandboxed, git's shared files are read-only to every worker: the tampering worker fails
+    on its own and the other worker's candidate is judged on its merits."""
+    plan = {
+        1: 'W("val.txt", "38")',
+        2: 'open(common() / "config", "a").write("[alias]\\n\\tx = status\\n"); W("val.txt", "30")',
+        "*": 'W("val.txt", str(40 - cycle))',
+    }
+    p = make_project(tmp_path, plan, extra="parallel: {workers: 2}")
+    config = (p.repo / ".git" / "config").read_bytes()
+    res = p.run("--cycles", "2")
+    assert res.returncode == 0, res.stderr
+    st = p.statuses()
+    assert (st[1], st[2]) == ("keep", "gen_error"), p.rows()
+    assert (p.repo / ".git" / "config").read_bytes() == config
 
 
 # ---------------------------------------------------------------------------------------------

@@ -302,16 +302,24 @@ def test_file_errors(text: str | bytes, message: str) -> None:
 
 
 YAML_ERRORS = [
-    ("---\ngoal: a: b\n---\n", "program.md:2: invalid YAML: mapping values are not allowed here"),
+    ("---\ngoal: a: b\n---\n", "program.md:2: the value contains ': ', which YAML reads as a new key: "
+     "quote the whole value, e.g. goal: 'a: b' (YAML: mapping values are not allowed here)"),
+    ("---\ngoal: g\nallowed: [*.py]\n---\n", "program.md:3: '*.py' must be quoted: YAML reads a value "
+     "starting with '*' as a reference; write \"*.py\" (YAML: expected alphabetic or numeric character, "
+     "but found '.' (while scanning an alias))"),
+    (HEAD + "  command: echo score: 5\n---\n", "program.md:8: the value contains ': ', which YAML reads as "
+     "a new key: quote the whole value, e.g. command: 'echo score: 5' (YAML: mapping values are not "
+     "allowed here)"),
     ("---\ngoal: g\nallowed: [a\n---\n",
      "program.md:3: invalid YAML: expected ',' or ']', but got '<stream end>' "
      "(while parsing a flow sequence)"),
     (HEAD + "\tx: 1\n---\n",
-     "program.md:8: invalid YAML: found character '\\t' that cannot start any token "
-     "(while scanning for the next token)"),
+     "program.md:8: a tab: YAML indents with spaces only; replace the tab with spaces (YAML: found "
+     "character '\\t' that cannot start any token (while scanning for the next token))"),
     ("---\ngoal: g\nallowed: \x07\n---\n",
      "program.md:3: invalid YAML: special characters are not allowed ('\\x07')"),
-    (HEAD + "x: *nope\n---\n", "program.md:8: invalid YAML: found undefined alias 'nope'"),
+    (HEAD + "x: *nope\n---\n", "program.md:8: '*nope' must be quoted: YAML reads a value starting with "
+     "'*' as a reference; write \"*nope\" (YAML: found undefined alias 'nope')"),
     (HEAD + "  timeout: !seconds 5\n---\n",
      "program.md:8: invalid YAML: could not determine a constructor for the tag '!seconds'"),
     ("---\ngoal: \"unclosed\n---\n",
@@ -361,7 +369,7 @@ UNKNOWN_KEYS = [
     ("on: 1", "program.md:8: unknown key 'on' (known keys: goal, allowed, forbidden, verifier, "
               "guards, generator, stop, accept, limits, holdout, sandbox, resources, data, parallel)"),
     ("  zzz: 1", "program.md:8: unknown key 'verifier.zzz' (known keys under verifier: command, "
-                 "metric, pattern, direction, timeout, repeats)"),
+                 "metric, pattern, direction, timeout, repeats, network)"),
     ("generator:\n  modle: x", "program.md:9: unknown key 'generator.modle' (did you mean "
                                "'generator.model'?)"),
     ("generator:\n  price: {input: 1, ouput: 2}",

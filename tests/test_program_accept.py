@@ -19,12 +19,12 @@ VALID: list[tuple[str, Callable[[Program], Any], Any]] = [
     ("accept:", lambda p: p.accept, AcceptSpec()),
     ("accept: {rule: strict}", lambda p: p.accept, AcceptSpec()),
     ("accept: {rule: paired}", lambda p: p.accept,
-     AcceptSpec(rule="paired", min_effect=Amount(1.0, True), alpha=0.05, pairs=8, confirm=True)),
+     AcceptSpec(rule="paired", min_effect=Amount(1.0, True), alpha=0.005, pairs=16, confirm=False)),
     ("accept: {rule: paired, confirm: false}", lambda p: p.accept.confirm, False),
     ("accept: {rule: paired, min_effect: 0}", lambda p: p.accept.min_effect, Amount(0.0, False)),
     ("accept: {rule: paired, pairs: 10, alpha: 0.01}", lambda p: (p.accept.pairs, p.accept.alpha),
      (10, 0.01)),
-    ("accept: {rule: paired, pairs: 1, alpha: 0.5}", lambda p: p.accept.pairs, 1),
+    ("accept: {rule: paired, pairs: 2, alpha: 0.5}", lambda p: p.accept.pairs, 2),
     ("accept: {min_effect: 0.5%}", lambda p: p.accept.min_effect, Amount(0.5, True)),
     ("accept: {min_effect: ' 2 % '}", lambda p: p.accept.min_effect, Amount(2.0, True)),
     ("accept: {min_effect: .25%}", lambda p: p.accept.min_effect, Amount(0.25, True)),
@@ -96,11 +96,14 @@ ERRORS: list[tuple[str, str]] = [
     ("accept:\n  rule: paired\n  pairs: 2.5",
      "program.md:10: accept.pairs: expected a whole number >= 1, got 2.5"),
     ("accept:\n  rule: paired\n  pairs: 4",
-     "program.md:10: accept.pairs: 4 pairs can never pass alpha 0.05 (the smallest one-sided "
-     "p-value of 4 pairs is 1/16); use at least 5 pairs"),
-    ("accept:\n  rule: paired\n  alpha: 0.001",
-     "program.md:10: accept.alpha: 0.001 is out of reach of the default 8 pairs (their smallest "
-     "one-sided p-value is 1/256); set accept.pairs to at least 10"),
+     "program.md:10: accept.pairs: 4 pairs can never reach alpha 0.005 (even when every pair "
+     "shows the same gain); use at least 6 pairs"),
+    ("accept:\n  rule: paired\n  pairs: 1\n  alpha: 0.5",
+     "program.md:10: accept.pairs: 1 pairs can never reach alpha 0.5 (even when every pair "
+     "shows the same gain); use at least 2 pairs"),
+    ("accept:\n  rule: paired\n  alpha: 0.000000000001",
+     "program.md:10: accept.alpha: 1e-12 is out of reach of 16 pairs (even when every pair "
+     "shows the same gain); set accept.pairs to at least 27"),
     ("accept:\n  rule: paired\n  confirm: 1",
      "program.md:10: accept.confirm: expected true or false, got 1"),
     ("accept:\n  rule: paired\n  confirm: maybe",

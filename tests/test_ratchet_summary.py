@@ -194,12 +194,12 @@ def test_trend_over_the_recent_window() -> None:
         else:
             cyc.append(rec(i, "discard", best + 1, best))
     trend = summarize(cyc, "minimize", recent=10).trend
-    assert trend == "last 10 cycles: 2 kept, best 10 → 8 (-20.0%)"
+    assert trend == "last 10 cycles: 2 kept, best 10 → 8 (-20.00%)"
 
 
 def test_trend_with_fewer_cycles_than_the_window() -> None:
     cyc = [rec(0, "baseline", 4.0, 4.0), rec(1, "keep", 3.0, 3.0)]
-    assert summarize(cyc, "minimize", recent=10).trend == "last 1 cycles: 1 kept, best 4 → 3 (-25.0%)"
+    assert summarize(cyc, "minimize", recent=10).trend == "last 1 cycles: 1 kept, best 4 → 3 (-25.00%)"
 
 
 def test_trend_without_best_values() -> None:

@@ -177,7 +177,7 @@ def test_gain_ci_is_shown_when_the_ledger_has_one():
     assert f.cost_per_pct == pytest.approx(0.05)
     html = render(recs, f, generated="now")
     assert "95% CI -12.50% … -7.50%" in html
-    assert "[-12.0, -8.0]" in markdown(f)
+    assert "-10.00% [-12.00% … -8.00%]" in markdown(f)
 
 
 def test_empty_run_renders():

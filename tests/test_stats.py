@@ -5,6 +5,7 @@ independently, and against published table values."""
 from __future__ import annotations
 
 import itertools
+import random
 import math
 
 import numpy as np
@@ -411,3 +412,75 @@ def test_numpy_and_scipy_load_only_when_a_statistical_rule_needs_them() -> None:
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+
+
+# ---- the sequential test ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_total,a", [(1, 0.5), (1, -2.0), (2, 0.0), (9, 3.0), (20, -4.0), (30, 6.0)])
+def test_log_integral_matches_numerical_integration(n_total: int, a: float) -> None:
+    from scipy import integrate
+    ref = math.log(integrate.quad(lambda s: s ** (n_total - 1) * math.exp(-s * s / 2 + a * s),
+                                  0, math.inf)[0])
+    assert st._log_integral(n_total, a) == pytest.approx(ref, rel=1e-9)
+    assert st._log_integral_quad(n_total, a) == pytest.approx(ref, rel=1e-7)
+    if a == 0:
+        assert st._log_integral_zero(n_total) == pytest.approx(ref, rel=1e-9)
+
+
+def test_likelihood_ratio_has_mean_one_when_nothing_changes() -> None:
+    # a martingale under the null starts at 1 and keeps its mean: E[LR_n] = 1 for every n and
+    # every noise level (a wrong formula drifts away from 1)
+    rng = random.Random(3)
+    for sd in (0.001, 0.05):
+        for n, m in ((1, 0), (3, 0), (2, 3)):
+            lrs = [math.exp(st.sequential_log_lr([rng.gauss(0, sd) for _ in range(n)],
+                                                 [rng.gauss(0, sd) for _ in range(m)]))
+                   for _ in range(8000)]
+            mean = sum(lrs) / len(lrs)
+            se = math.sqrt(sum((x - mean) ** 2 for x in lrs) / (len(lrs) - 1) / len(lrs))
+            assert abs(mean - 1.0) <= 4 * se + 0.01
+
+
+def test_false_keeps_stay_below_alpha_with_a_look_after_every_pair() -> None:
+    rng = random.Random(5)
+    alpha, keeps, trials = 0.05, 0, 1500
+    for _ in range(trials):
+        noise = [rng.gauss(0, 1.0) for _ in range(8)]
+        g = [rng.gauss(0, 1.0) for _ in range(16)]
+        keeps += st.sequential_path(g, noise, alpha)[-1].decision == "keep"
+    # Ville: P(ever >= 1/alpha) <= alpha; the binomial 99.9% margin keeps the test from flaking
+    assert keeps / trials <= alpha + 3.1 * math.sqrt(alpha * (1 - alpha) / trials)
+
+
+def test_a_real_gain_is_kept_and_evidence_grows_with_it() -> None:
+    rng = random.Random(9)
+    keeps = sum(st.sequential_path([rng.gauss(1.5, 1.0) for _ in range(16)],
+                                   [rng.gauss(0, 1.0) for _ in range(16)], 0.01)[-1].decision == "keep"
+                for _ in range(300))
+    assert keeps / 300 >= 0.85
+    assert st.sequential_log_lr([0.02] * 4, [0.01, -0.01]) > st.sequential_log_lr([0.01] * 4, [0.01, -0.01])
+    assert st.sequential_log_lr([], [0.1]) == 0.0 and st.sequential_log_lr([0.0], []) == 0.0
+
+
+def test_sequential_decide_boundaries() -> None:
+    assert st.sequential_decide(math.log(100), 0.01) == "keep"
+    assert st.sequential_decide(math.log(99.9), 0.01) == "continue"
+    assert st.sequential_decide(math.log(0.05), 0.01) == "discard"
+    assert st.sequential_decide(math.log(0.051), 0.01, 0.05) == "continue"
+
+
+def test_the_sequential_test_is_scale_free() -> None:
+    g, noise = [0.3, -0.1, 0.5, 0.2], [0.1, -0.2, 0.05]
+    assert st.sequential_log_lr(g, noise) == pytest.approx(
+        st.sequential_log_lr([x * 1000 for x in g], [x * 1000 for x in noise]))
+
+
+def test_helmert_contrasts_are_orthonormal_and_free_of_the_mean() -> None:
+    xs = [0.3, -1.2, 2.5, 0.7, 0.1]
+    h = st.helmert(xs)
+    assert len(h) == 4
+    # orthonormal: the sum of squares about the mean is kept exactly
+    mean = sum(xs) / len(xs)
+    assert sum(x * x for x in h) == pytest.approx(sum((x - mean) ** 2 for x in xs))
+    assert st.helmert([x + 10.0 for x in xs]) == pytest.approx(h)

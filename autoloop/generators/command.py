@@ -15,7 +15,7 @@ from autoloop import proc
 from autoloop.executables import needed_paths
 from autoloop.errors import ConfigError, FatalGeneratorError, GeneratorError
 from autoloop.generators.base import GenContext, Proposal
-from autoloop.journal import fmt
+from autoloop.numbers import exact as fmt
 from autoloop.program import GeneratorSpec, Program
 
 _HYPOTHESIS = re.compile(r"Hypothesis:\s*(.*)", re.IGNORECASE)

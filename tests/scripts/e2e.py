@@ -255,8 +255,14 @@ def make_project(base: Path, plan: dict[Any, str] | None = None, *, files: dict[
     repo.mkdir()
     plan_path = base / "plan.json"
     rec_dir = base / "records"
+    rec_dir.mkdir(parents=True, exist_ok=True)
     command = program_kw.pop("command", f"{PY} {GEN} {plan_path} {rec_dir}")
     all_files = dict(BASE_FILES)
+    if "sandbox" not in program_kw.get("extra", ""):
+        # The default sandbox (auto) stays on; the test generator and verifiers only need to
+        # write their own records outside the trees.
+        program_kw["extra"] = (program_kw.get("extra", "") + "\nsandbox:\n"
+                               f"  writable: [{rec_dir}, {base / 'out'}]\n")
     all_files["program.md"] = program_text(command=command, **program_kw)
     all_files.update(files or {})
     git(repo, "init", "-q", env=env)

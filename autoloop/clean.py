@@ -1,0 +1,118 @@
+"""`autoloop clean`: what a tag leaves behind, listed, then removed.
+
+By default a tag's worktrees (in ~/.cache/autoloop/worktrees, and git's record of them) and its
+private state (logs, report) go; the run branch and the journal (the ledger, experiments.md,
+results.tsv) stay unless asked for, because they are the results. The CLI shows the plan and
+asks before `remove` runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoloop.errors import LockedError, UsageError
+from autoloop.journal import Journal
+from autoloop.program import Program
+from autoloop.sentinel import remove_tree
+from autoloop.workspace import Workspace
+
+
+@dataclass
+class Plan:
+    tag: str
+    branch: str
+    trees: list[Path] = field(default_factory=list)        # worktrees, scratch, lock
+    state: list[Path] = field(default_factory=list)        # logs, report, other private files
+    journal: list[Path] = field(default_factory=list)      # only with --journal
+    branch_head: str | None = None                         # only with --branch
+    keeps: list[str] = field(default_factory=list)         # what stays, in words
+
+    @property
+    def empty(self) -> bool:
+        return not (self.trees or self.state or self.journal or self.branch_head)
+
+
+def plan(program: Program, tag: str, *, branch: bool = False, journal: bool = False) -> Plan:
+    ws = Workspace(program.repo_root, tag)
+    ws.check_tag()
+    j = Journal(program.state_dir, tag)
+    p = Plan(tag=tag, branch=ws.branch, trees=ws.leftovers())
+    if j.dir.is_dir():
+        p.state = sorted(x for x in j.dir.iterdir() if x != j.ledger)
+    head = ws.branch_head()
+    if journal:
+        p.journal = [x for x in (j.ledger, *_rendered_for(j, tag)) if x.exists()]
+        if j.dir.is_dir():
+            p.state.append(j.dir)
+    elif j.ledger.exists():
+        p.keeps.append(f"the journal ({_rel(program, j.ledger)}, experiments.md, results.tsv): --journal removes it")
+    if branch:
+        p.branch_head = head
+    elif head is not None:
+        p.keeps.append(f"branch {ws.branch} at {head[:12]} with the kept commits: --branch removes it")
+    if (branch or head is None) != (journal or not j.ledger.exists()):
+        p.keeps.append(f"note: with only one of the branch and the journal left, tag '{tag}' can neither "
+                       "resume nor start afresh; remove both (--branch --journal) to reuse the tag")
+    return p
+
+
+def _rendered_for(j: Journal, tag: str) -> list[Path]:
+    """experiments.md and results.tsv are shared by every tag of a program.md: only when the
+    last run rendered them for this tag are they this tag's journal."""
+    try:
+        head = j.experiments.read_text(encoding="utf-8", errors="replace").split("\n", 1)[0]
+    except OSError:
+        return []
+    return [j.experiments, j.results] if head.endswith(f"run `autoloop/{tag}`") else []
+
+
+def _rel(program: Program, path: Path) -> str:
+    try:
+        return path.relative_to(program.repo_root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def remove(program: Program, p: Plan) -> None:
+    """Carry the plan out, under the tag's lock (a run of this tag makes it refuse)."""
+    from filelock import FileLock, Timeout
+
+    ws = Workspace(program.repo_root, p.tag)
+    lock_path = ws.path.with_name(ws.path.name + ".lock")
+    if not lock_path.parent.is_dir():
+        lock_path = None  # type: ignore[assignment]
+    lock = FileLock(str(lock_path), timeout=0) if lock_path is not None else None
+    if lock is not None:
+        try:
+            lock.acquire()
+        except Timeout:
+            raise LockedError(f"a run of tag '{p.tag}' is going on (lock {lock_path}); stop it first") from None
+    try:
+        if p.branch_head is not None:
+            ws.remove_branch()
+        ws.remove_leftovers()
+        for path in [*p.state, *p.journal]:
+            if path.is_dir() and not path.is_symlink():
+                remove_tree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+        try:
+            (program.state_dir / ".autoloop").rmdir()      # the last tag gone: no empty folder
+        except OSError:
+            pass
+    finally:
+        if lock is not None:
+            lock.release()
+            lock_path.unlink(missing_ok=True)
+            try:
+                lock_path.parent.rmdir()
+            except OSError:
+                pass
+
+
+def latest_tag(program: Program) -> str:
+    ledgers = sorted((program.state_dir / ".autoloop").glob("*/ledger.jsonl"), key=lambda x: x.stat().st_mtime)
+    if not ledgers:
+        raise UsageError(f"no autoloop run found next to {program.path.name}; name one with --tag TAG")
+    return ledgers[-1].parent.name

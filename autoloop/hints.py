@@ -1,0 +1,172 @@
+"""What to do next, for the mistakes a newcomer makes: a metric line that almost matches, a path
+that only works from program.md's folder, an `allowed` entry that can match nothing, a template
+left as `autoloop init` wrote it. Pure functions of the program and of text; the callers decide
+whether a finding is a warning, part of a crash lesson or a refusal.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+
+from autoloop.errors import ConfigError
+from autoloop.program import Program
+
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+
+def near_miss(output: str, name: str) -> str:
+    """When no `NAME: NUMBER` line was found: the last line that nearly is one, quoted, with
+    what to change (`; it printed 'Score: 5' (line 3): ...`), else ""."""
+    lines = output.splitlines()
+    rx = re.compile(r"^\s*(?:METRIC\s+)?([A-Za-z0-9_./-]+)\s*[:=]\s*(.*?)\s*$")
+    for i in range(len(lines) - 1, -1, -1):
+        m = rx.match(lines[i])
+        if not m:
+            continue
+        key, value = m.group(1), m.group(2)
+        if key.lower() != name.lower():
+            continue
+        shown = lines[i].strip()[:120]
+        where = f"; it printed {shown!r}"
+        expected = f"a line of the form '{name}: NUMBER'"
+        if key != name:
+            return (f"{where}: the name differs in case from verifier.metric '{name}' (names are "
+                    f"case-sensitive): print {expected}, or set verifier.metric: {key}")
+        lead = re.match(_NUMBER, value)
+        if lead and value[lead.end():].strip():
+            rest = value[lead.end():].strip()
+            return (f"{where}: '{rest}' after the number is not allowed: print {expected} with "
+                    f"the number alone (put a unit in the name, e.g. {name}_{_unit(rest)}), or "
+                    f"set verifier.pattern to a regular expression whose group is the number")
+        return f"{where}: {value!r} is not a number; print {expected}"
+    return ""
+
+
+def _unit(text: str) -> str:
+    word = re.sub(r"[^A-Za-z0-9]+", "", text.split()[0]) if text.split() else ""
+    return {"": "value", "%": "pct"}.get(text.strip(), word or "pct")
+
+
+_MISSING = re.compile(r"can't open file|No such file or directory|: not found|command not found"
+                      r"|cannot find the path|ModuleNotFoundError")
+
+
+def root_hint(program: Program, output: str) -> str:
+    """When a command failed on a missing file and program.md is not at the repository root:
+    commands run from the root, say so with the fix (else "")."""
+    if not _MISSING.search(output):
+        return ""
+    sub = program.state_dir.relative_to(program.repo_root).as_posix()
+    if sub in ("", "."):
+        return ""
+    return (f" (commands run from the repository root {program.repo_root}, not from {sub}/ where "
+            f"{program.path.name} is: write paths from the root, e.g. '{sub}/…', or start the "
+            f"command with 'cd {shlex.quote(sub)} && ')")
+
+
+def unmatched_allowed(program: Program) -> list[str]:
+    """`allowed` entries that look like mistakes, one message each with its line: an entry
+    whose folder does not exist, or one that names what sits beside a program.md kept in a
+    subfolder (paths are relative to the repository root). A new file in a folder that exists
+    is a fine pattern. Only the named folders are listed, never the whole checkout."""
+    from autoloop.globs import compile_pattern
+
+    root = program.repo_root
+    sub = program.state_dir.relative_to(root).as_posix()
+    out = []
+    for i, entry in enumerate(program.allowed):
+        line = program.lines.get(f"allowed[{i}]", program.lines.get("allowed", 1))
+        head = f"{program.path.name}:{line}: allowed entry '{entry}'"
+        tail = ("changes to the files you mean would be refused as violations; paths are relative "
+                "to the repository root")
+        folder = _literal_folder(entry)
+        if folder:
+            if (root / folder).is_dir():
+                continue
+            if sub not in ("", ".") and (program.state_dir / folder).is_dir():
+                out.append(f"{head}: there is no folder '{folder}' at the repository root, only "
+                           f"'{sub}/{folder}': {tail}, did you mean '{sub}/{entry}'?")
+            else:
+                out.append(f"{head}: its folder '{folder}' does not exist: {tail}")
+            continue
+        if "**" in entry:
+            continue
+        rx = compile_pattern(entry)
+        if any(rx.fullmatch(name) for name in _names(root)):
+            continue
+        if sub not in ("", ".") and any(rx.fullmatch(name) for name in _names(program.state_dir)):
+            out.append(f"{head} matches no file at the repository root, only in {sub}/: {tail}, "
+                       f"did you mean '{sub}/{entry}'?")
+    return out
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def _literal_folder(pattern: str) -> str:
+    """`src/model/**/*.py` -> `src/model`; `model/` -> `model`; `train.py` -> ``."""
+    parts = pattern.split("/")
+    lit = []
+    for part in parts if pattern.endswith("/") else parts[:-1]:
+        if any(ch in part for ch in "*?["):
+            break
+        if part:
+            lit.append(part)
+    return "/".join(lit)
+
+
+# what `autoloop init` writes and a person must replace (see autoloop/templates/*.md)
+_PLACEHOLDER_BODY = re.compile(r"^EDIT:", re.MULTILINE)
+
+
+def placeholders(program: Program) -> list[str]:
+    """Template placeholders still in place, each `program.md:LINE: what to edit`."""
+    out = []
+    name = program.path.name
+    text = program.source.decode("utf-8", "replace")
+    m = _PLACEHOLDER_BODY.search(program.body)
+    if m:
+        body_start = text.find(program.body) if program.body else -1
+        line = text.count("\n", 0, body_start + m.start()) + 1 if body_start >= 0 else 1
+        first = program.body[m.start():].splitlines()[0][:70]
+        out.append(f"{name}:{line}: the instructions still hold the template's placeholder "
+                   f"'{first}…': write what the generator should know about the project")
+    cmd = program.verifier.command if hasattr(program.verifier, "command") else None
+    if isinstance(cmd, str):
+        script = _script(cmd)
+        if script and not (program.repo_root / script).exists() and script in _TEMPLATE_SCRIPTS:
+            line = program.lines.get("verifier.command", 1)
+            out.append(f"{name}:{line}: verifier.command is still the template's placeholder "
+                       f"'{cmd}' ({script} does not exist): put the command that prints "
+                       f"'{program.verifier.label}: NUMBER'")
+    return out
+
+
+def refuse_placeholders(program: Program) -> None:
+    """ConfigError (exit 2, nothing run) when `autoloop init`'s placeholders are still there."""
+    found = placeholders(program)
+    if found:
+        raise ConfigError("\n".join(found + [f"edit {program.path.name} (every line marked EDIT), "
+                                              "then check it with `autoloop verify`"]))
+
+
+_TEMPLATE_SCRIPTS = {"measure.sh", "prepare.py", "bench/run.py"}
+
+
+def _script(command: str) -> str:
+    """The file a command runs: `./measure.sh` -> measure.sh, `python bench/run.py` -> bench/run.py."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return ""
+    for w in words[:3]:
+        if w.endswith((".sh", ".py")) or w.startswith("./"):
+            return w[2:] if w.startswith("./") else w
+    return ""

@@ -1,0 +1,95 @@
+"""Black-box, issue 14 item 1: after `pip install -e .` of a src-layout package (a REAL venv, a
+REAL setuptools editable install), the verifier imports the package through the installation,
+which points into your checkout. Sandboxed (the default on Linux with bubblewrap) the
+candidate is bound at the checkout's path, so each candidate is what gets measured; without a
+sandbox the run refuses before the baseline (exit 2) naming the installation and the fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.scripts.e2e import git, make_project, program_text
+from tests.test_sandbox import PROBLEM
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "mypkg"
+version = "0.1"
+
+[tool.setuptools.packages.find]
+where = ["src"]
+"""
+
+SCORE = "import mypkg\nprint(f'score: {mypkg.VALUE}')\n"
+
+
+def _venv(base: Path) -> Path:
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
+    py = venv / "bin" / "python"
+    check = "import setuptools, sys; sys.exit(tuple(map(int, setuptools.__version__.split('.')[:2])) < (70, 1))"
+    if subprocess.run([str(py), "-c", check], capture_output=True).returncode != 0:
+        # An editable build without build isolation needs a setuptools that builds wheels by
+        # itself (>= 70.1); Python >= 3.12 venvs come with none: from the registry
+        res = subprocess.run([str(py), "-m", "pip", "install", "-q", "setuptools>=70.1"], capture_output=True,
+                             text=True, timeout=600)
+        if res.returncode != 0:
+            pytest.skip(f"no setuptools for the test venv: {res.stderr.strip()[-200:]}")
+    return py
+
+
+@pytest.fixture(scope="module")
+def editable(tmp_path_factory):
+    base = tmp_path_factory.mktemp("editable")
+    py = _venv(base)
+    files = {"pyproject.toml": PYPROJECT, "src/mypkg/__init__.py": "VALUE = 10\n", "score.py": SCORE,
+             ".gitignore": "*.log\n__pycache__/\n*.egg-info/\n"}
+    p = make_project(base, {1: 'W("src/mypkg/__init__.py", "VALUE = 5\\n")'}, guards=False,
+                     files=files, verifier=f"{py} score.py")
+    # the same program without a sandbox, beside it
+    text = (p.repo / "program.md").read_text().replace("sandbox:\n", "sandbox:\n  kind: none\n", 1)
+    (p.repo / "none.md").write_text(text)
+    git(p.repo, "add", "none.md", env=p.env)
+    git(p.repo, "commit", "-q", "-m", "unsandboxed program", env=p.env)
+    res = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                          "-e", str(p.repo)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    # the installation really points into the checkout: outside it, the checkout's value
+    out = subprocess.run([str(py), "-c", "import mypkg; print(mypkg.__file__)"], capture_output=True,
+                         text=True, cwd=base).stdout.strip()
+    assert out.startswith(str(p.repo)), out
+    return p
+
+
+def test_unsandboxed_run_refuses_an_editable_install_into_the_checkout(editable):
+    p = editable
+    head = git(p.repo, "rev-parse", "HEAD", env=p.env)
+    res = p.cli("run", "none.md", "--tag", "n1", "--cycles", "1")
+    assert res.returncode == 2, res.stdout + res.stderr
+    err = res.stderr.strip()
+    assert err.startswith("none.md:"), err
+    assert "points into your checkout" in err and str(p.repo) in err, err
+    assert "pip install ." in err and "sandbox: auto" in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    # nothing changed: no branch, no journal, the checkout as it was
+    assert git(p.repo, "branch", "--list", "autoloop/n1", env=p.env) == ""
+    assert not (p.repo / ".autoloop" / "n1").exists()
+    assert git(p.repo, "rev-parse", "HEAD", env=p.env) == head
+
+
+@pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
+def test_sandboxed_run_measures_the_candidate_through_the_editable_install(editable):
+    p = editable
+    res = p.run("--cycles", "1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    # the candidate's VALUE = 5 was measured (the checkout still says 10)
+    assert [(r["status"], r["metric"]) for r in p.rows()] == [("baseline", "10"), ("keep", "5")]
+    assert (p.repo / "src" / "mypkg" / "__init__.py").read_text() == "VALUE = 10\n"
