@@ -23,7 +23,7 @@ from typing import IO, Any, Callable, Mapping
 
 from autoloop.facts import in_cycle
 from autoloop.journal import pct
-from autoloop.numbers import formatter, run_values, signed_pct, usd
+from autoloop.numbers import formatter, run_values, seconds, signed_pct, usd
 from autoloop.ratchet import better
 from autoloop.summary import overruled_keep
 
@@ -49,15 +49,6 @@ def _isatty(stream: IO[str]) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
-
-
-def _duration(seconds: float) -> str:
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 class Progress:
@@ -199,13 +190,13 @@ class Progress:
         parts = []
         if self.cycle is not None:
             parts.append(f"cycle {self.cycle}")
-        parts.append(f"{self.phase} {_duration(now - self.phase_t0)}")
+        parts.append(f"{self.phase} {seconds(now - self.phase_t0, whole=True)}")
         if self.best is not None:
             d = pct(self.baseline, self.best)
             parts.append(f"best {self.fmt(self.best)}" + (f" ({signed_pct(d)})" if d is not None else ""))
         if self.last:
             parts.append(f"last {self.last}")
-        parts.append(f"elapsed {_duration(now - self.t0)}")
+        parts.append(f"elapsed {seconds(now - self.t0, whole=True)}")
         if self.cost:
             parts.append(usd(self.cost))
         return " · ".join(parts)

@@ -19,7 +19,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from autoloop.facts import Facts, rows as judged_rows
-from autoloop.numbers import Fmt, count, formatter, pct_interval, run_values, sig, signed_pct, usd
+from autoloop.numbers import Fmt, count, formatter, pct_interval, run_values, seconds, sig, signed_pct, usd
 
 STATUS_COLORS = {
     "baseline": "#2563eb",
@@ -230,7 +230,7 @@ def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | N
         ("cost", usd(s.cost_usd) if s.cost_usd or not s.tokens else f"{count(s.tokens)} tok",
          (f"{count(s.tokens)} tokens" if s.cost_usd else "no price known") if s.tokens else "generator cost"),
         ("cost per 1% gain", usd(f.cost_per_pct), "dollars / percentage point"),
-        ("time", _dur(f.duration_s), "summed cycle time"),
+        ("time", seconds(f.duration_s), "summed cycle time"),
     ]
     card_html = "".join(
         f'<div class="card"><div class="k">{_e(c[0])}</div><div class="v {c[3] if len(c) > 3 else ""}">{_e(c[1])}</div>'
@@ -299,12 +299,3 @@ def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | N
 </body>
 </html>
 """
-
-
-def _dur(seconds: float) -> str:
-    s = int(seconds)
-    if s < 60:
-        return f"{seconds:.1f}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60:02d}s"
-    return f"{s // 3600}h {s % 3600 // 60:02d}m"
