@@ -578,7 +578,7 @@ def _open_run(args: argparse.Namespace) -> tuple[Any, str, Any]:
     journal = Journal(program.state_dir, tag)
     if not journal.exists():
         runs = [led.parent.name for led in sorted((program.state_dir / ".autoloop").glob("*/ledger.jsonl"))
-                if program.rel_path in _run_programs(led) or not _run_programs(led)]
+                if _is_run_of(led, program.rel_path)]
         known = f"; its runs: {', '.join(runs)}" if runs else f"; {program.path.name} has no run yet"
         raise UsageError(f"no run '{tag}' next to {program.path.name} (no {journal.ledger}){known}")
     journal.load()
@@ -611,16 +611,20 @@ def _run_programs(ledger: Path) -> set[str]:
     return out
 
 
+def _is_run_of(ledger: Path, program: str) -> bool:
+    made_by = _run_programs(ledger)
+    return not made_by or program in made_by
+
+
 def _latest_tag(state_dir: Path, program: str, command: str) -> str:
     """The most recent run of `program`: program files in one folder share `.autoloop/`, and
     another program's run would be read under this one's goal and metric name."""
     ledgers = sorted((state_dir / ".autoloop").glob("*/ledger.jsonl"), key=lambda p: p.stat().st_mtime)
     if not ledgers:
         raise UsageError(f"no autoloop run found in {state_dir} (run `autoloop run --tag NAME` first)")
-    made_by = {led: _run_programs(led) for led in ledgers}
-    mine = [led for led in ledgers if program in made_by[led] or not made_by[led]]
+    mine = [led for led in ledgers if _is_run_of(led, program)]
     if not mine:
-        other = sorted(made_by[ledgers[-1]])[0]
+        other = sorted(_run_programs(ledgers[-1]))[0]
         raise UsageError(f"no run of {program} in {state_dir}: the latest run there, "
                          f"'{ledgers[-1].parent.name}', was made with {other}: "
                          f"autoloop {command} {other}")
