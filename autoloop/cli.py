@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -571,18 +570,18 @@ def _cut(line: str, width: int | None) -> str:
 
 def _open_run(args: argparse.Namespace) -> tuple[Any, str, Any]:
     """(program, tag, loaded journal) of the run `--tag` names, else the most recent one."""
-    from autoloop.journal import Journal
+    from autoloop.journal import Journal, run_of, run_programs
 
     program = _load(args.program)
     tag = args.tag or _latest_tag(program.state_dir, program.rel_path, args.command)
     journal = Journal(program.state_dir, tag)
     if not journal.exists():
         runs = [led.parent.name for led in sorted((program.state_dir / ".autoloop").glob("*/ledger.jsonl"))
-                if _is_run_of(led, program.rel_path)]
+                if run_of(led, program.rel_path)]
         known = f"; its runs: {', '.join(runs)}" if runs else f"; {program.path.name} has no run yet"
         raise UsageError(f"no run '{tag}' next to {program.path.name} (no {journal.ledger}){known}")
     journal.load()
-    made_by = _run_programs(journal.ledger)
+    made_by = run_programs(journal.ledger)
     if made_by and program.rel_path not in made_by:
         # its cycles would be shown under this program's goal and metric name: wrong labels
         other = sorted(made_by)[0]
@@ -591,40 +590,17 @@ def _open_run(args: argparse.Namespace) -> tuple[Any, str, Any]:
     return program, tag, journal
 
 
-def _run_programs(ledger: Path) -> set[str]:
-    """The program files (repo-relative) a run's start records name; empty for a ledger
-    written before they were recorded."""
-    out: set[str] = set()
-    try:
-        with ledger.open("rb") as fh:
-            for line in fh:
-                if b'"start"' not in line:
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue                 # a torn last line: the journal repairs it, not us
-                if isinstance(rec, dict) and rec.get("t") == "start" and isinstance(rec.get("program"), str):
-                    out.add(rec["program"])
-    except OSError:
-        pass
-    return out
-
-
-def _is_run_of(ledger: Path, program: str) -> bool:
-    made_by = _run_programs(ledger)
-    return not made_by or program in made_by
-
-
 def _latest_tag(state_dir: Path, program: str, command: str) -> str:
     """The most recent run of `program`: program files in one folder share `.autoloop/`, and
     another program's run would be read under this one's goal and metric name."""
+    from autoloop.journal import run_of, run_programs
+
     ledgers = sorted((state_dir / ".autoloop").glob("*/ledger.jsonl"), key=lambda p: p.stat().st_mtime)
     if not ledgers:
         raise UsageError(f"no autoloop run found in {state_dir} (run `autoloop run --tag NAME` first)")
-    mine = [led for led in ledgers if _is_run_of(led, program)]
+    mine = [led for led in ledgers if run_of(led, program)]
     if not mine:
-        other = sorted(_run_programs(ledgers[-1]))[0]
+        other = sorted(run_programs(ledgers[-1]))[0]
         raise UsageError(f"no run of {program} in {state_dir}: the latest run there, "
                          f"'{ledgers[-1].parent.name}', was made with {other}: "
                          f"autoloop {command} {other}")

@@ -53,6 +53,10 @@ def test_log_and_report_pick_this_programs_run(tmp_path: Path) -> None:
     errs = error_lines(res.stderr)
     assert len(errs) == 1 and errs[0].endswith("its runs: mine"), res.stderr
 
+    # clean without --tag offers this program's latest run, not the folder's
+    res = _cli(repo, env, "clean", "program.md")
+    assert "tag 'mine'" in res.stdout and "theirs" not in res.stdout, (res.stdout, res.stderr)
+
     # a program never run, next to others' runs: says so instead of showing theirs
     res = _cli(repo, env, "report", "third.md")
     assert res.returncode == 2 and "Traceback" not in res.stderr
