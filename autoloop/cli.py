@@ -228,7 +228,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
     out = sys.stderr if args.json else sys.stdout
     program = _load(args.program)  # before the heavy imports: bad input is refused at once
-    _newcomer_checks(program, args.tag)
+    warnings = _newcomer_checks(program, args.tag)
     from autoloop import ci as cimod
     from autoloop.approve import NoTerminal, TerminalReviewer
     from autoloop.loop import Run, RunOptions
@@ -258,6 +258,8 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
     budget = cimod.Budget(args.max_minutes) if args.max_minutes else None
 
     def report(event: str, data: Mapping[str, Any]) -> None:
+        while warnings:    # the run got past its checks: now they are worth a look
+            print(warnings.pop(0), file=sys.stderr, flush=True)
         if budget is not None:
             budget.observe(event, data)
         progress(event, data)
@@ -356,17 +358,17 @@ def _standing(run: Any) -> str:
     return f"{v.label}: baseline {f.fmt(s.baseline)} → best {f.fmt(s.best)}{gain}; {s.kept} kept in total"
 
 
-def _newcomer_checks(program: Any, tag: str | None = None) -> None:
-    """Before anything runs: refuse an untouched `autoloop init` template (exit 2); warn about
-    `allowed` entries that can only be mistakes — before the baseline, so not again on every
-    resume of a tag that has measured one."""
+def _newcomer_checks(program: Any, tag: str | None = None) -> list[str]:
+    """Before anything runs: refuse an untouched `autoloop init` template (exit 2). Returns the
+    warnings about `allowed` entries that can only be mistakes — for the caller to print once the
+    run is past its own checks (a refused run shows its one error line, nothing else), before
+    the baseline, so not again on every resume of a tag that has measured one."""
     from autoloop import hints
 
     hints.refuse_placeholders(program)
     if tag is not None and _has_baseline(program, tag):
-        return
-    for line in hints.unmatched_allowed(program):
-        print(f"autoloop: warning: {line}", file=sys.stderr)
+        return []
+    return [f"autoloop: warning: {line}" for line in hints.unmatched_allowed(program)]
 
 
 def _has_baseline(program: Any, tag: str) -> bool:
@@ -430,8 +432,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from autoloop.verify_head import check, verify_head
 
     program = _load(args.program)
-    _newcomer_checks(program)
+    warnings = _newcomer_checks(program)
     ws, head = check(program)
+    for line in warnings:
+        print(line, file=sys.stderr)
     print(f"verifying {program.repo_root} at HEAD {head[:12]}: what a run's baseline measures "
           "(committed files only, in a private tree; nothing is changed)", flush=True)
     res = verify_head(program, ws, head)

@@ -55,8 +55,15 @@ def site_folders(python: str, env: dict[str, str] | None = None) -> list[Path]:
     return [Path(p) for p in paths if isinstance(p, str) and os.path.isdir(p)]
 
 
-def into_checkout(checkout: Path, pythons: Sequence[str]) -> list[Installation]:
-    """Every installation in the site folders of `pythons` that points into `checkout`."""
+def into_checkout(checkout: Path, pythons: Sequence[str],
+                  allowed: Sequence[str] | None = None) -> list[Installation]:
+    """Every installation in the site folders of `pythons` that points into `checkout` — with
+    `allowed`, only those that make importable a path the generator may change: an editable
+    install of a package the generator cannot touch (autoloop's own, in its repository) is the
+    same in the checkout as in every candidate, so it measures nothing wrong.
+
+    A `direct_url.json` names the project's root, not what is importable; the import
+    mechanism itself (a `.pth` path, a finder's mapping, an egg-link) is what is judged then."""
     root = os.path.realpath(checkout)
     found: list[Installation] = []
     seen: set[str] = set()
@@ -67,9 +74,29 @@ def into_checkout(checkout: Path, pythons: Sequence[str]) -> list[Installation]:
                 continue
             seen.add(real)
             for where, target in pointers(Path(real)):
-                if _inside(target, root):
-                    found.append(Installation(where, target, python))
+                if not _inside(target, root):
+                    continue
+                if allowed is not None and (where.name == "direct_url.json"
+                                            or not _reaches(os.path.relpath(target, root), allowed)):
+                    continue
+                found.append(Installation(where, target, python))
     return found
+
+
+def _reaches(rel: str, allowed: Sequence[str]) -> bool:
+    """Can a path that some `allowed` pattern matches lie under `rel` (or be `rel`)? Judged by
+    each pattern's literal folders before its first wildcard: conservative, never too lenient."""
+    rel = "" if rel == "." else rel.replace(os.sep, "/")
+    for pattern in allowed:
+        literal: list[str] = []
+        for seg in pattern.strip("/").split("/"):
+            if any(ch in seg for ch in "*?["):
+                break
+            literal.append(seg)
+        prefix = "/".join(literal)
+        if not rel or not prefix or _inside(prefix, rel) or _inside(rel, prefix):
+            return True
+    return False
 
 
 def message(program: Program, found: Sequence[Installation], why: str) -> str:

@@ -95,7 +95,7 @@ class Guardrails:
         if self.sandbox is None:
             # No sandbox to bind the candidate at your checkout's path: an installation that
             # points into the checkout would measure the checkout, every cycle.
-            found = editable.into_checkout(p.repo_root, self._interpreters(os.environ))
+            found = editable.into_checkout(p.repo_root, self._interpreters(os.environ), p.allowed)
             if found:
                 raise ConfigError(editable.message(p, found, self.unsandboxed or ""))
         start = self.ws.branch_head() or self.ws.head()

@@ -33,3 +33,19 @@ def test_every_kind_of_editable_record_is_found(tmp_path: Path) -> None:
     # a non-editable direct_url and an `import` line point nowhere; a relative line is the site's
     assert ("relative.pth", real(site / "somewhere")) in found
     assert len(found) == 5, found
+
+
+def test_only_installations_that_reach_an_allowed_path_count(tmp_path: Path) -> None:
+    """An editable install the generator cannot change (autoloop's own package, beside a
+    quickstart whose allowed file is elsewhere) measures nothing wrong; one whose folder holds an
+    allowed path, or the root on sys.path, would measure the checkout instead of the candidate."""
+    from autoloop.editable import _reaches
+
+    assert not _reaches("autoloop", ["examples/quickstart/train.py"])
+    assert not _reaches("src/other", ["src/pkg/**"])
+    assert _reaches("src/pkg", ["src/pkg/core.py"])
+    assert _reaches("src", ["src/pkg/**"])
+    assert _reaches("src/pkg/sub", ["src/pkg/**"])
+    assert _reaches("", ["train.py"])                 # a .pth naming the checkout's root
+    assert _reaches("pkg", ["**/*.py"])               # a wildcard at the top reaches everywhere
+    assert _reaches("mod.py", ["mod.py"])             # a finder mapping one module file
