@@ -613,8 +613,10 @@ def _settled(count, within: float = SETTLE_S) -> int:  # type: ignore[no-untyped
     shell's last pipeline stage) is not left behind."""
     deadline = time.monotonic() + within
     n = count()
+    pause = 0.0005      # such a straggler is gone within a millisecond or two: look soon, then less often
     while n and time.monotonic() < deadline:
-        time.sleep(0.01)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
         n = count()
     return n
 

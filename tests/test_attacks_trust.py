@@ -35,6 +35,8 @@ def _project(base: Path, plan: dict, mode: str, extra: str = "", **kw):
         for d in ("records", "out"):
             (base / d).mkdir(parents=True, exist_ok=True)
         extra = f"sandbox: {{kind: {mode}, writable: [{base / 'records'}, {base / 'out'}]}}\n" + extra
+    else:   # the watching fallback, pinned: the default (`auto`) sandboxes where bwrap works
+        extra = "sandbox: none\n" + extra
     p = make_project(base, plan, extra=extra, **kw)
     # PATH folders of this machine's other users (pyenv shims rewritten by a parallel job) must
     # not void the run's checks for reasons of their own
@@ -397,11 +399,13 @@ W("val.txt", "35")
 '''
 
 
-def test_a_verification_tree_swapped_for_a_symlink_is_caught_and_rebuilt(tmp_path):
-    p = make_project(tmp_path / "p", {1: SWAP_VTREE, 2: HONEST, 3: 'print("Hypothesis: three"); W("val.txt", "20")'})
+@pytest.mark.parametrize("mode", MODES)
+def test_a_verification_tree_swapped_for_a_symlink_is_caught_and_rebuilt(tmp_path, mode):
+    p = _project(tmp_path / "p", {1: SWAP_VTREE, 2: HONEST, 3: 'print("Hypothesis: three"); W("val.txt", "20")'}, mode)
     res, before, originals, left = _run(p, cycles=3)
     rows = assert_caught(p, res, before, originals, left)
-    assert rows[1]["status"] == "violation", rows[1]
+    # sandboxed, the verification tree is out of the generator's reach: its swap fails
+    assert rows[1]["status"] == ("violation" if mode == "none" else "gen_error"), rows[1]
     assert (rows[3]["status"], rows[3]["metric"]) == ("keep", "20"), rows[3]
     vt = p.worktree().with_name(p.tag + ".verify-0")
     assert not vt.is_symlink() and (vt / "score.py").read_bytes() == originals["score.py"]
@@ -421,10 +425,14 @@ W("val.txt", "35")
 '''
 
 
-def test_a_rewritten_object_of_the_incumbent_is_caught_and_put_back(tmp_path):
-    p = make_project(tmp_path / "p", {1: REWRITE_OBJECT, 2: HONEST, 3: 'print("Hypothesis: three"); W("val.txt", "20")'})
+@pytest.mark.parametrize("mode", MODES)
+def test_a_rewritten_object_of_the_incumbent_is_caught_and_put_back(tmp_path, mode):
+    p = _project(tmp_path / "p", {1: REWRITE_OBJECT, 2: HONEST, 3: 'print("Hypothesis: three"); W("val.txt", "20")'}, mode)
     res, before, originals, left = _run(p, cycles=3)
     rows = assert_caught(p, res, before, originals, left)
-    assert rows[1]["status"] == "violation" and "rewrote git's object" in rows[1]["lesson"], rows[1]
+    if mode == "none":   # sandboxed, .git is read-only: the rewrite fails (gen_error)
+        assert rows[1]["status"] == "violation" and "rewrote git's object" in rows[1]["lesson"], rows[1]
+    else:
+        assert rows[1]["status"] == "gen_error", rows[1]
     assert (rows[3]["status"], rows[3]["metric"]) == ("keep", "20"), rows[3]
     assert git(p.repo, "fsck", "--no-dangling", env=p.env, check=False) == ""
