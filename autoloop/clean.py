@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoloop.errors import LockedError, UsageError
-from autoloop.journal import Journal
+from autoloop.journal import Journal, run_of
 from autoloop.program import Program
 from autoloop.sentinel import remove_tree
 from autoloop.workspace import Workspace
@@ -112,7 +112,9 @@ def remove(program: Program, p: Plan) -> None:
 
 
 def latest_tag(program: Program) -> str:
+    """The most recent run of this program file (others in its folder share `.autoloop/`)."""
     ledgers = sorted((program.state_dir / ".autoloop").glob("*/ledger.jsonl"), key=lambda x: x.stat().st_mtime)
+    ledgers = [led for led in ledgers if run_of(led, program.rel_path)]
     if not ledgers:
         raise UsageError(f"no autoloop run found next to {program.path.name}; name one with --tag TAG")
     return ledgers[-1].parent.name

@@ -575,22 +575,41 @@ def _cut(line: str, width: int | None) -> str:
 
 def _open_run(args: argparse.Namespace) -> tuple[Any, str, Any]:
     """(program, tag, loaded journal) of the run `--tag` names, else the most recent one."""
-    from autoloop.journal import Journal
+    from autoloop.journal import Journal, run_of, run_programs
 
     program = _load(args.program)
-    tag = args.tag or _latest_tag(program.state_dir)
+    tag = args.tag or _latest_tag(program.state_dir, program.rel_path, args.command)
     journal = Journal(program.state_dir, tag)
     if not journal.exists():
-        raise UsageError(f"no run '{tag}' next to {program.path.name} (no {journal.ledger})")
+        runs = [led.parent.name for led in sorted((program.state_dir / ".autoloop").glob("*/ledger.jsonl"))
+                if run_of(led, program.rel_path)]
+        known = f"; its runs: {', '.join(runs)}" if runs else f"; {program.path.name} has no run yet"
+        raise UsageError(f"no run '{tag}' next to {program.path.name} (no {journal.ledger}){known}")
     journal.load()
+    made_by = run_programs(journal.ledger)
+    if made_by and program.rel_path not in made_by:
+        # its cycles would be shown under this program's goal and metric name: wrong labels
+        other = sorted(made_by)[0]
+        raise UsageError(f"run '{tag}' was made with {other}, not {program.rel_path}: "
+                         f"name it, e.g. autoloop {args.command} {other} --tag {tag}")
     return program, tag, journal
 
 
-def _latest_tag(state_dir: Path) -> str:
+def _latest_tag(state_dir: Path, program: str, command: str) -> str:
+    """The most recent run of `program`: program files in one folder share `.autoloop/`, and
+    another program's run would be read under this one's goal and metric name."""
+    from autoloop.journal import run_of, run_programs
+
     ledgers = sorted((state_dir / ".autoloop").glob("*/ledger.jsonl"), key=lambda p: p.stat().st_mtime)
     if not ledgers:
         raise UsageError(f"no autoloop run found in {state_dir} (run `autoloop run --tag NAME` first)")
-    return ledgers[-1].parent.name
+    mine = [led for led in ledgers if run_of(led, program)]
+    if not mine:
+        other = sorted(run_programs(ledgers[-1]))[0]
+        raise UsageError(f"no run of {program} in {state_dir}: the latest run there, "
+                         f"'{ledgers[-1].parent.name}', was made with {other}: "
+                         f"autoloop {command} {other}")
+    return mine[-1].parent.name
 
 
 # ---- gate --------------------------------------------------------------------------------------

@@ -126,7 +126,14 @@ def facts(records: Sequence[Mapping[str, Any]], *, tag: str, goal: str, metric: 
                          decided_by=c.get("decided_by") or "ratchet"))
     gain_ci = level = None
     final = None
+    # a resumed run that kept more after an end-of-run check has another best: that check's
+    # gain is about a commit that is no longer the best, and is not this run's headline
+    last_keep = max((c["cycle"] for c in cycles if c.get("status") == "keep"
+                     and isinstance(c.get("cycle"), int)), default=None)
     for r in records:
+        if r.get("t") == "final" and last_keep is not None \
+                and isinstance(r.get("after_cycle"), int) and r["after_cycle"] < last_keep:
+            continue
         ci = r.get("gain_ci_pct")
         if isinstance(ci, (list, tuple)) and len(ci) == 2:
             gain_ci, level = (float(ci[0]), float(ci[1])), r.get("gain_ci_level")

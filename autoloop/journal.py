@@ -509,3 +509,29 @@ def _section(c: Record, fmt: Fmt = num) -> Iterator[str]:
         shown = ", ".join(quote_path(f) for f in c["changed"][:10]) + (" …" if len(c["changed"]) > 10 else "")
         yield f"Changed: {shown}"
         yield ""
+
+
+def run_programs(ledger: Path) -> set[str]:
+    """The program files (repo-relative) a run's start records name; empty for a ledger
+    written before they were recorded."""
+    out: set[str] = set()
+    try:
+        with ledger.open("rb") as fh:
+            for line in fh:
+                if b'"start"' not in line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue                 # a torn last line: the journal repairs it, not us
+                if isinstance(rec, dict) and rec.get("t") == "start" and isinstance(rec.get("program"), str):
+                    out.add(rec["program"])
+    except OSError:
+        pass
+    return out
+
+
+def run_of(ledger: Path, program: str) -> bool:
+    """Whether the run of this ledger was made with `program` (or predates the record)."""
+    made_by = run_programs(ledger)
+    return not made_by or program in made_by

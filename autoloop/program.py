@@ -285,6 +285,8 @@ def _git_toplevel(path: Path) -> Path:
         raise RepoStateError(f"cannot run git to find the repository of {path}: "
                              f"{exc.strerror or exc}") from None
     top = os.fsdecode(out.stdout).rstrip("\n")
+    if out.returncode != 0 and "dubious ownership" in os.fsdecode(out.stderr):
+        raise RepoStateError(_not_yours(path, os.fsdecode(out.stderr)))
     if out.returncode != 0 or not top:
         why = os.fsdecode(out.stderr).strip().splitlines()
         detail = f" ({why[-1]})" if why else ""
@@ -292,6 +294,17 @@ def _git_toplevel(path: Path) -> Path:
                              f"improvement as a commit, so start one in your project folder: "
                              f"git init && git add -A && git commit -m start")
     return Path(top).resolve()
+
+
+def _not_yours(path: Path, stderr: str) -> str:
+    """git's safe.directory refusal (a repository owned by another user, e.g. a tarball unpacked
+    as root) said as what it is: the repository exists, and `git init` would not help."""
+    # git names the exact directory to trust on its own line; reuse it rather than guess
+    fix = next((line.strip() for line in stderr.splitlines() if "safe.directory" in line), "")
+    fix = fix or "git config --global --add safe.directory <the repository folder>"
+    return (f"git refuses the repository holding {path}: it is owned by another user "
+            f"(git's 'dubious ownership' check); if you trust it, run: {fix} "
+            f"(or chown it to your user), then run autoloop again")
 
 
 def parse_program(text: bytes | str, path: Path, repo_root: Path) -> Program:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from autoloop.facts import facts, markdown
+from autoloop.facts import facts, gain_text, markdown
 from autoloop.judge import change_words
 from autoloop.report import _positions, render
 from tests.scripts.e2e import PY, make_project
@@ -162,6 +162,22 @@ def test_paired_headline_is_the_remeasured_gain_everywhere():
     html = render(recs, f, generated="now")
     assert ">-25.77%<" in html and "95% CI -27.10% … -24.00%" in html
     assert "-22.21%" not in md                    # baseline → best of one-cycle medians is not quoted
+
+
+def test_a_remeasurement_of_an_older_best_is_not_the_headline():
+    """Resumed after the end-of-run check, the run kept another change: the check measured a
+    commit that is no longer the best, so its gain and interval are not quoted for this one."""
+    recs = _paired_records() + [
+        {"t": "cycle", "cycle": 3, "status": "keep", "metric": 100.0, "best": 100.0,
+         "commit": "c" * 40, "hypothesis": "k2", "gen": {}, "delta_pct": -8.3}]
+    f = facts(recs, tag="p", goal="g", metric="score", direction="minimize")
+    assert f.final is None and f.remeasured_pct is None and f.gain_ci_pct is None
+    assert f.headline_gain_pct == f.summary.gain_pct == pytest.approx(-31.49, abs=0.01)
+    assert "re-measured" not in gain_text(f) and "-25.77" not in gain_text(f)
+    # a check made after that keep is the headline again
+    recs.append({**recs[3], "after_cycle": 3, "change_pct": -30.0, "change_ci_pct": [-32.0, -28.0]})
+    f = facts(recs, tag="p", goal="g", metric="score", direction="minimize")
+    assert f.headline_gain_pct == -30.0 and f.gain_ci_pct == (-32.0, -28.0)
 
 
 def test_paired_rows_show_the_in_cycle_comparison():
