@@ -73,7 +73,9 @@ def _kill(proc, env, whole_tree: bool) -> int:
 
 @pytest.fixture(scope="module")
 def soak(tmp_path_factory):
-    p = make_project(tmp_path_factory.mktemp("soak"), SOAK_PLAN)
+    # the unsandboxed fallback: its escapees' pids are the host's, so the test can check them
+    # (sandboxed, a PID namespace kills them and their pids are the namespace's own)
+    p = make_project(tmp_path_factory.mktemp("soak"), SOAK_PLAN, extra="sandbox: none")
     start = git(p.repo, "rev-parse", "HEAD", env=p.env)
     user_status = git(p.repo, "status", "--porcelain", "--untracked-files=all", env=p.env)
     assert p.run("--cycles", "0").returncode == 0
