@@ -347,6 +347,7 @@ def _standing(run: Any) -> str:
     """`score: baseline 109.04 → best 100.86, gain -25.77% (95% CI …), re-measured; 3 kept` —
     from the ledger through facts, the same numbers `log`, the report and --json show."""
     from autoloop.facts import facts, gain_text
+    from autoloop.summary import overruled_keep
 
     v = run.program.verifier
     f = facts(run.journal.records, tag=run.opt.tag, goal=run.program.goal, metric=v.label,
@@ -355,6 +356,10 @@ def _standing(run: Any) -> str:
     if s.baseline is None:
         return f"{v.label}: no baseline measured"
     gain = f", gain {gain_text(f)}" if f.headline_gain_pct is not None else ""
+    if f.remeasured_pct is not None and any(overruled_keep(c) for c in run.journal.cycles()):
+        # the end-of-run check measured the branch head, which a person kept against the
+        # ratchet: its gain is not the best's
+        gain = f"; the branch head (a person's keep) re-measured against the start: {gain_text(f)}"
     return f"{v.label}: baseline {f.fmt(s.baseline)} → best {f.fmt(s.best)}{gain}; {s.kept} kept in total"
 
 
