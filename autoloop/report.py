@@ -227,8 +227,10 @@ def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | N
         ("gain", signed_pct(gain), gain_note, "good" if better else ""),
         ("cycles", str(s.cycles), ", ".join(f"{k} {v}" for k, v in s.by_status.items()) or "none yet"),
         ("keep rate", "–" if s.keep_rate is None else f"{s.keep_rate * 100:.0f}%", f"{s.kept} kept"),
-        ("cost", usd(s.cost_usd) if s.cost_usd or not s.tokens else f"{count(s.tokens)} tok",
-         (f"{count(s.tokens)} tokens" if s.cost_usd else "no price known") if s.tokens else "generator cost"),
+        # a generator that reports no cost (a `command`, `tune`) shows a dash, not "$0.00"
+        ("cost", usd(s.cost_usd) if s.cost_usd else f"{count(s.tokens)} tok" if s.tokens else "–",
+         (f"{count(s.tokens)} tokens" if s.cost_usd else "no price known") if s.tokens
+         else "generator cost" if s.cost_usd else "none reported by the generator"),
         ("cost per 1% gain", usd(f.cost_per_pct), "dollars / percentage point"),
         ("time", seconds(f.duration_s), "summed cycle time"),
     ]
