@@ -921,7 +921,7 @@ class Run:
             return extra
         max_cycles = self.opt.cycles if self.opt.cycles is not None else stop.max_cycles
         if max_cycles is not None and ran >= max_cycles:
-            return f"max_cycles reached ({max_cycles} cycles)"
+            return f"max_cycles reached ({max_cycles} cycle{'' if max_cycles == 1 else 's'})"
         if stop.max_minutes is not None and (time.monotonic() - started) / 60 >= stop.max_minutes:
             return f"max_minutes reached ({stop.max_minutes:g} min)"
         if reached(self.program.verifier.direction, self.best, stop.target):
