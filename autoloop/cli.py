@@ -471,8 +471,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     program = _load(args.program)
     failed = 0
+    width = 14    # the lines stream out as each check ends: one width that fits `guard <name>`s
     for check in diagnose(program, tag=args.tag):
-        print(f"{check.state:<4}  {check.name:<10}  {check.detail}", flush=True)
+        print(f"{check.state:<4}  {check.name:<{width}}  {check.detail}", flush=True)
         failed += check.blocks
     if failed:
         print(f"doctor: {failed} problem{'s' if failed > 1 else ''}: a run would not start (or not get far)")

@@ -88,9 +88,10 @@ def _git(run: Run) -> Iterator[Check]:
                               check=False).splitlines() if ln.strip()]
     detail = f"{program.repo_root}: HEAD {head[:12]} {where}"
     if dirty:
+        names = ", ".join(ln[3:] for ln in dirty[:5]) + (f" (+{len(dirty) - 5} more)" if len(dirty) > 5 else "")
         yield Check("git", "warn", f"{detail}; {len(dirty)} uncommitted or untracked path"
-                                   f"{'s' if len(dirty) > 1 else ''} — a run starts from HEAD and "
-                                   "does not see them (commit what the verifier needs)")
+                                   f"{'s' if len(dirty) > 1 else ''} ({names}) — a run starts from HEAD "
+                                   "and does not see them (commit what the verifier needs)")
     else:
         yield Check("git", "ok", detail + ", clean")
     resumes = ws.branch_head()
