@@ -89,8 +89,18 @@ def chart(cycles: Sequence[Mapping[str, Any]], metric: str, direction: str,
     fmt = fmt or formatter(run_values(cycles), "–")
     n_max = max((int(c["cycle"]) for c in cycles), default=0)
     pos = _positions(cycles, direction)
-    values = list(pos.values())
-    values += [float(c["best"]) for c in cycles if c.get("best") is not None]
+    bests = [float(c["best"]) for c in cycles if c.get("best") is not None]
+    values = list(pos.values()) + bests
+    if bests:
+        # one wild discard (a learning rate of 3.0) must not squash the path of the run into a
+        # line: the worse side reaches half the run's whole span past the worst best, and a
+        # point beyond it sits on the edge (its tooltip keeps the value)
+        span = (max(bests) - min(bests)) or abs(bests[0]) * 0.05 or 1.0
+        worst_best = max(bests) if direction == "minimize" else min(bests)
+        edge = worst_best + span * 0.5 if direction == "minimize" else worst_best - span * 0.5
+        clamp = (lambda v: min(v, edge)) if direction == "minimize" else (lambda v: max(v, edge))
+        pos = {k: clamp(v) for k, v in pos.items()}
+        values = list(pos.values()) + bests
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
     if hi == lo:
         pad = abs(hi) * 0.05 or 1.0
