@@ -24,22 +24,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from harness import MEM_WRAPPER  # noqa: E402
 
-WRAPPER = """\
-import atexit, json, os, sys
-def _report():
-    fields = {"modules": sorted(m for m in ("numpy", "scipy") if m in sys.modules)}
-    with open("/proc/self/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in ("VmHWM", "VmRSS"):
-                fields[k] = int(v.split()[0]) * 1024
-    with open(os.environ["AUTOLOOP_BENCH_MEM"], "w") as f:
-        json.dump(fields, f)
-atexit.register(_report)
-from autoloop.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
+
 
 
 def one(tmp: Path) -> dict:
@@ -51,7 +39,7 @@ def one(tmp: Path) -> dict:
     (tmp / "gitconfig").write_text("[user]\n\tname = bench\n\temail = bench@example.com\n")
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "start"]):
         subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
-    (tmp / "wrapper.py").write_text(WRAPPER)
+    (tmp / "wrapper.py").write_text(MEM_WRAPPER)
     t0 = time.monotonic()
     res = subprocess.run([sys.executable, str(tmp / "wrapper.py"), "run", "examples/quickstart/program.md",
                           "--tag", "q", "--cycles", "1"], cwd=repo, env=env, capture_output=True, text=True)

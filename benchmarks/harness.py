@@ -48,6 +48,25 @@ from pathlib import Path
 # Two sets of the same two children. `sh`: shell built-ins only — the cheapest possible cycle,
 # so the ratio is autoloop's cost against git's alone. `python`: the same logic as Python
 # scripts — the cheapest verifier a real project has (an interpreter has to start).
+
+# Runs autoloop's CLI and, at exit, writes its peak and current RSS (and whether numpy/scipy were
+# loaded) to $AUTOLOOP_BENCH_MEM: what peak_memory.py and end_check.py read.
+MEM_WRAPPER = """\
+import atexit, json, os, sys
+def _report():
+    fields = {"modules": sorted(m for m in ("numpy", "scipy") if m in sys.modules)}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmHWM", "VmRSS"):
+                fields[k] = int(v.split()[0]) * 1024
+    with open(os.environ["AUTOLOOP_BENCH_MEM"], "w") as f:
+        json.dump(fields, f)
+atexit.register(_report)
+from autoloop.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
 CHILDREN = {
     "sh": (
         'echo "line $AUTOLOOP_CYCLE" >> work.txt; echo "Hypothesis: append line $AUTOLOOP_CYCLE"',

@@ -21,28 +21,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Bench  # noqa: E402
+from harness import MEM_WRAPPER, Bench  # noqa: E402
 
-WRAPPER = """\
-import atexit, json, os, sys
-def _report():
-    fields = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in ("VmHWM", "VmRSS"):
-                fields[k] = int(v.split()[0]) * 1024
-    with open(os.environ["AUTOLOOP_BENCH_MEM"], "w") as f:
-        json.dump(fields, f)
-atexit.register(_report)
-from autoloop.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
+
 
 
 def run(bench: Bench, tag: str, cycles: int, out: Path) -> dict:
     wrapper = bench.root / "memwrap.py"
-    wrapper.write_text(WRAPPER)
+    wrapper.write_text(MEM_WRAPPER)
     env = dict(bench.env, AUTOLOOP_BENCH_MEM=str(out))
     cmd = [sys.executable, str(wrapper), "run", "program.md", "--tag", tag, "--cycles", str(cycles)]
     proc = subprocess.Popen(cmd, cwd=bench.repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
