@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import threading
 from contextlib import contextmanager

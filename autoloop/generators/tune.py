@@ -458,7 +458,7 @@ def _check_optuna() -> None:
         import optuna  # noqa: F401  (fail at start-up, before the baseline, not at cycle 1)
     except ImportError as exc:
         raise ConfigError(f"generator.kind: tune needs the optuna package ({exc}); "
-                          "install it with `pip install 'optuna>=4.5,<6'`") from None
+                          "install it with `pip install 'optuna>=4.0,<6'`") from None
 
 
 def _worker(env: Mapping[str, str]) -> int:
