@@ -31,7 +31,7 @@ from autoloop.errors import ConfigError, RepoStateError, RunFailure
 from autoloop.journal import Journal
 from autoloop.program import Program, command_words
 from autoloop.pycache import ProvenCache
-from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable, checkout_keep, git_link
+from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable, checkout_keep, tree_box
 from autoloop.scope_rules import IMPLICIT_FILES, module_shadow_regex
 from autoloop.sentinel import remove_tree
 from autoloop.snapshot import Change
@@ -199,17 +199,8 @@ class Guardrails:
         measuring(): its scratch folder is the only place outside the tree it may write."""
         if self.sandbox is None:
             return None
-        root = self.program.repo_root
-        scratch = Path(env["TMPDIR"]).parent
-        readable = [d.source for d in self.program.data if not _inside(d.source, root)]
-        git_dir = git_link(tree, scratch, self.ws.common_dir)
-        if not _inside(self.ws.common_dir, root) or git_dir is None:
-            readable.append(self.ws.common_dir)
-        writable = [scratch, *(Path(os.path.expanduser(w)) for w in self.program.sandbox.writable)]
-        return Confinement(self.sandbox, tree=tree, checkout=root, writable=tuple(writable),
-                           readable=tuple(readable), keep=getattr(self, "_keep", ()),
-                           protect=() if git_dir else (".git",), git=git_dir,
-                           network=self.program.verifier.network, path=env.get("PATH", ""))
+        return tree_box(self.sandbox, self.program, tree, self.ws.common_dir, Path(env["TMPDIR"]).parent,
+                        path=env.get("PATH", ""), keep=getattr(self, "_keep", ()))
 
     def _programs(self, env: Mapping[str, str]) -> list[StatTree]:
         """What the commands resolve through PATH: a new `python` or `git` in a folder earlier
@@ -627,11 +618,6 @@ class Guardrails:
     def raise_if_fatal(self) -> None:
         if self.fatal:
             raise RunFailure(self.fatal)
-
-
-def _inside(path: Path, root: Path) -> bool:
-    p, r = os.path.realpath(path), os.path.realpath(root)
-    return p == r or p.startswith(r.rstrip("/") + "/")
 
 
 def _shebang_python(script: str) -> str | None:

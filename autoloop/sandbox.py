@@ -277,9 +277,10 @@ def for_measurements(spec: SandboxSpec) -> tuple[Bwrap | None, str | None]:
 
 
 def tree_box(bwrap: Bwrap, program: Program, tree: Path, common_dir: Path, scratch: Path,
-             path: str | None = None) -> Confinement:
-    """A measurement of `tree` (a private worktree of the repository) outside a run —
-    `autoloop verify`, `autoloop gate` — confined like a run's measurements."""
+             path: str | None = None, keep: tuple[Path, ...] | None = None) -> Confinement:
+    """A measurement of `tree` (a private worktree of the repository) — a run's, or `autoloop
+    verify`'s and `autoloop gate`'s — writing only the tree and `scratch`. `keep` defaults to
+    checkout_keep(program) (a run passes the one it computed at its start)."""
     scratch.mkdir(parents=True, exist_ok=True)
     git = git_link(tree, scratch, common_dir)
     root = program.repo_root
@@ -288,7 +289,8 @@ def tree_box(bwrap: Bwrap, program: Program, tree: Path, common_dir: Path, scrat
         readable.append(common_dir)
     writable = [scratch, *(Path(os.path.expanduser(w)) for w in program.sandbox.writable)]
     return Confinement(bwrap, tree=tree, checkout=root, writable=tuple(writable), readable=tuple(readable),
-                       keep=checkout_keep(program), git=git, protect=() if git else (".git",),
+                       keep=checkout_keep(program) if keep is None else keep, git=git,
+                       protect=() if git else (".git",),
                        network=program.verifier.network,
                        path=os.environ.get("PATH", "") if path is None else path)
 
