@@ -329,14 +329,9 @@ def first_sentence(text: str) -> str | None:
 
 
 def _read_text(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - _READ_LIMIT))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
+    # the agent's output files sit where the agent could have planted something in their place:
+    # read them the one way autoloop reads such files (regular only, no link followed, bounded)
+    return proc.read_regular(path, _READ_LIMIT, tail=True).decode("utf-8", "replace")
 
 
 def _last_line(text: str) -> str:
