@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.scripts.e2e import GEN, PY, git, make_project
-from tests.test_sandbox import PROBLEM
+from tests.test_sandbox import PROBLEM, loopback_listener
 
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
 
@@ -60,18 +58,7 @@ def measured(request, tmp_path_factory):
     gen.mkdir(parents=True)
     meas.mkdir(parents=True)
     network = request.param
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-
-    def serve():
-        try:
-            while True:
-                server.accept()[0].close()
-        except OSError:  # closed at the end of the module
-            pass
-
-    threading.Thread(target=serve, daemon=True).start()
+    server = loopback_listener()
     net = "\n  network: true" if network else ""
     p = make_project(base, {}, command=f"{PY} {GEN} {gen}/plan.json {gen}/records", guards=False,
                      files={"score.py": PROBING_SCORE},

@@ -58,12 +58,9 @@ time.sleep(0.3)
 '''
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["no-network", "network"])
-def sandboxed(request, tmp_path_factory):
-    base = tmp_path_factory.mktemp("sandbox")
-    gen = base / "out" / "gen"
-    gen.mkdir(parents=True)
-    network = request.param
+def loopback_listener() -> socket.socket:
+    """A TCP listener on 127.0.0.1 that accepts and closes every connection, until closed: what
+    a sandboxed command with or without the network can or cannot reach."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
@@ -76,6 +73,16 @@ def sandboxed(request, tmp_path_factory):
             pass
 
     threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["no-network", "network"])
+def sandboxed(request, tmp_path_factory):
+    base = tmp_path_factory.mktemp("sandbox")
+    gen = base / "out" / "gen"
+    gen.mkdir(parents=True)
+    network = request.param
+    server = loopback_listener()
     p = make_project(base, {}, command=f"{PY} {GEN} {gen}/plan.json {gen}/records",
                      extra=f"sandbox: {{kind: bwrap, network: {str(network).lower()}, writable: [{gen}]}}")
     p.plan_path, p.rec_dir = gen / "plan.json", gen / "records"
