@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from autoloop import proc
 from autoloop.errors import ConfigError, Interrupted, UsageError
-from autoloop.judge import Guarded, Judge, TreeRunner, holdout_spec
+from autoloop.measure import Guarded, Judge, TreeRunner, holdout_spec
 from autoloop.program import Program
 from autoloop.verify import GuardResult, Measurement, MetricError, _failure_summary, _safe, measure, parse_metric
 from autoloop.workspace import Workspace
@@ -292,7 +292,7 @@ class LaneRunner(TreeRunner):
 
 
 class LaneJudge(Judge):
-    """The Judge of autoloop.judge, measuring through one lane of an executor."""
+    """The Judge of autoloop.measure, measuring through one lane of an executor."""
 
     def __init__(self, program: Program, ws: Any, marker: str, check_signal: Callable[[], None],
                  guard: Guarded, lane: Lane) -> None:
