@@ -61,7 +61,7 @@ class TreeRunner:
                  spec: VerifierSpec | None = None, first_log_dir: Path | None = None,
                  baseline: bool = False) -> None:
         self.program = program if spec is None else dataclasses.replace(program, verifier=spec, guards=())
-        self.limits = program if spec is None else None
+        self.limits_of = program if spec is None else None     # the holdout has no limits
         self.sides = sides               # side -> (verification tree, the commit it holds)
         self.guard, self.baseline, self.env, self.log_dir = guard, baseline, env, log_dir
         self.marker, self.check_signal, self.first_log_dir = marker, check_signal, first_log_dir
@@ -80,7 +80,7 @@ class TreeRunner:
             d.mkdir(parents=True, exist_ok=True)
         m = self._measure(side, d, with_guards)
         self.check_signal()
-        return sample(m, side, label, self.limits)
+        return sample(m, side, label, self.limits_of)
 
     def _measure(self, side: str, log_dir: Path, with_guards: bool) -> Measurement:
         """One run in this side's tree, through the guardrails; autoloop.executors overrides it
@@ -97,10 +97,8 @@ class TreeRunner:
 
 def holdout_spec(program: Program) -> VerifierSpec | None:
     h = program.holdout
-    if h is None:
-        return None
-    return VerifierSpec(command=h.command, direction=h.direction, metric=h.metric,
-                        pattern=h.pattern, timeout=h.timeout)
+    return None if h is None else VerifierSpec(command=h.command, direction=h.direction,
+                                               metric=h.metric, pattern=h.pattern, timeout=h.timeout)
 
 
 class Judge:
@@ -114,8 +112,7 @@ class Judge:
     @property
     def plain(self) -> bool:
         """Contract section 5 exactly: one run of the candidate against the stored incumbent."""
-        p = self.program
-        a = p.accept
+        p, a = self.program, self.program.accept
         return (a.rule == "strict" and p.verifier.repeats == 1 and a.min_effect.value == 0
                 and a.warmup == 0 and not p.limits and p.holdout is None)
 

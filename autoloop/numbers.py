@@ -101,7 +101,7 @@ def pct_interval(ci: Sequence[float] | None, level: float | None = None, empty: 
     """`95% CI -31.2% … -20.4%` (the level left out when unknown)."""
     if not ci or len(ci) != 2 or not all(_finite(x) for x in ci):
         return empty
-    head = f"{level * 100:.0f}% CI" if _finite(level) else "CI"
+    head = f"{level * 100:.0f}% CI" if level is not None and _finite(level) else "CI"
     return f"{head} {signed_pct(ci[0])} … {signed_pct(ci[1])}"
 
 

@@ -99,7 +99,7 @@ def test_stop_predicate_ends_the_batch_early() -> None:
 
 def test_warm_up_labels_and_sides() -> None:
     fake = Fake(const(1, 1))
-    runs, failure = core.warm_up(session(fake), 2)
+    runs, failure = core.series(session(fake), 2, "BA", "w")
     assert failure is None and [r.label for r in runs] == ["wB1", "wA1", "wB2", "wA2"]
 
 
@@ -628,3 +628,55 @@ def test_final_check_on_identical_pairs_needs_no_statistics() -> None:
     assert rec["deterministic"] and rec["pairs"] == 2 and "p" not in rec
     assert rec["change_pct"] == pytest.approx(-25.0) and rec["improved"]
     assert end.final_text(rec, "score") == "re-measured best vs start: score -25.00% (deterministic: 2 identical pairs)"
+
+
+# ---- the one strict rule on a measurement the plain path made (loop._decide) -----------------------
+
+
+def _measured(metric: float | None, error: str | None = None, guard: str | None = None):
+    from pathlib import Path
+    from autoloop.verify import GuardResult, Measurement
+    guards = () if guard is None else (GuardResult(guard, False, "exit 1: nope", Path("g"), 0.1),)
+    return Measurement(metric, guards, error, None, 2.0)
+
+
+@pytest.mark.parametrize("metric, status, result, lesson", [
+    (39.5, "keep", "keep: val_loss 40.25 → 39.5 (-1.86%)", "kept: val_loss 40.25 → 39.5 (-1.86%)"),
+    (40.25, "discard", "discard: val_loss 40.25 ties best 40.25", "discarded: 40.25 ties best 40.25"),
+    (41.0, "discard", "discard: val_loss 41 is worse than best 40.25",
+     "discarded: 41 is worse than best 40.25"),
+    (40.2500001, "discard", "discard: val_loss 40.2500001 is worse than best 40.25",
+     "discarded: 40.2500001 is worse than best 40.25"),
+])
+def test_judge_one_writes_the_plain_paths_texts(metric, status, result, lesson) -> None:
+    """Contract §5 through the decide step's one strict rule: exactly the texts loop._decide
+    wrote before it called it (two values that differ print differently)."""
+    from autoloop.measure import judge_one
+    v = judge_one(program(), _measured(metric), 40.25)
+    assert (v.status, v.metric, v.result, v.lesson) == (status, metric, result, lesson)
+
+
+def test_judge_one_crash_and_guard_failure() -> None:
+    from autoloop.measure import judge_one
+    m = _measured(None, error="exit 3")
+    v = judge_one(program(), m, 1.0)
+    assert (v.status, v.metric, v.result, v.lesson, v.measurement) == (
+        "crash", None, "crash: exit 3", "crash: exit 3", m)
+    m = _measured(0.5, guard="lint")
+    v = judge_one(program(), m, 1.0)
+    assert (v.status, v.metric, v.result, v.lesson) == (
+        "guard_fail", None, "guard_fail: lint: exit 1: nope", "guard 'lint' failed: exit 1: nope")
+    assert v.measurement is m
+
+
+def test_the_decide_step_starts_no_process() -> None:
+    """What scripts/structure.py checks on the import graph, at run time: importing every rule
+    loads neither subprocess nor multiprocessing nor autoloop's process or program modules."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "import autoloop.decide.baseline, autoloop.decide.cycle, autoloop.decide.end\n"
+            "bad = {'subprocess', 'multiprocessing', 'autoloop.proc', 'autoloop.program'} & set(sys.modules)\n"
+            "assert not bad, bad\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr

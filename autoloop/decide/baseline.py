@@ -6,8 +6,8 @@ import math
 from typing import Any, Mapping, Sequence
 
 from autoloop import stats as st
-from autoloop.decide.core import (Baseline, Pairs, Rules, Sample, Session, baseline_secondaries, first_measurement,
-                                  measure_pairs, median, repeat, values, warm_up)
+from autoloop.decide.core import (Baseline, Pairs, Rules, Sample, Session, baseline_secondaries,
+                                  first_measurement, measure_pairs, median, series, values)
 from autoloop.numbers import num as fmt
 from autoloop.ratchet import Direction
 
@@ -19,7 +19,7 @@ def _mean_seconds(runs: Sequence[Sample]) -> float | None:
     return sum(ds) / len(ds) if ds else None
 
 
-def propose(pair_sd: float, scale: str, direction: Direction, reference: float, *, alpha: float,
+def propose(pair_sd: float, scale: st.Scale, direction: Direction, reference: float, *, alpha: float,
             pairs: int, confirm: bool, min_effect: tuple[float, bool], noise_n: int,
             seconds: float | None) -> dict[str, Any]:
     """What the sequential paired rule does at this noise, by simulation: how often a real gain
@@ -100,8 +100,8 @@ def calibrate_strict(session: Session, program: Rules) -> Baseline:
     """`repeats` runs of the starting commit (at least two: a second one only to look at the
     noise). The baseline metric is the median of the first `repeats` runs."""
     v, acc = program.verifier, program.accept
-    warm, failure = warm_up(session, acc.warmup, sides="B")
-    runs, failure = repeat(session, max(v.repeats, 2)) if failure is None else ([], failure)
+    warm, failure = series(session, acc.warmup, "B", "w")
+    runs, failure = series(session, max(v.repeats, 2), "B") if failure is None else ([], failure)
     rec: dict[str, Any] = {"kind": "calibration", "rule": "strict", "repeats": v.repeats,
                            "warmup": values(warm), "runs": values(runs)}
     if failure is not None:
@@ -144,7 +144,7 @@ def calibrate_paired(session: Session, program: Rules) -> Baseline:
     """An A/A batch: `pairs` pairs of the starting commit in both trees, ABBA order. The baseline
     metric is the median of all its runs; the spread of the per-pair changes is the noise."""
     v, acc = program.verifier, program.accept
-    warm, failure = warm_up(session, acc.warmup)
+    warm, failure = series(session, acc.warmup, "BA", "w")
     pairs = measure_pairs(session, acc.pairs) if failure is None else Pairs()
     failure = failure or pairs.failure
     rec: dict[str, Any] = {"kind": "calibration", "rule": "paired", "pairs": acc.pairs,

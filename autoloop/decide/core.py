@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from autoloop.numbers import num as fmt
 from autoloop.ratchet import Direction
@@ -70,14 +70,13 @@ class Rules(Protocol):
 
 
 History = Sequence[Mapping[str, Any]]      # the ledger's cycle records so far
-Side = Literal["A", "B"]                   # A: the incumbent (or the start); B: the candidate (or the best)
 
 
 @dataclass
 class Sample:
     """One verifier run: its value, or why there is none."""
 
-    side: str
+    side: str                    # A: the incumbent (or the start); B: the candidate (or the best)
     label: str                   # "B1", "A3", "cB2" (confirmation), "wA1" (warm-up), "hB1" (holdout)
     value: float | None
     error: str | None = None     # the crash, or the failed guard's detail
@@ -112,9 +111,6 @@ class Baseline:
     stats: dict[str, Any]
     warning: str | None = None
     note: str | None = None
-
-
-# ---- running pairs ----------------------------------------------------------------------------
 
 
 class Session:
@@ -165,23 +161,14 @@ def measure_pairs(session: Session, n: int, prefix: str = "",
     return out
 
 
-def warm_up(session: Session, n: int, prefix: str = "", sides: str = "BA") -> tuple[list[Sample], Sample | None]:
+def series(session: Session, n: int, sides: str, prefix: str = "") -> tuple[list[Sample], Sample | None]:
+    """`n` rounds of runs of `sides` (warm-ups, the strict rule's repeats); stops at a failure."""
     runs: list[Sample] = []
     for i in range(n):
         for side in sides:
-            runs.append(session.run(side, f"w{prefix}{side}{i + 1}"))
+            runs.append(session.run(side, f"{prefix}{side}{i + 1}"))
             if runs[-1].value is None:
                 return runs, runs[-1]
-    return runs, None
-
-
-def repeat(session: Session, n: int) -> tuple[list[Sample], Sample | None]:
-    """`n` runs of side B (the strict rule and its calibration)."""
-    runs: list[Sample] = []
-    for i in range(n):
-        runs.append(session.run("B", f"B{i + 1}"))
-        if runs[-1].value is None:
-            return runs, runs[-1]
     return runs, None
 
 
@@ -196,9 +183,6 @@ def first_measurement(session: Session) -> Any:
 
 def median(xs: Sequence[float | None]) -> float:
     return float(statistics.median([x for x in xs if x is not None]))
-
-
-# ---- limits (guard metrics) -------------------------------------------------------------------
 
 
 def _secondaries(runs: Sequence[Sample]) -> dict[str, list[float | None]]:

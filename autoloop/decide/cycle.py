@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from autoloop import stats as st
-from autoloop.decide.core import (History, Metric, Pairs, Rules, Sample, Session, Verdict,
-                                  check_limits, first_measurement, measure_pairs, median, repeat,
-                                  values, warm_up)
+from autoloop.decide.core import (History, Metric, Pairs, Rules, Sample, Session, Verdict, check_limits,
+                                  first_measurement, measure_pairs, median, series, values)
 from autoloop.numbers import formatter, num as fmt, pct, signed_pct
 from autoloop.ratchet import better, gain_of, orientation
 
@@ -40,9 +39,9 @@ def judge_strict(session: Session, program: Rules, best: float,
     name = v.label
     stats: dict[str, Any] = {"rule": "strict", "repeats": v.repeats, "incumbent": best,
                              "min_effect": str(acc.min_effect)}
-    warm, failure = warm_up(session, acc.warmup, sides="B")
+    warm, failure = series(session, acc.warmup, "B", "w")
     stats["warmup"] = values(warm)
-    runs, failure = repeat(session, v.repeats) if failure is None else ([], failure)
+    runs, failure = series(session, v.repeats, "B") if failure is None else ([], failure)
     stats["samples"] = [x for x in values(runs) if x is not None]
     if failure is not None:
         return _failed(session, failure, stats)
@@ -127,12 +126,14 @@ def calibration_noise(history: History) -> tuple[list[float], str | None]:
 
 @dataclass
 class Sequential:
-    """One sequential test: its pairs, the evidence after each pair and how it ended."""
+    """One sequential test: its pairs, the evidence after each pair, how it ended, and whether
+    it passed (a keep with an effect of at least min_effect)."""
 
     pairs: Pairs
     log_lr: list[float]
     decision: str          # keep | discard | undecided (the most pairs, no boundary reached)
     noise_n: int
+    ok: bool = False
 
 
 def sequential_test(session: Session, program: Rules, prefix: str,
@@ -160,14 +161,6 @@ def sequential_test(session: Session, program: Rules, prefix: str,
     return Sequential(pairs, evidence, "undecided" if d == "continue" else d, used[-1])
 
 
-@dataclass
-class _Test:
-    pairs: Pairs
-    c: st.Comparison
-    ok: bool
-    seq: Sequential
-
-
 def judge_paired(session: Session, program: Rules,
                  baseline_secondary: Mapping[str, float | None],
                  noise_step: float | None = None, noise_scale: str | None = None,
@@ -182,11 +175,11 @@ def judge_paired(session: Session, program: Rules,
                              "pairs": acc.pairs, "confirm": acc.confirm,
                              "min_effect": str(acc.min_effect), "direction": direction,
                              "batches": []}
-    warm, failure = warm_up(session, acc.warmup)
+    warm, failure = series(session, acc.warmup, "BA", "w")
     stats["warmup"] = {"a": values(warm, "A"), "b": values(warm, "B")}
     if failure is not None:
         return _failed(session, failure, stats)
-    tests: list[_Test] = []
+    tests: list[Sequential] = []
 
     def run_test(label: str, prefix: str) -> Verdict | None:
         t = sequential_test(session, program, prefix, noise, noise_scale)
@@ -198,11 +191,11 @@ def judge_paired(session: Session, program: Rules,
         c = st.compare(t.pairs.a, t.pairs.b, direction)
         min_gain = st.threshold(acc.min_effect.value, acc.min_effect.relative, c.scale,
                                 direction, c.median_a)
-        ok = t.decision == "keep" and c.effect >= min_gain and c.effect > 0
-        stats["batches"].append({**rec, "passed": ok, **c.as_record(), "threshold": min_gain,
+        t.ok = t.decision == "keep" and c.effect >= min_gain and c.effect > 0
+        stats["batches"].append({**rec, "passed": t.ok, **c.as_record(), "threshold": min_gain,
                                  "log_lr": t.log_lr, "decision": t.decision, "noise_n": t.noise_n,
                                  "bounds": [math.log(st.FUTILITY), math.log(1.0 / acc.alpha)]})
-        tests.append(_Test(t.pairs, c, ok, t))
+        tests.append(t)
         return None
 
     early = run_test("batch", "")
@@ -228,9 +221,9 @@ def judge_paired(session: Session, program: Rules,
     step = stats["step_pct"] = st.change_pct(sd, pooled.scale, pooled.median_a) if sd and sd > 0 else None
     improvement = None if pooled.change_pct is None else orientation(direction) * pooled.change_pct
     feedback = stats["feedback"] = change_words(improvement, step)
-    evid = ", ".join(f"{'confirm ' if i else ''}LR={math.exp(t.seq.log_lr[-1]):.3g}"
+    evid = ", ".join(f"{'confirm ' if i else ''}LR={math.exp(t.log_lr[-1]):.3g}"
                      for i, t in enumerate(tests))
-    sizes = "+".join(str(t.c.n) for t in tests)
+    sizes = "+".join(str(len(t.pairs.a)) for t in tests)
     ratio = f", median ratio {pooled.median_ratio:.4g}" if pooled.median_ratio is not None else ""
     numbers = f"{ci_text(pooled, name)}, {evid}{ratio} ({sizes} pairs)"
     base = dict(stats=stats, measurement=first_measurement(session), delta_pct=pooled.change_pct, feedback=feedback)
@@ -240,19 +233,19 @@ def judge_paired(session: Session, program: Rules,
         return Verdict("guard_fail", metric, f"guard_fail: {problem}; {numbers}", problem, **base)
     first = tests[0]
     if not first.ok:
-        if first.seq.decision == "discard":
-            why = (f"stopped after {first.c.n} pairs: the evidence fell to {st.FUTILITY:g} "
+        if first.decision == "discard":
+            why = (f"stopped after {len(first.pairs.a)} pairs: the evidence fell to {st.FUTILITY:g} "
                    "(no improvement beyond the noise)")
-        elif first.seq.decision == "undecided":
-            why = (f"undecided after {first.c.n} pairs (LR between {st.FUTILITY:g} and "
+        elif first.decision == "undecided":
+            why = (f"undecided after {len(first.pairs.a)} pairs (LR between {st.FUTILITY:g} and "
                    f"{1 / acc.alpha:g}): any real gain is smaller than the noise lets these pairs show")
         else:
             why = f"significant, but the effect is below min_effect {acc.min_effect}"
-        lesson = (f"discarded: {feedback}, below min_effect {acc.min_effect}" if first.seq.decision == "keep"
+        lesson = (f"discarded: {feedback}, below min_effect {acc.min_effect}" if first.decision == "keep"
                   else f"discarded: {feedback}{', not beyond the noise' if feedback.startswith('better') else ''}")
         return Verdict("discard", metric, f"discard: {numbers}; {why}", lesson, **base)
     if acc.confirm and not tests[1].ok:
-        why = f"the confirmation test ended in {tests[1].seq.decision} after {tests[1].c.n} pairs"
+        why = f"the confirmation test ended in {tests[1].decision} after {len(tests[1].pairs.a)} pairs"
         return Verdict("discard", metric, f"discard: {numbers}; first test passed, {why}",
                        f"discarded: looked better at first, not confirmed; {feedback}", **base)
     confirmed = ", confirmed" if acc.confirm else ""

@@ -12,8 +12,6 @@ from autoloop.decide.cycle import ci_text, comparison_text, holdout_batch
 from autoloop.numbers import exact
 from autoloop.ratchet import Direction, orientation
 
-# ---- the end of a run ---------------------------------------------------------------------------
-
 FINAL_ALPHA = 0.05     # the end-of-run check describes a finished run: it decides nothing
 
 
@@ -108,6 +106,7 @@ def final_text(rec: Mapping[str, Any], name: str) -> str:
 
 def _deterministic_pair(a: float, b: float, direction: Direction) -> dict[str, Any]:
     """The record of one pair on a deterministic verifier, computed without numpy/scipy."""
+    pct_: float | None
     if a > 0 and b > 0:
         change, scale, pct_ = math.log(b / a), "log", (b / a - 1.0) * 100.0
     else:
@@ -115,9 +114,6 @@ def _deterministic_pair(a: float, b: float, direction: Direction) -> dict[str, A
     gain = orientation(direction) * change
     return {"n": 1, "scale": scale, "change": change, "effect": gain, "change_pct": pct_,
             "median_a": a, "median_b": b, "improved": gain > 0}
-
-
-# ---- what the ledger says about the run so far ----------------------------------------------------
 
 
 def calibration(history: History) -> Mapping[str, Any]:
