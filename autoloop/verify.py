@@ -8,11 +8,11 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping, Sequence
 
 from autoloop import proc
 from autoloop.hints import near_miss, root_hint
-from autoloop.program import Program, VerifierSpec
+from autoloop.program import HoldoutSpec, Program, VerifierSpec
 from autoloop.sandbox import Confinement, failure_hint
 
 _BLOCK = 1 << 16
@@ -50,67 +50,56 @@ class Measurement:
         return next((g for g in self.guards if not g.ok), None)
 
 
-def measure(
-    program: Program,
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    log_dir: Path,
-    marker: str,
-    with_guards: bool = True,
-    after_step: Callable[[str], None] | None = None,
-    box: Confinement | None = None,
-) -> Measurement:
-    """Run the guards (stopping at the first failure), then the verifier. `after_step(name)` is
-    called after each of them (it may raise, to void the measurement). With `box`, each runs in
-    that sandbox (autoloop.sandbox.Confinement); its output still goes to the files proc opened
-    here, outside it."""
+def steps(program: Program, with_guards: bool = True,
+          verifier: VerifierSpec | HoldoutSpec | None = None) -> list[proc.Step]:
+    """What one measurement runs, in order: the guards (if asked), then the verifier (the
+    program's, or the given one: the holdout). Each command's timeout travels only in these."""
+    v = verifier or program.verifier
+    return [*(proc.Step(g.name, g.command, g.timeout, True) for g in (program.guards if with_guards else ())),
+            proc.Step("verifier", v.command, v.timeout, False)]
+
+
+def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Path, marker: str,
+            with_guards: bool = True, after_step: Callable[[str], None] | None = None,
+            box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None) -> Measurement:
+    """Run the guards (stopping at the first failure), then the verifier (or `verifier`: the
+    holdout). `after_step(name)` is called after each (it may raise, to void the measurement).
+    With `box`, each runs in that sandbox; its output still goes to files opened outside it."""
+    todo = steps(program, with_guards, verifier)
+    after = None if after_step is None else \
+        (lambda s: after_step(f"guard '{s.name}'" if s.guard else "the verifier"))
+    results = proc.run_steps(todo, cwd=cwd, env=env, log_dir=log_dir, marker=marker,
+                             wrap=None if box is None else box.argv, after=after)
+    return summarize(program, todo, results, box, verifier)
+
+
+def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[proc.ProcResult],
+              box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None) -> Measurement:
+    """The results of `todo` (up to the first failing guard) as a Measurement."""
+    spec = verifier or program.verifier
     guards: list[GuardResult] = []
     total = 0.0
-    if with_guards:
-        for guard in program.guards:
-            res = proc.run(_command(guard.command, box), cwd=cwd, env=env, timeout=guard.timeout,
-                           log_stem=log_dir / f"guard-{_safe(guard.name)}", marker=marker)
-            if after_step is not None:
-                after_step(f"guard '{guard.name}'")
-            total += res.duration_s
-            ok = res.ok
-            detail = res.describe() if ok else _failure_summary(res, box) + _root_hint(program, res)
-            guards.append(GuardResult(guard.name, ok, detail, res.stdout_path.with_suffix(""),
-                                      res.duration_s))
-            if not ok:
+    for step, res in zip(todo, results):
+        total += res.duration_s
+        stem = res.stdout_path.with_suffix("")
+        why = None if res.ok else failure_summary(res, box) + root_hint(program, res.stderr_tail() + "\n" + res.stdout_tail())
+        if step.guard:
+            guards.append(GuardResult(step.name, res.ok, why or res.describe(), stem, res.duration_s))
+            if why:
                 return Measurement(None, tuple(guards), None, None, total)
-    spec = program.verifier
-    res = proc.run(_command(spec.command, box), cwd=cwd, env=env, timeout=spec.timeout,
-                   log_stem=log_dir / "verifier", marker=marker)
-    if after_step is not None:
-        after_step("the verifier")
-    total += res.duration_s
-    stem = res.stdout_path.with_suffix("")
-    if not res.ok:
-        return Measurement(None, tuple(guards), _failure_summary(res, box) + _root_hint(program, res), stem, total)
-    try:
-        value = parse_metric(res.stdout_path, spec)
-    except MetricError as exc:
-        hint = near_miss(res.stdout_tail(), spec.metric) if spec.metric and spec.pattern is None else ""
-        return Measurement(None, tuple(guards), str(exc) + hint, stem, total)
-    return Measurement(value, tuple(guards), None, stem, total)
+        elif why:
+            return Measurement(None, tuple(guards), why, stem, total)
+        else:
+            try:
+                return Measurement(parse_metric(res.stdout_path, spec), tuple(guards), None, stem, total)
+            except MetricError as exc:
+                hint = near_miss(res.stdout_tail(), spec.metric) if spec.metric and spec.pattern is None else ""
+                return Measurement(None, tuple(guards), str(exc) + hint, stem, total)
+    return Measurement(None, tuple(guards), "the verifier did not run", None, total)
 
 
-def _root_hint(program: Program, res: proc.ProcResult) -> str:
-    return root_hint(program, res.stderr_tail() + "\n" + res.stdout_tail())
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:60] or "guard"
-
-
-def _command(command: str, box: Confinement | None) -> str | list[str]:
-    return command if box is None else box.argv(command)
-
-
-def _failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> str:
-    """`exit 1: NameError: name 'x' is not defined` — the last meaningful line, for lessons;
+def failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> str:
+    """`exit 1: NameError: name 'x' is not defined`: the last meaningful line, for lessons;
     in a sandbox, what to set when it failed for want of a writable path or the network."""
     head = res.describe()
     if res.timed_out or res.interrupted:
@@ -118,11 +107,12 @@ def _failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> st
     hint = None
     if box is not None:
         hint = failure_hint(res.stderr_tail(4096) + "\n" + res.stdout_tail(4096), network=box.network)
+    suffix = f" (hint: {hint})" if hint else ""
     for text in (res.stderr_tail(), res.stdout_tail()):
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         if lines:
-            return f"{head}: {lines[-1][:200]}" + (f" (hint: {hint})" if hint else "")
-    return head + (f" (hint: {hint})" if hint else "")
+            return f"{head}: {lines[-1][:200]}{suffix}"
+    return head + suffix
 
 
 def metric_line_regex(name: str) -> re.Pattern[bytes]:
@@ -132,7 +122,7 @@ def metric_line_regex(name: str) -> re.Pattern[bytes]:
     )
 
 
-def parse_metric(stdout_path: Path, spec: VerifierSpec) -> float:
+def parse_metric(stdout_path: Path, spec: VerifierSpec | HoldoutSpec) -> float:
     """The number in the LAST `NAME: NUMBER` / `NAME=NUMBER` line (or the pattern's last match)."""
     if spec.pattern is not None:
         return _parse_pattern(stdout_path, spec.pattern)
@@ -204,7 +194,7 @@ def _finite(value: float, name: str) -> float:
     return value
 
 
-def _chunks_from_end(path: Path):
+def _chunks_from_end(path: Path) -> Iterator[bytes]:
     """Yield overlapping, line-aligned byte chunks from the end of the file backwards, so the
     last metric line is found without reading a huge log into memory."""
     with open(path, "rb") as f:
