@@ -13,7 +13,8 @@ from typing import Callable, Iterator, Mapping, Sequence
 from autoloop import proc
 from autoloop.hints import near_miss, root_hint
 from autoloop.program import HoldoutSpec, Program, VerifierSpec
-from autoloop.sandbox import Confinement, failure_hint
+from autoloop.errors import ConfigError
+from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable, failure_hint, for_measurements
 
 _BLOCK = 1 << 16
 _PATTERN_WINDOW = 8 << 20    # a `pattern:` verifier's output is scanned in blocks of this size
@@ -96,6 +97,16 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
                 hint = near_miss(res.stdout_tail(), spec.metric) if spec.metric and spec.pattern is None else ""
                 return Measurement(None, tuple(guards), str(exc) + hint, stem, total)
     return Measurement(None, tuple(guards), "the verifier did not run", None, total)
+
+
+def sandbox_outside_run(program: Program) -> tuple[Bwrap | None, str | None]:
+    """The sandbox of `verify`'s and `gate`'s measurements and, when there is none, the warning
+    to give; ConfigError (exit 2) when `sandbox: bwrap` cannot be made."""
+    try:
+        bwrap, why = for_measurements(program.sandbox)
+    except SandboxUnavailable as exc:
+        raise ConfigError(f"{program.path.name}:{program.lines.get('sandbox', 1)}: sandbox: {exc}") from None
+    return bwrap, why and f"not sandboxed: {why}; these attacks are only detected, see README (Not covered)"
 
 
 def failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> str:
