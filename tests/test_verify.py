@@ -11,8 +11,9 @@ import pytest
 
 from autoloop import proc
 from autoloop.program import GuardSpec, Program, VerifierSpec
-from autoloop.verify import (_BLOCK, _PATTERN_OVERLAP, _PATTERN_WINDOW, MetricError, Measurement, measure,
+from autoloop.metric import (_BLOCK, _PATTERN_OVERLAP, _PATTERN_WINDOW, MetricError, Measurement,
                              metric_line_regex, parse_metric, parse_metric_text)
+from autoloop.verify import measure
 
 
 def spec(metric: str | None = "val_loss", pattern: str | None = None) -> VerifierSpec:
