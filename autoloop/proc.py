@@ -52,8 +52,7 @@ _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 # (their results say `interrupted`, not `exit -15`). Re-entrant: stop_current() runs in a signal
 # handler on the main thread, possibly while that thread holds this lock (a plain Lock deadlocked
 # a run on a second Ctrl-C).
-_current: set[subprocess.Popen[bytes]] = set()
-_current_markers: dict[int, str] = {}   # pid of a running command -> the marker its tree carries
+_running: dict[int, str] = {}   # pid of a command running now -> the marker its tree carries
 _stopped: set[int] = set()
 _current_lock = threading.RLock()
 _leftovers_total = 0   # every leftover killed so far: a caller compares it before and after a step
@@ -146,8 +145,7 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
                 return ProcResult(127 if isinstance(exc, FileNotFoundError) else 126, False, False,
                                   time.monotonic() - started, out_path, err_path, 0, timeout, why)
             with _current_lock:
-                _current.add(proc)
-                _current_markers[proc.pid] = marker
+                _running[proc.pid] = marker
         try:
             try:
                 over = _wait(proc, timeout, watch)
@@ -163,8 +161,7 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
             left = _settled(adopting.live) if ended else 0
             _kill_group(proc)
             with _current_lock:
-                _current.discard(proc)
-                _current_markers.pop(proc.pid, None)
+                _running.pop(proc.pid, None)
                 if proc.pid in _stopped:
                     _stopped.discard(proc.pid)
                     interrupted = True
@@ -274,7 +271,7 @@ _known: set[int] = set()
 
 @contextmanager
 def _starting() -> Iterator[None]:
-    """Around starting a child and registering it (in _known or _current)."""
+    """Around starting a child and registering it (in _known or _running)."""
     global _spawning
     with _spawn_cond:
         _spawn_cond.wait_for(lambda: not _listing)
@@ -356,7 +353,7 @@ class _Adopting:
     def _new(self) -> list[int]:
         with _listing_children():
             with _current_lock:
-                running = {p.pid for p in _current}
+                running = set(_running)
             with _spawn_cond:
                 known = set(_known)
             new = [pid for pid in _my_children() if pid not in self.before | running | known]
@@ -403,7 +400,7 @@ def _others(pid: int, marker: str) -> bool:
     except psutil.Error:
         return False
     with _current_lock:
-        return theirs not in (None, marker) and theirs in _current_markers.values()
+        return theirs not in (None, marker) and theirs in _running.values()
 
 
 def _my_children() -> list[int]:
@@ -562,7 +559,7 @@ def _marked_pids(needle: bytes, prefix: bool) -> list[int]:
 def stop_current() -> None:
     """For signal handlers: SIGTERM the groups of the commands running now (run() reaps them)."""
     with _current_lock:
-        procs = list(_current)
-        _stopped.update(p.pid for p in procs)
-    for proc in procs:
-        _killpg(proc.pid, signal.SIGTERM)
+        pids = list(_running)
+        _stopped.update(pids)
+    for pid in pids:
+        _killpg(pid, signal.SIGTERM)

@@ -51,7 +51,7 @@ def read_pid(path: Path) -> int:
 @pytest.fixture(autouse=True)
 def _no_process_left_registered():
     yield
-    assert not proc._current
+    assert not proc._running
 
 
 # ---------------------------------------------------------------------------------------------
