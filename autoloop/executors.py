@@ -153,19 +153,14 @@ class RayLane:
 
 class RayExecutor:
     def __init__(self, program: Program, ws: Workspace, lanes: int, guard: Any) -> None:
-        self.program = program
-        self.ws = ws
-        self.guard = guard
-        self.lanes = lanes
-        spec = program.parallel
-        self.spec = spec
-        self.hint_keys = frozenset(k for env in spec.env for k in env)
+        self.program, self.ws, self.guard, self.lanes = program, ws, guard, lanes
+        self.spec = program.parallel
+        self.hint_keys = frozenset(k for env in self.spec.env for k in env)
         self._lanes = [RayLane(self) for _ in range(lanes)]
         self._cache: dict[str, Any] = {}           # commit -> ObjectRef of its tar
         self._lock = threading.Lock()
         self._running: set[Any] = set()
         self._cancelled = False
-        self._started_local = False
         self._ray: Any = None
         self._task: Any = None
 
@@ -180,7 +175,6 @@ class RayExecutor:
             # a private local instance: enough CPUs for every lane, Ray's own GPU detection
             cpus = self.spec.num_cpus if self.spec.num_cpus is not None else 1.0
             kw.update(num_cpus=max(1, int(-(-cpus * self.lanes // 1))), include_dashboard=False)
-            self._started_local = True
         else:
             kw["address"] = address
         try:
@@ -191,11 +185,8 @@ class RayExecutor:
                              f"Ray ({address or 'local instance'}): {type(exc).__name__}: "
                              f"{' '.join(str(exc).split())[:300]}") from None
         self._ray = ray
-        opts: dict[str, Any] = {"max_retries": 0}
-        if self.spec.num_cpus is not None:
-            opts["num_cpus"] = self.spec.num_cpus
-        if self.spec.num_gpus is not None:
-            opts["num_gpus"] = self.spec.num_gpus
+        opts = {"max_retries": 0, **{k: v for k, v in (("num_cpus", self.spec.num_cpus),
+                                                        ("num_gpus", self.spec.num_gpus)) if v is not None}}
         self._task = ray.remote(ray_task.run_steps).options(**opts)
 
     def lane(self, k: int) -> Lane:

@@ -1,27 +1,21 @@
 """`autoloop gate --base REF [--head REF]`: does a pull request make the benchmark worse?
 
-Both commits are measured in the same job, on the same machine, interleaved and paired: pair i
-runs base then head when i is even and head then base when it is odd (ABBA), so slow drift of
-the machine (thermal, caches, neighbours) falls on both sides alike. Every run is a fresh
-verifier process in a pristine tree of its commit (a detached worktree, reset and cleaned of
-ignored files before each run). Nothing is ever compared with a number stored from another
-machine or another day.
+Both commits are measured in the same job, interleaved and paired (ABBA: base first in even
+pairs, head first in odd ones, so the machine's drift falls on both sides alike), every run a
+fresh verifier process in a pristine worktree of its commit; nothing is compared with a number
+from another machine or day. It fails only when the head is *significantly* worse (one-sided
+Wilcoxon signed-rank on the paired changes, p ≤ α) *and* the Hodges–Lehmann estimate is beyond
+the tolerance; with `--require-improvement` it passes only when the head is significantly better.
 
-The verdict is evidence-based: the gate fails only when the head is *significantly* worse
-(one-sided Wilcoxon signed-rank test on the paired changes, p ≤ α) *and* the Hodges–Lehmann
-estimate of the change is worse than the tolerance. With `--require-improvement` it passes only
-when the head is significantly better. Noise that proves nothing passes a regression check and
-fails an improvement requirement.
-
-Exit codes: 0 pass; 1 fail (worse beyond the tolerance, not better under
---require-improvement, or the head's verifier/guards fail); 2 bad usage (unknown ref, bad
-program.md); 3 the base itself cannot be measured (the gate cannot judge); 130 interrupted.
+Exit codes: 0 pass; 1 fail (worse beyond the tolerance, not better under --require-improvement,
+or the head's verifier/guards fail); 2 bad usage; 3 the base cannot be measured; 130 interrupted.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import statistics
 import tempfile
@@ -196,8 +190,6 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
 
 
 def _verifier_env() -> dict[str, str]:
-    import os
-
     env = {k: v for k, v in os.environ.items()
            if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
                         "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES")}
