@@ -110,15 +110,6 @@ class LocalExecutor:
 # ---- ray --------------------------------------------------------------------------------------
 
 
-def ray_available() -> bool:
-    """Can `import ray` work here? (An import, not a lookup: a broken install counts as absent.)"""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 class RayLane:
     def __init__(self, ex: RayExecutor) -> None:
         self.ex = ex
@@ -283,9 +274,11 @@ def make_executor(program: Program, ws: Workspace, lanes: int, guard: Guarded) -
     """The executor program.md asks for. Refuses (ConfigError, exit 2) before anything changes
     when it cannot work here."""
     if program.parallel.executor == "ray":
-        if not ray_available():
+        try:   # an import, not a lookup: a broken install counts as absent
+            import ray  # noqa: F401
+        except ImportError:
             line = program.lines.get("parallel.executor", 1)
             raise ConfigError(f"{program.path.name}:{line}: parallel.executor: ray is not installed "
-                              f"in this Python; {RAY_EXTRA}")
+                              f"in this Python; {RAY_EXTRA}") from None
         return RayExecutor(program, ws, lanes, guard)
     return LocalExecutor(ws, lanes, guard)
