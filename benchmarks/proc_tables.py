@@ -4,7 +4,9 @@ shell, half of them carrying a marker in their environment, as a verifier's left
 
 Three operations, each what autoloop.proc does after every command it runs:
   descendants  the whole subtree under one pid (the leftover sweep's victims)
-  group        is any live process left in a process group (the grace wait after SIGTERM)
+  group        is any live process left in a process group (the grace wait after SIGTERM; the
+               psutil side stops at the first live member, as proc does now; the by-hand side
+               built the whole table first, as proc did)
   marked       every process whose environment carries AUTOLOOP_RUN_MARKER=<marker>
 
     python benchmarks/proc_tables.py                  # N = 50, 200, 1000
