@@ -817,18 +817,3 @@ def allowed_files(ctx: GenContext, limit: int) -> tuple[list[str], int]:
                 found.append(rel)
     found.sort()
     return found[:limit], len(found)
-
-
-# ------------------------------------------------------------------------------------ factories
-
-
-def claude(spec: GeneratorSpec, program: Program) -> ClaudeGenerator:
-    return ClaudeGenerator(spec, program)
-
-
-def codex(spec: GeneratorSpec, program: Program) -> CodexGenerator:
-    return CodexGenerator(spec, program)
-
-
-def aider(spec: GeneratorSpec, program: Program) -> AiderGenerator:
-    return AiderGenerator(spec, program)
