@@ -13,7 +13,7 @@ BACKENDS: dict[str, str] = {
     "command": "autoloop.generators.command:CommandGenerator",
     "claude": "autoloop.generators.agents:ClaudeGenerator",
     "codex": "autoloop.generators.agents:CodexGenerator",
-    "aider": "autoloop.generators.agents:AiderGenerator",
+    "aider": "autoloop.generators.aider:AiderGenerator",
     "anthropic": "autoloop.generators.anthropic_api:AnthropicGenerator",
     "openai": "autoloop.generators.openai_api:OpenAIGenerator",
     "tune": "autoloop.generators.tune:TuneGenerator",
