@@ -11,13 +11,13 @@ import re
 import shlex
 import types
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 
 from autoloop.envs import unsafe as unsafe_env
 from autoloop.errors import UsageError
-from autoloop.frontmatter import (At, Field, ListOf, Reader, Section, at_least, boolean, exactly_one,
+from autoloop.frontmatter import (At, Build, Check, Field, ListOf, Reader, Section, at_least, boolean, exactly_one,
                                   integer, matching, number, one_of, percent_or_number, text, walk_keys)
 from autoloop.globs import PathRules, is_git_path, path_problem, pattern_problem, touches_git
 from autoloop.specs import (GENERATOR_KINDS, MAX_WORKERS, AcceptSpec, Amount, DataSpec, GeneratorSpec,
@@ -46,7 +46,7 @@ def known_keys() -> tuple[str, ...]:
     return tuple(walk_keys(_program_section(Path("."))))
 
 
-def _amount(below_pct: float | None = None) -> Any:
+def _amount(below_pct: float | None = None) -> Check:
     check = percent_or_number(below_pct=below_pct)
     return lambda p, node, at: Amount(*check(p, node, at))
 
@@ -97,7 +97,7 @@ def _args(p: Reader, node: yaml.Node, at: At) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _patterns(*, required: bool) -> Any:
+def _patterns(*, required: bool) -> Check:
     """Path globs (autoloop.globs): a list, or one string as a one-item list."""
 
     def check(p: Reader, node: yaml.Node, at: At) -> tuple[str, ...]:
@@ -161,7 +161,7 @@ def _worker_envs(p: Reader, node: yaml.Node, at: At) -> tuple[Mapping[str, str],
 
 # ---------------------------------------------------------------------------- checks across keys
 
-def _metric_or_pattern(what: str) -> Any:
+def _metric_or_pattern(what: str) -> Build:
     def build(p: Reader, values: dict[str, Any], at: At) -> dict[str, Any]:
         exactly_one(p, values, at, ("metric", "pattern"), "give metric or pattern, not both",
                     f"needs metric ({what}) or pattern (a regex whose first group is the number)")
@@ -289,7 +289,7 @@ def _data_short(p: Reader, node: yaml.Node, where: At) -> dict[str, Any]:
     return {"path": target, "as": target}
 
 
-def _data_item(root: Path) -> Any:
+def _data_item(root: Path) -> Callable[[Reader, At, dict[str, Any], dict[str, int]], DataSpec]:
     def each(p: Reader, where: At, spec: dict[str, Any], seen: dict[str, int]) -> DataSpec:
         target = spec["as"]
         line = p.lines.get(f"{where.key}.as", where.line)
@@ -318,7 +318,7 @@ def _kwargs(p: Reader, values: dict[str, Any], at: At) -> dict[str, Any]:
     return values
 
 
-def _into(cls: Any) -> Any:
+def _into(cls: Callable[..., Any]) -> Build:
     return lambda p, values, at: cls(**values)
 
 
