@@ -13,7 +13,8 @@ from autoloop.decide.core import Baseline, Sample, Session, Verdict
 from autoloop.decide import baseline as calibrate, cycle, end
 from autoloop.program import Program, VerifierSpec
 from autoloop.sandbox import Confinement
-from autoloop.verify import Measurement, MetricError, measure, parse_metric
+from autoloop.metric import Measurement, MetricError, parse_metric
+from autoloop.verify import measure
 
 
 class Guarded(Protocol):

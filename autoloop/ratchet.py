@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-Direction = Literal["minimize", "maximize"]
+from autoloop.specs import Direction
 
 
 def orientation(direction: Direction | str) -> int:

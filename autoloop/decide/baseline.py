@@ -6,10 +6,10 @@ import math
 from typing import Any, Mapping, Sequence
 
 from autoloop import stats as st
-from autoloop.decide.core import (Baseline, Pairs, Rules, Sample, Session, baseline_secondaries,
+from autoloop.decide.core import (Baseline, Pairs, Sample, Session, baseline_secondaries,
                                   first_measurement, measure_pairs, median, series, values)
 from autoloop.numbers import num as fmt
-from autoloop.ratchet import Direction
+from autoloop.specs import Direction, Program
 
 TARGET_POWER = 0.8         # "4 times in 5": the chance of a keep the proposals aim for
 
@@ -96,7 +96,7 @@ def _run_problem(failure: Sample, is_first: bool) -> str:
             f"failed ({failure.error}); the verifier is flaky")
 
 
-def calibrate_strict(session: Session, program: Rules) -> Baseline:
+def calibrate_strict(session: Session, program: Program) -> Baseline:
     """`repeats` runs of the starting commit (at least two: a second one only to look at the
     noise). The baseline metric is the median of the first `repeats` runs."""
     v, acc = program.verifier, program.accept
@@ -140,7 +140,7 @@ def calibrate_strict(session: Session, program: Rules) -> Baseline:
     return Baseline(metric, first_measurement(session), problem, rec, warning=warning)
 
 
-def calibrate_paired(session: Session, program: Rules) -> Baseline:
+def calibrate_paired(session: Session, program: Program) -> Baseline:
     """An A/A batch: `pairs` pairs of the starting commit in both trees, ABBA order. The baseline
     metric is the median of all its runs; the spread of the per-pair changes is the noise."""
     v, acc = program.verifier, program.accept

@@ -7,67 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from autoloop.numbers import num as fmt
-from autoloop.ratchet import Direction
-
-# ---- what the rules read of program.md (autoloop.program.Program, which starts git: not imported)
-
-
-class Amount(Protocol):
-    @property
-    def value(self) -> float: ...
-    @property
-    def relative(self) -> bool: ...
-    def of(self, reference: float) -> float: ...
-
-
-class Limit(Protocol):
-    @property
-    def label(self) -> str: ...
-    @property
-    def max_increase(self) -> Amount | None: ...
-    @property
-    def max_decrease(self) -> Amount | None: ...
-
-
-class Metric(Protocol):            # the verifier or the holdout
-    @property
-    def label(self) -> str: ...
-    @property
-    def direction(self) -> Direction: ...
-
-
-class Verifier(Metric, Protocol):
-    @property
-    def repeats(self) -> int: ...
-
-
-class Accept(Protocol):
-    @property
-    def rule(self) -> str: ...
-    @property
-    def min_effect(self) -> Amount: ...
-    @property
-    def alpha(self) -> float: ...
-    @property
-    def pairs(self) -> int: ...
-    @property
-    def confirm(self) -> bool: ...
-    @property
-    def warmup(self) -> int: ...
-    @property
-    def final_pairs(self) -> int: ...
-
-
-class Rules(Protocol):
-    @property
-    def verifier(self) -> Verifier: ...
-    @property
-    def accept(self) -> Accept: ...
-    @property
-    def limits(self) -> Sequence[Limit]: ...
-    @property
-    def holdout(self) -> Metric | None: ...
-
+from autoloop.specs import LimitSpec
 
 History = Sequence[Mapping[str, Any]]      # the ledger's cycle records so far
 
@@ -193,7 +133,7 @@ def _secondaries(runs: Sequence[Sample]) -> dict[str, list[float | None]]:
     return out
 
 
-def check_limits(limits: Sequence[Limit], baseline: Mapping[str, float | None],
+def check_limits(limits: Sequence[LimitSpec], baseline: Mapping[str, float | None],
                  runs: Sequence[Sample]) -> tuple[list[dict[str, Any]], str | None]:
     """Each limit on the median of the candidate's runs, against the baseline's value: the
     records and the first failure (None when all hold)."""
@@ -224,7 +164,7 @@ def check_limits(limits: Sequence[Limit], baseline: Mapping[str, float | None],
     return records, failure
 
 
-def baseline_secondaries(limits: Sequence[Limit], runs: Sequence[Sample]) -> tuple[dict[str, float], str | None]:
+def baseline_secondaries(limits: Sequence[LimitSpec], runs: Sequence[Sample]) -> tuple[dict[str, float], str | None]:
     values = _secondaries(runs)
     out: dict[str, float] = {}
     for lim in limits:

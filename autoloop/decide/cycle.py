@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from autoloop import stats as st
-from autoloop.decide.core import (History, Metric, Pairs, Rules, Sample, Session, Verdict, check_limits,
+from autoloop.decide.core import (History, Pairs, Sample, Session, Verdict, check_limits,
                                   first_measurement, measure_pairs, median, series, values)
 from autoloop.numbers import formatter, num as fmt, pct, signed_pct
 from autoloop.ratchet import better, gain_of, orientation
+from autoloop.specs import HoldoutSpec, Program
 
 HOLDOUT_PAIRS = 8          # a fixed batch for the held-out verifier after a keep (min p 1/256)
 NOISE_DRAWS = 200          # the most noise draws a test leans on: the recent past, not all of it
@@ -30,7 +31,7 @@ def _failed(session: Session, failure: Sample, stats: dict[str, Any]) -> Verdict
                    measurement=first_measurement(session) or failure.measurement)
 
 
-def judge_strict(session: Session, program: Rules, best: float,
+def judge_strict(session: Session, program: Program, best: float,
                  baseline_secondary: Mapping[str, float | None],
                  holdout: Session | None = None) -> Verdict:
     """The one strict rule (contract §5 with the defaults): the median of `repeats` candidate
@@ -72,7 +73,7 @@ def judge_strict(session: Session, program: Rules, best: float,
     return Verdict("discard", value, f"discard: {name} {why}", f"discarded: {why}", stats, **base)
 
 
-def _holdout_strict(session: Session, program: Rules, verdict: Verdict) -> None:
+def _holdout_strict(session: Session, program: Program, verdict: Verdict) -> None:
     h = program.holdout
     assert h is not None
     pairs = measure_pairs(session, program.verifier.repeats, "h")
@@ -136,7 +137,7 @@ class Sequential:
     ok: bool = False
 
 
-def sequential_test(session: Session, program: Rules, prefix: str,
+def sequential_test(session: Session, program: Program, prefix: str,
                     noise: Sequence[float], noise_scale: str | None) -> Sequential:
     """Pairs in ABBA order until the likelihood ratio of autoloop.stats reaches 1/alpha (keep)
     or beta (discard), or accept.pairs pairs were measured."""
@@ -161,7 +162,7 @@ def sequential_test(session: Session, program: Rules, prefix: str,
     return Sequential(pairs, evidence, "undecided" if d == "continue" else d, used[-1])
 
 
-def judge_paired(session: Session, program: Rules,
+def judge_paired(session: Session, program: Program,
                  baseline_secondary: Mapping[str, float | None],
                  noise_step: float | None = None, noise_scale: str | None = None,
                  holdout: Session | None = None, noise: Sequence[float] = ()) -> Verdict:
@@ -279,7 +280,7 @@ def change_words(improvement: float | None, step: float | None) -> str:
     return f"better by {text}" if improvement > 0 else f"worse by {text}"
 
 
-def holdout_batch(session: Session, h: Metric, n: int, alpha: float, prefix: str = "h") -> dict[str, Any]:
+def holdout_batch(session: Session, h: HoldoutSpec, n: int, alpha: float, prefix: str = "h") -> dict[str, Any]:
     """The held-out verifier on `n` pairs; improved = its one-sided test passes alpha."""
     pairs = measure_pairs(session, n, prefix)
     if pairs.failure is not None:

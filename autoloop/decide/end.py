@@ -7,15 +7,16 @@ import time
 from typing import Any, Callable, Mapping
 
 from autoloop import stats as st
-from autoloop.decide.core import History, Rules, Session, measure_pairs
+from autoloop.decide.core import History, Session, measure_pairs
 from autoloop.decide.cycle import ci_text, comparison_text, holdout_batch
 from autoloop.numbers import exact
-from autoloop.ratchet import Direction, orientation
+from autoloop.ratchet import orientation
+from autoloop.specs import Direction, Program
 
 FINAL_ALPHA = 0.05     # the end-of-run check describes a finished run: it decides nothing
 
 
-def final_check(session: Session, program: Rules, holdout: Session | None = None) -> dict[str, Any]:
+def final_check(session: Session, program: Program, holdout: Session | None = None) -> dict[str, Any]:
     """Best (B) against the starting commit (A), `final_pairs` pairs in ABBA order; two pairs
     suffice when both sides give the same value every time (a deterministic verifier)."""
     direction, n = program.verifier.direction, program.accept.final_pairs
@@ -38,7 +39,7 @@ def final_check(session: Session, program: Rules, holdout: Session | None = None
     return rec
 
 
-def end_of_run(program: Rules, history: History, start: str, best: str,
+def end_of_run(program: Program, history: History, start: str, best: str,
                unchanged: Callable[[], bool],
                sessions: Callable[[bool], tuple[Session, Session | None]]) -> dict[str, Any]:
     """The end-of-run record: skipped, the best measured once more on a verifier cycle 0 showed
@@ -135,7 +136,7 @@ def _stored(history: History) -> tuple[float, float] | None:
     return None if base is None or best is None else (base, best)
 
 
-def needs_scipy(program: Rules, history: History = ()) -> bool:
+def needs_scipy(program: Program, history: History = ()) -> bool:
     """Will this run compute a statistic that needs numpy/scipy (worth importing before the
     first generator runs)? The paired rule and a holdout always do; the strict rule does once
     cycle 0 has shown a noisy verifier (its end-of-run check compares pairs)."""
@@ -145,7 +146,7 @@ def needs_scipy(program: Rules, history: History = ()) -> bool:
     return bool(cal) and not cal.get("deterministic") and program.accept.final_pairs > 0
 
 
-def final_estimate(program: Rules, history: History) -> dict[str, Any]:
+def final_estimate(program: Program, history: History) -> dict[str, Any]:
     """What the end-of-run check will cost: verifier runs, and seconds at the calibration's mean
     time a run (None when unknown). Zero when it will be skipped."""
     acc, cal = program.accept, calibration(history)
