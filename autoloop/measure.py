@@ -40,8 +40,7 @@ def sample(m: Measurement, side: str, label: str, program: Program | None = None
         out = m.log_stem.with_name(m.log_stem.name + ".out")
         for lim in program.limits:
             try:
-                secondary[lim.label] = parse_metric(out, VerifierSpec(
-                    command="", direction="minimize", metric=lim.metric, pattern=lim.pattern))
+                secondary[lim.label] = parse_metric(out, lim)
             except (MetricError, OSError):
                 secondary[lim.label] = None
     return Sample(side, label, m.metric, m.error, None, secondary, m, m.duration_s)

@@ -297,7 +297,7 @@ def test_numpy_and_scipy_load_only_when_a_statistical_rule_needs_them() -> None:
     import sys
     code = (
         "import sys\n"
-        "import autoloop.cli, autoloop.loop, autoloop.judge, autoloop.gate, autoloop.report\n"
+        "import autoloop.cli, autoloop.loop, autoloop.measure, autoloop.gate, autoloop.report\n"
         "from autoloop import stats as st\n"
         "st.strict_noise([1.0, 1.2, 0.9]); st.strict_phantom(0.1, 1, 100); st.noise_sd([0.1, 0.2])\n"
         "assert 'numpy' not in sys.modules and 'scipy' not in sys.modules, "
