@@ -212,7 +212,7 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
     program = load(args.program)  # before the heavy imports: bad input is refused at once
     warnings = _newcomer_checks(program, args.tag)
     from autoloop import ci as cimod
-    from autoloop.approve import NoTerminal, TerminalReviewer
+    from autoloop.approve import TerminalReviewer
     from autoloop.loop import Run, RunOptions
     from autoloop.persist import save
     from autoloop.progress import Progress, is_live, use_color
@@ -227,10 +227,7 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
         raise UsageError("--approve asks a person at a terminal; it cannot be used in CI mode "
                          "(--ci, or CI=true in the environment: add --no-ci)")
     if args.approve:
-        try:
-            TerminalReviewer.check_terminal()
-        except NoTerminal as exc:
-            raise UsageError(str(exc)) from None
+        TerminalReviewer.check_terminal()
     live, color = not in_ci and is_live(out), not in_ci and use_color(out)
     progress = Progress(out, program.verifier.label, live=live, color=color, timestamps=in_ci,
                         direction=program.verifier.direction)
