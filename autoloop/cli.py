@@ -53,8 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    r = sub.add_parser("run", help="run the ratchet loop on branch autoloop/TAG")
-    r.add_argument("program", nargs="?", default="program.md", help="program file (default ./program.md)")
+    def command(name: str, text: str, tag: str | None = "which run (default: the most recent)"
+                ) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=text)
+        c.add_argument("program", nargs="?", default="program.md", help="program file (default ./program.md)")
+        if tag:
+            c.add_argument("--tag", help=tag)
+        return c
+
+    r = command("run", "run the ratchet loop on branch autoloop/TAG", None)
     r.add_argument("--tag", required=True, help="run name; commits go on branch autoloop/TAG")
     r.add_argument("--cycles", type=_number("--cycles", int, lambda n: n >= 0, "0 or more"),
                    help="cycles in this invocation (overrides stop.max_cycles)")
@@ -73,22 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
                                              f"between 1 and {MAX_WORKERS}"),
                    help="generators proposing at once from the same incumbent, each in its own worktree "
                         "(overrides parallel.workers; default 1)")
-
-    v = sub.add_parser("verify", help="measure HEAD as a run's baseline would (guards + metric); changes nothing")
-    v.add_argument("program", nargs="?", default="program.md")
-
-    d = sub.add_parser("doctor", help="check that a run could start: git, generator, sandbox, data, verifier")
-    d.add_argument("program", nargs="?", default="program.md")
+    command("verify", "measure HEAD as a run's baseline would (guards + metric); changes nothing", None)
+    d = command("doctor", "check that a run could start: git, generator, sandbox, data, verifier", None)
     d.add_argument("--tag", default="doctor", help="the run tag to check against (default: doctor)")
+    command("log", "the cycles of a run and its summary").add_argument(
+        "--wide", action="store_true",
+        help="print every hypothesis and lesson whole (default: cut with … to the terminal width)")
 
-    lg = sub.add_parser("log", help="the cycles of a run and its summary")
-    lg.add_argument("program", nargs="?", default="program.md")
-    lg.add_argument("--tag", help="which run (default: the most recent)")
-    lg.add_argument("--wide", action="store_true",
-                    help="print every hypothesis and lesson whole (default: cut with … to the terminal width)")
-
-    g = sub.add_parser("gate", help="pull-request gate: measure base and head here, paired; exit 1 if head is worse")
-    g.add_argument("program", nargs="?", default="program.md")
+    g = command("gate", "pull-request gate: measure base and head here, paired; exit 1 if head is worse", None)
     g.add_argument("--base", required=True, help="the commit to compare against (e.g. origin/main)")
     g.add_argument("--head", default="HEAD", help="the commit under test (default HEAD)")
     g.add_argument("--pairs", type=_number("--pairs", int, lambda n: 1 <= n <= MAX_PAIRS,
@@ -103,16 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="print JSON instead of the Markdown table")
     g.add_argument("--markdown", metavar="FILE", help="also write the Markdown table to FILE")
 
-    rp = sub.add_parser("report", help="a self-contained HTML report of a run (chart + table)")
-    rp.add_argument("program", nargs="?", default="program.md")
-    rp.add_argument("--tag", help="which run (default: the most recent)")
+    rp = command("report", "a self-contained HTML report of a run (chart + table)")
     rp.add_argument("-o", "--output", help="where to write (default .autoloop/TAG/report.html; '-' for stdout)")
     rp.add_argument("--format", choices=("html", "markdown"), default="html",
                     help="html (default) or markdown (the summary a PR body or step summary shows)")
 
-    c = sub.add_parser("clean", help="remove a tag's worktrees and private state (asks first)")
-    c.add_argument("program", nargs="?", default="program.md")
-    c.add_argument("--tag", help="which run (default: the most recent)")
+    c = command("clean", "remove a tag's worktrees and private state (asks first)")
     c.add_argument("--yes", "-y", action="store_true", help="do not ask")
     c.add_argument("--branch", action="store_true", help="also delete the branch autoloop/TAG (its kept commits)")
     c.add_argument("--journal", action="store_true",

@@ -13,13 +13,14 @@ from autoloop.errors import UsageError
 
 PIPE_WIDTH = 120          # a `| less` reader still sees whole words
 MIN_WIDTH = 60
+P_DIGITS = 3
 
 
 def cmd_log(args: argparse.Namespace) -> int:
     from autoloop.ci import facts_of
     from autoloop.facts import gain_text, rows
     from autoloop.journal import CycleRecord, not_sandboxed
-    from autoloop.numbers import count, pct_interval, signed_pct, usd
+    from autoloop.numbers import count, pct_interval, sig, signed_pct, usd
 
     program, tag, journal = _open_run(args)
     cycles = journal.cycles()
@@ -59,7 +60,7 @@ def cmd_log(args: argparse.Namespace) -> int:
             ci = pooled.get("change_ci_pct")
             ci_text = pct_interval(ci).removeprefix("CI ") or "-"
             h = "-" if hold is None else ("overfit?" if hold.get("overfit") else "improved")
-            ps = "/".join(f"{b['p']:.3g}" for b in c.batches if "p" in b)
+            ps = "/".join(sig(b["p"], P_DIGITS) for b in c.batches if "p" in b)
             pairs = "+".join(str(b.get("n", 0)) for b in c.batches)
             print(f"{c.cycle:>5}  {c.status:<10} {signed_pct(pooled.get('change_pct'), '-'):>9}  "
                   f"{ci_text:<21} {ps:>8}  {pairs:<5}  {h}")
