@@ -4,14 +4,13 @@ prints: the CLI hands streams and paths in."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from autoloop.facts import Facts, facts, markdown
 from autoloop.numbers import seconds
@@ -150,16 +149,6 @@ def load_facts(program: Any, tag: str) -> Facts | None:
     except Exception:
         return None
     return facts_of(program, tag, j.records)
-
-
-def append_step_summary(path: str, text: str) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(text.rstrip("\n") + "\n\n")
-
-
-def write_json(stream: IO[str], obj: Mapping[str, Any]) -> None:
-    stream.write(json.dumps(obj, indent=2, default=str) + "\n")
-    stream.flush()
 
 
 def journal_paths(program: Any, tag: str) -> dict[str, str]:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import shlex
@@ -371,17 +372,16 @@ def _run_epilogue(args: argparse.Namespace, outcome: Any) -> None:
     if outcome.ci:
         _step_summary(outcome.step_summary())
     if args.json:
-        cimod.write_json(sys.stdout, outcome.as_json())
+        print(json.dumps(outcome.as_json(), indent=2, default=str), flush=True)
 
 
 def _step_summary(text: str) -> None:
     """Append to $GITHUB_STEP_SUMMARY when it is set (GitHub Actions)."""
-    from autoloop.ci import append_step_summary
-
     path = os.environ.get("GITHUB_STEP_SUMMARY", "").strip()
     if path:
         try:
-            append_step_summary(path, text)
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(text.rstrip("\n") + "\n\n")
         except OSError as exc:
             warn(f"cannot write the step summary to {path}: {exc}")
 

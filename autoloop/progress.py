@@ -67,7 +67,6 @@ class Progress:
         self._overruled = False
         self.last = ""
         self.cost = 0.0
-        self.done = 0
         self._values: list[float] = []
         self.fmt = formatter([])     # widened as values arrive: the run's rounding so far
         self._lock = threading.RLock()
@@ -114,7 +113,6 @@ class Progress:
                                        and not better(self.direction, c.best, self.best)):
             self.best = c.best
         self.cost += c.cost_usd or 0.0
-        self.done += c.cycle > 0
         self._values += run_values([data])
         fmt = self.fmt = formatter(self._values)
         metric = fmt(c.metric) or "-"
