@@ -347,16 +347,13 @@ def escape_controls(text: str) -> str:
     reader's screen or forges a line of its own."""
     if not any(_unsafe_char(ch) for ch in text):
         return text
-    out = []
-    for ch in text:
-        o = ord(ch)
-        if not _unsafe_char(ch):
-            out.append(ch)
-        elif 0xdc80 <= o <= 0xdcff:
-            out.append(f"\\x{o - 0xdc00:02x}")
-        else:
-            out.append(f"\\x{o:02x}" if o <= 0xff else f"\\u{o:04x}")
-    return "".join(out)
+    return "".join(_escaped(ord(ch)) if _unsafe_char(ch) else ch for ch in text)
+
+
+def _escaped(o: int) -> str:
+    if 0xdc80 <= o <= 0xdcff:      # a byte that is not UTF-8, kept as a surrogate
+        return f"\\x{o - 0xdc00:02x}"
+    return f"\\x{o:02x}" if o <= 0xff else f"\\u{o:04x}"
 
 
 def quote_path(name: str) -> str:
