@@ -97,8 +97,9 @@ def since_last_start(records: Sequence[Record]) -> dict[str, int]:
     for r in reversed(records):
         if r.get("t") == "start":
             break
-        if r.get("t") == "cycle" and r.get("cycle", 0) > 0:
-            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        c = CycleRecord.of(r) if r.get("t") == "cycle" else None
+        if c is not None and c.cycle > 0:
+            counts[c.status] = counts.get(c.status, 0) + 1
     return dict(sorted(counts.items()))
 
 
@@ -257,7 +258,7 @@ class Journal:
 
     def next_cycle(self) -> int:
         cycles = self._scan().cycles
-        return cycles[-1]["cycle"] + 1 if cycles else 0
+        return CycleRecord.of(cycles[-1]).cycle + 1 if cycles else 0
 
     # ---- rendering ---------------------------------------------------------------------------
 

@@ -184,12 +184,13 @@ def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | N
     ]
     card_html = "".join(f'<div class="card"><div class="k">{_e(k)}</div><div class="v {cls}">{_e(v)}</div>'
                         f'<div class="d">{_e(d)}</div></div>' for k, v, d, cls in cards)
+    views = [CycleRecord.of(c) for c in cycles]
     counts = {st: 0 for st in STATUS_COLORS}
-    for c in cycles:
-        counts[c["status"]] = counts.get(c["status"], 0) + 1
+    for v in views:
+        counts[v.status] = counts.get(v.status, 0) + 1
     legend = "".join(f'<span style="--c:{STATUS_COLORS.get(st, "#000")}">{_e(st)} {n}</span>'
                      for st, n in counts.items() if n) + '<span class="line">running best</span>'
-    if any(CycleRecord.of(c).pooled is not None for c in cycles):
+    if any(v.pooled is not None for v in views):
         legend += ('<em class="small">paired cycles are drawn at their change against the incumbent '
                    'measured beside them; hover a dot for its own numbers</em>')
     goal = f'<p class="sub">{_e(f.goal)}</p>' if f.goal else ""
