@@ -46,9 +46,13 @@ def _number(flag: str, kind: type[int] | type[float], ok: Callable[[Any], bool],
     return parse
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from autoloop.program import MAX_WORKERS
+def _workers(text: str) -> int:
+    from autoloop.program import MAX_WORKERS   # only when given: `init` and `--help` stay quick
 
+    return _number("--workers", int, lambda n: 1 <= n <= MAX_WORKERS, f"between 1 and {MAX_WORKERS}")(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="autoloop", description="Ratchet loops on a git repository.")
     p.add_argument("--version", action="version", version=f"autoloop {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -77,8 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "more than 0"), help="wall-clock budget for this invocation")
     r.add_argument("--json", action="store_true",
                    help="print one JSON object describing the outcome on stdout (progress goes to stderr)")
-    r.add_argument("--workers", type=_number("--workers", int, lambda n: 1 <= n <= MAX_WORKERS,
-                                             f"between 1 and {MAX_WORKERS}"),
+    r.add_argument("--workers", type=_workers,
                    help="generators proposing at once from the same incumbent, each in its own worktree "
                         "(overrides parallel.workers; default 1)")
     command("verify", "measure HEAD as a run's baseline would (guards + metric); changes nothing", None)
@@ -174,7 +177,7 @@ def _leaving() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def load(path_text: str) -> Any:  # -> Program (imported lazily: `init` and `--help` stay quick)
+def load(path_text: str) -> Any:  # -> Program (imported lazily, as above)
     from autoloop.program import load_program
 
     return load_program(Path(path_text).expanduser().absolute())
