@@ -457,7 +457,7 @@ class Run:
         log_dir = self._log_dir(0)
         self.journal.append({"t": "begin", "cycle": 0, "parent": incumbent})
         try:
-            # the starting commit measured (twice at least: the noise calibration), judge.py,
+            # the starting commit measured (twice at least: the noise calibration), decide/baseline.py,
             # each run through the guardrails like every later measurement
             def calibrate() -> Any:
                 b = self.judge.baseline(incumbent, log_dir, self._env(0))
