@@ -40,8 +40,8 @@ def kind_of(mode: int) -> str:
 
 
 def lstat_entry(path: str, dir_times: bool = False) -> Entry | None:
-    """`path` as a watch sees it (None when it does not exist); a folder's times count only
-    with `dir_times` (they change with every entry, which are compared themselves)."""
+    """`path` as a watch sees it, or None; a folder's times (moved by every entry) only with
+    `dir_times`."""
     try:
         st = os.lstat(path)
     except OSError:
@@ -66,10 +66,9 @@ def read_link(path: str) -> str:
 
 def walk(root: str, *, skip: Collection[str] = (), top_only: bool = False,
          ordered: bool = False) -> Iterator[tuple[str, str, os.stat_result | None]]:
-    """(relative path, path, lstat) of everything under `root`, each folder before what is in
-    it, never following a link; lstat None for a folder that cannot be listed (a chmod 000 is a
-    state to see and undo). `skip`: relative paths left out with all under them; `ordered`:
-    names sorted, so a walk cut short covers the same part every time."""
+    """(relative path, path, lstat) of everything under `root`, folders before their entries,
+    links not followed; lstat None for a folder that cannot be listed (a chmod 000 is a state
+    to see and undo). `ordered`: by name, so a walk cut short covers the same part each time."""
     yield from _walk(root, "", None, skip, top_only, ordered)
 
 
@@ -85,7 +84,7 @@ def _walk(path: str, prefix: str, parent_fd: int | None, skip: Collection[str], 
     try:
         try:
             with os.scandir(fd) as it:
-                entries = sorted(it, key=_name) if ordered else list(it)
+                entries = sorted(it, key=attrgetter("name")) if ordered else list(it)
         except OSError:
             yield prefix[:-1], path, None
             return
@@ -96,7 +95,7 @@ def _walk(path: str, prefix: str, parent_fd: int | None, skip: Collection[str], 
             try:
                 st = e.stat(follow_symlinks=False)
             except OSError:
-                continue   # gone since the listing
+                continue
             full = f"{path}/{e.name}"
             yield rel, full, st
             if not top_only and stat.S_ISDIR(st.st_mode):
@@ -105,13 +104,8 @@ def _walk(path: str, prefix: str, parent_fd: int | None, skip: Collection[str], 
         os.close(fd)
 
 
-def _name(e: os.DirEntry[str]) -> str:
-    return e.name
-
-
 class Ident(NamedTuple):
-    """What identifies a file's bytes without reading them: ctime cannot be set back from user
-    space, so while these stay the same so do the bytes (outside the racy window)."""
+    """A file's bytes stay the same while these do (ctime cannot be set back from user space)."""
 
     ino: int
     size: int
@@ -121,12 +115,9 @@ class Ident(NamedTuple):
     nlink: int
     dev: int
 
-    @classmethod
-    def of(cls, st: os.stat_result) -> Ident:
-        return cls._make(_ident(st))
 
 
-# a plain tuple in the field order of Ident, made in C: compared once per file per walk
+# a plain tuple in Ident's field order, made in C: compared once per file per walk
 _ident = attrgetter("st_ino", "st_size", "st_mtime_ns", "st_ctime_ns", "st_mode", "st_nlink", "st_dev")
 
 
@@ -136,9 +127,8 @@ class _Known(NamedTuple):
 
 
 class StatCache(Generic[T]):
-    """What was made of files' bytes (a hash, the bytes), by path, valid while the file's Ident
-    stays as it was — kept only when the file had last changed well before it was read (as
-    git's "racy" index entries), so a later change must have moved its ctime."""
+    """What was made of a file's bytes (a hash, the bytes), valid while its Ident stays; kept
+    only when the file had last changed well before it was read (like git's racy entries)."""
 
     def __init__(self) -> None:
         self.known: dict[str, _Known] = {}
@@ -149,13 +139,12 @@ class StatCache(Generic[T]):
 
     def put(self, key: str, st: os.stat_result, value: T, read_at_ns: int) -> T:
         if max(st.st_mtime_ns, st.st_ctime_ns) + RACY_NS < read_at_ns:
-            self.known[key] = _Known(Ident.of(st), value)
+            self.known[key] = _Known(Ident._make(_ident(st)), value)
         else:
             self.known.pop(key, None)
         return value
 
     def retain(self, keys: Collection[str]) -> None:
-        """Forget paths not in `keys`, so the cache never outgrows what is watched."""
         self.known = {k: v for k, v in self.known.items() if k in keys}
 
 
