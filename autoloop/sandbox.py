@@ -1,27 +1,21 @@
-"""bubblewrap sandboxes (Linux) for the generator and for measurements.
-
-Both see the whole file system read-only (`--ro-bind / /`: the verifier's files, your checkout,
-program.md, the journal, `.git`, your home, the Python installation and autoloop itself, whatever
-their permissions say), a private /tmp and /var/tmp, a minimal /dev and their own /proc; they run
-in their own PID namespace (what they leave running dies with them; `--die-with-parent`), a new
-session, without capabilities (root inside cannot remount) and without network unless asked for.
-With the network on, the sockets through which a daemon outside would start a process for them
-(/run/user, dbus, docker, containerd, podman) are hidden. The generator writes only its work tree,
-its cycle's log folder and `sandbox.writable`; a measurement only what its Confinement says.
-
-The in-process generators (anthropic, openai) write only through the edit tool, which refuses
-every path outside `allowed`; `tune` is autoloop's own code.
+"""bubblewrap sandboxes (Linux) for the generator and for measurements: the whole file system
+read-only (whatever its permissions say), a private /tmp and /var/tmp, a minimal /dev, their own
+/proc and PID namespace (what they leave running dies with them), a new session, no capabilities,
+no network unless asked for (and then no sockets of daemons that would start a process for them).
+The generator writes only its work tree, its cycle's log folder and `sandbox.writable`; a
+measurement only what its Confinement says. (The SDK generators write only through the edit tool.)
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from autoloop.program import Program, SandboxSpec, command_words
 from autoloop.walk import inside
@@ -34,14 +28,17 @@ _PROBE_TIMEOUT_S = 30
 GIT_IN_SANDBOX = "/tmp/.autoloop-git"   # where a measurement sees the repository's git folder
 
 
+class GitLink(NamedTuple):
+    folder: Path   # the repository's git folder, shown read-only at GIT_IN_SANDBOX
+    link: Path     # a `.git` link file pointing there, shown as the tree's .git
+
+
 class SandboxUnavailable(Exception):
     """bwrap is missing or cannot make a sandbox here; the message says why and what to do."""
 
 
 class Bwrap:
     def __init__(self, spec: SandboxSpec, *, executable: str | None = None) -> None:
-        import shutil
-
         self.spec = spec
         self.exe = executable or shutil.which("bwrap") or ""
 
@@ -120,7 +117,7 @@ class Bwrap:
             args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
         args += ["--tmpfs", "/dev/shm", *self._readable(box.network, box.path, box.readable, command)]
         if box.git is not None:
-            args += ["--ro-bind", str(box.git[0]), GIT_IN_SANDBOX]
+            args += ["--ro-bind", str(box.git.folder), GIT_IN_SANDBOX]
         tree = where = os.path.realpath(box.tree)
         args += ["--bind", tree, tree]
         if box.checkout is not None and os.path.realpath(box.checkout) != tree:
@@ -139,26 +136,23 @@ class Bwrap:
             if os.path.lexists(src) and not os.path.islink(src):
                 args += [a for t in at for a in ("--ro-bind", src, os.path.join(t, rel))]
         if box.git is not None:
-            args += [a for t in at for a in ("--ro-bind", str(box.git[1]), os.path.join(t, ".git"))]
+            args += [a for t in at for a in ("--ro-bind", str(box.git.link), os.path.join(t, ".git"))]
         return [*args, "--chdir", where, "--", "/bin/sh", "-c", command]
 
 
 @dataclass(frozen=True)
 class Confinement:
     """One measurement's sandbox: everything read-only but `tree` (the verification tree) and
-    `writable` (its private scratch, plus `sandbox.writable`); the tree also appears at
-    `checkout` (your checkout's path), where the command runs, with `keep` (virtual environments
-    and data inside your checkout) read-only on top; GPUs and /dev/shm kept. `protect`: paths in
-    the tree it must not write (the tree's .git link, a journal)."""
-
+    `writable` (its scratch, `sandbox.writable`); the tree also appears at `checkout`, where the
+    command runs, with `keep` (venvs and data inside your checkout) read-only on top."""
     bwrap: Bwrap
     tree: Path
     checkout: Path | None
     writable: tuple[Path, ...] = ()
     readable: tuple[Path, ...] = ()
     keep: tuple[Path, ...] = ()
-    protect: tuple[str, ...] = ()          # relative to the tree
-    git: tuple[Path, Path] | None = None   # (the repository's git folder, the .git link to show)
+    protect: tuple[str, ...] = ()          # in the tree, not writable (its .git link, a journal)
+    git: GitLink | None = None
     network: bool = False
     path: str = ""             # the command's PATH: its folders stay readable behind a private /tmp
 
@@ -188,10 +182,9 @@ def failure_hint(output: str, *, network: bool) -> str | None:
     return None
 
 
-def git_link(tree: Path, scratch: Path, common_dir: Path) -> tuple[Path, Path] | None:
-    """(the repository's git folder, a `.git` link file into where the sandbox shows it): the
-    candidate bound over your checkout hides the repository's .git there, so git in a measurement
-    finds it read-only at GIT_IN_SANDBOX. None when the tree's .git is no link into `common_dir`."""
+def git_link(tree: Path, scratch: Path, common_dir: Path) -> GitLink | None:
+    """The candidate bound over your checkout hides the repository's .git there, so git in a
+    measurement finds it at GIT_IN_SANDBOX. None when the tree's .git is no link into `common_dir`."""
     try:
         text = (tree / ".git").read_text(errors="replace").strip()
     except OSError:
@@ -203,7 +196,7 @@ def git_link(tree: Path, scratch: Path, common_dir: Path) -> tuple[Path, Path] |
         return None
     link = scratch / "dotgit"
     link.write_text(f"gitdir: {GIT_IN_SANDBOX}/worktrees/{admin.name}\n")
-    return Path(os.path.realpath(common_dir)), link
+    return GitLink(Path(os.path.realpath(common_dir)), link)
 
 
 def for_measurements(spec: SandboxSpec) -> tuple[Bwrap | None, str | None]:
@@ -250,10 +243,7 @@ def checkout_keep(program: Program) -> tuple[Path, ...]:
 
 
 def _devices() -> list[str]:
-    try:
-        return sorted(n for n in os.listdir("/dev") if n.startswith("nvidia") or n in _ACCELERATORS)
-    except OSError:
-        return []
+    return sorted(n for n in os.listdir("/dev") if n.startswith("nvidia") or n in _ACCELERATORS)
 
 
 def _venv_root(p: Path) -> Path | None:

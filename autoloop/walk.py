@@ -21,7 +21,6 @@ T = TypeVar("T")
 class Entry(NamedTuple):
     """One path. `digest` is a symlink's target, or in a snapshot a file's content hash; a
     snapshot leaves the times and inode at 0 (content counts there, not when it was written)."""
-
     kind: str            # "f" file, "l" symlink, "d" directory, "o" other (fifo, socket, device)
     mode: int            # permission bits
     size: int = 0
@@ -40,16 +39,14 @@ def kind_of(mode: int) -> str:
 
 
 def lstat_entry(path: str, dir_times: bool = False) -> Entry | None:
-    """`path` as a watch sees it, or None; a folder's times (moved by every entry) only with
-    `dir_times`."""
     try:
-        st = os.lstat(path)
+        return entry_of(os.lstat(path), path, dir_times)
     except OSError:
         return None
-    return entry_of(st, path, dir_times)
 
 
 def entry_of(st: os.stat_result, path: str, dir_times: bool = False) -> Entry:
+    """`path` as a watch sees it; a folder's times (moved by every entry) only with `dir_times`."""
     kind, mode = kind_of(st.st_mode), stat.S_IMODE(st.st_mode)
     if kind == "d" and not dir_times:
         return Entry(kind, mode, ino=st.st_ino)
@@ -64,18 +61,13 @@ def read_link(path: str) -> str:
         return "?"
 
 
-def walk(root: str, *, skip: Collection[str] = (), top_only: bool = False,
-         ordered: bool = False) -> Iterator[tuple[str, str, os.stat_result | None]]:
+def walk(root: str, *, skip: Collection[str] = (), top_only: bool = False, ordered: bool = False,
+         _prefix: str = "", _parent_fd: int | None = None) -> Iterator[tuple[str, str, os.stat_result | None]]:
     """(relative path, path, lstat) of everything under `root`, folders before their entries,
     links not followed; lstat None for a folder that cannot be listed (a chmod 000 is a state
-    to see and undo). `ordered`: by name, so a walk cut short covers the same part each time."""
-    yield from _walk(root, "", None, skip, top_only, ordered)
-
-
-def _walk(path: str, prefix: str, parent_fd: int | None, skip: Collection[str], top_only: bool,
-          ordered: bool) -> Iterator[tuple[str, str, os.stat_result | None]]:
-    # By descriptor: each lstat then makes the kernel look up one name, not the whole path from /
-    # (work trees sit deep under ~/.cache), a good part of a walk's cost.
+    to see and undo). `ordered`: by name, so a walk cut short covers the same part each time.
+    By descriptor: each lstat makes the kernel resolve one name, not the whole path from /."""
+    path, prefix, parent_fd = root, _prefix, _parent_fd
     try:
         fd = os.open(path if parent_fd is None else os.path.basename(path), _DIR_FLAGS, dir_fd=parent_fd)
     except OSError:
@@ -99,14 +91,13 @@ def _walk(path: str, prefix: str, parent_fd: int | None, skip: Collection[str], 
             full = f"{path}/{e.name}"
             yield rel, full, st
             if not top_only and stat.S_ISDIR(st.st_mode):
-                yield from _walk(full, rel + "/", fd, skip, top_only, ordered)
+                yield from walk(full, skip=skip, top_only=top_only, ordered=ordered, _prefix=rel + "/", _parent_fd=fd)
     finally:
         os.close(fd)
 
 
 class Ident(NamedTuple):
     """A file's bytes stay the same while these do (ctime cannot be set back from user space)."""
-
     ino: int
     size: int
     mtime_ns: int
@@ -114,7 +105,6 @@ class Ident(NamedTuple):
     mode: int
     nlink: int
     dev: int
-
 
 
 # a plain tuple in Ident's field order, made in C: compared once per file per walk
@@ -129,7 +119,6 @@ class _Known(NamedTuple):
 class StatCache(Generic[T]):
     """What was made of a file's bytes (a hash, the bytes), valid while its Ident stays; kept
     only when the file had last changed well before it was read (like git's racy entries)."""
-
     def __init__(self) -> None:
         self.known: dict[str, _Known] = {}
 
@@ -168,6 +157,6 @@ def remove_tree(path: Path) -> None:
 
 
 def inside(path: str | Path, root: str | Path) -> bool:
-    """Is `path` `root` or under it, once both are resolved?"""
+    """Is `path` `root` or under it, both resolved?"""
     p, r = os.path.realpath(path), os.path.realpath(root)
     return p == r or p.startswith(r.rstrip("/") + "/")

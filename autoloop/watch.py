@@ -1,9 +1,7 @@
-"""Watching, by lstat data only, what lies outside the generator's work tree: the verification
-trees, your checkout, the site-packages folders of the Pythons that measure (a `.pth` or a
+"""Watching, by lstat data only (never a read), what lies outside the generator's work tree: the
+verification trees, your checkout, the site folders of the measuring Pythons (a `.pth` or a
 `*customize` module there runs code at every interpreter start), autoloop's own code and the
-read-only data. Inode, size, mode, mtime and ctime (which user space cannot set back) are
-compared, so a watch costs a walk, never a read. Folders larger than `cap` entries are watched
-in part (the first `cap` in name order); site-packages folders only at their top level."""
+read-only data. ctime cannot be set back from user space, so equal entries mean no change."""
 
 from __future__ import annotations
 
@@ -23,7 +21,6 @@ __all__ = ["Changed", "NameTree", "StatTree", "Watch", "changed_paths", "is_inje
            "site_dirs", "site_folders"]
 
 _NAME = Entry("n", 0)       # a NameTree's entries: the name alone
-_CUSTOMIZE = ("sitecustomize", "usercustomize")
 _SITE_QUERY = ("import json, site\n"
                "print(json.dumps([*getattr(site, 'getsitepackages', lambda: [])(), site.getusersitepackages()]))")
 _SITE_TIMEOUT_S = 30
@@ -31,26 +28,25 @@ _SITE_TIMEOUT_S = 30
 
 @dataclass
 class StatTree:
-    """A stat-only picture of a file or folder tree."""
+    """A stat-only picture of a file or folder tree; one larger than `cap` entries is watched
+    in part (the first `cap` in name order)."""
 
     root: Path
     label: str
     skip: frozenset[str] = frozenset()   # relative paths not to look at (or under)
-    top_only: bool = False
+    top_only: bool = False               # site folders: where interpreters look for .pth files
     cap: int = 100_000
     dir_times: bool = False              # the root folder's own times count (an entry came or went)
     # Carried: a capture starts from the last picture (a Watch's comparison, or a measurement's
     # proof of its verification tree) instead of walking again, so the watches of a cycle follow
-    # each other without a gap and each place is walked half as often. Whoever changes a carried
-    # tree itself (a quarantine) drops `latest`.
+    # each other without a gap. Whoever changes a carried tree itself (a quarantine) drops `latest`.
     carried: bool = False
     latest: dict[str, Entry] | None = field(default=None, compare=False, repr=False)
     of_verification: bool = field(default=False, compare=False)
 
     @classmethod
     def verification(cls, path: Path) -> StatTree:
-        """A verification tree: every entry but .git (its picture is also the proof that the
-        tree holds a commit: Worktree.differs_from)."""
+        """Every entry but .git (the picture is also the proof that the tree holds a commit)."""
         return cls(path, "a verification tree", skip=frozenset({".git"}), cap=sys.maxsize, carried=True,
                    of_verification=True)
 
@@ -62,25 +58,21 @@ class StatTree:
 
     def _take(self) -> dict[str, Entry]:
         top = lstat_entry(str(self.root), self.dir_times)
-        if top is None:
-            return {}
-        out = {"": top}
-        if top.kind != "d":
+        out = {} if top is None else {"": top}
+        if top is None or top.kind != "d":
             return out
         for rel, full, st in walk(str(self.root), skip=self.skip, top_only=self.top_only,
                                   ordered=self.cap != sys.maxsize):
             if len(out) >= self.cap:
                 break
-            out[rel + "/?" if st is None else rel] = UNREADABLE if st is None \
-                else entry_of(st, full)
+            out[rel + "/?" if st is None else rel] = UNREADABLE if st is None else entry_of(st, full)
         return out
 
 
 @dataclass
 class NameTree(StatTree):
-    """A folder's own times and the names in it, nothing more: cheap enough for every folder on
-    PATH (a new `python3` in ~/.local/bin shows as a new name). While the folder's ctime stays,
-    so do its names: the listing is reused and only the folder is stat'ed."""
+    """A folder's own times and the names in it: cheap enough for every folder on PATH (a new
+    `python3` in ~/.local/bin is a new name). The listing stands while the folder's stat does."""
 
     def __post_init__(self) -> None:
         self._listing: StatCache[list[str]] = StatCache()
@@ -108,8 +100,6 @@ def changed_paths(before: dict[str, Entry], after: dict[str, Entry]) -> list[str
 
 @dataclass
 class Changed:
-    """What changed in one watched tree since the capture."""
-
     tree: StatTree
     paths: list[str]        # every path that differs ("." for the root itself)
     new: list[str]          # of those, the ones that did not exist at the capture
@@ -137,27 +127,22 @@ class Watch:
             self._saved[id(tree)] = tree.take()
 
     def saved(self, tree: StatTree) -> dict[str, Entry] | None:
-        """The picture of `tree` the last capture holds."""
         return None if self._saved is None else self._saved.get(id(tree))
 
     def changes(self) -> list[Changed]:
-        # Comparing against nothing would call every existing file new (and new files in a site
-        # folder are acted on): a missing capture is a bug, never "all changed".
+        # against no capture every file would be new (and new files in a site folder are acted on)
         if self._saved is None:
             raise RuntimeError("internal error: Watch.changes() before capture()")
         out = []
         for t in self.trees:
             before = self._saved.get(id(t))
-            if before is None:
-                continue
-            paths = changed_paths(before, t.take())
+            paths = [] if before is None else changed_paths(before, t.take())
             if paths:
-                out.append(Changed(t, paths, [p for p in paths if p != "." and p not in before]))
+                out.append(Changed(t, paths, [p for p in paths if p != "." and p not in before]))  # type: ignore[operator]
         return out
 
 
 def _current(tree: StatTree) -> dict[str, Entry]:
-    """The tree as it is now: a carried tree's last picture, else a new one."""
     return tree.latest if tree.carried and tree.latest is not None else tree.take()
 
 
@@ -173,22 +158,21 @@ def site_folders(python: str, env: dict[str, str] | None = None) -> list[Path]:
 
 
 def site_dirs(interpreters: Sequence[str], env: dict[str, str]) -> list[Path]:
-    """The site folders of this Python and of `interpreters` (names looked up on env's PATH, or
-    paths), resolved; missing ones included: creating one (a user site) is a change too."""
+    """The site folders of this Python and of `interpreters` (names on env's PATH, or paths),
+    resolved; missing ones included: creating one (a user site) is a change too."""
     import site
 
     out = dict.fromkeys(Path(os.path.realpath(p)) for p in [*site.getsitepackages(), site.getusersitepackages()])
     seen = {os.path.realpath(sys.executable)}
     for name in interpreters:
         exe = name if os.path.isabs(name) else shutil.which(name, path=env.get("PATH", os.defpath))
-        if exe is None or os.path.realpath(exe) in seen:
-            continue
-        seen.add(os.path.realpath(exe))
-        out.update(dict.fromkeys(Path(os.path.realpath(p)) for p in site_folders(exe, env)))
+        if exe is not None and os.path.realpath(exe) not in seen:
+            seen.add(os.path.realpath(exe))
+            out.update(dict.fromkeys(Path(os.path.realpath(p)) for p in site_folders(exe, env)))
     return list(out)
 
 
 def is_injection(name: str) -> bool:
     """A top-level entry of a site folder that runs code at every interpreter start."""
     base = name.split("/")[0]
-    return base.endswith(".pth") or base.split(".")[0] in _CUSTOMIZE
+    return base.endswith(".pth") or base.split(".")[0] in ("sitecustomize", "usercustomize")
