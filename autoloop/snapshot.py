@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Collection, Iterable, Mapping
 
-from autoloop.walk import RACY_NS, UNREADABLE, Entry, StatCache, kind_of, read_link, walk
+from autoloop.walk import RACY_NS, UNREADABLE, Entry, StatCache, ident_of, kind_of, read_link, walk
 
 __all__ = ["RACY_NS", "Change", "Entry", "Snapshot", "Snapshotter", "diff"]
 
@@ -45,7 +45,7 @@ class Snapshotter:
 
     def take(self) -> dict[str, Entry]:
         out = self._under(str(self.root), "", self.skip_top)
-        self._cache.retain(out)
+        self._cache.retain(out)   # paths that are gone are forgotten: it never outgrows the tree
         return out
 
     def take_paths(self, paths: Iterable[str]) -> dict[str, Entry]:
@@ -68,15 +68,15 @@ class Snapshotter:
 
     def _under(self, path: str, prefix: str, skip: Collection[str] = ()) -> dict[str, Entry]:
         out: dict[str, Entry] = {}
-        get = self._cache.get
+        known = self._cache.known
         for rel, full, st in walk(path, skip=skip):
             if st is None:
                 out[prefix + rel if rel else prefix[:-1] or "."] = UNREADABLE
                 continue
             rel = prefix + rel
-            # the common case inline: an unchanged file costs its lstat and one lookup
-            hit = get(rel, st) if stat.S_ISREG(st.st_mode) else None
-            out[rel] = hit if hit is not None else self._entry(rel, full, st)
+            # StatCache.get inline: an unchanged file, the common case, costs its lstat and a lookup
+            hit = known.get(rel)
+            out[rel] = hit.value if hit is not None and hit.ident == ident_of(st) else self._entry(rel, full, st)
         return out
 
     def _entry(self, rel: str, full: str, st: os.stat_result) -> Entry:

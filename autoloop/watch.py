@@ -62,9 +62,7 @@ class StatTree:
         if top is None or top.kind != "d":
             return out
         for rel, full, st in walk(str(self.root), skip=self.skip, top_only=self.top_only,
-                                  ordered=self.cap != sys.maxsize):
-            if len(out) >= self.cap:
-                break
+                                  ordered=self.cap != sys.maxsize, limit=self.cap - 1):
             out[rel + "/?" if st is None else rel] = UNREADABLE if st is None else entry_of(st, full)
         return out
 
