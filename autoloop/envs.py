@@ -1,12 +1,8 @@
-"""The environments commands run in.
-
-A measurement (guards, verifier) gets autoloop's environment minus everything that makes an
-interpreter, a shell or the dynamic loader run code from outside the verification tree (the
-lists below), minus PATH entries that are relative or inside the generator's work tree, plus
-PYTHONNOUSERSITE=1, a fresh PYTHONPYCACHEPREFIX (no planted `.pyc` is ever read) and a fresh
-TMPDIR. Everything else (HOME, CUDA_VISIBLE_DEVICES, HF_HOME, VIRTUAL_ENV, ...) passes: the
-verifier is the user's and needs the user's setup.
-"""
+"""The environments commands run in. A measurement gets autoloop's own minus what makes an
+interpreter, a shell or the loader run code from outside the verification tree, minus PATH
+entries that are relative or in the work tree, plus PYTHONNOUSERSITE=1, a fresh
+PYTHONPYCACHEPREFIX (no planted `.pyc` is read) and TMPDIR; the rest (HOME, CUDA_VISIBLE_DEVICES,
+HF_HOME, VIRTUAL_ENV, ...) passes: the verifier is the user's and needs the user's setup."""
 
 from __future__ import annotations
 
@@ -111,14 +107,7 @@ def measurement_env(base: Mapping[str, str], *, parent: Path, untrusted: Sequenc
             os.rename(scratch, trash)
         except OSError:
             trash = scratch
-        threading.Thread(target=_remove_quietly, args=(trash,), daemon=True).start()
-
-
-def _remove_quietly(path: Path) -> None:
-    try:
-        remove_tree(path)
-    except OSError:
-        pass
+        threading.Thread(target=remove_tree, args=(trash,), kwargs={"quiet": True}, daemon=True).start()
 
 
 def generator_env(base: Mapping[str, str]) -> dict[str, str]:

@@ -148,12 +148,9 @@ class StatCache(Generic[T]):
         self.known = {k: v for k, v in self.known.items() if k in keys}
 
 
-def remove_tree(path: Path) -> None:
+def remove_tree(path: Path, *, quiet: bool = False) -> None:
     """Remove a file, link or folder tree, first giving back the permissions a generator may
-    have taken away. Raises OSError for what still cannot go."""
-    if path.is_symlink() or not path.is_dir():
-        path.unlink(missing_ok=True)
-        return
+    have taken away. What still cannot go raises OSError, or with `quiet` stays."""
 
     def onerror(func: Callable[[str], object], p: str, _exc: object) -> None:
         try:
@@ -164,7 +161,14 @@ def remove_tree(path: Path) -> None:
             pass
         func(p)
 
-    shutil.rmtree(path, onerror=onerror)
+    try:
+        if path.is_symlink() or not path.is_dir():
+            path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path, onerror=onerror)
+    except OSError:
+        if not quiet:
+            raise
 
 
 def inside(path: str | Path, root: str | Path) -> bool:

@@ -110,3 +110,11 @@ def test_inside_resolves_both_sides(tree: Path) -> None:
     assert inside(tree / "b" / "c.txt", tree) and inside(tree, tree)
     assert inside(tree / "dirlink" / "c.txt", tree / "b")
     assert not inside(str(tree) + "x", tree)
+
+
+def test_remove_tree_raises_or_stays_quiet_about_what_cannot_go() -> None:
+    undeletable = Path("/proc/self/status")      # procfs refuses unlink, to root too
+    with pytest.raises(OSError):
+        remove_tree(undeletable)
+    remove_tree(undeletable, quiet=True)
+    assert undeletable.exists()
