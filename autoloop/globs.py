@@ -34,8 +34,7 @@ def is_git_path(path: str) -> bool:
 
 
 def path_problem(path: str) -> str | None:
-    """Why `path` is not a normalized repo-relative path, or None: `model/../.git/config` is
-    refused, not normalized, so it never gets past `model/**`."""
+    """Why `path` is not a normalized repo-relative path (`a/../.git` is refused, not normalized)."""
     if not path:
         return "empty path"
     if path.startswith("/"):

@@ -1,13 +1,8 @@
-"""autoloop's own bytecode cache for measurements (DESIGN.md §4, last bullet).
-
-Every measurement gets a fresh PYTHONPYCACHEPREFIX, so no planted bytecode is ever read; started
-empty, that makes every Python child recompile all it imports (a pytest guard ran 2–3× slower).
-So each fresh prefix starts as a copy of this cache, which holds only checked-hash `.pyc` files
-(PEP 552) that autoloop compiled itself, with the measured interpreter, from the source bytes:
-Python uses one only when the source it imports hashes to the value recorded in it. Nothing a
-measurement writes is kept; what it wrote only tells which sources to compile here anew. The
-cache lives in the run's private scratch, watched like the rest of the trusted base.
-"""
+"""autoloop's own bytecode cache (DESIGN.md §4, last bullet). A measurement's fresh, empty
+PYTHONPYCACHEPREFIX (no planted bytecode is read) made Python children 2–3× slower, so each
+starts as a copy of this cache: checked-hash `.pyc` files (PEP 552) that autoloop compiled with
+the measured interpreter, used by Python only when the imported source hashes to the recorded
+value. What a measurement writes only tells which sources to compile here anew."""
 
 from __future__ import annotations
 
@@ -23,19 +18,16 @@ from typing import Mapping, NamedTuple, Sequence
 from autoloop.walk import walk
 
 # PREFIX/<source folder>/<name>.<cache tag>[.opt-N].pyc, and pytest's assertion-rewritten
-# <name>.<cache tag>-pytest-<version>.pyc (checked-hash too since pytest 8.4; a pytest that
-# writes anything else is not imitated: the measurement rewrites those itself, as before).
+# <name>.<cache tag>-pytest-<version>.pyc (checked-hash since pytest 8.4; older ones: not imitated)
 _PYC = re.compile(r"(?P<name>[^.]+)\.(?P<tag>[a-z]+-\d+)(?P<pytest>-pytest-[0-9A-Za-z.+]+)?"
                   r"(?:\.opt-(?P<opt>\d))?\.pyc")
 MAX_SOURCE_BYTES = 4 << 20      # a source larger than this is left to the measurement to compile
 MAX_PER_BATCH = 20_000
 _QUERY_TIMEOUT_S, _COMPILE_TIMEOUT_S = 30, 300
 
-# Run by the measured interpreter itself (its magic number, its cache tag), isolated (-I: no
-# site-packages, no PYTHON* variables, no cwd on the path); reads [source, pyc, optimize] lists.
-# pytest's rewritten modules are made by pytest's own rewriter (no config: default assertion
-# verbosity, no pass hook) and written the way pytest writes them, only when the file name
-# carries this pytest's own tag and pytest writes checked-hash files.
+# Run by the measured interpreter itself (its magic number, its cache tag), isolated (-I);
+# pytest's rewritten modules by pytest's own rewriter (no config), only for this pytest's own tag
+# and only when it writes checked-hash files.
 _COMPILE = r"""
 import io, json, os, py_compile, sys
 from pathlib import Path
@@ -74,7 +66,6 @@ _TAG_QUERY = "import sys; print(sys.implementation.cache_tag or '')"
 
 
 class ProvenCache:
-    """A bytecode prefix of checked-hash `.pyc` files compiled by autoloop (see the module doc)."""
 
     def __init__(self, root: Path, interpreters: Sequence[str], env: Mapping[str, str]) -> None:
         self.root = root

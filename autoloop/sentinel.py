@@ -50,8 +50,7 @@ def _state(path: str, st: os.stat_result, cache: StatCache[bytes] | None) -> Fil
 
 
 def _read(path: str, st: os.stat_result, cache: StatCache[bytes] | None) -> bytes:
-    hit = cache.get(path, st) if cache is not None else None
-    if hit is not None:
+    if cache is not None and (hit := cache.get(path, st)) is not None:
         return hit
     at = time.time_ns()
     try:
