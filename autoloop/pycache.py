@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, NamedTuple, Sequence
 
+from autoloop.proc import run_captured
 from autoloop.walk import walk
 
 # PREFIX/<source folder>/<name>.<cache tag>[.opt-N].pyc, and pytest's assertion-rewritten
@@ -134,8 +135,6 @@ def _files(root: Path) -> dict[str, _Seen]:
 
 def _run(exe: str, code: str, stdin: str, env: Mapping[str, str], timeout: float) -> str:
     """The standard output of `code` run by `exe`, isolated, or "" when it failed."""
-    from autoloop.proc import run_captured   # registered: never mistaken for a leftover
-
     try:
         res = run_captured([exe, "-I", "-c", code], cwd=Path("/"), env=dict(env), timeout=timeout,
                            input=stdin.encode())

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
 from autoloop.program import Program, SandboxSpec, command_words
+from autoloop.proc import run_captured
 from autoloop.walk import inside
 
 _DAEMON_DIRS = ("/run/user", "/run/dbus", "/run/containerd", "/run/podman", "/run/docker", "/var/run/dbus")
@@ -44,9 +45,7 @@ class Bwrap:
 
     def probe(self) -> None:
         """Raise SandboxUnavailable unless a sandbox like the generator's can be made here."""
-        from autoloop.proc import run_captured   # registered: never mistaken for a leftover
-
-        if not sys.platform.startswith("linux"):
+            if not sys.platform.startswith("linux"):
             raise SandboxUnavailable("bwrap (bubblewrap) works on Linux only; use sandbox: none")
         if not self.exe:
             raise SandboxUnavailable("bwrap is not installed (not found on PATH); install bubblewrap "

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from autoloop.proc import run_captured
 from autoloop.walk import UNREADABLE, Entry, StatCache, entry_of, lstat_entry, walk
 
 __all__ = ["Changed", "NameTree", "StatTree", "Watch", "changed_paths", "is_injection", "lstat_entry",
@@ -146,8 +147,6 @@ def _current(tree: StatTree) -> dict[str, Entry]:
 
 def site_folders(python: str, env: dict[str, str] | None = None) -> list[Path]:
     """The site-packages folders (system, venv, user; existing or not) `python` reads."""
-    from autoloop.proc import run_captured   # registered: never mistaken for a leftover
-
     try:
         res = run_captured([python, "-I", "-c", _SITE_QUERY], env=env, timeout=_SITE_TIMEOUT_S)
         return [Path(p) for p in json.loads(res.stdout.decode().strip().splitlines()[-1]) if isinstance(p, str)]
