@@ -45,7 +45,7 @@ class Bwrap:
 
     def probe(self) -> None:
         """Raise SandboxUnavailable unless a sandbox like the generator's can be made here."""
-            if not sys.platform.startswith("linux"):
+        if not sys.platform.startswith("linux"):
             raise SandboxUnavailable("bwrap (bubblewrap) works on Linux only; use sandbox: none")
         if not self.exe:
             raise SandboxUnavailable("bwrap is not installed (not found on PATH); install bubblewrap "
