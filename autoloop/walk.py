@@ -9,7 +9,7 @@ import stat
 import sys
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable, Collection, Generic, Iterator, NamedTuple, TypeVar
+from typing import Any, Callable, Collection, Generic, NamedTuple, TypeVar
 
 # Timestamps tick coarsely (a jiffy on Linux; seconds on some filesystems): a file changed this
 # close to the moment it was read may change again without its stat data changing.

@@ -60,7 +60,7 @@ class StatTree:
     def _take(self) -> dict[str, Entry]:
         top = lstat_entry(str(self.root), self.dir_times)
         out = {} if top is None else {"": top}
-        if top is None or top.kind != "d":
+        if top is None or top.kind != "d" or self.cap <= len(out):
             return out
         for rel, full, st in walk(str(self.root), skip=self.skip, top_only=self.top_only,
                                   ordered=self.cap != sys.maxsize, limit=self.cap - 1):
