@@ -12,8 +12,6 @@ from typing import Iterable, NamedTuple, Union
 
 from autoloop.walk import StatCache, remove_tree, walk
 
-__all__ = ["Sentinel", "remove_tree"]
-
 _MAX_BYTES = 4 << 20     # a hooks folder or config bigger than this is not something we back up
 _MAX_CACHED = 10_000     # files come and go in a hooks folder: the cache is dropped beyond this
 

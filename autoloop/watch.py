@@ -18,9 +18,6 @@ from typing import Iterable, Sequence
 from autoloop.proc import run_captured
 from autoloop.walk import UNREADABLE, Entry, StatCache, entry_of, lstat_entry, walk
 
-__all__ = ["Changed", "NameTree", "StatTree", "Watch", "changed_paths", "is_injection", "lstat_entry",
-           "site_dirs", "site_folders"]
-
 _NAME = Entry("n", 0)       # a NameTree's entries: the name alone
 _SITE_QUERY = ("import json, site\n"
                "print(json.dumps([*getattr(site, 'getsitepackages', lambda: [])(), site.getusersitepackages()]))")
