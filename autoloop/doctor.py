@@ -123,7 +123,7 @@ def _sandbox(run: Run) -> Check:
 def _context(run: Run) -> Iterator[GenContext]:
     with tempfile.TemporaryDirectory(prefix="autoloop-doctor-") as tmp:
         scratch = Path(tmp)
-        yield preflight_context(run.program, scratch, env=envs.generator_env(run._env(0)),
+        yield preflight_context(run.program, scratch, env=envs.generator_env(run.env(0)),
                                 run_marker=run.marker, wrap=run.guard.wrap(scratch, workdir=scratch))
 
 

@@ -33,7 +33,7 @@ from autoloop.program import Program, command_words
 from autoloop.pycache import ProvenCache
 from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable, checkout_keep, tree_box
 from autoloop.scope_rules import IMPLICIT_FILES, module_shadow_regex
-from autoloop.sentinel import remove_tree
+from autoloop.sentinel import Sentinel, remove_tree
 from autoloop.snapshot import Change
 from autoloop.watch import Changed, NameTree, StatTree, Watch, changed_paths, is_injection, site_dirs
 from autoloop.workspace import Workspace, Worktree, git
@@ -138,7 +138,7 @@ class Guardrails:
                 out.append(root / rel)
         return out
 
-    def start(self, sentinel, lock_path: Path) -> None:  # type: ignore[no-untyped-def]
+    def start(self, sentinel: Sentinel, lock_path: Path, slots: int) -> None:
         self.sentinel = sentinel
         scratch = self._scratch_root()
         if scratch.is_dir():  # what a killed run left: old measurements' scratch, the warm cache
@@ -154,7 +154,7 @@ class Guardrails:
         self._own = StatTree(pkg, "autoloop's own code", skip=frozenset({"__pycache__"}))
         self._data = [StatTree(d.source, f"the read-only data {d.source}", cap=1_000_000) for d in self.program.data]
         verify = [StatTree.verification(self.ws.path.with_name(f"{self.ws.path.name}.verify-{slot}"))
-                  for slot in range(4)]
+                  for slot in range(slots)]
         programs = self._programs(base)
         for t in [*self._sites, self._own, *self._data, *programs]:
             t.carried = True
