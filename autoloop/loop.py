@@ -162,6 +162,37 @@ class Run:
                 proc.kill_marked(marker)
 
     def _run(self, lock_path: Path) -> RunSummary:
+        state = self.state
+        incumbent = self.open(lock_path)
+        started = time.monotonic()
+        if not self.journal.cycles():
+            self._baseline(incumbent)
+            trust.preload(statistics=needs_scipy(self.program, self.journal.cycles()),
+                          generator_kind=self.program.generator.kind)
+        ran = 0
+        try:
+            while not (reason := self._stop_reason(ran, started)):
+                limit = self.opt.cycles if self.opt.cycles is not None else self.program.stop.max_cycles
+                recs = run_round(state, state.workers if limit is None else max(1, min(state.workers, limit - ran)))
+                ran += len(recs)
+                self._backoff(recs[-1])
+            final = self._final_check()
+        except Interrupted:
+            state.restoring = True  # from here on only the way out: a further Ctrl-C waits
+            self.journal.append({"t": "end", "reason": "interrupted", "cycles_run": ran})
+            raise
+        self.ws.reset_hard(state.incumbent)
+        self.journal.append({"t": "end", "reason": reason, "cycles_run": ran})
+        self.opt.report("stop", {"reason": reason})
+        cycles = self.journal.cycles()
+        # "best" is the best measured: never a regression a person chose to keep (approve mode)
+        best = best_measured(cycles, self.program.verifier.direction, state.best)
+        return RunSummary(self.opt.tag, reason, ran, state.baseline, best, state.incumbent,
+                          sum(1 for c in cycles if c["status"] == "keep"), final)
+
+    def open(self, lock_path: Path) -> str:
+        """Attach to the branch and the ledger, make the trees and start watching; returns the
+        incumbent. Under the run's lock (`lock_path`), before the baseline."""
         state, ws, guard = self.state, self.ws, self.guard
         proc.kill_marked(self.marker, prefix=True)   # the run's and its workers' leftovers
         ws.clear_stale_locks()
@@ -173,7 +204,6 @@ class Run:
         self._attached = True
         for line in uncommitted_warnings(self.program, ws, incumbent):
             self.opt.report("warning", {"cycle": 0, "message": line})
-        started = time.monotonic()
         ws.open(incumbent)
         # lane k measures in slots 2k (and 2k+1 for the incumbent, unless the rule is plain)
         sides = (0,) if state.judge.plain else (0, 1)
@@ -201,33 +231,10 @@ class Run:
                                                    "attacks are only detected, see README (Not covered)"})
         # what autoloop imports later is loaded now, before any generator could have planted or
         # patched it (numpy/scipy only when this run computes statistics); a fresh run learns at
-        # cycle 0 whether its verifier is deterministic, so it looks again after the baseline
+        # cycle 0 whether its verifier is deterministic, so _run looks again after the baseline
         trust.preload(statistics=needs_scipy(self.program, self.journal.cycles()),
                       generator_kind=self.program.generator.kind)
-        if not self.journal.cycles():
-            self._baseline(incumbent)
-            trust.preload(statistics=needs_scipy(self.program, self.journal.cycles()),
-                          generator_kind=self.program.generator.kind)
-        ran = 0
-        try:
-            while not (reason := self._stop_reason(ran, started)):
-                limit = self.opt.cycles if self.opt.cycles is not None else self.program.stop.max_cycles
-                recs = run_round(state, state.workers if limit is None else max(1, min(state.workers, limit - ran)))
-                ran += len(recs)
-                self._backoff(recs[-1])
-            final = self._final_check()
-        except Interrupted:
-            state.restoring = True  # from here on only the way out: a further Ctrl-C waits
-            self.journal.append({"t": "end", "reason": "interrupted", "cycles_run": ran})
-            raise
-        ws.reset_hard(state.incumbent)
-        self.journal.append({"t": "end", "reason": reason, "cycles_run": ran})
-        self.opt.report("stop", {"reason": reason})
-        cycles = self.journal.cycles()
-        # "best" is the best measured: never a regression a person chose to keep (approve mode)
-        best = best_measured(cycles, self.program.verifier.direction, state.best)
-        return RunSummary(self.opt.tag, reason, ran, state.baseline, best, state.incumbent,
-                          sum(1 for c in cycles if c["status"] == "keep"), final)
+        return incumbent
 
     # ---- attaching to the branch and the ledger ------------------------------------------------
 

@@ -19,18 +19,7 @@ from autoloop.steps.verify import verify
 
 
 def run_round(state: RunState, k: int) -> list[Record]:
-    n0 = state.journal.next_cycle()
-    rnd = Round(n0, state.incumbent, state.best, [])
-    for i in range(k):
-        n = n0 + i
-        # write-ahead: every candidate of the round is in the ledger before anything runs
-        state.journal.append({"t": "begin", "cycle": n, "parent": rnd.incumbent,
-                              **({"worker": i, "round": n0} if state.parallel else {})})
-        env = state.env(n)
-        if state.parallel:
-            env.update(state.program.parallel.worker_env(i))
-            env["AUTOLOOP_WORKER"] = str(i)
-        rnd.cycles.append(Cycle(i, n, state.ws.gen_tree(i), env, state.worker_marker(i), state.log_dir(n)))
+    rnd = start_round(state, k)
     try:
         for step in (prepare, generate, scope, verify, decide):
             step(state, rnd)
@@ -40,6 +29,22 @@ def run_round(state: RunState, k: int) -> list[Record]:
         abort(state, rnd.incumbent, rnd.cycles, reason)
         raise
     return record(state, rnd)
+
+
+def start_round(state: RunState, k: int) -> Round:
+    """The round's cycles, each with its `begin` in the ledger (write-ahead: before anything runs)."""
+    n0 = state.journal.next_cycle()
+    rnd = Round(n0, state.incumbent, state.best, [])
+    for i in range(k):
+        n = n0 + i
+        state.journal.append({"t": "begin", "cycle": n, "parent": rnd.incumbent,
+                              **({"worker": i, "round": n0} if state.parallel else {})})
+        env = state.env(n)
+        if state.parallel:
+            env.update(state.program.parallel.worker_env(i))
+            env["AUTOLOOP_WORKER"] = str(i)
+        rnd.cycles.append(Cycle(i, n, state.ws.gen_tree(i), env, state.worker_marker(i), state.log_dir(n)))
+    return rnd
 
 
 def abort(state: RunState, incumbent: str, cycles: Sequence[Cycle], reason: str) -> None:
