@@ -146,8 +146,8 @@ class Run:
             executor.close()
 
     def preflight_generator(self, generator: Generator) -> str | None:
-        """Before the baseline: a generator that cannot start stops the run now
-        (FatalGeneratorError, exit 1), not as a gen_error every cycle. Returns its version."""
+        """A generator that cannot start stops the run before the baseline (FatalGeneratorError),
+        not as a gen_error every cycle. Returns its version."""
         check = getattr(generator, "preflight", None)
         if check is None:
             return None
@@ -253,7 +253,11 @@ class Run:
         if j.first_start() is None:
             raise RepoStateError(f"branch {ws.branch} exists but was not made by autoloop "
                                  f"(no ledger at {j.ledger}); use another --tag or delete the branch")
-        measured_with = self._baseline_verifier()
+        # the verifier of the last `start` before the first cycle (a run whose baseline failed
+        # may fix its verifier and go on under the same tag)
+        measured_with = None
+        for r in j.records[:next(i for i, r in enumerate(j.records) if r["t"] == "cycle")]:
+            measured_with = r.get("verifier") if r["t"] == "start" else measured_with
         if measured_with is not None and measured_with != verifier_fingerprint(self.program):
             raise UsageError(f"{self.program.path.name}: the verifier changed since run '{self.opt.tag}' "
                              "began, so its metrics are not comparable; start a new --tag")
@@ -317,19 +321,7 @@ class Run:
         self.state.incumbent = start
         return start
 
-    def _baseline_verifier(self) -> dict[str, Any] | None:
-        """The verifier the baseline was measured with (None before there is a baseline): a run
-        whose baseline failed may fix its verifier and go on under the same tag."""
-        fingerprint = None
-        for r in self.journal.records:
-            if r["t"] == "start":
-                fingerprint = r.get("verifier")
-            elif r["t"] == "cycle":
-                return fingerprint
-        return None
-
-    def _journal_start(self, incumbent: str) -> None:
-        """One `start` record per invocation; the first one marks the branch as ours."""
+    def _journal_start(self, incumbent: str) -> None:   # one per invocation; the first marks the branch ours
         rec = {"t": "start", "tag": self.opt.tag, "program": self.program.rel_path,
                "verifier": verifier_fingerprint(self.program), "incumbent": incumbent,
                "worktree": str(self.ws.path), "sandbox": "none" if self.guard.unsandboxed else "bwrap"}

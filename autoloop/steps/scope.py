@@ -12,6 +12,9 @@ from autoloop.snapshot import diff
 
 def scope(state: RunState, rnd: Round) -> None:
     state.phase(rnd, "scope")
+    if len(rnd.cycles) == 1:
+        _check(state, rnd.cycles[0], rnd.incumbent, "")   # its own check names what changed
+        return
     shared = _shared(state, rnd)
     if shared or not state.guard.outside_clean():
         # the first check undoes what changed outside the trees: one at a time
@@ -22,7 +25,6 @@ def scope(state: RunState, rnd: Round) -> None:
 
 
 def _shared(state: RunState, rnd: Round) -> str:
-    k = len(rnd.cycles)
     assert state.sentinel is not None
     what = []
     if state.sentinel.changed():
@@ -31,9 +33,9 @@ def _shared(state: RunState, rnd: Round) -> str:
         what.append("the journal")
     if state.ws.branch_head() != rnd.incumbent:
         what.append(f"the run branch {state.ws.branch}")
-    if not what or k == 1:
-        return ""   # one worker: its own check names it
-    return (f"{' and '.join(what)} changed while {k} generators ran at once; no candidate of "
+    if not what:
+        return ""
+    return (f"{' and '.join(what)} changed while {len(rnd.cycles)} generators ran at once; no candidate of "
             "this round can be trusted")
 
 
