@@ -54,9 +54,7 @@ def violation(problems: Sequence[str], changed: list[str]) -> Outcome:
 
 
 @dataclass
-class Cycle:
-    """One candidate: worker `worker`'s cycle `n`, from generation to its record."""
-
+class Cycle:   # one candidate: worker `worker`'s cycle `n`, from generation to its record
     worker: int
     n: int
     tree: Worktree
@@ -89,9 +87,7 @@ class Round:
 
 
 @dataclass
-class RunState:
-    """Everything the steps share; only the main thread changes the fields below `sentinel`."""
-
+class RunState:   # everything the steps share; only the main thread changes the fields below `sentinel`
     program: Program
     tag: str
     report: Reporter
@@ -132,8 +128,7 @@ class RunState:
         if self.signal is not None:
             raise Interrupted("interrupted")
 
-    def env(self, n: int) -> dict[str, str]:
-        # git's location variables go at every use: generator_env and the measurement's scrub
+    def env(self, n: int) -> dict[str, str]:   # GIT_DIR & co. go at each use (generator_env, the scrub)
         return {**os.environ, "AUTOLOOP_CYCLE": str(n), "AUTOLOOP_TAG": self.tag}
 
     def worker_marker(self, worker: int) -> str:

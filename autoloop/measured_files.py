@@ -32,44 +32,44 @@ def _split(command: str) -> list[str]:
         return command.split()
 
 
-def all_words(command: str, depth: int = 4) -> list[str]:
-    """The words of a command line and, recursively, of the command string a shell is given
-    (`bash -c '… score.py'`), with shell operators split off and `--opt=value` values included:
-    a path named anywhere in it is a path it may run. Code given to an interpreter (`python -c
-    "…"`) is not a command line and is not split."""
+def _walk(command: str, depth: int = 4) -> list[tuple[str, bool]]:
+    """(word, starts a command) for the words of a command line and, recursively, of the command
+    string a shell or `eval` is given, shell operators split off."""
     words = _split(command)
-    out: list[str] = []
-    shell = False
+    out: list[tuple[str, bool]] = []
+    head, shell = True, False
     for i, w in enumerate(words):
-        out.append(w)
-        if w.startswith("-") and "=" in w:
-            out.append(w.split("=", 1)[1])
         if set(w) <= _OPERATOR:
-            shell = False          # the next command starts
-        elif os.path.basename(w) in _SHELLS or w == "eval":
+            out.append((w, False))
+            head, shell = True, False          # the next command starts
+            continue
+        starts = head and not _ASSIGN.fullmatch(w)
+        out.append((w, starts))
+        if starts:
+            head = w in _LAUNCHERS
+        if os.path.basename(w) in _SHELLS or w == "eval":
             shell = True
             if w == "eval" and depth > 0:
-                out += all_words(" ".join(words[i + 1:]), depth - 1)
+                out += _walk(" ".join(words[i + 1:]), depth - 1)
         elif shell and depth > 0 and i > 0 and _SHELL_C.fullmatch(words[i - 1]):
-            out += all_words(w, depth - 1)
+            out += _walk(w, depth - 1)
     return out
 
 
-def command_heads(command: str, depth: int = 4) -> list[str]:
+def all_words(command: str) -> list[str]:
+    """Every word of a command line, inside `bash -c '… score.py'` too, and `--opt=value` values:
+    a path named anywhere in it is a path it may run. Code given to an interpreter (`python -c
+    "…"`) is not a command line and is not split."""
+    out: list[str] = []
+    for w, _ in _walk(command):
+        out += [w, w.split("=", 1)[1]] if w.startswith("-") and "=" in w else [w]
+    return out
+
+
+def command_heads(command: str) -> list[str]:
     """The programs a command line starts: the first word of each of its commands (and of the
     word after `env`/`exec`/`uv run`, past VAR=value), also inside `sh -c '…'`."""
-    out: list[str] = []
-    head, shell = True, False
-    words = _split(command)
-    for i, w in enumerate(words):
-        if set(w) <= _OPERATOR:
-            head, shell = True, False
-        elif head and not _ASSIGN.fullmatch(w):
-            out.append(w)
-            head, shell = w in _LAUNCHERS, os.path.basename(w) in _SHELLS
-        elif shell and depth > 0 and _SHELL_C.fullmatch(words[i - 1]):
-            out += command_heads(w, depth - 1)
-    return out
+    return [w for w, starts in _walk(command) if starts]
 
 
 def _commands(program: Program) -> list[str]:
