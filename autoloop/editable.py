@@ -25,6 +25,7 @@ from typing import Sequence
 from urllib.parse import unquote, urlparse
 
 from autoloop.program import Program
+from autoloop.proc import run_captured
 
 _SITE_QUERY = ("import json, site, sys\n"
                "paths = list(getattr(site, 'getsitepackages', lambda: [])())\n"
@@ -47,8 +48,7 @@ class Installation:
 def site_folders(python: str, env: dict[str, str] | None = None) -> list[Path]:
     """The site-packages folders `python` reads (asked once: ~20 ms)."""
     try:
-        res = subprocess.run([python, "-I", "-c", _SITE_QUERY], capture_output=True, timeout=30,
-                             stdin=subprocess.DEVNULL, env=env)
+        res = run_captured([python, "-I", "-c", _SITE_QUERY], timeout=30, env=env)
         paths = json.loads(res.stdout.decode().strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return []

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Sequence
 
 from autoloop.program import Program, SandboxSpec, command_words
+from autoloop.proc import run_captured
 
 # Hidden when the network is on: ways to have a process started outside the sandbox.
 _DAEMON_DIRS = ("/run/user", "/run/dbus", "/run/containerd", "/run/podman", "/run/docker",
@@ -68,7 +69,7 @@ class Bwrap:
                                      "bubblewrap) or use sandbox: none")
         argv = [self.exe, *self._base(self.spec.network), "--", "/bin/sh", "-c", "exit 0"]
         try:
-            res = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
+            res = run_captured(argv, timeout=30)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise SandboxUnavailable(f"cannot run {self.exe}: {exc}") from None
         if res.returncode != 0:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from autoloop.snapshot import _RACY_NS
+from autoloop.proc import run_captured
 
 Stat = tuple  # (kind, mode, size, mtime_ns, ctime_ns, ino, link target)
 
@@ -290,8 +291,7 @@ def site_dirs(interpreters: Sequence[str], env: dict[str, str]) -> list[Path]:
             continue
         seen.add(os.path.realpath(exe))
         try:
-            res = subprocess.run([exe, "-I", "-c", _SITE_QUERY], capture_output=True, timeout=20,
-                                 stdin=subprocess.DEVNULL, env=env)
+            res = run_captured([exe, "-I", "-c", _SITE_QUERY], timeout=20, env=env)
             add(json.loads(res.stdout.decode().strip().splitlines()[-1]))
         except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
             continue
