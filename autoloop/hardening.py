@@ -26,7 +26,8 @@ from autoloop.program import Program
 from autoloop.pycache import ProvenCache
 from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable, checkout_keep, tree_box
 from autoloop.scope_rules import IMPLICIT_FILES, module_shadow_regex
-from autoloop.sentinel import Sentinel, remove_tree
+from autoloop.sentinel import Sentinel
+from autoloop.walk import remove_tree
 from autoloop.snapshot import Change
 from autoloop.watch import Changed, NameTree, StatTree, Watch, changed_paths, is_injection, site_dirs
 from autoloop.workspace import Workspace, Worktree, git
@@ -125,11 +126,11 @@ class Guardrails:
         self.sentinel = sentinel
         if self._scratch.is_dir():  # what a killed run left: old measurements' scratch, the warm cache
             for old in self._scratch.iterdir():
-                _remove(old)
+                remove_tree(old, quiet=True)
         self._lock_path, self._lock_id = lock_path, _identity(lock_path)
         base = envs.scrubbed(os.environ, scratch=self._scratch / "probe")
         sites = site_dirs(named_interpreters(self.program), base)
-        _remove(self._scratch / "probe")
+        remove_tree(self._scratch / "probe", quiet=True)
         self._sites = [StatTree(d, f"the Python installation ({d})", top_only=True) for d in sites]
         self._own = StatTree(Path(__file__).resolve().parent, "autoloop's own code", skip=frozenset({"__pycache__"}))
         self._data = [StatTree(d.source, f"the read-only data {d.source}", cap=DATA_WATCH_CAP) for d in self.program.data]
@@ -469,7 +470,7 @@ class Guardrails:
             link = tree / d.target
             if link.is_symlink() and os.readlink(link) == str(d.source):
                 continue
-            _remove(link)
+            remove_tree(link, quiet=True)
             link.parent.mkdir(parents=True, exist_ok=True)
             os.symlink(d.source, link)
 
@@ -490,16 +491,6 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
-
-
-def _remove(path: Path) -> None:
-    try:
-        if path.is_symlink() or not path.is_dir():
-            path.unlink(missing_ok=True)
-        else:
-            remove_tree(path)
-    except OSError:
-        pass
 
 
 __all__ = ["Guardrails", "Tampered", "changed_paths"]
