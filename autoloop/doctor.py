@@ -129,7 +129,7 @@ def _generator(run: Run) -> Iterator[Check]:
         return
     with tempfile.TemporaryDirectory(prefix="autoloop-doctor-") as tmp:
         scratch = Path(tmp)
-        ctx = preflight_context(run.program, scratch, env=envs.generator_env(run._env(0)),
+        ctx = preflight_context(run.program, scratch, env=envs.generator_env(run.env(0)),
                                 run_marker=run.marker, wrap=run.guard.wrap(scratch, workdir=scratch))
         try:
             known, detail = status(ctx)

@@ -30,6 +30,8 @@ from autoloop.snapshot import RACY_NS, Change, Entry, Snapshot, Snapshotter, dif
 from autoloop.watch import StatTree, lstat_entry
 
 BRANCH_PREFIX = "autoloop/"
+# verification trees a run keeps at least (a lane of parallel.verify uses two: candidate, incumbent)
+VERIFY_SLOTS = 4
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -863,7 +865,7 @@ class Workspace(Worktree):
             self._verify_trees[slot] = tree
         return tree
 
-    def drop_verify_trees(self, keep: set[int], upto: int = 4) -> None:
+    def drop_verify_trees(self, keep: set[int], upto: int = VERIFY_SLOTS) -> None:
         """Remove the verification trees of slots not in `keep` (below `upto`): the cycles of
         this run do not measure there, and the generators' watch of a tree that is not there
         costs nothing (one that appears is still seen). A slot needed later (the end-of-run
@@ -891,7 +893,7 @@ class Workspace(Worktree):
     def clear_stale_locks(self) -> None:
         (self.common_dir / (self.ref + ".lock")).unlink(missing_ok=True)
         super().clear_stale_locks()
-        for slot in range(4):
+        for slot in range(VERIFY_SLOTS):
             Worktree(self.repo_root, self.common_dir,
                      self.path.with_name(f"{self.path.name}.verify-{slot}")).clear_stale_locks()
 
