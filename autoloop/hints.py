@@ -83,6 +83,25 @@ def uncommitted_module_hint(program: Program, output: str) -> str:
     return ""
 
 
+# `/bin/sh: 1: .venv/bin/python: not found`, `bash: ./run.sh: No such file or directory`
+_SHELL_MISSING = re.compile(r"^\S*sh: (?:line )?\d*:? ?([^\s:/][^\s:]*): (?:not found|No such file or directory)$",
+                            re.MULTILINE)
+
+
+def missing_path_hint(program: Program, output: str) -> str:
+    """When the shell could not find a relative path the checkout has (an ignored `.venv/`, an
+    untracked script): measurements run in a tree of the committed files, so say which path
+    and the two fixes (else "")."""
+    for rel in dict.fromkeys(reversed(_SHELL_MISSING.findall(output))):
+        path = program.repo_root / rel
+        if rel.startswith(("../", "~")) or not path.exists():
+            continue
+        return (f" ({rel} is in your checkout, but measurements run in a tree of the committed "
+                f"files, which does not have it: commit it, or name it by its absolute path "
+                f"{shlex.quote(str(path))})")
+    return ""
+
+
 def root_hint(program: Program, output: str) -> str:
     """When a command failed on a missing file and program.md is not at the repository root:
     commands run from the root, say so with the fix (else "")."""

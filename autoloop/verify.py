@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from autoloop import proc
-from autoloop.hints import near_miss, plain, root_hint, uncommitted_module_hint
+from autoloop.hints import missing_path_hint, near_miss, plain, root_hint, uncommitted_module_hint
 from autoloop.metric import (GuardResult, Measurement, MetricError, metric_line_regex,  # noqa: F401 (re-exported)
                              parse_metric, parse_metric_text)
 from autoloop.program import HoldoutSpec, Program, VerifierSpec
@@ -47,7 +47,8 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
         stem = res.stdout_path.with_suffix("")
         said = "" if res.ok else res.stderr_tail() + "\n" + res.stdout_tail()
         why = None if res.ok else \
-            failure_summary(res, box) + root_hint(program, said) + uncommitted_module_hint(program, said)
+            failure_summary(res, box) + root_hint(program, said) + uncommitted_module_hint(program, said) \
+            + missing_path_hint(program, said)
         if step.guard:
             guards.append(GuardResult(step.name, res.ok, why or res.describe(), stem, res.duration_s))
             if why:

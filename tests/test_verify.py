@@ -519,6 +519,20 @@ def test_missing_module_that_the_checkout_has_names_the_file_to_commit(tmp_path:
     assert other.error == "exit 1: ModuleNotFoundError: No module named 'pkg.other'"
 
 
+def test_shell_not_finding_a_path_the_checkout_has_names_it(tmp_path: Path) -> None:
+    # unsandboxed, an ignored .venv/ at the top of the checkout is not in the measured tree
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").write_text("")
+    m = run_measure(tmp_path, program(tmp_path, "echo 'val_loss: 1'", [("tests", ".venv/bin/python -m pytest")]))
+    assert m.failed_guard is not None
+    assert m.failed_guard.detail.endswith(
+        "not found (.venv/bin/python is in your checkout, but measurements run in a tree of the committed "
+        f"files, which does not have it: commit it, or name it by its absolute path {tmp_path}/.venv/bin/python)"), \
+        m.failed_guard.detail
+    other = run_measure(tmp_path, program(tmp_path, "echo 'val_loss: 1'", [("tests", "nope/bin/python -m pytest")]))
+    assert other.failed_guard is not None and other.failed_guard.detail.endswith("nope/bin/python: not found")
+
+
 def test_guards_stop_at_first_failure(tmp_path: Path) -> None:
     flag = tmp_path / "second-guard-ran"
     m = run_measure(tmp_path, program(tmp_path, "echo 'val_loss: 1'",
