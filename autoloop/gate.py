@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import statistics
 import tempfile
 import time
@@ -26,11 +25,13 @@ from typing import Any, Callable, Sequence
 
 from autoloop import proc
 from autoloop import stats
+from autoloop.envs import git_scrubbed
 from autoloop.errors import AutoloopError, UsageError
 from autoloop.numbers import num as fmt, plain_pct, signed_pct
 from autoloop.program import Program
 from autoloop.sandbox import Confinement, tree_box
 from autoloop.verify import measure, sandbox_outside_run, steps
+from autoloop.walk import remove_tree
 from autoloop.workspace import GitError, Worktree, git
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BASE_BROKEN = 0, 1, 2, 3
@@ -186,13 +187,11 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
             if t.path.exists():
                 git(repo, "worktree", "remove", "--force", str(t.path), check=False)
         git(repo, "worktree", "prune", check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(Path(tmp), quiet=True)
 
 
 def _verifier_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
-                        "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES")}
+    env = git_scrubbed(os.environ)
     env["AUTOLOOP_GATE"] = "1"
     return env
 

@@ -9,6 +9,8 @@ import stat
 from pathlib import Path
 from typing import IO
 
+from autoloop.walk import remove_tree
+
 TAIL_BYTES = 8192
 
 
@@ -51,7 +53,7 @@ def fresh_log(path: Path) -> IO[bytes]:
     for _ in range(8):
         try:
             if stat.S_ISDIR(os.lstat(path).st_mode):
-                shutil.rmtree(path, ignore_errors=True)
+                remove_tree(path, quiet=True)
             else:
                 os.unlink(path)
         except FileNotFoundError:
