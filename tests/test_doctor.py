@@ -173,3 +173,14 @@ def test_what_a_failing_guard_said_is_quoted_without_terminal_escapes(make_repo)
     assert state == "FAIL" and "\x1b" not in detail, repr(detail)
     assert " ".join(detail.split()[:9]) == "tests fails on HEAD (exit 2: 5 errors in" and detail.endswith(
         "it said: 5 errors in 0.61s"), repr(detail)
+
+
+def test_allowed_entry_that_can_match_nothing_is_a_warning(make_repo) -> None:  # type: ignore[no-untyped-def]
+    repo = _repo(make_repo)
+    text = (repo / "program.md").read_text().replace("allowed: [val.txt]", "allowed: [val.txt, \"src/**\"]")
+    (repo / "program.md").write_text(text)
+    res = run_cli("doctor", cwd=repo)
+    assert res.returncode == 0, res.stdout + res.stderr          # a warning does not stop a run
+    assert _lines(res.stdout)["program"] == ("warn", "program.md:3: allowed entry 'src/**': its folder 'src' "
+                                             "does not exist: changes to the files you mean would be refused "
+                                             "as violations; paths are relative to the repository root")
