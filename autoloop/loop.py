@@ -24,12 +24,13 @@ from autoloop.generators.registry import make_generator
 from autoloop.globs import PathRules
 from autoloop.hardening import Guardrails, Tampered
 from autoloop.journal import Journal, Record, escape_controls, pct, quote_path
-from autoloop.numbers import formatter, num as fmt, signed_pct
-from autoloop.judge import Judge, final_estimate, final_text, needs_scipy
+from autoloop.numbers import num as fmt, signed_pct
+from autoloop.decide.end import final_estimate, final_text, needs_scipy
+from autoloop.measure import Judge, judge_one
 from autoloop.memory import near_duplicate
 from autoloop.program import Program
 from autoloop.prompt import build_prompt
-from autoloop.ratchet import better, reached
+from autoloop.ratchet import reached
 from autoloop.redact import Redactor
 from autoloop.scope_rules import ScopeRules, library_shadow
 from autoloop.snapshot import Change, diff
@@ -456,7 +457,7 @@ class Run:
         log_dir = self._log_dir(0)
         self.journal.append({"t": "begin", "cycle": 0, "parent": incumbent})
         try:
-            # the starting commit measured (twice at least: the noise calibration), judge.py,
+            # the starting commit measured (twice at least: the noise calibration), decide/baseline.py,
             # each run through the guardrails like every later measurement
             def calibrate() -> Any:
                 b = self.judge.baseline(incumbent, log_dir, self._env(0))
@@ -744,28 +745,9 @@ class Run:
         return None
 
     def _decide(self, m: Measurement, changed: list[str]) -> _Outcome:
-        v = self.program.verifier
-        name = v.label
-        if not m.guards_ok:
-            g = m.failed_guard
-            assert g is not None
-            return _Outcome("guard_fail", f"guard '{g.name}' failed: {g.detail}",
-                            f"guard_fail: {g.name}: {g.detail}", changed=changed, measurement=m)
-        if m.metric is None:
-            return _Outcome("crash", f"crash: {m.error}", f"crash: {m.error}", changed=changed, measurement=m)
-        best = self.best
-        assert best is not None
-        fmt = formatter([best, m.metric])   # two values that differ must print differently
-        if better(v.direction, m.metric, best):
-            d = pct(best, m.metric)
-            gain = f" ({signed_pct(d)})" if d is not None else ""
-            return _Outcome("keep", f"kept: {name} {fmt(best)} → {fmt(m.metric)}{gain}",
-                            f"keep: {name} {fmt(best)} → {fmt(m.metric)}{gain}",
-                            metric=m.metric, changed=changed, measurement=m)
-        verdict = f"{fmt(m.metric)} ties best {fmt(best)}" if m.metric == best \
-            else f"{fmt(m.metric)} is worse than best {fmt(best)}"
-        return _Outcome("discard", f"discarded: {verdict}", f"discard: {name} {verdict}",
-                        metric=m.metric, changed=changed, measurement=m)
+        assert self.best is not None
+        v = judge_one(self.program, m, self.best)   # the decide step's one strict rule
+        return _Outcome(v.status, v.lesson, v.result, metric=v.metric, changed=changed, measurement=m)
 
     def _verify_and_decide(self, n: int, candidate: str, incumbent: str, best_before: float | None,
                            log_dir: Path, files: list[str]) -> _Outcome:
