@@ -144,7 +144,7 @@ def run_tune(obj: Objective, seed: int, n: int, **engine_options: Any) -> list[f
     rng = random.Random(f"noise:{seed}")
     engine = Engine([m.param for m in obj.markers], "minimize", seed, **engine_options)
     start = obj.start()
-    seen = [Observation(start, obj.measure(start, rng))]
+    seen = [Observation(start, obj.measure(start, rng), proposed=False)]
     curve = []
     for _ in range(n):
         point = engine.propose(seen)[0]
@@ -226,10 +226,10 @@ METHODS: dict[str, Callable[[Objective, int, int], list[float]]] = {
     "Optuna TPE": lambda o, s, n: run_optuna(o, s, n, "tpe"),
     "Optuna random": lambda o, s, n: run_optuna(o, s, n, "random"),
 }
-# --variants: the engine settings tune's defaults were chosen among (tune_engine.N_STARTUP, MULTIVARIATE)
+# --variants: the engine settings tune's defaults were chosen among (tune_engine: N_STARTUP, MULTIVARIATE, with_start)
 VARIANTS: dict[str, Callable[[Objective, int, int], list[float]]] = {
-    "tune, 10 random first (Optuna's default)": lambda o, s, n: run_tune(o, s, n, n_startup=10),
-    "tune, 3 random first": lambda o, s, n: run_tune(o, s, n, n_startup=3),
+    "tune, your values in TPE's model": lambda o, s, n: run_tune(o, s, n, with_start=True),
+    "tune, 5 random first": lambda o, s, n: run_tune(o, s, n, n_startup=5),
     "tune, univariate TPE": lambda o, s, n: run_tune(o, s, n, multivariate=False),
 }
 

@@ -463,7 +463,9 @@ def test_a_persons_skip_is_not_a_measurement_but_a_crash_is(tmp_path: Path) -> N
     program = make_program(tmp_path)
     gen = TuneGenerator(program.generator, program)
     engine = gen.engine(gen.markers)
-    assert engine._usable(seen)[1] == ({"train.py:X": 0.9}, 3.0)   # the crash scored as the worst
+    # the crash scored as the worst; the user's values measured but kept out of TPE's model
+    assert [o.proposed for o in seen] == [False, True, True]
+    assert engine._usable(seen) == [({"train.py:X": 0.9}, 3.0), ({"train.py:X": 0.7}, 3.0)]
 
 
 def test_a_kept_regression_is_not_called_best(tmp_path: Path) -> None:

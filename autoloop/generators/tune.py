@@ -224,12 +224,15 @@ def observations(history: Sequence[Mapping[str, Any]], current: Mapping[str, Val
     samples: dict[Any, list[float]] = {}
     configs: dict[Any, Mapping[str, Value]] = {}         # in the order first measured
     failed: set[Any] = set()
+    starts: set[Any] = set()      # incumbents tune did not propose (the user's values, ...)
     pending: list[float] = []     # the incumbent's value before the ledger names its config
 
-    def add(config: Mapping[str, Value], values: Sequence[float] | None) -> None:
+    def add(config: Mapping[str, Value], values: Sequence[float] | None, proposed: bool = True) -> None:
         key = canonical(config)
         if key not in configs and (values is None or values):
             configs[key] = config
+            if not proposed:
+                starts.add(key)
             if values is None:       # the first measurement decides: failed or measured
                 failed.add(key)
         if key not in failed and values:
@@ -248,15 +251,15 @@ def observations(history: Sequence[Mapping[str, Any]], current: Mapping[str, Val
             continue
         batches = [b for b in (record.get("stats") or {}).get("batches") or [] if isinstance(b, Mapping)]
         if isinstance(before, Mapping):
-            add(before, pending + [float(x) for b in batches for x in b.get("a") or []])
+            add(before, pending + [float(x) for b in batches for x in b.get("a") or []], False)
             pending = []
         if status in ("crash", "guard_fail"):
             add(config, None)
         elif metric is not None and status in ("keep", "discard"):
             add(config, [float(x) for b in batches for x in b.get("b") or []] or [float(metric)])
     if pending:
-        add(current, pending)
-    return [Observation(dict(c), None if k in failed else statistics.median(samples[k]))
+        add(current, pending, False)
+    return [Observation(dict(c), None if k in failed else statistics.median(samples[k]), k not in starts)
             for k, c in configs.items()]
 
 
@@ -303,7 +306,7 @@ class TuneGenerator:
         current = {m.key: m.value for m in markers}
         seen = observations(ctx.history, current)
         if ctx.best is not None and not any(canonical(o.config) == canonical(current) for o in seen):
-            seen.append(Observation(current, float(ctx.best)))   # a ledger without a baseline record
+            seen.append(Observation(current, float(ctx.best), False))   # a ledger without a baseline record
         try:
             worker = max(0, int(ctx.env.get("AUTOLOOP_WORKER", "0")))
         except ValueError:

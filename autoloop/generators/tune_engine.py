@@ -19,10 +19,9 @@ from typing import Any, Mapping, Sequence
 Value = float | str
 Config = Mapping[str, Value]
 
-# Random points TPE takes before it models the space, the user's starting values included.
-# Optuna's default is 10; 5 was as good or better in every column of benchmarks/tune_search.py
-# (100 seeds of each synthetic objective; `--engine n_startup=10` to compare).
-N_STARTUP = 5
+# Random points TPE takes before it models the space: Optuna's default; 5 and 3 were worse on
+# the categorical mix (benchmarks/tune_search.py --variants, 100 seeds).
+N_STARTUP = 10
 # Multivariate TPE (Optuna 5's default for one objective): it models the parameters jointly,
 # which follows a curved valley; univariate lost there (`--engine multivariate=0`).
 MULTIVARIATE = True
@@ -95,13 +94,17 @@ class Param:
 class Observation:
     config: Config
     value: float | None        # None: measured and failed (crash, guard failure)
+    # False for a point tune did not propose (your starting values, another generator's keep):
+    # never proposed again, but kept out of TPE's model — one hand-picked point among TPE's own
+    # draws skews its densities (benchmarks/tune_search.py --engine with_start=1)
+    proposed: bool = True
 
 
 @dataclass(frozen=True)
 class Suggestion:
     config: dict[str, Value]
     how: str                   # start (TPE's random start) | model (TPE) | random (TPE repeated itself)
-    n_observed: int
+    n_observed: int            # measurements it was chosen from (your starting values included)
 
 
 def canonical(config: Config) -> tuple[tuple[str, Value], ...]:
@@ -118,9 +121,9 @@ class Engine:
     """Proposes the next configuration(s) from what was measured."""
 
     def __init__(self, space: Sequence[Param], direction: str, seed: int | None,
-                 n_startup: int = N_STARTUP, multivariate: bool = MULTIVARIATE) -> None:
+                 n_startup: int = N_STARTUP, multivariate: bool = MULTIVARIATE, with_start: bool = False) -> None:
         self.space, self.direction, self.seed = tuple(space), direction, seed
-        self.n_startup, self.multivariate = n_startup, multivariate
+        self.n_startup, self.multivariate, self.with_start = n_startup, multivariate, with_start
 
     def _usable(self, observations: Sequence[Observation]) -> list[tuple[dict[str, Value | int], float]]:
         """Observations that fit today's space, failures scored as the worst value measured:
@@ -131,7 +134,7 @@ class Engine:
         out = []
         for o in observations:
             value = o.value if o.value is not None else worst
-            if value is not None and set(o.config) == set(keys) \
+            if value is not None and (o.proposed or self.with_start) and set(o.config) == set(keys) \
                     and all(keys[k].contains(v) for k, v in o.config.items()):
                 out.append(({k: keys[k].native(v) for k, v in o.config.items()}, float(value)))
         return out
@@ -174,7 +177,7 @@ class Engine:
             if config is None:
                 break
             seen.add(canonical(config))
-            out.append(Suggestion(config, how, len(usable)))
+            out.append(Suggestion(config, how, len(observations)))
         return out
 
     def _random_unmeasured(self, rng: random.Random, seen: set[Any]) -> dict[str, Value] | None:
