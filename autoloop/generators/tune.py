@@ -81,9 +81,7 @@ def _fmt(x: float, is_int: bool, *, yaml: bool = False) -> str:
 
 
 def _number(text: str) -> float | None:
-    if not re.fullmatch(_NUM, text):
-        return None
-    value = float(text)
+    value = float(text) if re.fullmatch(_NUM, text) else math.nan
     return value if math.isfinite(value) else None
 
 
@@ -192,8 +190,7 @@ def candidate_files(root: Path, rules: PathRules,
 
 def scan_markers(root: Path, files: Iterable[str]) -> list[Marker]:
     """Markers of every file, in path order; raises MarkerError listing every bad one."""
-    markers: list[Marker] = []
-    errors: list[str] = []
+    markers, errors = list[Marker](), list[str]()
     for rel in files:
         try:
             data = b"" if (root / rel).stat().st_size > _MAX_SCAN_BYTES else (root / rel).read_bytes()
@@ -201,8 +198,7 @@ def scan_markers(root: Path, files: Iterable[str]) -> list[Marker]:
         except (OSError, UnicodeDecodeError):
             continue  # unreadable or binary: no marker we could rewrite safely
         found, bad = parse_markers(text, rel)
-        markers += found
-        errors += bad
+        markers, errors = markers + found, errors + bad
     if errors:
         raise MarkerError("\n".join(errors))
     return markers
@@ -263,16 +259,12 @@ def observations(history: Sequence[Mapping[str, Any]], current: Mapping[str, Val
             for k, c in configs.items()]
 
 
-# --------------------------------------------------------------------------- the generator
-
-
 class TuneGenerator:
     """Offline tuner of `# tune:` constants; deterministic given (spec.seed, history, worker)."""
 
     def __init__(self, spec: GeneratorSpec, program: Program) -> None:
         self.spec, self.program, self.seed = spec, program, spec.seed
-        # program.md is never editable, whatever the globs say; the loop adds its own files to
-        # ctx.is_allowed at propose time.
+        # program.md is never editable; the loop adds its own files to ctx.is_allowed at propose time
         self.rules = PathRules(program.allowed, program.forbidden, {program.rel_path: "program"})
         try:
             self.markers = tuple(self.current_markers(program.repo_root))

@@ -25,8 +25,7 @@ N_STARTUP = 10
 # Multivariate TPE (Optuna 5's default for one objective): it models the parameters jointly,
 # which follows a curved valley; univariate lost there (`--engine multivariate=0`).
 MULTIVARIATE = True
-# How often a point TPE proposes may turn out to be measured already before tune takes a random
-# unmeasured one instead (ints and categoricals repeat; floats practically never).
+# Measured points TPE may propose before tune takes a random unmeasured one (ints, categoricals).
 _RETRIES = 24
 
 
@@ -94,9 +93,8 @@ class Param:
 class Observation:
     config: Config
     value: float | None        # None: measured and failed (crash, guard failure)
-    # False for a point tune did not propose (your starting values, another generator's keep):
-    # never proposed again, but kept out of TPE's model — one hand-picked point among TPE's own
-    # draws skews its densities (benchmarks/tune_search.py --engine with_start=1)
+    # False for a point tune did not propose (your starting values, another generator's keep): not
+    # proposed again, but out of TPE's model, whose densities it skews (tune_search.py --variants)
     proposed: bool = True
 
 
