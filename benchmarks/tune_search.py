@@ -15,12 +15,13 @@ In-process (the default), `tune` is its proposal engine (autoloop.generators.tun
 parsed from the markers, the ledger's observations, the same Engine the generator calls) fed
 by the objective instead of the verifier; the baseline (the user's starting values) is its
 observation 0, and "after N" counts the N cycles after it, as `autoloop run --cycles N` does.
-Optuna TPE (its defaults) and random search get N trials and no baseline. On `noisy` every
-method sees noisy values; the number reported is the noise-free value of the point each would
-keep (its best observed). `--cli K` also runs K seeds of `tune` through the real CLI on a copy
-of each objective (on `noisy` with `accept: paired`, so the ratchet keeps only what the paired
-rule accepts) and reports the best measured (quickstart) / the noise-free value of the final
-incumbent (noisy).
+Optuna TPE (its defaults) and random search get N trials and no baseline. Every method gets the
+same seeds. On the deterministic objectives a cell is the best value measured. On `noisy` every
+method runs inside a ratchet whose keep rule is autoloop's paired rule (`ratchet` below): a cell
+is the noise-free value of the incumbent it leaves. Cells are mean ± standard error over seeds.
+`--cli K` also runs K seeds of `tune` through the real CLI on a copy of each objective (on
+`noisy` with `accept: paired`) and reports the best measured (quickstart) / the noise-free value
+of the final incumbent (noisy).
 
 The machine is shared and noisy for timing; the search results do not depend on timing.
 """
@@ -229,7 +230,7 @@ METHODS: dict[str, Callable[[Objective, int, int], list[float]]] = {
 # --variants: the engine settings tune's defaults were chosen among (tune_engine: N_STARTUP, MULTIVARIATE, with_start)
 VARIANTS: dict[str, Callable[[Objective, int, int], list[float]]] = {
     "tune, your values in TPE's model": lambda o, s, n: run_tune(o, s, n, with_start=True),
-    "tune, 5 random first": lambda o, s, n: run_tune(o, s, n, n_startup=5),
+    "tune, 10 random first (Optuna's default)": lambda o, s, n: run_tune(o, s, n, n_startup=10),
     "tune, univariate TPE": lambda o, s, n: run_tune(o, s, n, multivariate=False),
 }
 
@@ -343,6 +344,7 @@ def _engine_variant(spec: str) -> Callable[[Objective, int, int], list[float]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds FIRST..FIRST+SEEDS-1 (fresh seeds check a choice)")
     ap.add_argument("--objectives", nargs="+", default=list(OBJECTIVES), choices=list(OBJECTIVES))
     ap.add_argument("--cli", type=int, default=0, metavar="K", help="also run K seeds through `autoloop run`")
     ap.add_argument("--cli-objectives", nargs="+", default=["quickstart", "noisy"], choices=list(OBJECTIVES))
@@ -357,7 +359,8 @@ def main() -> int:
         import_cost()
         return 0
     n = max(COLUMNS)
-    print(f"best metric after N cycles, mean over seeds 0..{args.seeds - 1} (lower is better)\n")
+    print(f"best metric after N cycles, mean over seeds {args.first_seed}..{args.first_seed + args.seeds - 1}"
+          " (lower is better)\n")
     print("| objective | method | " + " | ".join(f"after {c}" for c in COLUMNS) + " | s |")
     print("|---|---|" + "---|" * (len(COLUMNS) + 1))
     for name in args.objectives:
@@ -367,7 +370,7 @@ def main() -> int:
         methods = {} if args.cli_only else {**chosen, **(VARIANTS if args.variants else {}), **extra}
         for method, fn in methods.items():
             t0 = time.monotonic()
-            curves = [fn(obj, seed, n) for seed in range(args.seeds)]
+            curves = [fn(obj, seed, n) for seed in range(args.first_seed, args.first_seed + args.seeds)]
             print(f"| {name} | {method} | " + " | ".join(_cell([c[col - 1] for c in curves]) for col in COLUMNS)
                   + f" | {time.monotonic() - t0:.0f} |", flush=True)
         if args.cli and name in args.cli_objectives:
