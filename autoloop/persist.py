@@ -129,9 +129,9 @@ def restore_persisted_journal(ws: Workspace, journal: Journal, program: Program)
                              f"{(expected or '?')[:12]}, but its parent is {parent[:12]}; "
                              "the branch was changed outside autoloop")
     if chosen is committed and committed != local:
-        from autoloop.journal import _atomic_write
+        from autoloop.journal import atomic_write
 
-        _atomic_write(journal.ledger, committed)
+        atomic_write(journal.ledger, committed)
     base = program.state_dir.relative_to(program.repo_root).as_posix()
     prefix = "" if base == "." else base + "/"
     ws.exclude_in_checkout([prefix + "experiments.md", prefix + "results.tsv", prefix + ".autoloop/"])

@@ -26,7 +26,7 @@ from autoloop.errors import RepoStateError, RunFailure
 from autoloop.objects import ObjectStore, Trees, changed_entries, derive
 from autoloop.proc import run_captured
 from autoloop.sentinel import Sentinel, remove_tree
-from autoloop.snapshot import _RACY_NS, Change, Entry, Snapshot, Snapshotter, diff
+from autoloop.snapshot import RACY_NS, Change, Entry, Snapshot, Snapshotter, diff
 from autoloop.watch import StatTree, lstat_entry
 
 BRANCH_PREFIX = "autoloop/"
@@ -182,7 +182,7 @@ class IndexSeal:
             st = os.stat(self.path)
         except OSError:
             return None
-        if _ident(st) == ident and max(st.st_mtime_ns, st.st_ctime_ns) + _RACY_NS < at:
+        if _ident(st) == ident and max(st.st_mtime_ns, st.st_ctime_ns) + RACY_NS < at:
             return data
         got = self._read()
         if got is None or got[1] != data:
@@ -1569,7 +1569,7 @@ def _check_file(root: str, path: str, mode: str, oid: str, st: tuple | None, alg
         return "mode", False
     key = (st[5], st[2], st[3], st[4])
     hit = cache.get(path)
-    if hit is not None and hit[0] == key and max(st[3], st[4]) + _RACY_NS < hit[2]:
+    if hit is not None and hit[0] == key and max(st[3], st[4]) + RACY_NS < hit[2]:
         digest, trusted = hit[1], True
     else:
         hashed_at = time.time_ns()
@@ -1578,7 +1578,7 @@ def _check_file(root: str, path: str, mode: str, oid: str, st: tuple | None, alg
         except OSError:
             return "unreadable", False
         cache[path] = (key, digest, hashed_at)
-        trusted = max(st[3], st[4]) + _RACY_NS < hashed_at
+        trusted = max(st[3], st[4]) + RACY_NS < hashed_at
     return (None if digest == oid else "content"), trusted
 
 

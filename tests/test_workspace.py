@@ -957,7 +957,7 @@ def test_index_flags_trusts_an_aged_untouched_index_without_git(ws: Workspace, m
     import autoloop.workspace as wsmod
     import time as _time
     assert ws.index_flags() == []
-    _time.sleep(wsmod._RACY_NS / 1e9 + 0.05)
+    _time.sleep(wsmod.RACY_NS / 1e9 + 0.05)
     assert ws.index_flags() == []     # read once more: now past the racy window
     monkeypatch.setattr(wsmod, "git", lambda *a, **k: pytest.fail("ran git"))
     opened = []
