@@ -182,13 +182,14 @@ Asker = Callable[[list[dict[str, Any]], dict[str, Any]], tuple[dict[str, Any], C
 
 
 def ratchet(obj: Objective, seed: int, n: int, ask: Asker) -> list[float]:
-    """A ratchet whose keep rule is autoloop's paired rule (autoloop.judge.judge_paired, its
+    """A ratchet whose keep rule is autoloop's paired rule (autoloop.decide.cycle.judge_paired, its
     defaults), every verifier run a fresh noisy measurement: each cycle the method proposes a
     point, the rule judges it against the incumbent (the user's values at first), and the curve
     is the noise-free value of the incumbent after each cycle — what the user would be left with.
     The method is told the cycle's metric (the median of the candidate's runs, as the ledger
     records it); `tune` reads the cycle records as the ledger holds them."""
-    from autoloop.judge import Run, Session, judge_paired
+    from autoloop.decide.core import Sample, Session
+    from autoloop.decide.cycle import judge_paired
     from autoloop.program import parse_program
 
     program = parse_program(PAIRED_PROGRAM, ROOT / "program.md", ROOT)
@@ -199,7 +200,7 @@ def ratchet(obj: Objective, seed: int, n: int, ask: Asker) -> list[float]:
     for cycle in range(1, n + 1):
         config, tell = ask(history, incumbent)
         sides = {"A": incumbent, "B": config}
-        verdict = judge_paired(Session(lambda side, label, guards: Run(side, label, obj.measure(sides[side], rng))),
+        verdict = judge_paired(Session(lambda side, label, guards: Sample(side, label, obj.measure(sides[side], rng))),
                                program, {})
         tell(verdict.metric)
         history.append({"cycle": cycle, "status": verdict.status, "metric": verdict.metric,
