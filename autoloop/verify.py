@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from autoloop import proc
+from autoloop import editable, proc
 from autoloop.hints import missing_path_hint, near_miss, plain, root_hint, uncommitted_module_hint
 from autoloop.metric import (GuardResult, Measurement, MetricError, metric_line_regex,  # noqa: F401 (re-exported)
                              parse_metric, parse_metric_text)
 from autoloop.program import HoldoutSpec, Program, VerifierSpec
 from autoloop.errors import ConfigError
+from autoloop.measured_files import interpreters
 from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable, failure_hint, for_measurements
 
 def steps(program: Program, with_guards: bool = True,
@@ -67,11 +69,28 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
 def sandbox_outside_run(program: Program) -> tuple[Bwrap | None, str | None]:
     """The sandbox of `verify`'s and `gate`'s measurements and, when there is none, the warning
     to give; ConfigError (exit 2) when `sandbox: bwrap` cannot be made."""
+    bwrap, why = _probe(program)
+    return bwrap, why and f"not sandboxed: {why}; these attacks are only detected, see README (Not covered)"
+
+
+def refuse_editable_unsandboxed(program: Program) -> None:
+    """The check `run` makes before its baseline (hardening.preflight): with no sandbox to bind
+    the candidate at the checkout's path, an installation pointing into the checkout would make
+    every measurement import the checkout's files. ConfigError (exit 2) naming it and the fix."""
+    bwrap, why = _probe(program)
+    if bwrap is not None:
+        return
+    found = editable.into_checkout(program.repo_root, interpreters(program, os.environ, defaults=True),
+                                   program.allowed)
+    if found:
+        raise ConfigError(editable.message(program, found, why or ""))
+
+
+def _probe(program: Program) -> tuple[Bwrap | None, str | None]:
     try:
-        bwrap, why = for_measurements(program.sandbox)
+        return for_measurements(program.sandbox)
     except SandboxUnavailable as exc:
         raise ConfigError(f"{program.path.name}:{program.lines.get('sandbox', 1)}: sandbox: {exc}") from None
-    return bwrap, why and f"not sandboxed: {why}; these attacks are only detected, see README (Not covered)"
 
 
 def failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> str:

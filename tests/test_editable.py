@@ -93,3 +93,20 @@ def test_sandboxed_run_measures_the_candidate_through_the_editable_install(edita
     # the candidate's VALUE = 5 was measured (the checkout still says 10)
     assert [(r["status"], r["metric"]) for r in p.rows()] == [("baseline", "10"), ("keep", "5")]
     assert (p.repo / "src" / "mypkg" / "__init__.py").read_text() == "VALUE = 10\n"
+
+
+def test_unsandboxed_verify_refuses_an_editable_install_like_run(editable):
+    # CONTRACT §9: verify makes the same program checks as run; without it verify measured
+    # through the installation (here: the checkout's VALUE = 10) and said nothing
+    p = editable
+    head = git(p.repo, "rev-parse", "HEAD", env=p.env)
+    trees = git(p.repo, "worktree", "list", env=p.env)
+    run = p.cli("run", "none.md", "--tag", "n2", "--cycles", "1")
+    res = p.cli("verify", "none.md")
+    assert res.returncode == 2, res.stdout + res.stderr
+    err = res.stderr.strip().splitlines()[-1]
+    assert err == run.stderr.strip(), (err, run.stderr)
+    assert "points into your checkout" in err and "Traceback" not in res.stderr
+    assert "score:" not in res.stdout and "verifying" not in res.stdout, res.stdout
+    assert git(p.repo, "rev-parse", "HEAD", env=p.env) == head
+    assert git(p.repo, "worktree", "list", env=p.env) == trees
