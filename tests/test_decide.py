@@ -455,7 +455,9 @@ def test_calibration_paired_proposes_what_it_measured() -> None:
     prop = b.stats["proposal"]
     assert b.warning and "accept.min_effect 1%" not in b.warning
     assert f"your verifier's noise is {prop['noise_pct']:.2g}% per run" in b.warning
-    assert f"detected only {prop['power_at_min_effect'] * 100:.0f}% of the time" in b.warning
+    # the gain names accept.min_effect's value (1%, the paired default), not only the key
+    assert (f"a real gain of 1% (accept.min_effect) is detected only "
+            f"{prop['power_at_min_effect'] * 100:.0f}% of the time") in b.warning
     assert f"with accept.min_effect: {cal._round_up(prop['min_effect_pct'])}% (" in b.warning
     assert "verifier runs a keep" in b.warning and prop["min_effect"] == prop["gain"] / 2
     assert prop["power_at_min_effect"] < 0.8 and prop["gain"] > b.stats["min_gain"]
@@ -464,6 +466,11 @@ def test_calibration_paired_proposes_what_it_measured() -> None:
     p, _ = st.sequential_runs(prop["gain"], prop["pair_sd"], 0.005, 6, 6, prop["min_effect"],
                               reps=400, seed=7)
     assert p >= 0.7 and prop["kept_at_gain"] >= 0.7
+
+
+def test_calibration_paired_names_a_min_effect_in_metric_units() -> None:
+    b = cal.calibrate_paired(session(Fake(noisy(1.0, 1.0, 0.03, seed=1))), program(PAIRED + "  min_effect: 0.002\n"))
+    assert b.warning and "a real gain of 0.002 (accept.min_effect) is detected only" in b.warning, b.warning
 
 
 def test_calibration_paired_quiet_when_noise_is_small() -> None:

@@ -9,7 +9,7 @@ from autoloop import stats as st
 from autoloop.decide.core import (Baseline, Pairs, Sample, Session, baseline_secondaries,
                                   first_measurement, measure_pairs, median, series, values)
 from autoloop.numbers import num as fmt
-from autoloop.specs import Direction, Program
+from autoloop.specs import Amount, Direction, Program
 
 TARGET_POWER = 0.8         # "4 times in 5": the chance of a keep the proposals aim for
 
@@ -49,6 +49,7 @@ def propose(pair_sd: float, scale: st.Scale, direction: Direction, reference: fl
     return {"pair_sd": pair_sd, "power_at_min_effect": at_min, "runs_at_min_effect": runs_min,
             "gain": hi, "gain_pct": st.change_pct(hi, "log") if log else None,
             "min_effect": floor, "min_effect_pct": st.change_pct(floor, "log") if log else None,
+            "min_effect_set": list(min_effect),   # (value, relative): what the warning names
             "kept_at_gain": kept, "runs_per_keep": runs, "seconds_per_run": seconds,
             "minutes_per_keep": None if seconds is None else runs * seconds / 60.0,
             "noise_pct": (math.exp(pair_sd / math.sqrt(2)) - 1) * 100 if log else None}
@@ -80,7 +81,9 @@ def proposal_text(prop: Mapping[str, Any], scale: str, name: str) -> str:
     """The proposal as one actionable sentence."""
     per_run = float(f"{prop['pair_sd'] / math.sqrt(2):.3g}")
     noise = f"{prop['noise_pct']:.2g}% per run" if scale == "log" else f"±{fmt(per_run)} {name} per run"
-    return (f"your verifier's noise is {noise}: a real gain of accept.min_effect is detected only "
+    # a proposal stored by an older run has no min_effect_set: name the key alone
+    now = f"{Amount(*prop['min_effect_set'])} (accept.min_effect)" if "min_effect_set" in prop else "accept.min_effect"
+    return (f"your verifier's noise is {noise}: a real gain of {now} is detected only "
             f"{prop['power_at_min_effect'] * 100:.0f}% of the time. Gains of {_proposed(prop, scale, 'gain')} "
             f"or more are kept {prop['kept_at_gain'] * 100:.0f}% of the time with accept.min_effect: "
             f"{_proposed(prop, scale, 'min_effect')} ({_cost_text(prop)}): set it, or make the "
