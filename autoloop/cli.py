@@ -275,7 +275,7 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
             else:
                 reason = f"error: {(str(exc) or type(exc).__name__).splitlines()[0]}"
             _ending(out, program, run, outcome, reason, None,
-                    resume=shlex.join(["autoloop", "run", args.program, "--tag", args.tag]))
+                    resume=_resume_command(args))
         if not on_budget:
             raise
         return 0
@@ -314,6 +314,26 @@ def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
           file=out)
     if reason == "interrupted" and resume:
         print(f"resume with: {resume}", file=out, flush=True)
+
+
+def _resume_command(args: argparse.Namespace) -> str:
+    """The command to paste after an interrupt: the same run with the options the user gave.
+    --cycles and --max-minutes count in each invocation (CONTRACT §3), so they are repeated as
+    given; left out they would turn a bounded run into one that goes on to stop.max_cycles."""
+    argv = ["autoloop", "run", args.program, "--tag", args.tag]
+    if args.cycles is not None:
+        argv += ["--cycles", str(args.cycles)]
+    if args.max_minutes is not None:
+        argv += ["--max-minutes", f"{args.max_minutes:g}"]
+    if args.workers is not None:
+        argv += ["--workers", str(args.workers)]
+    if args.approve is not None:
+        argv += [f"--approve={args.approve}"]
+    if args.ci is not None:
+        argv += ["--ci" if args.ci else "--no-ci"]
+    if args.json:
+        argv += ["--json"]
+    return shlex.join(argv)
 
 
 def _standing(run: Any) -> str:

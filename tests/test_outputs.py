@@ -112,7 +112,7 @@ def test_ctrl_c_says_best_branch_and_how_to_resume(tmp_path):
     p = make_project(tmp_path, {1: 'hyp("first"); W("val.txt", "30")',
                                 2: 'Path(os.environ["E2E_OUT"], "gen2").write_text("x"); time.sleep(60)'},
                      guards=False)
-    proc = p.popen("--cycles", "3")
+    proc = p.popen("--cycles", "3", "--max-minutes", "30")
     try:
         deadline = time.monotonic() + 60
         while not (p.out / "gen2").exists():
@@ -125,7 +125,21 @@ def test_ctrl_c_says_best_branch_and_how_to_resume(tmp_path):
             proc.kill()
     assert proc.returncode == 130, err
     assert "stopped: interrupted. score: baseline 40.25 → best 30, gain -25.47%; 1 kept in total; branch autoloop/t1 at " in out
-    assert "resume with: autoloop run program.md --tag t1" in out
+    # the options the user gave are repeated: without them the paste would run to stop.max_cycles
+    assert "resume with: autoloop run program.md --tag t1 --cycles 3 --max-minutes 30\n" in out, out
+
+
+def test_resume_command_repeats_every_run_option_given():
+    from autoloop.cli import _resume_command, build_parser
+
+    def resume(*argv: str) -> str:
+        return _resume_command(build_parser().parse_args(["run", *argv]))
+
+    assert resume("--tag", "t1") == "autoloop run program.md --tag t1"
+    assert resume("my prog.md", "--tag", "t1", "--cycles", "0", "--max-minutes", "0.5", "--workers", "2",
+                  "--no-ci", "--json") == ("autoloop run 'my prog.md' --tag t1 --cycles 0 --max-minutes 0.5 "
+                                           "--workers 2 --no-ci --json")
+    assert resume("--tag", "t1", "--approve=before", "--ci") == "autoloop run program.md --tag t1 --approve=before --ci"
 
 
 # ---- paired runs: the re-measured gain is the headline ------------------------------------------
