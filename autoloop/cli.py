@@ -291,6 +291,7 @@ def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
             final: Mapping[str, Any] | None, resume: str = "") -> None:
     """The last lines of every run that got as far as its ledger, however it ended: the
     journal's paths, the CI journal commit, and `stopped: ... baseline → best ...; branch`."""
+    from autoloop.decide.end import NOTHING_KEPT
     from autoloop.journal import since_last_start
 
     outcome.stop_reason = reason
@@ -307,9 +308,10 @@ def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
               f"autoloop/{tag} was not made", file=out)
         return
     # one gain, from facts like log/report/--json: the re-measured one when the run has it; a
-    # re-measurement that did not happen says why
+    # re-measurement that did not happen says why, unless the line already does ("0 kept",
+    # best = baseline) because nothing was kept
     why_not = (f"; {final['text']}" if final and final.get("text") and (final.get("skipped") or final.get("error"))
-               else "")
+               and final.get("skipped") != NOTHING_KEPT else "")
     print(f"stopped: {reason}. {_standing(run)}; branch autoloop/{tag} at {run.incumbent[:12]}{why_not}",
           file=out)
     if reason == "interrupted" and resume:

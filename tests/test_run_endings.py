@@ -116,3 +116,16 @@ def test_a_resumed_run_counts_only_its_own_cycles(tmp_path) -> None:
     out = json.loads(res.stdout)
     assert out["cycles_run"] == 3 and out["kept_this_run"] == 3 and out["kept"] == 5
     counts_match_tsv(p, out, 3)
+
+
+def test_nothing_kept_is_said_once(tmp_path) -> None:
+    # every candidate is worse: the end-of-run check is skipped, and its line says why; the
+    # summary line says "0 kept" and best = baseline without repeating that reason
+    p = make_project(tmp_path, {"*": 'W("val.txt", "45")'})
+    res = p.run("--cycles", "1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("nothing was kept") == 1, res.stdout
+    assert "final      re-measured: nothing was kept: the best is the starting code\n" in res.stdout
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("stopped: "))
+    assert line.startswith(SUMMARY.format(reason="max_cycles reached (1 cycle)", best="40.25") + ", gain 0%; 0 kept"), line
+    assert line.endswith(f"branch {p.branch()} at {git(p.repo, 'rev-parse', p.branch(), env=p.env)[:12]}"), line

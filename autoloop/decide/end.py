@@ -14,6 +14,7 @@ from autoloop.ratchet import orientation
 from autoloop.specs import Direction, Program
 
 FINAL_ALPHA = 0.05     # the end-of-run check describes a finished run: it decides nothing
+NOTHING_KEPT = "nothing was kept: the best is the starting code"   # an end-of-run check skipped
 
 
 def final_check(session: Session, program: Program, holdout: Session | None = None) -> dict[str, Any]:
@@ -50,7 +51,7 @@ def end_of_run(program: Program, history: History, start: str, best: str,
     if program.accept.final_pairs == 0:
         return {**rec, "skipped": "accept.final_pairs is 0"}
     if unchanged():
-        return {**rec, "skipped": "nothing was kept: the best is the starting code", "change_pct": 0.0}
+        return {**rec, "skipped": NOTHING_KEPT, "change_pct": 0.0}
     runs = 0
     if calibration(history).get("deterministic") and program.holdout is None:
         # cycle 0 measured the starting commit twice, identically: it is not measured again. The
