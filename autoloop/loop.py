@@ -418,9 +418,16 @@ class Run:
         if start is None:
             return None
         left, need = self.opt.time_left(), self.final_estimate_s()
-        if left is not None and need is not None and need > left and \
+        check = self._check_fingerprint()
+        prior = reusable_final(self.journal.finals(), start, state.incumbent, check)
+        rec: dict[str, Any]
+        if prior is not None:
+            # a resume that kept nothing: the same best against the same start with the same
+            # verifier was re-measured already; measuring it again would only cost time
+            rec = reused_final(prior)
+        elif left is not None and need is not None and need > left and \
                 self.program.accept.final_pairs > 0 and start != state.incumbent:
-            rec: dict[str, Any] = {
+            rec = {
                 "start": start, "best": state.incumbent,
                 "skipped": (f"skipped — about {need:.0f}s of re-measurement would not fit in the "
                             f"{left:.0f}s left of --max-minutes"), "estimate_s": round(need, 1)}
@@ -433,11 +440,26 @@ class Run:
                 # nothing is kept or undone at this point; the re-measurement just does not count
                 rec = {"start": start, "best": state.incumbent, "skipped": f"not trustworthy: {exc}"[:300]}
             state.redact_logs(log_dir)
-        rec["text"] = final_text(rec, self.program.verifier.label)
+            rec["check"] = check
+        if "reused_from" in rec:
+            # no "[0 verifier runs, 0.0 s]": the line says it was not measured again
+            shown = {k: v for k, v in rec.items() if k != "verifier_runs"}
+            rec["text"] = (f"end-of-run check: reused from {rec['reused_from']['when']}: "
+                           f"{final_text(shown, self.program.verifier.label)}")
+        else:
+            rec["text"] = final_text(rec, self.program.verifier.label)
         rec = self.journal.append({"t": "final", "after_cycle": cycles[-1]["cycle"], **rec})
         self.journal.render(self.program.goal)
         self.opt.report("final", rec)
         return rec
+
+    def _check_fingerprint(self) -> dict[str, Any]:
+        """What an end-of-run check's numbers depend on besides the two commits."""
+        p = self.program
+        hold = p.holdout
+        return {"verifier": verifier_fingerprint(p), "final_pairs": p.accept.final_pairs,
+                "holdout": None if hold is None else {"command": hold.command, "metric": hold.metric,
+                                                      "pattern": hold.pattern, "direction": hold.direction}}
 
     # ---- stopping and signals ------------------------------------------------------------------
 
@@ -505,3 +527,28 @@ def _tail(stem: Path | None) -> str:
         if lines:
             parts.append(f"  {label}: " + f"\n  {label}: ".join(lines))
     return "\n".join(parts) or "  (no output)"
+
+
+def reusable_final(finals: list[Record], start: str, best: str, check: dict[str, Any]) -> Record | None:
+    """The latest end-of-run check that measured `best` against `start` under the same verifier
+    and check settings (a record of an older autoloop, without `check`, never matches)."""
+    for r in reversed(finals):
+        if r.get("start") == start and r.get("best") == best and r.get("check") == check \
+                and not r.get("skipped") and not r.get("error") and r.get("change_pct") is not None:
+            return r
+    return None
+
+
+def reused_final(prior: Record) -> dict[str, Any]:
+    """A new `final` record carrying `prior`'s measurements, and where they came from."""
+    rec = {k: v for k, v in prior.items()
+           if k not in ("t", "ts", "after_cycle", "text", "reused_from", "verifier_runs", "seconds")}
+    ts = prior.get("ts")
+    when = (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts)) if isinstance(ts, (int, float))
+            else "an earlier invocation")
+    rec["reused_from"] = {"ts": ts, "when": f"{when} (after cycle {prior.get('after_cycle')})",
+                          "after_cycle": prior.get("after_cycle"), "verifier_runs": prior.get("verifier_runs"),
+                          "seconds": prior.get("seconds")}
+    rec["verifier_runs"] = 0
+    return rec
+

@@ -398,3 +398,47 @@ def test_reported_numbers_reproduce_from_the_ledger(sim) -> None:
     assert medians == signed_pct(final["change_pct"]) or f"baseline → best said {medians}" in log
     assert f"keep rate  {kept / 3 * 100:.0f}% ({kept} of 3)" in log
     assert final["text"] in log
+
+
+def test_a_resume_that_keeps_nothing_reuses_the_end_of_run_check(sim) -> None:
+    repo, env = sim(PAIRED, cv=0.005, edit="# GAIN {n}")
+    assert run(repo, env, 1).returncode == 0
+    first = [r for r in ledger(repo) if r["t"] == "final"]
+    assert len(first) == 1 and first[0]["verifier_runs"] > 0 and "reused_from" not in first[0]
+    runs_file = Path(env["SIM_STATE"])
+    env.pop("SIM_EDIT")    # no-op edits from here on: nothing more is kept
+    before = int(runs_file.read_text())
+    res = run(repo, env, 1)
+    assert res.returncode == 0, res.stderr
+    assert statuses(repo) == ["keep", "discard"]
+    finals = [r for r in ledger(repo) if r["t"] == "final"]
+    assert len(finals) == 2
+    again = finals[1]
+    # the same best, start and verifier: the earlier numbers, said where they come from
+    assert again["reused_from"]["ts"] == first[0]["ts"] and again["reused_from"]["after_cycle"] == 1
+    assert again["verifier_runs"] == 0 and again["after_cycle"] == 2
+    assert (again["a"], again["b"], again["change_pct"]) == (first[0]["a"], first[0]["b"], first[0]["change_pct"])
+    assert again["text"].startswith("end-of-run check: reused from ") and again["text"] in res.stdout
+    assert again["text"].endswith("6 pairs") and "verifier run" not in again["text"], again["text"]
+    assert "end-of-run check (the best" not in res.stdout, res.stdout   # no re-measurement started
+    # the verifier ran only for cycle 2's batch, not once for the end
+    batches = cycles(repo)[2]["stats"]["batches"]
+    assert int(runs_file.read_text()) - before == sum(len(b["a"]) + len(b["b"]) for b in batches)
+    assert "re-measured" in next(ln for ln in res.stdout.splitlines() if ln.startswith("stopped: "))
+    log = run_cli("log", "--tag", "t", cwd=repo, env=env, timeout=120)
+    assert again["text"] in log.stdout
+
+
+def test_an_end_of_run_check_is_reused_only_for_the_same_best_start_and_check() -> None:
+    from autoloop.loop import reusable_final
+
+    check = {"verifier": {"command": "v"}, "final_pairs": 6, "holdout": None}
+    rec = {"t": "final", "ts": 1.0, "after_cycle": 3, "start": "s", "best": "b", "check": check,
+           "a": [1.0], "b": [0.9], "change_pct": -10.0}
+    assert reusable_final([rec], "s", "b", check) is rec
+    assert reusable_final([rec], "s", "c", check) is None                       # another best
+    assert reusable_final([rec], "x", "b", check) is None                       # another start
+    assert reusable_final([rec], "s", "b", {**check, "final_pairs": 20}) is None
+    assert reusable_final([{**rec, "check": None}], "s", "b", check) is None    # an older ledger's
+    assert reusable_final([{**rec, "skipped": "budget"}], "s", "b", check) is None
+    assert reusable_final([{**rec, "error": "B1: exit 1"}], "s", "b", check) is None
