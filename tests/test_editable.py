@@ -110,3 +110,15 @@ def test_unsandboxed_verify_refuses_an_editable_install_like_run(editable):
     assert "score:" not in res.stdout and "verifying" not in res.stdout, res.stdout
     assert git(p.repo, "rev-parse", "HEAD", env=p.env) == head
     assert git(p.repo, "worktree", "list", env=p.env) == trees
+
+
+def test_unsandboxed_gate_refuses_an_editable_install_like_run(editable):
+    # without it, base and head would both import the checkout: "no change" whatever the PR did
+    p = editable
+    trees = git(p.repo, "worktree", "list", env=p.env)
+    res = p.cli("gate", "none.md", "--base", "HEAD~1", "--pairs", "1")
+    assert res.returncode == 2, res.stdout + res.stderr
+    err = res.stderr.strip().splitlines()[-1]
+    assert err.startswith("none.md:") and "points into your checkout" in err, res.stderr
+    assert "Traceback" not in res.stderr
+    assert git(p.repo, "worktree", "list", env=p.env) == trees
