@@ -23,7 +23,7 @@ from autoloop.numbers import num as fmt
 from autoloop.loop import Run, RunOptions
 from autoloop.program import Program
 from autoloop.sandbox import SandboxUnavailable
-from autoloop.workspace import git
+from autoloop.gitrun import git
 
 State = Literal["ok", "warn", "FAIL"]
 

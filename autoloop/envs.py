@@ -129,7 +129,7 @@ def measurement_env(base: Mapping[str, str], *, parent: Path, untrusted: Sequenc
         _remove_soon(scratch)
 
 
-_GIT_LOCATION = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
+GIT_LOCATION = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
                  "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES")
 
 
@@ -137,7 +137,7 @@ def generator_env(base: Mapping[str, str]) -> dict[str, str]:
     """The generator's environment: the caller's, minus the variables that would point its git
     commands at another repository, and no bytecode written into the tree it edits (an agent
     running the code it edits would otherwise leave __pycache__ behind, which is never kept)."""
-    env = {k: v for k, v in no_daemons(base).items() if k not in _GIT_LOCATION}
+    env = {k: v for k, v in no_daemons(base).items() if k not in GIT_LOCATION}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 

@@ -37,7 +37,9 @@ from autoloop.numbers import num as fmt, plain_pct, signed_pct
 from autoloop.program import Program
 from autoloop.sandbox import Confinement, SandboxUnavailable, for_measurements, tree_box
 from autoloop.verify import measure
-from autoloop.workspace import GitError, Worktree, git
+from autoloop.envs import GIT_LOCATION
+from autoloop.gitrun import GitError, git
+from autoloop.workspace import Worktree
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BASE_BROKEN = 0, 1, 2, 3
 
@@ -209,9 +211,7 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
 def _verifier_env() -> dict[str, str]:
     import os
 
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
-                        "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES")}
+    env = {k: v for k, v in os.environ.items() if k not in GIT_LOCATION}
     env["AUTOLOOP_GATE"] = "1"
     return env
 

@@ -37,7 +37,8 @@ from autoloop.summary import best_measured
 from autoloop.approve import Review, Reviewer, human_outcome
 from autoloop.persist import restore_persisted_journal
 from autoloop.verify import Measurement, measure
-from autoloop.workspace import Workspace, Worktree, thaw_outer_config
+from autoloop.gitconfig import thaw_outer_config
+from autoloop.workspace import Workspace, Worktree
 
 Reporter = Callable[[str, Mapping[str, Any]], None]
 T = TypeVar("T")
@@ -1017,9 +1018,7 @@ class Run:
         return d
 
     def _env(self, n: int) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
-                            "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES")}
+        env = {k: v for k, v in os.environ.items() if k not in envs.GIT_LOCATION}
         env["AUTOLOOP_CYCLE"] = str(n)
         env["AUTOLOOP_TAG"] = self.opt.tag
         return env

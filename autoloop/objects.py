@@ -1,16 +1,10 @@
 """git objects that autoloop writes itself: a candidate's blobs, trees and commit.
 
-A cycle's candidate is its incumbent's tree with a few files changed. Made by git it costs three
-processes (update-index through a private index, write-tree, commit-tree), and a kept cycle a
-fourth (commit-tree again) — on a small repository most of autoloop's own git time. Written here
-it is a few hashes and small files: loose objects in the format git reads (the zlib-deflated
-bytes "<type> <size>\\0<body>", filed under the hash of those bytes), with trees rebuilt only
-along the changed paths; every other folder keeps the incumbent's tree.
-
-Only where git would store exactly the bytes on disk (autoloop.workspace decides, and goes
-through git otherwise): regular files, no attribute that converts (eol, filter, ident, encoding)
-on a changed path, no .gitattributes among them, core.fileMode on. The result is checked the
-way every candidate is: the verification tree must hold, byte for byte, what the commit says.
+Made by git a candidate costs three processes (update-index through a private index,
+write-tree, commit-tree); here it is a few hashes and loose objects in git's format, trees
+rebuilt only along the changed paths. Only where git would store exactly the bytes on disk
+(autoloop.candidate decides). pygit2 was measured as the alternative (benchmarks/git_objects.py):
+faster, but libgit2 cannot open SHA-256 repositories.
 """
 
 from __future__ import annotations
@@ -30,7 +24,8 @@ Folders = dict[str, dict[str, Entry]]   # folder ("" for the top) -> name -> ent
 
 
 class Trees:
-    """One commit's folders, name by name, with their object ids."""
+    """One commit's folders, name by name, with their object ids; `path in trees` for its files
+    and the folders above them."""
 
     def __init__(self, folders: Folders, root: str, *, base: "Trees | None" = None,
                  changed: Iterable[str] = ()) -> None:
@@ -43,6 +38,19 @@ class Trees:
             unchanged = set(base._listed) - set(changed)
             self._listed.update((f, base._listed[f]) for f in unchanged if f in folders)
         self._attr_key: tuple[tuple[str, str], ...] | None = None
+        self._by_path: dict[str, Entry] | None = None
+
+    def __contains__(self, rel: object) -> bool:
+        if not isinstance(rel, str) or not rel:
+            return False
+        parent, _, name = rel.rpartition("/")
+        return name in self.folders.get(parent, {})
+
+    def by_path(self) -> dict[str, Entry]:
+        """path -> (mode, oid) of every file."""
+        if self._by_path is None:
+            self._by_path = {path: (mode, oid) for mode, oid, path in self.files()}
+        return self._by_path
 
     @classmethod
     def parse(cls, listing: str, root: str) -> "Trees":
@@ -96,7 +104,7 @@ class ObjectStore:
 
     def write(self, kind: str, body: bytes) -> str:
         raw = b"%s %d\0" % (kind.encode(), len(body)) + body
-        oid = hashlib.new(self.algo, raw).hexdigest()
+        oid = object_id(raw, self.algo)
         folder = self.dir / oid[:2]
         final = folder / oid[2:]
         if final.exists():
@@ -249,3 +257,25 @@ def changed_entries(root: Path, paths: Iterable[str], store: ObjectStore,
         else:
             raise ValueError(f"{rel}: not a regular file")
     return out
+
+
+def object_id(raw: bytes, algo: str) -> str:
+    return hashlib.new(algo, raw).hexdigest()
+
+
+def blob_id(data: bytes, algo: str) -> str:
+    return object_id(b"blob %d\0" % len(data) + data, algo)
+
+
+def file_blob_id(path: str, algo: str) -> str:
+    """git's id of the file's bytes as a blob, read in chunks (a tracked file may be large);
+    "changing" when it grew or shrank while read."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        h = hashlib.new(algo)
+        h.update(b"blob %d\0" % size)
+        seen = 0
+        while chunk := f.read(1 << 20):
+            seen += len(chunk)
+            h.update(chunk)
+    return h.hexdigest() if seen == size else "changing"
