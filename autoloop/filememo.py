@@ -59,7 +59,12 @@ class StatMemo(Generic[V]):
         self._memo.pop(key, None)
 
 
-def read_regular(path: Path, limit: int = -1) -> tuple[os.stat_result, bytes] | None:
+class Regular(NamedTuple):
+    stat: os.stat_result
+    data: bytes
+
+
+def read_regular(path: Path, limit: int = -1) -> Regular | None:
     """A regular file's stat and bytes; None for anything else. A generator may have put a FIFO
     (which would block a plain open) or a symlink where git keeps a file."""
     try:
@@ -71,7 +76,7 @@ def read_regular(path: Path, limit: int = -1) -> tuple[os.stat_result, bytes] | 
         if not stat.S_ISREG(st.st_mode):
             return None
         with open(fd, "rb", closefd=False) as f:
-            return st, f.read(limit)
+            return Regular(st, f.read(limit))
     except OSError:
         return None
     finally:

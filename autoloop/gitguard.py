@@ -141,7 +141,7 @@ class ObjectGuard:
                     entry = trees.folders.get(parent, {}).get(name)
                     if entry is None:
                         break
-                    ids.add(entry[1])
+                    ids.add(entry.oid)
                     parent = f"{parent}/{name}" if parent else name
             self._ids = {commit: ids}
         self._packs = _pack_idents(self.objects / "pack")

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
+from typing import Iterable
 
 from autoloop.errors import RunFailure
 from autoloop.proc import run_captured
@@ -17,28 +18,14 @@ from autoloop.proc import run_captured
 # bytes during our own git calls. Filters from .gitattributes still apply, but only with drivers
 # defined in config, which the integrity check guards.
 SAFE_CONFIG = (
-    "core.hooksPath=/dev/null",
-    "core.fsmonitor=false",
-    "core.untrackedCache=false",
-    "core.splitIndex=false",
-    "core.sparseCheckout=false",
-    "core.autocrlf=false",
+    "core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false", "core.splitIndex=false",
+    "core.sparseCheckout=false", "core.autocrlf=false", "core.safecrlf=false", "core.symlinks=true",
     # git's "is this file unchanged?" shortcut compares stat data (times in whole seconds); a
-    # user's config must not weaken it further for our calls, or update-index would take a
-    # changed file for an unchanged one
-    "core.trustctime=true",
-    "core.checkStat=default",
-    "core.ignoreStat=false",
-    "core.safecrlf=false",
-    "core.symlinks=true",
-    "core.pager=cat",
-    "commit.gpgSign=false",
-    "gc.auto=0",
-    "maintenance.auto=false",
-    "submodule.recurse=false",
-    "advice.detachedHead=false",
-    "diff.external=",
-    "credential.helper=",
+    # user's config must not weaken it further, or update-index would take a changed file for
+    # an unchanged one
+    "core.trustctime=true", "core.checkStat=default", "core.ignoreStat=false",
+    "core.pager=cat", "commit.gpgSign=false", "gc.auto=0", "maintenance.auto=false",
+    "submodule.recurse=false", "advice.detachedHead=false", "diff.external=", "credential.helper=",
 )
 _CONFIG_CHOICE = ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_SYSTEM")
 
@@ -106,7 +93,7 @@ def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True,
     return out.decode(errors="surrogateescape")
 
 
-def nul_list(paths: list[str] | set[str]) -> bytes:
+def nul_list(paths: Iterable[str]) -> bytes:
     """`paths` for git's `-z --stdin`."""
     return b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
 

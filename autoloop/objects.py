@@ -16,11 +16,23 @@ import threading
 import time
 import zlib
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, NamedTuple
 
 TREE = "40000"
-Entry = tuple[str, str]          # (mode as git writes it in a tree, object id)
+
+
+class Entry(NamedTuple):
+    mode: str   # as git writes it in a tree
+    oid: str
+
+
 Folders = dict[str, dict[str, Entry]]   # folder ("" for the top) -> name -> entry
+
+
+class File(NamedTuple):
+    mode: str
+    oid: str
+    path: str
 
 
 class Trees:
@@ -33,7 +45,7 @@ class Trees:
         self.root = root
         # listings of folders (every file under one), shared with the base for the folders
         # that did not change: a candidate's full listing costs its changed folders only
-        self._listed: dict[str, list[tuple[str, str, str]]] = {}
+        self._listed: dict[str, list[File]] = {}
         if base is not None:
             unchanged = set(base._listed) - set(changed)
             self._listed.update((f, base._listed[f]) for f in unchanged if f in folders)
@@ -47,9 +59,9 @@ class Trees:
         return name in self.folders.get(parent, {})
 
     def by_path(self) -> dict[str, Entry]:
-        """path -> (mode, oid) of every file."""
+        """path -> entry of every file."""
         if self._by_path is None:
-            self._by_path = {path: (mode, oid) for mode, oid, path in self.files()}
+            self._by_path = {f.path: Entry(f.mode, f.oid) for f in self.files()}
         return self._by_path
 
     @classmethod
@@ -63,23 +75,23 @@ class Trees:
             mode, _kind, oid = meta.split(" ")
             parent, _, name = path.rpartition("/")
             mode = TREE if mode == "040000" else mode
-            folders.setdefault(parent, {})[name] = (mode, oid)
+            folders.setdefault(parent, {})[name] = Entry(mode, oid)
             if mode == TREE:
                 folders.setdefault(path, {})
         return cls(folders, root)
 
-    def files(self, folder: str = "") -> list[tuple[str, str, str]]:
+    def files(self, folder: str = "") -> list[File]:
         """(mode, oid, path) of every file under `folder`, in `git ls-tree -r` order."""
         got = self._listed.get(folder)
         if got is None:
             got = []
             prefix = folder + "/" if folder else ""
             for name, (mode, oid) in sorted(self.folders.get(folder, {}).items(),
-                                            key=lambda kv: _sort_key(kv[0], kv[1][0])):
+                                            key=lambda kv: _sort_key(kv[0], kv[1].mode)):
                 if mode == TREE:
                     got.extend(self.files(prefix + name))
                 else:
-                    got.append((mode, oid, prefix + name))
+                    got.append(File(mode, oid, prefix + name))
             self._listed[folder] = got
         return got
 
@@ -90,8 +102,8 @@ class Trees:
     def attr_key(self) -> tuple[tuple[str, str], ...]:
         """The commit's .gitattributes files (path, blob): what its paths' attributes follow from."""
         if self._attr_key is None:
-            self._attr_key = tuple((path, oid) for _, oid, path in self.files()
-                                   if path == ".gitattributes" or path.endswith("/.gitattributes"))
+            self._attr_key = tuple((f.path, f.oid) for f in self.files()
+                                   if f.path.rpartition("/")[2] == ".gitattributes")
         return self._attr_key
 
 
@@ -132,14 +144,12 @@ class ObjectStore:
             raise ValueError(f"{path} is larger than {max_bytes} bytes")
         with open(path, "rb") as f:
             data = f.read()
-        return ("100755" if st.st_mode & stat.S_IXUSR else "100644", self.write("blob", data))
+        return Entry("100755" if st.st_mode & stat.S_IXUSR else "100644", self.write("blob", data))
 
     def tree(self, entries: Mapping[str, Entry]) -> str:
-        width = hashlib.new(self.algo).digest_size
         body = b"".join(
             mode.encode() + b" " + name.encode("utf-8", "surrogateescape") + b"\0" + bytes.fromhex(oid)
-            for name, (mode, oid) in sorted(entries.items(), key=lambda kv: _sort_key(kv[0], kv[1][0])))
-        assert all(len(oid) == 2 * width for _, oid in entries.values())
+            for name, (mode, oid) in sorted(entries.items(), key=lambda kv: _sort_key(kv[0], kv[1].mode)))
         return self.write("tree", body)
 
     def commit(self, tree: str, parent: str, name: str, email: str, message: str,
@@ -171,7 +181,7 @@ def derive(base: Trees, changed: Mapping[str, Entry | None], store: ObjectStore)
         entry = changed[path]
         parent, _, name = path.rpartition("/")
         if entry is None:
-            if name in folders.get(parent, {}) and folders[parent][name][0] != TREE:
+            if name in folders.get(parent, {}) and folders[parent][name].mode != TREE:
                 del own(parent)[name]
             continue
         # every folder above it exists, as a folder (a file of that name gives way)
@@ -179,8 +189,8 @@ def derive(base: Trees, changed: Mapping[str, Entry | None], store: ObjectStore)
         for part in parent.split("/") if parent else []:
             here = f"{above}/{part}" if above else part
             got = folders.get(above, {}).get(part)
-            if got is None or got[0] != TREE:
-                own(above)[part] = (TREE, "")
+            if got is None or got.mode != TREE:
+                own(above)[part] = Entry(TREE, "")
                 folders[here] = {}
                 copied.add(here)   # new: nothing of the base's to copy
             above = here
@@ -196,7 +206,7 @@ def derive(base: Trees, changed: Mapping[str, Entry | None], store: ObjectStore)
                 if sub is None:
                     del entries[name]     # git keeps no empty folder
                 else:
-                    entries[name] = (TREE, sub)
+                    entries[name] = Entry(TREE, sub)
         if not entries and folder:
             return None
         return store.tree(entries)
@@ -215,7 +225,7 @@ def _reachable(folders: Folders, folder: str) -> bool:
     above = ""
     for part in folder.split("/"):
         got = folders.get(above, {}).get(part)
-        if got is None or got[0] != TREE:
+        if got is None or got.mode != TREE:
             return False
         above = f"{above}/{part}" if above else part
     return True

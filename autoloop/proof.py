@@ -66,9 +66,9 @@ class TreeProof:
                 stats[path] = st
         self._listed = listed
         self._picture = picture if not bad and not converted else None
-        out = [f"{path} ({bad[path]})" for _, _, path in trees.files() if path in bad] if bad else []
+        out = [f"{f.path} ({bad[f.path]})" for f in trees.files() if f.path in bad] if bad else []
         if converted:
-            out += self._differs_converted([p for _, _, p in trees.files() if p in converted], listed)
+            out += self._differs_converted([f.path for f in trees.files() if f.path in converted], listed)
         return out
 
     def _differs_converted(self, paths: list[str], listed: Mapping[str, Entry]) -> list[str]:
@@ -79,7 +79,7 @@ class TreeProof:
         if present:
             got = git(self.root, "hash-object", "--stdin-paths",
                       input="\n".join(present).encode("utf-8", "surrogateescape") + b"\n").split()
-            out += [f"{p} (content)" for p, oid in zip(present, got) if oid != listed[p][1]]
+            out += [f"{p} (content)" for p, oid in zip(present, got) if oid != listed[p].oid]
         return out
 
     def _check_file(self, path: str, mode: str, oid: str, st: Stat | None, algo: str) -> tuple[str | None, bool]:

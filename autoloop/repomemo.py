@@ -69,11 +69,11 @@ class RepoMemo:
         with self.lock:
             if self.attr_key != trees.attr_key():
                 self.attr_key, self.converts, self._convert_true = trees.attr_key(), {}, set()
-            self.learn_converts(cwd, (p for p, (mode, _) in listed.items() if mode in REGULAR))
+            self.learn_converts(cwd, (p for p, e in listed.items() if e.mode in REGULAR))
             if len(self.converts) > 2 * len(listed) + 1000:  # paths of old commits pile up
                 self.converts = {p: self.converts[p] for p in listed if p in self.converts}
                 self._convert_true &= self.converts.keys()
-            got = frozenset(p for p in self._convert_true if p in listed and listed[p][0] in REGULAR)
+            got = frozenset(p for p in self._convert_true if p in listed and listed[p].mode in REGULAR)
             _put_newest(self._converted, commit, got)
         return got
 

@@ -18,6 +18,7 @@ from autoloop.filememo import read_regular
 from autoloop.gitconfig import freeze_outer_config
 from autoloop.gitguard import ObjectGuard, RefGuard, watch_git
 from autoloop.gitrun import GitError, Later, git, git_bytes, run
+from autoloop.proof import GITLINK, SYMLINK
 from autoloop.sentinel import Sentinel
 from autoloop.snapshot import Change, Snapshot
 from autoloop.worktree import Worktree, remove_path, restore_folder_modes, unlock_folders
@@ -159,8 +160,9 @@ class Workspace(Worktree):
         # A loose ref file wins over packed-refs, so when it names a commit we made or checked,
         # that is the answer without a git process; anything else is git's to resolve.
         got = read_regular(self.common_dir / self.ref, _REF_MAX)
-        if got is not None and got[1].decode("ascii", "replace").strip() in self._commits:
-            return got[1].decode("ascii").strip()
+        loose = got.data.decode("ascii", "replace").strip() if got is not None else ""
+        if loose in self._commits:
+            return loose
         out = git(self.repo_root, "rev-parse", "--verify", "-q", self.ref + "^{commit}", check=False).strip()
         if out:
             self._commits.add(out)
@@ -333,24 +335,19 @@ class Workspace(Worktree):
         """`commit`'s files as an uncompressed tar, exactly as stored (autoloop.executors ships
         it to remote verifiers). Not `git archive`: .gitattributes in the commit (export-ignore,
         export-subst) would let a candidate change what is measured."""
-        entries = []
-        for item in git_bytes(self.repo_root, "ls-tree", "-r", "-z", "--full-tree", commit).split(b"\0"):
-            if item:
-                meta, path = item.split(b"\t", 1)
-                mode, _, oid = meta.decode().split()
-                if mode != "160000":   # submodules are not part of the tree's bytes
-                    entries.append((mode, oid, path.decode("utf-8", "surrogateescape")))
-        data = git_bytes(self.repo_root, "cat-file", "--batch", input=b"".join(e[1].encode() + b"\n" for e in entries))
+        # submodules are not part of the tree's bytes
+        entries = [e for e in self.memo.trees(self.repo_root, commit).files() if e.mode != GITLINK]
+        data = git_bytes(self.repo_root, "cat-file", "--batch", input=b"".join(e.oid.encode() + b"\n" for e in entries))
         out = io.BytesIO()
         with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
             pos = 0
             for mode, _, path in entries:
                 nl = data.index(b"\n", pos)
-                size = int(data[pos:nl].split()[2])
+                size = int(data[pos:nl].split()[-1])   # "<oid> <type> <size>"
                 body = data[nl + 1: nl + 1 + size]
                 pos = nl + 1 + size + 1
                 info = tarfile.TarInfo(path)
-                if mode == "120000":
+                if mode == SYMLINK:
                     info.type, info.linkname = tarfile.SYMTYPE, body.decode("utf-8", "surrogateescape")
                     tar.addfile(info)
                 else:

@@ -31,45 +31,36 @@ class IndexSeal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._data: bytes | None = None
-        self._stamp = Stamp(0, 0, 0, 0)
         self._memo: StatMemo[bytes] = StatMemo()
-        # the file's mtime as our own command left it (not whatever a `touch` since gave it):
-        # git's "racy" reference, entries changed in that second are re-checked by content
-        self.written_ns = 0
 
     def seal(self) -> None:
         """Call right after our own command wrote the file."""
         self._data = self._read()
-        self.written_ns = self._stamp.mtime_ns if self._data is not None else 0
 
     def forget(self) -> None:
         self._data = None
 
     def intact(self) -> bool:
-        return self.read_intact() is not None
-
-    def read_intact(self) -> bytes | None:
-        """The file's bytes if it is unchanged since seal(); else None."""
+        """Is the file unchanged since seal()?"""
         if self._data is None:
-            return None
+            return False
         try:
             if self._memo.get("", Stamp.of(os.stat(self.path))) is not None:
-                return self._data
+                return True
         except OSError:
-            return None
-        return self._data if self._read() == self._data else None
+            return False
+        return self._read() == self._data
 
     def _read(self) -> bytes | None:
         at = time.time_ns()
         got = read_regular(self.path)
         try:
-            if got is None or Stamp.of(got[0]) != Stamp.of(os.stat(self.path)):
+            if got is None or Stamp.of(got.stat) != Stamp.of(os.stat(self.path)):
                 return None  # not a file, or written while we read it
         except OSError:
             return None
-        self._stamp = Stamp.of(got[0])
-        self._memo.put("", self._stamp, got[1], at)
-        return got[1]
+        self._memo.put("", Stamp.of(got.stat), got.data, at)
+        return got.data
 
 
 class Worktree:
@@ -169,9 +160,6 @@ class Worktree:
             raise GitError(f"{self.path}/.git is not a worktree link")
         return Path(text[len("gitdir: "):]).resolve()
 
-    def close(self) -> None:
-        """Leave the worktree in place for inspection; nothing to release."""
-
     def dotgit_tampered(self) -> bool:
         p = self.path / ".git"
         return p.is_symlink() or not p.is_file() or p.read_bytes() != self._dotgit
@@ -200,7 +188,7 @@ class Worktree:
         if self._at != commit or self._seal is None or self._admin_dir is None or self.dotgit_tampered():
             return False
         head = read_regular(self._admin_dir / "HEAD", _HEAD_MAX)
-        return head is not None and head[1] == (commit + "\n").encode() and self._seal.intact()
+        return head is not None and head.data == (commit + "\n").encode() and self._seal.intact()
 
     def index_flags(self) -> list[str]:
         """Paths the worktree's index hides from git (assume-unchanged / skip-worktree)."""
@@ -224,7 +212,7 @@ class Worktree:
         self._sealed(commit)
 
     def tracked_names(self, commit: str) -> Trees:
-        """`commit`'s folders: `path in` them for every path of the commit and folder above one."""
+        """`path in` it for every file of `commit` and every folder above one."""
         return self.memo.trees(self.repo_root, commit)
 
     def remove_untracked(self, picture: Mapping[str, Stat], commit: str, keep: frozenset[str]) -> set[str]:
