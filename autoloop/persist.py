@@ -22,13 +22,12 @@ stay one per keep, and the run goes on exactly as on the machine that made them.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from typing import TYPE_CHECKING
 
 from autoloop.errors import RepoStateError
-from autoloop.gitrun import GitError, git, git_bytes, git_env
+from autoloop.gitrun import GitError, git, git_bytes
+from autoloop.objects import Entry, derive
 from autoloop.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
 
 TRAILER = "Autoloop-Journal"
 PARENT_TRAILER = "Autoloop-Incumbent"
-FILES = ("ledger.jsonl", "experiments.md", "results.tsv")
 
 
 def journal_dir(program: Program, tag: str) -> str:
@@ -72,20 +70,10 @@ def save(ws: Workspace, journal: Journal, program: Program, incumbent: str) -> s
     if ws.branch_head() != incumbent:
         return None
     folder = journal_dir(program, journal.tag)
-    sources = {"ledger.jsonl": journal.ledger, "experiments.md": journal.experiments,
-               "results.tsv": journal.results}
-    with tempfile.TemporaryDirectory(prefix="autoloop-journal-") as tmp:
-        env = git_env()
-        env["GIT_INDEX_FILE"] = os.path.join(tmp, "index")
-        git(ws.repo_root, "read-tree", incumbent, env=env)
-        for name, path in sources.items():
-            if not path.exists():
-                continue
-            blob = git(ws.repo_root, "hash-object", "-w", "--no-filters", "--stdin",
-                       input=path.read_bytes()).strip()
-            git(ws.repo_root, "update-index", "--add", "--cacheinfo", f"100644,{blob},{folder}/{name}",
-                env=env)
-        tree = git(ws.repo_root, "write-tree", env=env).strip()
+    store = ws.writer().store
+    files = {f"{folder}/{p.name}": Entry("100644", store.write("blob", p.read_bytes()))
+             for p in (journal.ledger, journal.experiments, journal.results) if p.exists()}
+    tree = derive(ws.memo.trees(ws.repo_root, incumbent), files, store).root
     cycles = journal.cycles()
     last = cycles[-1]["cycle"] if cycles else 0
     kept = sum(1 for c in cycles if c["status"] == "keep")
