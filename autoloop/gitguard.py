@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 
 from autoloop.filememo import write_new
-from autoloop.gitconfig import outer_git_config
-from autoloop.gitrun import git
+from autoloop.gitrun import git, outer_git_config
 from autoloop.objects import Trees
 from autoloop.sentinel import Sentinel, remove_tree
 from autoloop.watch import lstat_entry

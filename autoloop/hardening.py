@@ -36,8 +36,7 @@ from autoloop.scope_rules import IMPLICIT_FILES, module_shadow_regex
 from autoloop.sentinel import remove_tree
 from autoloop.snapshot import Change
 from autoloop.watch import Changed, NameTree, StatTree, Watch, changed_paths, is_injection, site_dirs
-from autoloop.gitrun import git
-from autoloop.gitrun import git_executable as workspace_git
+from autoloop.gitrun import git, git_executable as workspace_git
 from autoloop.workspace import Workspace, Worktree
 
 MB = 1 << 20

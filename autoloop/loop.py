@@ -37,7 +37,7 @@ from autoloop.summary import best_measured
 from autoloop.approve import Review, Reviewer, human_outcome
 from autoloop.persist import restore_persisted_journal
 from autoloop.verify import Measurement, measure
-from autoloop.gitconfig import thaw_outer_config
+from autoloop.gitrun import thaw_outer_config
 from autoloop.workspace import Workspace, Worktree
 
 Reporter = Callable[[str, Mapping[str, Any]], None]

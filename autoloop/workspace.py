@@ -15,9 +15,8 @@ from typing import Iterable, Sequence
 from autoloop.candidate import CandidateWriter
 from autoloop.errors import RepoStateError
 from autoloop.filememo import read_regular
-from autoloop.gitconfig import freeze_outer_config
 from autoloop.gitguard import ObjectGuard, RefGuard, watch_git
-from autoloop.gitrun import GitError, Later, git, git_bytes, run
+from autoloop.gitrun import GitError, Later, freeze_outer_config, git, git_bytes, run
 from autoloop.proof import GITLINK, SYMLINK
 from autoloop.sentinel import Sentinel
 from autoloop.snapshot import Change, Snapshot

@@ -15,8 +15,7 @@ from autoloop import proc, trust
 from autoloop.journal import escape_controls, quote_path
 from autoloop.loop import all_words
 from autoloop.scope_rules import library_shadow
-from autoloop.gitconfig import freeze_outer_config, thaw_outer_config
-from autoloop.gitrun import git, git_env
+from autoloop.gitrun import freeze_outer_config, git, git_env, thaw_outer_config
 
 
 def test_frozen_config_keeps_values_includes_and_attributes_and_ignores_later_edits(make_repo, tmp_path, isolated_env):
