@@ -62,15 +62,14 @@ class Workspace(Worktree):
         return Worktree(self.repo_root, self.common_dir, self.path.with_name(self.path.name + suffix))
 
     def verify_tree(self, slot: int = 0) -> Worktree:
-        """A pristine tree for measuring commits (slot 0 candidate, 1 incumbent, ...), beside the
-        generator's: nothing the generator left behind is there."""
+        """A pristine tree for measuring commits (slot 0 candidate, 1 incumbent, ...)."""
         if slot not in self._verify_trees:
             self._verify_trees[slot] = self._beside(f".verify-{slot}")
         return self._verify_trees[slot]
 
     def drop_verify_trees(self, keep: set[int], upto: int = VERIFY_SLOTS) -> None:
-        """Remove the verification trees of slots not in `keep` (below `upto`): the generators'
-        watch of a tree that is not there costs nothing. A slot needed later is made afresh."""
+        """Remove the verification trees of slots not in `keep` (a tree not there costs the
+        generators' watch nothing); one needed later is made afresh."""
         for slot in set(range(upto)) - keep:
             tree = self._beside(f".verify-{slot}")
             if tree.path.exists() or tree.path.is_symlink() or tree._own_admin_dirs():
@@ -78,8 +77,7 @@ class Workspace(Worktree):
             self._verify_trees.pop(slot, None)
 
     def gen_tree(self, worker: int) -> Worktree:
-        """Worker `worker`'s tree in a parallel round: worker 0 edits this run's own tree, the
-        others each their own one beside it, kept across rounds."""
+        """Worker `worker`'s tree in a parallel round (worker 0's is this run's own)."""
         if worker == 0:
             return self
         if worker not in self._gen_trees:
@@ -114,8 +112,7 @@ class Workspace(Worktree):
     # ---- `autoloop clean` ------------------------------------------------------------------------
 
     def leftovers(self) -> list[Path]:
-        """This tag's entries in the worktree cache: the generator's tree, the verification and
-        parallel workers' trees, the scratch folder, the frozen git config and the lock file."""
+        """This tag's entries in the worktree cache: trees, scratch, frozen git config, lock."""
         parent = self.path.parent
         if not parent.is_dir():
             return []
@@ -123,8 +120,7 @@ class Workspace(Worktree):
         return sorted(p for p in parent.iterdir() if rx.fullmatch(p.name))
 
     def remove_leftovers(self) -> list[Path]:
-        """Remove them (a tree with its admin folder), then let git forget every worktree whose
-        folder is gone. The caller holds the tag's lock, and removes it last."""
+        """Remove them but the lock (the caller's, removed last), and their admin folders."""
         removed = []
         for p in self.leftovers():
             if p.name.endswith(".lock"):
@@ -217,8 +213,8 @@ class Workspace(Worktree):
     # ---- integrity of git's own files ------------------------------------------------------------
 
     def freeze_config(self) -> None:
-        """Our git calls read your global/system config as it is now; the private copy lives
-        beside the work tree, outside the repository."""
+        """Our git calls read a copy of your global/system config as it is now, kept beside
+        the work tree."""
         self._frozen = freeze_outer_config(self.repo_root, self.path.with_name(self.path.name + ".gitconfig"))
 
     def watch_git(self, extra: Sequence[Path] = ()) -> Sentinel:
@@ -246,8 +242,8 @@ class Workspace(Worktree):
         return self._writer
 
     def candidate_tree(self, base: str, changes: list[Change], where: Worktree | None = None) -> str:
-        """The tree of `base` plus exactly the changed files as they are on disk now. `where` is
-        the tree the files are in (a parallel worker's), this run's own tree by default."""
+        """The tree of `base` plus exactly the changed files as they are on disk in `where` (a
+        parallel worker's tree; this run's own by default)."""
         # every path that is or was a file/link; folders come and go with their files
         paths = sorted({c.path for c in changes if (c.before is not None and c.before.kind != "d")
                         or (c.after is not None and c.after.kind != "d")})

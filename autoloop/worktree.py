@@ -90,17 +90,15 @@ class Worktree:
         self.reset_hard(commit)
 
     def _discard(self) -> None:
-        """Forget a worktree that is not fully usable — e.g. a kill -9 during `git worktree add`
-        left a half-made admin folder, still `locked` — so it can be made afresh."""
+        """Forget a worktree that is not fully usable (a kill -9 in `git worktree add`)."""
         for admin in self._own_admin_dirs():
             remove_tree(admin)
         remove_path(self.path)
         git(self.repo_root, "worktree", "prune")
 
     def clear_stale_locks(self) -> None:
-        """After a kill -9 mid-git-call, git's own lock files would block every later call, and a
-        half-made admin folder makes `git worktree list` fail for good. Only ours (we hold the
-        run lock, so nobody else uses this tree)."""
+        """After a kill -9 mid-git-call: git's lock files would block every later call, a
+        half-made admin folder `git worktree list`. Only ours (we hold the run lock)."""
         for admin in self._own_admin_dirs():
             if not all(_nonempty(admin / name) for name in ("gitdir", "commondir", "HEAD")):
                 remove_tree(admin)  # half-made: open() makes the worktree afresh
@@ -127,9 +125,8 @@ class Worktree:
         return out
 
     def checkout(self, commit: str, clean: bool = True) -> Path:
-        """Make this tree exactly `commit` (opening it the first time); returns its path.
-        `clean=False`: leave untracked files for the caller, whose walk of the tree removes them
-        anyway (Guardrails.measuring) — one git process and one walk fewer."""
+        """Make this tree exactly `commit`; returns its path. `clean=False`: untracked files are
+        left to the caller, whose walk removes them anyway (one git process fewer)."""
         if self._admin_dir is None or self.path.is_symlink() or not self.path.is_dir():
             # never made, or swapped for a link to a tree of someone else's (or removed): made
             # afresh — measuring through the link would void every later cycle, or worse
@@ -141,8 +138,8 @@ class Worktree:
         return self.path
 
     def _reusable(self) -> bool:
-        """Is the worktree there, whole, and linked to *this* repository? A killed run may leave
-        a half-made admin folder, or a `.git` link a generator rewrote to point elsewhere."""
+        """Is the worktree there, whole, and linked to *this* repository (not by a `.git` link a
+        generator rewrote)?"""
         dotgit = self.path / ".git"
         if self.path.is_symlink() or dotgit.is_symlink() or not dotgit.is_file():
             return False   # a tree swapped for a link resolves everything below through it
@@ -183,8 +180,7 @@ class Worktree:
             self._seal.seal()
 
     def _as_we_left_it(self, commit: str) -> bool:
-        """HEAD still detached at `commit`, the index byte for byte as our last command wrote
-        it, the .git link untouched: then git's view of the tree is still ours."""
+        """Is git's view of the tree (HEAD, index, .git link) still what our last command left?"""
         if self._at != commit or self._seal is None or self._admin_dir is None or self.dotgit_tampered():
             return False
         head = read_regular(self._admin_dir / "HEAD", _HEAD_MAX)
@@ -198,8 +194,7 @@ class Worktree:
         return [item[2:] for item in out.split("\0") if len(item) > 2 and (item[0].islower() or item[0] == "S")]
 
     def reset_hard(self, commit: str, clean: bool = True) -> None:
-        """Work tree, index and HEAD exactly at `commit`; untracked and ignored files removed
-        (unless not `clean`)."""
+        """Work tree, index and HEAD at `commit`; untracked and ignored files gone if `clean`."""
         hidden = self.index_flags()
         if hidden:
             # one flag per call: update-index applies only the first of the two per path
@@ -216,9 +211,8 @@ class Worktree:
         return self.memo.trees(self.repo_root, commit)
 
     def remove_untracked(self, picture: Mapping[str, Stat], commit: str, keep: frozenset[str]) -> set[str]:
-        """Remove what `picture` (this tree's StatTree.verification walk) holds beyond `commit`
-        and `keep` — what `git clean -ffdx` would remove. Returns the paths removed (a removed
-        folder stands for everything under it)."""
+        """Remove what `picture` (this tree's walk) holds beyond `commit` and `keep`, as `git
+        clean -ffdx` would; returns the paths removed (a folder stands for all under it)."""
         tracked = self.tracked_names(commit)
         removed: set[str] = set()
         for rel in sorted((r for r in picture if r and r not in tracked and r not in keep),
@@ -285,8 +279,7 @@ class Worktree:
                              + ", ".join(c.describe() for c in remaining[:5]))
 
     def _force_checkout(self, changes: list[Change], update_index: bool = False) -> bool:
-        """Remove what `changes` added, put back what they changed from the index. Returns
-        whether git ran."""
+        """Undo `changes` from the index; whether git ran."""
         tracked: list[str] = []
         for ch in sorted(changes, key=lambda c: c.path.count("/"), reverse=True):
             full = self.path / ch.path
