@@ -138,14 +138,13 @@ def placeholders(program: Program) -> list[str]:
         first = program.body[m.start():].splitlines()[0][:70]
         out.append(f"{name}:{line}: the instructions still hold the template's placeholder "
                    f"'{first}…': write what the generator should know about the project")
-    cmd = program.verifier.command if hasattr(program.verifier, "command") else None
-    if isinstance(cmd, str):
-        script = _script(cmd)
-        if script and not (program.repo_root / script).exists() and script in _TEMPLATE_SCRIPTS:
-            line = program.lines.get("verifier.command", 1)
-            out.append(f"{name}:{line}: verifier.command is still the template's placeholder "
-                       f"'{cmd}' ({script} does not exist): put the command that prints "
-                       f"'{program.verifier.label}: NUMBER'")
+    cmd = program.verifier.command
+    script = _script(cmd)
+    if script in _TEMPLATE_SCRIPTS and not (program.repo_root / script).exists():
+        line = program.lines.get("verifier.command", 1)
+        out.append(f"{name}:{line}: verifier.command is still the template's placeholder "
+                   f"'{cmd}' ({script} does not exist): put the command that prints "
+                   f"'{program.verifier.label}: NUMBER'")
     return out
 
 

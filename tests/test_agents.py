@@ -13,18 +13,13 @@ import pytest
 from autoloop.errors import FatalGeneratorError, GeneratorError
 from autoloop.generators.agents import (
     AgentReportError,
-    AiderGenerator,
     ClaudeGenerator,
     CodexGenerator,
-    _aider_count,
     _sets_option,
-    aider,
-    allowed_files,
-    claude,
-    codex,
     first_sentence,
     hypothesis_in,
 )
+from autoloop.generators.aider import AiderGenerator, _aider_count, allowed_files
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.generators.registry import make_generator
 from autoloop.program import GeneratorSpec, PriceSpec, Program, VerifierSpec
@@ -98,9 +93,6 @@ def test_registry_builds_each_preset(repo: Path, tmp_path: Path) -> None:
     for kind, cls in (("claude", ClaudeGenerator), ("codex", CodexGenerator), ("aider", AiderGenerator)):
         ctx = make_ctx(repo, tmp_path, GeneratorSpec(kind=kind))
         assert isinstance(generator_for(ctx), cls)
-    assert isinstance(claude(GeneratorSpec(), ctx.program), ClaudeGenerator)
-    assert isinstance(codex(GeneratorSpec(kind="codex"), ctx.program), CodexGenerator)
-    assert isinstance(aider(GeneratorSpec(kind="aider"), ctx.program), AiderGenerator)
 
 
 # -------------------------------------------------------------------------------------- claude

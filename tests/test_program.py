@@ -10,7 +10,7 @@ from typing import Any, Callable
 import pytest
 
 from autoloop.errors import ConfigError, RepoStateError, UsageError
-from autoloop.generators.registry import KINDS
+from autoloop.generators.registry import BACKENDS, KINDS
 from autoloop.program import (GuardSpec, PriceSpec, Program, StopSpec, guard_name, known_keys,
                               load_program, parse_program)
 
@@ -149,6 +149,11 @@ def test_numbers_meant_as_floats_are_floats(extra: str) -> None:
     values = [p.verifier.timeout, p.generator.timeout, p.stop.max_minutes, p.stop.target,
               *(g.timeout for g in p.guards)]
     assert all(isinstance(v, float) for v in values if v is not None)
+
+
+def test_program_md_accepts_exactly_the_registered_kinds() -> None:
+    # program.md's reader keeps its own list (it must not import the generators): it must agree
+    assert sorted(KINDS) == sorted(BACKENDS)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -22,7 +22,7 @@ from autoloop.generators.llm_common import (
     price_for,
     system_prompt,
 )
-from autoloop.generators.openai_api import OpenAIGenerator
+from autoloop.generators.openai_api import OpenAIGenerator, official_api
 from autoloop.generators.registry import make_generator
 from autoloop.program import GeneratorSpec, PriceSpec, Program, VerifierSpec
 from tests.fake_llm_server import Fail, FakeLLMServer, Recorded, Reply, ToolCall, edit
@@ -418,11 +418,11 @@ def test_openai_recognises_the_official_endpoint(tree: Path) -> None:
     # api.openai.com gets max_completion_tokens (reasoning models reject max_tokens); this is
     # the switch that decides it. No request is made.
     gen = OpenAIGenerator(GeneratorSpec(kind="openai"), make_ctx(tree).program)
-    client, official = gen._client(10.0)
-    assert official and str(client.base_url).startswith("https://api.openai.com/")
-    _, local = OpenAIGenerator(GeneratorSpec(kind="openai", base_url="http://127.0.0.1:1/v1"),
-                               make_ctx(tree).program)._client(10.0)
-    assert not local
+    client = gen.client(10.0)
+    assert official_api(client) and str(client.base_url).startswith("https://api.openai.com/")
+    local = OpenAIGenerator(GeneratorSpec(kind="openai", base_url="http://127.0.0.1:1/v1"),
+                            make_ctx(tree).program).client(10.0)
+    assert not official_api(local)
 
 
 def test_system_prompt_names_the_tool_the_paths_and_the_hypothesis_line(tree: Path) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from autoloop.program import GeneratorSpec, Program
+from autoloop.program import Program
 
 
 @dataclass(frozen=True)
@@ -76,5 +76,3 @@ class Generator(Protocol):
     # can start as the cycles will run it (in the sandbox); return its version when it says.
     # def preflight(self, ctx: GenContext) -> str | None
 
-
-Factory = Callable[[GeneratorSpec, Program], Generator]

@@ -1,5 +1,5 @@
-"""`kind: command` — any program that reads the prompt on stdin and edits the work tree
-(contract §6). The agent CLI presets (claude, codex, aider) build on this class."""
+"""`kind: command`: any program that reads the prompt on stdin and edits the work tree (contract
+§6). The agent CLI presets (autoloop.generators.agents) build on this class."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 from autoloop import proc
-from autoloop.executables import needed_paths
 from autoloop.errors import ConfigError, FatalGeneratorError, GeneratorError
+from autoloop.executables import needed_paths
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.numbers import exact as fmt
 from autoloop.program import GeneratorSpec, Program
@@ -21,6 +22,7 @@ from autoloop.program import GeneratorSpec, Program
 _HYPOTHESIS = re.compile(r"Hypothesis:\s*(.*)", re.IGNORECASE)
 _SCAN_LIMIT = 16 << 20
 _LINE_LIMIT = 64 << 10
+_MAX_HYPOTHESIS = 1000
 _PREFLIGHT_TIMEOUT = 120.0
 # Exit statuses of a shell (and of bwrap's exec) for "found but not executable" / "not found":
 # it will not start next cycle either.
@@ -31,6 +33,32 @@ _SHELL_WORDS = frozenset({".", ":", "[", "alias", "case", "cd", "command", "eval
                           "ulimit", "umask", "until", "while", "{", "!"})
 _INTERPRETER = re.compile(r"(python|pypy)[0-9.]*|node|bash|sh|dash|zsh|ruby|perl|Rscript")
 _SHELL_SYNTAX = re.compile(r"[|&;<>()$`\\\"'*?\[\]#~=%{}]")
+
+
+class Said(NamedTuple):
+    """A short command's result and the tails of what it printed (its logs are gone)."""
+
+    res: proc.ProcResult
+    out: str
+    err: str
+
+
+def run_short(ctx: GenContext, argv: list[str], timeout: float = _PREFLIGHT_TIMEOUT) -> Said:
+    """Run `argv` as a cycle runs the generator (sandboxed when it is), stdin closed."""
+    command = ctx.wrap(argv) if ctx.wrap is not None else argv
+    with tempfile.TemporaryDirectory(prefix="autoloop-preflight-") as tmp:
+        res = proc.run(command, cwd=ctx.workdir, env=dict(ctx.env), timeout=timeout,
+                       log_stem=Path(tmp) / "preflight", stdin=None, marker=ctx.run_marker)
+        return Said(res, res.stdout_tail(8000), res.stderr_tail(2000))
+
+
+def written_hypothesis(ctx: GenContext) -> str:
+    """What the generator wrote to AUTOLOOP_HYPOTHESIS_FILE, on one line ("" if nothing)."""
+    try:
+        written = proc.read_regular(ctx.hypothesis_file, 64 << 10).decode(errors="replace")
+    except OSError:
+        return ""
+    return " ".join(written.split())[:_MAX_HYPOTHESIS]
 
 
 class CommandGenerator:
@@ -44,8 +72,7 @@ class CommandGenerator:
     # ---- what presets override -----------------------------------------------------------------
 
     def command(self, ctx: GenContext) -> str | list[str]:
-        assert self.spec.command is not None
-        return self.spec.command
+        return self.spec.command or ""
 
     def stdin(self, ctx: GenContext) -> Path | None:
         return ctx.prompt_file
@@ -53,13 +80,14 @@ class CommandGenerator:
     def read_report(self, res: proc.ProcResult, proposal: Proposal) -> None:
         """Fill cost/tokens/notes from the tool's own output; raise GeneratorError if it failed."""
 
+    def hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str:
+        return written_hypothesis(ctx) or first_hypothesis(res.stdout_path) or "(none given)"
+
     def program_path(self, ctx: GenContext, root: Path | None = None) -> str | None:
-        """The program the command starts, resolved as its shell will (None: not knowable, e.g.
-        a shell builtin or a command line with shell syntax in its first word). A relative path
-        is a file of the work tree (`root`: the tree it is looked up in, default the cycle's)."""
-        assert self.spec.command is not None
+        """The program the command starts, resolved as its shell will (None: not knowable, e.g. a
+        builtin or shell syntax). A relative path is a file of the tree `root` (default the cycle's)."""
         try:
-            words = shlex.split(self.spec.command)
+            words = shlex.split(self.spec.command or "")
         except ValueError:
             return None
         if not words or _SHELL_SYNTAX.search(words[0]) or words[0] in _SHELL_WORDS:
@@ -70,97 +98,77 @@ class CommandGenerator:
         return shutil.which(name, path=ctx.env.get("PATH", os.defpath)) or name
 
     def sandboxed(self, ctx: GenContext) -> GenContext:
-        """`ctx` with what the program needs inside the sandbox: the files its name resolves to
-        (an npm `.bin` symlink's target, a venv's interpreter) readable behind the private /tmp."""
-        if ctx.wrap is None:
-            return ctx
-        exe = self.program_path(ctx)
+        """`ctx` with what the program resolves to (an npm `.bin` link's target, a venv's
+        interpreter) readable inside the sandbox."""
+        exe = self.program_path(ctx) if ctx.wrap is not None else None
         if exe is None or not os.path.isabs(exe):
             return ctx
-        readable = needed_paths(exe, ctx.env.get("PATH"))
-        outer = ctx.wrap
+        readable, outer = needed_paths(exe, ctx.env.get("PATH")), ctx.wrap
         return replace(ctx, wrap=lambda command: outer(command, readable=readable))
 
     def preflight(self, ctx: GenContext) -> None:
-        """Raise FatalGeneratorError unless the program can start, inside the sandbox when there
-        is one — before the baseline, so a run that could never propose anything stops at once."""
-        # A relative path names a file of the work tree, which is HEAD's (a generator may even
-        # be allowed to create it: then it need not exist yet).
+        """FatalGeneratorError unless the program can start (in the sandbox when there is one),
+        before the baseline, so a run that could never propose anything stops at once."""
+        # a relative path names a file of HEAD's tree (which the generator may be allowed to create)
         exe = self.program_path(ctx, root=self.program.repo_root)
         if exe is None:
             return
-        name = shlex.split(self.spec.command or "")[0]
-        relative = "/" in name and not os.path.isabs(name)
+        words = shlex.split(self.spec.command or "")
+        relative = "/" in words[0] and not os.path.isabs(words[0])
         if relative and not os.path.lexists(exe):
             return
         if not os.path.isabs(exe):
-            raise FatalGeneratorError(
-                f"generator.command: {name}"
-                f" not found on PATH; "
-                "install it, or name it by its full path")
+            raise FatalGeneratorError(f"generator.command: {words[0]} not found on PATH; install it, "
+                                      "or name it by its full path")
         if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
             raise FatalGeneratorError(f"generator.command: {exe} is not an executable file; "
                                       "fix generator.command or chmod +x it")
-        script = _script_operand(shlex.split(self.spec.command or ""))
-        if script is not None:
-            path = Path(script) if os.path.isabs(script) else self.program.repo_root / script
-            if not path.exists():
-                raise FatalGeneratorError(
-                    f"generator.command: {script} does not exist ({'' if os.path.isabs(script) else 'in the repository; '}"
-                    f"{os.path.basename(exe)} would fail every cycle); fix the path, or commit the script")
+        script = _script_operand(words)
+        if script is not None and not (self.program.repo_root / script).exists():   # (/ keeps an absolute one)
+            where = "" if os.path.isabs(script) else "in the repository; "
+            raise FatalGeneratorError(f"generator.command: {script} does not exist ({where}"
+                                      f"{os.path.basename(exe)} would fail every cycle); fix the path, "
+                                      "or commit the script")
         ctx = self.sandboxed(ctx)
-        if ctx.wrap is None or relative:
-            return   # (the work tree is always there inside the sandbox)
-        # Found outside; is it there inside (not under a folder the sandbox hides)?
-        self.check_starts(ctx, ["/bin/sh", "-c", 'test -x "$1"', "sh", exe], name)
+        if ctx.wrap is not None and not relative:   # (the work tree is always there inside)
+            # found outside; is it there inside (not under a folder the sandbox hides)?
+            self.check_starts(ctx, ["/bin/sh", "-c", 'test -x "$1"', "sh", exe], words[0])
 
     def check_starts(self, ctx: GenContext, argv: list[str], name: str) -> str:
-        """Run `argv` as the generator would run (sandboxed when it is); its stdout, or
-        FatalGeneratorError naming `name`, what it said and the fix."""
-        command = ctx.wrap(argv) if ctx.wrap is not None else argv
-        with tempfile.TemporaryDirectory(prefix="autoloop-preflight-") as tmp:
-            res = proc.run(command, cwd=ctx.workdir, env=dict(ctx.env), timeout=_PREFLIGHT_TIMEOUT,
-                           log_stem=Path(tmp) / "preflight", stdin=None, marker=ctx.run_marker)
-            out = res.stdout_tail(2000)
-            said = [ln.strip() for ln in (res.stderr_tail(2000) + "\n" + out).splitlines() if ln.strip()]
-        where = " inside the sandbox" if ctx.wrap is not None else ""
+        """Run `argv` as the generator would run; its stdout, or FatalGeneratorError with the fix."""
+        said = run_short(ctx, argv)
+        res = said.res
+        lines = [ln.strip() for ln in (said.err + "\n" + said.out).splitlines() if ln.strip()]
         if res.start_error is not None or not res.ok:
-            why = res.start_error or (said[-1][:300] if said else res.describe())
+            where = " inside the sandbox" if ctx.wrap is not None else ""
+            why = res.start_error or (lines[-1][:300] if lines else res.describe())
             fix = ("bind what it needs with sandbox.writable, or run it with sandbox: none"
                    if ctx.wrap is not None else "check that it is installed and runs")
             raise FatalGeneratorError(f"the generator {name} cannot start{where}: "
                                       f"`{' '.join(argv)}` {res.describe()}: {why}; {fix}".replace("  ", " "))
-        return out
+        return said.out
 
     # ---- the protocol --------------------------------------------------------------------------
 
     def propose(self, ctx: GenContext) -> Proposal:
         ctx = self.sandboxed(ctx)
-        env = dict(ctx.env)
-        env.update(
-            AUTOLOOP_PROMPT_FILE=str(ctx.prompt_file),
-            AUTOLOOP_CYCLE=str(ctx.cycle),
-            AUTOLOOP_BEST=fmt(ctx.best),
-            AUTOLOOP_BASELINE=fmt(ctx.baseline),
-            AUTOLOOP_HYPOTHESIS_FILE=str(ctx.hypothesis_file),
-            AUTOLOOP_WORKDIR=str(ctx.workdir),
-        )
-        command = self.command(ctx)
-        if ctx.wrap is not None:
-            command = ctx.wrap(command)
-        res = proc.run(command, cwd=ctx.workdir, env=env, timeout=ctx.timeout,
-                       log_stem=ctx.log_dir / "generator", stdin=self.stdin(ctx), marker=ctx.run_marker,
-                       limits=ctx.limits)
+        env = {**ctx.env, "AUTOLOOP_PROMPT_FILE": str(ctx.prompt_file), "AUTOLOOP_CYCLE": str(ctx.cycle),
+               "AUTOLOOP_BEST": fmt(ctx.best), "AUTOLOOP_BASELINE": fmt(ctx.baseline),
+               "AUTOLOOP_HYPOTHESIS_FILE": str(ctx.hypothesis_file), "AUTOLOOP_WORKDIR": str(ctx.workdir)}
+        argv = self.command(ctx)
+        run_argv = ctx.wrap(argv) if ctx.wrap is not None else argv
+        res = proc.run(run_argv, cwd=ctx.workdir, env=env,
+                       timeout=ctx.timeout, log_stem=ctx.log_dir / "generator", stdin=self.stdin(ctx),
+                       marker=ctx.run_marker, limits=ctx.limits)
         if res.interrupted:
             raise GeneratorError("interrupted")
         if res.over_limit is not None:
             raise GeneratorError(f"generator {res.describe()}")
         if res.start_error is not None:
-            # it will not start next cycle either
-            raise FatalGeneratorError(f"cannot run the generator {_show(self.command(ctx))}: {res.start_error}")
+            raise FatalGeneratorError(f"cannot run the generator {_show(argv)}: {res.start_error}")
         if res.exit_code in _CANNOT_START:
             raise FatalGeneratorError(
-                f"the generator {_show(command)[:200]} {_CANNOT_START[res.exit_code]} (exit "
+                f"the generator {_show(run_argv)[:200]} {_CANNOT_START[res.exit_code]} (exit "
                 f"{res.exit_code}): {(res.stderr_tail(500).strip().splitlines() or [''])[-1][:200]}; "
                 "fix generator.command (autoloop doctor checks it)")
         if not res.ok:
@@ -170,28 +178,16 @@ class CommandGenerator:
         self.read_report(res, proposal)
         return proposal
 
-    def hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str:
-        try:
-            written = proc.read_regular(ctx.hypothesis_file, 64 << 10).decode(errors="replace").strip()
-        except OSError:
-            written = ""
-        if written:
-            return " ".join(written.split())[:1000]
-        found = first_hypothesis(res.stdout_path)
-        return found or "(none given)"
-
 
 def _script_operand(words: list[str]) -> str | None:
-    """The script an interpreter is told to run (`python3 gen.py` → gen.py); None when the
-    command is not `INTERPRETER [options] FILE ...` or the program comes from `-m`/`-c`/stdin."""
+    """The script an interpreter runs (`python3 gen.py` -> gen.py); None for `-m`/`-c`/stdin."""
     if len(words) < 2 or not _INTERPRETER.fullmatch(os.path.basename(words[0])):
         return None
     for word in words[1:]:
         if word in ("-m", "-c", "-e", "-", "--"):
             return None
-        if word.startswith("-"):
-            continue
-        return word if ("/" in word or "." in word) and not _SHELL_SYNTAX.search(word) else None
+        if not word.startswith("-"):
+            return word if ("/" in word or "." in word) and not _SHELL_SYNTAX.search(word) else None
     return None
 
 
@@ -200,14 +196,11 @@ def first_hypothesis(path: Path) -> str | None:
     seen = 0
     try:
         with open(path, "rb") as f:
-            while seen < _SCAN_LIMIT:
-                raw = f.readline(_LINE_LIMIT)  # bounded: one giant line must not fill memory
-                if not raw:
-                    break
+            while seen < _SCAN_LIMIT and (raw := f.readline(_LINE_LIMIT)):   # bounded lines
                 seen += len(raw)
                 m = _HYPOTHESIS.search(raw.decode("utf-8", "replace"))
                 if m and m.group(1).strip():
-                    return " ".join(m.group(1).split())[:1000]
+                    return " ".join(m.group(1).split())[:_MAX_HYPOTHESIS]
     except OSError:
         return None
     return None

@@ -1,27 +1,20 @@
-"""One executor for Anthropic's text-editor tool (`str_replace_based_edit_tool`).
+"""One executor for Anthropic's text-editor tool (`str_replace_based_edit_tool`), used by both
+SDK generators so the rules live in one place:
 
-Both SDK generators route every file operation of the model through `EditTool.run`, so the
-rules live in one place:
+- paths are relative to the work tree or absolute inside it; `..`, paths outside, a symlink
+  anywhere along the path (lstat on every component), `.git` and anything that is not a
+  regular file or directory are refused;
+- writes are refused unless `is_allowed(rel)`; reading the rest of the tree is fine;
+- a refusal is a tool error returned to the model, never an exception, and never touches the
+  disk; writes replace the target with a new file, so a hard link cannot carry an edit away.
 
-- paths may be relative to the work tree or absolute inside it; they are resolved to a
-  repo-relative `/`-separated path without following anything;
-- `..`, absolute paths outside the tree, symlinks anywhere along the path (checked with
-  `lstat` on every component), anything inside `.git` and anything that is not a regular
-  file or directory are refused;
-- writes (create / str_replace / insert) are refused unless `is_allowed(rel)` is true;
-  reading other files in the tree is fine, the model needs context;
-- a refusal or a failure is a string returned to the model (`ToolResult.is_error`), never an
-  exception, and a refused write never touches the disk;
-- writes go to a temporary file that replaces the target, so a hard link can never carry an
-  edit to another path.
-
-The command set is the one of `text_editor_20250728` (no `undo_edit`). `insert` takes
-`insert_text` (what the models send; the public docs once said `new_str`, which is accepted
-as a fallback).
+Commands are those of `text_editor_20250728` (no `undo_edit`); `insert` takes `insert_text`
+(and `new_str`, which the public docs once said).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -33,18 +26,16 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 TOOL_NAME = "str_replace_based_edit_tool"
 COMMANDS: tuple[str, ...] = ("view", "create", "str_replace", "insert")
 WRITE_COMMANDS: frozenset[str] = frozenset({"create", "str_replace", "insert"})
-
-MAX_VIEW_CHARS = 50_000        # characters of one view result before it is clipped
-MAX_DIR_ENTRIES = 400          # lines of one directory listing
+MAX_VIEW_CHARS = 50_000            # characters of one view result before it is clipped
+MAX_DIR_ENTRIES = 400              # lines of one directory listing
 MAX_FILE_BYTES = 4 * 1024 * 1024   # larger files are refused by every command
+_LIST_DEPTH = 2
 
 Status = Literal["ok", "refused", "error"]
 
 
 @dataclass(frozen=True)
 class ToolCall:
-    """One call, as recorded for the transcript and the proposal's notes."""
-
     command: str
     path: str                  # as the model gave it
     rel: str | None            # resolved repo-relative path ("" = the tree itself), None if unresolved
@@ -52,8 +43,7 @@ class ToolCall:
     reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"command": self.command, "path": self.path, "rel": self.rel,
-                "status": self.status, "reason": self.reason}
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -63,28 +53,22 @@ class ToolResult:
 
 
 class _Refused(Exception):
-    """Internal: a policy refusal (escape, .git, symlink, not allowed)."""
+    """A policy refusal (escape, .git, symlink, not allowed)."""
 
 
 class _Failed(Exception):
-    """Internal: a command that cannot be carried out (bad input, missing file, ...)."""
+    """A command that cannot be carried out (bad input, missing file, ...)."""
 
 
 def _split_lines(text: str) -> list[str]:
     """Lines with their `\\n` kept; only `\\n` separates lines (unlike str.splitlines)."""
     parts = text.split("\n")
-    lines = [p + "\n" for p in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
 class EditTool:
-    """Executes text-editor commands inside `workdir`, enforcing the allowlist.
-
-    `calls` records every call in order. `allowed_hint` (e.g. the program's `allowed` globs)
-    is quoted back to the model when a write is refused.
-    """
+    """Executes text-editor commands inside `workdir`; `calls` records each. `allowed_hint`
+    (the program's `allowed` globs) is quoted back to the model when a write is refused."""
 
     def __init__(self, workdir: Path, is_allowed: Callable[[str], bool], *,
                  allowed_hint: Sequence[str] = (), max_view_chars: int = MAX_VIEW_CHARS,
@@ -98,8 +82,6 @@ class EditTool:
         self.max_file_bytes = max_file_bytes
         self.calls: list[ToolCall] = []
 
-    # ------------------------------------------------------------------ public API
-
     @property
     def refused(self) -> list[ToolCall]:
         return [c for c in self.calls if c.status == "refused"]
@@ -107,20 +89,16 @@ class EditTool:
     @property
     def written(self) -> list[str]:
         """Repo-relative paths successfully written, in order, without repeats."""
-        seen: dict[str, None] = {}
-        for c in self.calls:
-            if c.status == "ok" and c.command in WRITE_COMMANDS and c.rel:
-                seen.setdefault(c.rel, None)
-        return list(seen)
+        return list(dict.fromkeys(c.rel for c in self.calls
+                                  if c.status == "ok" and c.command in WRITE_COMMANDS and c.rel))
 
     def run_json(self, raw: str | None) -> ToolResult:
-        """Run a call whose arguments arrive as a JSON string (OpenAI function calls)."""
+        """A call whose arguments arrive as JSON text (OpenAI function calls)."""
         try:
             args = json.loads(raw or "{}")
         except (TypeError, ValueError) as exc:
-            return self._record("?", "", None, "error",
-                                f"could not parse the tool arguments as JSON ({exc}); "
-                                "send one JSON object with `command` and `path`")
+            return self._record("?", "", None, "error", f"could not parse the tool arguments as JSON "
+                                                       f"({exc}); send one JSON object with `command` and `path`")
         return self.run(args)
 
     def run(self, args: object) -> ToolResult:
@@ -128,8 +106,7 @@ class EditTool:
         if not isinstance(args, Mapping):
             return self._record("?", "", None, "error",
                                 "the tool input must be a JSON object with `command` and `path`")
-        command = args.get("command")
-        raw_path = args.get("path")
+        command, raw_path = args.get("command"), args.get("path")
         command_s = command if isinstance(command, str) else repr(command)
         path_s = raw_path if isinstance(raw_path, str) else ("" if raw_path is None else repr(raw_path))
         if command not in COMMANDS:
@@ -142,8 +119,7 @@ class EditTool:
             rel = self._resolve(raw_path)
             if command in WRITE_COMMANDS:
                 self._check_writable(rel)
-            handler = getattr(self, f"_cmd_{command}")
-            message: str = handler(rel, args)
+            message: str = getattr(self, f"_cmd_{command}")(rel, args)
         except _Refused as exc:
             return self._record(command_s, path_s, rel, "refused", str(exc))
         except _Failed as exc:
@@ -154,12 +130,9 @@ class EditTool:
         self.calls.append(ToolCall(command_s, path_s, rel, "ok"))
         return ToolResult(message)
 
-    # ------------------------------------------------------------------ policy
-
     def _record(self, command: str, path: str, rel: str | None, status: Status, reason: str) -> ToolResult:
         self.calls.append(ToolCall(command, path, rel, status, reason))
-        prefix = "Error: refused: " if status == "refused" else "Error: "
-        return ToolResult(prefix + reason, is_error=True)
+        return ToolResult(("Error: refused: " if status == "refused" else "Error: ") + reason, is_error=True)
 
     def _resolve(self, raw: str) -> str:
         """Model path -> repo-relative path, or _Refused. Reads nothing but lstat."""
@@ -168,24 +141,16 @@ class EditTool:
         pure = PurePosixPath(raw)
         if ".." in pure.parts:
             raise _Refused(f"{raw!r} contains '..'; paths must stay inside the work tree {self.root}")
+        parts: tuple[str, ...] | None = pure.parts
         if pure.is_absolute():
-            parts = None
-            for root in (self.root, self._root_real):
-                rparts = PurePosixPath(root.as_posix()).parts
-                if pure.parts[:len(rparts)] == rparts:
-                    parts = pure.parts[len(rparts):]
-                    break
+            roots = [PurePosixPath(r.as_posix()).parts for r in (self.root, self._root_real)]
+            parts = next((pure.parts[len(r):] for r in roots if pure.parts[:len(r)] == r), None)
             if parts is None:
-                raise _Refused(f"{raw!r} is outside the work tree {self.root}; "
-                               "use a path relative to it")
-        else:
-            parts = pure.parts
+                raise _Refused(f"{raw!r} is outside the work tree {self.root}; use a path relative to it")
         parts = tuple(p for p in parts if p not in ("", "."))
-        for part in parts:
-            if part.lower() == ".git":
-                raise _Refused(f"{raw!r} is inside .git, which the generator may not touch")
-        # No symlink anywhere along the path: a link could lead out of the tree or onto a
-        # file the allowlist protects.
+        if any(part.lower() == ".git" for part in parts):
+            raise _Refused(f"{raw!r} is inside .git, which the generator may not touch")
+        # no symlink anywhere: a link could lead out of the tree or onto a protected file
         current = self.root
         for i, part in enumerate(parts):
             current = current / part
@@ -209,27 +174,25 @@ class EditTool:
             allowed = False
         if not allowed:
             hint = f" (allowed: {', '.join(self._allowed_hint)})" if self._allowed_hint else ""
-            raise _Refused(f"{rel!r} is not in the paths this run may change{hint}. "
-                           "Nothing was written.")
-
-    # ------------------------------------------------------------------ file helpers
-
-    def _abs(self, rel: str) -> Path:
-        return self.root / rel if rel else self.root
+            raise _Refused(f"{rel!r} is not in the paths this run may change{hint}. Nothing was written.")
 
     def _lstat(self, rel: str) -> os.stat_result | None:
         try:
-            return os.lstat(self._abs(rel))
+            return os.lstat(self.root / rel)
         except FileNotFoundError:
             return None
 
-    def _read_text(self, rel: str, st: os.stat_result) -> str:
+    def _read_text(self, rel: str, st: os.stat_result | None) -> str:
+        if st is None:
+            raise _Failed(f"{rel!r} does not exist")
+        if stat.S_ISDIR(st.st_mode):
+            raise _Failed(f"{rel!r} is a directory")
         if not stat.S_ISREG(st.st_mode):
             raise _Failed(f"{rel!r} is not a regular file")
         if st.st_size > self.max_file_bytes:
             raise _Failed(f"{rel!r} is too large for the edit tool ({st.st_size} bytes; "
                           f"limit {self.max_file_bytes})")
-        data = self._abs(rel).read_bytes()
+        data = (self.root / rel).read_bytes()
         if b"\x00" in data:
             raise _Failed(f"{rel!r} looks binary; the edit tool only handles text files")
         try:
@@ -237,28 +200,17 @@ class EditTool:
         except UnicodeDecodeError:
             raise _Failed(f"{rel!r} is not valid UTF-8 text") from None
 
-    def _existing_text(self, rel: str) -> str:
-        st = self._lstat(rel)
-        if st is None:
-            raise _Failed(f"{rel!r} does not exist")
-        if stat.S_ISDIR(st.st_mode):
-            raise _Failed(f"{rel!r} is a directory")
-        return self._read_text(rel, st)
-
     def _write_text(self, rel: str, text: str) -> bool:
         """Write `text` to `rel`; True if the file was new. Never writes through a link."""
-        target = self._abs(rel)
-        data = text.encode("utf-8")
+        target, data = self.root / rel, text.encode("utf-8")
         if len(data) > self.max_file_bytes:
             raise _Failed(f"the new content of {rel!r} is too large ({len(data)} bytes; "
                           f"limit {self.max_file_bytes})")
         st = self._lstat(rel)
         if st is None:
             target.parent.mkdir(parents=True, exist_ok=True)
-            # Re-check the parents now that they exist: nothing along the way may be a link.
-            self._resolve(rel)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            with os.fdopen(fd, "wb") as fh:
+            self._resolve(rel)   # again, now that the parents exist: none may be a link
+            with os.fdopen(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as fh:
                 fh.write(data)
             return True
         if stat.S_ISDIR(st.st_mode):
@@ -272,14 +224,9 @@ class EditTool:
             os.chmod(tmp, stat.S_IMODE(st.st_mode))
             os.replace(tmp, target)
         except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+            Path(tmp).unlink(missing_ok=True)
             raise
         return False
-
-    # ------------------------------------------------------------------ commands
 
     def _cmd_view(self, rel: str, args: Mapping[str, Any]) -> str:
         st = self._lstat(rel)
@@ -290,16 +237,14 @@ class EditTool:
             if view_range is not None:
                 raise _Failed("`view_range` only applies to files, not directories")
             return self._list_dir(rel)
-        text = self._read_text(rel, st)
-        lines = _split_lines(text)
+        lines = _split_lines(self._read_text(rel, st))
         start, end = 1, len(lines)
         if view_range is not None:
             if (not isinstance(view_range, (list, tuple)) or len(view_range) != 2
                     or not all(isinstance(v, int) and not isinstance(v, bool) for v in view_range)):
                 raise _Failed("`view_range` must be two integers [start, end] (end -1 = to the end)")
             start, end = int(view_range[0]), int(view_range[1])
-            if end == -1:
-                end = len(lines)
+            end = len(lines) if end == -1 else end
             if start < 1 or start > max(len(lines), 1) or end < start or end > len(lines):
                 raise _Failed(f"invalid `view_range` {list(view_range)}: the file has {len(lines)} lines "
                               "(lines are numbered from 1; end must be >= start, or -1)")
@@ -309,39 +254,35 @@ class EditTool:
         return self._clip(out, f"use `view_range` to see the rest of {rel}")
 
     def _list_dir(self, rel: str) -> str:
-        base = self._abs(rel)
         entries: list[str] = []
-        truncated = False
+        clipped = False
 
         def walk(directory: Path, prefix: str, depth: int) -> None:
-            nonlocal truncated
+            nonlocal clipped
             try:
                 children = sorted(os.scandir(directory), key=lambda e: e.name)
             except OSError:
                 return
-            for entry in children:
-                if entry.name.startswith("."):
-                    continue
+            for entry in (e for e in children if not e.name.startswith(".")):
                 if len(entries) >= self.max_dir_entries:
-                    truncated = True
+                    clipped = True
                     return
                 shown = f"{prefix}{entry.name}"
                 if entry.is_symlink():
                     entries.append(f"{shown} (symlink, not followed)")
                 elif entry.is_dir(follow_symlinks=False):
                     entries.append(shown + "/")
-                    if depth < 2:
+                    if depth < _LIST_DEPTH:
                         walk(Path(entry.path), shown + "/", depth + 1)
                 else:
                     entries.append(shown)
 
-        walk(base, f"{rel}/" if rel else "", 1)
-        header = (f"Files and directories up to 2 levels deep in {rel or '.'} "
-                  "(hidden entries excluded):\n")
+        walk(self.root / rel, f"{rel}/" if rel else "", 1)
         body = "\n".join(entries) if entries else "(empty)"
-        if truncated:
+        if clipped:
             body += f"\n... listing clipped at {self.max_dir_entries} entries; view a subdirectory"
-        return self._clip(header + body + "\n", "view a subdirectory")
+        return self._clip(f"Files and directories up to 2 levels deep in {rel or '.'} (hidden entries "
+                          f"excluded):\n{body}\n", "view a subdirectory")
 
     def _clip(self, text: str, advice: str) -> str:
         if len(text) <= self.max_view_chars:
@@ -353,19 +294,16 @@ class EditTool:
         file_text = args.get("file_text")
         if not isinstance(file_text, str):
             raise _Failed("`file_text` is required for `create` and must be a string")
-        created = self._write_text(rel, file_text)
-        return f"Created {rel}." if created else f"Overwrote {rel}."
+        return f"Created {rel}." if self._write_text(rel, file_text) else f"Overwrote {rel}."
 
     def _cmd_str_replace(self, rel: str, args: Mapping[str, Any]) -> str:
-        old = args.get("old_str")
-        new = args.get("new_str", "")
+        old, new = args.get("old_str"), args.get("new_str")
+        new = "" if new is None else new
         if not isinstance(old, str) or old == "":
             raise _Failed("`old_str` is required for `str_replace` and must be a non-empty string")
-        if new is None:
-            new = ""
         if not isinstance(new, str):
             raise _Failed("`new_str` must be a string")
-        text = self._existing_text(rel)
+        text = self._read_text(rel, self._lstat(rel))
         count = text.count(old)
         if count == 0:
             raise _Failed(f"no match for `old_str` in {rel}; it must match the file exactly, "
@@ -374,20 +312,17 @@ class EditTool:
             raise _Failed(f"`old_str` matches {count} times in {rel}; include more context so it "
                           "matches exactly once")
         self._write_text(rel, text.replace(old, new, 1))
-        line = text[:text.index(old)].count("\n") + 1
-        return f"Replaced 1 occurrence in {rel} (at line {line})."
+        return f"Replaced 1 occurrence in {rel} (at line {text[:text.index(old)].count(chr(10)) + 1})."
 
     def _cmd_insert(self, rel: str, args: Mapping[str, Any]) -> str:
         insert_line = args.get("insert_line")
         insert_text = args.get("insert_text")
-        if insert_text is None:
-            insert_text = args.get("new_str")
+        insert_text = args.get("new_str") if insert_text is None else insert_text
         if not isinstance(insert_line, int) or isinstance(insert_line, bool):
             raise _Failed("`insert_line` is required for `insert` and must be an integer")
         if not isinstance(insert_text, str):
             raise _Failed("`insert_text` is required for `insert` and must be a string")
-        text = self._existing_text(rel)
-        lines = _split_lines(text)
+        lines = _split_lines(self._read_text(rel, self._lstat(rel)))
         if insert_line < 0 or insert_line > len(lines):
             raise _Failed(f"invalid `insert_line` {insert_line}: it must be between 0 and "
                           f"{len(lines)} (the text goes after that line; 0 = at the top)")
@@ -395,11 +330,10 @@ class EditTool:
             lines[-1] += "\n"
         if insert_text and not insert_text.endswith("\n"):
             insert_text += "\n"
-        new_text = "".join(lines[:insert_line]) + insert_text + "".join(lines[insert_line:])
-        self._write_text(rel, new_text)
+        self._write_text(rel, "".join(lines[:insert_line]) + insert_text + "".join(lines[insert_line:]))
         return f"Inserted {insert_text.count(chr(10))} line(s) after line {insert_line} of {rel}."
 
 
 def tool_notes(calls: Sequence[ToolCall]) -> list[str]:
-    """Human-readable notes for the refused calls (Proposal.notes)."""
+    """Notes for the refused calls (Proposal.notes)."""
     return [f"refused {c.command} {c.rel or c.path or '?'}: {c.reason}" for c in calls if c.status == "refused"]

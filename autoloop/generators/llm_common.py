@@ -1,7 +1,7 @@
-"""What the Anthropic and OpenAI generators share: prices, secret redaction, the transcript,
-hypothesis extraction, the system prompt and the per-cycle bookkeeping.
+"""What the Anthropic and OpenAI generators share: the agent loop around one vendor request,
+prices, the transcript, the hypothesis, the system prompt and the API error mapping.
 
-Kept free of any SDK import so it is cheap to load and easy to test.
+Free of any SDK import, so it is cheap to load (the agent presets use its prices too).
 """
 
 from __future__ import annotations
@@ -10,20 +10,20 @@ import json
 import os
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterable, Mapping
+from typing import IO, Any, ClassVar, Iterable, Iterator, Mapping
 
 from autoloop.errors import AutoloopError, FatalGeneratorError, GeneratorError
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.generators.edit_tool import TOOL_NAME, EditTool, tool_notes
-from autoloop.program import GeneratorSpec, PriceSpec
+from autoloop.program import GeneratorSpec, PriceSpec, Program
 from autoloop.redact import Redactor
 
-STREAM_ENV = "AUTOLOOP_LLM_STREAM"
-"""Set to 0/false/no/off to make the SDK generators use plain (non-streaming) requests."""
-
+STREAM_ENV = "AUTOLOOP_LLM_STREAM"   # 0/false/no/off: plain (non-streaming) requests
 TRANSCRIPT_NAME = "transcript.jsonl"
+DEFAULT_TIMEOUT = 1800.0
 
 # USD per million tokens (input, output), standard tier, short context, no caching.
 # Checked against the vendors' model/pricing pages (platform.claude.com, developers.openai.com)
@@ -85,41 +85,46 @@ def cost_usd(tokens_in: int, tokens_out: int, price: PriceSpec | None) -> float 
         return None
     return round((tokens_in * price.input + tokens_out * price.output) / 1_000_000, 8)
 
+_DATE_SUFFIX = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
 
-# ---------------------------------------------------------------------------- secrets
 
-# ---------------------------------------------------------------------------- transcript
+def price_for(model: str, override: PriceSpec | None = None) -> PriceSpec | None:
+    """The override, else the table (a dated snapshot id or a `provider/` prefix falls back to
+    its base id), else None."""
+    if override is not None:
+        return override
+    name = model.strip().lower()
+    for cand in (name, name.rsplit("/", 1)[-1]):
+        for key in (cand, _DATE_SUFFIX.sub("", cand)):
+            if key in PRICES:
+                return PriceSpec(*PRICES[key])
+    return None
+
+
+def cost_usd(tokens_in: int, tokens_out: int, price: PriceSpec | None) -> float | None:
+    if price is None:
+        return None
+    return round((tokens_in * price.input + tokens_out * price.output) / 1_000_000, 8)
+
 
 class Transcript:
-    """Append-only JSONL: one event per line, every string redacted, flushed per line so a
-    crash or a kill leaves everything up to that point readable."""
+    """Append-only JSONL, every string redacted, flushed per line so a crash or a kill leaves
+    everything up to that point readable."""
 
     def __init__(self, path: Path, redactor: Redactor) -> None:
-        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: IO[str] = open(path, "a", encoding="utf-8")
         self._redactor = redactor
-        self._fh: IO[str] | None = None
         self._t0 = time.monotonic()
 
-    def __enter__(self) -> Transcript:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "a", encoding="utf-8")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
-
     def event(self, event: str, **data: Any) -> None:
-        if self._fh is None:
-            return
         record = {"event": event, "t": round(time.monotonic() - self._t0, 3), **data}
-        line = json.dumps(self._redactor.obj(record), ensure_ascii=False, default=str)
-        self._fh.write(line + "\n")
+        self._fh.write(json.dumps(self._redactor.obj(record), ensure_ascii=False, default=str) + "\n")
         self._fh.flush()
 
+    def close(self) -> None:
+        self._fh.close()
 
-# ---------------------------------------------------------------------------- hypothesis
 
 _HYPOTHESIS = re.compile(r"\bHypothesis\s*\**\s*:", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
@@ -156,8 +161,6 @@ def extract_hypothesis(replies: Iterable[str], fallback_sources: Iterable[str] =
     return "(none given)"
 
 
-# ---------------------------------------------------------------------------- prompt and bookkeeping
-
 def system_prompt(ctx: GenContext) -> str:
     """The fixed part of the instructions; the cycle's own prompt is the user message."""
     never = f" Never: {', '.join(ctx.program.forbidden)}." if ctx.program.forbidden else ""
@@ -174,14 +177,6 @@ def system_prompt(ctx: GenContext) -> str:
     )
 
 
-def stream_default(explicit: bool | None) -> bool:
-    """Streaming unless told otherwise (constructor argument, else $AUTOLOOP_LLM_STREAM)."""
-    if explicit is not None:
-        return explicit
-    value = os.environ.get(STREAM_ENV, "").strip().lower()
-    return value not in ("0", "false", "no", "off")
-
-
 @dataclass
 class LoopState:
     """What one propose() call accumulates, turned into a Proposal at the end."""
@@ -193,7 +188,7 @@ class LoopState:
     turns: int = 0
     usage_missing: bool = False
     replies: list[str] = field(default_factory=list)      # visible text of each reply, in order
-    thinking: list[str] = field(default_factory=list)     # thinking text, a fallback hypothesis source
+    thinking: list[str] = field(default_factory=list)     # a fallback hypothesis source
     notes: list[str] = field(default_factory=list)
     stop_reason: str | None = None
     started: float = field(default_factory=time.monotonic)
@@ -206,55 +201,141 @@ class LoopState:
         self.tokens_out += int(tokens_out or 0)
 
     def cost(self) -> float | None:
-        if self.usage_missing:
-            return None
-        return cost_usd(self.tokens_in, self.tokens_out, self.price)
+        return None if self.usage_missing else cost_usd(self.tokens_in, self.tokens_out, self.price)
 
     def proposal(self, tool: EditTool, transcript: Path, redactor: Redactor) -> Proposal:
-        """The Proposal; hypothesis and notes redacted, as they reach the journal and commits."""
+        """Hypothesis and notes redacted: they reach the journal and commit messages."""
         notes = list(self.notes) + tool_notes(tool.calls)
         if self.usage_missing:
             notes.append("the server did not report token usage for every reply; cost unknown")
         return Proposal(
             hypothesis=redactor.text(extract_hypothesis(self.replies, self.thinking)),
-            tokens_in=self.tokens_in,
-            tokens_out=self.tokens_out,
-            cost_usd=self.cost(),
-            turns=self.turns,
-            transcript=transcript,
-            notes=[redactor.text(n) for n in notes],
-            meta={
-                "model": self.model,
-                "stop_reason": self.stop_reason,
-                "tool_calls": len(tool.calls),
-                "refused": redactor.obj([c.to_dict() for c in tool.refused]),
-                "written": tool.written,
-                "seconds": round(time.monotonic() - self.started, 3),
-            },
-        )
+            tokens_in=self.tokens_in, tokens_out=self.tokens_out, cost_usd=self.cost(),
+            turns=self.turns, transcript=transcript, notes=[redactor.text(n) for n in notes],
+            meta={"model": self.model, "stop_reason": self.stop_reason, "tool_calls": len(tool.calls),
+                  "refused": redactor.obj([c.to_dict() for c in tool.refused]),
+                  "written": tool.written, "seconds": round(time.monotonic() - self.started, 3)})
 
 
-class Deadline:
-    """The cycle's time budget, shared by every request of the loop."""
+@dataclass
+class Session:
+    """One propose() call: the client, the conversation so far and its bookkeeping."""
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self._end = time.monotonic() + seconds
+    ctx: GenContext
+    client: Any
+    messages: list[dict[str, Any]]
+    tool: EditTool
+    state: LoopState
+    log: Transcript
+    redactor: Redactor
+    end: float                     # time.monotonic() deadline of the cycle
+    system: str
 
     def remaining(self) -> float:
-        return self._end - time.monotonic()
+        return self.end - time.monotonic()
 
-    def expired(self) -> bool:
-        return self.remaining() <= 0
+    def run_tool(self, call_id: str, name: str, args: Any) -> tuple[str, bool]:
+        """(content, is_error) of one tool call; `args` a mapping, or JSON text (OpenAI)."""
+        self.log.event("tool_call", id=call_id, name=name,
+                       **({"arguments": args} if isinstance(args, str) else {"input": args}))
+        if name != TOOL_NAME:
+            content, is_error = f"Error: unknown tool {name!r}; only {TOOL_NAME} exists", True
+        else:
+            result = self.tool.run_json(args) if isinstance(args, str) else self.tool.run(args)
+            content, is_error = result.content, result.is_error
+        self.log.event("tool_result", id=call_id, is_error=is_error, content=content)
+        return content, is_error
 
 
-def cycle_budget(ctx: GenContext, spec: GeneratorSpec) -> float:
-    """Seconds this propose() may take: the tighter of the cycle's and the spec's timeout."""
-    candidates = [t for t in (ctx.timeout, spec.timeout) if t and t > 0]
-    return min(candidates) if candidates else 1800.0
+class SDKGenerator:
+    """propose(ctx): one agent loop of a model editing ctx.workdir through the edit tool.
+    Subclasses make the client and carry out one turn (a request and the tool calls it asks)."""
 
+    vendor: ClassVar[str]
+    default_model: ClassVar[str]
+    key_env: ClassVar[str]
+    tool_schema: ClassVar[Mapping[str, Any]]
 
-# ---------------------------------------------------------------------------- API errors
+    def __init__(self, spec: GeneratorSpec, program: Program, *, stream: bool | None = None,
+                 max_retries: int = 2) -> None:
+        self.spec, self.program, self.max_retries = spec, program, max_retries
+        self.model = spec.model or self.default_model
+        # streaming unless told otherwise (this argument, else $AUTOLOOP_LLM_STREAM)
+        self.stream = stream if stream is not None else (
+            os.environ.get(STREAM_ENV, "").strip().lower() not in ("0", "false", "no", "off"))
+
+    def client(self, timeout: float) -> Any:
+        raise NotImplementedError
+
+    def first_messages(self, system: str, prompt: str) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def turn(self, s: Session) -> bool:
+        """One request and its tool calls; False when the model has given its final answer."""
+        raise NotImplementedError
+
+    def propose(self, ctx: GenContext) -> Proposal:
+        # the tighter of the cycle's and the spec's timeout
+        budget = min((t for t in (ctx.timeout, self.spec.timeout) if t and t > 0), default=DEFAULT_TIMEOUT)
+        end = time.monotonic() + budget
+        client = self.client(budget)
+        redactor = Redactor(dict(ctx.env), dict(os.environ),
+                            extra=(client.api_key, getattr(client, "auth_token", None)))
+        tool = EditTool(ctx.workdir, ctx.is_allowed, allowed_hint=ctx.program.allowed)
+        state = LoopState(model=self.model, price=price_for(self.model, self.spec.price))
+        path = ctx.log_dir / TRANSCRIPT_NAME
+        system = system_prompt(ctx)
+        log = Transcript(path, redactor)
+        s = Session(ctx, client, self.first_messages(system, ctx.prompt), tool, state, log, redactor, end,
+                    system)
+        log.event("start", kind=self.vendor, model=self.model, base_url=str(client.base_url),
+                  stream=self.stream, max_turns=self.spec.max_turns, max_tokens=self.spec.max_tokens,
+                  tools=[self.tool_schema], cycle=ctx.cycle)
+        log.event("prompt", system=system, user=ctx.prompt)
+        max_turns = max(1, self.spec.max_turns)
+        try:
+            while True:
+                if s.remaining() <= 0:
+                    raise GeneratorError(f"{self.vendor}: no final answer within {budget:g}s "
+                                         f"({state.turns} turns)")
+                if not self.turn(s):
+                    break
+                if state.turns >= max_turns:
+                    state.notes.append(f"stopped at max_turns ({max_turns}) while the model wanted to go on")
+                    break
+        except AutoloopError as exc:
+            log.event("error", error=exc.__class__.__name__, message=str(exc))
+            if isinstance(exc, GeneratorError) and exc.proposal is None:
+                exc.proposal = state.proposal(tool, path, redactor)  # the failed turns still cost
+            raise
+        finally:
+            log.event("end", turns=state.turns, tokens_in=state.tokens_in, tokens_out=state.tokens_out,
+                      cost_usd=state.cost(), stop_reason=state.stop_reason, written=tool.written)
+            log.close()
+        return state.proposal(tool, path, redactor)
+
+    @contextmanager
+    def api_errors(self, sdk: Any, base_error: type[BaseException], s: Session) -> Iterator[None]:
+        """The SDK's errors, after its own retries, as ours: a status no retry can fix stops the
+        run (FatalGeneratorError), anything else fails this cycle only."""
+        try:
+            yield
+        except sdk.APIStatusError as exc:
+            status, message = exc.status_code, _api_message(exc, s.redactor)
+            if status in FATAL_STATUS:
+                hint = f" (check {self.key_env})" if status in (401, 403) else ""
+                raise FatalGeneratorError(f"{self.vendor}: HTTP {status}, {FATAL_STATUS[status]}{hint}: "
+                                          f"{message}") from None
+            raise GeneratorError(f"{self.vendor}: HTTP {status} (after the SDK's retries): {message}") from None
+        except sdk.APITimeoutError:
+            raise GeneratorError(f"{self.vendor}: the request timed out (after the SDK's retries)") from None
+        except sdk.APIConnectionError as exc:
+            raise GeneratorError(f"{self.vendor}: cannot reach {s.client.base_url}: "
+                                 f"{s.redactor.text(str(exc.__cause__ or exc))}") from None
+        except base_error as exc:
+            raise GeneratorError(f"{self.vendor}: {exc.__class__.__name__}: "
+                                 f"{s.redactor.text(str(exc))[:300]}") from None
+
 
 FATAL_STATUS: dict[int, str] = {
     401: "the API key was refused",
@@ -262,19 +343,9 @@ FATAL_STATUS: dict[int, str] = {
     403: "permission denied",
     404: "not found (check generator.model and generator.base_url)",
 }
-"""HTTP statuses that no retry can fix: the run stops instead of burning cycles."""
 
 
-def status_error(vendor: str, status: int, message: str, key_env: str) -> AutoloopError:
-    """An HTTP error the SDK gave up on -> FatalGeneratorError (credentials, billing, wrong
-    model or URL) or GeneratorError (429, 5xx, anything else: this cycle only)."""
-    if status in FATAL_STATUS:
-        hint = f" (check {key_env})" if status in (401, 403) else ""
-        return FatalGeneratorError(f"{vendor}: HTTP {status}, {FATAL_STATUS[status]}{hint}: {message}")
-    return GeneratorError(f"{vendor}: HTTP {status} (after the SDK's retries): {message}")
-
-
-def api_error_message(exc: BaseException, redactor: Redactor) -> str:
+def _api_message(exc: BaseException, redactor: Redactor) -> str:
     """The server's own error message from an SDK status error, redacted and bounded."""
     body = getattr(exc, "body", None)
     message: Any = None

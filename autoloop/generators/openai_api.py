@@ -1,53 +1,29 @@
-"""`generator.kind: openai` — any Chat Completions server (OpenAI, or a local Ollama, llama.cpp,
+"""`generator.kind: openai`: any Chat Completions server (OpenAI, or a local Ollama, llama.cpp,
 vLLM, LM Studio, ... through `generator.base_url`).
 
 The model gets one *function* tool named `str_replace_based_edit_tool` whose parameters mirror
-Anthropic's text editor (command view/create/str_replace/insert, path, file_text, old_str,
-new_str, insert_line, insert_text, view_range); every call is executed by EditTool, which
-refuses edits outside `allowed` as tool errors. `tool_choice` is never sent (Ollama and
-llama.cpp do not support it). Malformed argument JSON from the model goes back to it as a tool
-error.
-
-Configuration: OPENAI_API_KEY and OPENAI_BASE_URL as the SDK reads them; `generator.base_url`
-overrides the latter. With a base_url and no key (a local server) a placeholder key is sent.
-Requests stream by default (with `stream_options: {"include_usage": true}`);
-AUTOLOOP_LLM_STREAM=0 or `stream=False` switches to plain requests. Against api.openai.com the
-output cap is sent as `max_completion_tokens` (reasoning models reject `max_tokens`); other
-servers get `max_tokens`, which they all understand.
+Anthropic's text editor; EditTool executes every call and refuses edits outside `allowed` (and
+malformed argument JSON) as tool errors. `tool_choice` is never sent (Ollama and llama.cpp do
+not support it). OPENAI_API_KEY and OPENAI_BASE_URL work as the SDK reads them;
+`generator.base_url` overrides the latter, and a base_url without a key (a local server) sends a
+placeholder key. Requests stream by default (with usage). Against api.openai.com the output cap
+is `max_completion_tokens` (reasoning models reject `max_tokens`); other servers get `max_tokens`.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
 
-from autoloop.errors import AutoloopError, FatalGeneratorError, GeneratorError
-from autoloop.generators.base import GenContext, Proposal
-from autoloop.generators.edit_tool import COMMANDS, TOOL_NAME, EditTool
-from autoloop.generators.llm_common import (
-    TRANSCRIPT_NAME,
-    Deadline,
-    LoopState,
-    Redactor,
-    Transcript,
-    api_error_message,
-    cycle_budget,
-    price_for,
-    status_error,
-    stream_default,
-    system_prompt,
-)
-from autoloop.program import GeneratorSpec, Program
+from autoloop.errors import FatalGeneratorError, GeneratorError
+from autoloop.generators.edit_tool import COMMANDS, TOOL_NAME
+from autoloop.generators.llm_common import SDKGenerator, Session
 
-if TYPE_CHECKING:
-    import openai
-
+# OpenAI's recommended general reasoning model; it takes function tools over Chat Completions
+# when no reasoning_effort is sent
 DEFAULT_MODEL = "gpt-5.5"
-"""OpenAI's recommended general reasoning model (developers.openai.com reasoning guide); it takes
-function tools over Chat Completions when no reasoning_effort is sent."""
-
 PLACEHOLDER_KEY = "not-needed"
 
 EDITOR_FUNCTION: dict[str, Any] = {
@@ -85,7 +61,6 @@ EDITOR_FUNCTION: dict[str, Any] = {
 }
 
 
-
 @dataclass
 class _Call:
     id: str = ""
@@ -102,25 +77,19 @@ class _Reply:
     tokens_out: int | None = None
 
 
-class OpenAIGenerator:
-    """propose(ctx): one agent loop over Chat Completions editing ctx.workdir."""
+def official_api(client: Any) -> bool:
+    """Does the client talk to OpenAI's own API?"""
+    return urlparse(str(client.base_url)).hostname == "api.openai.com"
 
-    def __init__(self, spec: GeneratorSpec, program: Program, *, stream: bool | None = None,
-                 max_retries: int = 2) -> None:
-        self.spec = spec
-        self.program = program
-        self.model = spec.model or DEFAULT_MODEL
-        self.stream = stream_default(stream)
-        self.max_retries = max_retries
 
-    # ------------------------------------------------------------------ client
+class OpenAIGenerator(SDKGenerator):
+    vendor = "openai"
+    default_model = DEFAULT_MODEL
+    key_env = "OPENAI_API_KEY"
+    tool_schema = EDITOR_FUNCTION
 
-    def _client(self, timeout: float) -> tuple[openai.OpenAI, bool]:
-        """The client, and whether it talks to OpenAI's own API."""
-        try:
-            import openai
-        except ImportError as exc:   # pragma: no cover - a dependency of the package
-            raise FatalGeneratorError("generator.kind openai needs the `openai` package") from exc
+    def client(self, timeout: float) -> Any:
+        import openai
         base_url = self.spec.base_url or os.environ.get("OPENAI_BASE_URL") or None
         api_key = os.environ.get("OPENAI_API_KEY") or None
         if api_key is None:
@@ -128,120 +97,48 @@ class OpenAIGenerator:
                 raise FatalGeneratorError("openai: set OPENAI_API_KEY or generator.base_url")
             api_key = PLACEHOLDER_KEY     # local servers ignore the key, the SDK insists on one
         try:
-            client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout,
-                                   max_retries=self.max_retries)
+            return openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout,
+                                 max_retries=self.max_retries)
         except openai.OpenAIError as exc:
             raise FatalGeneratorError(f"openai: cannot set up the client: {exc.__class__.__name__}") from None
-        host = urlparse(str(client.base_url)).hostname or ""
-        return client, host == "api.openai.com"
 
-    # ------------------------------------------------------------------ loop
+    def first_messages(self, system: str, prompt: str) -> list[dict[str, Any]]:
+        return [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
 
-    def propose(self, ctx: GenContext) -> Proposal:
-        budget = cycle_budget(ctx, self.spec)
-        deadline = Deadline(budget)
-        client, official = self._client(budget)
-        redactor = Redactor(dict(ctx.env), dict(os.environ), extra=(client.api_key,))
-        tool = EditTool(ctx.workdir, ctx.is_allowed, allowed_hint=ctx.program.allowed)
-        state = LoopState(model=self.model, price=price_for(self.model, self.spec.price))
-        path = ctx.log_dir / TRANSCRIPT_NAME
-        system = system_prompt(ctx)
-        messages: list[dict[str, Any]] = [{"role": "system", "content": system},
-                                          {"role": "user", "content": ctx.prompt}]
+    def turn(self, s: Session) -> bool:
+        reply = self._request(s)
+        state = s.state
+        state.turns += 1
+        state.add_usage(reply.tokens_in, reply.tokens_out)
+        state.stop_reason = reply.finish_reason
+        state.replies.append(reply.text)
+        for i, call in enumerate(reply.calls):
+            call.id = call.id or f"call_{state.turns}_{i}"   # some local servers omit ids
+        s.log.event("reply", turn=state.turns, finish_reason=reply.finish_reason,
+                    usage={"prompt_tokens": reply.tokens_in, "completion_tokens": reply.tokens_out},
+                    text=reply.text,
+                    tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.calls])
+        # Some servers end a tool-calling reply with finish_reason "stop": the calls decide. A
+        # reply cut at the length limit may carry truncated arguments: never run those.
+        if not reply.calls or reply.finish_reason == "length":
+            if reply.finish_reason == "length":
+                state.notes.append(f"the last reply was cut at the token limit ({self.spec.max_tokens})")
+            return False
+        s.messages.append({"role": "assistant", "content": reply.text or None, "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in reply.calls]})
+        for call in reply.calls:
+            content, _ = s.run_tool(call.id, call.name, call.arguments)
+            s.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        return True
 
-        with Transcript(path, redactor) as log:
-            log.event("start", kind="openai", model=self.model, base_url=str(client.base_url),
-                      stream=self.stream, max_turns=self.spec.max_turns,
-                      max_tokens=self.spec.max_tokens, tools=[EDITOR_FUNCTION], cycle=ctx.cycle)
-            log.event("prompt", system=system, user=ctx.prompt)
-            try:
-                self._loop(client, official, messages, tool, state, log, deadline, redactor)
-            except AutoloopError as exc:
-                log.event("error", error=exc.__class__.__name__, message=str(exc))
-                if isinstance(exc, GeneratorError) and exc.proposal is None:
-                    exc.proposal = state.proposal(tool, path, redactor)  # the failed turns still cost
-                raise
-            finally:
-                log.event("end", turns=state.turns, tokens_in=state.tokens_in,
-                          tokens_out=state.tokens_out, cost_usd=state.cost(),
-                          stop_reason=state.stop_reason, written=tool.written)
-        return state.proposal(tool, path, redactor)
-
-    def _loop(self, client: openai.OpenAI, official: bool, messages: list[dict[str, Any]],
-              tool: EditTool, state: LoopState, log: Transcript, deadline: Deadline,
-              redactor: Redactor) -> None:
-        max_turns = max(1, self.spec.max_turns)
-        while True:
-            if deadline.expired():
-                raise GeneratorError(f"openai: no final answer within {deadline.seconds:g}s "
-                                     f"({state.turns} turns)")
-            reply = self._request(client, official, messages, deadline.remaining(), redactor)
-            state.turns += 1
-            state.add_usage(reply.tokens_in, reply.tokens_out)
-            state.stop_reason = reply.finish_reason
-            state.replies.append(reply.text)
-            for i, call in enumerate(reply.calls):
-                if not call.id:        # some local servers omit ids; the API needs them to pair results
-                    call.id = f"call_{state.turns}_{i}"
-            log.event("reply", turn=state.turns, finish_reason=reply.finish_reason,
-                      usage={"prompt_tokens": reply.tokens_in, "completion_tokens": reply.tokens_out},
-                      text=reply.text,
-                      tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.calls])
-
-            # Some servers end a tool-calling reply with finish_reason "stop"; the calls decide.
-            # A reply cut at the length limit may carry truncated arguments: never run those.
-            if not reply.calls or reply.finish_reason == "length":
-                if reply.finish_reason == "length":
-                    state.notes.append(f"the last reply was cut at the token limit ({self.spec.max_tokens})")
-                return
-            assistant: dict[str, Any] = {
-                "role": "assistant",
-                "content": reply.text or None,
-                "tool_calls": [{"id": c.id, "type": "function",
-                                "function": {"name": c.name, "arguments": c.arguments}} for c in reply.calls],
-            }
-            messages.append(assistant)
-            for call in reply.calls:
-                messages.append(self._run_tool(call, tool, log))
-            if state.turns >= max_turns:
-                state.notes.append(f"stopped at max_turns ({max_turns}) while the model wanted to go on")
-                return
-
-    def _run_tool(self, call: _Call, tool: EditTool, log: Transcript) -> dict[str, Any]:
-        log.event("tool_call", id=call.id, name=call.name, arguments=call.arguments)
-        if call.name != TOOL_NAME:
-            content, is_error = f"Error: unknown tool {call.name!r}; only {TOOL_NAME} exists", True
-        else:
-            result = tool.run_json(call.arguments)
-            content, is_error = result.content, result.is_error
-        log.event("tool_result", id=call.id, is_error=is_error, content=content)
-        return {"role": "tool", "tool_call_id": call.id, "content": content}
-
-    def _request(self, client: openai.OpenAI, official: bool, messages: list[dict[str, Any]],
-                 remaining: float, redactor: Redactor) -> _Reply:
+    def _request(self, s: Session) -> _Reply:
         import openai
-
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "tools": [EDITOR_FUNCTION],
-            "timeout": max(1.0, remaining),
-        }
-        kwargs["max_completion_tokens" if official else "max_tokens"] = self.spec.max_tokens
-        try:
-            if self.stream:
-                return self._streamed(client, kwargs)
-            return self._plain(client, kwargs)
-        except openai.APIStatusError as exc:
-            raise status_error("openai", exc.status_code, api_error_message(exc, redactor),
-                               "OPENAI_API_KEY") from None
-        except openai.APITimeoutError:
-            raise GeneratorError("openai: the request timed out (after the SDK's retries)") from None
-        except openai.APIConnectionError as exc:
-            raise GeneratorError(f"openai: cannot reach {client.base_url}: "
-                                 f"{redactor.text(str(exc.__cause__ or exc))}") from None
-        except openai.OpenAIError as exc:
-            raise GeneratorError(f"openai: {exc.__class__.__name__}: {redactor.text(str(exc))[:300]}") from None
+        kwargs: dict[str, Any] = {"model": self.model, "messages": s.messages, "tools": [EDITOR_FUNCTION],
+                                  "timeout": max(1.0, s.remaining())}
+        kwargs["max_completion_tokens" if official_api(s.client) else "max_tokens"] = self.spec.max_tokens
+        with self.api_errors(openai, openai.OpenAIError, s):
+            return self._streamed(s.client, kwargs) if self.stream else self._plain(s.client, kwargs)
 
     @staticmethod
     def _plain(client: openai.OpenAI, kwargs: dict[str, Any]) -> _Reply:

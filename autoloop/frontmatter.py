@@ -1,0 +1,373 @@
+"""YAML front matter -> checked values, every error one line `NAME:LINE: message` (ConfigError).
+
+A schema is a table: `Section`s of `Field`s whose checks take (reader, node, where) and return
+the value; `ListOf` for lists of sections. Lines come from YAML's node marks; the opening `---`
+is line 1. Unknown keys get a did-you-mean.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, NoReturn, Sequence
+
+import yaml
+
+from autoloop.errors import ConfigError
+
+_FRONT_HINT = "YAML front matter between two '---' lines (goal, allowed, verifier)"
+_NULL_TAG = "tag:yaml.org,2002:null"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_NEWLINES = re.compile(r"[\r\n]+")
+_OFFSET = 2   # the front matter starts on file line 2; YAML marks count from 0
+_PERCENT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*")
+
+
+@dataclass(frozen=True)
+class At:
+    """Where a value sits: its dotted key and the line of the key (or list item)."""
+
+    key: str
+    line: int
+
+    def child(self, name: str, line: int) -> At:
+        return At(f"{self.key}.{name}" if self.key else name, line)
+
+    def item(self, index: int, line: int) -> At:
+        return At(f"{self.key}[{index}]", line)
+
+
+def _yaml_advice(exc: yaml.MarkedYAMLError, mark: Any) -> str:
+    """A glob starting with `*` (an alias to YAML) or a `: ` inside a value (a new key) need quotes."""
+    buffer = getattr(mark, "buffer", None)
+    lines = buffer.rstrip("\0").split("\n") if mark is not None and isinstance(buffer, str) else []
+    text = lines[mark.line] if mark is not None and mark.line < len(lines) else ""
+    problem, context = exc.problem or "", exc.context or ""
+    if "alias" in context or problem.startswith("found undefined alias"):
+        token = re.search(r"\*[^\s,\]}]*", text[mark.column - 1 if mark else 0:] if text else "")
+        shown = token.group(0) if token else "*…"
+        return (f"'{shown}' must be quoted: YAML reads a value starting with '*' as a reference; "
+                f"write \"{shown}\"")
+    if problem == "mapping values are not allowed here":
+        m = re.match(r"^(\s*(?:-\s+)?[\w.-]+:\s+)(.*?)\s*$", text)
+        if m and m.group(2):
+            value = m.group(2)
+            quoted = f"'{value}'" if "'" not in value else '"' + value.replace('"', '\\"') + '"'
+            return (f"the value contains ': ', which YAML reads as a new key: quote the whole "
+                    f"value, e.g. {m.group(1).strip()} {quoted}")
+        return "a value contains ': ', which YAML reads as a new key: put the value in quotes"
+    m = re.match(r"found character '(\\.|.)' that cannot start any token", problem)
+    if m and m.group(1) in ("\t", "\\t"):
+        return "a tab: YAML indents with spaces only; replace the tab with spaces"
+    if m:
+        return f"a value cannot start with '{m.group(1)}' in YAML: put the value in quotes"
+    return ""
+
+
+def closest(word: str, options: Sequence[str]) -> str | None:
+    """The option `word` was most likely meant to be; case is ignored (`OpenAI`, `Goal`)."""
+    by_lower = {option.lower(): option for option in options}
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return by_lower[close[0]] if close else None
+
+
+class Reader:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lines: dict[str, int] = {}
+        # only to type scalars (int, bool, ...) by the YAML 1.1 rules yaml.safe_load applies
+        self._loader = yaml.SafeLoader("")
+
+    def fail(self, line: int, message: str) -> NoReturn:
+        # one line always: YAML's own texts and user values may carry newlines
+        raise ConfigError(f"{self.name}:{line}: {_NEWLINES.sub(' ', message)}")
+
+    def line(self, node: yaml.Node) -> int:
+        return node.start_mark.line + _OFFSET
+
+    def front_matter(self, source: bytes) -> tuple[yaml.Node, str]:
+        """(the front matter's YAML node, the body)."""
+        try:
+            text = source.decode("utf-8").removeprefix("\ufeff")   # a Windows editor's BOM
+        except UnicodeDecodeError as exc:
+            self.fail(source.count(b"\n", 0, exc.start) + 1,
+                      f"not valid UTF-8 (byte {source[exc.start]:#04x}); save the file as UTF-8")
+        if not text.strip():
+            self.fail(1, f"the file is empty; it needs {_FRONT_HINT}")
+        lines = text.split("\n")   # \n only, as YAML counts lines
+        if lines[0].rstrip() != "---":
+            self.fail(1, f"no front matter: the first line must be '---'; the file needs {_FRONT_HINT}")
+        end = next((i for i in range(1, len(lines)) if lines[i].rstrip() == "---"), None)
+        if end is None:
+            self.fail(1, "the front matter is never closed: no '---' line after the first one")
+        front = "\n".join(lines[1:end])
+        try:
+            node = yaml.compose(front, Loader=yaml.SafeLoader)
+        except yaml.MarkedYAMLError as exc:
+            self.yaml_fail(exc)
+        except yaml.reader.ReaderError as exc:
+            char = chr(exc.character) if isinstance(exc.character, int) else exc.character
+            self.fail(front.count("\n", 0, exc.position) + _OFFSET, f"invalid YAML: {exc.reason} ({char!r})")
+        except yaml.YAMLError as exc:
+            self.fail(1, f"invalid YAML: {exc}")
+        if node is None:
+            self.fail(1, "the front matter is empty; it needs the keys goal, allowed, verifier")
+        return node, "\n".join(lines[end + 1:])
+
+    def yaml_fail(self, exc: yaml.MarkedYAMLError) -> NoReturn:
+        mark = exc.problem_mark or exc.context_mark
+        message = exc.problem or exc.context or "cannot be read"
+        if exc.problem and exc.context:
+            message += f" ({exc.context})"
+        advice = _yaml_advice(exc, mark)
+        self.fail(mark.line + _OFFSET if mark else 1,
+                  f"{advice} (YAML: {message})" if advice else f"invalid YAML: {message}")
+
+    def value(self, node: yaml.Node) -> Any:
+        """A scalar's typed value; other nodes as they are, for checks to refuse."""
+        if not isinstance(node, yaml.ScalarNode):
+            return node
+        try:
+            return self._loader.construct_object(node, deep=True)
+        except yaml.MarkedYAMLError as exc:            # e.g. an unknown `!tag`
+            self.yaml_fail(exc)
+
+    def show(self, value: Any) -> str:
+        if isinstance(value, yaml.MappingNode):
+            return "a mapping"
+        if isinstance(value, yaml.SequenceNode):
+            return "a list"
+        if value is None:
+            return "nothing"
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (str, int, float)):
+            text = repr(value)
+            return text if len(text) <= 60 else text[:57] + "..."
+        return f"a {type(value).__name__}"
+
+    def expected(self, at: At, what: str, value: Any) -> NoReturn:
+        self.fail(at.line, f"{at.key}: expected {what}, got {self.show(value)}")
+
+    def pairs(self, node: yaml.MappingNode, at: At) -> list[tuple[str, int, yaml.Node]]:
+        """(key as written, its line, value node) in file order; duplicates and odd keys refused."""
+        seen: dict[str, int] = {}
+        for key_node, _value in node.value:
+            line = self.line(key_node)
+            if key_node.tag == _MERGE_TAG:
+                self.fail(line, "YAML merge keys ('<<') are not supported in program files")
+            if not isinstance(key_node, yaml.ScalarNode):
+                self.fail(line, f"{at.key or 'front matter'}: keys must be plain names")
+            if key_node.value in seen:
+                self.fail(line, f"duplicate key {at.child(key_node.value, line).key!r} "
+                                f"(first on line {seen[key_node.value]})")
+            seen[key_node.value] = line
+        return [(k.value, self.line(k), v) for k, v in node.value]
+
+
+Check = Callable[[Reader, yaml.Node, At], Any]
+Build = Callable[[Reader, dict[str, Any], At], Any]
+
+
+@dataclass(frozen=True)
+class Field:
+    check: Check
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Section:
+    """A mapping with fixed keys; `build` makes the result and checks what spans keys. With
+    `scalar_key`, one word stands for the mapping (`sandbox: bwrap` = `{kind: bwrap}`)."""
+
+    fields: Mapping[str, Field]
+    build: Build
+    scalar_key: str | None = None
+
+    def __call__(self, p: Reader, node: yaml.Node, at: At) -> Any:
+        if self.scalar_key and isinstance(node, yaml.ScalarNode):
+            child = at.child(self.scalar_key, at.line)
+            p.lines[child.key] = at.line
+            return self.build(p, {self.scalar_key: self.fields[self.scalar_key].check(p, node, child)}, at)
+        if not isinstance(node, yaml.MappingNode):
+            if not at.key:
+                p.fail(p.line(node), "the front matter must be a mapping of keys (goal: ..., allowed: "
+                                     f"..., verifier: ...), got {p.show(p.value(node))}")
+            p.expected(at, "a mapping of keys", p.value(node))
+        values: dict[str, Any] = {}
+        for name, line, value_node in p.pairs(node, at):
+            where = at.child(name, line)
+            p.lines[where.key] = line
+            spec = self.fields.get(name)
+            if spec is None:
+                p.fail(line, f"unknown key {where.key!r}{self.suggest(name, at)}")
+            # an optional key left empty (`forbidden:`) reads as if it were not there
+            if spec.required or not (isinstance(value_node, yaml.ScalarNode) and value_node.tag == _NULL_TAG):
+                values[name] = spec.check(p, value_node, where)
+        for name, spec in self.fields.items():
+            if spec.required and name not in values:
+                p.fail(at.line, f"missing required key {at.child(name, at.line).key!r}")
+        return self.build(p, values, at)
+
+    def suggest(self, name: str, at: At) -> str:
+        close = closest(name, list(self.fields))
+        if close:
+            return f" (did you mean {at.child(close, 0).key!r}?)"
+        # a right key at the wrong level (`metric:` at the top) is a common slip
+        for parent, spec in self.fields.items():
+            if isinstance(spec.check, Section) and name in spec.check.fields:
+                return f" (did you mean {at.child(parent, 0).child(name, 0).key!r}?)"
+        where = f" under {at.key}" if at.key else ""
+        return f" (known keys{where}: {', '.join(self.fields)})"
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """A list whose items are `section` mappings (or, with `scalar`, a short form of one)."""
+
+    section: Section
+    what: str                                   # the list, as `expected ...` names it
+    item_what: str                              # one item
+    scalar: Check | None = None                 # a string item -> what the section would return
+    each: Callable[[Reader, At, Any, dict[str, int]], Any] | None = None   # per item, with shared state
+    finish: Callable[[list[Any]], tuple[Any, ...]] = tuple
+
+    def __call__(self, p: Reader, node: yaml.Node, at: At) -> tuple[Any, ...]:
+        if not isinstance(node, yaml.SequenceNode):
+            p.expected(at, self.what, p.value(node))
+        out: list[Any] = []
+        seen: dict[str, int] = {}
+        for i, item in enumerate(node.value):
+            where = at.item(i, p.line(item))
+            p.lines[where.key] = where.line
+            if isinstance(item, yaml.MappingNode):
+                value = self.section(p, item, where)
+            elif self.scalar and isinstance(item, yaml.ScalarNode) and isinstance(p.value(item), str):
+                value = self.scalar(p, item, where)
+            else:
+                p.expected(where, self.item_what, p.value(item))
+            out.append(self.each(p, where, value, seen) if self.each else value)
+        return self.finish(out)
+
+
+def text(*, one_line: bool = False) -> Check:
+    """A non-empty string, stripped (a YAML `>` block ends in a newline nobody meant)."""
+
+    def check(p: Reader, node: yaml.Node, at: At) -> str:
+        value = p.value(node)
+        if not isinstance(value, str) or not value.strip():
+            p.expected(at, "a non-empty string", value)
+        if one_line and "\n" in value.strip():
+            p.fail(at.line, f"{at.key}: must be one line")
+        return value.strip()
+
+    return check
+
+
+def matching(regex: str, what: str) -> Check:
+    compiled = re.compile(regex)
+
+    def check(p: Reader, node: yaml.Node, at: At) -> str:
+        value = p.value(node)
+        if not isinstance(value, str) or not compiled.fullmatch(value):
+            p.expected(at, what, value)
+        return value
+
+    return check
+
+
+def number(*, above: float | None = None, at_least: float | None = None, what: str = "a number") -> Check:
+    """An int or float (never a bool, NaN or inf), as a float."""
+
+    def check(p: Reader, node: yaml.Node, at: At) -> float:
+        value = p.value(node)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            p.expected(at, what, value)
+        try:
+            number = float(value)
+        except OverflowError:
+            p.expected(at, what, value)
+        if (not math.isfinite(number) or (above is not None and not number > above)
+                or (at_least is not None and not number >= at_least)):
+            p.expected(at, what, value)
+        return number
+
+    return check
+
+
+def integer(*, at_least: int | None = None, what: str = "a whole number") -> Check:
+    def check(p: Reader, node: yaml.Node, at: At) -> int:
+        value = p.value(node)
+        if isinstance(value, bool) or not isinstance(value, int) or (at_least is not None and value < at_least):
+            p.expected(at, what, value)
+        return value
+
+    return check
+
+
+def at_least(n: int) -> Check:
+    return integer(at_least=n, what=f"a whole number >= {n}")
+
+
+def boolean(p: Reader, node: yaml.Node, at: At) -> bool:
+    value = p.value(node)
+    if not isinstance(value, bool):
+        p.expected(at, "true or false", value)
+    return value
+
+
+def one_of(options: Sequence[str]) -> Check:
+    def check(p: Reader, node: yaml.Node, at: At) -> str:
+        value = p.value(node)
+        if isinstance(value, str) and value in options:
+            return value
+        close = closest(value, options) if isinstance(value, str) else None
+        hint = f" (did you mean {close!r}?)" if close else ""
+        p.fail(at.line, f"{at.key}: {p.show(value)} is not one of {', '.join(options)}{hint}")
+
+    return check
+
+
+def percent_or_number(*, below_pct: float | None = None) -> Check:
+    """A plain number >= 0 (metric units) or a percentage string like '1%'; (value, relative)."""
+
+    def check(p: Reader, node: yaml.Node, at: At) -> tuple[float, bool]:
+        value = p.value(node)
+        what = "a number >= 0 (metric units) or a percentage such as '1%'"
+        if isinstance(value, str):
+            m = _PERCENT.fullmatch(value)
+            if not m:
+                p.expected(at, what, value)
+            if below_pct is not None and not float(m.group(1)) < below_pct:
+                p.fail(at.line, f"{at.key}: {value.strip()} is too large: a percentage below "
+                                f"{below_pct:g}% is needed")
+            return float(m.group(1)), True
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)) \
+                or value < 0:
+            p.expected(at, what, value)
+        return float(value), False
+
+    return check
+
+
+def exactly_one(p: Reader, values: Mapping[str, Any], at: At, keys: tuple[str, str], both: str,
+                neither: str) -> None:
+    """One of two keys and not both: `both`/`neither` say why (after `KEY: `)."""
+    if all(k in values for k in keys):
+        p.fail(max(p.lines[f"{at.key}.{k}"] for k in keys), f"{at.key}: {both}")
+    if not any(k in values for k in keys):
+        p.fail(at.line, f"{at.key}: {neither}")
+
+
+def walk_keys(section: Section, prefix: str = "") -> list[str]:
+    """Every key a section accepts, dotted (`guards[].name` for keys of a list's items)."""
+    out = []
+    for name, spec in section.fields.items():
+        out.append(prefix + name)
+        if isinstance(spec.check, Section):
+            out += walk_keys(spec.check, f"{prefix}{name}.")
+        if isinstance(spec.check, ListOf):
+            out += walk_keys(spec.check.section, f"{prefix}{name}[].")
+    return out

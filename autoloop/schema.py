@@ -1,0 +1,428 @@
+"""program.md's schema: one table of keys, their checks, and the checks that span keys.
+
+Adding a key is a field on its dataclass (autoloop.specs) and one `Field` line in a table below.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import types
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import yaml
+
+from autoloop.envs import unsafe as unsafe_env
+from autoloop.errors import UsageError
+from autoloop.frontmatter import (At, Build, Check, Field, ListOf, Reader, Section, at_least, boolean, exactly_one,
+                                  integer, matching, number, one_of, percent_or_number, text, walk_keys)
+from autoloop.globs import PathRules, is_git_path, path_problem, pattern_problem, touches_git
+from autoloop.specs import (GENERATOR_KINDS, MAX_WORKERS, AcceptSpec, Amount, DataSpec, GeneratorSpec,
+                            GuardSpec, HoldoutSpec, LimitSpec, ParallelSpec, PriceSpec, Program,
+                            ResourcesSpec, SandboxSpec, StopSpec, VerifierSpec, guard_name)
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_METRIC_HELP = "a metric name of letters, digits, '_', '.', '-'"
+
+
+def parse_program(text: bytes | str, path: Path, repo_root: Path) -> Program:
+    """Validate program text read from `path` (named in messages) in the repository at `repo_root`."""
+    path, repo_root = Path(path).absolute(), Path(repo_root).absolute()
+    if not path.is_relative_to(repo_root):
+        raise UsageError(f"program file {path} is not inside the repository {repo_root}")
+    source = text if isinstance(text, bytes) else text.encode("utf-8")
+    reader = Reader(path.name)
+    node, body = reader.front_matter(source)
+    values = _program_section(repo_root)(reader, node, At("", 1))
+    return Program(path=path, repo_root=repo_root, body=body, source=source,
+                   lines=types.MappingProxyType(dict(reader.lines)), **values)
+
+
+def known_keys() -> tuple[str, ...]:
+    """Every key program.md accepts, dotted (`guards[].name` for keys of a guard mapping)."""
+    return tuple(walk_keys(_program_section(Path("."))))
+
+
+def _amount(below_pct: float | None = None) -> Check:
+    check = percent_or_number(below_pct=below_pct)
+    return lambda p, node, at: Amount(*check(p, node, at))
+
+
+def _regex_with_group(p: Reader, node: yaml.Node, at: At) -> str:
+    value: str = text()(p, node, at)
+    try:
+        groups = re.compile(value).groups
+    except re.error as exc:
+        p.fail(at.line, f"{at.key}: invalid regular expression: {exc}")
+    if groups < 1:
+        p.fail(at.line, f"{at.key}: needs a group around the number, e.g. 'acc=([0-9.]+)'")
+    return value
+
+
+def _host_paths(p: Reader, node: yaml.Node, at: At) -> tuple[str, ...]:
+    """Absolute paths on this machine (`~` allowed): a list, or one string."""
+    items = node.value if isinstance(node, yaml.SequenceNode) else [node]
+    out = []
+    for i, item in enumerate(items):
+        where = at.item(i, p.line(item)) if item is not node else at
+        value = p.value(item)
+        if not isinstance(value, str) or not value.strip():
+            p.expected(where, "an absolute path (or ~/...)", value)
+        if not os.path.isabs(os.path.expanduser(value)):
+            p.fail(where.line, f"{where.key}: {value!r} must be absolute (or start with ~/)")
+        out.append(value)
+    return tuple(out)
+
+
+def _args(p: Reader, node: yaml.Node, at: At) -> tuple[str, ...]:
+    """A list of strings, or one string split the way a shell would."""
+    value = p.value(node)
+    if isinstance(value, str):
+        try:
+            return tuple(shlex.split(value))
+        except ValueError as exc:                      # e.g. an unclosed quote
+            p.fail(at.line, f"{at.key}: cannot split {value!r}: {exc}")
+    if not isinstance(node, yaml.SequenceNode):
+        p.expected(at, "a list of strings", value)
+    out = []
+    for i, item in enumerate(node.value):
+        where = at.item(i, p.line(item))
+        p.lines[where.key] = where.line
+        if not isinstance(arg := p.value(item), str):
+            p.expected(where, "a string", arg)
+        out.append(arg)
+    return tuple(out)
+
+
+def _patterns(*, required: bool) -> Check:
+    """Path globs (autoloop.globs): a list, or one string as a one-item list."""
+
+    def check(p: Reader, node: yaml.Node, at: At) -> tuple[str, ...]:
+        if isinstance(node, yaml.ScalarNode) and isinstance(p.value(node), str):
+            items = [node]
+        elif isinstance(node, yaml.SequenceNode):
+            items = node.value
+        else:
+            p.expected(at, "a list of path patterns", p.value(node))
+        if required and not items:
+            p.fail(at.line, f"{at.key}: must list at least one path pattern")
+        out = []
+        for i, item in enumerate(items):
+            line = p.line(item)
+            if item is not node:
+                p.lines[at.item(i, line).key] = line
+            if not isinstance(pattern := p.value(item), str):
+                p.fail(line, f"{at.key}: expected a path pattern, got {p.show(pattern)}")
+            if problem := pattern_problem(pattern):
+                p.fail(line, f"{at.key}: {pattern!r} {problem}")
+            if required and touches_git(pattern):   # (forbidding .git is harmless)
+                p.fail(line, f"{at.key}: {pattern!r} would match .git, which is never editable")
+            out.append(pattern)
+        return tuple(out)
+
+    return check
+
+
+def _worker_envs(p: Reader, node: yaml.Node, at: At) -> tuple[Mapping[str, str], ...]:
+    """One mapping NAME: value per worker; numbers are taken as written (`0` means "0")."""
+    if not isinstance(node, yaml.SequenceNode) or not node.value:
+        p.expected(at, 'a non-empty list of mappings, one per worker, e.g. [{CUDA_VISIBLE_DEVICES: "0"}, '
+                       '{CUDA_VISIBLE_DEVICES: "1"}]', p.value(node))
+    out: list[Mapping[str, str]] = []
+    for i, item in enumerate(node.value):
+        where = at.item(i, p.line(item))
+        p.lines[where.key] = where.line
+        if not isinstance(item, yaml.MappingNode):
+            p.expected(where, "a mapping of environment variables such as {CUDA_VISIBLE_DEVICES: \"0\"}",
+                       p.value(item))
+        env: dict[str, str] = {}
+        for name, line, value_node in p.pairs(item, where):
+            key = where.child(name, line)
+            p.lines[key.key] = line
+            if not _ENV_NAME.fullmatch(name):
+                p.fail(line, f"{key.key}: {name!r} is not an environment variable name "
+                             "(letters, digits and '_', not starting with a digit)")
+            if name.startswith("AUTOLOOP_") or name.startswith("GIT_"):
+                p.fail(line, f"{key.key}: {name} is set by autoloop (or git) itself; choose another name")
+            if unsafe_env(name):
+                p.fail(line, f"{key.key}: {name} is removed from every verification (it could make "
+                             "the verifier run code from outside the measured tree); set it in the "
+                             "verifier's command instead")
+            value = p.value(value_node)
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                p.expected(key, "a string or a number", value)
+            env[name] = value if isinstance(value, str) else str(value_node.value)
+        out.append(types.MappingProxyType(env))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------- checks across keys
+
+def _metric_or_pattern(what: str) -> Build:
+    def build(p: Reader, values: dict[str, Any], at: At) -> dict[str, Any]:
+        exactly_one(p, values, at, ("metric", "pattern"), "give metric or pattern, not both",
+                    f"needs metric ({what}) or pattern (a regex whose first group is the number)")
+        return values
+    return build
+
+
+def _build_limit(p: Reader, values: dict[str, Any], at: At) -> LimitSpec:
+    _metric_or_pattern("a name in the verifier's output, e.g. peak_mem_mb")(p, values, at)
+    exactly_one(p, values, at, ("max_increase", "max_decrease"),
+                "give max_increase or max_decrease, not both (a limit is one-sided; write two items "
+                "for both)", "needs max_increase or max_decrease (e.g. 10% of the baseline, or a number "
+                             "in metric units)")
+    return LimitSpec(**values)
+
+
+def _build_generator(p: Reader, values: dict[str, Any], at: At) -> GeneratorSpec:
+    if "kind" not in values and "command" in values:
+        values["kind"] = "command"   # the default kind (claude) would silently ignore the command
+    if values.get("kind") == "command" and "command" not in values:
+        p.fail(p.lines[f"{at.key}.kind"], f"{at.key}.command: required when {at.key}.kind is 'command'")
+    return GeneratorSpec(**values)
+
+
+def _reachable(pairs: int, alpha: float) -> bool:
+    """Can the sequential test keep after `pairs` pairs at level alpha (identical gains, no noise)?"""
+    from autoloop import stats
+    return pairs >= 2 and stats.sequential_log_lr([1.0] * pairs, []) >= math.log(1.0 / alpha)
+
+
+def _build_accept(p: Reader, values: dict[str, Any], at: At) -> AcceptSpec:
+    given = set(values)
+    if values.get("rule", "strict") == "strict":
+        for key in ("alpha", "pairs", "confirm"):
+            if key in values:
+                p.fail(p.lines[f"{at.key}.{key}"],
+                       f"{at.key}.{key}: only used with {at.key}.rule: paired (the strict rule "
+                       "compares one measurement, or the median of verifier.repeats, per side)")
+    else:
+        # the sequential test holds its false-keep rate at alpha by construction, so one test at
+        # 0.005 replaces two fixed batches at 0.05; 16 pairs is the most a decision may take
+        for key, default in (("min_effect", Amount(1.0, True)), ("confirm", False), ("alpha", 0.005),
+                             ("pairs", 16)):
+            values.setdefault(key, default)
+    alpha, pairs = values.get("alpha", 0.05), values.get("pairs", 8)
+    if alpha > 0.5:
+        p.fail(p.lines[f"{at.key}.alpha"],
+               f"{at.key}.alpha: expected a level between 0 and 0.5, e.g. 0.05, got {alpha:g}")
+    if values.get("rule") == "paired" and not _reachable(pairs, alpha):
+        need = next(n for n in range(2, 64) if _reachable(n, alpha))
+        if "pairs" in given:
+            p.fail(p.lines[f"{at.key}.pairs"],
+                   f"{at.key}.pairs: {pairs} pairs can never reach alpha {alpha:g} (even when every "
+                   f"pair shows the same gain); use at least {need} pairs")
+        p.fail(p.lines[f"{at.key}.alpha"],
+               f"{at.key}.alpha: {alpha:g} is out of reach of {pairs} pairs (even when every pair "
+               f"shows the same gain); set {at.key}.pairs to at least {need}")
+    return AcceptSpec(**values)
+
+
+def _build_parallel(p: Reader, values: dict[str, Any], at: At) -> ParallelSpec:
+    workers, verify = values.get("workers"), values.get("verify")
+    if workers is not None and workers > MAX_WORKERS:
+        p.fail(p.lines[f"{at.key}.workers"],
+               f"{at.key}.workers: expected a whole number from 1 to {MAX_WORKERS}, got {workers}")
+    if workers is not None and verify is not None and verify > workers:
+        p.fail(p.lines[f"{at.key}.verify"],
+               f"{at.key}.verify: {verify} is more than {at.key}.workers ({workers}); a round has at "
+               f"most {workers} candidates to verify")
+    if workers is not None and "env" in values and len(values["env"]) > workers:
+        p.fail(p.lines[f"{at.key}.env"],
+               f"{at.key}.env: {len(values['env'])} entries for {workers} workers; give one per worker "
+               f"(worker i uses entry i)")
+    if values.get("executor", "local") != "ray":
+        for key in ("address", "num_cpus", "num_gpus"):
+            if key in values:
+                p.fail(p.lines[f"{at.key}.{key}"], f"{at.key}.{key}: only used with {at.key}.executor: ray")
+    return ParallelSpec(**values)
+
+
+def _build_program(p: Reader, values: dict[str, Any], at: At) -> dict[str, Any]:
+    verifier: VerifierSpec = values["verifier"]
+    if values.get("accept", AcceptSpec()).rule == "paired" and verifier.repeats > 1:
+        p.fail(p.lines["verifier.repeats"],
+               "verifier.repeats: only used with accept.rule: strict (the paired rule measures "
+               "accept.pairs incumbent/candidate pairs instead)")
+    if "holdout" in values:
+        values["holdout"] = HoldoutSpec(**{"direction": verifier.direction, **values["holdout"]})
+    if values.get("data") and "allowed" in values:
+        editable = PathRules(values["allowed"], values.get("forbidden", ()))
+        for i, d in enumerate(values["data"]):
+            if editable.allows(d.target) or editable.allows(d.target + "/x"):
+                p.fail(p.lines.get(f"data[{i}].as", p.lines.get(f"data[{i}]", 1)),
+                       f"data[{i}].as: {d.target!r} is a path 'allowed' lets the generator write; "
+                       "read-only data needs a place it cannot touch")
+    return values
+
+
+# ---------------------------------------------------------------------------- list items
+
+def _guard(p: Reader, where: At, spec: dict[str, Any], named: dict[str, int]) -> dict[str, Any]:
+    if "name" in spec:
+        line = p.lines[f"{where.key}.name"]
+        if spec["name"] in named:
+            p.fail(line, f"{where.key}.name: {spec['name']!r} is already the name of the guard on "
+                         f"line {named[spec['name']]}")
+        named[spec["name"]] = line
+    return spec
+
+
+def _guards_done(items: list[dict[str, Any]]) -> tuple[GuardSpec, ...]:
+    taken = {spec["name"] for spec in items if "name" in spec}
+    for spec in items:
+        if "name" not in spec:
+            spec["name"] = guard_name(spec["command"], taken)
+            taken.add(spec["name"])
+    return tuple(GuardSpec(**spec) for spec in items)
+
+
+def _data_short(p: Reader, node: yaml.Node, where: At) -> dict[str, Any]:
+    target = p.value(node).strip()
+    if path_problem(target) or os.path.isabs(target):
+        p.fail(where.line, f"{where.key}: {target!r}: a short form must be a repo-relative path; use "
+                           "{path: /abs/source, as: repo/relative/place}")
+    return {"path": target, "as": target}
+
+
+def _data_item(root: Path) -> Callable[[Reader, At, dict[str, Any], dict[str, int]], DataSpec]:
+    def each(p: Reader, where: At, spec: dict[str, Any], seen: dict[str, int]) -> DataSpec:
+        target = spec["as"]
+        line = p.lines.get(f"{where.key}.as", where.line)
+        if problem := path_problem(target):
+            p.fail(line, f"{where.key}.as: {target!r}: {problem}")
+        if is_git_path(target):
+            p.fail(line, f"{where.key}.as: {target!r} would be inside .git")
+        for other, other_line in seen.items():
+            if target == other or target.startswith(other + "/") or other.startswith(target + "/"):
+                p.fail(line, f"{where.key}.as: {target!r} overlaps the data on line {other_line}")
+        seen[target] = line
+        full = Path(os.path.expanduser(spec["path"]))
+        return DataSpec((full if full.is_absolute() else root / full).resolve(), target)
+    return each
+
+
+# ---------------------------------------------------------------------------- the table
+
+_SECONDS = number(above=0, what="a positive number of seconds")
+_METRIC = matching(r"[A-Za-z0-9_.-]+", _METRIC_HELP)
+_DIRECTION = one_of(("minimize", "maximize"))
+_MB = number(above=0, what="a positive number of MB")
+
+
+def _kwargs(p: Reader, values: dict[str, Any], at: At) -> dict[str, Any]:
+    return values
+
+
+def _into(cls: Callable[..., Any]) -> Build:
+    return lambda p, values, at: cls(**values)
+
+
+_GUARD = Section({"name": Field(matching(r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+                                         "a name of letters, digits, '_', '.', '-'")),
+                  "command": Field(text(), required=True), "timeout": Field(_SECONDS)}, _kwargs)
+
+_VERIFIER = Section({
+    "command": Field(text(), required=True),
+    "metric": Field(_METRIC),
+    "pattern": Field(_regex_with_group),
+    "direction": Field(_DIRECTION, required=True),
+    "timeout": Field(_SECONDS),
+    "repeats": Field(at_least(1)),
+    "network": Field(boolean),
+}, lambda p, values, at: VerifierSpec(**_metric_or_pattern("the metric's name, e.g. val_loss")(p, values, at)))
+
+_ACCEPT = Section({
+    "rule": Field(one_of(("strict", "paired"))),
+    "min_effect": Field(_amount(below_pct=100)),
+    "alpha": Field(number(above=0, what="a level between 0 and 0.5, e.g. 0.05")),
+    "pairs": Field(at_least(1)),
+    "confirm": Field(boolean),
+    "warmup": Field(at_least(0)),
+    "final_pairs": Field(at_least(0)),
+}, _build_accept)
+
+_LIMIT = Section({"metric": Field(_METRIC), "pattern": Field(_regex_with_group),
+                  "max_increase": Field(_amount()), "max_decrease": Field(_amount())}, _build_limit)
+
+_HOLDOUT = Section({
+    "command": Field(text(), required=True),
+    "metric": Field(_METRIC),
+    "pattern": Field(_regex_with_group),
+    "direction": Field(_DIRECTION),
+    "timeout": Field(_SECONDS),
+}, _metric_or_pattern("the metric's name"))
+
+_PRICE = Section({
+    "input": Field(number(at_least=0, what="USD per million input tokens (>= 0)"), required=True),
+    "output": Field(number(at_least=0, what="USD per million output tokens (>= 0)"), required=True),
+}, _into(PriceSpec))
+
+_GENERATOR = Section({
+    "kind": Field(one_of(GENERATOR_KINDS)),
+    "command": Field(text()),
+    "timeout": Field(_SECONDS),
+    "args": Field(_args),
+    "model": Field(text(one_line=True)),
+    "base_url": Field(matching(r"https?://\S+", "a URL starting with http:// or https://")),
+    "max_turns": Field(at_least(1)),
+    "max_tokens": Field(at_least(1)),
+    "price": Field(_PRICE),
+    "seed": Field(integer()),
+}, _build_generator)
+
+_STOP = Section({
+    "max_cycles": Field(at_least(0)),
+    "max_minutes": Field(number(above=0, what="a positive number of minutes")),
+    "patience": Field(at_least(1)),
+    "target": Field(number()),
+    "max_cost_usd": Field(number(above=0, what="a positive amount of USD")),
+}, _into(StopSpec))
+
+_SANDBOX = Section({"kind": Field(one_of(("auto", "none", "bwrap"))), "network": Field(boolean),
+                    "writable": Field(_host_paths)}, _into(SandboxSpec), scalar_key="kind")
+
+_RESOURCES = Section({"max_change_mb": Field(_MB), "max_disk_mb": Field(_MB),
+                      "max_processes": Field(at_least(1))}, _into(ResourcesSpec))
+
+_DATA = Section({"path": Field(text(one_line=True), required=True),
+                 "as": Field(text(one_line=True), required=True)}, _kwargs)
+
+_PARALLEL = Section({
+    "workers": Field(integer(at_least=1, what=f"a whole number from 1 to {MAX_WORKERS}")),
+    "verify": Field(integer(at_least=1, what="a whole number >= 1 (verifications at once)")),
+    "executor": Field(one_of(("local", "ray"))),
+    "address": Field(text(one_line=True)),
+    "num_cpus": Field(number(at_least=0, what="a number >= 0 (CPUs per verification task)")),
+    "num_gpus": Field(number(at_least=0, what="a number >= 0 (GPUs per verification task)")),
+    "env": Field(_worker_envs),
+}, _build_parallel)
+
+
+def _program_section(repo_root: Path) -> Section:
+    """The top level; data paths are resolved against `repo_root`."""
+    return Section({
+        "goal": Field(text(one_line=True), required=True),
+        "allowed": Field(_patterns(required=True), required=True),
+        "forbidden": Field(_patterns(required=False)),
+        "verifier": Field(_VERIFIER, required=True),
+        "guards": Field(ListOf(_GUARD, "a list of commands", "a command or a mapping {name, command, timeout}",
+                               scalar=lambda p, node, at: {"command": text()(p, node, at)},
+                               each=_guard, finish=_guards_done)),
+        "generator": Field(_GENERATOR),
+        "stop": Field(_STOP),
+        "accept": Field(_ACCEPT),
+        "limits": Field(ListOf(_LIMIT, "a list of limits such as {metric: peak_mem_mb, max_increase: 10%}",
+                               "a mapping {metric, max_increase or max_decrease}")),
+        "holdout": Field(_HOLDOUT),
+        "sandbox": Field(_SANDBOX),
+        "resources": Field(_RESOURCES),
+        "data": Field(ListOf(_DATA, "a list of {path: ..., as: ...}",
+                             "a mapping {path, as} or a repo-relative path", scalar=_data_short,
+                             each=_data_item(repo_root))),
+        "parallel": Field(_PARALLEL),
+    }, _build_program)
