@@ -27,7 +27,7 @@ def watch_git(common_dir: Path, admin_dir: Path, frozen: dict[Path, str], extra:
     }
     # git reads the user's and the system's config too: a filter or an attributes file planted
     # there would run (or change bytes) inside our own git calls
-    for path, label in {**outer_git_config(), **frozen}.items():
+    for path, label in [*outer_git_config().items(), *frozen.items()]:   # yours by their own names
         watched.setdefault(path, label)
     watched.update({p: p.name for p in extra})
     sentinel = Sentinel(watched, label=watched)
