@@ -1,17 +1,10 @@
-"""Approve mode (`autoloop run --approve`): a person decides each cycle.
+"""Approve mode (`autoloop run --approve`): a person decides each cycle that changed something.
 
-The loop calls a `Reviewer` at two points of a cycle whose candidate really changed something:
-
-- ``before`` the verifier runs (``--approve=before`` / ``both``): *verify* it, *skip* it (it is
-  discarded unmeasured), or *quit*;
-- ``after`` it was measured (``--approve`` = ``after``, or ``both``): *keep* or *discard* it,
-  whatever the ratchet recommends, or *quit*.
-
-Either way the person may add a note, which becomes the cycle's lesson. The decision is what
-happens, and the ledger says so: ``decided_by: "human"`` and the ratchet's ``recommendation``.
-
-`TerminalReviewer` is the interactive one. Like the progress line it is presentation: the CLI
-builds it with the terminal's streams; the loop only sees the `Reviewer` protocol.
+``before`` the verifier runs (``--approve=before`` / ``both``): *verify*, *skip* (discarded
+unmeasured) or *quit*; ``after`` it was measured (``after``, the default, or ``both``): *keep* or
+*discard* whatever the ratchet recommends, or *quit*. A note becomes the cycle's lesson; the
+ledger says ``decided_by: "human"`` and keeps the ratchet's ``recommendation``.
+`TerminalReviewer` is presentation, built by the CLI; the loop sees only `Reviewer`.
 """
 
 from __future__ import annotations
@@ -25,12 +18,17 @@ import tty
 from dataclasses import dataclass
 from typing import IO, Callable, Literal, Protocol, Sequence
 
+from autoloop.errors import UsageError
 from autoloop.journal import pct
 from autoloop.numbers import num as fmt, signed_pct
 from autoloop.verify import GuardResult
 
 Action = Literal["keep", "discard", "verify", "skip", "quit"]
 WHEN = ("after", "before", "both")
+FILES_SHOWN = 8
+SCREEN_LINES_KEPT = 14     # lines of a review around its diff: the diff gets the rest of the screen
+MIN_DIFF_LINES = 5
+MAX_RULE = 100
 
 
 @dataclass(frozen=True)
@@ -78,26 +76,20 @@ def stages(mode: str) -> frozenset[str]:
 
 
 def human_outcome(review: Review, decision: Decision, ratchet_lesson: str | None) -> tuple[str, str, str]:
-    """The (status, lesson, result) recorded for a person's decision. Pure.
-
-    Statuses stay within the contract's set: a skipped or quit candidate is a `discard`; a
-    discarded crash stays a `crash`; only a measured candidate that passed its guards can be kept.
-    """
+    """The (status, lesson, result) recorded for a person's decision. Statuses stay within the
+    contract's set: a skipped or quit candidate is a `discard`, a discarded crash stays a
+    `crash`, and only a measured candidate that passed its guards can be kept."""
     note = " ".join(decision.note.split())
-    name = review.metric_name
     measured = "" if review.metric is None else \
-        f": {name} {fmt(review.best)} → {fmt(review.metric)}{_pct(review.best, review.metric)}"
+        f": {review.metric_name} {fmt(review.best)} → {fmt(review.metric)}{_pct(review.best, review.metric)}"
     rec = review.recommendation
     if review.when == "before" or decision.action in ("skip", "verify"):
-        if decision.action == "quit":
-            why = "not verified: the person quit the run before verifying it"
-        else:
-            why = "skipped by the person before verification"
+        why = ("not verified: the person quit the run before verifying it" if decision.action == "quit"
+               else "skipped by the person before verification")
         return "discard", note or why, f"discard (the person's decision): {why}"
     if decision.action == "keep" and review.keepable:
-        agreed = rec == "keep"
-        lesson = note or (f"kept by the person{measured}" + ("" if agreed else f" (the ratchet said {rec})"))
-        return "keep", lesson, f"keep (the person's decision; the ratchet said {rec}){measured}"
+        lesson = f"kept by the person{measured}" + ("" if rec == "keep" else f" (the ratchet said {rec})")
+        return "keep", note or lesson, f"keep (the person's decision; the ratchet said {rec}){measured}"
     # discard, quit, or a keep that cannot be honoured
     status = rec if rec in ("crash", "guard_fail") else "discard"
     if decision.action == "quit":
@@ -115,23 +107,18 @@ def _pct(old: float | None, new: float | None) -> str:
     return f" ({signed_pct(d)})" if d is not None else ""
 
 
-# ---- the terminal ---------------------------------------------------------------------------
-
-
-class NoTerminal(Exception):
-    pass
-
-
 _GREEN, _RED, _YELLOW, _BOLD, _DIM, _CYAN, _RESET = ("\x1b[32m", "\x1b[31m", "\x1b[33m", "\x1b[1m",
                                                      "\x1b[2m", "\x1b[36m", "\x1b[0m")
+_LABELS = {"keep": "[k]eep", "discard": "[d]iscard", "verify": "[y] verify", "skip": "[s]kip"}
+_HELP_COMMON = ("v  view the full diff (through $PAGER when set)",
+                "n  write a note; it becomes the cycle's lesson (what the generator learns)",
+                "q  quit: this candidate is not kept, the journal is closed, the run ends (exit 0)")
 
 
 class TerminalReviewer:
     """Asks on the terminal: one key per choice (no Enter needed), a line for the note.
-
-    Keys after verification: k keep, d discard, v view the full diff, n note, q quit, ? help.
-    Keys before verification: y verify, s skip, v, n, q, ?.
-    """
+    After verification: k keep, d discard; before it: y verify, s skip; and v view the full
+    diff, n note, q quit, ? help."""
 
     def __init__(self, mode: str, *, stdin: IO[str] | None = None, out: IO[str] | None = None,
                  color: bool = True, pause: Callable[[], None] = lambda: None,
@@ -143,19 +130,18 @@ class TerminalReviewer:
         self._pause, self._resume = pause, resume
         self.quit_requested = False
 
-    # the loop's stop_check: after a quit, the run ends on a stop condition (exit 0)
     def stop_reason(self) -> str:
+        """The loop's stop_check: after a quit, the run ends on a stop condition (exit 0)."""
         return "quit by the person (approve mode)" if self.quit_requested else ""
 
     @staticmethod
     def check_terminal(stdin: IO[str] | None = None) -> None:
-        stdin = stdin or sys.stdin
         try:
-            ok = stdin.isatty()
+            ok = (stdin or sys.stdin).isatty()
         except (AttributeError, ValueError):
             ok = False
         if not ok:
-            raise NoTerminal("--approve needs a terminal to ask you on (standard input is not one); "
+            raise UsageError("--approve needs a terminal to ask you on (standard input is not one); "
                              "run it in a terminal, or drop --approve to let the ratchet decide")
 
     def decide(self, review: Review) -> Decision:
@@ -168,33 +154,30 @@ class TerminalReviewer:
     def _decide(self, r: Review) -> Decision:
         self._show(r)
         note = ""
-        before = r.when == "before"
-        keys = {"y": "verify", "s": "skip"} if before else \
+        keys = {"y": "verify", "s": "skip"} if r.when == "before" else \
             ({"k": "keep", "d": "discard"} if r.keepable else {"d": "discard"})
         while True:
-            self._prompt(r, keys, note)
+            opts = [_LABELS[a] for a in keys.values()] + ["[v]iew diff", "[n]ote", "[q]uit", "[?]"]
+            self.out.write(self._c(_BOLD, f"cycle {r.cycle}: ") + "  ".join(opts)
+                           + (f" note: {note!r}" if note else "") + " > ")
+            self.out.flush()
             key = self._key()
             if key in keys:
-                action = keys[key]
-                self._line(f"→ {action}" + (f" (note: {note})" if note else ""))
-                return Decision(action, note)  # type: ignore[arg-type]
-            if key == "q":
+                self._line(f"→ {keys[key]}" + (f" (note: {note})" if note else ""))
+                return Decision(keys[key], note)  # type: ignore[arg-type]
+            if key in ("q", ""):      # "": end of input, nobody is there any more
                 self.quit_requested = True
-                self._line("→ quit: this candidate is not kept; the run stops after recording it")
+                if key:
+                    self._line("→ quit: this candidate is not kept; the run stops after recording it")
                 return Decision("quit", note)
             if key == "v":
                 self.page(r.diff or "(empty diff)\n")
             elif key == "n":
                 note = self._read_line("note (becomes the lesson; empty keeps the old one): ") or note
             elif key in ("?", "h", "\n"):
-                self._help(before, r.keepable)
-            elif key == "":  # end of input: nobody is there any more
-                self.quit_requested = True
-                return Decision("quit", note)
+                self._help(r)
             else:
                 self._line(f"unknown key {key!r}; press ? for help")
-
-    # ---- display ----------------------------------------------------------------------------
 
     def _c(self, code: str, text: str) -> str:
         return f"{code}{text}{_RESET}" if self.color else text
@@ -205,65 +188,50 @@ class TerminalReviewer:
 
     def _show(self, r: Review) -> None:
         width, height = shutil.get_terminal_size((100, 30))
-        rule = "─" * max(10, min(width, 100) - 1)
-        title = f" cycle {r.cycle} · review {'before verification' if r.when == 'before' else 'after verification'} "
-        self._line(self._c(_BOLD, title.center(len(rule), "─")))
+        rule = "─" * max(10, min(width, MAX_RULE) - 1)
+        stage = "before verification" if r.when == "before" else "after verification"
+        self._line(self._c(_BOLD, f" cycle {r.cycle} · review {stage} ".center(len(rule), "─")))
         self._line(self._c(_BOLD, "Hypothesis: ") + " ".join(r.hypothesis.split()))
-        self._line(f"Changed: {', '.join(r.files[:8])}{' …' if len(r.files) > 8 else ''}"
+        self._line(f"Changed: {', '.join(r.files[:FILES_SHOWN])}{' …' if len(r.files) > FILES_SHOWN else ''}"
                    + (f"  ({r.diffstat})" if r.diffstat else ""))
         lines = r.diff.splitlines()
-        room = max(5, height - 14)
+        room = max(MIN_DIFF_LINES, height - SCREEN_LINES_KEPT)
         for ln in lines[:room]:
             self._line(self._diff_line(ln[:width - 1] if width > 20 else ln))
         if len(lines) > room:
             self._line(self._c(_DIM, f"… {len(lines) - room} more diff lines: press v to view the full diff"))
-        if r.when == "after":
-            for g in r.guards:
-                mark = self._c(_GREEN, "pass") if g.ok else self._c(_RED, "FAIL")
-                self._line(f"Guard {g.name}: {mark} ({g.detail})")
-            if r.metric is None:
-                self._line(f"{r.metric_name}: {self._c(_RED, 'no metric')}  (incumbent {fmt(r.best)})")
-            else:
-                good = r.recommendation == "keep"
-                self._line(f"{r.metric_name}: {self._c(_GREEN if good else _YELLOW, fmt(r.metric))} vs incumbent "
-                           f"{fmt(r.best)}{_pct(r.best, r.metric)}  ({r.direction})")
-            rec = r.recommendation or "?"
-            self._line(self._c(_BOLD, "Ratchet recommends: ") + self._c(_GREEN if rec == "keep" else _YELLOW, rec)
-                       + f"  — {r.verdict}")
-        else:
+        if r.when == "before":
             self._line(f"Incumbent {r.metric_name}: {fmt(r.best)} ({r.direction}); not measured yet")
+            return
+        for g in r.guards:
+            self._line(f"Guard {g.name}: {self._c(_GREEN, 'pass') if g.ok else self._c(_RED, 'FAIL')} ({g.detail})")
+        if r.metric is None:
+            self._line(f"{r.metric_name}: {self._c(_RED, 'no metric')}  (incumbent {fmt(r.best)})")
+        else:
+            shade = _GREEN if r.recommendation == "keep" else _YELLOW
+            self._line(f"{r.metric_name}: {self._c(shade, fmt(r.metric))} vs incumbent "
+                       f"{fmt(r.best)}{_pct(r.best, r.metric)}  ({r.direction})")
+        rec = r.recommendation or "?"
+        self._line(self._c(_BOLD, "Ratchet recommends: ") + self._c(_GREEN if rec == "keep" else _YELLOW, rec)
+                   + f"  — {r.verdict}")
 
     def _diff_line(self, ln: str) -> str:
-        if ln.startswith("+") and not ln.startswith("+++"):
-            return self._c(_GREEN, ln)
-        if ln.startswith("-") and not ln.startswith("---"):
-            return self._c(_RED, ln)
         if ln.startswith("@@"):
             return self._c(_CYAN, ln)
+        if ln[:1] in ("+", "-") and ln[:3] not in ("+++", "---"):
+            return self._c(_GREEN if ln[0] == "+" else _RED, ln)
         return ln
 
-    def _prompt(self, r: Review, keys: dict[str, str], note: str) -> None:
-        labels = {"keep": "[k]eep", "discard": "[d]iscard", "verify": "[y] verify", "skip": "[s]kip"}
-        opts = [labels[a] for a in keys.values()] + ["[v]iew diff", "[n]ote", "[q]uit", "[?]"]
-        noted = f" note: {note!r}" if note else ""
-        self.out.write(self._c(_BOLD, f"cycle {r.cycle}: ") + "  ".join(opts) + noted + " > ")
-        self.out.flush()
-
-    def _help(self, before: bool, keepable: bool) -> None:
-        if before:
-            self._line("y  verify: run the guards and the verifier on this candidate")
-            self._line("s  skip: discard it without measuring")
+    def _help(self, r: Review) -> None:
+        if r.when == "before":
+            lines = ["y  verify: run the guards and the verifier on this candidate",
+                     "s  skip: discard it without measuring"]
         else:
-            if keepable:
-                self._line("k  keep: commit it on the run branch (whatever the ratchet says)")
-            else:
-                self._line("   (it has no metric or failed a guard, so it cannot be kept)")
-            self._line("d  discard: restore the incumbent exactly")
-        self._line("v  view the full diff (through $PAGER when set)")
-        self._line("n  write a note; it becomes the cycle's lesson (what the generator learns)")
-        self._line("q  quit: this candidate is not kept, the journal is closed, the run ends (exit 0)")
-
-    # ---- input ------------------------------------------------------------------------------
+            lines = ["k  keep: commit it on the run branch (whatever the ratchet says)" if r.keepable else
+                     "   (it has no metric or failed a guard, so it cannot be kept)",
+                     "d  discard: restore the incumbent exactly"]
+        for line in [*lines, *_HELP_COMMON]:
+            self._line(line)
 
     def _key(self) -> str:
         """One key press, without Enter, echoed; Ctrl-C still interrupts (ISIG stays on)."""
@@ -281,16 +249,15 @@ class TerminalReviewer:
         """A line in the terminal's own (cooked) mode: one read returns one line."""
         self.out.write(prompt)
         self.out.flush()
-        data = os.read(self.stdin.fileno(), 4096).decode(errors="replace")
-        return data.rstrip("\r\n")
-
-    # ---- paging -----------------------------------------------------------------------------
+        return os.read(self.stdin.fileno(), 4096).decode(errors="replace").rstrip("\r\n")
 
     def page(self, text: str) -> None:
         """$PAGER when set (run by a shell, text on its stdin); else a small built-in pager."""
         pager = os.environ.get("PAGER", "").strip()
         if pager:
             try:
+                # the person's own pager at their terminal: an interactive child, not a
+                # measured command (proc's bounded capture would hide it)
                 subprocess.run(pager, shell=True, input=text.encode(errors="replace"), check=False)
                 return
             except OSError:
@@ -298,18 +265,14 @@ class TerminalReviewer:
         self._builtin_pager(text.splitlines())
 
     def _builtin_pager(self, lines: Sequence[str]) -> None:
-        _, height = shutil.get_terminal_size((100, 30))
-        step = max(5, height - 2)
-        i = 0
-        while i < len(lines):
+        step = max(MIN_DIFF_LINES, shutil.get_terminal_size((100, 30)).lines - 2)
+        for i in range(0, len(lines), step):
             for ln in lines[i:i + step]:
                 self._line(self._diff_line(ln))
-            i += step
-            if i >= len(lines):
+            if i + step >= len(lines):
                 break
-            self.out.write(self._c(_DIM, f"-- {i}/{len(lines)} lines: space/enter more, q stop -- "))
+            self.out.write(self._c(_DIM, f"-- {i + step}/{len(lines)} lines: space/enter more, q stop -- "))
             self.out.flush()
-            key = self._key()
-            if key in ("q", ""):
+            if self._key() in ("q", ""):
                 break
         self._line(self._c(_DIM, "(end of diff)"))

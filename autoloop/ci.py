@@ -1,24 +1,23 @@
-"""CI mode (`autoloop run --ci`, automatic when `CI=true`): plain lines, a wall-clock budget,
-the journal persisted on the run branch (autoloop.persist), a Markdown summary for
-`$GITHUB_STEP_SUMMARY`, and one JSON object for `--json`.
-
-Nothing here prints: the CLI hands streams and paths in.
-"""
+"""CI mode (`autoloop run --ci`, automatic when `CI=true`) and what a run hands to scripts: the
+wall-clock budget, the Markdown for `$GITHUB_STEP_SUMMARY`, the `--json` object. Nothing here
+prints: the CLI hands streams and paths in."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from autoloop.facts import Facts, facts, markdown
+from autoloop.numbers import seconds
 
 EXIT_MEANING = {0: "stopped", 1: "failed", 2: "refused", 130: "interrupted"}
+RECENT_CYCLES = 3     # the budget keeps room for the slowest of these
+SECONDS_PER_MINUTE = 60.0
 
 
 def ci_env(env: Mapping[str, str] | None = None) -> bool:
@@ -30,17 +29,16 @@ def ci_env(env: Mapping[str, str] | None = None) -> bool:
 class Budget:
     """`--max-minutes M`: a wall-clock budget for the whole invocation.
 
-    Between cycles, no new cycle starts when the slowest of the last three would not fit in the
-    time left. At the deadline itself, a cycle still running is stopped the way SIGTERM stops it
-    (tree back at the incumbent, journal whole) and the run ends on the budget — exit 0, and in
-    CI the journal is still committed. `disarm()` must be called before the loop's signal
-    handlers are removed (the run's on_finish hook does).
+    Between cycles, no new cycle starts when the slowest recent one would not fit in the time
+    left. At the deadline, a cycle still running is stopped the way SIGTERM stops it (tree back
+    at the incumbent, journal whole) and the run ends on the budget, exit 0. `disarm()` must be
+    called before the loop's signal handlers are removed (the run's on_finish hook does).
     """
 
     def __init__(self, minutes: float, *, clock: Callable[[], float] = time.monotonic,
                  kill: Callable[[], None] | None = None) -> None:
-        self.seconds = minutes * 60.0
         self.minutes = minutes
+        self.seconds = minutes * SECONDS_PER_MINUTE
         self.clock = clock
         self.t0 = clock()
         self.durations: list[float] = []
@@ -57,13 +55,13 @@ class Budget:
             self.durations.append(float(data["duration_s"]))
 
     def stop_reason(self) -> str:
-        elapsed = self.clock() - self.t0
-        if elapsed >= self.seconds:
+        left = self.time_left()
+        if left <= 0:
             return f"--max-minutes budget reached ({self.minutes:g} min)"
-        recent = self.durations[-3:]
-        if recent and elapsed + max(recent) > self.seconds:
-            return (f"--max-minutes budget: {(self.seconds - elapsed) / 60:.1f} min left, "
-                    f"too little for another cycle (recent ones took up to {max(recent):.0f}s)")
+        slowest = max(self.durations[-RECENT_CYCLES:], default=0.0)
+        if slowest > left:
+            return (f"--max-minutes budget: {seconds(left)} left, too little for another cycle "
+                    f"(recent ones took up to {seconds(slowest)})")
         return ""
 
     def time_left(self) -> float:
@@ -94,8 +92,7 @@ class Outcome:
     stop_reason: str = ""
     error: str = ""
     cycles_run: int = 0
-    # this invocation's cycles by status, read from the ledger however the run ended (None:
-    # it never attached to a ledger)
+    # this invocation's cycles by status (None: it never attached to a ledger)
     this_run: dict[str, int] | None = None
     incumbent: str = ""
     journal_commit: str | None = None
@@ -105,25 +102,16 @@ class Outcome:
 
     def as_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
-            "exit_code": self.exit_code,
-            "status": EXIT_MEANING.get(self.exit_code, "failed"),
-            "stop_reason": self.stop_reason or None,
-            "error": self.error or None,
-            "ci": self.ci,
-            "program": self.program,
-            "tag": self.tag,
-            "branch": f"autoloop/{self.tag}" if self.tag else None,
-            "incumbent": self.incumbent or None,
-            "journal_commit": self.journal_commit,
-            "cycles_run": self.cycles_run,
-            "elapsed_s": round(time.monotonic() - self.started, 3),
+            "exit_code": self.exit_code, "status": EXIT_MEANING.get(self.exit_code, "failed"),
+            "stop_reason": self.stop_reason or None, "error": self.error or None, "ci": self.ci,
+            "program": self.program, "tag": self.tag, "branch": f"autoloop/{self.tag}" if self.tag else None,
+            "incumbent": self.incumbent or None, "journal_commit": self.journal_commit,
+            "cycles_run": self.cycles_run, "elapsed_s": round(time.monotonic() - self.started, 3),
         }
         if self.facts is not None:
-            f = self.facts.as_dict()
+            f = {k: v for k, v in self.facts.as_dict().items() if k not in ("tag", "branch")}
             f["kept_this_run"] = (self.this_run or {}).get("keep", 0)
             f["by_status_this_run"] = dict(self.this_run or {})
-            for k in ("tag", "branch"):
-                f.pop(k, None)
             d.update(f)
         d["journal"] = self.paths or None
         return d
@@ -138,12 +126,19 @@ class Outcome:
         if self.facts is None:
             return (f"### autoloop run `{self.tag}`\n\n" + "| | |\n| --- | --- |\n"
                     + "".join(f"| {k} | {v} |\n" for k, v in extra))
-        extra.insert(0, ("this job", f"{self.cycles_run} cycles in {(time.monotonic() - self.started) / 60:.1f} min"))
+        extra.insert(0, ("this job", f"{self.cycles_run} cycles in {seconds(time.monotonic() - self.started)}"))
         return markdown(self.facts, extra_rows=extra)
 
 
+def facts_of(program: Any, tag: str, records: Sequence[Mapping[str, Any]]) -> Facts:
+    """The facts of a run of `program` from its ledger records: what log, report, --json and
+    the ending line all show."""
+    v = program.verifier
+    return facts(records, tag=tag, goal=program.goal, metric=v.label, direction=v.direction)
+
+
 def load_facts(program: Any, tag: str) -> Facts | None:
-    """Facts of the run `tag` of `program`, or None when it has no ledger."""
+    """Facts of the run `tag` of `program`, or None when it has no readable ledger."""
     from autoloop.journal import Journal
 
     j = Journal(program.state_dir, tag)
@@ -153,21 +148,10 @@ def load_facts(program: Any, tag: str) -> Facts | None:
         j.load()
     except Exception:
         return None
-    v = program.verifier
-    return facts(j.records, tag=tag, goal=program.goal, metric=v.label, direction=v.direction)
-
-
-def append_step_summary(path: str, text: str) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(text.rstrip("\n") + "\n\n")
-
-
-def write_json(stream: IO[str], obj: Mapping[str, Any]) -> None:
-    stream.write(json.dumps(obj, indent=2, default=str) + "\n")
-    stream.flush()
+    return facts_of(program, tag, j.records)
 
 
 def journal_paths(program: Any, tag: str) -> dict[str, str]:
-    return {"experiments": str(Path(program.state_dir) / "experiments.md"),
-            "results": str(Path(program.state_dir) / "results.tsv"),
-            "ledger": str(Path(program.state_dir) / ".autoloop" / tag / "ledger.jsonl")}
+    d = Path(program.state_dir)
+    return {"experiments": str(d / "experiments.md"), "results": str(d / "results.tsv"),
+            "ledger": str(d / ".autoloop" / tag / "ledger.jsonl")}

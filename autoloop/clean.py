@@ -1,10 +1,6 @@
-"""`autoloop clean`: what a tag leaves behind, listed, then removed.
-
-By default a tag's worktrees (in ~/.cache/autoloop/worktrees, and git's record of them) and its
-private state (logs, report) go; the run branch and the journal (the ledger, experiments.md,
-results.tsv) stay unless asked for, because they are the results. The CLI shows the plan and
-asks before `remove` runs.
-"""
+"""`autoloop clean`: what a tag leaves behind, listed, then removed. A tag's worktrees and
+private state (logs, report) go; the run branch and the journal stay unless asked for: they are
+the results."""
 
 from __future__ import annotations
 
@@ -14,7 +10,7 @@ from pathlib import Path
 from autoloop.errors import LockedError, UsageError
 from autoloop.journal import Journal, run_of
 from autoloop.program import Program
-from autoloop.sentinel import remove_tree
+from autoloop.walk import remove_tree
 from autoloop.workspace import Workspace
 
 
@@ -80,35 +76,32 @@ def remove(program: Program, p: Plan) -> None:
 
     ws = Workspace(program.repo_root, p.tag)
     lock_path = ws.path.with_name(ws.path.name + ".lock")
-    if not lock_path.parent.is_dir():
-        lock_path = None  # type: ignore[assignment]
-    lock = FileLock(str(lock_path), timeout=0) if lock_path is not None else None
-    if lock is not None:
-        try:
+    lock = FileLock(str(lock_path), timeout=0) if lock_path.parent.is_dir() else None
+    try:
+        if lock is not None:
             lock.acquire()
-        except Timeout:
-            raise LockedError(f"a run of tag '{p.tag}' is going on (lock {lock_path}); stop it first") from None
+    except Timeout:
+        raise LockedError(f"a run of tag '{p.tag}' is going on (lock {lock_path}); stop it first") from None
     try:
         if p.branch_head is not None:
             ws.remove_branch()
         ws.remove_leftovers()
         for path in [*p.state, *p.journal]:
-            if path.is_dir() and not path.is_symlink():
-                remove_tree(path)
-            elif path.exists() or path.is_symlink():
-                path.unlink()
-        try:
-            (program.state_dir / ".autoloop").rmdir()      # the last tag gone: no empty folder
-        except OSError:
-            pass
+            remove_tree(path)
+        _rmdir(program.state_dir / ".autoloop")      # the last tag gone: no empty folder
     finally:
         if lock is not None:
             lock.release()
             lock_path.unlink(missing_ok=True)
-            try:
-                lock_path.parent.rmdir()
-            except OSError:
-                pass
+            _rmdir(lock_path.parent)
+
+
+def _rmdir(path: Path) -> None:
+    """Remove `path` if it is an empty folder."""
+    try:
+        path.rmdir()
+    except OSError:
+        pass
 
 
 def latest_tag(program: Program) -> str:

@@ -1,37 +1,27 @@
-"""Installations that point into your checkout (`pip install -e .` and its relatives).
-
-A verifier that imports an editable-installed package imports it from wherever the
-installation points: your checkout, not the candidate autoloop measures. The measurement
-sandbox binds the candidate at the checkout's path, so those paths resolve to the candidate;
-without a sandbox nothing can redirect them soundly, so a run refuses to start (exit 2) and
-names what to fix. Found in the site folders of the Pythons the commands run:
-
-- `*.pth` path lines (setuptools' and hatchling's `.pth` editables, `setup.py develop`,
-  `conda develop`);
-- setuptools' `__editable___*_finder.py` modules (a mapping of package -> source folder);
-- `*.egg-link` files (legacy `setup.py develop`);
-- `*.dist-info/direct_url.json` with `dir_info.editable` (PEP 610: every PEP 660 installer).
-"""
+"""Installations that point into your checkout (`pip install -e .` and its relatives): a verifier
+that imports such a package imports your checkout, not the candidate. The measurement sandbox
+binds the candidate at the checkout's path; without one nothing redirects them soundly, so a run
+refuses to start (exit 2) and names what to fix. Found in the site folders of the measuring
+Pythons: `*.pth` path lines, setuptools' `__editable___*_finder.py` mappings, `*.egg-link`
+files and `*.dist-info/direct_url.json` with `dir_info.editable` (PEP 610)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
-from urllib.parse import unquote, urlparse
+from typing import NamedTuple, Sequence
+from urllib.parse import ParseResult, unquote, urlparse
 
 from autoloop.program import Program
+from autoloop.walk import inside
+from autoloop.watch import site_folders
 
-_SITE_QUERY = ("import json, site, sys\n"
-               "paths = list(getattr(site, 'getsitepackages', lambda: [])())\n"
-               "paths.append(site.getusersitepackages())\n"
-               "print(json.dumps(paths))")
 _QUOTED_PATH = re.compile(r"""['"](/[^'"\n]+)['"]""")
 _MAX_BYTES = 1 << 20   # a .pth or finder is small; a huge one is not read whole
+_SHOWN = 3
 
 
 @dataclass(frozen=True)
@@ -44,49 +34,35 @@ class Installation:
         return f"{self.where} (for {self.python}) points to {self.target}"
 
 
-def site_folders(python: str, env: dict[str, str] | None = None) -> list[Path]:
-    """The site-packages folders `python` reads (asked once: ~20 ms)."""
-    try:
-        res = subprocess.run([python, "-I", "-c", _SITE_QUERY], capture_output=True, timeout=30,
-                             stdin=subprocess.DEVNULL, env=env)
-        paths = json.loads(res.stdout.decode().strip().splitlines()[-1])
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return []
-    return [Path(p) for p in paths if isinstance(p, str) and os.path.isdir(p)]
+class Pointer(NamedTuple):
+    where: Path
+    target: str
 
 
-def into_checkout(checkout: Path, pythons: Sequence[str],
-                  allowed: Sequence[str] | None = None) -> list[Installation]:
-    """Every installation in the site folders of `pythons` that points into `checkout` — with
-    `allowed`, only those that make importable a path the generator may change: an editable
-    install of a package the generator cannot touch (autoloop's own, in its repository) is the
-    same in the checkout as in every candidate, so it measures nothing wrong.
-
-    A `direct_url.json` names the project's root, not what is importable; the import
-    mechanism itself (a `.pth` path, a finder's mapping, an egg-link) is what is judged then."""
+def into_checkout(checkout: Path, pythons: Sequence[str], allowed: Sequence[str] | None = None) -> list[Installation]:
+    """Every installation in the site folders of `pythons` that points into `checkout`; with
+    `allowed`, only those making importable a path the generator may change (an editable install
+    it cannot touch is the same in every candidate). A `direct_url.json` names the project's
+    root, not what is importable, so then only the import mechanisms are judged."""
     root = os.path.realpath(checkout)
     found: list[Installation] = []
     seen: set[str] = set()
     for python in pythons:
-        for site in site_folders(python):
-            real = os.path.realpath(site)
-            if real in seen:
+        for site in map(os.path.realpath, site_folders(python)):
+            if site in seen or not os.path.isdir(site):
                 continue
-            seen.add(real)
-            for where, target in pointers(Path(real)):
-                if not _inside(target, root):
-                    continue
-                if allowed is not None and (where.name == "direct_url.json"
-                                            or not _reaches(os.path.relpath(target, root), allowed)):
-                    continue
-                found.append(Installation(where, target, python))
+            seen.add(site)
+            for p in pointers(Path(site)):
+                if inside(p.target, root) and (allowed is None or p.where.name != "direct_url.json"
+                                               and _reaches(os.path.relpath(p.target, root), allowed)):
+                    found.append(Installation(p.where, p.target, python))
     return found
 
 
 def _reaches(rel: str, allowed: Sequence[str]) -> bool:
-    """Can a path that some `allowed` pattern matches lie under `rel` (or be `rel`)? Judged by
-    each pattern's literal folders before its first wildcard: conservative, never too lenient."""
-    rel = "" if rel == "." else rel.replace(os.sep, "/")
+    """Can a path some `allowed` pattern matches lie under `rel` (or be it)? Judged by each
+    pattern's literal folders before its first wildcard: never too lenient."""
+    rel = "" if rel == "." else rel
     for pattern in allowed:
         literal: list[str] = []
         for seg in pattern.strip("/").split("/"):
@@ -94,25 +70,29 @@ def _reaches(rel: str, allowed: Sequence[str]) -> bool:
                 break
             literal.append(seg)
         prefix = "/".join(literal)
-        if not rel or not prefix or _inside(prefix, rel) or _inside(rel, prefix):
+        if not rel or not prefix or _under(prefix, rel) or _under(rel, prefix):
             return True
     return False
 
 
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + "/")
+
+
 def message(program: Program, found: Sequence[Installation], why: str) -> str:
-    shown = "; ".join(i.describe() for i in found[:3]) + (f" (+{len(found) - 3} more)" if len(found) > 3 else "")
-    line = program.lines.get("sandbox", 1)
-    return (f"{program.path.name}:{line}: sandbox: not sandboxed ({why}), and an installation "
-            f"points into your checkout: {shown}. The verifier and guards would import your "
+    shown = "; ".join(i.describe() for i in found[:_SHOWN]) + (
+        f" (+{len(found) - _SHOWN} more)" if len(found) > _SHOWN else "")
+    return (f"{program.path.name}:{program.lines.get('sandbox', 1)}: sandbox: not sandboxed ({why}), and an "
+            f"installation points into your checkout: {shown}. The verifier and guards would import your "
             "checkout's files instead of each candidate's, so every cycle would measure the same "
             "code. Fix: run where bubblewrap works (sandbox: auto binds the candidate at your "
             "checkout's path), or install the package without -e (pip install .) or uninstall "
             "it from that environment")
 
 
-def pointers(site: Path) -> list[tuple[Path, str]]:
-    """(file, the path it points to) for every installation recorded in the site folder `site`."""
-    out: list[tuple[Path, str]] = []
+def pointers(site: Path) -> list[Pointer]:
+    """Every installation recorded in the site folder `site`, and where it points."""
+    out: list[Pointer] = []
     try:
         names = sorted(os.listdir(site))
     except OSError:
@@ -120,32 +100,30 @@ def pointers(site: Path) -> list[tuple[Path, str]]:
     for name in names:
         path = site / name
         if name.endswith(".pth"):
-            for ln in _read(path).splitlines():
-                ln = ln.strip()
-                if not ln or ln.startswith("#") or ln.startswith(("import ", "import\t")):
-                    continue
-                out.append((path, os.path.realpath(site / ln)))
+            out += [Pointer(path, os.path.realpath(site / ln.strip())) for ln in _read(path).splitlines()
+                    if ln.strip() and not ln.lstrip().startswith(("#", "import ", "import\t"))]
         elif name.startswith("__editable__") and name.endswith(".py"):
-            for m in _QUOTED_PATH.finditer(_read(path)):
-                out.append((path, os.path.realpath(m.group(1))))
+            out += [Pointer(path, os.path.realpath(m.group(1))) for m in _QUOTED_PATH.finditer(_read(path))]
         elif name.endswith(".egg-link"):
             first = (_read(path).splitlines() or [""])[0].strip()
             if first:
-                out.append((path, os.path.realpath(site / first)))
+                out.append(Pointer(path, os.path.realpath(site / first)))
         elif name.endswith(".dist-info"):
-            direct = path / "direct_url.json"
-            text = _read(direct)
-            if not text:
-                continue
-            try:
-                data = json.loads(text)
-            except ValueError:
-                continue
-            if isinstance(data, dict) and (data.get("dir_info") or {}).get("editable"):
-                url = urlparse(str(data.get("url", "")))
-                if url.scheme == "file":
-                    out.append((direct, os.path.realpath(unquote(url.path))))
+            url = _editable_url(path / "direct_url.json")
+            if url is not None:
+                out.append(Pointer(path / "direct_url.json", os.path.realpath(unquote(url.path))))
     return out
+
+
+def _editable_url(direct: Path) -> ParseResult | None:
+    try:
+        data = json.loads(_read(direct) or "null")
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not (data.get("dir_info") or {}).get("editable"):
+        return None
+    url = urlparse(str(data.get("url", "")))
+    return url if url.scheme == "file" else None
 
 
 def _read(path: Path) -> str:
@@ -154,7 +132,3 @@ def _read(path: Path) -> str:
             return f.read(_MAX_BYTES).decode("utf-8", "replace")
     except OSError:
         return ""
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")

@@ -1,33 +1,33 @@
 """Where verification runs (program.md `parallel.executor`).
 
-An executor offers `lanes`: slots that each measure one candidate at a time, so the number of
-lanes is the cap on verifications at once (`parallel.verify`). A lane is told which commit
-each side stands for (B the candidate, A the incumbent or the start) once per judged cycle,
-then measures runs of a side as often as the acceptance rule asks.
+An executor offers `lanes`: slots that each measure one candidate at a time (their number caps
+verifications at once, `parallel.verify`). A lane is told which commit each side stands for (B
+the candidate, A the incumbent or the start) once per judged cycle, then measures runs of a side
+as often as the acceptance rule asks. The baseline and the end-of-run check go through lane 0
+too, so every number of a run is measured on the same kind of machine.
 
 - `local`: a lane is a pair of pristine git worktrees beside the run's own (lane k uses the
-  verification slots 2k for B and 2k+1 for A; lane 0 is exactly what a single-worker run uses).
-- `ray`: a lane ships the commit as a tar of its files (a Ray object, put once per commit) to
-  a task on a Ray cluster, which unpacks it in a temporary folder and runs the guards and the
-  verifier there (autoloop._ray_task). No shared filesystem is assumed. Logs come back as
-  tails of the output and are written to the cycle's log folder like local ones.
-
-The baseline and the end-of-run check go through lane 0 too, so every number of a run is
-measured on the same kind of machine.
+  verification slots 2k for B and 2k+1 for A; lane 0 is what a single-worker run uses).
+- `ray`: a lane ships the commit as a tar of its files (a Ray object, put once per commit) to a
+  task on a Ray cluster that runs the same steps through proc in a temporary folder
+  (autoloop.ray_task). No shared filesystem is assumed; the output's tails come back and are
+  written to the cycle's log folder like local logs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from autoloop import proc
+import autoloop
+from autoloop import proc, ray_task
 from autoloop.errors import ConfigError, Interrupted, UsageError
 from autoloop.judge import Guarded, Judge, TreeRunner, holdout_spec
 from autoloop.program import Program
-from autoloop.verify import GuardResult, Measurement, MetricError, _failure_summary, _safe, measure, parse_metric
+from autoloop.verify import Measurement, measure, steps, summarize
 from autoloop.workspace import Workspace
 
 # Output brought back from a remote run: enough for any metric line and a failure's last words.
@@ -110,15 +110,6 @@ class LocalExecutor:
 # ---- ray --------------------------------------------------------------------------------------
 
 
-def ray_available() -> bool:
-    """Can `import ray` work here? (An import, not a lookup: a broken install counts as absent.)"""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 class RayLane:
     def __init__(self, ex: RayExecutor) -> None:
         self.ex = ex
@@ -132,49 +123,49 @@ class RayLane:
         # a fresh folder unpacked from the commit on the node for every run: nothing to re-prove
         # there; here, the places the guardrails watch must still not change meanwhile
         self.ex.guard.capture_outside()
-        commands = [{"name": g.name, "command": g.command, "timeout": g.timeout, "guard": True}
-                    for g in (program.guards if with_guards else ())]
-        v = program.verifier
-        commands.append({"name": "verifier", "command": v.command, "timeout": v.timeout, "guard": False})
+        todo = steps(program, with_guards)
         # the node's own environment, plus ours that mean something there: not our PATH or HOME
         shipped = {k: val for k, val in env.items() if k.startswith("AUTOLOOP_") or k in self.ex.hint_keys}
         shipped[proc.MARKER_VAR] = marker
-        reply = self.ex.call(self.refs[side], commands, shipped)
-        return _measurement(program, commands, reply, log_dir)
+        reply = self.ex.call(self.refs[side], todo, shipped)
+        if isinstance(reply, str):
+            return Measurement(None, (), f"ray: {reply}", None, 0.0)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        results = []
+        for step, run in zip(todo, reply.runs):
+            stem = log_dir / step.log_name
+            out, err = stem.with_name(stem.name + ".out"), stem.with_name(stem.name + ".err")
+            out.write_bytes(run.stdout)
+            err.write_bytes(run.stderr + f"\n[autoloop: ran on {reply.host}; "
+                            f"{run.stdout_size} bytes of stdout in all]\n".encode())
+            results.append(dataclasses.replace(run.result, stdout_path=out, stderr_path=err))
+        return summarize(program, todo, results)
 
 
 class RayExecutor:
     def __init__(self, program: Program, ws: Workspace, lanes: int, guard: Any) -> None:
-        self.program = program
-        self.ws = ws
-        self.guard = guard
-        self.lanes = lanes
-        spec = program.parallel
-        self.spec = spec
-        self.hint_keys = frozenset(k for env in spec.env for k in env)
+        self.program, self.ws, self.guard, self.lanes = program, ws, guard, lanes
+        self.spec = program.parallel
+        self.hint_keys = frozenset(k for env in self.spec.env for k in env)
         self._lanes = [RayLane(self) for _ in range(lanes)]
         self._cache: dict[str, Any] = {}           # commit -> ObjectRef of its tar
         self._lock = threading.Lock()
         self._running: set[Any] = set()
         self._cancelled = False
-        self._started_local = False
         self._ray: Any = None
         self._task: Any = None
 
     def start(self) -> None:
         import ray
 
-        from autoloop import _ray_task
-
-        # by value: the cluster's nodes need Ray and Python, not autoloop
-        ray.cloudpickle.register_pickle_by_value(_ray_task)
         address = self.spec.address
-        kw: dict[str, Any] = dict(ignore_reinit_error=True, logging_level=logging.ERROR, log_to_driver=False)
+        # autoloop travels with the job: the cluster's nodes need Ray and Python, not autoloop
+        kw: dict[str, Any] = dict(ignore_reinit_error=True, logging_level=logging.ERROR, log_to_driver=False,
+                                  runtime_env={"py_modules": [autoloop]})
         if address is None:
             # a private local instance: enough CPUs for every lane, Ray's own GPU detection
             cpus = self.spec.num_cpus if self.spec.num_cpus is not None else 1.0
             kw.update(num_cpus=max(1, int(-(-cpus * self.lanes // 1))), include_dashboard=False)
-            self._started_local = True
         else:
             kw["address"] = address
         try:
@@ -185,12 +176,9 @@ class RayExecutor:
                              f"Ray ({address or 'local instance'}): {type(exc).__name__}: "
                              f"{' '.join(str(exc).split())[:300]}") from None
         self._ray = ray
-        opts: dict[str, Any] = {"max_retries": 0}
-        if self.spec.num_cpus is not None:
-            opts["num_cpus"] = self.spec.num_cpus
-        if self.spec.num_gpus is not None:
-            opts["num_gpus"] = self.spec.num_gpus
-        self._task = ray.remote(_ray_task.run_commands).options(**opts)
+        opts = {"max_retries": 0, **{k: v for k, v in (("num_cpus", self.spec.num_cpus),
+                                                        ("num_gpus", self.spec.num_gpus)) if v is not None}}
+        self._task = ray.remote(ray_task.run_steps).options(**opts)
 
     def lane(self, k: int) -> Lane:
         return self._lanes[k]
@@ -206,8 +194,9 @@ class RayExecutor:
                 self._cache[commit] = ref
         return ref
 
-    def call(self, archive_ref: Any, commands: list[dict[str, Any]], env: dict[str, str]) -> dict[str, Any]:
-        ref = self._task.remote(archive_ref, commands, env, REMOTE_TAIL_BYTES)
+    def call(self, archive_ref: Any, todo: list[proc.Step], env: dict[str, str]) -> ray_task.RemoteReply | str:
+        """The task's reply, or why there is none."""
+        ref = self._task.remote(archive_ref, todo, env, REMOTE_TAIL_BYTES)
         with self._lock:
             self._running.add(ref)
         try:
@@ -221,8 +210,7 @@ class RayExecutor:
                 return self._ray.get(ref)
             except Exception as exc:
                 # the task or its node died: the candidate's run is a crash, not the run's end
-                return {"host": "?", "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}",
-                        "results": []}
+                return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
         finally:
             with self._lock:
                 self._running.discard(ref)
@@ -241,39 +229,6 @@ class RayExecutor:
         if self._ray is not None:
             self._ray.shutdown()
             self._ray = None
-
-
-def _measurement(program: Program, commands: list[dict[str, Any]], reply: Mapping[str, Any],
-                 log_dir: Path) -> Measurement:
-    """The remote results (one per command run, in order) as a Measurement, with logs written
-    where a local run writes them."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    guards: list[GuardResult] = []
-    total = 0.0
-    for spec, r in zip(commands, reply.get("results", [])):
-        stem = log_dir / (f"guard-{_safe(spec['name'])}" if spec["guard"] else "verifier")
-        out, err = stem.with_name(stem.name + ".out"), stem.with_name(stem.name + ".err")
-        out.write_bytes(r["stdout"])
-        err.write_bytes(r["stderr"] + f"\n[autoloop: ran on {reply.get('host')}; "
-                        f"{r['stdout_size']} bytes of stdout in all]\n".encode())
-        res = proc.ProcResult(r["exit_code"], r["timed_out"], False, r["duration_s"], out, err, 0,
-                              spec["timeout"])
-        total += res.duration_s
-        if spec["guard"]:
-            ok = res.ok
-            guards.append(GuardResult(spec["name"], ok, res.describe() if ok else _failure_summary(res),
-                                      stem, res.duration_s))
-            if not ok:
-                return Measurement(None, tuple(guards), None, None, total)
-            continue
-        if not res.ok:
-            return Measurement(None, tuple(guards), _failure_summary(res), stem, total)
-        try:
-            return Measurement(parse_metric(out, program.verifier), tuple(guards), None, stem, total)
-        except MetricError as exc:
-            return Measurement(None, tuple(guards), str(exc), stem, total)
-    why = reply.get("error") or "the remote verification returned no result"
-    return Measurement(None, tuple(guards), f"ray: {why}", None, total)
 
 
 # ---- judging through a lane --------------------------------------------------------------------
@@ -319,9 +274,11 @@ def make_executor(program: Program, ws: Workspace, lanes: int, guard: Guarded) -
     """The executor program.md asks for. Refuses (ConfigError, exit 2) before anything changes
     when it cannot work here."""
     if program.parallel.executor == "ray":
-        if not ray_available():
+        try:   # an import, not a lookup: a broken install counts as absent
+            import ray  # noqa: F401
+        except ImportError:
             line = program.lines.get("parallel.executor", 1)
             raise ConfigError(f"{program.path.name}:{line}: parallel.executor: ray is not installed "
-                              f"in this Python; {RAY_EXTRA}")
+                              f"in this Python; {RAY_EXTRA}") from None
         return RayExecutor(program, ws, lanes, guard)
     return LocalExecutor(ws, lanes, guard)

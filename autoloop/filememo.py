@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, NamedTuple, TypeVar
 
-RACY_NS = 100_000_000
+from autoloop.walk import RACY_NS
 
 V = TypeVar("V")
 

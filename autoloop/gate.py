@@ -1,28 +1,21 @@
 """`autoloop gate --base REF [--head REF]`: does a pull request make the benchmark worse?
 
-Both commits are measured in the same job, on the same machine, interleaved and paired: pair i
-runs base then head when i is even and head then base when it is odd (ABBA), so slow drift of
-the machine (thermal, caches, neighbours) falls on both sides alike. Every run is a fresh
-verifier process in a pristine tree of its commit (a detached worktree, reset and cleaned of
-ignored files before each run). Nothing is ever compared with a number stored from another
-machine or another day.
+Both commits are measured in the same job, interleaved and paired (ABBA: base first in even
+pairs, head first in odd ones, so the machine's drift falls on both sides alike), every run a
+fresh verifier process in a pristine worktree of its commit; nothing is compared with a number
+from another machine or day. It fails only when the head is *significantly* worse (one-sided
+Wilcoxon signed-rank on the paired changes, p ≤ α) *and* the Hodges–Lehmann estimate is beyond
+the tolerance; with `--require-improvement` it passes only when the head is significantly better.
 
-The verdict is evidence-based: the gate fails only when the head is *significantly* worse
-(one-sided Wilcoxon signed-rank test on the paired changes, p ≤ α) *and* the Hodges–Lehmann
-estimate of the change is worse than the tolerance. With `--require-improvement` it passes only
-when the head is significantly better. Noise that proves nothing passes a regression check and
-fails an improvement requirement.
-
-Exit codes: 0 pass; 1 fail (worse beyond the tolerance, not better under
---require-improvement, or the head's verifier/guards fail); 2 bad usage (unknown ref, bad
-program.md); 3 the base itself cannot be measured (the gate cannot judge); 130 interrupted.
+Exit codes: 0 pass; 1 fail (worse beyond the tolerance, not better under --require-improvement,
+or the head's verifier/guards fail); 2 bad usage; 3 the base cannot be measured; 130 interrupted.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import shutil
+import os
 import statistics
 import tempfile
 import time
@@ -32,12 +25,13 @@ from typing import Any, Callable, Sequence
 
 from autoloop import proc
 from autoloop import stats
-from autoloop.errors import AutoloopError, ConfigError, UsageError
+from autoloop.envs import git_scrubbed
+from autoloop.errors import AutoloopError, UsageError
 from autoloop.numbers import num as fmt, plain_pct, signed_pct
 from autoloop.program import Program
-from autoloop.sandbox import Confinement, SandboxUnavailable, for_measurements, tree_box
-from autoloop.verify import measure
-from autoloop.envs import GIT_LOCATION
+from autoloop.sandbox import Confinement, tree_box
+from autoloop.verify import measure, sandbox_outside_run, steps
+from autoloop.walk import remove_tree
 from autoloop.gitrun import GitError, git
 from autoloop.workspace import Worktree
 
@@ -50,11 +44,8 @@ class BaseBroken(AutoloopError):
     exit_code = EXIT_BASE_BROKEN
 
 
-# ---- statistics ---------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
-class _Stats:
+class GateStats:
     n: int
     scale: str                        # "log" | "diff"
     change_pct: float | None          # Hodges–Lehmann estimate of head vs base, in % of base
@@ -64,16 +55,13 @@ class _Stats:
     p_worse: float                    # one-sided: head worse than base
 
 
-def _compare(base: Sequence[float], head: Sequence[float], direction: str, level: float = 0.95) -> _Stats:
+def compare(base: Sequence[float], head: Sequence[float], direction: str, level: float = 0.95) -> GateStats:
     """Head against base with the same statistics the ratchet's paired rule uses."""
     better = stats.compare(base, head, direction, level=level)
     worse = stats.compare(base, head, "maximize" if direction == "minimize" else "minimize", level=level)
-    return _Stats(n=better.n, scale=better.scale, change_pct=better.change_pct,
+    return GateStats(n=better.n, scale=better.scale, change_pct=better.change_pct,
                   ci_pct=better.change_ci_pct, ci_level=better.ci.level,
                   p_better=better.p, p_worse=worse.p)
-
-
-# ---- measuring ------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -90,7 +78,7 @@ class GateResult:
     base_values: list[float] = field(default_factory=list)
     head_values: list[float] = field(default_factory=list)
     order: list[tuple[str, str]] = field(default_factory=list)
-    stats: _Stats | None = None
+    stats: GateStats | None = None
     passed: bool = False
     verdict: str = ""
     head_error: str = ""
@@ -107,17 +95,15 @@ class GateResult:
             "passed": self.passed, "exit_code": self.exit_code, "verdict": self.verdict,
             "metric": self.program.verifier.label, "direction": self.program.verifier.direction,
             "base": {"ref": self.base_ref, "commit": self.base, "values": self.base_values,
-                     "median": statistics.median(self.base_values) if self.base_values else None},
+                     "median": _median(self.base_values)},
             "head": {"ref": self.head_ref, "commit": self.head, "values": self.head_values,
-                     "median": statistics.median(self.head_values) if self.head_values else None,
-                     "error": self.head_error or None},
+                     "median": _median(self.head_values), "error": self.head_error or None},
             "pairs": self.pairs, "order": [list(o) for o in self.order],
             "tolerance_pct": self.tolerance_pct, "alpha": self.alpha,
             "require_improvement": self.require_improvement,
             "change_pct": None if s is None else s.change_pct,
             "ci_pct": None if s is None or s.ci_pct is None else list(s.ci_pct),
-            "ci_level": None if s is None else s.ci_level,
-            "p_worse": None if s is None else s.p_worse, "p_better": None if s is None else s.p_better,
+            **{k: None if s is None else getattr(s, k) for k in ("ci_level", "p_worse", "p_better")},
             "judge_changed": self.judge_changed, "duration_s": round(self.duration_s, 3),
         }
 
@@ -148,12 +134,9 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
     commits = {"base": base, "head": head}
     marker = proc.new_marker()
     env = _verifier_env()
-    try:
-        bwrap, why = for_measurements(program.sandbox)
-    except SandboxUnavailable as exc:
-        raise ConfigError(f"{program.path.name}:{program.lines.get('sandbox', 1)}: sandbox: {exc}") from None
-    if why:
-        log(f"WARNING: not sandboxed: {why}; these attacks are only detected, see README (Not covered)")
+    bwrap, warning = sandbox_outside_run(program)
+    if warning:
+        log(f"WARNING: {warning}")
 
     def box(side: str) -> Confinement | None:
         if bwrap is None:
@@ -164,8 +147,8 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
     try:
         if guards:
             for side in ("base", "head"):
-                problem = _run_guards(program, trees[side].checkout(commits[side]), env, tmp / f"guards-{side}", marker,
-                                      box(side))
+                problem = _run_guards(program, trees[side].checkout(commits[side]), env, tmp / f"guards-{side}",
+                                      marker, box(side))
                 if problem:
                     if side == "base":
                         raise BaseBroken(f"the base ({base[:12]}) fails a guard: {problem}")
@@ -196,7 +179,7 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
                 got[side] = m.metric
                 (res.base_values if side == "base" else res.head_values).append(m.metric)
             log(f"pair {i + 1}/{pairs} ({' then '.join(order)}): base {fmt(got['base'])}, head {fmt(got['head'])}")
-        res.stats = _compare(res.base_values, res.head_values, program.verifier.direction)
+        res.stats = compare(res.base_values, res.head_values, program.verifier.direction)
         _judge(res)
         return res
     finally:
@@ -205,26 +188,22 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
             if t.path.exists():
                 git(repo, "worktree", "remove", "--force", str(t.path), check=False)
         git(repo, "worktree", "prune", check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(Path(tmp), quiet=True)
 
 
 def _verifier_env() -> dict[str, str]:
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k not in GIT_LOCATION}
+    env = git_scrubbed(os.environ)
     env["AUTOLOOP_GATE"] = "1"
     return env
 
 
 def _run_guards(program: Program, cwd: Path, env: dict[str, str], log_dir: Path, marker: str,
-                box: Confinement | None = None) -> str:
-    log_dir.mkdir(parents=True, exist_ok=True)
-    for g in program.guards:
-        command = g.command if box is None else box.argv(g.command)
-        r = proc.run(command, cwd=cwd, env=env, timeout=g.timeout, log_stem=log_dir / "guard", marker=marker)
-        if not r.ok:
-            return f"{g.name}: {r.describe()}"
-    return ""
+                box: Confinement | None) -> str:
+    """The first failing guard and how it failed, or ""."""
+    todo = [s for s in steps(program) if s.guard]
+    results = proc.run_steps(todo, cwd=cwd, env=env, log_dir=log_dir, marker=marker,
+                             wrap=None if box is None else box.argv)
+    return next((f"{s.name}: {r.describe()}" for s, r in zip(todo, results) if not r.ok), "")
 
 
 def _judge(res: GateResult) -> None:
@@ -259,16 +238,12 @@ def _judge(res: GateResult) -> None:
                        f"p = {s.p_worse:.3g} ≤ α = {res.alpha:g})")
 
 
-# ---- the PR comment ---------------------------------------------------------------------------------
-
-
 def markdown(res: GateResult) -> str:
     v = res.program.verifier
     s = res.stats
     icon = "✅" if res.passed else "❌"
     lines = [f"### {icon} autoloop gate: {res.verdict}", ""]
-    bm = statistics.median(res.base_values) if res.base_values else None
-    hm = statistics.median(res.head_values) if res.head_values else None
+    bm, hm = _median(res.base_values), _median(res.head_values)
     lines += [f"| {v.label} ({v.direction}) | base `{res.base[:10]}` | head `{res.head[:10]}` |",
               "| --- | ---: | ---: |",
               f"| median | {fmt(bm) or '–'} | {fmt(hm) or '–'} |",
@@ -299,6 +274,10 @@ def markdown(res: GateResult) -> str:
         lines += ["", "</details>"]
     lines += ["", f"<sub>autoloop gate · {res.duration_s:.0f}s · `{res.base_ref}` vs `{res.head_ref}`</sub>"]
     return "\n".join(lines) + "\n"
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    return statistics.median(xs) if xs else None
 
 
 def _range(xs: Sequence[float]) -> str:

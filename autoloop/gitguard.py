@@ -12,8 +12,8 @@ from typing import NamedTuple, Sequence
 from autoloop.filememo import write_new
 from autoloop.gitrun import git, outer_git_config
 from autoloop.objects import Trees
-from autoloop.sentinel import Sentinel, remove_tree
-from autoloop.watch import lstat_entry
+from autoloop.sentinel import Sentinel
+from autoloop.walk import lstat_entry, remove_tree
 
 
 def watch_git(common_dir: Path, admin_dir: Path, frozen: dict[Path, str], extra: Sequence[Path] = ()) -> Sentinel:

@@ -148,7 +148,7 @@ class Guardrails:
         self._lock_id = _identity(lock_path)
         base = envs.scrubbed(os.environ, scratch=self._scratch_root() / "probe")
         sites = site_dirs(self._named_interpreters(), base)
-        envs._remove(self._scratch_root() / "probe")
+        _remove(self._scratch_root() / "probe")
         self._sites = [StatTree(d, f"the Python installation ({d})", top_only=True) for d in sites]
         pkg = Path(__file__).resolve().parent
         self._own = StatTree(pkg, "autoloop's own code", skip=frozenset({"__pycache__"}))

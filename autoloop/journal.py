@@ -1,11 +1,9 @@
-"""The ledger: an append-only JSONL file, fsynced per record (but `begin`, see append) — the
-source of truth of a run.
+"""The ledger: an append-only JSONL file, the source of truth of a run, and what is rendered
+from it (`experiments.md`, `results.tsv`: atomically, any time).
 
-`experiments.md` and `results.tsv` are rendered from it (atomically) and can be regenerated at
-any time. Write-ahead: a cycle opens with a `begin` record and, when it will commit, an `intent`
-record before the branch moves; only the final `cycle` record makes it count. On load, a cycle
-with a `begin` but no end is "pending" — the loop rolls it back — and a torn last line (a kill
-during a write) is cut off.
+Write-ahead: a cycle opens with a `begin` record and, when it will commit, an `intent` record
+before the branch moves; only the final `cycle` record makes it count. On load, a `begin` with
+no end is unfinished (the loop rolls it back) and a torn last line (a kill mid-write) is cut.
 """
 
 from __future__ import annotations
@@ -16,8 +14,9 @@ import os
 import tempfile
 import time
 import unicodedata
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from autoloop.errors import UsageError
 from autoloop.numbers import MIN_DIGITS, Fmt, digits_for, formatter, num, run_values
@@ -26,16 +25,114 @@ from autoloop.sentinel import remove_tree
 Record = dict[str, Any]
 
 STATUSES = ("baseline", "keep", "discard", "crash", "guard_fail", "violation", "no_change", "gen_error")
-# Filled when a cycle was judged on repeated or paired measurements (see autoloop.judge); the
-# numbers are those of the cycle record's `stats`, which holds every raw sample.
+# Filled when a cycle was judged on repeated or paired measurements (autoloop.judge); the raw
+# samples are in the cycle record's `stats`.
 STATS_COLUMNS = ("rule", "pairs", "effect_pct", "ci_low_pct", "ci_high_pct", "p_value",
                  "p_confirm", "median_ratio", "noise_pct", "holdout", "samples")
 TSV_COLUMNS = ("cycle", "commit", "metric", "status", "description", "best", "delta_pct",
                "duration_s", "cost_usd", "lesson") + STATS_COLUMNS
+MAX_CHANGED_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class CycleRecord:
+    """A typed view of one `cycle` record; the dict stays what is stored (and what --json shows)."""
+
+    cycle: int
+    status: str
+    metric: float | None
+    best: float | None
+    commit: str
+    hypothesis: str
+    lesson: str
+    result: str
+    duration_s: float
+    delta_pct: float | None
+    stats: Record
+    gen: Record
+    changed: tuple[str, ...]
+    diffstat: str
+    by_human: bool
+
+    @classmethod
+    def of(cls, r: Mapping[str, Any]) -> CycleRecord:
+        return cls(cycle=int(r.get("cycle", 0)), status=str(r.get("status", "")), metric=r.get("metric"),
+                   best=r.get("best"), commit=r.get("commit") or "", hypothesis=str(r.get("hypothesis", "")),
+                   lesson=str(r.get("lesson", "")), result=str(r.get("result", "")),
+                   duration_s=float(r.get("duration_s") or 0), delta_pct=r.get("delta_pct"),
+                   stats=r.get("stats") or {}, gen=r.get("gen") or {}, changed=tuple(r.get("changed") or ()),
+                   diffstat=r.get("diffstat") or "", by_human=r.get("decided_by") == "human")
+
+    @property
+    def pooled(self) -> Record | None:
+        """The paired comparison the cycle was judged on, when it was judged on one."""
+        pooled = self.stats.get("pooled")
+        return pooled if isinstance(pooled, dict) else None
+
+    @property
+    def holdout(self) -> Record | None:
+        hold = self.stats.get("holdout")
+        return hold if isinstance(hold, dict) else None
+
+    @property
+    def batches(self) -> list[Record]:
+        return list(self.stats.get("batches") or [])
+
+    @property
+    def cost_usd(self) -> float | None:
+        return self.gen.get("cost_usd")
+
+    @property
+    def tokens(self) -> int:
+        return (self.gen.get("tokens_in") or 0) + (self.gen.get("tokens_out") or 0)
 
 
 def state_dir(program_dir: Path, tag: str) -> Path:
     return program_dir / ".autoloop" / tag
+
+
+def since_last_start(records: Sequence[Record]) -> dict[str, int]:
+    """This invocation's cycles (recorded after its `start` record, baseline excluded), by status."""
+    counts: dict[str, int] = {}
+    for r in reversed(records):
+        if r.get("t") == "start":
+            break
+        c = CycleRecord.of(r) if r.get("t") == "cycle" else None
+        if c is not None and c.cycle > 0:
+            counts[c.status] = counts.get(c.status, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+@dataclass
+class _Index:
+    """The cycle, final and start records of one `records` list, scanned up to `count` (a long
+    run's ledger has thousands of records and is asked several times per cycle)."""
+
+    of: list[Record]
+    count: int = 0
+    last: Record | None = None
+    cycles: list[Record] = field(default_factory=list)
+    finals: list[Record] = field(default_factory=list)
+    starts: list[Record] = field(default_factory=list)
+
+
+@dataclass
+class _Rendered:
+    """The cycles rendered so far, at one rounding (a full render is O(cycles), twice a cycle)."""
+
+    digits: int = MIN_DIGITS
+    count: int = 0
+    last: Record | None = None
+    sections: bytearray = field(default_factory=bytearray)   # "\n" + each cycle's section
+    rows: bytearray = field(default_factory=bytearray)       # each cycle's TSV row + "\n"
+
+    def fmt(self, x: float | None) -> str:
+        return num(x, self.digits)
+
+
+def _follows(cache: _Index | _Rendered, recs: list[Record]) -> bool:
+    """Whether `recs` still starts with what the cache was built from (appends only)."""
+    return cache.count <= len(recs) and (not cache.count or recs[cache.count - 1] is cache.last)
 
 
 class Journal:
@@ -48,59 +145,44 @@ class Journal:
         self.results = program_dir / "results.tsv"
         self.records: list[Record] = []
         self._bytes = bytearray()
-        # caches, both rebuilt whenever `records` is not the list they were built from
-        self._cycles: tuple[list[Record], int, Record | None, list[Record], list[Record], list[Record]] | None = None
-        self._rendered: _Rendered | None = None
-
-    # ---- loading -----------------------------------------------------------------------------
+        self._index = _Index(self.records)
+        self._rendered = _Rendered()
 
     def exists(self) -> bool:
         return self.ledger.exists()
 
     def load(self) -> None:
         """Read the ledger; cut a torn last line; refuse a corrupt middle line (exit 2)."""
-        if not self.ledger.exists():
-            self.records, self._bytes = [], bytearray()
-            return
-        data = self.ledger.read_bytes()
-        keep_upto = 0
+        data = self.ledger.read_bytes() if self.ledger.exists() else b""
         records: list[Record] = []
+        keep_upto = 0
         lines = data.split(b"\n")
-        offset = 0
         for i, line in enumerate(lines):
             is_last = i == len(lines) - 1
-            end = offset + len(line) + (0 if is_last else 1)
             if line.strip():
                 try:
                     rec = json.loads(line)
                     if not isinstance(rec, dict) or "t" not in rec:
                         raise ValueError("not a ledger record")
                 except ValueError:
-                    if is_last or all(not ln.strip() for ln in lines[i + 1:]):
+                    if is_last or not any(ln.strip() for ln in lines[i + 1:]):
                         break  # torn write at the end: drop it
                     raise UsageError(f"{self.ledger}:{i + 1}: corrupt ledger line (not JSON)") from None
                 if is_last:
                     break  # complete JSON but no newline: the write was cut; drop it too
                 records.append(rec)
-            keep_upto = end
-            offset = end
+            keep_upto += len(line) + (0 if is_last else 1)
         if keep_upto != len(data):
             with open(self.ledger, "r+b") as f:
                 f.truncate(keep_upto)
-                f.flush()
                 os.fsync(f.fileno())
-            data = data[:keep_upto]
         self.records = records
-        self._bytes = bytearray(data)
-
-    # ---- writing -----------------------------------------------------------------------------
+        self._bytes = bytearray(data[:keep_upto])
 
     def append(self, rec: Record) -> Record:
-        """Write one record. Every record is fsynced except `begin`: it only opens a cycle, and
-        anything durable the cycle does after it (the `intent` before the branch moves, the
-        final `cycle` or `abort`) is fsynced, which flushes it too; lost in a power cut, it
-        leaves a ledger that simply never began that cycle."""
-        durable = rec["t"] != "begin"
+        """Write one record, fsynced, except `begin`: it only opens a cycle, and whatever durable
+        the cycle does next (the `intent`, the final `cycle` or `abort`) is fsynced, which flushes
+        it too; lost in a power cut, the ledger simply never began that cycle."""
         rec = {"t": rec["t"], "ts": round(time.time(), 3), **{k: v for k, v in rec.items() if k != "t"}}
         # ASCII JSON: a file name that is not UTF-8 (kept as surrogates) still round-trips
         line = (json.dumps(rec, ensure_ascii=True, separators=(",", ":"), default=str) + "\n").encode()
@@ -108,7 +190,7 @@ class Journal:
         fd = os.open(self.ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)
-            if durable:
+            if rec["t"] != "begin":
                 os.fsync(fd)
         finally:
             os.close(fd)
@@ -118,96 +200,73 @@ class Journal:
 
     def tampered(self) -> bool:
         try:
-            data = self.ledger.read_bytes()
+            return self.ledger.read_bytes() != self._bytes
         except OSError:
             return bool(self._bytes)
-        return data != self._bytes
 
     def repair(self) -> None:
         """Rewrite the ledger from memory (after someone else wrote to it)."""
-        _atomic_write(self.ledger, bytes(self._bytes), tmp_dir=self.dir)
+        atomic_write(self.ledger, bytes(self._bytes), tmp_dir=self.dir)
 
     def digest(self) -> str:
         return hashlib.sha256(self._bytes).hexdigest()
 
     # ---- queries -----------------------------------------------------------------------------
 
+    def _scan(self) -> _Index:
+        recs, ix = self.records, self._index
+        if ix.of is not recs or not _follows(ix, recs):
+            ix = self._index = _Index(recs)
+        kinds = {"cycle": ix.cycles, "final": ix.finals, "start": ix.starts}
+        for r in recs[ix.count:]:
+            if r["t"] in kinds:
+                kinds[r["t"]].append(r)
+        ix.count, ix.last = len(recs), recs[-1] if recs else None
+        return ix
+
     def cycles(self) -> list[Record]:
-        return list(self._scan()[0])
+        return list(self._scan().cycles)
 
-    def _scan(self) -> tuple[list[Record], list[Record]]:
-        """The cycle and final records (asked several times per cycle; a long run's ledger has
-        thousands of records): only the records appended since the last call are looked at."""
-        recs = self.records
-        c = self._cycles
-        if c is None or c[0] is not recs or c[1] > len(recs) or (c[1] and recs[c[1] - 1] is not c[2]):
-            c = (recs, 0, None, [], [], [])
-        found, finals, starts = c[3], c[4], c[5]
-        for r in recs[c[1]:]:
-            if r["t"] == "cycle":
-                found.append(r)
-            elif r["t"] == "final":
-                finals.append(r)
-            elif r["t"] == "start":
-                starts.append(r)
-        self._cycles = (recs, len(recs), recs[-1] if recs else None, found, finals, starts)
-        return found, finals
-
-    def _any_unsandboxed(self) -> bool:
-        self._scan()
-        assert self._cycles is not None
-        return any(r.get("unsandboxed") for r in self._cycles[5])
+    def finals(self) -> list[Record]:
+        """End-of-run re-measurements (best vs start), oldest first."""
+        return list(self._scan().finals)
 
     def pending(self) -> Record | None:
-        """The `begin` record of a cycle that never finished, if the ledger ends inside one."""
-        open_begin: Record | None = None
-        for r in self.records:
-            if r["t"] == "begin":
-                open_begin = r
-            elif r["t"] in ("cycle", "abort") and open_begin and r.get("cycle") == open_begin["cycle"]:
-                open_begin = None
-        return open_begin
+        """The `begin` record of a cycle that never finished (the first to roll back)."""
+        return next(iter(self.unfinished()), None)
 
     def unfinished(self) -> list[Record]:
-        """The `begin` records of every cycle that never finished — one at most for a single
-        worker, up to a round's worth after a parallel round was cut short (autoloop.parallel).
-        Those with an `intent` (the branch may have moved) come first, so rolling them back
-        in this order always starts from the branch head."""
+        """The `begin` records of every cycle that never finished (up to a round's worth after a
+        parallel round was cut short). Those with an `intent` (the branch may have moved) come
+        first, so rolling them back in this order always starts from the branch head."""
         open_begins: dict[int, Record] = {}
         for r in self.records:
             if r["t"] == "begin":
                 open_begins[r["cycle"]] = r
             elif r["t"] in ("cycle", "abort"):
                 open_begins.pop(r.get("cycle"), None)  # type: ignore[arg-type]
-        found = list(open_begins.values())
-        return sorted(found, key=lambda b: self.intent_for(b["cycle"]) is None)
+        return sorted(open_begins.values(), key=lambda b: self.intent_for(b["cycle"]) is None)
 
     def intent_for(self, cycle: int) -> Record | None:
         for r in reversed(self.records):
-            if r["t"] == "intent" and r.get("cycle") == cycle:
-                return r
-            if r["t"] == "begin" and r.get("cycle") == cycle:
-                return None
+            if r["t"] in ("intent", "begin") and r.get("cycle") == cycle:
+                return r if r["t"] == "intent" else None
         return None
 
     def first_start(self) -> Record | None:
         return next((r for r in self.records if r["t"] == "start"), None)
 
     def next_cycle(self) -> int:
-        cycles = self.cycles()
-        return cycles[-1]["cycle"] + 1 if cycles else 0
+        cycles = self._scan().cycles
+        return CycleRecord.of(cycles[-1]).cycle + 1 if cycles else 0
 
     # ---- rendering ---------------------------------------------------------------------------
-
-    def finals(self) -> list[Record]:
-        """End-of-run re-measurements (best vs start), oldest first."""
-        return list(self._scan()[1])
 
     def render(self, goal: str = "") -> None:
         # derived from the fsynced ledger and re-rendered on every run: no fsync needed
         experiments, results = self._render_bytes(goal)
-        _atomic_write(self.experiments, experiments, durable=False, tmp_dir=self.dir)
-        _atomic_write(self.results, results, durable=False, tmp_dir=self.dir)
+        atomic_write(self.experiments, experiments, durable=False, tmp_dir=self.dir)
+        atomic_write(self.results, results, durable=False, tmp_dir=self.dir)
 
     def rendered_ok(self, goal: str = "") -> bool:
         experiments, results = self._render_bytes(goal)
@@ -217,44 +276,20 @@ class Journal:
             return False
 
     def _render_bytes(self, goal: str) -> tuple[bytes, bytes]:
-        """The bytes of render_experiments() and render_tsv(), rendering only the cycles added
-        since the last call (a full render is O(cycles) per cycle, twice a cycle: 1,000 cycles
-        in, it was the larger part of the loop's own time). The head (goal, end-of-run checks)
-        is re-rendered whenever it may differ; a test compares with a full render."""
-        cycles, finals = self._scan()
-        r = self._rendered
+        """render_experiments() and render_tsv() as bytes, rendering only the cycles added since
+        the last call; the head (goal, end-of-run checks, warnings) is small and always redone."""
+        ix = self._scan()
+        cycles, r = ix.cycles, self._rendered
         # one rounding for the whole file: a value that needs more digits re-renders every row
-        digits = digits_for(run_values(cycles), floor=r.digits if r is not None else MIN_DIGITS)
-        if (r is None or r.count > len(cycles) or (r.count and cycles[r.count - 1] is not r.last)
-                or r.digits != digits):
-            r = self._rendered = _Rendered()
-            r.digits = digits
-        notes = tuple(not_sandboxed(self.records)) if self._any_unsandboxed() else ()
-        head_key = (goal, len(finals), finals[-1] if finals else None, notes)
-        if r.head_key is None or r.head_key[0] != head_key[0] or r.head_key[1] != head_key[1] \
-                or r.head_key[2] is not head_key[2] or r.head_key[3] != head_key[3]:
-            r.head = _bytes(_experiments_head(self.tag, goal, finals, r.fmt, notes))
-            r.head_key = head_key
+        digits = digits_for(run_values(cycles), floor=r.digits)
+        if not _follows(r, cycles) or r.digits != digits:
+            r = self._rendered = _Rendered(digits=digits)
         for c in cycles[r.count:]:
             r.sections += b"\n" + _bytes("\n".join(_section(c, r.fmt)))
             r.rows += _bytes(_tsv_row(c, r.fmt) + "\n")
-        r.count = len(cycles)
-        r.last = cycles[-1] if cycles else None
-        return r.head + bytes(r.sections), _bytes(_tsv_head()) + bytes(r.rows)
-
-
-class _Rendered:
-    def __init__(self) -> None:
-        self.head_key: tuple[str, int, Record | None, tuple[str, ...]] | None = None
-        self.head = b""
-        self.sections = bytearray()   # "\n" + each cycle's section
-        self.rows = bytearray()       # each cycle's TSV row + "\n"
-        self.count = 0
-        self.last: Record | None = None
-        self.digits = MIN_DIGITS
-
-    def fmt(self, x: float | None) -> str:
-        return num(x, self.digits)
+        r.count, r.last = len(cycles), cycles[-1] if cycles else None
+        head = _experiments_head(self.tag, goal, ix.finals, r.fmt, not_sandboxed(ix.starts))
+        return _bytes(head) + bytes(r.sections), _bytes(_tsv_head()) + bytes(r.rows)
 
 
 def _bytes(text: str) -> bytes:
@@ -262,7 +297,7 @@ def _bytes(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
-def _atomic_write(path: Path, data: bytes, *, durable: bool = True, tmp_dir: Path | None = None) -> None:
+def atomic_write(path: Path, data: bytes, *, durable: bool = True, tmp_dir: Path | None = None) -> None:
     """Write by rename. `tmp_dir` (same filesystem) keeps the temporary file out of sight: a kill
     between create and rename must not leave a stray file in the user's checkout."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -279,10 +314,7 @@ def _atomic_write(path: Path, data: bytes, *, durable: bool = True, tmp_dir: Pat
                 os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        Path(tmp).unlink(missing_ok=True)
         raise
 
 
@@ -292,7 +324,8 @@ def pct(old: float | None, new: float | None) -> float | None:
     return (new - old) / abs(old) * 100.0
 
 
-def _one_line(text: str) -> str:
+def one_line(text: Any) -> str:
+    """`text` on one line, whitespace runs as one space, unsafe characters escaped."""
     return " ".join(escape_controls(" ".join(str(text).split())).split())
 
 
@@ -310,22 +343,18 @@ def _unsafe_char(ch: str) -> bool:
 
 
 def escape_controls(text: str) -> str:
-    """`text` with every unsafe character (see _unsafe_char) written as a visible escape
-    (\\x1b, \\u202e): what enters the journal, a commit message or the terminal from a
-    generator never acts on a reader's screen or forges a line of its own."""
+    """`text` with every unsafe character written as a visible escape (\\x1b, \\u202e): what
+    enters the journal, a commit message or the terminal from a generator never acts on a
+    reader's screen or forges a line of its own."""
     if not any(_unsafe_char(ch) for ch in text):
         return text
-    out = []
-    for ch in text:
-        if not _unsafe_char(ch):
-            out.append(ch)
-        elif 0xdc80 <= ord(ch) <= 0xdcff:
-            out.append(f"\\x{ord(ch) - 0xdc00:02x}")
-        elif ord(ch) <= 0xff:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(f"\\u{ord(ch):04x}")
-    return "".join(out)
+    return "".join(_escaped(ord(ch)) if _unsafe_char(ch) else ch for ch in text)
+
+
+def _escaped(o: int) -> str:
+    if 0xdc80 <= o <= 0xdcff:      # a byte that is not UTF-8, kept as a surrogate
+        return f"\\x{o - 0xdc00:02x}"
+    return f"\\x{o:02x}" if o <= 0xff else f"\\u{o:04x}"
 
 
 def quote_path(name: str) -> str:
@@ -334,14 +363,8 @@ def quote_path(name: str) -> str:
     visible name."""
     if not any(_unsafe_char(ch) or ch in '"\\' for ch in name):
         return name
-    out = []
-    for ch in name:
-        if ch in _C_ESCAPES:
-            out.append(_C_ESCAPES[ch])
-        elif _unsafe_char(ch):
-            out.append("".join(f"\\{b:03o}" for b in ch.encode("utf-8", "surrogateescape")))
-        else:
-            out.append(ch)
+    out = [_C_ESCAPES.get(ch) or ("".join(f"\\{b:03o}" for b in ch.encode("utf-8", "surrogateescape"))
+                                  if _unsafe_char(ch) else ch) for ch in name]
     return '"' + "".join(out) + '"'
 
 
@@ -354,21 +377,16 @@ def _tsv_head() -> str:
     return "\t".join(TSV_COLUMNS) + "\n"
 
 
-def _tsv_row(c: Record, fmt: Fmt = num) -> str:
-    delta = c.get("delta_pct")
-    cost = c.get("gen", {}).get("cost_usd")
+def _tsv_row(rec: Record, fmt: Fmt = num) -> str:
+    c = CycleRecord.of(rec)
+    cost = c.cost_usd
     return "\t".join([
-        str(c["cycle"]),
-        (c.get("commit") or "")[:12],
-        fmt(c.get("metric")),
-        c["status"],
-        _one_line(c.get("hypothesis", "")),
-        fmt(c.get("best")),
-        "" if delta is None else f"{delta:.2f}",   # a column of numbers: fixed decimals sort
-        f"{c.get('duration_s', 0):.1f}",
+        str(c.cycle), c.commit[:12], fmt(c.metric), c.status, one_line(c.hypothesis), fmt(c.best),
+        "" if c.delta_pct is None else f"{c.delta_pct:.2f}",   # a column of numbers: fixed decimals sort
+        f"{c.duration_s:.1f}",
         "" if cost is None else f"{cost:.4f}",
-        _one_line(c.get("lesson", "")),
-        *stats_cells(c.get("stats")),
+        one_line(c.lesson),
+        *stats_cells(c.stats),
     ])
 
 
@@ -376,11 +394,11 @@ def _num(x: Any, spec: str = ".4g") -> str:
     return "" if x is None else format(x, spec)
 
 
-def _values(xs: Any) -> str:
-    # rounded like every number a person reads, with the digits that keep this list's values
-    # apart; the ledger keeps them exact for recomputing
-    f = formatter(xs or [])
-    return ",".join(f(x) for x in xs or [])
+def _values(xs: Iterable[float] | None) -> str:
+    # with the digits that keep this list's values apart; the ledger keeps them exact
+    xs = list(xs or [])
+    f = formatter(xs)
+    return ",".join(f(x) for x in xs)
 
 
 def samples_text(stats: Record) -> str:
@@ -396,9 +414,7 @@ def samples_text(stats: Record) -> str:
         parts += [f"a={_values(b.get('a'))};b={_values(b.get('b'))}" for b in stats["batches"]]
     elif "a" in stats:
         parts.append(f"a={_values(stats.get('a'))};b={_values(stats.get('b'))}")
-    for key in ("samples", "runs"):
-        if key in stats:
-            parts.append(f"{key}={_values(stats[key])}")
+    parts += [f"{key}={_values(stats[key])}" for key in ("samples", "runs") if key in stats]
     hold = stats.get("holdout")
     if isinstance(hold, dict) and "a" in hold:
         parts.append(f"ha={_values(hold.get('a'))};hb={_values(hold.get('b'))}")
@@ -409,21 +425,14 @@ def stats_cells(stats: Record | None) -> list[str]:
     """The STATS_COLUMNS of one cycle (all empty for a cycle judged on one measurement)."""
     if not stats:
         return [""] * len(STATS_COLUMNS)
-    batches = stats.get("batches") or []
-    pooled = stats.get("pooled") or {}
+    batches, pooled, hold = stats.get("batches") or [], stats.get("pooled") or {}, stats.get("holdout")
     ci = pooled.get("change_ci_pct") or [None, None]
-    hold = stats.get("holdout")
-    holdout = ""
-    if isinstance(hold, dict):
-        holdout = "error" if "error" in hold else ("overfit" if hold.get("overfit") else "improved")
+    holdout = "" if not isinstance(hold, dict) else "error" if "error" in hold else "overfit" if hold.get("overfit") else "improved"
     pairs = "+".join(str(b.get("n", len(b.get("a") or []))) for b in batches) if batches else (
         str(stats["pairs"]) if stats.get("kind") == "calibration" and "pairs" in stats else "")
     return [
-        stats.get("rule", ""),
-        pairs,
-        _num(pooled.get("change_pct"), ".3f"),
-        _num(ci[0], ".3f"),
-        _num(ci[1], ".3f"),
+        stats.get("rule", ""), pairs,
+        _num(pooled.get("change_pct"), ".3f"), _num(ci[0], ".3f"), _num(ci[1], ".3f"),
         _num(batches[0].get("p")) if batches else "",
         _num(batches[1].get("p")) if len(batches) > 1 else "",
         num(pooled.get("median_ratio")),
@@ -433,20 +442,19 @@ def stats_cells(stats: Record | None) -> list[str]:
     ]
 
 
-def not_sandboxed(records: Sequence[Record]) -> list[str]:
+def not_sandboxed(records: Iterable[Record]) -> list[str]:
     """`not sandboxed: <why>; ...` for each distinct reason an invocation of this run had no
     sandbox (its `start` records say), oldest first."""
     out: list[str] = []
     for r in records:
         why = r.get("unsandboxed") if r.get("t") == "start" else None
-        if why:
-            line = f"not sandboxed: {_one_line(str(why))}; these attacks are only detected, see README (Not covered)"
-            if line not in out:
-                out.append(line)
+        line = f"not sandboxed: {one_line(why)}; these attacks are only detected, see README (Not covered)"
+        if why and line not in out:
+            out.append(line)
     return out
 
 
-def render_experiments(cycles: list[Record], tag: str, goal: str, finals: list[Record] = (),  # type: ignore[assignment]
+def render_experiments(cycles: list[Record], tag: str, goal: str, finals: Sequence[Record] = (),
                        notes: Sequence[str] = ()) -> str:
     # the head, then each section after a newline (Journal renders the same incrementally)
     fmt = formatter(run_values(cycles))
@@ -461,10 +469,10 @@ def _experiments_head(tag: str, goal: str, finals: Sequence[Record], fmt: Fmt = 
         out += [f"Goal: {goal}", ""]
     for note in notes:
         out += [f"**Warning:** {note}", ""]
-    out += ["Written by autoloop from its ledger (.autoloop/%s/ledger.jsonl); edits here are overwritten." % tag, ""]
+    out += [f"Written by autoloop from its ledger (.autoloop/{tag}/ledger.jsonl); edits here are overwritten.", ""]
     for f in finals:
         # above the cycles, not a section of its own: `## Cycle N` sections stay the only ones
-        out += [f"**End-of-run check** (after cycle {f.get('after_cycle')}): {_one_line(f.get('text', ''))}", ""]
+        out += [f"**End-of-run check** (after cycle {f.get('after_cycle')}): {one_line(f.get('text', ''))}", ""]
         if f.get("a"):
             out += [f"Samples (start, best): a={_values(f.get('a'))}; b={_values(f.get('b'))}", ""]
     return "\n".join(out)
@@ -472,43 +480,34 @@ def _experiments_head(tag: str, goal: str, finals: Sequence[Record], fmt: Fmt = 
 
 def _stats_lines(stats: Record, fmt: Fmt = num) -> Iterator[str]:
     if stats.get("warning"):
-        yield f"**Warning:** {_one_line(stats['warning'])}"
-        yield ""
+        yield from (f"**Warning:** {one_line(stats['warning'])}", "")
     if stats.get("kind") == "calibration":
-        if stats.get("deterministic"):
-            yield "Calibration: the starting commit measured the same every time (deterministic verifier)."
-        else:
-            noise = stats.get("noise_pct")
-            yield ("Calibration: the starting commit measured again to see the noise"
-                   + (f": about ±{noise:.2g}% per run" if noise is not None else "") + ".")
+        noise = stats.get("noise_pct")
+        yield ("Calibration: the starting commit measured the same every time (deterministic verifier)."
+               if stats.get("deterministic") else
+               "Calibration: the starting commit measured again to see the noise"
+               + (f": about ±{noise:.2g}% per run" if noise is not None else "") + ".")
         yield ""
     for lim in stats.get("limits") or []:
-        state = "ok" if lim.get("ok") else "FAILED"
         yield (f"Limit {lim.get('metric')}: {fmt(lim.get('value'))} vs baseline {fmt(lim.get('baseline'))}"
-               f" (bound {fmt(lim.get('bound'))}): {state}")
+               f" (bound {fmt(lim.get('bound'))}): {'ok' if lim.get('ok') else 'FAILED'}")
         yield ""
     text = samples_text(stats)
     if text:
-        yield f"Samples: {text}"
-        yield ""
+        yield from (f"Samples: {text}", "")
 
 
-def _section(c: Record, fmt: Fmt = num) -> Iterator[str]:
-    yield f"## Cycle {c['cycle']} — {c['status']}"
+def _section(rec: Record, fmt: Fmt = num) -> Iterator[str]:
+    c = CycleRecord.of(rec)
+    yield f"## Cycle {c.cycle} — {c.status}"
+    for label, text in (("Hypothesis", c.hypothesis), ("Result", c.result), ("Lesson", c.lesson)):
+        yield from ("", f"**{label}:** {one_line(text)}")
     yield ""
-    yield f"**Hypothesis:** {_one_line(c.get('hypothesis', ''))}"
-    yield ""
-    yield f"**Result:** {_one_line(c.get('result', ''))}"
-    yield ""
-    yield f"**Lesson:** {_one_line(c.get('lesson', ''))}"
-    yield ""
-    stats = c.get("stats")
-    if stats:
-        yield from _stats_lines(stats, fmt)
-    if c.get("changed"):
-        shown = ", ".join(quote_path(f) for f in c["changed"][:10]) + (" …" if len(c["changed"]) > 10 else "")
-        yield f"Changed: {shown}"
-        yield ""
+    if c.stats:
+        yield from _stats_lines(c.stats, fmt)
+    if c.changed:
+        more = " …" if len(c.changed) > MAX_CHANGED_SHOWN else ""
+        yield from (f"Changed: {', '.join(quote_path(f) for f in c.changed[:MAX_CHANGED_SHOWN])}{more}", "")
 
 
 def run_programs(ledger: Path) -> set[str]:
@@ -535,3 +534,13 @@ def run_of(ledger: Path, program: str) -> bool:
     """Whether the run of this ledger was made with `program` (or predates the record)."""
     made_by = run_programs(ledger)
     return not made_by or program in made_by
+
+
+def has_baseline(ledger: Path) -> bool:
+    """Does the ledger hold a cycle record? Read only (loading would mend a torn line, which is
+    the run's job, under its lock); every record starts with its type."""
+    try:
+        with open(ledger, "rb") as f:
+            return any(line.startswith(b'{"t":"cycle"') for line in f)
+    except OSError:
+        return False

@@ -116,9 +116,9 @@ def restore_persisted_journal(ws: Workspace, journal: Journal, program: Program)
                              f"{(expected or '?')[:12]}, but its parent is {parent[:12]}; "
                              "the branch was changed outside autoloop")
     if chosen is committed and committed != local:
-        from autoloop.journal import _atomic_write
+        from autoloop.journal import atomic_write
 
-        _atomic_write(journal.ledger, committed)
+        atomic_write(journal.ledger, committed)
     prefix = journal_dir(program, journal.tag).removesuffix(f".autoloop/{journal.tag}/journal")
     ws.exclude_in_checkout([prefix + "experiments.md", prefix + "results.tsv", prefix + ".autoloop/"])
     git(ws.repo_root, "update-ref", "-m", "autoloop: resume after the journal commit", ws.ref, parent, head)

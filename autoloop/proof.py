@@ -13,7 +13,8 @@ from autoloop.filememo import Stamp, StatMemo
 from autoloop.gitrun import git
 from autoloop.objects import Entry, blob_id, file_blob_id
 from autoloop.repomemo import RepoMemo
-from autoloop.watch import Stat, StatTree, lstat_entry
+from autoloop.walk import Entry as Stat, lstat_entry
+from autoloop.watch import StatTree
 
 GITLINK, SYMLINK, EXECUTABLE = "160000", "120000", "100755"
 _MAX_RESET_PATHS = 10_000   # beyond this many paths a reset touched, a full walk is as cheap
@@ -87,7 +88,7 @@ class TreeProof:
         None; and whether its hash can stand for as long as its lstat data do."""
         if st is None:
             return "missing", False
-        kind, bits, size, mtime_ns, ctime_ns, ino, target = st
+        kind, target = st.kind, st.digest   # a link's target
         if kind == "o" and target == "unreadable":
             return "missing", False
         if mode == SYMLINK:
@@ -96,9 +97,9 @@ class TreeProof:
             return (None if blob_id(os.fsencode(target), algo) == oid else "link target"), True
         if kind != "f":
             return "not a file", False
-        if bool(bits & 0o100) != (mode == EXECUTABLE):
+        if bool(st.mode & 0o100) != (mode == EXECUTABLE):
             return "mode", False
-        stamp = Stamp(ino, size, mtime_ns, ctime_ns)
+        stamp = Stamp(st.ino, st.size, st.mtime_ns, st.ctime_ns)
         digest = self._hashes.get(path, stamp)
         trusted = digest is not None
         if digest is None:

@@ -1,19 +1,8 @@
-"""autoloop's own bytecode cache for measurements (DESIGN.md §4, last bullet).
-
-Every measurement runs with a fresh PYTHONPYCACHEPREFIX, so no bytecode planted anywhere — an
-unchecked-hash `.pyc` in a `__pycache__`, which Python trusts over its source — is ever read.
-Started empty, that prefix makes every Python child recompile everything it imports: the
-standard library, site-packages, the project (a pytest guard ran 2–3× slower than outside).
-
-So each fresh prefix starts as a copy of this cache, which holds only bytecode autoloop compiled
-itself: checked-hash `.pyc` files (PEP 552, `py_compile` with CHECKED_HASH), compiled by the
-measured interpreter from the source bytes. Python uses such a file only when the source it is
-about to import hashes to the value recorded in it, so it is the compilation of exactly the bytes
-being imported, whatever the file at that path holds later; a stale one is simply recompiled.
-Nothing a measurement writes is kept: what it wrote into its own prefix only tells which sources
-it imported, and those are compiled here anew. The cache lives in the run's private scratch,
-watched like the rest of the trusted base; a change by anyone else drops it.
-"""
+"""autoloop's own bytecode cache (DESIGN.md §4, last bullet). A measurement's fresh, empty
+PYTHONPYCACHEPREFIX (no planted bytecode is read) made Python children 2–3× slower, so each
+starts as a copy of this cache: checked-hash `.pyc` files (PEP 552) that autoloop compiled with
+the measured interpreter, used by Python only when the imported source hashes to the recorded
+value. What a measurement writes only tells which sources to compile here anew."""
 
 from __future__ import annotations
 
@@ -21,23 +10,25 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
+
+from autoloop.proc import run_captured
+from autoloop.walk import walk
 
 # PREFIX/<source folder>/<name>.<cache tag>[.opt-N].pyc, and pytest's assertion-rewritten
-# <name>.<cache tag>-pytest-<version>.pyc (checked-hash too since pytest 8.4; a pytest that
-# writes anything else is not imitated: the measurement rewrites those itself, as before).
+# <name>.<cache tag>-pytest-<version>.pyc (checked-hash since pytest 8.4; older ones: not imitated)
 _PYC = re.compile(r"(?P<name>[^.]+)\.(?P<tag>[a-z]+-\d+)(?P<pytest>-pytest-[0-9A-Za-z.+]+)?"
                   r"(?:\.opt-(?P<opt>\d))?\.pyc")
 MAX_SOURCE_BYTES = 4 << 20      # a source larger than this is left to the measurement to compile
 MAX_PER_BATCH = 20_000
+_QUERY_TIMEOUT_S, _COMPILE_TIMEOUT_S = 30, 300
 
-# Run by the measured interpreter itself (its magic number, its cache tag), isolated (-I: no
-# site-packages, no PYTHON* variables, no cwd on the path); reads [source, pyc, optimize] lists.
-# pytest's rewritten modules are made by pytest's own rewriter (no config: default assertion
-# verbosity, no pass hook) and written the way pytest writes them, only when the file name
-# carries this pytest's own tag and pytest writes checked-hash files.
+# Run by the measured interpreter itself (its magic number, its cache tag), isolated (-I);
+# pytest's rewritten modules by pytest's own rewriter (no config), only for this pytest's own tag
+# and only when it writes checked-hash files.
 _COMPILE = r"""
 import io, json, os, py_compile, sys
 from pathlib import Path
@@ -76,25 +67,23 @@ _TAG_QUERY = "import sys; print(sys.implementation.cache_tag or '')"
 
 
 class ProvenCache:
-    """A bytecode prefix of checked-hash `.pyc` files compiled by autoloop (see the module doc)."""
 
     def __init__(self, root: Path, interpreters: Sequence[str], env: Mapping[str, str]) -> None:
         self.root = root
         self.env = dict(env)
         self._by_tag: dict[str, str] = {}
         for exe in interpreters:
-            tag = _run(exe, _TAG_QUERY, "", self.env, timeout=30).strip()
+            tag = _run(exe, _TAG_QUERY, "", self.env, _QUERY_TIMEOUT_S).strip()
             if tag and tag not in self._by_tag:
                 self._by_tag[tag] = exe
-        self._seeded: dict[Path, dict[str, tuple[int, int]]] = {}
+        self._seeded: dict[Path, dict[str, _Seen]] = {}
 
     @property
     def usable(self) -> bool:
         return bool(self._by_tag)
 
     def seed(self, prefix: Path) -> None:
-        """Fill a measurement's fresh prefix with a copy of the cache (a copy: nothing the
-        measurement does reaches the cache), and remember what was copied."""
+        """Fill a measurement's fresh prefix with a copy of the cache, and remember what was copied."""
         if self.root.is_dir():
             shutil.copytree(self.root, prefix, dirs_exist_ok=True, symlinks=False,
                             copy_function=shutil.copyfile)
@@ -115,45 +104,37 @@ class ProvenCache:
             # the prefix mirrors the source's folder (no __pycache__ level)
             source = "/" + folder + "/" + m.group("name") + ".py"
             try:
-                st = os.stat(source)
+                if os.stat(source).st_size > MAX_SOURCE_BYTES:
+                    continue
             except OSError:
                 continue
-            if st.st_size > MAX_SOURCE_BYTES:
-                continue
-            opt = int(m.group("opt") or 0)
-            todo.setdefault(m.group("tag"), []).append([source, str(self.root / rel), opt, bool(m.group("pytest"))])
+            todo.setdefault(m.group("tag"), []).append(
+                [source, str(self.root / rel), int(m.group("opt") or 0), bool(m.group("pytest"))])
         compiled = 0
         for tag, items in todo.items():
             for i in range(0, len(items), MAX_PER_BATCH):
-                batch = items[i:i + MAX_PER_BATCH]
-                out = _run(self._by_tag[tag], _COMPILE, json.dumps(batch), self.env, timeout=300)
-                compiled += int(out.strip() or 0) if out.strip().isdigit() else 0
+                out = _run(self._by_tag[tag], _COMPILE, json.dumps(items[i:i + MAX_PER_BATCH]), self.env,
+                           _COMPILE_TIMEOUT_S).strip()
+                compiled += int(out) if out.isdigit() else 0
         return compiled
 
     def forget(self, prefix: Path) -> None:
         self._seeded.pop(prefix, None)
 
 
-def _files(root: Path) -> dict[str, tuple[int, int]]:
-    """Every regular file under root: (inode, mtime) by relative path."""
-    out: dict[str, tuple[int, int]] = {}
-    base = str(root)
-    for dirpath, _dirs, names in os.walk(base):
-        rel_dir = os.path.relpath(dirpath, base)
-        for n in names:
-            full = os.path.join(dirpath, n)
-            try:
-                st = os.lstat(full)
-            except OSError:
-                continue
-            rel = n if rel_dir == "." else f"{rel_dir}/{n}"
-            out[rel.replace(os.sep, "/")] = (st.st_ino, st.st_mtime_ns)
-    return out
+class _Seen(NamedTuple):
+    ino: int
+    mtime_ns: int
+
+
+def _files(root: Path) -> dict[str, _Seen]:
+    """Every entry but folders under root, by relative path."""
+    return {rel: _Seen(st.st_ino, st.st_mtime_ns) for rel, _, st in walk(str(root))
+            if st is not None and not stat.S_ISDIR(st.st_mode)}
 
 
 def _run(exe: str, code: str, stdin: str, env: Mapping[str, str], timeout: float) -> str:
-    from autoloop.proc import run_captured   # registered: never mistaken for a leftover
-
+    """The standard output of `code` run by `exe`, isolated, or "" when it failed."""
     try:
         res = run_captured([exe, "-I", "-c", code], cwd=Path("/"), env=dict(env), timeout=timeout,
                            input=stdin.encode())

@@ -1,20 +1,14 @@
-"""The rules a cycle's change set is checked against: PathRules (allowed − forbidden − protected
-− .git) plus the files that run code without being named — which a wide `allowed` pattern must
-not hand to the generator by accident:
+"""The rules a change set is checked against: PathRules plus the files that run code without
+being named, which a wide `allowed` pattern must not hand to the generator by accident:
 
-- `conftest.py` (pytest loads it for every test below it), `sitecustomize.py` and
-  `usercustomize.py` (imported at interpreter start from sys.path), `*.pth` (site folders run
-  their `import` lines at start): changing one is a violation unless an `allowed` pattern names
-  that exact path, without wildcards (`allowed: [tests/conftest.py]`);
-- bytecode (`*.pyc`, `*.pyo`, anything in `__pycache__/`): never kept — an unchecked-hash
-  `.pyc` stands in for its source even under `python -B`; the generator's own Python writes
-  none (PYTHONDONTWRITEBYTECODE), and verification reads none (a fresh PYTHONPYCACHEPREFIX);
-- shadows of a protected module: for a protected `pkg/evaluate.py`, the package folder
-  `pkg/evaluate/`, the extension modules `pkg/evaluate*.so`, `pkg/evaluate.pyc`, ... — Python's
-  import system prefers every one of them to the `.py` file;
-- a new module next to a protected `.py` file (where Python puts the script's folder first on
-  sys.path) named like a standard-library or installed module (`pathlib.py`, `numpy/`): the
-  verifier's own `import pathlib` would run it instead.
+- `conftest.py`, `sitecustomize.py`, `usercustomize.py`, `*.pth`: a violation unless an
+  `allowed` pattern names that exact path without wildcards;
+- bytecode (`*.pyc`, `*.pyo`, `__pycache__/`): never kept (an unchecked-hash `.pyc` stands in
+  for its source even under `python -B`);
+- shadows of a protected module `pkg/evaluate.py`: `pkg/evaluate/`, `pkg/evaluate*.so`,
+  `pkg/evaluate.pyc`, ... (Python's import system prefers each to the `.py` file);
+- a new module beside a protected script named like a standard-library or installed module
+  (`pathlib.py`, `numpy/`): the verifier's own `import pathlib` would run it.
 """
 
 from __future__ import annotations
@@ -47,19 +41,13 @@ def module_shadow_regex(modules: Iterable[str]) -> re.Pattern[str] | None:
     """Paths that Python would import instead of one of the protected `.py` files `modules`."""
     alts = []
     for m in modules:
-        if not m.endswith(".py"):
-            continue
         head, _, file = m.rpartition("/")
-        stem = file[:-3]
-        if stem == "__init__" or stem == "__main__":
+        if not m.endswith(".py") or file in ("__init__.py", "__main__.py"):
             continue
-        d = re.escape(head + "/") if head else ""
-        s = re.escape(stem)
-        alts.append(f"{d}{s}(?:/.*)?")                       # a package folder of that name
-        alts.append(f"{d}{s}\\.(?:[^/]*\\.)?(?:so|pyd|pyc)")  # extension modules, sourceless bytecode
-    if not alts:
-        return None
-    return re.compile("(?:" + "|".join(alts) + ")", re.DOTALL)
+        d, s = re.escape(head + "/") if head else "", re.escape(file[:-3])
+        alts += [f"{d}{s}(?:/.*)?",                          # a package folder of that name
+                 f"{d}{s}\\.(?:[^/]*\\.)?(?:so|pyd|pyc)"]   # extension modules, sourceless bytecode
+    return re.compile("(?:" + "|".join(alts) + ")", re.DOTALL) if alts else None
 
 
 @lru_cache(maxsize=1)

@@ -1,11 +1,7 @@
-"""What is really on disk: a snapshot of a tree taken by walking it ourselves.
-
-git can be blinded (ignore rules, assume-unchanged, skip-worktree, a tampered index), so the
-change set of a cycle is computed from lstat + content hashes of *every* entry — tracked,
-untracked and ignored — never from what git reports. Hashes are cached by stat identity
-(inode, size, mtime, ctime; ctime cannot be set from user space), so an unchanged tree costs a
-walk of lstat calls and no reads.
-"""
+"""What is really on disk in a work tree: lstat and a content hash of every entry — tracked,
+untracked and ignored — because git can be blinded (ignore rules, assume-unchanged,
+skip-worktree, a tampered index). Hashes are cached by stat identity, so an unchanged tree
+costs a walk of lstat calls and no reads."""
 
 from __future__ import annotations
 
@@ -14,25 +10,16 @@ import os
 import stat
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Collection, Iterable, Mapping
 
+from autoloop.walk import RACY_NS, UNREADABLE, Entry, StatCache, ident_of, kind_of, read_link, walk
 
-# Timestamps tick coarsely (a jiffy on Linux; seconds on some filesystems). A file modified this
-# close to the moment we hashed it may change again without its stat data changing.
-_RACY_NS = 100_000_000
-
-
-@dataclass(frozen=True)
-class Entry:
-    kind: str            # "f" file, "l" symlink, "d" directory, "o" other (fifo, socket, device)
-    mode: int            # permission bits (st_mode & 0o7777)
-    digest: str = ""     # content hash for files, link target for symlinks
-    size: int = 0
-    nlink: int = 1
-
+__all__ = ["RACY_NS", "Change", "Entry", "Snapshot", "Snapshotter", "diff"]
 
 Snapshot = Mapping[str, Entry]
+_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -49,174 +36,99 @@ class Change:
 
 
 class Snapshotter:
-    """Walks one tree; keeps the stat→hash cache between calls."""
+    """Walks one tree; keeps the hash cache between calls."""
 
     def __init__(self, root: Path, skip_top: Iterable[str] = (".git",)) -> None:
         self.root = root
         self.skip_top = frozenset(skip_top)
-        # rel -> (stat identity, entry, trusted): `trusted` when the file had last changed well
-        # before it was hashed, so the same identity later means the same bytes
-        self._cache: dict[str, tuple[tuple[int, ...], Entry, bool]] = {}
+        self._cache: StatCache[Entry] = StatCache()
 
     def take(self) -> dict[str, Entry]:
-        out: dict[str, Entry] = {}
-        cache: dict[str, tuple[tuple[int, ...], Entry, bool]] = {}
-        self._walk(str(self.root), "", out, cache)
-        # a fresh cache each time: hashes of paths that are gone are forgotten, so it never
-        # outgrows the tree
-        self._cache = cache
+        out = self._under(str(self.root), "", self.skip_top)
+        self._cache.retain(out)   # paths that are gone are forgotten: it never outgrows the tree
         return out
 
     def take_paths(self, paths: Iterable[str]) -> dict[str, Entry]:
-        """Entries of just these paths (those that exist), and of everything under the ones
-        that are folders: the same entries a full walk would give them."""
+        """Entries of just these paths (those that exist) and of everything under the ones that
+        are folders: the entries a full walk would give them."""
         out: dict[str, Entry] = {}
-        cache = self._cache
-        root = str(self.root)
         for rel in sorted(set(paths)):
             if rel in out or rel.split("/", 1)[0] in self.skip_top:
                 continue
-            full = os.path.join(root, rel)
+            full = os.path.join(self.root, rel)
             try:
                 st = os.lstat(full)
             except OSError:
-                cache.pop(rel, None)
+                self._cache.known.pop(rel, None)
                 continue
+            out[rel] = self._entry(rel, full, st)
             if stat.S_ISDIR(st.st_mode):
-                out[rel] = _dir_entry(stat.S_IMODE(st.st_mode))
-                self._walk(full, rel + "/", out, cache)
-            else:
-                out[rel] = self._entry(rel, full, st, cache)
+                out.update(self._under(full, rel + "/"))
         return out
 
-    def _walk(self, abs_dir: str, prefix: str, out: dict[str, Entry],
-              cache: dict[str, tuple[tuple[int, ...], Entry, bool]],
-              parent_fd: int | None = None) -> None:
-        # By descriptor: each lstat then makes the kernel look up one name, not the whole path
-        # from / (the worktree sits deep under ~/.cache) — a good part of a walk's cost.
-        try:
-            if parent_fd is None:
-                fd = os.open(abs_dir, _DIR_FLAGS)
-            else:
-                fd = os.open(abs_dir.rsplit("/", 1)[1], _DIR_FLAGS, dir_fd=parent_fd)
-        except OSError:
-            # unreadable directory (chmod 000): still a state we must see and undo
-            out[prefix[:-1] or "."] = _UNREADABLE
-            return
-        try:
-            try:
-                with os.scandir(fd) as it:
-                    entries = list(it)
-            except OSError:
-                out[prefix[:-1] or "."] = _UNREADABLE
-                return
-            old = self._cache
-            skip = self.skip_top if not prefix else ()
-            for e in entries:
-                name = e.name
-                if name in skip:
-                    continue
-                rel = prefix + name
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                mode = st.st_mode
-                kind = mode & 0o170000
-                if kind == _S_IFREG:
-                    # the common case, kept short: an unchanged file costs one lstat and a lookup
-                    key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode, st.st_nlink)
-                    hit = old.get(rel)
-                    if hit is not None and hit[2] and hit[0] == key:
-                        cache[rel] = hit
-                        out[rel] = hit[1]
-                    else:
-                        out[rel] = self._file(rel, f"{abs_dir}/{name}", st, key, cache)
-                elif kind == _S_IFDIR:
-                    out[rel] = _dir_entry(mode & 0o7777)
-                    self._walk(f"{abs_dir}/{name}", rel + "/", out, cache, fd)
-                else:
-                    out[rel] = self._entry(rel, f"{abs_dir}/{name}", st, cache)
-        finally:
-            os.close(fd)
+    def _under(self, path: str, prefix: str, skip: Collection[str] = ()) -> dict[str, Entry]:
+        out: dict[str, Entry] = {}
+        known = self._cache.known
+        for rel, full, st in walk(path, skip=skip):
+            if st is None:
+                out[prefix + rel if rel else prefix[:-1] or "."] = UNREADABLE
+                continue
+            rel = prefix + rel
+            # StatCache.get inline: an unchanged file, the common case, costs its lstat and a lookup
+            hit = known.get(rel)
+            out[rel] = hit.value if hit is not None and hit.ident == ident_of(st) else self._entry(rel, full, st)
+        return out
 
-    def _entry(self, rel: str, path: str, st: os.stat_result,
-               cache: dict[str, tuple[tuple[int, ...], Entry, bool]]) -> Entry:
-        mode = st.st_mode
-        if stat.S_ISREG(mode):
-            key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode, st.st_nlink)
-            hit = self._cache.get(rel)
-            if hit is not None and hit[2] and hit[0] == key:
-                cache[rel] = hit
-                return hit[1]
-            return self._file(rel, path, st, key, cache)
-        if stat.S_ISDIR(mode):
-            return _dir_entry(stat.S_IMODE(mode))
-        if stat.S_ISLNK(mode):
-            try:
-                target = os.readlink(path)
-            except OSError:
-                target = "?"
-            return Entry("l", stat.S_IMODE(mode), target)
-        return Entry("o", stat.S_IMODE(mode), f"type {stat.S_IFMT(mode):o}")
+    def _entry(self, rel: str, full: str, st: os.stat_result) -> Entry:
+        kind, mode = kind_of(st.st_mode), stat.S_IMODE(st.st_mode)
+        if kind == "f":
+            hit = self._cache.get(rel, st)
+            return hit if hit is not None else self._hash(rel, full, st, mode)
+        if kind == "d":
+            return _dir_entry(mode)
+        if kind == "l":
+            return Entry("l", mode, digest=read_link(full))
+        return Entry("o", mode, digest=f"type {stat.S_IFMT(st.st_mode):o}")
 
-    def _file(self, rel: str, path: str, st: os.stat_result, key: tuple[int, ...],
-              cache: dict[str, tuple[tuple[int, ...], Entry, bool]]) -> Entry:
-        hashed_at = time.time_ns()
+    def _hash(self, rel: str, full: str, st: os.stat_result, mode: int) -> Entry:
+        at = time.time_ns()
         h = hashlib.blake2b(digest_size=20)
         try:
-            with open(path, "rb") as f:
-                while chunk := f.read(1 << 20):
+            with open(full, "rb") as f:
+                while chunk := f.read(_CHUNK):
                     h.update(chunk)
         except OSError:
-            cache.pop(rel, None)
-            return Entry("f", stat.S_IMODE(st.st_mode), "unreadable", st.st_size, st.st_nlink)
-        entry = Entry("f", stat.S_IMODE(st.st_mode), h.hexdigest(), st.st_size, st.st_nlink)
-        # like git's "racy" index entries: trust a cached hash only if the file had last changed
-        # well before we hashed it, so a later change must have moved its ctime
-        trusted = max(st.st_mtime_ns, st.st_ctime_ns) + _RACY_NS < hashed_at
-        cache[rel] = (key, entry, trusted)
-        return entry
+            self._cache.known.pop(rel, None)
+            return Entry("f", mode, st.st_size, digest="unreadable", nlink=st.st_nlink)
+        return self._cache.put(rel, st, Entry("f", mode, st.st_size, digest=h.hexdigest(), nlink=st.st_nlink), at)
 
 
-_UNREADABLE = Entry("o", 0, "unreadable")
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-_S_IFREG, _S_IFDIR = stat.S_IFREG, stat.S_IFDIR
-_DIRS: dict[int, Entry] = {}
-
-
+@lru_cache(maxsize=None)
 def _dir_entry(mode: int) -> Entry:
-    e = _DIRS.get(mode)
-    if e is None:
-        e = _DIRS[mode] = Entry("d", mode)
-    return e
+    return Entry("d", mode)   # one object per mode: diff's identity test then skips folders
 
 
 def diff(before: Snapshot, after: Snapshot) -> list[Change]:
-    """Every path whose entry differs, sorted by path. Directories count only when added,
-    removed, re-typed or re-moded (a mode is restored but is not a change git could record)."""
+    """Every path whose entry differs, sorted by path. Folders count only when added, removed,
+    re-typed or re-moded."""
     changes: list[Change] = []
     added = 0
-    get = before.get
     for path, a in after.items():
-        b = get(path)
-        if b is a:
-            continue  # unchanged files keep their cached entry: the common case is this test
+        b = before.get(path)
+        if b is a or b == a:
+            continue   # unchanged files keep their cached entry: the identity test is the common case
         if b is None:
             added += 1
             changes.append(Change(path, "added", None, a))
-            continue
-        if b == a:
-            continue
-        if a.kind != b.kind:
+        elif a.kind != b.kind:
             changes.append(Change(path, "type", b, a))
         elif a.digest != b.digest or a.size != b.size:
             changes.append(Change(path, "modified", b, a))
         elif a.mode != b.mode:
             changes.append(Change(path, "mode", b, a))
-        elif a.nlink != b.nlink:
-            changes.append(Change(path, "modified", b, a))  # a hard link appeared or went
-    if len(before) != len(after) - added:  # some paths of `before` are gone
+        else:
+            changes.append(Change(path, "modified", b, a))   # a hard link appeared or went
+    if len(before) != len(after) - added:   # some paths of `before` are gone
         changes.extend(Change(path, "deleted", b, None) for path, b in before.items() if path not in after)
     changes.sort(key=lambda c: c.path)
     return changes

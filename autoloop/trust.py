@@ -1,13 +1,9 @@
-"""autoloop's own process as part of the trusted base: what a same-user generator could use to
-reach into it after the run has started.
+"""autoloop's own process as part of the trusted base, against a same-user generator.
 
-- `undumpable()`: no same-uid debugger (gdb -p, ptrace, /proc/PID/mem) can attach to autoloop
-  and rewrite its memory — the kernel refuses ptrace of a non-dumpable process to anyone
-  without CAP_SYS_PTRACE, and /proc/PID/mem and friends become root's. Children are not
-  affected: execve gives every program it starts the usual flag back.
-- `preload()`: every module autoloop will import later is imported before the first
-  generator runs, so a patched numpy/scipy (or a planted module earlier on sys.path) in
-  autoloop's own environment never runs inside the judge.
+- `undumpable()`: the kernel then refuses ptrace (gdb -p, /proc/PID/mem) of autoloop to anyone
+  without CAP_SYS_PTRACE; every program it starts gets the usual flag back at execve.
+- `preload()`: every module autoloop imports later is imported before the first generator runs,
+  so a patched numpy/scipy (or a planted module on sys.path) never runs inside the judge.
 """
 
 from __future__ import annotations
@@ -16,6 +12,7 @@ import ctypes
 import ctypes.util
 import importlib
 import sys
+from typing import Callable
 
 _PR_SET_DUMPABLE = 4
 _PR_GET_DUMPABLE = 3
@@ -28,49 +25,38 @@ _STATISTICS = ("numpy", "scipy", "scipy.stats")
 _SDK = {"anthropic": ("anthropic",), "openai": ("openai",)}
 
 
-def _prctl():  # type: ignore[no-untyped-def]
+def _prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl  # type: ignore[no-any-return]
     except OSError:
         return None
-    return libc.prctl
 
 
 def undumpable() -> bool:
     """Make this process non-dumpable (Linux); whether it is now."""
     prctl = _prctl()
-    if prctl is None:
-        return False
-    prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    if prctl is not None:
+        prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     return dumpable() is False
 
 
 def dumpable() -> bool | None:
     """This process's dumpable flag (None where there is no prctl)."""
     prctl = _prctl()
-    if prctl is None:
-        return None
-    return bool(prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0))
+    return None if prctl is None else bool(prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0))
 
 
 def preload(*, statistics: bool, generator_kind: str = "") -> list[str]:
-    """Import now what this run will import later; returns the modules that could not be
-    imported (an optional dependency not installed: its own import later fails the same way).
-
-    `statistics`: the run will compute statistics (a noise-aware rule, or the end-of-run
-    re-measurement) — numpy and scipy are loaded, and each statistic the run reports is
-    computed once on made-up numbers, so what scipy itself loads on first use is loaded too."""
+    """Import now what this run imports later; returns the modules that could not be (an
+    optional dependency: its own import later fails the same way). With `statistics`, each
+    statistic the run reports is computed once on made-up numbers, so what scipy loads on first
+    use is loaded too."""
     names = list(_ALWAYS) + list(_SDK.get(generator_kind, ()))
     if statistics:
         names += _STATISTICS
-    missing = []
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            missing.append(name)
+    missing = [name for name in names if not _imported(name)]
     if statistics and not any(m in missing for m in _STATISTICS):
         from autoloop import stats
         a, b = [1.0, 1.2, 0.9, 1.1, 1.05, 0.95], [0.9, 1.1, 0.85, 1.0, 1.0, 0.9]
@@ -80,3 +66,11 @@ def preload(*, statistics: bool, generator_kind: str = "") -> list[str]:
         stats.sequential_path(stats.gains(a, b, "minimize", "log"), [0.01, -0.02], 0.005)
         stats._log_integral_quad(3, 0.5)
     return missing
+
+
+def _imported(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True

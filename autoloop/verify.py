@@ -1,116 +1,78 @@
-"""Guards + verifier on a tree → a Measurement. Reads the metric per contract §4."""
+"""Guards + verifier on a tree → a Measurement (the metric read by autoloop.metric)."""
 
 from __future__ import annotations
 
-import codecs
-import math
-import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from autoloop import proc
 from autoloop.hints import near_miss, root_hint
-from autoloop.program import Program, VerifierSpec
-from autoloop.sandbox import Confinement, failure_hint
+from autoloop.metric import (GuardResult, Measurement, MetricError, metric_line_regex,  # noqa: F401 (re-exported)
+                             parse_metric, parse_metric_text)
+from autoloop.program import HoldoutSpec, Program, VerifierSpec
+from autoloop.errors import ConfigError
+from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable, failure_hint, for_measurements
 
-_BLOCK = 1 << 16
-_PATTERN_WINDOW = 8 << 20    # a `pattern:` verifier's output is scanned in blocks of this size
-_PATTERN_OVERLAP = 64 << 10  # ... re-reading this much of each block's end with the next
-
-
-class MetricError(Exception):
-    """No usable metric in the verifier's output; the message says why, for the journal."""
-
-
-@dataclass(frozen=True)
-class GuardResult:
-    name: str
-    ok: bool
-    detail: str          # "exit 0", "exit 1: AssertionError ...", "timed out after 120s"
-    log_stem: Path
-    duration_s: float
+def steps(program: Program, with_guards: bool = True,
+          verifier: VerifierSpec | HoldoutSpec | None = None) -> list[proc.Step]:
+    """What one measurement runs, in order: the guards (if asked), then the verifier (the
+    program's, or the given one: the holdout). Each command's timeout travels only in these."""
+    v = verifier or program.verifier
+    return [*(proc.Step(g.name, g.command, g.timeout, True) for g in (program.guards if with_guards else ())),
+            proc.Step("verifier", v.command, v.timeout, False)]
 
 
-@dataclass(frozen=True)
-class Measurement:
-    metric: float | None
-    guards: tuple[GuardResult, ...]
-    error: str | None            # why there is no metric (crash), or None
-    log_stem: Path | None        # the verifier's log (<stem>.out / <stem>.err)
-    duration_s: float
-
-    @property
-    def guards_ok(self) -> bool:
-        return all(g.ok for g in self.guards)
-
-    @property
-    def failed_guard(self) -> GuardResult | None:
-        return next((g for g in self.guards if not g.ok), None)
+def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Path, marker: str,
+            with_guards: bool = True, after_step: Callable[[str], None] | None = None,
+            box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None) -> Measurement:
+    """Run the guards (stopping at the first failure), then the verifier (or `verifier`: the
+    holdout). `after_step(name)` is called after each (it may raise, to void the measurement).
+    With `box`, each runs in that sandbox; its output still goes to files opened outside it."""
+    todo = steps(program, with_guards, verifier)
+    after = None if after_step is None else \
+        (lambda s: after_step(f"guard '{s.name}'" if s.guard else "the verifier"))
+    results = proc.run_steps(todo, cwd=cwd, env=env, log_dir=log_dir, marker=marker,
+                             wrap=None if box is None else box.argv, after=after)
+    return summarize(program, todo, results, box, verifier)
 
 
-def measure(
-    program: Program,
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    log_dir: Path,
-    marker: str,
-    with_guards: bool = True,
-    after_step: Callable[[str], None] | None = None,
-    box: Confinement | None = None,
-) -> Measurement:
-    """Run the guards (stopping at the first failure), then the verifier. `after_step(name)` is
-    called after each of them (it may raise, to void the measurement). With `box`, each runs in
-    that sandbox (autoloop.sandbox.Confinement); its output still goes to the files proc opened
-    here, outside it."""
+def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[proc.ProcResult],
+              box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None) -> Measurement:
+    """The results of `todo` (up to the first failing guard) as a Measurement."""
+    spec = verifier or program.verifier
     guards: list[GuardResult] = []
     total = 0.0
-    if with_guards:
-        for guard in program.guards:
-            res = proc.run(_command(guard.command, box), cwd=cwd, env=env, timeout=guard.timeout,
-                           log_stem=log_dir / f"guard-{_safe(guard.name)}", marker=marker)
-            if after_step is not None:
-                after_step(f"guard '{guard.name}'")
-            total += res.duration_s
-            ok = res.ok
-            detail = res.describe() if ok else _failure_summary(res, box) + _root_hint(program, res)
-            guards.append(GuardResult(guard.name, ok, detail, res.stdout_path.with_suffix(""),
-                                      res.duration_s))
-            if not ok:
+    for step, res in zip(todo, results):
+        total += res.duration_s
+        stem = res.stdout_path.with_suffix("")
+        why = None if res.ok else failure_summary(res, box) + root_hint(program, res.stderr_tail() + "\n" + res.stdout_tail())
+        if step.guard:
+            guards.append(GuardResult(step.name, res.ok, why or res.describe(), stem, res.duration_s))
+            if why:
                 return Measurement(None, tuple(guards), None, None, total)
-    spec = program.verifier
-    res = proc.run(_command(spec.command, box), cwd=cwd, env=env, timeout=spec.timeout,
-                   log_stem=log_dir / "verifier", marker=marker)
-    if after_step is not None:
-        after_step("the verifier")
-    total += res.duration_s
-    stem = res.stdout_path.with_suffix("")
-    if not res.ok:
-        return Measurement(None, tuple(guards), _failure_summary(res, box) + _root_hint(program, res), stem, total)
+        elif why:
+            return Measurement(None, tuple(guards), why, stem, total)
+        else:
+            try:
+                return Measurement(parse_metric(res.stdout_path, spec), tuple(guards), None, stem, total)
+            except MetricError as exc:
+                hint = near_miss(res.stdout_tail(), spec.metric) if spec.metric and spec.pattern is None else ""
+                return Measurement(None, tuple(guards), str(exc) + hint, stem, total)
+    return Measurement(None, tuple(guards), "the verifier did not run", None, total)
+
+
+def sandbox_outside_run(program: Program) -> tuple[Bwrap | None, str | None]:
+    """The sandbox of `verify`'s and `gate`'s measurements and, when there is none, the warning
+    to give; ConfigError (exit 2) when `sandbox: bwrap` cannot be made."""
     try:
-        value = parse_metric(res.stdout_path, spec)
-    except MetricError as exc:
-        hint = near_miss(res.stdout_tail(), spec.metric) if spec.metric and spec.pattern is None else ""
-        return Measurement(None, tuple(guards), str(exc) + hint, stem, total)
-    return Measurement(value, tuple(guards), None, stem, total)
+        bwrap, why = for_measurements(program.sandbox)
+    except SandboxUnavailable as exc:
+        raise ConfigError(f"{program.path.name}:{program.lines.get('sandbox', 1)}: sandbox: {exc}") from None
+    return bwrap, why and f"not sandboxed: {why}; these attacks are only detected, see README (Not covered)"
 
 
-def _root_hint(program: Program, res: proc.ProcResult) -> str:
-    return root_hint(program, res.stderr_tail() + "\n" + res.stdout_tail())
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:60] or "guard"
-
-
-def _command(command: str, box: Confinement | None) -> str | list[str]:
-    return command if box is None else box.argv(command)
-
-
-def _failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> str:
-    """`exit 1: NameError: name 'x' is not defined` — the last meaningful line, for lessons;
+def failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> str:
+    """`exit 1: NameError: name 'x' is not defined`: the last meaningful line, for lessons;
     in a sandbox, what to set when it failed for want of a writable path or the network."""
     head = res.describe()
     if res.timed_out or res.interrupted:
@@ -118,118 +80,9 @@ def _failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> st
     hint = None
     if box is not None:
         hint = failure_hint(res.stderr_tail(4096) + "\n" + res.stdout_tail(4096), network=box.network)
+    suffix = f" (hint: {hint})" if hint else ""
     for text in (res.stderr_tail(), res.stdout_tail()):
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         if lines:
-            return f"{head}: {lines[-1][:200]}" + (f" (hint: {hint})" if hint else "")
-    return head + (f" (hint: {hint})" if hint else "")
-
-
-def metric_line_regex(name: str) -> re.Pattern[bytes]:
-    return re.compile(
-        rb"^[ \t]*(?:METRIC[ \t]+)?" + re.escape(name.encode()) + rb"[ \t]*[:=][ \t]*(\S+)[ \t]*\r?$",
-        re.MULTILINE,
-    )
-
-
-def parse_metric(stdout_path: Path, spec: VerifierSpec) -> float:
-    """The number in the LAST `NAME: NUMBER` / `NAME=NUMBER` line (or the pattern's last match)."""
-    if spec.pattern is not None:
-        return _parse_pattern(stdout_path, spec.pattern)
-    assert spec.metric is not None
-    rx = metric_line_regex(spec.metric)
-    for chunk in _chunks_from_end(stdout_path):
-        for match in reversed(list(rx.finditer(chunk))):
-            value = _to_float(match.group(1))
-            if value is None:
-                continue  # `loss: n/a` is not of the form NAME: NUMBER
-            return _finite(value, spec.metric)
-    raise MetricError(f"no line '{spec.metric}: NUMBER' in the verifier's output")
-
-
-def parse_metric_text(text: str, spec: VerifierSpec) -> float:
-    """Same rule on a string (used by tests and by `autoloop verify` on small outputs)."""
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("wb", delete=False) as f:
-        f.write(text.encode())
-    try:
-        return parse_metric(Path(f.name), spec)
-    finally:
-        os.unlink(f.name)
-
-
-def _parse_pattern(stdout_path: Path, pattern: str) -> float:
-    """Scan the whole output forward in overlapping windows (bounded memory); keep the last match."""
-    rx = re.compile(pattern, re.MULTILINE)
-    last: str | None = None
-    matched = False
-    carry = ""
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a character may straddle blocks
-    with open(stdout_path, "rb") as f:
-        while True:
-            block = f.read(_PATTERN_WINDOW)
-            text = carry + decoder.decode(block, final=not block)
-            for m in rx.finditer(text):
-                # matches wholly inside the re-read carry were seen (whole) in the last round;
-                # a suffix of one of them must not count as a new match
-                if not carry or m.end() > len(carry):
-                    matched, last = True, m.group(1)
-            if not block:
-                break
-            # a match may straddle the boundary: re-read the tail, from a line start, next round
-            tail = text[-_PATTERN_OVERLAP:]
-            nl = tail.find("\n")
-            carry = tail[nl + 1:] if 0 <= nl < len(tail) - 1 else tail
-    if not matched:
-        raise MetricError(f"pattern {pattern!r} did not match the verifier's output")
-    if last is None:
-        raise MetricError(f"pattern {pattern!r} matched, but its first group did not take part")
-    value = _to_float(last.encode())
-    if value is None:
-        raise MetricError(f"pattern matched {last!r}, which is not a number")
-    return _finite(value, "metric")
-
-
-def _to_float(token: bytes) -> float | None:
-    try:
-        return float(token.decode("ascii"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-
-
-def _finite(value: float, name: str) -> float:
-    if math.isnan(value) or math.isinf(value):
-        raise MetricError(f"{name} is {value} (not a finite number)")
-    return value
-
-
-def _chunks_from_end(path: Path):
-    """Yield overlapping, line-aligned byte chunks from the end of the file backwards, so the
-    last metric line is found without reading a huge log into memory."""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        end = f.tell()
-        carry = b""
-        while end > 0:
-            start = max(0, end - _BLOCK)
-            f.seek(start)
-            block = f.read(end - start) + carry
-            if len(carry) > _BLOCK * 16:
-                # the end of an enormous line: no metric line is that long; stop carrying it
-                block = block[: end - start]
-            if start > 0:
-                # keep the partial first line for the next (earlier) block
-                cut = block.find(b"\n")
-                if cut == -1:
-                    # one enormous line: no metric line is that long, so don't hold it in memory
-                    carry = block if len(block) <= _BLOCK * 16 else b""
-                    end = start
-                    continue
-                carry, block = block[: cut + 1], block[cut + 1:]
-            else:
-                carry = b""
-            yield block
-            end = start
-        if carry:
-            yield carry
+            return f"{head}: {lines[-1][:200]}{suffix}"
+    return head + suffix

@@ -13,8 +13,8 @@ from autoloop import envs, proc
 from autoloop.errors import ConfigError
 from autoloop.loop import protected_paths, uncommitted_warnings
 from autoloop.program import Program
-from autoloop.sandbox import SandboxUnavailable, for_measurements, tree_box
-from autoloop.verify import Measurement, measure
+from autoloop.sandbox import tree_box
+from autoloop.verify import Measurement, measure, sandbox_outside_run
 from autoloop.sentinel import remove_tree
 from autoloop.workspace import Workspace, Worktree
 
@@ -44,12 +44,8 @@ def check(program: Program) -> tuple[Workspace, str]:
 def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
     """Guards and verifier on `commit` in a private tree that is removed afterwards."""
     warnings = uncommitted_warnings(program, ws, commit)
-    try:
-        bwrap, why = for_measurements(program.sandbox)
-    except SandboxUnavailable as exc:
-        raise ConfigError(f"{program.path.name}:{program.lines.get('sandbox', 1)}: sandbox: {exc}") from None
-    if why:
-        warnings.append(f"not sandboxed: {why}; these attacks are only detected, see README (Not covered)")
+    bwrap, warning = sandbox_outside_run(program)
+    warnings += [warning] if warning else []
     tmp = Path(tempfile.mkdtemp(prefix="autoloop-verify-"))
     tree = Worktree(program.repo_root, ws.common_dir, tmp / "tree")
     try:

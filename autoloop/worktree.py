@@ -16,9 +16,8 @@ from autoloop.gitrun import GitError, git, nul_list
 from autoloop.objects import Trees
 from autoloop.proof import TreeProof
 from autoloop.repomemo import RepoMemo, memo_for
-from autoloop.sentinel import remove_tree
-from autoloop.snapshot import Change, Entry, Snapshot, Snapshotter, diff
-from autoloop.watch import Stat
+from autoloop.snapshot import Change, Snapshot, Snapshotter, diff
+from autoloop.walk import Entry, remove_tree
 
 _HEAD_MAX = 200
 
@@ -210,7 +209,7 @@ class Worktree:
         """`path in` it for every file of `commit` and every folder above one."""
         return self.memo.trees(self.repo_root, commit)
 
-    def remove_untracked(self, picture: Mapping[str, Stat], commit: str, keep: frozenset[str]) -> set[str]:
+    def remove_untracked(self, picture: Mapping[str, Entry], commit: str, keep: frozenset[str]) -> set[str]:
         """Remove what `picture` (this tree's walk) holds beyond `commit` and `keep`, as `git
         clean -ffdx` would; returns the paths removed (a folder stands for all under it)."""
         tracked = self.tracked_names(commit)
@@ -232,10 +231,10 @@ class Worktree:
     def snapshot(self) -> Snapshot:
         return self.snapshotter.take()
 
-    def differs_from(self, commit: str, picture: Mapping[str, Stat] | None = None) -> list[str]:
+    def differs_from(self, commit: str, picture: Mapping[str, Entry] | None = None) -> list[str]:
         return self.proof.differs_from(commit, picture)
 
-    def picture_after_reset(self, proved: Mapping[str, Stat], commit: str) -> dict[str, Stat] | None:
+    def picture_after_reset(self, proved: Mapping[str, Entry], commit: str) -> dict[str, Entry] | None:
         return self.proof.picture_after_reset(proved, commit)
 
     def restore_changes(self, commit: str, reference: Snapshot, changes: list[Change]) -> None:

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from autoloop.gate import _compare, parse_tolerance
+from autoloop.gate import compare, parse_tolerance
 from tests.scripts.e2e import PY, git, isolated_env
 
 # A real timing benchmark: the verifier runs the workload and prints how long it took.
@@ -196,13 +196,13 @@ def test_guards_option_says_when_the_guards_pass(tmp_path):
 
 
 def test_compare_equal():
-    s = _compare([10.0] * 6, [10.0] * 6, "minimize")
+    s = compare([10.0] * 6, [10.0] * 6, "minimize")
     assert s.change_pct == 0 and s.p_worse == 1 and s.p_better == 1
 
 
 def test_compare_log_scale_change_and_interval():
     base = [10, 10.1, 9.9, 10, 10.2, 9.8]
-    s = _compare(base, [b * 1.1 for b in base], "minimize")
+    s = compare(base, [b * 1.1 for b in base], "minimize")
     assert s.scale == "log"
     assert s.change_pct == pytest.approx(10.0)
     assert s.ci_pct[0] <= 10.0 + 1e-9 <= s.ci_pct[1] + 1e-9
@@ -211,12 +211,12 @@ def test_compare_log_scale_change_and_interval():
 
 
 def test_compare_direction():
-    s = _compare([10.0] * 6, [11.0] * 6, "maximize")
+    s = compare([10.0] * 6, [11.0] * 6, "maximize")
     assert s.p_better < 0.05 and s.p_worse == 1
 
 
 def test_compare_difference_scale_with_nonpositive_values():
-    s = _compare([0.0, -1.0, 1.0, 0.5, 0.0, 0.2], [1.0, 0.0, 2.0, 1.5, 1.0, 1.2], "maximize")
+    s = compare([0.0, -1.0, 1.0, 0.5, 0.0, 0.2], [1.0, 0.0, 2.0, 1.5, 1.0, 1.2], "maximize")
     assert s.scale == "diff"
     assert s.p_better < 0.05
 

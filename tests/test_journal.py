@@ -596,3 +596,46 @@ def test_a_value_that_needs_more_digits_rerounds_every_row(journal: Journal) -> 
     rows = parse_tsv(journal.results.read_text())
     assert [r["metric"] for r in rows] == ["1.0000001", "1.0000002"]
     assert journal.results.read_bytes() == full_render(journal, "g")[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# typed reading of records
+
+def test_cycle_record_reads_a_full_record() -> None:
+    from autoloop.journal import CycleRecord
+    rec = cycle(3, "keep", commit="c" * 40, decided_by="human", diffstat="1 file",
+                gen={"cost_usd": 0.5, "tokens_in": 10, "tokens_out": 5},
+                stats={"pooled": {"change_pct": -2.0}, "holdout": {"overfit": True}, "batches": [{"n": 4}]})
+    c = CycleRecord.of(rec)
+    assert (c.cycle, c.status, c.metric, c.best, c.commit) == (3, "keep", 0.97, 1.0, "c" * 40)
+    assert (c.hypothesis, c.lesson, c.result, c.duration_s) == ("hypothesis 3", "lesson 3", "result 3", 1.5)
+    assert (c.cost_usd, c.tokens, c.by_human, c.diffstat, c.changed) == (0.5, 15, True, "1 file", ("a.py",))
+    assert c.pooled == {"change_pct": -2.0} and c.holdout == {"overfit": True} and c.batches == [{"n": 4}]
+
+
+def test_cycle_record_of_a_sparse_record_has_empty_values() -> None:
+    from autoloop.journal import CycleRecord
+    c = CycleRecord.of({"t": "cycle", "cycle": 1, "status": "crash", "gen": None, "stats": {"pooled": "x"}})
+    assert (c.metric, c.best, c.commit, c.hypothesis, c.cost_usd, c.tokens) == (None, None, "", "", None, 0)
+    assert c.pooled is None and c.holdout is None and c.batches == [] and not c.by_human
+
+
+def test_since_last_start_counts_this_invocation_only(journal: Journal) -> None:
+    from autoloop.journal import since_last_start
+    for rec in ({"t": "start"}, cycle(0, "baseline"), cycle(1, "keep"), {"t": "start"},
+                cycle(2, "keep"), cycle(3, "crash"), cycle(4, "keep")):
+        journal.append(rec)
+    assert since_last_start(journal.records) == {"crash": 1, "keep": 2}
+    assert since_last_start(journal.records[:3]) == {"keep": 1}        # the baseline is not counted
+
+
+def test_has_baseline_reads_without_mending(journal: Journal) -> None:
+    from autoloop.journal import has_baseline
+    assert not has_baseline(journal.ledger)                             # no ledger yet
+    journal.append({"t": "start"})
+    assert not has_baseline(journal.ledger)
+    journal.append(cycle(0, "baseline"))
+    with journal.ledger.open("ab") as f:
+        f.write(b'{"t":"cyc')                                           # a torn last line
+    before = journal.ledger.read_bytes()
+    assert has_baseline(journal.ledger) and journal.ledger.read_bytes() == before

@@ -15,7 +15,7 @@ import pytest
 
 from autoloop.facts import facts, gain_text, markdown
 from autoloop.judge import change_words
-from autoloop.report import _positions, render
+from autoloop.report import positions, render
 from tests.scripts.e2e import PY, make_project
 
 NOISE = re.compile(r"\d\.\d*0000000\d|\d\.\d*9999999\d")   # float noise such as 145.97500000000002
@@ -191,7 +191,7 @@ def test_paired_rows_show_the_in_cycle_comparison():
 
 def test_chart_never_draws_a_discard_better_than_the_running_best():
     recs = [r for r in _paired_records() if r["t"] == "cycle"]
-    pos = _positions(recs, "minimize")
+    pos = positions(recs, "minimize")
     assert pos[2] >= 109.03999999999999                      # drawn at +1% from the best
     assert pos[2] == pytest.approx(109.03999999999999 * 1.01)
 

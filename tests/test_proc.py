@@ -51,7 +51,7 @@ def read_pid(path: Path) -> int:
 @pytest.fixture(autouse=True)
 def _no_process_left_registered():
     yield
-    assert not proc._current
+    assert not proc._running
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,3 +414,38 @@ def test_stop_current_from_a_signal_handler_inside_the_bookkeeping():
     t.start()
     t.join(timeout=5)
     assert not t.is_alive()
+
+
+# ---------------------------------------------------------------------------------------------
+# run_steps: a measurement's commands in order
+
+def test_run_steps_stops_at_the_first_failing_guard(tmp_path: Path) -> None:
+    steps = [proc.Step("ok", "echo one", 10, True), proc.Step("bad one", "exit 4", 10, True),
+             proc.Step("never", f"touch {tmp_path / 'ran'}", 10, True), proc.Step("verifier", "echo v", 10, False)]
+    seen: list[str] = []
+    results = proc.run_steps(steps, cwd=tmp_path, env=dict(os.environ), log_dir=tmp_path / "logs",
+                             marker=proc.new_marker(), after=lambda s: seen.append(s.name))
+    assert [r.exit_code for r in results] == [0, 4]
+    assert seen == ["ok", "bad one"] and not (tmp_path / "ran").exists()
+    assert [r.stdout_path.name for r in results] == ["guard-ok.out", "guard-bad_one.out"]
+
+
+def test_run_steps_gives_each_step_its_own_timeout_and_wraps_commands(tmp_path: Path) -> None:
+    steps = [proc.Step("slow", "sleep 5", 0.3, True), proc.Step("verifier", "echo v", 10, False)]
+    results = proc.run_steps(steps, cwd=tmp_path, env=dict(os.environ), log_dir=tmp_path / "logs",
+                             marker=proc.new_marker(), wrap=lambda c: ["sh", "-c", c])
+    assert len(results) == 1 and results[0].timed_out and results[0].describe() == "timed out after 0.3s"
+
+
+def test_a_failing_verifier_step_does_not_stop_the_sequence_early(tmp_path: Path) -> None:
+    steps = [proc.Step("verifier", "exit 2", 10, False), proc.Step("after", "echo x", 10, False)]
+    results = proc.run_steps(steps, cwd=tmp_path, env=dict(os.environ), log_dir=tmp_path / "logs",
+                             marker=proc.new_marker())
+    assert [r.exit_code for r in results] == [2, 0]
+    assert results[0].stdout_path.name == "verifier.out"
+
+
+@pytest.mark.parametrize("name,log", [("ruff check", "guard-ruff_check"), ("a/b..c", "guard-a_b..c"),
+                                      ("///", "guard-_"), ("", "guard-guard"), ("x" * 80, "guard-" + "x" * 60)])
+def test_step_log_names_are_safe_file_names(name: str, log: str) -> None:
+    assert proc.Step(name, "true", None, True).log_name == log

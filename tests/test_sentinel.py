@@ -203,9 +203,9 @@ def test_folder_mode_change_is_reported(tmp_path: Path) -> None:
 @pytest.mark.parametrize("age", [False, True])
 def test_same_size_edit_with_times_put_back_is_seen(paths: dict[str, Path], age: bool) -> None:
     import time
-    from autoloop import sentinel as sentmod
+    from autoloop import walk as sentmod
     if age:
-        time.sleep(sentmod._RACY_NS / 1e9 + 0.05)
+        time.sleep(sentmod.RACY_NS / 1e9 + 0.05)
     s = watch(*paths.values())
     assert s.changed() == []                         # reads, and trusts what is old enough
     cfg = paths["file"]
@@ -222,12 +222,17 @@ def test_same_size_edit_with_times_put_back_is_seen(paths: dict[str, Path], age:
 
 def test_unchanged_old_files_are_not_read_again(paths: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     import time
-    from autoloop import sentinel as sentmod
-    time.sleep(sentmod._RACY_NS / 1e9 + 0.05)
+    from autoloop import walk as sentmod
+    time.sleep(sentmod.RACY_NS / 1e9 + 0.05)
     s = watch(*paths.values())
     opened: list[str] = []
     real = os.open
-    monkeypatch.setattr(sentmod.os, "open", lambda p, *a, **k: (opened.append(str(p)), real(p, *a, **k))[1])
+    def counting_open(p, flags, *a, **k):  # type: ignore[no-untyped-def]
+        if not flags & os.O_DIRECTORY:   # a walk opens folders; files are what must not be read
+            opened.append(str(p))
+        return real(p, flags, *a, **k)
+
+    monkeypatch.setattr(sentmod.os, "open", counting_open)
     assert s.changed() == []
     s.capture()
     assert opened == []

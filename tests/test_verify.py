@@ -11,8 +11,9 @@ import pytest
 
 from autoloop import proc
 from autoloop.program import GuardSpec, Program, VerifierSpec
-from autoloop.verify import (_BLOCK, _PATTERN_OVERLAP, _PATTERN_WINDOW, MetricError, Measurement, measure,
+from autoloop.metric import (_BLOCK, _PATTERN_OVERLAP, _PATTERN_WINDOW, MetricError, Measurement,
                              metric_line_regex, parse_metric, parse_metric_text)
+from autoloop.verify import measure
 
 
 def spec(metric: str | None = "val_loss", pattern: str | None = None) -> VerifierSpec:
@@ -599,3 +600,25 @@ def test_measure_real_python_verifier(tmp_path: Path) -> None:
                       "print('METRIC val_loss=0.125')\n")
     m = run_measure(tmp_path, program(tmp_path, f"{sys.executable} ev.py"))
     assert m.metric == 0.125 and math.isfinite(m.metric)
+
+
+def test_measure_a_given_verifier_with_its_own_timeout(tmp_path: Path) -> None:
+    """The holdout is measured as it is in program.md: its command, metric and timeout."""
+    from autoloop.program import HoldoutSpec
+
+    prog = program(tmp_path, "echo 'val_loss: 1'", [("g", "true")])
+    hold = HoldoutSpec(command="echo 'held: 7'", direction="minimize", metric="held")
+    assert run_measure(tmp_path, prog, verifier=hold, with_guards=False).metric == 7
+    slow = HoldoutSpec(command="sleep 5", direction="minimize", metric="held", timeout=0.3)
+    m = run_measure(tmp_path, prog, verifier=slow)
+    assert m.metric is None and m.error == "timed out after 0.3s" and [g.name for g in m.guards] == ["g"]
+
+
+def test_steps_carry_each_timeout() -> None:
+    from autoloop.verify import steps
+
+    prog = Program(path=Path("program.md"), repo_root=Path("."), goal="g", allowed=("a.py",),
+                   verifier=VerifierSpec(command="v", direction="minimize", metric="m", timeout=9),
+                   guards=(GuardSpec("lint", "l", 3),))
+    assert steps(prog) == [proc.Step("lint", "l", 3, True), proc.Step("verifier", "v", 9, False)]
+    assert steps(prog, with_guards=False) == [proc.Step("verifier", "v", 9, False)]

@@ -30,6 +30,7 @@ from autoloop.generators.base import GenContext, Proposal
 from autoloop.generators.command import CommandGenerator, run_short, written_hypothesis
 from autoloop.generators.llm_common import cost_usd
 from autoloop.program import GeneratorSpec, Program
+from autoloop.walk import remove_tree
 
 # Reports are read from their tail only: the result comes last, and a runaway tool must not
 # cost us its whole output in memory.
@@ -65,7 +66,7 @@ class AgentState:
 def private_state(state: AgentState, environ: Mapping[str, str]) -> Path:
     """A fresh private copy of the agent's state (0700, removed when autoloop exits)."""
     root = Path(tempfile.mkdtemp(prefix="autoloop-agent-state-"))
-    atexit.register(shutil.rmtree, root, True)
+    atexit.register(remove_tree, root, quiet=True)
     source = Path(environ.get(state.env) or os.path.expanduser(state.home))
     entries = [(e, root / e.name) for e in source.iterdir()] if source.is_dir() and not source.is_symlink() else []
     if state.env not in environ:   # (a user who moved the state: the files beside the default are not it)

@@ -1,0 +1,165 @@
+"""`autoloop log` and `autoloop report`: the commands that read a run's ledger (part of the CLI:
+they print)."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from autoloop.errors import UsageError
+
+PIPE_WIDTH = 120          # a `| less` reader still sees whole words
+MIN_WIDTH = 60
+P_DIGITS = 3
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    from autoloop.ci import facts_of
+    from autoloop.facts import gain_text, rows
+    from autoloop.journal import CycleRecord, not_sandboxed
+    from autoloop.numbers import count, pct_interval, sig, signed_pct, usd
+
+    program, tag, journal = _open_run(args)
+    cycles = journal.cycles()
+    name = program.verifier.label
+    f = facts_of(program, tag, journal.records)
+    fmt = f.fmt
+    width = None if args.wide else _columns()
+    print(f"run autoloop/{tag} — {program.goal}")
+    for note in not_sandboxed(journal.records):
+        print(f"WARNING: {note}")
+    if not cycles:
+        # an aborted baseline leaves no cycle record, only why: say so instead of an empty table
+        why = next((r.get("reason") for r in reversed(journal.records)
+                    if r.get("t") == "abort" and r.get("cycle") == 0), None)
+        print("no cycle was measured: " + (f"the baseline was aborted ({why})" if why else
+                                           "the run stopped before its baseline"))
+        print(f"fix what stopped it (`autoloop verify {args.program}` shows the verifier's output), then "
+              f"`autoloop run {args.program} --tag {tag}` starts the tag afresh")
+        return 1
+    views = [CycleRecord.of(c) for c in cycles]
+    against = "vs (in cycle)" if any(c.pooled for c in views) else "best before"
+    head = f"{'cycle':>5}  {'status':<10} {name[:12]:>12} {against:>13} {'change':>8}  "
+    print(head + "hypothesis")
+    indent = " " * len(head)
+    for c, (_, vs, change) in zip(views, rows(cycles)):
+        line = (f"{c.cycle:>5}  {c.status:<10} {fmt(c.metric) or '-':>12} "
+                f"{fmt(vs, '') :>13} {signed_pct(change, ''):>8}  ")
+        print(_cut(line + " ".join(c.hypothesis.split()), width))
+        if c.status != "baseline":
+            print(_cut(indent + "→ " + " ".join(c.lesson.split()), width))
+    judged = [c for c in views if c.pooled]
+    if judged:
+        print()
+        print(f"{'cycle':>5}  {'status':<10} {'change':>9}  {'95% CI':<21} {'p':>8}  pairs  holdout")
+        for c in judged:
+            pooled, hold = c.pooled or {}, c.holdout
+            ci = pooled.get("change_ci_pct")
+            ci_text = pct_interval(ci).removeprefix("CI ") or "-"
+            h = "-" if hold is None else ("overfit?" if hold.get("overfit") else "improved")
+            ps = "/".join(sig(b["p"], P_DIGITS) for b in c.batches if "p" in b)
+            pairs = "+".join(str(b.get("n", 0)) for b in c.batches)
+            print(f"{c.cycle:>5}  {c.status:<10} {signed_pct(pooled.get('change_pct'), '-'):>9}  "
+                  f"{ci_text:<21} {ps:>8}  {pairs:<5}  {h}")
+    s = f.summary
+    print()
+    print(f"baseline   {fmt(s.baseline) or '-'}")
+    print(f"best       {fmt(s.best) or '-'}" + (" (as measured against its incumbent)" if f.paired else ""))
+    print(f"gain       {gain_text(f) if f.headline_gain_pct is not None else '-'}")
+    if f.final is not None and s.gain_pct is not None and signed_pct(s.gain_pct) != signed_pct(f.headline_gain_pct):
+        print(f"           (one-cycle medians baseline → best said {signed_pct(s.gain_pct)}; "
+              "the re-measured gain is the one to quote)")
+    rate = "-" if s.keep_rate is None else f"{s.keep_rate * 100:.0f}% ({s.kept} of {s.cycles})"
+    print(f"keep rate  {rate}")
+    print("by status  " + (", ".join(f"{k} {n}" for k, n in s.by_status.items()) or "-"))
+    print(f"trend      {s.trend}")
+    if views[0].stats.get("warning"):
+        print(f"warning    {views[0].stats['warning']}")
+    for fin in journal.finals():
+        # the run's headline gain, with its interval and cost: never cut
+        print(f"final      (after cycle {fin.get('after_cycle')}) {fin.get('text', '')}")
+    if s.cost_usd or s.tokens:
+        parts = [usd(s.cost_usd) if s.cost_usd else "no price known"]
+        if s.cost_per_keep is not None:
+            parts.append(f"{usd(s.cost_per_keep)} per kept change")
+        if s.cost_per_unit_gain is not None:
+            parts.append(f"{usd(s.cost_per_unit_gain)} per unit of {name} gained")
+        if s.tokens:
+            parts.append(f"{count(s.tokens)} tokens")
+        print("cost       " + ", ".join(parts))
+    return 0
+
+
+def _columns() -> int | None:
+    """How wide a line `log` may print: the terminal's width, else PIPE_WIDTH."""
+    if sys.stdout.isatty():
+        return max(MIN_WIDTH, shutil.get_terminal_size((PIPE_WIDTH, 24)).columns)
+    return PIPE_WIDTH
+
+
+def _cut(line: str, width: int | None) -> str:
+    return line if width is None or len(line) <= width else line[:width - 1] + "…"
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from autoloop.ci import facts_of
+    from autoloop.facts import markdown
+    from autoloop.report import render
+
+    program, tag, journal = _open_run(args)
+    f = facts_of(program, tag, journal.records)
+    text = markdown(f) if args.format == "markdown" else render(journal.records, f)
+    dest = args.output or ("-" if args.format == "markdown" else str(journal.dir / "report.html"))
+    if dest == "-":
+        sys.stdout.write(text)
+        return 0
+    out = Path(dest)
+    if out.is_dir():
+        out = out / ("report.html" if args.format == "html" else "report.md")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote {out} ({f.cycles_total} cycles)")
+    return 0
+
+
+def _open_run(args: argparse.Namespace) -> tuple[Any, str, Any]:
+    """(program, tag, loaded journal) of the run `--tag` names, else the most recent one."""
+    from autoloop.journal import Journal, run_of, run_programs
+    from autoloop.program import load_program
+
+    program = load_program(Path(args.program).expanduser().absolute())
+    tag = args.tag or _latest_tag(program.state_dir, program.rel_path, args.command)
+    journal = Journal(program.state_dir, tag)
+    if not journal.exists():
+        runs = [led.parent.name for led in sorted((program.state_dir / ".autoloop").glob("*/ledger.jsonl"))
+                if run_of(led, program.rel_path)]
+        known = f"; its runs: {', '.join(runs)}" if runs else f"; {program.path.name} has no run yet"
+        raise UsageError(f"no run '{tag}' next to {program.path.name} (no {journal.ledger}){known}")
+    journal.load()
+    made_by = run_programs(journal.ledger)
+    if made_by and program.rel_path not in made_by:
+        # its cycles would be shown under this program's goal and metric name: wrong labels
+        other = sorted(made_by)[0]
+        raise UsageError(f"run '{tag}' was made with {other}, not {program.rel_path}: "
+                         f"name it, e.g. autoloop {args.command} {other} --tag {tag}")
+    return program, tag, journal
+
+
+def _latest_tag(state_dir: Path, program: str, command: str) -> str:
+    """The most recent run of `program`: program files in one folder share `.autoloop/`, and
+    another program's run would be read under this one's goal and metric name."""
+    from autoloop.journal import run_of, run_programs
+
+    ledgers = sorted((state_dir / ".autoloop").glob("*/ledger.jsonl"), key=lambda p: p.stat().st_mtime)
+    if not ledgers:
+        raise UsageError(f"no autoloop run found in {state_dir} (run `autoloop run --tag NAME` first)")
+    mine = [led for led in ledgers if run_of(led, program)]
+    if not mine:
+        other = sorted(run_programs(ledgers[-1]))[0]
+        raise UsageError(f"no run of {program} in {state_dir}: the latest run there, "
+                         f"'{ledgers[-1].parent.name}', was made with {other}: "
+                         f"autoloop {command} {other}")
+    return mine[-1].parent.name

@@ -1,0 +1,57 @@
+"""The body of one remote verification (autoloop.executors, `executor: ray`).
+
+Runs on a Ray worker, where autoloop arrives as a runtime_env py_module (so a node needs Ray and
+Python, not autoloop installed) and psutil is Ray's own vendored copy: it imports only
+autoloop.proc and the standard library. It unpacks the candidate commit (a tar of its files)
+into a fresh temporary folder, runs the steps there through proc (guards up to the first
+failure, then the verifier; whole-tree kill on timeout or cancel) and returns each result with
+the tails of its output. Nothing is assumed about the node's filesystem but a writable temp."""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Mapping, NamedTuple, Sequence
+
+from autoloop import proc
+
+
+class RemoteRun(NamedTuple):
+    result: proc.ProcResult   # its paths name files on the node, gone when the task ends
+    stdout: bytes             # the tail, from a line start (the metric parser never sees half a line)
+    stderr: bytes
+    stdout_size: int
+
+
+class RemoteReply(NamedTuple):
+    host: str
+    runs: list[RemoteRun]
+
+
+def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str],
+              tail_bytes: int) -> RemoteReply:
+    with tempfile.TemporaryDirectory(prefix="autoloop-verify-") as root:
+        tree, logs = Path(root, "tree"), Path(root, "logs")
+        tree.mkdir()
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+            # our own tar of a git tree: relative paths free of '..' already
+            if hasattr(tarfile, "fully_trusted_filter"):
+                tar.extractall(tree, filter="fully_trusted")
+            else:
+                tar.extractall(tree)
+        results = proc.run_steps(steps, cwd=tree, env={**os.environ, **env}, log_dir=logs,
+                                 marker=env.get(proc.MARKER_VAR) or proc.new_marker())
+        return RemoteReply(socket.gethostname(), [
+            RemoteRun(r, _tail(r.stdout_path, tail_bytes), _tail(r.stderr_path, tail_bytes), r.stdout_path.stat().st_size) for r in results])
+
+
+def _tail(path: Path, limit: int) -> bytes:
+    data = proc.read_regular(path, limit + 1, tail=True)
+    if len(data) > limit:   # cut: start at a line boundary
+        cut = data.find(b"\n")
+        data = data[cut + 1:] if cut >= 0 else data[1:]
+    return data
