@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
-from autoloop.filememo import write_new
+from autoloop.safefile import write_new
 from autoloop.gitrun import git, outer_git_config
 from autoloop.objects import Trees
 from autoloop.sentinel import Sentinel

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable
 
 from autoloop.errors import RunFailure
-from autoloop.filememo import write_new
+from autoloop.safefile import write_new
 from autoloop.proc import run_captured
 
 # Settings that would let a repository (or a generator that wrote to it) run code or change

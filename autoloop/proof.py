@@ -7,17 +7,21 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
-from autoloop.filememo import Stamp, StatMemo
 from autoloop.gitrun import git
 from autoloop.objects import Entry, blob_id, file_blob_id
 from autoloop.repomemo import RepoMemo
-from autoloop.walk import Entry as Stat, lstat_entry
+from autoloop.walk import RACY_NS, Entry as Stat, lstat_entry
 from autoloop.watch import StatTree
 
 GITLINK, SYMLINK, EXECUTABLE = "160000", "120000", "100755"
 _MAX_RESET_PATHS = 10_000   # beyond this many paths a reset touched, a full walk is as cheap
+
+
+class _Hashed(NamedTuple):
+    seen: Stat     # the file's lstat data when hashed, well after it had last changed
+    digest: str
 
 
 class TreeProof:
@@ -27,7 +31,7 @@ class TreeProof:
         self.root = root
         self.repo_root = repo_root
         self.memo = memo
-        self._hashes: StatMemo[str] = StatMemo()   # path -> its blob id, while its lstat holds
+        self._hashes: dict[str, _Hashed] = {}      # path -> its blob id, while its lstat holds
         self._proven: dict[str, Stat] = {}         # path -> lstat data it was proven with
         self._listed: dict[str, Entry] | None = None   # the commit last proven
         self._picture: Mapping[str, Stat] | None = None  # the picture of the last passing proof
@@ -99,16 +103,20 @@ class TreeProof:
             return "not a file", False
         if bool(st.mode & 0o100) != (mode == EXECUTABLE):
             return "mode", False
-        stamp = Stamp(st.ino, st.size, st.mtime_ns, st.ctime_ns)
-        digest = self._hashes.get(path, stamp)
-        trusted = digest is not None
-        if digest is None:
-            hashed_at = time.time_ns()
-            try:
-                digest = file_blob_id(os.path.join(self.root, path), algo)
-            except OSError:
-                return "unreadable", False
-            trusted = self._hashes.put(path, stamp, digest, hashed_at)
+        hit = self._hashes.get(path)
+        if hit is not None and hit.seen == st:
+            return (None if hit.digest == oid else "content"), True
+        hashed_at = time.time_ns()
+        try:
+            digest = file_blob_id(os.path.join(self.root, path), algo)
+        except OSError:
+            return "unreadable", False
+        # a file changed within a clock tick of its hash may change again with the same lstat data
+        trusted = max(st.mtime_ns, st.ctime_ns) + RACY_NS < hashed_at
+        if trusted:
+            self._hashes[path] = _Hashed(st, digest)
+        else:
+            self._hashes.pop(path, None)
         return (None if digest == oid else "content"), trusted
 
     def picture_after_reset(self, proved: Mapping[str, Stat], commit: str) -> dict[str, Stat] | None:

@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 from autoloop.candidate import CandidateWriter
 from autoloop.errors import RepoStateError
-from autoloop.filememo import read_regular
+from autoloop.safefile import read_regular
 from autoloop.gitguard import ObjectGuard, RefGuard, watch_git
 from autoloop.gitrun import GitError, Later, freeze_outer_config, git, git_bytes, run
 from autoloop.proof import GITLINK, SYMLINK

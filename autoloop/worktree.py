@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from autoloop.errors import RunFailure
-from autoloop.filememo import Stamp, StatMemo, read_regular
+from autoloop.safefile import read_regular
 from autoloop.gitrun import GitError, git, nul_list
 from autoloop.objects import Trees
 from autoloop.proof import TreeProof
 from autoloop.repomemo import RepoMemo, memo_for
 from autoloop.snapshot import Change, Snapshot, Snapshotter, diff
-from autoloop.walk import Entry, remove_tree
+from autoloop.walk import Entry, StatCache, ident_of, remove_tree
 
 _HEAD_MAX = 200
 
@@ -30,7 +30,7 @@ class IndexSeal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._data: bytes | None = None
-        self._memo: StatMemo[bytes] = StatMemo()
+        self._cache: StatCache[bytes] = StatCache()
 
     def seal(self) -> None:
         """Call right after our own command wrote the file."""
@@ -44,7 +44,7 @@ class IndexSeal:
         if self._data is None:
             return False
         try:
-            if self._memo.get("", Stamp.of(os.stat(self.path))) is not None:
+            if self._cache.get("", os.stat(self.path)) is not None:
                 return True
         except OSError:
             return False
@@ -54,11 +54,11 @@ class IndexSeal:
         at = time.time_ns()
         got = read_regular(self.path)
         try:
-            if got is None or Stamp.of(got.stat) != Stamp.of(os.stat(self.path)):
+            if got is None or ident_of(got.stat) != ident_of(os.stat(self.path)):
                 return None  # not a file, or written while we read it
         except OSError:
             return None
-        self._memo.put("", Stamp.of(got.stat), got.data, at)
+        self._cache.put("", got.stat, got.data, at)
         return got.data
 
 

@@ -1,15 +1,14 @@
-"""The git runner's one environment and errors, and the one "is this file unchanged?" rule the
-git layer's memos share — real git, real files."""
+"""The git runner's one environment and errors, and files of our own read and written without
+following links — real git, real files."""
 
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
 
-from autoloop.filememo import RACY_NS, Stamp, StatMemo, read_regular, write_new
+from autoloop.safefile import read_regular, write_new
 from autoloop.gitrun import GitError, git, git_env
 
 
@@ -36,20 +35,6 @@ def test_a_failed_git_call_names_the_command_and_gits_reason(tmp_path: Path) -> 
     with pytest.raises(GitError, match=r"^git rev-parse --verify nope failed: fatal: "):
         git(tmp_path, "rev-parse", "--verify", "nope")
     assert git(tmp_path, "rev-parse", "--verify", "-q", "nope", check=False) == ""
-
-
-def test_a_memo_stands_only_for_a_file_settled_before_it_was_read(tmp_path: Path) -> None:
-    f = tmp_path / "f"
-    f.write_bytes(b"one")
-    memo: StatMemo[str] = StatMemo()
-    stamp = Stamp.of(os.stat(f))
-    assert not memo.put("f", stamp, "one", time.time_ns())    # read within a clock tick of the write
-    assert memo.get("f", stamp) is None
-    time.sleep(RACY_NS / 1e9 + 0.05)
-    assert memo.put("f", stamp, "one", time.time_ns())
-    assert memo.get("f", stamp) == "one"
-    f.write_bytes(b"two")                                       # same size: the times move
-    assert memo.get("f", Stamp.of(os.stat(f))) is None
 
 
 def test_regular_files_only_and_never_written_through_a_link(tmp_path: Path) -> None:

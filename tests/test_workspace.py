@@ -954,11 +954,12 @@ def test_index_flags_notices_an_in_place_edit_with_times_kept(ws: Workspace) -> 
 
 
 def test_index_flags_trusts_an_aged_untouched_index_without_git(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
-    import autoloop.filememo as memomod
+    import autoloop.safefile as memomod
+    from autoloop.walk import RACY_NS
     import autoloop.worktree as wtmod
     import time as _time
     assert ws.index_flags() == []
-    _time.sleep(memomod.RACY_NS / 1e9 + 0.05)
+    _time.sleep(RACY_NS / 1e9 + 0.05)
     assert ws.index_flags() == []     # read once more: now past the racy window
     monkeypatch.setattr(wtmod, "git", lambda *a, **k: pytest.fail("ran git"))
     opened = []
