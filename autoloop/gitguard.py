@@ -13,7 +13,7 @@ from autoloop.safefile import write_new
 from autoloop.gitrun import git, outer_git_config
 from autoloop.objects import Trees
 from autoloop.sentinel import Sentinel
-from autoloop.walk import lstat_entry, remove_tree
+from autoloop.walk import ident_of, lstat_entry, remove_tree
 
 
 def watch_git(common_dir: Path, admin_dir: Path, frozen: dict[Path, str], extra: Sequence[Path] = ()) -> Sentinel:
@@ -100,21 +100,8 @@ class RefGuard:
         return problems
 
 
-class ObjectIdent(NamedTuple):
-    # ctime cannot be set back from user space: the same identity means the same bytes
-    dev: int
-    ino: int
-    size: int
-    mtime_ns: int
-    ctime_ns: int
-
-    @classmethod
-    def of(cls, st: os.stat_result) -> "ObjectIdent":
-        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
 class Loose(NamedTuple):
-    ident: ObjectIdent
+    ident: tuple[int, ...]   # walk.ident_of: unchanged, the same bytes (ctime cannot be set back)
     data: bytes
     mode: int
 
@@ -127,7 +114,7 @@ class ObjectGuard:
 
     objects: Path
     _ids: dict[str, set[str]] = field(default_factory=dict)
-    _packs: dict[str, ObjectIdent] | None = None
+    _packs: dict[str, tuple[int, ...]] | None = None
     _loose: dict[str, Loose] = field(default_factory=dict)
 
     def capture(self, commit: str, trees: Trees, paths: Sequence[str]) -> None:
@@ -149,7 +136,7 @@ class ObjectGuard:
             f = self.objects / oid[:2] / oid[2:]
             try:
                 st = os.lstat(f)
-                self._loose[oid] = Loose(ObjectIdent.of(st), f.read_bytes(), stat.S_IMODE(st.st_mode))
+                self._loose[oid] = Loose(ident_of(st), f.read_bytes(), stat.S_IMODE(st.st_mode))
             except OSError:
                 pass
 
@@ -164,7 +151,7 @@ class ObjectGuard:
         for oid, was in self._loose.items():
             f = self.objects / oid[:2] / oid[2:]
             try:
-                same = ObjectIdent.of(os.lstat(f)) == was.ident
+                same = ident_of(os.lstat(f)) == was.ident
             except OSError:
                 same = False
             if not same:
@@ -181,10 +168,10 @@ class ObjectGuard:
         return problems
 
 
-def _pack_idents(folder: Path) -> dict[str, ObjectIdent]:
+def _pack_idents(folder: Path) -> dict[str, tuple[int, ...]]:
     try:
         with os.scandir(folder) as it:
-            return {e.name: ObjectIdent.of(e.stat(follow_symlinks=False)) for e in it
+            return {e.name: ident_of(e.stat(follow_symlinks=False)) for e in it
                     if e.name.endswith((".pack", ".idx", ".rev", ".bitmap"))}
     except OSError:
         return {}
