@@ -13,7 +13,7 @@ from autoloop.safefile import write_new
 from autoloop.gitrun import git, outer_git_config
 from autoloop.objects import Trees
 from autoloop.sentinel import Sentinel
-from autoloop.walk import ident_of, lstat_entry, remove_tree
+from autoloop.walk import ident_of, lstat_entry, remove_tree, walk
 
 
 def watch_git(common_dir: Path, admin_dir: Path, frozen: dict[Path, str], extra: Sequence[Path] = ()) -> Sentinel:
@@ -59,14 +59,12 @@ class RefGuard:
     def _picture(self) -> tuple[tuple[str, object], ...]:
         """The lstat data of every file and folder that holds refs (loose refs, packed-refs, the
         reftable folder): unchanged, the refs are unchanged (ctime cannot be set back)."""
-        out = []
+        out: list[tuple[str, object]] = []
         for top in ("refs", "packed-refs", "reftable"):
-            root = self.common_dir / top
-            walk = os.walk(root) if root.is_dir() else [(str(self.common_dir), [], [top])]
-            for dirpath, dirnames, filenames in walk:
-                for name in sorted(dirnames) + sorted(filenames):
-                    full = os.path.join(dirpath, name)
-                    out.append((full, lstat_entry(full, dir_times=True)))
+            root = str(self.common_dir / top)
+            out.append((top, lstat_entry(root, dir_times=True)))
+            if os.path.isdir(root) and not os.path.islink(root):
+                out += [(rel, st and ident_of(st)) for rel, _, st in walk(root, ordered=True)]
         return tuple(out)
 
     def capture(self) -> None:
