@@ -257,11 +257,7 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
         options = RunOptions(tag=args.tag, cycles=args.cycles, report=report, reviewer=reviewer,
                              stop_check=stop_check, on_finish=on_finish,
                              time_left=budget.time_left if budget is not None else lambda: None)
-        if workers > 1 or program.parallel.executor != "local":
-            from autoloop.parallel import ParallelRun  # rounds of several workers (or a remote executor)
-            run = ParallelRun(program, options, workers=workers)
-        else:
-            run = Run(program, options)
+        run = Run(program, options, workers=workers)
         summary = run.execute()
     except BaseException as exc:
         progress.close()

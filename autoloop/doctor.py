@@ -18,6 +18,7 @@ from typing import Any, Iterator, Literal
 from autoloop import envs
 from autoloop.errors import AutoloopError, UsageError
 from autoloop.generators.base import preflight_context
+from autoloop.hints import placeholders, plain, unmatched_allowed
 from autoloop.loop import Run, RunOptions
 from autoloop.numbers import num, seconds
 from autoloop.program import Program
@@ -43,6 +44,11 @@ class Check:
 def diagnose(program: Program, tag: str = "doctor") -> Iterator[Check]:
     """The checks, in order, as they finish (the verifier may take minutes)."""
     run = Run(program, RunOptions(tag=tag))
+    unfinished = placeholders(program)   # `run` and `verify` refuse these before anything else
+    for line in unfinished:
+        yield Check("program", "FAIL", f"{line}; `run` refuses the file until it is edited")
+    for line in unmatched_allowed(program):
+        yield Check("program", "warn", line)
     head = yield from _git(run)
     failed = head is None
     for check in chain([_sandbox(run)], _generator(run)):  # streamed: a preflight takes a while
@@ -62,6 +68,9 @@ def diagnose(program: Program, tag: str = "doctor") -> Iterator[Check]:
             yield Check("repository", "FAIL", str(exc))
     if head is None:
         yield Check("verifier", "FAIL", "not measured: the repository has no commit to measure")
+    elif unfinished:
+        yield Check("verifier", "FAIL", f"not measured: {program.path.name} still holds the template's "
+                                        "placeholders (the lines marked EDIT)")
     elif not data_ok:
         yield Check("verifier", "FAIL", "not measured: a data path is missing")
     else:
@@ -129,7 +138,7 @@ def _generator(run: Run) -> Iterator[Check]:
         return
     with tempfile.TemporaryDirectory(prefix="autoloop-doctor-") as tmp:
         scratch = Path(tmp)
-        ctx = preflight_context(run.program, scratch, env=envs.generator_env(run._env(0)),
+        ctx = preflight_context(run.program, scratch, env=envs.generator_env(run.env(0)),
                                 run_marker=run.marker, wrap=run.guard.wrap(scratch, workdir=scratch))
         try:
             known, detail = status(ctx)
@@ -163,7 +172,7 @@ def _data(program: Program, head: str | None) -> Iterator[Check]:
 
 
 def _last_line(text: str) -> str:
-    lines = text.strip().splitlines()
+    lines = plain(text).strip().splitlines()
     return f"; it said: {lines[-1][:SAID_CHARS]}" if lines else ""
 
 

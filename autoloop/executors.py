@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Protocol
 import autoloop
 from autoloop import proc, ray_task
 from autoloop.errors import ConfigError, Interrupted, UsageError
-from autoloop.judge import Guarded, Judge, TreeRunner, holdout_spec
+from autoloop.measure import Guarded, Judge, TreeRunner, holdout_spec
 from autoloop.program import Program
 from autoloop.verify import Measurement, measure, steps, summarize
 from autoloop.workspace import Workspace
@@ -247,7 +247,7 @@ class LaneRunner(TreeRunner):
 
 
 class LaneJudge(Judge):
-    """The Judge of autoloop.judge, measuring through one lane of an executor."""
+    """The Judge of autoloop.measure, measuring through one lane of an executor."""
 
     def __init__(self, program: Program, ws: Any, marker: str, check_signal: Callable[[], None],
                  guard: Guarded, lane: Lane) -> None:

@@ -1,12 +1,6 @@
-"""Numbers about one run, read from its ledger: what the report, the CI step summary, the pull
-request body and `run --json` show. Pure functions of the ledger's records (and the program's
-metric name and direction), so anyone can recompute them.
-
-Confidence intervals are read, never invented: a keep record may carry `stats` (the
-noise-aware rule's comparison: `change_pct`, `change_ci_pct`, `ci_level`, `p`, `n`), and any
-record may carry `gain_ci_pct: [low, high]` (with `gain_ci_level`) for the run's cumulative gain
-baseline → best, measured paired. Without them the gain is shown without an interval.
-"""
+"""Numbers about one run, pure functions of its ledger: what the report, the CI step summary,
+the pull request body and `run --json` show. Confidence intervals are read from the records
+(`stats.change_ci_pct`, `gain_ci_pct`), never invented."""
 
 from __future__ import annotations
 
@@ -56,8 +50,7 @@ class Facts:
         return None if self.final is None else self.final.get("change_pct")
 
     @property
-    def headline_gain_pct(self) -> float | None:
-        """The gain a person should quote: re-measured when the run has it, else baseline → best."""
+    def headline_gain_pct(self) -> float | None:   # re-measured when the run has it, else baseline → best
         r = self.remeasured_pct
         return r if r is not None else self.summary.gain_pct
 
@@ -69,13 +62,11 @@ class Facts:
         gain = signed_pct(self.headline_gain_pct, "?") + (", re-measured" if self.remeasured_pct is not None else "")
         return f"{self.metric} {self.fmt(s.baseline, '?')} → {self.fmt(s.best, '?')} ({gain})"
 
-    def fmt(self, x: float | None, empty: str = "–") -> str:
-        """A metric value, rounded the same way as everywhere else in this run."""
+    def fmt(self, x: float | None, empty: str = "–") -> str:   # rounded as everywhere else in this run
         return formatter(self.values, empty)(x)
 
     @property
-    def cost_per_pct(self) -> float | None:
-        """Dollars spent per percentage point of gain (None without cost or gain)."""
+    def cost_per_pct(self) -> float | None:   # dollars per percentage point of gain
         g = self.headline_gain_pct
         if not self.summary.cost_usd or not g:
             return None

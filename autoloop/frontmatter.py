@@ -120,7 +120,12 @@ class Reader:
         mark = exc.problem_mark or exc.context_mark
         message = exc.problem or exc.context or "cannot be read"
         if exc.problem and exc.context:
-            message += f" ({exc.context})"
+            # an unclosed `[` or `{` is found lines later, where the parser gave up: name the
+            # line where it opened too, since that is the one to fix
+            opened = exc.context_mark
+            started = (f" that starts at line {opened.line + _OFFSET}"
+                       if opened and mark and opened.line != mark.line else "")
+            message += f" ({exc.context}{started})"
         advice = _yaml_advice(exc, mark)
         self.fail(mark.line + _OFFSET if mark else 1,
                   f"{advice} (YAML: {message})" if advice else f"invalid YAML: {message}")

@@ -29,6 +29,7 @@ from autoloop.envs import git_scrubbed
 from autoloop.errors import AutoloopError, UsageError
 from autoloop.numbers import num as fmt, plain_pct, signed_pct
 from autoloop.program import Program
+from autoloop.ratchet import orientation
 from autoloop.sandbox import Confinement, tree_box
 from autoloop.verify import measure, sandbox_outside_run, steps
 from autoloop.walk import remove_tree
@@ -212,7 +213,7 @@ def _judge(res: GateResult) -> None:
     change = signed_pct(s.change_pct, "n/a")
     d = res.program.verifier.direction
     # the change oriented so that > 0 means worse
-    worse_pct = None if s.change_pct is None else (s.change_pct if d == "minimize" else -s.change_pct)
+    worse_pct = None if s.change_pct is None else -orientation(d) * s.change_pct
     if res.require_improvement:
         res.passed = s.p_better <= res.alpha and worse_pct is not None and worse_pct < 0
         res.verdict = (f"PASS: the head is better ({change}, p = {s.p_better:.3g})" if res.passed else

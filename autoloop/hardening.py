@@ -1,47 +1,40 @@
-"""What keeps the verifier's trusted base apart from everything the generator can write or
-leave running — the parts of a cycle that are not the six steps themselves:
-
-- preflight, before anything changes: the sandbox can be made (or exit 2), the data exist and
-  do not collide with the repository, no submodules, the run branch is not checked out;
-- around the generator: the sandbox command line and resource limits; what it changed outside
-  its work tree (the verification trees, the Pythons' site folders, autoloop's code, the data,
-  the run's lock);
-- around each measurement: the data linked in, the tree proven to hold exactly the candidate
-  (hashed as git hashes blobs), a scrubbed environment with fresh scratch folders; after every
-  guard and the verifier, the tree re-proven and checked for planted code; after the
-  measurement, git's files, program.md, the verifier's files in your checkout, the journal and
-  the places above checked again;
-- before a keep: the commit to be kept has the tree that was measured.
-"""
+"""What keeps the verifier's trusted base apart from everything the generator can write or leave
+running, around the six steps: before anything changes (preflight), around the generator (its
+sandbox and limits; after it, what changed outside its tree), around each measurement (the tree
+proven to hold exactly the candidate, a scrubbed environment, checks after every guard and the
+verifier, then the places outside the trees again), and before a keep (the commit has the tree
+that was measured)."""
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import stat
-import time
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
+from filelock import FileLock, Timeout
+
 from autoloop import editable, envs, proc
 from autoloop.errors import ConfigError, RepoStateError, RunFailure
 from autoloop.journal import Journal
-from autoloop.program import Program, command_words
+from autoloop.measured_files import commands_by_name, interpreters, named_interpreters
+from autoloop.program import Program
 from autoloop.pycache import ProvenCache
 from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable, checkout_keep, tree_box
 from autoloop.scope_rules import IMPLICIT_FILES, module_shadow_regex
-from autoloop.sentinel import remove_tree
+from autoloop.sentinel import Sentinel
+from autoloop.walk import remove_tree
 from autoloop.snapshot import Change
 from autoloop.watch import Changed, NameTree, StatTree, Watch, changed_paths, is_injection, site_dirs
 from autoloop.gitrun import git, git_executable as workspace_git
 from autoloop.workspace import Workspace, Worktree
 
 MB = 1 << 20
-_PYTHON = re.compile(r"python[0-9.]*")
-_ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+DATA_WATCH_CAP = 1_000_000   # entries of a data folder watched
 
 
 class Tampered(Exception):
@@ -51,9 +44,7 @@ class Tampered(Exception):
 class Guardrails:
     def __init__(self, program: Program, ws: Workspace, journal: Journal,
                  protected: Mapping[str, str]) -> None:
-        self.program = program
-        self.ws = ws
-        self.journal = journal
+        self.program, self.ws, self.journal = program, ws, journal
         self.protected = dict(protected)
         self.sandbox = Bwrap(program.sandbox) if program.sandbox.kind in ("bwrap", "auto") else None
         # why this run has no sandbox (None: it has one), said in the header, journal and report
@@ -65,26 +56,27 @@ class Guardrails:
         self._shadow = module_shadow_regex(self.protected)
         self._lock_path: Path | None = None
         self._lock_id: tuple[int, int] | None = None
-        # Parallel rounds (autoloop.parallel) measure several candidates at once: what one
-        # measurement is checking is per thread, the bytecode cache is built by one of them, and
-        # the round captures the places outside the trees once, before all of its measurements.
+        # A round measures several candidates at once: what one measurement checks is per
+        # thread, the bytecode cache is built by one of them, and the places outside the trees
+        # are captured once, before all of them.
         self._local = threading.local()
         self._warm_lock = threading.Lock()
         self._verify_captured = False          # verify_watch holds the state before this cycle's measurements
         self._unchanged: dict[Path, dict] = {}   # verification trees found as last proven (after_generate)
         self._changed_roots: set[Path] = set()
         self.untrusted: list[Path] = [ws.path]   # work trees a generator edited
+        self._scratch = ws.path.with_name(ws.path.name + ".scratch")
         # Bytecode every measurement starts from (autoloop.pycache): only what autoloop compiled
         # itself, checked-hash, learnt from what the measurements imported.
         self._warm_built = False
         self._proven: ProvenCache | None = None
-        self._warm_dir = ws.path.with_name(ws.path.name + ".scratch") / "pycache-warm"
+        self._warm_dir = self._scratch / "pycache-warm"
         self._pycache_tree: StatTree | None = None
 
     # ---- before anything changes ---------------------------------------------------------------
 
     def preflight(self) -> None:
-        p = self.program
+        p, root = self.program, self.ws.repo_root
         if self.sandbox is not None:
             try:
                 self.sandbox.probe()
@@ -95,7 +87,7 @@ class Guardrails:
         if self.sandbox is None:
             # No sandbox to bind the candidate at your checkout's path: an installation that
             # points into the checkout would measure the checkout, every cycle.
-            found = editable.into_checkout(p.repo_root, self._interpreters(os.environ), p.allowed)
+            found = editable.into_checkout(p.repo_root, interpreters(p, os.environ, defaults=True), p.allowed)
             if found:
                 raise ConfigError(editable.message(p, found, self.unsandboxed or ""))
         start = self.ws.branch_head() or self.ws.head()
@@ -103,22 +95,19 @@ class Guardrails:
             if not d.source.exists():
                 line = p.lines.get(f"data[{i}].path", p.lines.get(f"data[{i}]", 1))
                 raise ConfigError(f"{p.path.name}:{line}: data[{i}].path: {str(d.source)!r} does not exist")
-            if git(self.ws.repo_root, "ls-tree", "--name-only", start, "--", d.target, check=False).strip():
+            if git(root, "ls-tree", "--name-only", start, "--", d.target, check=False).strip():
                 line = p.lines.get(f"data[{i}].as", p.lines.get(f"data[{i}]", 1))
                 raise ConfigError(f"{p.path.name}:{line}: data[{i}].as: {d.target!r} is a path of the "
                                   f"repository at {start[:12]}; data needs a place the repository does not use")
-        links = [line.split(" ", 3) for line in
-                 git(self.ws.repo_root, "ls-tree", "-r", start, check=False).splitlines()
+        links = [line.split("\t", 1)[-1] for line in git(root, "ls-tree", "-r", start, check=False).splitlines()
                  if line.startswith("160000 ")]
         if links:
-            names = ", ".join(item[-1].split("\t", 1)[-1] for item in links[:3])
-            raise RepoStateError(f"{self.ws.repo_root}: the repository has submodules ({names}); autoloop's "
+            raise RepoStateError(f"{root}: the repository has submodules ({', '.join(links[:3])}); autoloop's "
                                  "private worktrees would not contain them, so verification would not "
                                  "see what you see — not supported (vendor them, or run in a repository "
                                  "without submodules)")
-        listing = git(self.ws.repo_root, "worktree", "list", "--porcelain", check=False)
         current = None
-        for line in listing.splitlines():
+        for line in git(root, "worktree", "list", "--porcelain", check=False).splitlines():
             if line.startswith("worktree "):
                 current = line[len("worktree "):]
             elif line == f"branch {self.ws.ref}":
@@ -126,86 +115,49 @@ class Guardrails:
                                      "it as cycles are kept, which would change that checkout under you — "
                                      "switch it to another branch first")
 
-    # ---- the run begins ---------------------------------------------------------------------
-
     def user_files(self) -> list[Path]:
-        """Files of your checkout the run depends on, for the sentinel: the verifier's and the
-        guards' own files (program.md is watched by the loop)."""
+        """The verifier's and the guards' own files in your checkout, for the sentinel."""
         root = self.program.repo_root
-        out = []
-        for rel, label in self.protected.items():
-            if label == "used by the verifier" and (root / rel).is_file():
-                out.append(root / rel)
-        return out
+        return [root / rel for rel, label in self.protected.items()
+                if label == "used by the verifier" and (root / rel).is_file()]
 
-    def start(self, sentinel, lock_path: Path) -> None:  # type: ignore[no-untyped-def]
+    def start(self, sentinel: Sentinel, lock_path: Path, slots: int) -> None:
+        """The run begins: watch the trusted base outside the trees (and `slots` verification trees)."""
         self.sentinel = sentinel
-        scratch = self._scratch_root()
-        if scratch.is_dir():  # what a killed run left: old measurements' scratch, the warm cache
-            for old in scratch.iterdir():
-                _remove(old)
-        self._lock_path = lock_path
-        self._lock_id = _identity(lock_path)
-        base = envs.scrubbed(os.environ, scratch=self._scratch_root() / "probe")
-        sites = site_dirs(self._named_interpreters(), base)
-        _remove(self._scratch_root() / "probe")
+        if self._scratch.is_dir():  # what a killed run left: old measurements' scratch, the warm cache
+            for old in self._scratch.iterdir():
+                remove_tree(old, quiet=True)
+        self._lock_path, self._lock_id = lock_path, _identity(lock_path)
+        base = envs.scrubbed(os.environ, scratch=self._scratch / "probe")
+        sites = site_dirs(named_interpreters(self.program), base)
+        remove_tree(self._scratch / "probe", quiet=True)
         self._sites = [StatTree(d, f"the Python installation ({d})", top_only=True) for d in sites]
-        pkg = Path(__file__).resolve().parent
-        self._own = StatTree(pkg, "autoloop's own code", skip=frozenset({"__pycache__"}))
-        self._data = [StatTree(d.source, f"the read-only data {d.source}", cap=1_000_000) for d in self.program.data]
+        self._own = StatTree(Path(__file__).resolve().parent, "autoloop's own code", skip=frozenset({"__pycache__"}))
+        self._data = [StatTree(d.source, f"the read-only data {d.source}", cap=DATA_WATCH_CAP) for d in self.program.data]
         verify = [StatTree.verification(self.ws.path.with_name(f"{self.ws.path.name}.verify-{slot}"))
-                  for slot in range(4)]
-        programs = self._programs(base)
-        for t in [*self._sites, self._own, *self._data, *programs]:
+                  for slot in range(slots)]
+        outside = [*self._sites, self._own, *self._data, *self._programs(base)]
+        for t in outside:
             t.carried = True
-        outside = [*self._sites, self._own, *self._data, *programs]
-        if self._os_keeps_out():
-            # Neither the generator nor any measurement can write there: the sandbox makes them
-            # read-only, so walking them every cycle would only cost time (the fallback of
-            # sandbox: none keeps them). The verification trees stay: the sandbox lets a
-            # measurement write its own tree, and their pictures spare a walk per measurement.
+        if self.sandbox is not None and self.program.parallel.executor != "ray":
+            # Neither the generator nor any measurement can write there (measurements on a Ray
+            # cluster run where we have no sandbox): walking them every cycle would only cost
+            # time. The verification trees stay: a measurement may write its own tree, and their
+            # pictures spare a walk per measurement.
             outside = [t for t in outside if self._reachable(t.root)]
         self.gen_watch = Watch([*verify, *outside])
         self.verify_watch = Watch(outside)
         self._keep = checkout_keep(self.program)
 
-    def _os_keeps_out(self) -> bool:
-        """Does the sandbox keep every writer of this run (generator and measurements) off the
-        trusted base? Not with measurements on a Ray cluster (they run where we have no sandbox)."""
-        return self.sandbox is not None and self.program.parallel.executor != "ray"
-
     def _reachable(self, root: Path) -> bool:
         """Could a sandboxed generator or measurement write under `root` (sandbox.writable)?"""
         real = os.path.realpath(root)
-        for extra in self.program.sandbox.writable:
-            w = os.path.realpath(os.path.expanduser(extra))
-            if real == w or real.startswith(w + "/") or w.startswith(real + "/"):
-                return True
-        return False
-
-    def _interpreters(self, env: Mapping[str, str]) -> list[str]:
-        """The Pythons the commands run: those they name, and `python3`/`python` on PATH."""
-        out: list[str] = []
-        for name in [*self._named_interpreters(), "python3", "python"]:
-            found = name if os.path.isabs(name) else shutil.which(name, path=env.get("PATH"))
-            if not found and "/" in name:
-                found = str(self.program.repo_root / name) if (self.program.repo_root / name).exists() else None
-            if found and found not in out:
-                out.append(found)
-        return out
-
-    def confine(self, tree: Path, env: Mapping[str, str]) -> Confinement | None:
-        """The sandbox a command measuring `tree` runs in (None: no sandbox), with `env` from
-        measuring(): its scratch folder is the only place outside the tree it may write."""
-        if self.sandbox is None:
-            return None
-        return tree_box(self.sandbox, self.program, tree, self.ws.common_dir, Path(env["TMPDIR"]).parent,
-                        path=env.get("PATH", ""), keep=getattr(self, "_keep", ()))
+        return any(real == w or real.startswith(w + "/") or w.startswith(real + "/")
+                   for w in (os.path.realpath(os.path.expanduser(x)) for x in self.program.sandbox.writable))
 
     def _programs(self, env: Mapping[str, str]) -> list[StatTree]:
         """What the commands resolve through PATH: a new `python` or `git` in a folder earlier
-        on PATH (~/.local/bin) changes that folder's times; the interpreters the commands name
-        and git itself, replaced in place, change their own."""
+        on PATH changes that folder's times; git and the interpreters, replaced, their own."""
         out: list[StatTree] = []
         seen = set()
         for d in env.get("PATH", "").split(os.pathsep):
@@ -213,49 +165,16 @@ class Guardrails:
             if d and os.path.isdir(d) and os.path.realpath(d) not in seen:
                 seen.add(os.path.realpath(d))
                 out.append(NameTree(Path(d), f"a folder on PATH ({d})"))
-        exes = {workspace_git()}
-        for name in self._named_interpreters():
-            found = name if os.path.isabs(name) else shutil.which(name, path=env.get("PATH"))
-            if found:
-                exes.add(found)
-        for exe in sorted(exes):
+        for exe in sorted({workspace_git(), *interpreters(self.program, env)}):
             for path in dict.fromkeys([exe, os.path.realpath(exe)]):
                 if os.path.exists(path):
                     out.append(StatTree(Path(path), f"the program {path}", cap=1))
         return out
 
-    def _named_interpreters(self) -> list[str]:
-        """The Pythons the verifier's and guards' command lines start (`python3 x.py`,
-        `.venv/bin/python -m y`); a Python started from inside a script is not known here."""
-        names: list[str] = []
-        commands = [self.program.verifier.command, *(g.command for g in self.program.guards)]
-        for cmd in commands:
-            words = command_words(cmd)
-            words = [w for w in words if not _ASSIGN.fullmatch(w) and w not in ("env", "exec", "uv", "run")]
-            if words and _PYTHON.fullmatch(os.path.basename(words[0])) and words[0] not in names:
-                names.append(words[0])
-        return names
-
-    def _commands_by_name(self) -> set[str]:
-        """Programs the guards and the verifier start by name: the first word of each command
-        (after `env`/`exec`/assignments), the Pythons they name, git, and the shells."""
-        names = {"git", "sh", "bash", "dash", "env", "python", "python3",
-                 *(os.path.basename(n) for n in self._named_interpreters())}
-        for cmd in [self.program.verifier.command, *(g.command for g in self.program.guards)]:
-            words = command_words(cmd)
-            words = [w for w in words if not _ASSIGN.fullmatch(w) and w not in ("env", "exec")]
-            if words and "/" not in words[0]:
-                names.add(words[0])
-        return names
-
-    def _scratch_root(self) -> Path:
-        return self.ws.path.with_name(self.ws.path.name + ".scratch")
-
     # ---- the generator ------------------------------------------------------------------------
 
     def wrap(self, log_dir: Path, workdir: Path | None = None):  # -> Callable[[command], command] | None
-        """The sandbox command line for a generator editing `workdir` (the run's work tree, or a
-        parallel worker's own)."""
+        """The sandbox command line for a generator editing `workdir` (default the run's tree)."""
         if self.sandbox is None:
             return None
         sandbox, ws = self.sandbox, self.ws
@@ -283,9 +202,8 @@ class Guardrails:
             # change the tree after the check, so the cycle does not count
             problems.append(f"left {left} process{'es' if left > 1 else ''} running after it exited (killed)")
         else:
-            # The verification trees found as the last measurement left them: their state is
-            # known (the picture that measurement proved), and nothing of the generator runs to
-            # change it again — the first measurement starts from it (see _picture_after_reset).
+            # The verification trees found as the last measurement left them: the first
+            # measurement starts from that proven picture (see _picture_after_reset).
             for t in self.gen_watch.trees:
                 saved = self.gen_watch.saved(t)
                 if t.of_verification and t.root not in self._changed_roots and saved is not None:
@@ -303,27 +221,23 @@ class Guardrails:
         return problems
 
     def capture_outside(self) -> None:
-        """Capture what measurements could change outside their trees, once per cycle (at its
-        first measurement; a parallel round calls this before its measurements start at once);
-        after_verify compares once, after the last."""
+        """Capture what measurements could change outside their trees, once per cycle (a round
+        calls this before its measurements start); after_verify compares once, after the last."""
         if not self._verify_captured:
             self.verify_watch.capture()
             self._verify_captured = True
 
     def outside_clean(self) -> bool:
-        """Read-only: nothing after_generate checks outside the work trees (the watched places,
-        processes left running, the run's lock) changed since before_generate. Parallel rounds
-        (autoloop.parallel) check their workers' trees at once only when this holds."""
+        """Read-only: nothing after_generate checks outside the work trees changed since
+        before_generate (then a round checks its workers' trees at once)."""
         return (not self.gen_watch.changes() and proc.leftovers_killed() == self._killed_before
                 and (self._lock_path is None or _identity(self._lock_path) == self._lock_id))
 
     def _outside(self, watch: Watch, when: str) -> list[str]:
-        """Report what changed outside the work tree. Files there are not autoloop's: the only
-        thing ever done to them is moving a *new* entry that would run code in every later
-        measurement (an injection in a site folder, a program that appeared on PATH) into the
-        run's quarantine folder — never a delete, never a file that existed at the capture.
-        A changed file that existed before cannot be put back (only its stat was kept), so the
-        run stops and says which."""
+        """What changed outside the work tree. Files there are not autoloop's: the only thing
+        ever done to them is moving a *new* entry that would run code in every later measurement
+        (an injection in a site folder, a program that appeared on PATH) into quarantine. A
+        changed file that existed before cannot be put back, so the run stops and says which."""
         problems = []
         found = watch.changes()
         self._changed_roots = {ch.tree.root for ch in found}
@@ -340,10 +254,9 @@ class Guardrails:
                                   "code at every Python start and autoloop cannot put it back — check "
                                   "it, then resume")
             elif isinstance(tree, NameTree):
-                # A new program there that the measurement starts by name would shadow the real
-                # one: moved aside. Other new names (your pip install adding its scripts) only
-                # void the cycle — they are yours, and nothing measured runs them by name.
-                shadows = self._commands_by_name()
+                # A new program there that a measurement starts by name would shadow the real
+                # one: moved aside. Other new names (your pip install) only void the cycle.
+                shadows = commands_by_name(self.program)
                 problem += self._neutralize(ch, lambda rel: rel in shadows and (
                     os.path.isfile(tree.root / rel) or os.path.islink(tree.root / rel)))
             elif tree is self._own:
@@ -362,29 +275,26 @@ class Guardrails:
         return problems
 
     def _neutralize(self, ch: Changed, dangerous: Callable[[str], bool]) -> str:
-        """Move the new top-level entries of `ch` that `dangerous` picks into quarantine; the
-        text to add to the problem."""
-        kept = [self._quarantine(ch.tree.root / rel) for rel in ch.new if "/" not in rel and dangerous(rel)]
+        """Move the new top-level entries of `ch` that `dangerous` picks into
+        <tag>.quarantine/<time>/ beside the work tree; the text to add to the problem."""
+        kept = []
+        for rel in ch.new:
+            if "/" not in rel and dangerous(rel):
+                path = ch.tree.root / rel
+                box = self.ws.path.with_name(self.ws.path.name + ".quarantine") / time.strftime("%Y%m%d-%H%M%S")
+                box.mkdir(parents=True, exist_ok=True)
+                kept.append(box / str(path).strip("/").replace("/", "__"))
+                try:
+                    shutil.move(str(path), str(kept[-1]))
+                except OSError as exc:
+                    self.fatal = f"could not move {path} out of the way ({exc}); remove it, then resume"
         return f" — moved to {kept[0].parent} (move back what was yours)" if kept else ""
-
-    def _quarantine(self, path: Path) -> Path:
-        """Move `path` out of the way, into <tag>.quarantine/<time>/ beside the work tree."""
-        box = self.ws.path.with_name(self.ws.path.name + ".quarantine") / time.strftime("%Y%m%d-%H%M%S")
-        box.mkdir(parents=True, exist_ok=True)
-        dest = box / _quarantine_name(path)
-        try:
-            shutil.move(str(path), str(dest))
-        except OSError as exc:
-            self.fatal = f"could not move {path} out of the way ({exc}); remove it, then resume"
-        return dest
 
     def _lock_problem(self) -> str | None:
         if self._lock_path is None or _identity(self._lock_path) == self._lock_id:
             return None
         # Someone replaced or removed the lock file: another run could now take the tag. Take it
         # again; if another run already did, stop.
-        from filelock import FileLock, Timeout
-
         self._lock_path.unlink(missing_ok=True)
         lock = FileLock(str(self._lock_path), timeout=0)
         try:
@@ -397,6 +307,14 @@ class Guardrails:
 
     # ---- a measurement --------------------------------------------------------------------------
 
+    def confine(self, tree: Path, env: Mapping[str, str]) -> Confinement | None:
+        """The sandbox a command measuring `tree` runs in (None: none), with `env` from
+        measuring(): its scratch folder is the only place outside the tree it may write."""
+        if self.sandbox is None:
+            return None
+        return tree_box(self.sandbox, self.program, tree, self.ws.common_dir, Path(env["TMPDIR"]).parent,
+                        path=env.get("PATH", ""), keep=getattr(self, "_keep", ()))
+
     @contextmanager
     def measuring(self, tree: Worktree, commit: str, base_env: Mapping[str, str], *,
                   baseline: bool = False) -> Iterator[dict[str, str]]:
@@ -408,13 +326,14 @@ class Guardrails:
             self._link_data(tree.path)
             # the tree was reset to the commit (not cleaned): a picture of it shows what git
             # clean would remove, and is then the proof that it holds exactly the commit
-            picture = self._picture_after_reset(tree, commit) or StatTree.verification(tree.path).take()
+            saved = self._unchanged.pop(tree.path, None)
+            picture = (saved is not None and tree.picture_after_reset(saved, commit)) or \
+                StatTree.verification(tree.path).take()
             removed = tree.remove_untracked(picture, commit, self._data_paths())
             if removed:
                 under = tuple(rel + "/" for rel in removed)
                 picture = {rel: st for rel, st in picture.items() if rel not in removed and not rel.startswith(under)}
-            bad = tree.differs_from(commit, picture)
-            if bad:
+            if tree.differs_from(commit, picture):
                 tree.checkout(commit)  # something raced our checkout: once more, then no more
                 self._link_data(tree.path)
                 bad = tree.differs_from(commit)
@@ -424,7 +343,7 @@ class Guardrails:
                 cache = self._proven_cache(base_env)
             self.capture_outside()
             self._local.measuring = (tree, commit)
-            with envs.measurement_env(base_env, parent=self._scratch_root(), untrusted=self.untrusted) as env:
+            with envs.measurement_env(base_env, parent=self._scratch, untrusted=self.untrusted) as env:
                 prefix = Path(env["PYTHONPYCACHEPREFIX"])
                 if cache is not None:
                     with self._warm_lock:
@@ -436,12 +355,7 @@ class Guardrails:
                     if cache is not None:
                         cache.forget(prefix)
                     raise
-                if cache is not None:
-                    with self._warm_lock:
-                        if self._proven is cache and cache.learn(prefix):
-                            # our own additions are not a change by anyone else
-                            self.gen_watch.refresh(self._pycache_tree)
-                            self.verify_watch.refresh(self._pycache_tree)
+                self._learn(cache, prefix)
         finally:
             self._local.measuring = None
             self._local.prefix = None
@@ -449,73 +363,47 @@ class Guardrails:
                 # the generators' watch starts the next cycle from the tree as this left it
                 self._tree_watch(tree).take()
 
-    def _picture_after_reset(self, tree: Worktree, commit: str) -> dict | None:
-        """The tree's picture without walking it, at its first measurement in a cycle: when the
-        generators' check found it exactly as the last measurement's proof left it, what is on
-        disk now is that picture with the paths git's reset wrote (those that differ between
-        the two commits) looked at again. None: walk it."""
-        saved = self._unchanged.pop(tree.path, None)
-        if saved is None:
-            return None
-        return tree.picture_after_reset(saved, commit)
+    def _learn(self, cache: ProvenCache | None, prefix: Path) -> None:
+        if cache is not None:
+            with self._warm_lock:
+                if self._proven is cache and cache.learn(prefix):
+                    # our own additions are not a change by anyone else
+                    self.gen_watch.refresh(self._pycache_tree)
+                    self.verify_watch.refresh(self._pycache_tree)
 
     def _tree_watch(self, tree: Worktree) -> StatTree:
-        """The generators' watch of a verification tree (a stand-in for a tree it does not
-        watch): a picture taken through it is where the next capture starts."""
+        """The generators' watch of a verification tree: a picture taken through it is where the
+        next capture starts."""
         for t in self.gen_watch.trees:
             if t.carried and t.root == tree.path:
                 return t
         return StatTree.verification(tree.path)
 
-    def _watch_warm(self) -> None:
-        """From now on the warm cache is watched like the rest of the trusted base."""
-        tree = StatTree(self._warm_dir, "autoloop's bytecode cache", carried=True)
-        self.gen_watch.add(tree)
-        self.verify_watch.add(tree)
-        self._pycache_tree = tree
-
     def _proven_cache(self, base_env: Mapping[str, str]) -> ProvenCache | None:
-        """autoloop's bytecode cache (autoloop.pycache), made at the first measurement for the
-        Pythons the commands start; None when there is none (or it was dropped)."""
+        """autoloop's bytecode cache, made at the first measurement for the Pythons the commands
+        start; None when there is none (or it was dropped)."""
         if self._warm_built:
             return self._proven
         self._warm_built = True
-        exes = self._interpreter_paths(base_env)
+        exes = interpreters(self.program, base_env, shebangs=True)
         if not exes:
             return None
         if self._warm_dir.exists():
             remove_tree(self._warm_dir)
         self._warm_dir.mkdir(parents=True)
-        env = envs.scrubbed(base_env, scratch=self._scratch_root() / "pycache-env")
-        cache = ProvenCache(self._warm_dir, exes, env)
+        cache = ProvenCache(self._warm_dir, exes, envs.scrubbed(base_env, scratch=self._scratch / "pycache-env"))
         if not cache.usable:
             return None
-        self._watch_warm()
+        # from now on the warm cache is watched like the rest of the trusted base
+        self._pycache_tree = StatTree(self._warm_dir, "autoloop's bytecode cache", carried=True)
+        self.gen_watch.add(self._pycache_tree)
+        self.verify_watch.add(self._pycache_tree)
         self._proven = cache
         return cache
 
-    def _interpreter_paths(self, base_env: Mapping[str, str]) -> list[str]:
-        """The Pythons the commands start: named (`python3 x.py`) or through a script's `#!`
-        line (`pytest -q` → the venv's python)."""
-        path = base_env.get("PATH")
-        out: list[str] = []
-        for name in self._named_interpreters():
-            exe = name if os.path.isabs(name) else shutil.which(name, path=path)
-            if exe and exe not in out:
-                out.append(exe)
-        for cmd in [self.program.verifier.command, *(g.command for g in self.program.guards)]:
-            words = [w for w in command_words(cmd) if not _ASSIGN.fullmatch(w) and w not in ("env", "exec")]
-            if not words or "/" in words[0] or _PYTHON.fullmatch(words[0]):
-                continue
-            script = shutil.which(words[0], path=path)
-            exe = _shebang_python(script) if script else None
-            if exe and exe not in out:
-                out.append(exe)
-        return out
-
     def after_step(self, step: str) -> None:
-        """Called after each guard and the verifier: raise Tampered if the step changed the
-        candidate's files or planted code that a later step would run."""
+        """After each guard and the verifier: raise Tampered if the step changed the candidate's
+        files or planted code that a later step would run."""
         measuring = getattr(self._local, "measuring", None)
         if measuring is None:
             return
@@ -526,44 +414,26 @@ class Guardrails:
         bad = tree.differs_from(commit, picture)
         if bad:
             raise Tampered(f"{step} changed files of the candidate while it was measured: " + ", ".join(bad[:5]))
-        planted = self._planted(tree, commit, picture)
+        tracked = tree.tracked_names(commit)
+        # what a later step would run without naming it: conftest.py, *customize.py, .pth
+        # files, shadows of a protected module
+        planted = sorted(rel for rel in picture if rel and rel not in tracked and (
+            rel.rpartition("/")[2] in IMPLICIT_FILES or rel.endswith(".pth")
+            or (self._shadow is not None and self._shadow.fullmatch(rel))))
         if planted:
             raise Tampered(f"{step} left code that a later step would run: " + ", ".join(planted[:5]))
-        self._fresh_prefix()
-
-    def _fresh_prefix(self) -> None:
-        """Between two steps of a measurement: the bytecode prefix as it was before the first.
-        A guard runs the candidate's code, which may write bytecode (unchecked-hash, trusted
-        over its source) for a module the verifier imports; the next step never reads it."""
+        # A guard runs the candidate's code, which may write bytecode (unchecked-hash, trusted
+        # over its source) for a module the verifier imports: the next step starts from the
+        # prefix as it was before the first.
         held = getattr(self._local, "prefix", None)
-        if held is None:
-            return
-        prefix, cache = held
-        if cache is not None:
-            with self._warm_lock:
-                if self._proven is cache and cache.learn(prefix):
-                    self.gen_watch.refresh(self._pycache_tree)
-                    self.verify_watch.refresh(self._pycache_tree)
-        remove_tree(prefix)
-        prefix.mkdir()
-        if cache is not None:
-            with self._warm_lock:
-                cache.seed(prefix)
-
-    def _planted(self, tree: Worktree, commit: str, picture: Mapping[str, tuple]) -> list[str]:
-        """Untracked entries of `picture` (the tree, .git aside) that a later step would run
-        without naming them: conftest.py, *customize.py, .pth files, shadows of a protected
-        module."""
-        tracked = tree.tracked_names(commit)
-        out = []
-        for rel in picture:
-            if not rel or rel in tracked:
-                continue
-            name = rel.rpartition("/")[2]
-            if name in IMPLICIT_FILES or name.endswith(".pth") or \
-                    (self._shadow is not None and self._shadow.fullmatch(rel)):
-                out.append(rel)
-        return sorted(out)
+        if held is not None:
+            prefix, cache = held
+            self._learn(cache, prefix)
+            remove_tree(prefix)
+            prefix.mkdir()
+            if cache is not None:
+                with self._warm_lock:
+                    cache.seed(prefix)
 
     def _data_paths(self) -> frozenset[str]:
         """The data links in a verification tree, and the folders above them."""
@@ -583,8 +453,8 @@ class Guardrails:
         if self.journal.tampered():
             problems.append("during verification: changed the ledger")
             self.journal.repair()
-        # experiments.md and results.tsv are derived from the ledger, shared by the runs of all
-        # tags next to this program (each renders its own): put ours back, without blame
+        # experiments.md and results.tsv are shared by the runs of all tags next to this
+        # program (each renders its own): put ours back, without blame
         if not self.journal.rendered_ok(self.program.goal):
             self.journal.render(self.program.goal)
         if self.ws.dotgit_tampered():
@@ -600,14 +470,9 @@ class Guardrails:
             link = tree / d.target
             if link.is_symlink() and os.readlink(link) == str(d.source):
                 continue
-            if link.is_symlink() or link.is_file():
-                link.unlink()
-            elif link.exists():
-                remove_tree(link)
+            remove_tree(link, quiet=True)
             link.parent.mkdir(parents=True, exist_ok=True)
             os.symlink(d.source, link)
-
-    # ---- keeping ----------------------------------------------------------------------------------
 
     def check_keep(self, commit: str, measured: str) -> None:
         """The commit about to become the incumbent has exactly the tree that was measured."""
@@ -620,44 +485,12 @@ class Guardrails:
             raise RunFailure(self.fatal)
 
 
-def _shebang_python(script: str) -> str | None:
-    """The Python a console script (`pytest`, `ruff`'s wrapper ...) starts, from its `#!` line."""
-    try:
-        with open(script, "rb") as f:
-            first = f.readline(512)
-    except OSError:
-        return None
-    if not first.startswith(b"#!"):
-        return None
-    words = first[2:].decode(errors="replace").split()
-    if words and os.path.basename(words[0]) == "env" and len(words) > 1:
-        found = shutil.which(words[1])
-        words = [found] if found else []
-    if words and _PYTHON.fullmatch(os.path.basename(words[0])) and os.path.isabs(words[0]):
-        return words[0]
-    return None
-
-
 def _identity(path: Path) -> tuple[int, int] | None:
     try:
         st = os.lstat(path)
     except OSError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
-
-
-def _quarantine_name(path: Path) -> str:
-    return str(path).strip("/").replace("/", "__")
-
-
-def _remove(path: Path) -> None:
-    try:
-        if path.is_symlink() or path.is_file():
-            path.unlink()
-        elif path.is_dir():
-            remove_tree(path)
-    except OSError:
-        pass
 
 
 __all__ = ["Guardrails", "Tampered", "changed_paths"]

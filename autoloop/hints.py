@@ -54,6 +54,54 @@ _MISSING = re.compile(r"can't open file|No such file or directory|: not found|co
                       r"|cannot find the path|ModuleNotFoundError")
 
 
+# CSI (colours, cursor moves) and OSC (titles, links) sequences: test runners that force colour
+# (pytest's `addopts = --color=yes`) put them in the line a lesson or `doctor` quotes
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+
+
+def plain(text: str) -> str:
+    """`text` without terminal escape sequences: what a one-line summary quotes."""
+    return _ESCAPES.sub("", text)
+
+
+_NO_MODULE = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
+
+
+def uncommitted_module_hint(program: Program, output: str) -> str:
+    """When a command failed on `No module named 'pkg.mod'` and that module is a file of the
+    checkout (a generated `_version.py`, say, that .gitignore hides): measurements see only
+    committed files, so say which file and how to get it there (else "")."""
+    root = program.repo_root
+    for name in dict.fromkeys(reversed(_NO_MODULE.findall(output))):
+        rel = name.replace(".", "/")
+        for base in ("", "src/"):
+            for cand in (f"{base}{rel}.py", f"{base}{rel}/__init__.py"):
+                if (root / cand).is_file():
+                    return (f" ({cand} is in your checkout, but measurements see only the committed "
+                            f"files: commit it (`git add -f {cand}` if git ignores it), or have the "
+                            "command generate it)")
+    return ""
+
+
+# `/bin/sh: 1: .venv/bin/python: not found`, `bash: ./run.sh: No such file or directory`
+_SHELL_MISSING = re.compile(r"^\S*sh: (?:line )?\d*:? ?([^\s:/][^\s:]*): (?:not found|No such file or directory)$",
+                            re.MULTILINE)
+
+
+def missing_path_hint(program: Program, output: str) -> str:
+    """When the shell could not find a relative path the checkout has (an ignored `.venv/`, an
+    untracked script): measurements run in a tree of the committed files, so say which path
+    and the two fixes (else "")."""
+    for rel in dict.fromkeys(reversed(_SHELL_MISSING.findall(output))):
+        path = program.repo_root / rel
+        if rel.startswith(("../", "~")) or not path.exists():
+            continue
+        return (f" ({rel} is in your checkout, but measurements run in a tree of the committed "
+                f"files, which does not have it: commit it, or name it by its absolute path "
+                f"{shlex.quote(str(path))})")
+    return ""
+
+
 def root_hint(program: Program, output: str) -> str:
     """When a command failed on a missing file and program.md is not at the repository root:
     commands run from the root, say so with the fix (else "")."""

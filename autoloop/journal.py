@@ -25,7 +25,7 @@ from autoloop.sentinel import remove_tree
 Record = dict[str, Any]
 
 STATUSES = ("baseline", "keep", "discard", "crash", "guard_fail", "violation", "no_change", "gen_error")
-# Filled when a cycle was judged on repeated or paired measurements (autoloop.judge); the raw
+# Filled when a cycle was judged on repeated or paired measurements (autoloop.decide); the raw
 # samples are in the cycle record's `stats`.
 STATS_COLUMNS = ("rule", "pairs", "effect_pct", "ci_low_pct", "ci_high_pct", "p_value",
                  "p_confirm", "median_ratio", "noise_pct", "holdout", "samples")

@@ -1,11 +1,9 @@
-"""How every number autoloop shows a person is written: one place, so the progress line, `log`,
-results.tsv, experiments.md, the report, the Markdown summary, the PR title and the terminal
-ending all agree.
+"""How every number autoloop shows a person is written, in one place (the progress line, `log`,
+results.tsv, experiments.md, the report, the summary, the PR title and the terminal agree).
 
-A metric gets enough significant digits to tell the run's values apart (at least `MIN_DIGITS`),
-never float noise (`145.97500000000002` prints `145.975`), and no exponent for ordinary
-magnitudes (`1234567` stays `1234567`). Machine outputs (the ledger, `--json`) keep full
-precision under their own keys; this module is for what is read.
+A metric gets enough significant digits to tell the run's values apart (at least MIN_DIGITS),
+never float noise (`145.97500000000002` prints `145.975`) and no exponent for ordinary
+magnitudes. Machine outputs (the ledger, `--json`) keep full precision under their own keys.
 """
 
 from __future__ import annotations
@@ -24,43 +22,36 @@ def _finite(x: object) -> bool:
 
 
 def sig(x: float, digits: int = MIN_DIGITS) -> str:
-    """`x` to `digits` significant digits, trailing zeros dropped, fixed-point for ordinary
-    magnitudes (1e-5 … 1e15) and scientific notation only outside them."""
+    """`x` to `digits` significant digits, trailing zeros dropped, fixed-point for 1e-5 … 1e15."""
     if not _finite(x):
         return str(x)
     x = float(x)
     if x == 0:
         return "0"
     e = math.floor(math.log10(abs(x)))
-    if -5 <= e < 15:
-        s = f"{x:.{max(0, digits - 1 - e)}f}"
-        if "." in s:
-            s = s.rstrip("0").rstrip(".")
-        return "0" if s in ("-0", "") else s
-    return f"{x:.{digits}g}"
+    if not -5 <= e < 15:
+        return f"{x:.{digits}g}"
+    s = f"{x:.{max(0, digits - 1 - e)}f}"
+    s = s.rstrip("0").rstrip(".") if "." in s else s
+    return "0" if s in ("-0", "") else s
 
 
 def digits_for(values: Iterable[float | None], floor: int = MIN_DIGITS) -> int:
-    """The fewest significant digits (at least `floor`) at which the distinct values among
-    `values` still print distinctly — values that differ only in float noise count as one."""
+    """The fewest significant digits (at least `floor`) at which the distinct values still print
+    distinctly; values that differ only in float noise count as one."""
     xs = sorted({round(float(v), 12 - math.floor(math.log10(abs(v)))) if v else 0.0
                  for v in values if _finite(v)})
-    d = floor
-    while d < MAX_DIGITS:
+    for d in range(floor, MAX_DIGITS):
         shown = [sig(v, d) for v in xs]
         if all(a != b for a, b in zip(shown, shown[1:])):
             return d
-        d += 1
     return MAX_DIGITS
 
 
 def formatter(values: Iterable[float | None], empty: str = "") -> Callable[[float | None], str]:
     """A `fmt(x)` for one run: its values decide the digits, None prints `empty`."""
     d = digits_for(values)
-
-    def fmt(x: float | None) -> str:
-        return empty if x is None or not _finite(x) else sig(x, d)
-    return fmt
+    return lambda x: num(x, d, empty)
 
 
 def num(x: float | None, digits: int = MIN_DIGITS, empty: str = "") -> str:
@@ -69,32 +60,28 @@ def num(x: float | None, digits: int = MIN_DIGITS, empty: str = "") -> str:
 
 
 def exact(x: float | None, empty: str = "") -> str:
-    """A value handed on to a program or an agent (AUTOLOOP_BEST, the prompt): twelve
-    significant digits — the measurement as printed, without the float noise of arithmetic."""
+    """A value handed on to a program or an agent (AUTOLOOP_BEST, the prompt): the measurement
+    as printed, without the float noise of arithmetic."""
     return num(x, 12, empty)
 
 
 def run_values(records: Sequence[Mapping[str, object]]) -> list[float]:
-    """Every metric value a run's records show: the cycles' metrics and bests, and the medians
-    their comparisons and the end-of-run check were judged on."""
-    out: list[float] = []
+    """Every metric value a run's records show: metrics, bests, and the medians their
+    comparisons and the end-of-run check were judged on."""
+    out: list[Any] = []
     for r in records:
-        for key in ("metric", "best", "median_a", "median_b"):
-            v = r.get(key)
-            if _finite(v):
-                out.append(float(v))  # type: ignore[arg-type]
         stats = r.get("stats")
         pooled = stats.get("pooled") if isinstance(stats, dict) else None
-        if isinstance(pooled, dict):
-            for key in ("median_a", "median_b"):
-                v = pooled.get(key)
-                if _finite(v):
-                    out.append(float(v))  # type: ignore[arg-type]
-    return out
+        out += [r.get(k) for k in ("metric", "best", "median_a", "median_b")]
+        out += [pooled.get(k) for k in ("median_a", "median_b")] if isinstance(pooled, dict) else []
+    return [float(v) for v in out if _finite(v)]
 
 
-def run_formatter(records: Sequence[Mapping[str, object]], empty: str = "") -> Callable[[float | None], str]:
-    return formatter(run_values(records), empty)
+def pct(old: float | None, new: float | None) -> float | None:
+    """The change from `old` to `new` in percent of `old` (None without a reference)."""
+    if old is None or new is None or old == 0:
+        return None
+    return (new - old) / abs(old) * 100.0
 
 
 def signed_pct(x: float | None, empty: str = DASH) -> str:
@@ -114,7 +101,7 @@ def pct_interval(ci: Sequence[float] | None, level: float | None = None, empty: 
     """`95% CI -31.2% … -20.4%` (the level left out when unknown)."""
     if not ci or len(ci) != 2 or not all(_finite(x) for x in ci):
         return empty
-    head = f"{level * 100:.0f}% CI" if _finite(level) else "CI"
+    head = f"{level * 100:.0f}% CI" if level is not None and _finite(level) else "CI"
     return f"{head} {signed_pct(ci[0])} … {signed_pct(ci[1])}"
 
 
@@ -138,12 +125,10 @@ def count(n: int | None, empty: str = DASH) -> str:
 
 
 def seconds(x: float | None, *, whole: bool = False) -> str:
-    """A duration: `4.2s` (`4s` when `whole`, for a clock that ticks in seconds), `3m05s`, `2h07m`."""
+    """A duration: `4.2s` (`4s` when `whole`), `3m05s`, `2h07m`."""
     if x is None or not _finite(x):
         return DASH
     s = int(x)
     if s < 60:
         return f"{s}s" if whole else f"{x:.1f}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"

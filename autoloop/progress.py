@@ -29,6 +29,10 @@ BOLD, RESET = "\x1b[1m", "\x1b[0m"
 PLAIN_HYPOTHESIS = 70      # characters of a hypothesis on a plain (not live) line
 PLAIN_LESSON = 200
 LESSON_INDENT = " " * 12
+# Phases that take minutes with nothing else printed: a plain log (`> run.log`, nohup) would
+# stay empty through a baseline measured several times, or an end-of-run check of 40 runs
+SLOW_PHASES = {"baseline": "measuring the starting commit (guards, then the verifier) …",
+               "final check": "end-of-run check (the best re-measured against the start, when one was kept) …"}
 
 
 def use_color(stream: IO[str], env: Mapping[str, str] | None = None) -> bool:
@@ -87,6 +91,8 @@ class Progress:
                 self.phase_t0 = self.clock()
                 if self.timestamps and not self.live and self.phase not in ("prepare", "scope"):
                     self._print(f"cycle {self.cycle:>4}  {self.phase}")
+                elif not self.live and self.phase in SLOW_PHASES:
+                    self._print(f"cycle {self.cycle:>4}  {SLOW_PHASES[self.phase]}")
             elif event == "cycle":
                 self._cycle(data)
             elif event == "stop":

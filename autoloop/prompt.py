@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from autoloop.numbers import exact as fmt, signed_pct
-from autoloop.judge import coarse_value
+from autoloop.decide.end import coarse_value
 from autoloop.memory import foreclosed
 from autoloop.program import Program
 

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from autoloop.facts import Facts, rows as judged_rows
 from autoloop.journal import CycleRecord
+from autoloop.ratchet import better, orientation
 from autoloop.numbers import Fmt, count, formatter, pct_interval, run_values, seconds, sig, signed_pct, usd
 
 STATUS_COLORS = {"baseline": "#2563eb", "keep": "#16a34a", "discard": "#9ca3af", "crash": "#dc2626",
@@ -63,7 +64,7 @@ def positions(cycles: Sequence[Mapping[str, Any]], direction: str) -> dict[int, 
             y = float(c.metric)
             if c.pooled is not None and c.status != "keep" and change is not None and best is not None:
                 y = best * (1 + change / 100.0)
-                if (y < best) == (direction == "minimize"):
+                if better(direction, y, best):
                     y = best
             pos[c.cycle] = y
         best = float(c.best) if c.best is not None else best
@@ -81,8 +82,9 @@ def chart(cycles: Sequence[Mapping[str, Any]], metric: str, direction: str, fmt:
         # one wild discard (a learning rate of 3.0) must not squash the run's path into a line:
         # a point past half the run's span beyond the worst best sits on that edge
         span = (max(bests) - min(bests)) or abs(bests[0]) * 0.05 or 1.0
-        edge = max(bests) + span * WILD_SPAN if direction == "minimize" else min(bests) - span * WILD_SPAN
-        pos = {k: min(v, edge) if direction == "minimize" else max(v, edge) for k, v in pos.items()}
+        sign = orientation(direction)
+        edge = min(bests, key=lambda b: sign * b) - sign * span * WILD_SPAN
+        pos = {k: min(v, edge, key=lambda x: -sign * x) for k, v in pos.items()}
     values = [*pos.values(), *bests]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
     if hi == lo:
@@ -165,14 +167,14 @@ def _row(rec: Mapping[str, Any], vs: float | None, change: float | None, fmt: Fm
 def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | None = None) -> str:
     cycles = [r for r in records if r.get("t") == "cycle"]
     s, fmt, gain = f.summary, f.fmt, f.headline_gain_pct
-    better = gain is not None and gain != 0 and ((gain < 0) == (f.direction == "minimize"))
+    improved = gain is not None and orientation(f.direction) * gain > 0
     gain_note = (pct_interval(f.gain_ci_pct, f.gain_ci_level) + " · " if f.gain_ci_pct else "") + (
         "best re-measured against the start" if f.remeasured_pct is not None else "baseline → best")
     tokens = f"{count(s.tokens)} tok"
     cards = [
         ("baseline", fmt(s.baseline), f.metric, ""),
         ("best", fmt(s.best), f.direction + (", as measured against its incumbent" if f.paired else ""), ""),
-        ("gain", signed_pct(gain), gain_note, "good" if better else ""),
+        ("gain", signed_pct(gain), gain_note, "good" if improved else ""),
         ("cycles", str(s.cycles), ", ".join(f"{k} {v}" for k, v in s.by_status.items()) or "none yet", ""),
         ("keep rate", "–" if s.keep_rate is None else f"{s.keep_rate * 100:.0f}%", f"{s.kept} kept", ""),
         # a generator that reports no cost (a `command`, `tune`) shows a dash, not "$0.00"

@@ -49,7 +49,7 @@ class Amount:
 
 @dataclass(frozen=True)
 class AcceptSpec:
-    """How a candidate is judged (autoloop.judge); the defaults are contract §5."""
+    """How a candidate is judged (autoloop.decide); the defaults are contract §5."""
 
     rule: Rule = "strict"
     min_effect: Amount = Amount(0.0, False)   # 1% when rule is paired and it is not given

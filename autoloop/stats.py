@@ -1,22 +1,13 @@
 """Statistics of the honest ratchet: pure functions on lists of numbers, scipy underneath.
 
-Conventions (used by autoloop.judge, the ledger and the docs):
-
-- A *pair* is one incumbent run `a` and one candidate run `b`, measured next to each other.
-- Its *change* is `log(b / a)` on the log scale (every value of the batch > 0) or `b - a` on
-  the difference scale (some value is zero or negative). It is signed like the metric.
-- Its *gain* is the change oriented so that positive means better: `-change` when the metric
-  is minimized, `change` when it is maximized.
-- The *effect* of a batch is the Hodges–Lehmann estimate of the gains: the median of their
-  Walsh averages (every mean `(g_i + g_j) / 2` with `i <= j`), the estimator that goes with the
-  Wilcoxon signed-rank test. Its confidence interval is the classic distribution-free one:
-  the k-th smallest and k-th largest Walsh average, k taken from the exact null distribution
-  of the signed-rank statistic (obtained from scipy), so its coverage is exact for symmetric
-  noise. With few pairs 95% is out of reach; the interval then is [min, max] of the Walsh
-  averages and the coverage it does have is reported with it (`level`).
-- The *p-value* is scipy's one-sided Wilcoxon signed-rank test that the gains tend to be
-  positive (`scipy.stats.wilcoxon(gains, alternative="greater")`: exact without ties, an exact
-  permutation test with ties or zeros up to 13 pairs, the normal approximation beyond).
+- A *pair* is one incumbent run `a` and one candidate run `b`, measured next to each other; its
+  *change* is `log(b / a)` (log scale: every value > 0) or `b - a` (difference scale), signed like
+  the metric; its *gain* is the change oriented so that positive means better.
+- The *effect* of a batch is the Hodges–Lehmann estimate of the gains (the median of their
+  Walsh averages), with the distribution-free interval of the Wilcoxon signed-rank test: exact
+  coverage for symmetric noise; with few pairs 95% is out of reach and the coverage it has is
+  reported (`level`).
+- The *p-value* is scipy's one-sided Wilcoxon signed-rank test that the gains tend to be positive.
 """
 
 from __future__ import annotations
@@ -25,30 +16,28 @@ import math
 import statistics
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
+
+from autoloop.ratchet import orientation
 
 if TYPE_CHECKING:
     import numpy as np
 
-# numpy and scipy cost about a second to import; only the noise-aware rules (paired batches,
-# the gate, power) need them, so they are imported on first use — a run with the plain strict
-# rule never pays for them.
+Scale = Literal["log", "diff"]
+CI_LEVEL = 0.95
+
+# numpy and scipy cost about a second to import: imported on first use, so a run with the plain
+# strict rule never pays for them.
 
 
-def _np():  # type: ignore[no-untyped-def]
+def _np() -> Any:
     import numpy
     return numpy
 
 
-def _st():  # type: ignore[no-untyped-def]
+def _st() -> Any:
     from scipy import stats
     return stats
-
-Scale = Literal["log", "diff"]
-CI_LEVEL = 0.95
-
-
-# ---- pairs → gains --------------------------------------------------------------------------
 
 
 def pick_scale(*groups: Sequence[float]) -> Scale:
@@ -60,14 +49,7 @@ def changes(a: Sequence[float], b: Sequence[float], scale: Scale) -> list[float]
     """Per-pair change of the candidate `b` against the incumbent `a`, signed like the metric."""
     if len(a) != len(b):
         raise ValueError("incumbent and candidate need the same number of runs")
-    if scale == "log":
-        return [math.log(y / x) for x, y in zip(a, b)]
-    return [y - x for x, y in zip(a, b)]
-
-
-def orientation(direction: str) -> int:
-    """+1 when a larger metric is better, -1 when a smaller one is."""
-    return 1 if direction == "maximize" else -1
+    return [math.log(y / x) if scale == "log" else y - x for x, y in zip(a, b)]
 
 
 def gains(a: Sequence[float], b: Sequence[float], direction: str, scale: Scale) -> list[float]:
@@ -75,90 +57,40 @@ def gains(a: Sequence[float], b: Sequence[float], direction: str, scale: Scale) 
     return [s * c for c in changes(a, b, scale)]
 
 
-def to_change(gain: float, direction: str) -> float:
-    return orientation(direction) * gain
-
-
 def change_pct(change: float, scale: Scale, reference: float | None = None) -> float | None:
     """A change as a percentage of the incumbent: exact on the log scale; on the difference
     scale relative to `reference` (the incumbent's median), None when that is 0 or unknown."""
     if scale == "log":
         return (math.exp(change) - 1.0) * 100.0
-    if not reference:
-        return None
-    return change / abs(reference) * 100.0
-
-
-# ---- the signed-rank test ---------------------------------------------------------------------
+    return change / abs(reference) * 100.0 if reference else None
 
 
 def signed_rank_p(g: Sequence[float]) -> float:
     """One-sided p-value that the gains tend to be positive (1.0 when nothing is nonzero)."""
-    np = _np()
-    arr = np.asarray(g, dtype=float)
-    if arr.size == 0 or not np.any(arr != 0):
+    arr = _np().asarray(g, dtype=float)
+    if arr.size == 0 or not arr.any():
         return 1.0
     return float(_st().wilcoxon(arr, alternative="greater").pvalue)
 
 
-def _ranks_with_sum(n: int, w: int) -> np.ndarray:
-    """Data 1..n whose positive part has rank sum exactly `w` (0 <= w <= n(n+1)/2)."""
-    out, rest = [], w
-    for i in range(n, 0, -1):
-        if i <= rest:
-            out.append(float(i))
-            rest -= i
-        else:
-            out.append(-float(i))
-    return _np().asarray(out)
-
-
 @lru_cache(maxsize=None)
 def _upper_tail(n: int, w: int) -> float:
-    """P(W+ >= w) under the null for n untied nonzero pairs, from scipy's exact distribution."""
-    total = n * (n + 1) // 2
+    """P(W+ >= w) under the null for n untied nonzero pairs: scipy's exact distribution, asked
+    through data 1..n whose positive ranks sum to exactly w."""
     if w <= 0:
         return 1.0
-    if w > total:
+    if w > n * (n + 1) // 2:
         return 0.0
-    return float(_st().wilcoxon(_ranks_with_sum(n, w), alternative="greater",
-                              method="exact").pvalue)
+    data, rest = [], w
+    for i in range(n, 0, -1):
+        data.append(float(i) if i <= rest else -float(i))
+        rest -= i if i <= rest else 0
+    return float(_st().wilcoxon(data, alternative="greater", method="exact").pvalue)
 
 
 def lower_tail(n: int, k: int) -> float:
     """P(W+ <= k) under the null (by symmetry, P(W+ >= n(n+1)/2 - k))."""
-    if k < 0:
-        return 0.0
-    return _upper_tail(n, n * (n + 1) // 2 - k)
-
-
-@lru_cache(maxsize=None)
-def critical_w(n: int, alpha: float) -> int | None:
-    """The smallest W+ whose one-sided exact p-value is <= alpha (None: n pairs can never)."""
-    total = n * (n + 1) // 2
-    if n == 0 or _upper_tail(n, total) > alpha:
-        return None
-    lo, hi = 0, total          # _upper_tail falls as w grows: find the first w at or below alpha
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _upper_tail(n, mid) <= alpha:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
-def reachable(g: Sequence[float], n_total: int, alpha: float) -> bool:
-    """Could a batch of `n_total` pairs whose first gains are `g` still pass the test? The best
-    case is that every pair still to come shows a gain larger than all seen so far."""
-    if len(g) >= n_total:
-        return signed_rank_p(g) <= alpha
-    top = max((abs(x) for x in g), default=0.0) or 1.0
-    best = list(g) + [top * (2.0 + i) for i in range(n_total - len(g))]
-    return signed_rank_p(best) <= alpha
-
-
-# ---- Hodges–Lehmann -------------------------------------------------------------------------
+    return 0.0 if k < 0 else _upper_tail(n, n * (n + 1) // 2 - k)
 
 
 def walsh_averages(g: Sequence[float]) -> np.ndarray:
@@ -182,24 +114,19 @@ class Interval:
 
 
 def hl_interval(g: Sequence[float], level: float = CI_LEVEL) -> Interval:
-    """Distribution-free confidence interval of the Hodges–Lehmann estimate: the (k+1)-th
-    smallest and largest Walsh averages, where k is the largest count with
-    P(W+ <= k) <= (1 - level) / 2. Coverage = 1 - 2 P(W+ <= k)."""
+    """The (k+1)-th smallest and largest Walsh averages, k the largest count with
+    P(W+ <= k) <= (1 - level) / 2; coverage 1 - 2 P(W+ <= k)."""
     n = len(g)
     if n == 0:
         raise ValueError("no pairs")
     w = walsh_averages(g)
-    m = w.size
-    k = 0
+    m, k = w.size, 0
     while lower_tail(n, k) <= (1.0 - level) / 2.0 and k < m // 2:
         k += 1
     k = max(k - 1, 0)     # the last k that still met the bound (0 when none did)
     if n == 1:
         return Interval(float(w[0]), float(w[0]), 0.0)
     return Interval(float(w[k]), float(w[m - 1 - k]), 1.0 - 2.0 * lower_tail(n, k))
-
-
-# ---- one batch --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -219,7 +146,7 @@ class Comparison:
     median_a: float
     median_b: float
 
-    def as_record(self) -> dict:
+    def as_record(self) -> dict[str, Any]:
         return {"n": self.n, "scale": self.scale, "p": self.p, "effect": self.effect,
                 "ci": [self.ci.low, self.ci.high], "ci_level": self.ci.level,
                 "change": self.change, "change_pct": self.change_pct,
@@ -234,98 +161,36 @@ def compare(a: Sequence[float], b: Sequence[float], direction: str,
         raise ValueError("need the same, nonzero number of incumbent and candidate runs")
     scale = scale or pick_scale(a, b)
     g = gains(a, b, direction, scale)
-    est = hodges_lehmann(g)
-    ci = hl_interval(g, level)
-    s = orientation(direction)
+    est, ci, s = hodges_lehmann(g), hl_interval(g, level), orientation(direction)
     lo_c, hi_c = sorted((s * ci.low, s * ci.high))
     np = _np()
     med_a = float(np.median(a))
-    pct = change_pct(s * est, scale, med_a)
     lo_p, hi_p = change_pct(lo_c, scale, med_a), change_pct(hi_c, scale, med_a)
-    ratio = float(np.median([y / x for x, y in zip(a, b)])) if scale == "log" else None
     return Comparison(
         n=len(g), scale=scale, p=signed_rank_p(g), effect=est, ci=ci, change=s * est,
-        change_ci=(lo_c, hi_c), change_pct=pct,
+        change_ci=(lo_c, hi_c), change_pct=change_pct(s * est, scale, med_a),
         change_ci_pct=None if lo_p is None or hi_p is None else (lo_p, hi_p),
-        median_ratio=ratio, median_a=med_a, median_b=float(np.median(b)))
+        median_ratio=float(np.median([y / x for x, y in zip(a, b)])) if scale == "log" else None,
+        median_a=med_a, median_b=float(np.median(b)))
 
 
-def threshold(value: float, relative: bool, scale: Scale, direction: str,
-              reference: float) -> float:
+def threshold(value: float, relative: bool, scale: Scale, direction: str, reference: float) -> float:
     """min_effect as a gain on `scale`: the candidate must be at least `value`% (relative) or
     `value` metric units better than the incumbent whose typical value is `reference`."""
     if value <= 0:
         return 0.0
-    if scale == "log":
-        frac = value / 100.0 if relative else (value / abs(reference) if reference else math.inf)
-        if direction == "maximize":
-            return math.log1p(frac)
-        return -math.log1p(-frac) if frac < 1 else math.inf
-    return value / 100.0 * abs(reference) if relative else value
-
-
-def passes(c: Comparison, alpha: float, min_gain: float) -> bool:
-    """The paired rule on one batch: significant, and the effect at least min_effect (and > 0)."""
-    return c.p <= alpha and c.effect >= min_gain and c.effect > 0
-
-
-# ---- noise, power and the smallest detectable effect -------------------------------------------
+    if scale == "diff":
+        return value / 100.0 * abs(reference) if relative else value
+    frac = value / 100.0 if relative else (value / abs(reference) if reference else math.inf)
+    s = orientation(direction)       # the candidate is reference * (1 + s * frac)
+    return s * math.log1p(s * frac) if s * frac > -1 else math.inf
 
 
 def noise_sd(g: Sequence[float]) -> float:
     """Spread of the per-pair changes of an A/A batch (two runs of the same code)."""
-    xs = [float(x) for x in g]
-    if not xs:
-        return 0.0
-    if len(xs) == 1:
-        return abs(xs[0])
-    return statistics.stdev(xs)
-
-
-def batch_power(effect: float, sd: float, n: int, alpha: float, min_gain: float,
-                reps: int = 4000, seed: int = 12345) -> float:
-    """Probability that one batch of n pairs passes `passes` when the true gain is `effect`
-    and each pair's gain has normal noise of spread `sd` (simulated, fixed seed)."""
-    w_crit = critical_w(n, alpha)
-    if w_crit is None:
-        return 0.0
-    if sd <= 0:
-        return 1.0 if effect > 0 and effect >= min_gain else 0.0
-    np, st = _np(), _st()
-    z = np.random.default_rng(seed).standard_normal((reps, n))
-    g = effect + sd * z
-    ranks = st.rankdata(np.abs(g), axis=1)
-    w_plus = (ranks * (g > 0)).sum(axis=1)
-    i, j = np.triu_indices(n)
-    hl = np.median((g[:, i] + g[:, j]) / 2.0, axis=1)
-    ok = (w_plus >= w_crit) & (hl >= min_gain) & (hl > 0)
-    return float(ok.mean())
-
-
-def power(effect: float, sd: float, n: int, alpha: float, min_gain: float, confirm: bool) -> float:
-    """The paired rule's chance to keep a change whose true gain is `effect`."""
-    p = batch_power(effect, sd, n, alpha, min_gain)
-    return p * p if confirm else p
-
-
-def detectable_effect(sd: float, n: int, alpha: float, min_gain: float, confirm: bool,
-                      target: float = 0.8) -> float:
-    """The smallest true gain kept with probability >= target (math.inf: never)."""
-    if critical_w(n, alpha) is None:
-        return math.inf
-    if sd <= 0:
-        return max(min_gain, 0.0)
-    hi = max(min_gain, 0.0) + 12.0 * sd
-    if power(hi, sd, n, alpha, min_gain, confirm) < target:
-        return math.inf
-    lo = 0.0
-    for _ in range(40):
-        mid = (lo + hi) / 2.0
-        if power(mid, sd, n, alpha, min_gain, confirm) >= target:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    if len(g) < 2:
+        return abs(float(g[0])) if g else 0.0
+    return statistics.stdev(float(x) for x in g)
 
 
 def strict_noise(values: Sequence[float]) -> tuple[float, Scale]:
@@ -343,9 +208,6 @@ def strict_phantom(run_sd: float, repeats: int, candidates: int) -> float:
     eff = 1.2533 if repeats >= 3 else 1.0     # a median is noisier than a mean
     n = candidates + 1
     return statistics.NormalDist().inv_cdf((n - 0.375) / (n + 0.25)) * run_sd * eff / math.sqrt(repeats)
-
-
-# ---- coarse feedback ------------------------------------------------------------------------
 
 
 def coarse_pct(value: float | None, step: float | None) -> str:

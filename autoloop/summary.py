@@ -1,13 +1,13 @@
-"""Numbers about a run, computed from its ledger's cycle records only (so anyone can recompute
-them): the practice-gym summary `autoloop log` prints."""
+"""Numbers about a run from its ledger's cycle records only (anyone can recompute them): the
+practice-gym summary `autoloop log` prints."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from autoloop.journal import STATUSES, pct
-from autoloop.numbers import formatter, signed_pct
+from autoloop.journal import STATUSES
+from autoloop.numbers import formatter, pct, signed_pct
 from autoloop.ratchet import better
 
 
@@ -55,37 +55,28 @@ def summarize(cycles: Sequence[Mapping[str, Any]], direction: str, recent: int =
     baseline = next((c.get("metric") for c in cycles if c["status"] == "baseline"), None)
     best = baseline
     for c in cycles:
-        if c["status"] == "keep" and c.get("metric") is not None:
-            if best is None or better(direction, c["metric"], best):  # type: ignore[arg-type]
-                best = c["metric"]
+        m = c.get("metric")
+        if c["status"] == "keep" and m is not None and (best is None or better(direction, m, best)):
+            best = m
     done = [c for c in cycles if c["cycle"] > 0]
     by_status = {s: 0 for s in STATUSES if s != "baseline"}
     for c in done:
         by_status[c["status"]] = by_status.get(c["status"], 0) + 1
-    kept = by_status.get("keep", 0)
-    cost = sum((c.get("gen") or {}).get("cost_usd") or 0.0 for c in done)
-    tokens = sum(((c.get("gen") or {}).get("tokens_in") or 0) + ((c.get("gen") or {}).get("tokens_out") or 0)
-                 for c in done)
+    gen = [c.get("gen") or {} for c in done]
     return Summary(
-        cycles=len(done), baseline=baseline, best=best, gain_pct=pct(baseline, best), kept=kept,
-        keep_rate=(kept / len(done)) if done else None,
-        by_status={k: v for k, v in by_status.items() if v},
-        trend=_trend(cycles, recent), cost_usd=cost, tokens=tokens,
-    )
+        cycles=len(done), baseline=baseline, best=best, gain_pct=pct(baseline, best),
+        kept=by_status["keep"], keep_rate=by_status["keep"] / len(done) if done else None,
+        by_status={k: v for k, v in by_status.items() if v}, trend=_trend(cycles, done[-recent:]),
+        cost_usd=sum(g.get("cost_usd") or 0.0 for g in gen),
+        tokens=sum((g.get("tokens_in") or 0) + (g.get("tokens_out") or 0) for g in gen))
 
 
-def _trend(cycles: Sequence[Mapping[str, Any]], recent: int) -> str:
-    done = [c for c in cycles if c["cycle"] > 0]
-    if not done:
+def _trend(cycles: Sequence[Mapping[str, Any]], window: Sequence[Mapping[str, Any]]) -> str:
+    if not window:
         return "no cycles yet"
-    window = done[-recent:]
-    first = window[0]["cycle"]
-    before = [c for c in cycles if c["cycle"] < first]
-    start_best = before[-1].get("best") if before else None
-    end_best = window[-1].get("best")
+    before = [c for c in cycles if c["cycle"] < window[0]["cycle"]]
+    start, end = (before[-1].get("best") if before else None), window[-1].get("best")
     keeps = sum(1 for c in window if c["status"] == "keep")
-    d = pct(start_best, end_best)
-    fmt = formatter([start_best, end_best])
-    moved = f", best {fmt(start_best)} → {fmt(end_best)} ({signed_pct(d)})" if (
-        d is not None and start_best is not None and end_best is not None) else ""
+    d, fmt = pct(start, end), formatter([start, end])
+    moved = f", best {fmt(start)} → {fmt(end)} ({signed_pct(d)})" if d is not None else ""
     return f"last {len(window)} cycles: {keeps} kept{moved}"

@@ -60,9 +60,8 @@ def preload(*, statistics: bool, generator_kind: str = "") -> list[str]:
     if statistics and not any(m in missing for m in _STATISTICS):
         from autoloop import stats
         a, b = [1.0, 1.2, 0.9, 1.1, 1.05, 0.95], [0.9, 1.1, 0.85, 1.0, 1.0, 0.9]
-        c = stats.compare(a, b, "minimize")
+        stats.compare(a, b, "minimize")
         stats.hl_interval(stats.gains(a, b, "minimize", "log"))
-        stats.batch_power(c.effect or 0.01, 0.05, 6, 0.05, 0.0, reps=10)
         stats.sequential_path(stats.gains(a, b, "minimize", "log"), [0.01, -0.02], 0.005)
         stats._log_integral_quad(3, 0.5)
     return missing

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from autoloop import proc
-from autoloop.hints import near_miss, root_hint
+from autoloop.hints import missing_path_hint, near_miss, plain, root_hint, uncommitted_module_hint
 from autoloop.metric import (GuardResult, Measurement, MetricError, metric_line_regex,  # noqa: F401 (re-exported)
                              parse_metric, parse_metric_text)
 from autoloop.program import HoldoutSpec, Program, VerifierSpec
@@ -45,7 +45,10 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
     for step, res in zip(todo, results):
         total += res.duration_s
         stem = res.stdout_path.with_suffix("")
-        why = None if res.ok else failure_summary(res, box) + root_hint(program, res.stderr_tail() + "\n" + res.stdout_tail())
+        said = "" if res.ok else res.stderr_tail() + "\n" + res.stdout_tail()
+        why = None if res.ok else \
+            failure_summary(res, box) + root_hint(program, said) + uncommitted_module_hint(program, said) \
+            + missing_path_hint(program, said)
         if step.guard:
             guards.append(GuardResult(step.name, res.ok, why or res.describe(), stem, res.duration_s))
             if why:
@@ -82,7 +85,7 @@ def failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> str
         hint = failure_hint(res.stderr_tail(4096) + "\n" + res.stdout_tail(4096), network=box.network)
     suffix = f" (hint: {hint})" if hint else ""
     for text in (res.stderr_tail(), res.stdout_tail()):
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        lines = [ln.strip() for ln in plain(text).splitlines() if ln.strip()]
         if lines:
             return f"{head}: {lines[-1][:200]}{suffix}"
     return head + suffix

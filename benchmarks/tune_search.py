@@ -15,12 +15,13 @@ In-process (the default), `tune` is its proposal engine (autoloop.generators.tun
 parsed from the markers, the ledger's observations, the same Engine the generator calls) fed
 by the objective instead of the verifier; the baseline (the user's starting values) is its
 observation 0, and "after N" counts the N cycles after it, as `autoloop run --cycles N` does.
-Optuna TPE (its defaults) and random search get N trials and no baseline. On `noisy` every
-method sees noisy values; the number reported is the noise-free value of the point each would
-keep (its best observed). `--cli K` also runs K seeds of `tune` through the real CLI on a copy
-of each objective (on `noisy` with `accept: paired`, so the ratchet keeps only what the paired
-rule accepts) and reports the best measured (quickstart) / the noise-free value of the final
-incumbent (noisy).
+Optuna TPE (its defaults) and random search get N trials and no baseline. Every method gets the
+same seeds. On the deterministic objectives a cell is the best value measured. On `noisy` every
+method runs inside a ratchet whose keep rule is autoloop's paired rule (`ratchet` below): a cell
+is the noise-free value of the incumbent it leaves. Cells are mean ± standard error over seeds.
+`--cli K` also runs K seeds of `tune` through the real CLI on a copy of each objective (on
+`noisy` with `accept: paired`) and reports the best measured (quickstart) / the noise-free value
+of the final incumbent (noisy).
 
 The machine is shared and noisy for timing; the search results do not depend on timing.
 """
@@ -93,7 +94,7 @@ class Objective:
         out = {}
         for m in self.markers:
             v = config[m.key]
-            out[m.name] = v if m.choices is not None else (int(v) if m.is_int else float(v))
+            out[m.name] = m.param.native(v)
         return out
 
 
@@ -139,40 +140,87 @@ OBJECTIVES: dict[str, Callable[[], Objective]] = {
 
 def run_tune(obj: Objective, seed: int, n: int, **engine_options: Any) -> list[float]:
     """Truth of the best-observed point after each cycle 1..n (the baseline is observation 0)."""
+    if obj.noisy is not None:
+        return ratchet(obj, seed, n, _tune_asker(obj, seed, engine_options))
     rng = random.Random(f"noise:{seed}")
     engine = Engine([m.param for m in obj.markers], "minimize", seed, **engine_options)
     start = obj.start()
-    seen = [Observation(start, obj.measure(start, rng))]
+    seen = [Observation(start, obj.measure(start, rng), proposed=False)]
     curve = []
     for _ in range(n):
         point = engine.propose(seen)[0]
         seen.append(Observation(point.config, obj.measure(point.config, rng)))
-        curve.append(_best_truth(obj, seen))
+        curve.append(min(o.value for o in seen if o.value is not None))  # type: ignore[type-var]
     return curve
-
-
-def _best_truth(obj: Objective, seen: list[Observation]) -> float:
-    best = min((o for o in seen if o.value is not None), key=lambda o: o.value)  # type: ignore[arg-type,return-value]
-    return best.value if obj.noisy is None else obj.truth(dict(best.config))  # type: ignore[return-value]
 
 
 def run_optuna(obj: Objective, seed: int, n: int, sampler: str) -> list[float]:
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    rng = random.Random(f"noise:{seed}")
     dists = {m.key: m.param.distribution() for m in obj.markers}
     s = optuna.samplers.TPESampler(seed=seed) if sampler == "tpe" else optuna.samplers.RandomSampler(seed=seed)
     study = optuna.create_study(direction="minimize", sampler=s)
-    seen: list[Observation] = []
-    curve = []
+    if obj.noisy is not None:
+        def ask(history: list[dict[str, Any]], incumbent: dict[str, Any]) -> tuple[dict[str, Any], Callable[[float], None]]:
+            trial = study.ask(dists)
+            return dict(trial.params), lambda value: study.tell(trial, value)
+        return ratchet(obj, seed, n, ask)
+    rng = random.Random(f"noise:{seed}")
+    curve: list[float] = []
     for _ in range(n):
         trial = study.ask(dists)
-        config = dict(trial.params)
-        value = obj.measure(config, rng)
+        value = obj.measure(dict(trial.params), rng)
         study.tell(trial, value)
-        seen.append(Observation(config, value))
-        curve.append(_best_truth(obj, seen))
+        curve.append(min(value, curve[-1]) if curve else value)
     return curve
+
+
+# --------------------------------------------------------------------------- a noisy objective: the paired rule decides
+
+
+Asker = Callable[[list[dict[str, Any]], dict[str, Any]], tuple[dict[str, Any], Callable[[float], None]]]
+
+
+def ratchet(obj: Objective, seed: int, n: int, ask: Asker) -> list[float]:
+    """A ratchet whose keep rule is autoloop's paired rule (autoloop.decide.cycle.judge_paired, its
+    defaults), every verifier run a fresh noisy measurement: each cycle the method proposes a
+    point, the rule judges it against the incumbent (the user's values at first), and the curve
+    is the noise-free value of the incumbent after each cycle — what the user would be left with.
+    The method is told the cycle's metric (the median of the candidate's runs, as the ledger
+    records it); `tune` reads the cycle records as the ledger holds them."""
+    from autoloop.decide.core import Sample, Session
+    from autoloop.decide.cycle import judge_paired
+    from autoloop.program import parse_program
+
+    program = parse_program(PAIRED_PROGRAM, ROOT / "program.md", ROOT)
+    rng = random.Random(f"noise:{seed}")
+    incumbent = obj.start()
+    history: list[dict[str, Any]] = [{"cycle": 0, "status": "baseline", "metric": obj.measure(incumbent, rng)}]
+    curve = []
+    for cycle in range(1, n + 1):
+        config, tell = ask(history, incumbent)
+        sides = {"A": incumbent, "B": config}
+        verdict = judge_paired(Session(lambda side, label, guards: Sample(side, label, obj.measure(sides[side], rng))),
+                               program, {})
+        tell(verdict.metric)
+        history.append({"cycle": cycle, "status": verdict.status, "metric": verdict.metric,
+                        "stats": verdict.stats, "gen_meta": {"config": config, "incumbent": incumbent}})
+        if verdict.status == "keep":
+            incumbent = config
+        curve.append(obj.truth(incumbent))
+    return curve
+
+
+PAIRED_PROGRAM = ("---\ngoal: Lower seconds\nallowed: [params.py]\nverifier:\n  command: python3 score.py\n"
+                  "  metric: seconds\n  direction: minimize\naccept:\n  rule: paired\n---\nBenchmark.\n")
+
+
+def _tune_asker(obj: Objective, seed: int, options: dict[str, Any]) -> Asker:
+    engine = Engine([m.param for m in obj.markers], "minimize", seed, **options)
+
+    def ask(history: list[dict[str, Any]], incumbent: dict[str, Any]) -> tuple[dict[str, Any], Callable[[float], None]]:
+        return engine.propose(observations(history, incumbent))[0].config, lambda value: None
+    return ask
 
 
 METHODS: dict[str, Callable[[Objective, int, int], list[float]]] = {
@@ -180,12 +228,10 @@ METHODS: dict[str, Callable[[Objective, int, int], list[float]]] = {
     "Optuna TPE": lambda o, s, n: run_optuna(o, s, n, "tpe"),
     "Optuna random": lambda o, s, n: run_optuna(o, s, n, "random"),
 }
-# --variants: the engine settings tune's defaults were chosen among (tune_engine.N_STARTUP)
+# --variants: the engine settings tune's defaults were chosen among (tune_engine: N_STARTUP, MULTIVARIATE, with_start)
 VARIANTS: dict[str, Callable[[Objective, int, int], list[float]]] = {
-    "tune, no local steps": lambda o, s, n: run_tune(o, s, n, local_every=0),
-    "tune, local every 2nd": lambda o, s, n: run_tune(o, s, n, local_every=2),
-    "tune, 10 first": lambda o, s, n: run_tune(o, s, n, n_startup=10),
-    "tune, 3 first": lambda o, s, n: run_tune(o, s, n, n_startup=3),
+    "tune, your values in TPE's model": lambda o, s, n: run_tune(o, s, n, with_start=True),
+    "tune, 10 random first (Optuna's default)": lambda o, s, n: run_tune(o, s, n, n_startup=10),
     "tune, univariate TPE": lambda o, s, n: run_tune(o, s, n, multivariate=False),
 }
 
@@ -283,6 +329,14 @@ def import_cost() -> None:
 # --------------------------------------------------------------------------- main
 
 
+def _cell(values: list[float]) -> str:
+    """Mean ± standard error over seeds, so a reader sees whether two rows are a tie."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return f"{mean:.4g}"
+    return f"{mean:.4g} ± {statistics.stdev(values) / math.sqrt(len(values)):.2g}"
+
+
 def _engine_variant(spec: str) -> Callable[[Objective, int, int], list[float]]:
     options = {k: int(v) for k, v in (part.split("=") for part in spec.split(","))}
     return lambda o, s, n: run_tune(o, s, n, **options)
@@ -291,6 +345,7 @@ def _engine_variant(spec: str) -> Callable[[Objective, int, int], list[float]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds FIRST..FIRST+SEEDS-1 (fresh seeds check a choice)")
     ap.add_argument("--objectives", nargs="+", default=list(OBJECTIVES), choices=list(OBJECTIVES))
     ap.add_argument("--cli", type=int, default=0, metavar="K", help="also run K seeds through `autoloop run`")
     ap.add_argument("--cli-objectives", nargs="+", default=["quickstart", "noisy"], choices=list(OBJECTIVES))
@@ -305,7 +360,8 @@ def main() -> int:
         import_cost()
         return 0
     n = max(COLUMNS)
-    print(f"best metric after N cycles, mean over seeds 0..{args.seeds - 1} (lower is better)\n")
+    print(f"best metric after N cycles, mean over seeds {args.first_seed}..{args.first_seed + args.seeds - 1}"
+          " (lower is better)\n")
     print("| objective | method | " + " | ".join(f"after {c}" for c in COLUMNS) + " | s |")
     print("|---|---|" + "---|" * (len(COLUMNS) + 1))
     for name in args.objectives:
@@ -315,9 +371,8 @@ def main() -> int:
         methods = {} if args.cli_only else {**chosen, **(VARIANTS if args.variants else {}), **extra}
         for method, fn in methods.items():
             t0 = time.monotonic()
-            curves = [fn(obj, seed, n) for seed in range(args.seeds)]
-            cells = [statistics.fmean(c[col - 1] for c in curves) for col in COLUMNS]
-            print(f"| {name} | {method} | " + " | ".join(f"{v:.4g}" for v in cells)
+            curves = [fn(obj, seed, n) for seed in range(args.first_seed, args.first_seed + args.seeds)]
+            print(f"| {name} | {method} | " + " | ".join(_cell([c[col - 1] for c in curves]) for col in COLUMNS)
                   + f" | {time.monotonic() - t0:.0f} |", flush=True)
         if args.cli and name in args.cli_objectives:
             with tempfile.TemporaryDirectory(prefix="tune-bench-") as tmp:

@@ -147,3 +147,40 @@ def test_sandboxed_generator_is_checked_inside_the_sandbox(make_repo, tmp_path: 
     assert lines["sandbox"][0] == "ok"
     assert lines["generator"][0] == "FAIL" and "cannot start inside the sandbox" in lines["generator"][1]
     assert lines["verifier"][0] == "ok"
+
+
+def test_untouched_template_is_a_program_problem_and_not_measured(make_repo) -> None:  # type: ignore[no-untyped-def]
+    # `run` and `verify` refuse a program.md still holding `autoloop init`'s placeholders;
+    # doctor used to measure it anyway and blame the missing agent and the guards instead
+    repo = make_repo({"README.md": "x\n"})
+    assert run_cli("init", "--template", "speed", cwd=repo).returncode == 0
+    res = run_cli("doctor", cwd=repo)
+    assert res.returncode == 1, res.stdout + res.stderr
+    program = [ln for ln in res.stdout.splitlines() if ln.split()[:2] == ["FAIL", "program"]]
+    assert any("program.md:16: verifier.command is still the template's placeholder" in ln for ln in program), res.stdout
+    assert any("the instructions still hold the template's placeholder" in ln for ln in program), res.stdout
+    assert _lines(res.stdout)["verifier"] == ("FAIL", "not measured: program.md still holds the "
+                                              "template's placeholders (the lines marked EDIT)")
+
+
+def test_what_a_failing_guard_said_is_quoted_without_terminal_escapes(make_repo) -> None:  # type: ignore[no-untyped-def]
+    # pytest with `addopts = --color=yes` (humanize, among others) ends on a coloured line
+    said = "\\x1b[31m\\x1b[1m5 errors\\x1b[0m\\x1b[31m in 0.61s\\x1b[0m"
+    repo = _repo(make_repo, extra=f"guards: [{{name: tests, command: \"{PY} -c 'print(\\\"{said}\\\"); raise SystemExit(2)'\"}}]\n")
+    res = run_cli("doctor", cwd=repo)
+    assert res.returncode == 1, res.stdout + res.stderr
+    state, detail = _lines(res.stdout)["guard"]
+    assert state == "FAIL" and "\x1b" not in detail, repr(detail)
+    assert " ".join(detail.split()[:9]) == "tests fails on HEAD (exit 2: 5 errors in" and detail.endswith(
+        "it said: 5 errors in 0.61s"), repr(detail)
+
+
+def test_allowed_entry_that_can_match_nothing_is_a_warning(make_repo) -> None:  # type: ignore[no-untyped-def]
+    repo = _repo(make_repo)
+    text = (repo / "program.md").read_text().replace("allowed: [val.txt]", "allowed: [val.txt, \"src/**\"]")
+    (repo / "program.md").write_text(text)
+    res = run_cli("doctor", cwd=repo)
+    assert res.returncode == 0, res.stdout + res.stderr          # a warning does not stop a run
+    assert _lines(res.stdout)["program"] == ("warn", "program.md:3: allowed entry 'src/**': its folder 'src' "
+                                             "does not exist: changes to the files you mean would be refused "
+                                             "as violations; paths are relative to the repository root")

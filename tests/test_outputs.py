@@ -14,7 +14,7 @@ import time
 import pytest
 
 from autoloop.facts import facts, gain_text, markdown
-from autoloop.judge import change_words
+from autoloop.decide.cycle import change_words
 from autoloop.report import positions, render
 from tests.scripts.e2e import PY, make_project
 

@@ -327,6 +327,10 @@ YAML_ERRORS = [
      "'*' as a reference; write \"*nope\" (YAML: found undefined alias 'nope')"),
     (HEAD + "  timeout: !seconds 5\n---\n",
      "program.md:8: invalid YAML: could not determine a constructor for the tag '!seconds'"),
+    # an unclosed '[' is found where the parser gives up; the line it opened on is named too
+    ("---\ngoal: [Make it fast\n\nallowed: [a.py]\n---\n",
+     "program.md:4: invalid YAML: expected ',' or ']', but got ':' "
+     "(while parsing a flow sequence that starts at line 2)"),
     ("---\ngoal: \"unclosed\n---\n",
      "program.md:2: invalid YAML: found unexpected end of stream "
      "(while scanning a quoted scalar)"),

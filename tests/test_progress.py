@@ -34,9 +34,21 @@ def test_plain_lines_without_a_terminal():
     text = out.getvalue()
     assert "\r" not in text and "\x1b" not in text
     lines = text.splitlines()
-    assert lines[0].startswith("cycle    0  baseline")
-    assert re.match(r"cycle    1  keep\s+score\s+30\s+best\s+30\s+1\.5s  lower it", lines[1])
-    assert lines[3].strip() == "crash: exit 1"
+    # the baseline may take minutes (measured twice or more): a log file says what is going on
+    assert lines[0] == "cycle    0  measuring the starting commit (guards, then the verifier) …"
+    assert lines[1].startswith("cycle    0  baseline")
+    assert re.match(r"cycle    1  keep\s+score\s+30\s+best\s+30\s+1\.5s  lower it", lines[2])
+    assert lines[4].strip() == "crash: exit 1"
+    assert len(lines) == 5          # the quick phases (generate) get no line of their own
+
+
+def test_plain_log_says_when_the_end_of_run_check_starts():
+    out = io.StringIO()
+    p = Progress(out, "score")
+    p("cycle", CYCLE1)
+    p("phase", {"cycle": 1, "phase": "final check"})
+    p.close()
+    assert out.getvalue().splitlines()[-1] == "cycle    1  end-of-run check (the best re-measured against the start, when one was kept) …"
 
 
 def test_ci_timestamps_and_phase_lines():

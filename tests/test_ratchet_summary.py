@@ -8,7 +8,7 @@ import random
 import pytest
 
 from autoloop.journal import STATUSES, pct
-from autoloop.ratchet import better, reached
+from autoloop.ratchet import better, gain_of, orientation, reached
 from autoloop.summary import Summary, summarize
 
 # ---------------------------------------------------------------------------------------------
@@ -37,6 +37,19 @@ BETTER = [
 @pytest.mark.parametrize("direction,cand,inc,expected", BETTER)
 def test_better(direction: str, cand: float, inc: float, expected: bool) -> None:
     assert better(direction, cand, inc) is expected
+
+
+@pytest.mark.parametrize("direction,cand,inc,expected", [b for b in BETTER if abs(b[1]) < 1e300])
+def test_gain_is_positive_exactly_when_better(direction: str, cand: float, inc: float,
+                                              expected: bool) -> None:
+    """direction is read in one place: the gain, the orientation and better() agree."""
+    g = gain_of(direction, inc, cand)
+    assert (g > 0) is expected and g == orientation(direction) * (cand - inc)
+
+
+def test_orientation_and_gain_in_metric_units() -> None:
+    assert (orientation("maximize"), orientation("minimize")) == (1, -1)
+    assert gain_of("minimize", 10.0, 7.5) == 2.5 and gain_of("maximize", 10.0, 7.5) == -2.5
 
 
 @pytest.mark.parametrize("direction", ["minimize", "maximize"])

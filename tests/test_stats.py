@@ -100,46 +100,6 @@ def test_lower_tail_matches_enumeration(n: int) -> None:
         assert st.lower_tail(n, k) == pytest.approx(sum(counts[: k + 1]) / total, abs=1e-12)
 
 
-@pytest.mark.parametrize("n, alpha, w", [
-    (5, 0.05, 15), (6, 0.05, 19), (7, 0.05, 25), (8, 0.05, 31), (10, 0.05, 45), (6, 0.1, 18),
-])
-def test_critical_w(n: int, alpha: float, w: int) -> None:
-    # one-sided critical values; P(W+ >= w) <= alpha < P(W+ >= w - 1)
-    assert st.critical_w(n, alpha) == w
-    counts = null_counts(n)
-    assert sum(counts[w:]) / 2 ** n <= alpha < sum(counts[w - 1:]) / 2 ** n
-
-
-@pytest.mark.parametrize("n, alpha", [(4, 0.05), (1, 0.1), (0, 0.05)])
-def test_critical_w_none_when_unreachable(n: int, alpha: float) -> None:
-    assert st.critical_w(n, alpha) is None
-
-
-# ---- futility -------------------------------------------------------------------------------
-
-
-def test_reachable_after_one_good_pair() -> None:
-    assert st.reachable([0.01], 6, 0.05)
-
-
-def test_not_reachable_after_two_losses() -> None:
-    assert not st.reachable([-0.01, -0.02], 6, 0.05)
-
-
-def test_reachable_complete_batch_is_the_test_itself() -> None:
-    g = [0.1, 0.2, 0.3, 0.4, 0.5, -0.05]
-    assert st.reachable(g, 6, 0.05) == (st.signed_rank_p(g) <= 0.05)
-
-
-@pytest.mark.parametrize("seed", range(30))
-def test_futility_never_stops_a_batch_that_would_pass(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    for _ in range(20):
-        g = list(rng.normal(0.5, 1.0, 6))
-        if st.signed_rank_p(g) <= 0.05:
-            assert all(st.reachable(g[:k], 6, 0.05) for k in range(1, 6))
-
-
 # ---- Hodges–Lehmann ---------------------------------------------------------------------------
 
 
@@ -265,20 +225,6 @@ def test_threshold(value, relative, scale, direction, ref, expected) -> None:
     assert st.threshold(value, relative, scale, direction, ref) == pytest.approx(expected)
 
 
-def _cmp(p: float, effect: float) -> st.Comparison:
-    return st.Comparison(n=6, scale="log", p=p, effect=effect, ci=st.Interval(0, 0, 0.9),
-                         change=-effect, change_ci=(0, 0), change_pct=None, change_ci_pct=None,
-                         median_ratio=None, median_a=1.0, median_b=1.0)
-
-
-@pytest.mark.parametrize("p, effect, min_gain, ok", [
-    (0.01, 0.02, 0.01, True), (0.05, 0.02, 0.01, True), (0.06, 0.02, 0.01, False),
-    (0.01, 0.005, 0.01, False), (0.01, 0.0, 0.0, False), (0.01, 0.001, 0.0, True),
-])
-def test_passes(p, effect, min_gain, ok) -> None:
-    assert st.passes(_cmp(p, effect), 0.05, min_gain) is ok
-
-
 # ---- noise, power, detectable effect ------------------------------------------------------------
 
 
@@ -286,57 +232,6 @@ def test_noise_sd() -> None:
     assert st.noise_sd([]) == 0.0
     assert st.noise_sd([-0.3]) == 0.3
     assert st.noise_sd([1.0, 2.0, 3.0]) == pytest.approx(1.0)
-
-
-def test_power_at_zero_effect_is_at_most_alpha() -> None:
-    assert st.batch_power(0.0, 0.03, 6, 0.05, 0.0) <= 0.05 + 0.01
-
-
-def test_power_grows_with_the_effect() -> None:
-    ps = [st.batch_power(e, 0.014, 6, 0.05, 0.01) for e in (0.0, 0.01, 0.02, 0.04)]
-    assert ps == sorted(ps) and ps[-1] > 0.95
-
-
-def test_confirm_squares_the_batch_power() -> None:
-    p = st.batch_power(0.02, 0.014, 6, 0.05, 0.01)
-    assert st.power(0.02, 0.014, 6, 0.05, 0.01, confirm=True) == pytest.approx(p * p)
-
-
-def test_power_without_noise() -> None:
-    assert st.batch_power(0.02, 0.0, 6, 0.05, 0.01) == 1.0
-    assert st.batch_power(0.005, 0.0, 6, 0.05, 0.01) == 0.0
-
-
-def test_power_is_zero_when_pairs_can_never_pass() -> None:
-    assert st.batch_power(1.0, 0.01, 4, 0.05, 0.0) == 0.0
-
-
-def test_detectable_effect_reaches_the_target_power() -> None:
-    d = st.detectable_effect(0.02, 6, 0.05, 0.0, True)
-    assert st.power(d, 0.02, 6, 0.05, 0.0, True) >= 0.8
-    assert st.power(d * 0.97, 0.02, 6, 0.05, 0.0, True) < 0.8
-
-
-def test_detectable_effect_scales_with_noise() -> None:
-    assert st.detectable_effect(0.04, 6, 0.05, 0.0, True) == pytest.approx(
-        2 * st.detectable_effect(0.02, 6, 0.05, 0.0, True), rel=0.05)
-
-
-def test_detectable_effect_more_pairs_detect_less() -> None:
-    assert st.detectable_effect(0.02, 12, 0.05, 0.0, True) < st.detectable_effect(0.02, 6, 0.05, 0.0, True)
-
-
-def test_detectable_effect_edge_cases() -> None:
-    assert st.detectable_effect(0.0, 6, 0.05, 0.01, True) == 0.01
-    assert st.detectable_effect(0.02, 4, 0.05, 0.0, True) == math.inf
-
-
-@pytest.mark.parametrize("pairs, at_least", [(8, 0.85), (6, 0.7)])
-def test_power_target_of_the_issue(pairs: int, at_least: float) -> None:
-    """A real 2% gain at 1% noise per run, confirmation, min_effect 1%: the default 8 pairs keep
-    it about 90% of the time (6 pairs about 75%; the target is 70%)."""
-    sd_pair = math.sqrt(2) * 0.01
-    assert st.power(-math.log(0.98), sd_pair, pairs, 0.05, -math.log(0.99), True) >= at_least
 
 
 def test_default_pairs_is_eight() -> None:
@@ -402,7 +297,7 @@ def test_numpy_and_scipy_load_only_when_a_statistical_rule_needs_them() -> None:
     import sys
     code = (
         "import sys\n"
-        "import autoloop.cli, autoloop.loop, autoloop.judge, autoloop.gate, autoloop.report\n"
+        "import autoloop.cli, autoloop.loop, autoloop.measure, autoloop.gate, autoloop.report\n"
         "from autoloop import stats as st\n"
         "st.strict_noise([1.0, 1.2, 0.9]); st.strict_phantom(0.1, 1, 100); st.noise_sd([0.1, 0.2])\n"
         "assert 'numpy' not in sys.modules and 'scipy' not in sys.modules, "

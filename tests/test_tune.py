@@ -130,7 +130,7 @@ def test_marker_forms(line: str, name: str, value: float, lo: float, hi: float,
     markers, errors = parse_markers(f"x = 1\n{line}\n", "pkg/train.py")
     assert errors == []
     (m,) = markers
-    assert (m.name, m.value, m.lo, m.hi, m.is_int, m.log) == (name, value, lo, hi, is_int, log)
+    assert (m.name, m.value, m.param.lo, m.param.hi, m.param.is_int, m.param.log) == (name, value, lo, hi, is_int, log)
     assert m.file == "pkg/train.py" and m.line == 2
     assert line[m.start:m.end].replace("_", "") in (repr(value), str(value), line[m.start:m.end].replace("_", ""))
     assert float(line[m.start:m.end]) == value
@@ -265,7 +265,7 @@ def test_bad_marker_in_work_tree_is_fatal(tmp_path: Path) -> None:
 def test_categorical_marker_forms(line: str, value: str, choices: tuple[str, ...], quote: str) -> None:
     (m,), errors = parse_markers(line + "\n", "a.py")
     assert errors == []
-    assert (m.value, m.choices, m.quote) == (value, choices, quote)
+    assert (m.value, m.param.choices, m.quote) == (value, choices, quote)
 
 
 SPACE = ('"""A model."""\n'
@@ -323,7 +323,7 @@ def test_a_proposal_rewrites_only_the_values_and_says_what_and_why(tmp_path: Pat
     assert proposal.hypothesis.startswith("Set ")
     for name in changed:
         assert name in proposal.hypothesis.split(":")[0]
-    assert "quasi-random point to map the space" in proposal.hypothesis
+    assert "a random point to map the space before TPE models it (1 measured so far)" in proposal.hypothesis
     assert "best measured so far 2.5" in proposal.hypothesis
 
 
@@ -463,7 +463,9 @@ def test_a_persons_skip_is_not_a_measurement_but_a_crash_is(tmp_path: Path) -> N
     program = make_program(tmp_path)
     gen = TuneGenerator(program.generator, program)
     engine = gen.engine(gen.markers)
-    assert engine._usable(seen)[1] == ({"train.py:X": 0.9}, 3.0)   # the crash scored as the worst
+    # the crash scored as the worst; the user's values measured but kept out of TPE's model
+    assert [o.proposed for o in seen] == [False, True, True]
+    assert engine._usable(seen) == [({"train.py:X": 0.9}, 3.0), ({"train.py:X": 0.7}, 3.0)]
 
 
 def test_a_kept_regression_is_not_called_best(tmp_path: Path) -> None:
@@ -494,3 +496,30 @@ def test_ledgers_of_the_previous_tuner_are_read() -> None:
     history = [baseline_record(1.0), {"cycle": 1, "status": "keep", "metric": 0.5, "best": 0.5, "gen_meta": old}]
     seen = observations(history, {"train.py:LR": 0.02, "train.py:N": 4})
     assert [(dict(o.config), o.value) for o in seen] == [(start, 1.0), ({"train.py:LR": 0.02, "train.py:N": 4}, 0.5)]
+
+
+def test_the_paired_rule_s_re_measurements_of_the_incumbent_are_its_value() -> None:
+    """Under `accept: paired` every cycle measures the incumbent again (side A): its value is the
+    median of all its samples, not the one lucky run that got it kept; a candidate's value is
+    the median of its own runs."""
+    start, a, b = ({"train.py:X": x} for x in (0.5, 0.1, 0.9))
+
+    def paired(cycle: int, config: dict[str, Any], incumbent: dict[str, Any], status: str,
+               batches: list[tuple[list[float], list[float]]]) -> dict[str, Any]:
+        bs = [x for _, bb in batches for x in bb]
+        return tune_record(cycle, config, incumbent, status, sorted(bs)[len(bs) // 2], 1.0,
+                           stats={"rule": "paired", "batches": [{"a": aa, "b": bb} for aa, bb in batches]})
+
+    history = [baseline_record(1.0),
+               paired(1, a, start, "keep", [([1.0, 1.2, 1.1], [0.5, 0.4, 0.6])]),   # a: lucky?
+               paired(2, b, a, "discard", [([0.9, 0.8], [1.5, 1.7]), ([0.85], [1.6])])]
+    seen = observations(history, a)
+    assert [dict(o.config) for o in seen] == [start, a, b]
+    assert [o.value for o in seen] == pytest.approx([
+        1.05,            # the baseline's 1.0 and its re-measurements 1.0 1.2 1.1
+        0.7,             # its runs 0.5 0.4 0.6 (kept at 0.5), then 0.9 0.8 0.85 as the incumbent
+        1.6])
+    # a strict ledger (no batches) keeps each cycle's own metric, as before
+    strict = [baseline_record(1.0), tune_record(1, a, start, "keep", 0.5, 0.5),
+              tune_record(2, b, a, "discard", 1.6, 0.5)]
+    assert [o.value for o in observations(strict, a)] == [1.0, 0.5, 1.6]

@@ -497,6 +497,42 @@ def test_failing_guard_is_reported(tmp_path: Path) -> None:
     assert m.error is None  # a guard failure is not a verifier crash
 
 
+def test_failing_guard_detail_has_no_terminal_escapes(tmp_path: Path) -> None:
+    # pytest under `addopts = --color=yes` ends in a coloured line; the detail goes into the
+    # lesson (experiments.md, results.tsv, the progress line), where escapes are garbage
+    m = run_measure(tmp_path, program(tmp_path, "echo 'val_loss: 1'", [(
+        "tests", r"printf '\033[31m\033[1m36 failed\033[0m, \033[32m573 passed\033[0m\n\033[0m\n'; exit 1")]))
+    assert m.failed_guard is not None and m.failed_guard.detail == "exit 1: 36 failed, 573 passed"
+
+
+def test_missing_module_that_the_checkout_has_names_the_file_to_commit(tmp_path: Path) -> None:
+    # humanize's src/humanize/_version.py is written by `pip install -e .` and ignored by git:
+    # the measured tree (committed files only) has no such module
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "src" / "pkg" / "_version.py").write_text("v = 1\n")
+    err = "echo \"ModuleNotFoundError: No module named 'pkg._version'\" >&2; exit 1"
+    m = run_measure(tmp_path, program(tmp_path, err))
+    assert m.error is not None and m.error.endswith(
+        "(src/pkg/_version.py is in your checkout, but measurements see only the committed files: "
+        "commit it (`git add -f src/pkg/_version.py` if git ignores it), or have the command generate it)"), m.error
+    other = run_measure(tmp_path, program(tmp_path, err.replace("pkg._version", "pkg.other")))
+    assert other.error == "exit 1: ModuleNotFoundError: No module named 'pkg.other'"
+
+
+def test_shell_not_finding_a_path_the_checkout_has_names_it(tmp_path: Path) -> None:
+    # unsandboxed, an ignored .venv/ at the top of the checkout is not in the measured tree
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").write_text("")
+    m = run_measure(tmp_path, program(tmp_path, "echo 'val_loss: 1'", [("tests", ".venv/bin/python -m pytest")]))
+    assert m.failed_guard is not None
+    assert m.failed_guard.detail.endswith(
+        "not found (.venv/bin/python is in your checkout, but measurements run in a tree of the committed "
+        f"files, which does not have it: commit it, or name it by its absolute path {tmp_path}/.venv/bin/python)"), \
+        m.failed_guard.detail
+    other = run_measure(tmp_path, program(tmp_path, "echo 'val_loss: 1'", [("tests", "nope/bin/python -m pytest")]))
+    assert other.failed_guard is not None and other.failed_guard.detail.endswith("nope/bin/python: not found")
+
+
 def test_guards_stop_at_first_failure(tmp_path: Path) -> None:
     flag = tmp_path / "second-guard-ran"
     m = run_measure(tmp_path, program(tmp_path, "echo 'val_loss: 1'",

@@ -1,4 +1,4 @@
-"""autoloop.judge with fake measurements: ABBA order, the strict and paired rules, confirmation,
+"""autoloop.decide with fake measurements: ABBA order, the strict and paired rules, confirmation,
 calibration, guard metrics, the holdout, and the end-of-run check."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Callable
 
 import pytest
 
-from autoloop import judge as jd
 from autoloop import stats as st
-from autoloop.judge import Run, Session
+from autoloop.decide import baseline as cal, core, cycle, end
+from autoloop.decide.core import Sample, Session
 from tests.test_program import parse, prog
 
 
@@ -35,16 +35,16 @@ class Fake:
         self.calls: list[tuple[str, str, bool]] = []
         self.count = {"A": 0, "B": 0}
 
-    def __call__(self, side: str, label: str, guards: bool) -> Run:
+    def __call__(self, side: str, label: str, guards: bool) -> Sample:
         self.calls.append((side, label, guards))
         if guards and self.guard_fail:
-            return Run(side, label, None, "'pytest' failed: exit 1", True)
+            return Sample(side, label, None, "exit 1", "pytest")
         k = self.count[side]
         self.count[side] += 1
         v = self.value(side, k)
         if v is None:
-            return Run(side, label, None, "exit 1: boom")
-        return Run(side, label, v, None, False, self.secondary(side, k))
+            return Sample(side, label, None, "exit 1: boom")
+        return Sample(side, label, v, None, False, self.secondary(side, k))
 
     @property
     def labels(self) -> list[str]:
@@ -69,37 +69,37 @@ def session(fake: Fake) -> Session:
 
 def test_pairs_are_measured_in_abba_order() -> None:
     fake = Fake(const(1, 1))
-    jd.measure_pairs(session(fake), 4)
+    core.measure_pairs(session(fake), 4)
     assert fake.labels == ["B1", "A1", "A2", "B2", "B3", "A3", "A4", "B4"]
 
 
 def test_only_the_first_candidate_run_carries_the_guards() -> None:
     fake = Fake(const(1, 1))
-    jd.measure_pairs(session(fake), 3)
+    core.measure_pairs(session(fake), 3)
     assert [c for c in fake.calls if c[2]] == [("B", "B1", True)]
 
 
 def test_pairs_collect_incumbent_and_candidate_values() -> None:
     fake = Fake(lambda side, k: (10 + k) if side == "A" else (20 + k))
-    p = jd.measure_pairs(session(fake), 3)
+    p = core.measure_pairs(session(fake), 3)
     assert (p.a, p.b) == ([10, 11, 12], [20, 21, 22])
 
 
 def test_a_failed_run_stops_the_pairs_at_once() -> None:
     fake = Fake(lambda side, k: None if (side, k) == ("A", 1) else 1.0)
-    p = jd.measure_pairs(session(fake), 6)
+    p = core.measure_pairs(session(fake), 6)
     assert p.failure is not None and p.failure.label == "A2" and len(fake.calls) == 3
 
 
 def test_stop_predicate_ends_the_batch_early() -> None:
     fake = Fake(const(1, 2))
-    p = jd.measure_pairs(session(fake), 6, stop=lambda a, b: len(a) == 2)
+    p = core.measure_pairs(session(fake), 6, stop=lambda a, b: len(a) == 2)
     assert p.stopped_early and len(p.a) == 2 and len(fake.calls) == 4
 
 
 def test_warm_up_labels_and_sides() -> None:
     fake = Fake(const(1, 1))
-    runs, failure = jd.warm_up(session(fake), 2)
+    runs, failure = core.series(session(fake), 2, "BA", "w")
     assert failure is None and [r.label for r in runs] == ["wB1", "wA1", "wB2", "wA2"]
 
 
@@ -108,7 +108,7 @@ def test_warm_up_labels_and_sides() -> None:
 
 def test_paired_keeps_a_clear_improvement_as_soon_as_the_evidence_allows() -> None:
     fake = Fake(const(1.0, 0.97))
-    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    v = cycle.judge_paired(session(fake), program(PAIRED), {})
     assert v.status == "keep" and [b["name"] for b in v.stats["batches"]] == ["batch"]
     rec = v.stats["batches"][0]
     # identical gains without calibration noise: the evidence first reaches 1/0.005 at pair 6
@@ -120,12 +120,12 @@ def test_paired_keeps_a_clear_improvement_as_soon_as_the_evidence_allows() -> No
 
 
 def test_paired_defaults_are_alpha_001_and_at_most_16_pairs_without_confirmation() -> None:
-    v = jd.judge_paired(session(Fake(const(1.0, 0.97))), program("accept:\n  rule: paired\n"), {})
+    v = cycle.judge_paired(session(Fake(const(1.0, 0.97))), program("accept:\n  rule: paired\n"), {})
     assert (v.stats["alpha"], v.stats["pairs"], v.stats["confirm"]) == (0.005, 16, False)
     assert v.status == "keep" and len(v.stats["batches"]) == 1
     # undecided evidence runs to the most pairs and is discarded
     fake = Fake(noisy(1.0, 1.0, 0.02, seed=5))
-    v = jd.judge_paired(session(fake), program("accept:\n  rule: paired\n"), {},
+    v = cycle.judge_paired(session(fake), program("accept:\n  rule: paired\n"), {},
                         noise=[0.03, -0.02, 0.01, -0.04], noise_scale="log")
     rec = v.stats["batches"][0]
     assert v.status == "discard" and len(rec["a"]) <= 16
@@ -135,7 +135,7 @@ def test_paired_defaults_are_alpha_001_and_at_most_16_pairs_without_confirmation
 def test_paired_uses_the_calibration_noise_and_the_ledger_recomputes_it() -> None:
     noise = [0.004, -0.006, 0.002, 0.001, -0.003, 0.005, -0.001, 0.0]
     fake = Fake(noisy(1.0, 0.98, 0.003, seed=2))
-    v = jd.judge_paired(session(fake), program(PAIRED), {}, noise=noise, noise_scale="log")
+    v = cycle.judge_paired(session(fake), program(PAIRED), {}, noise=noise, noise_scale="log")
     rec = v.stats["batches"][0]
     g = st.gains(rec["a"], rec["b"], "minimize", "log")
     assert rec["noise_n"] == 8
@@ -143,14 +143,14 @@ def test_paired_uses_the_calibration_noise_and_the_ledger_recomputes_it() -> Non
                                            for n in range(1, len(g) + 1)])
     assert v.status == "keep" and rec["log_lr"][-1] >= math.log(200) > max(rec["log_lr"][:-1])
     # with the noise of another scale it is not used
-    v = jd.judge_paired(session(Fake(const(1.0, 0.97))), program(PAIRED), {}, noise=noise,
+    v = cycle.judge_paired(session(Fake(const(1.0, 0.97))), program(PAIRED), {}, noise=noise,
                         noise_scale="diff")
     assert v.stats["batches"][0]["noise_n"] == 0
 
 
 def test_paired_metric_is_the_candidates_median() -> None:
     fake = Fake(lambda side, k: 1.0 if side == "A" else 0.9 + k / 100)
-    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    v = cycle.judge_paired(session(fake), program(PAIRED), {})
     n = len(v.stats["batches"][0]["b"])
     assert v.metric == pytest.approx(st.compare([1.0] * n, [0.9 + k / 100 for k in range(n)],
                                                  "minimize").median_b)
@@ -158,7 +158,7 @@ def test_paired_metric_is_the_candidates_median() -> None:
 
 def test_paired_lesson_is_coarse() -> None:
     fake = Fake(noisy(1.0, 0.95, 0.002, seed=3))
-    v = jd.judge_paired(session(fake), program(PAIRED), {}, noise_step=0.01, noise_scale="log")
+    v = cycle.judge_paired(session(fake), program(PAIRED), {}, noise_step=0.01, noise_scale="log")
     assert v.status == "keep"
     assert "better by ≈5%" in v.lesson and "noise ±1%" in v.lesson
     assert v.feedback is not None and v.feedback in v.lesson
@@ -169,7 +169,7 @@ def test_paired_lesson_is_coarse() -> None:
 
 def test_paired_stops_a_no_op_early() -> None:
     fake = Fake(lambda side, k: 1.0 + (0.01 if side == "B" else 0.0))   # candidate worse
-    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    v = cycle.judge_paired(session(fake), program(PAIRED), {})
     assert v.status == "discard"
     assert v.stats["batches"][0]["stopped_early"] and len(fake.calls) < 12
     assert v.stats["batches"][0]["decision"] == "discard" and "the evidence fell to 0.05" in v.result
@@ -177,35 +177,35 @@ def test_paired_stops_a_no_op_early() -> None:
 
 def test_paired_discards_a_significant_effect_below_min_effect() -> None:
     fake = Fake(const(1.0, 0.995))            # -0.5%, every pair: p = 1/64
-    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    v = cycle.judge_paired(session(fake), program(PAIRED), {})
     assert v.status == "discard" and "below min_effect 1%" in v.lesson
     assert len(v.stats["batches"]) == 1
 
 
 def test_paired_min_effect_zero_keeps_it() -> None:
     fake = Fake(const(1.0, 0.995))
-    v = jd.judge_paired(session(fake), program(PAIRED + "  min_effect: 0\n"), {})
+    v = cycle.judge_paired(session(fake), program(PAIRED + "  min_effect: 0\n"), {})
     assert v.status == "keep"
 
 
 def test_paired_min_effect_in_metric_units() -> None:
-    v = jd.judge_paired(session(Fake(const(10.0, 9.8))), program(PAIRED + "  min_effect: 0.3\n"), {})
+    v = cycle.judge_paired(session(Fake(const(10.0, 9.8))), program(PAIRED + "  min_effect: 0.3\n"), {})
     assert v.status == "discard"
-    v = jd.judge_paired(session(Fake(const(10.0, 9.6))), program(PAIRED + "  min_effect: 0.3\n"), {})
+    v = cycle.judge_paired(session(Fake(const(10.0, 9.6))), program(PAIRED + "  min_effect: 0.3\n"), {})
     assert v.status == "keep"
 
 
 def test_paired_confirmation_must_pass_too() -> None:
     # the candidate looks better in the first test only (a lucky streak)
     fake = Fake(lambda side, k: 1.0 if side == "A" else (0.95 if k < 6 else 1.01))
-    v = jd.judge_paired(session(fake), program(PAIRED + "  confirm: true\n"), {})
+    v = cycle.judge_paired(session(fake), program(PAIRED + "  confirm: true\n"), {})
     assert v.status == "discard" and "not confirmed" in v.lesson
     assert v.stats["batches"][0]["passed"] and not v.stats["batches"][1]["passed"]
 
 
 def test_paired_confirmation_runs_a_second_fresh_test() -> None:
     fake = Fake(const(1.0, 0.95))
-    v = jd.judge_paired(session(fake), program(PAIRED + "  confirm: true\n"), {})
+    v = cycle.judge_paired(session(fake), program(PAIRED + "  confirm: true\n"), {})
     assert v.status == "keep" and [b["name"] for b in v.stats["batches"]] == ["batch", "confirm"]
     assert len(fake.calls) == 24 and fake.labels[12:14] == ["cB1", "cA1"]
 
@@ -215,43 +215,43 @@ def maximizing(extra: str = ""):
 
 
 def test_paired_maximize() -> None:
-    v = jd.judge_paired(session(Fake(const(0.80, 0.85))), maximizing(PAIRED), {})
+    v = cycle.judge_paired(session(Fake(const(0.80, 0.85))), maximizing(PAIRED), {})
     assert v.status == "keep" and v.delta_pct == pytest.approx(6.25)
 
 
 def test_paired_maximize_worse_is_discarded() -> None:
-    v = jd.judge_paired(session(Fake(const(0.85, 0.80))), maximizing(PAIRED), {})
+    v = cycle.judge_paired(session(Fake(const(0.85, 0.80))), maximizing(PAIRED), {})
     assert v.status == "discard"
 
 
 def test_paired_difference_scale_when_values_cross_zero() -> None:
     fake = Fake(lambda side, k: -1.0 if side == "A" else -1.5)
-    v = jd.judge_paired(session(fake), program(PAIRED + "  min_effect: 0.1\n"), {})
+    v = cycle.judge_paired(session(fake), program(PAIRED + "  min_effect: 0.1\n"), {})
     assert v.status == "keep" and v.stats["pooled"]["scale"] == "diff"
     assert v.stats["pooled"]["change"] == pytest.approx(-0.5)
 
 
 def test_paired_candidate_crash() -> None:
     fake = Fake(lambda side, k: None if side == "B" and k == 2 else (1.0 if side == "A" else 0.9))
-    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    v = cycle.judge_paired(session(fake), program(PAIRED), {})
     assert v.status == "crash" and "boom" in v.lesson and fake.labels[-1] == "B3"
 
 
 def test_paired_incumbent_crash_says_so() -> None:
     fake = Fake(lambda side, k: None if side == "A" else 1.0)
-    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    v = cycle.judge_paired(session(fake), program(PAIRED), {})
     assert v.status == "crash" and "incumbent's re-measurement" in v.lesson
 
 
 def test_paired_guard_failure_runs_nothing_else() -> None:
     fake = Fake(const(1.0, 0.9), guard_fail=True)
-    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    v = cycle.judge_paired(session(fake), program(PAIRED), {})
     assert v.status == "guard_fail" and len(fake.calls) == 1 and "pytest" in v.lesson
 
 
 def test_paired_warmup_runs_are_recorded_and_not_counted() -> None:
     fake = Fake(lambda side, k: 50.0 if k == 0 else (1.0 if side == "A" else 0.97))
-    v = jd.judge_paired(session(fake), program(PAIRED + "  warmup: 1\n"), {})
+    v = cycle.judge_paired(session(fake), program(PAIRED + "  warmup: 1\n"), {})
     assert v.status == "keep"
     assert v.stats["warmup"] == {"a": [50.0], "b": [50.0]}
     assert 50.0 not in v.stats["batches"][0]["a"] + v.stats["batches"][0]["b"]
@@ -260,7 +260,7 @@ def test_paired_warmup_runs_are_recorded_and_not_counted() -> None:
 
 def test_paired_stats_reproduce_from_the_raw_samples() -> None:
     fake = Fake(noisy(1.0, 0.96, 0.01, seed=11))
-    v = jd.judge_paired(session(fake), program(PAIRED), {})
+    v = cycle.judge_paired(session(fake), program(PAIRED), {})
     for b in v.stats["batches"]:
         c = st.compare(b["a"], b["b"], "minimize")
         assert (b["p"], b["effect"], b["ci"]) == (c.p, c.effect, [c.ci.low, c.ci.high])
@@ -277,26 +277,26 @@ LIMIT = "limits:\n  - {metric: mem, max_increase: 10%}\n"
 
 def test_limit_within_bound_keeps() -> None:
     fake = Fake(const(1.0, 0.95), secondary=lambda side, k: {"mem": 105.0})
-    v = jd.judge_paired(session(fake), program(PAIRED + LIMIT), {"mem": 100.0})
+    v = cycle.judge_paired(session(fake), program(PAIRED + LIMIT), {"mem": 100.0})
     assert v.status == "keep" and v.stats["limits"][0]["ok"]
 
 
 def test_limit_exceeded_is_a_guard_fail() -> None:
     fake = Fake(const(1.0, 0.95), secondary=lambda side, k: {"mem": 100.0 if side == "A" else 111.0})
-    v = jd.judge_paired(session(fake), program(PAIRED + LIMIT), {"mem": 100.0})
+    v = cycle.judge_paired(session(fake), program(PAIRED + LIMIT), {"mem": 100.0})
     assert v.status == "guard_fail" and "limit mem: 111 is more than 10% above the baseline 100" in v.lesson
     assert len(v.stats["batches"]) == 1      # no confirmation for a candidate that cannot be kept
 
 
 def test_limit_only_looks_at_candidate_runs() -> None:
     fake = Fake(const(1.0, 0.95), secondary=lambda side, k: {"mem": 500.0 if side == "A" else 100.0})
-    v = jd.judge_paired(session(fake), program(PAIRED + LIMIT), {"mem": 100.0})
+    v = cycle.judge_paired(session(fake), program(PAIRED + LIMIT), {"mem": 100.0})
     assert v.status == "keep"
 
 
 def test_limit_missing_from_output_is_a_guard_fail() -> None:
     fake = Fake(const(1.0, 0.95), secondary=lambda side, k: {"mem": None})
-    v = jd.judge_paired(session(fake), program(PAIRED + LIMIT), {"mem": 100.0})
+    v = cycle.judge_paired(session(fake), program(PAIRED + LIMIT), {"mem": 100.0})
     assert v.status == "guard_fail" and "not in the verifier's output" in v.lesson
 
 
@@ -312,20 +312,20 @@ def test_limit_missing_from_output_is_a_guard_fail() -> None:
 ])
 def test_check_limits_bounds(spec: str, value: float, ok: bool) -> None:
     p = program(f"limits:\n  - {spec}\n")
-    runs = [Run("B", "B1", 1.0, secondary={"mem": value})]
-    records, failure = jd.check_limits(p.limits, {"mem": 100.0}, runs)
+    runs = [Sample("B", "B1", 1.0, secondary={"mem": value})]
+    records, failure = core.check_limits(p.limits, {"mem": 100.0}, runs)
     assert records[0]["ok"] is ok and (failure is None) is ok
 
 
 def test_check_limits_uses_the_median() -> None:
     p = program(LIMIT)
-    runs = [Run("B", f"B{i}", 1.0, secondary={"mem": m}) for i, m in enumerate((200.0, 101.0, 99.0))]
-    records, failure = jd.check_limits(p.limits, {"mem": 100.0}, runs)
+    runs = [Sample("B", f"B{i}", 1.0, secondary={"mem": m}) for i, m in enumerate((200.0, 101.0, 99.0))]
+    records, failure = core.check_limits(p.limits, {"mem": 100.0}, runs)
     assert failure is None and records[0]["value"] == 101.0
 
 
 def test_check_limits_without_baseline_value_passes_with_a_note() -> None:
-    records, failure = jd.check_limits(program(LIMIT).limits, {}, [Run("B", "B1", 1.0, secondary={"mem": 9e9})])
+    records, failure = core.check_limits(program(LIMIT).limits, {}, [Sample("B", "B1", 1.0, secondary={"mem": 9e9})])
     assert failure is None and "no baseline value" in records[0]["note"]
 
 
@@ -334,47 +334,47 @@ def test_check_limits_without_baseline_value_passes_with_a_note() -> None:
 
 def test_strict_median_of_repeats_decides() -> None:
     values = iter([0.90, 1.20, 0.95])          # median 0.95 < 1.0
-    v = jd.judge_strict(session(Fake(lambda s, k: next(values))), program("  repeats: 3"), 1.0, {})
+    v = cycle.judge_strict(session(Fake(lambda s, k: next(values))), program("  repeats: 3"), 1.0, {})
     assert v.status == "keep" and v.metric == 0.95 and v.stats["samples"] == [0.90, 1.20, 0.95]
 
 
 def test_strict_median_worse_is_discarded() -> None:
     values = iter([0.90, 1.20, 1.05])
-    v = jd.judge_strict(session(Fake(lambda s, k: next(values))), program("  repeats: 3"), 1.0, {})
+    v = cycle.judge_strict(session(Fake(lambda s, k: next(values))), program("  repeats: 3"), 1.0, {})
     assert v.status == "discard" and "worse" in v.lesson
 
 
 def test_strict_tie_is_discarded() -> None:
-    v = jd.judge_strict(session(Fake(const(1.0, 1.0))), program("  repeats: 2"), 1.0, {})
+    v = cycle.judge_strict(session(Fake(const(1.0, 1.0))), program("  repeats: 2"), 1.0, {})
     assert v.status == "discard" and "ties" in v.lesson
 
 
 def test_strict_min_effect_relative() -> None:
     p = program("accept: {min_effect: 2%}")
-    assert jd.judge_strict(session(Fake(const(0, 0.99))), p, 1.0, {}).status == "discard"
-    assert jd.judge_strict(session(Fake(const(0, 0.98))), p, 1.0, {}).status == "keep"
+    assert cycle.judge_strict(session(Fake(const(0, 0.99))), p, 1.0, {}).status == "discard"
+    assert cycle.judge_strict(session(Fake(const(0, 0.98))), p, 1.0, {}).status == "keep"
 
 
 def test_strict_min_effect_absolute_maximize() -> None:
     p = maximizing("accept: {min_effect: 0.5}")
-    assert jd.judge_strict(session(Fake(const(0, 10.4))), p, 10.0, {}).status == "discard"
-    assert jd.judge_strict(session(Fake(const(0, 10.5))), p, 10.0, {}).status == "keep"
+    assert cycle.judge_strict(session(Fake(const(0, 10.4))), p, 10.0, {}).status == "discard"
+    assert cycle.judge_strict(session(Fake(const(0, 10.5))), p, 10.0, {}).status == "keep"
 
 
 def test_strict_runs_only_the_candidate() -> None:
     fake = Fake(const(1.0, 0.9))
-    jd.judge_strict(session(fake), program("  repeats: 3"), 1.0, {})
+    cycle.judge_strict(session(fake), program("  repeats: 3"), 1.0, {})
     assert fake.labels == ["B1", "B2", "B3"] and {c[0] for c in fake.calls} == {"B"}
 
 
 def test_strict_crash_in_a_repeat() -> None:
-    v = jd.judge_strict(session(Fake(lambda s, k: None if k == 1 else 0.5)), program("  repeats: 3"), 1.0, {})
+    v = cycle.judge_strict(session(Fake(lambda s, k: None if k == 1 else 0.5)), program("  repeats: 3"), 1.0, {})
     assert v.status == "crash"
 
 
 def test_strict_limit() -> None:
     fake = Fake(const(1.0, 0.9), secondary=lambda s, k: {"mem": 150.0})
-    v = jd.judge_strict(session(fake), program(LIMIT), 1.0, {"mem": 100.0})
+    v = cycle.judge_strict(session(fake), program(LIMIT), 1.0, {"mem": 100.0})
     assert v.status == "guard_fail"
 
 
@@ -386,14 +386,14 @@ HOLDOUT = "holdout: {command: python h.py, metric: h}\n"
 
 def test_holdout_runs_only_for_a_passing_candidate() -> None:
     hold = Fake(const(1.0, 0.9))
-    v = jd.judge_paired(session(Fake(const(1.0, 1.0))), program(PAIRED + HOLDOUT), {},
+    v = cycle.judge_paired(session(Fake(const(1.0, 1.0))), program(PAIRED + HOLDOUT), {},
                         holdout=Session(hold, guards=False))
     assert v.status == "discard" and hold.calls == []
 
 
 def test_holdout_improved() -> None:
     hold = Fake(const(1.0, 0.9))
-    v = jd.judge_paired(session(Fake(const(1.0, 0.9))), program(PAIRED + HOLDOUT), {},
+    v = cycle.judge_paired(session(Fake(const(1.0, 0.9))), program(PAIRED + HOLDOUT), {},
                         holdout=Session(hold, guards=False))
     assert v.status == "keep" and v.stats["holdout"]["improved"] and not v.stats["holdout"]["overfit"]
     assert len(hold.calls) == 16 and not any(c[2] for c in hold.calls)     # HOLDOUT_PAIRS pairs
@@ -401,7 +401,7 @@ def test_holdout_improved() -> None:
 
 def test_holdout_not_improved_is_reported_as_overfitting() -> None:
     hold = Fake(const(1.0, 1.0))
-    v = jd.judge_paired(session(Fake(const(1.0, 0.9))), program(PAIRED + HOLDOUT), {},
+    v = cycle.judge_paired(session(Fake(const(1.0, 0.9))), program(PAIRED + HOLDOUT), {},
                         holdout=Session(hold, guards=False))
     assert v.status == "keep" and v.stats["holdout"]["overfit"]
     assert "possible overfitting" in v.result
@@ -410,7 +410,7 @@ def test_holdout_not_improved_is_reported_as_overfitting() -> None:
 
 def test_holdout_with_strict_rule() -> None:
     hold = Fake(const(1.0, 1.2))
-    v = jd.judge_strict(session(Fake(const(0, 0.9))), program(HOLDOUT), 1.0, {},
+    v = cycle.judge_strict(session(Fake(const(0, 0.9))), program(HOLDOUT), 1.0, {},
                         holdout=Session(hold, guards=False))
     assert v.status == "keep" and v.stats["holdout"]["overfit"]
     assert hold.labels == ["hB1", "hA1"]
@@ -421,7 +421,7 @@ def test_holdout_with_strict_rule() -> None:
 
 def test_calibration_strict_deterministic() -> None:
     fake = Fake(const(0, 2.5))
-    b = jd.calibrate_strict(session(fake), program())
+    b = cal.calibrate_strict(session(fake), program())
     assert (b.metric, b.problem, b.warning) == (2.5, None, None)
     assert b.stats["deterministic"] and b.stats["runs"] == [2.5, 2.5]
     assert fake.labels == ["B1", "B2"] and fake.calls[0][2] and not fake.calls[1][2]
@@ -429,20 +429,20 @@ def test_calibration_strict_deterministic() -> None:
 
 def test_calibration_strict_noisy_warns_and_keeps_the_first_value() -> None:
     values = iter([1.0, 1.05])
-    b = jd.calibrate_strict(session(Fake(lambda s, k: next(values))), program())
+    b = cal.calibrate_strict(session(Fake(lambda s, k: next(values))), program())
     assert b.metric == 1.0 and not b.stats["deterministic"]
     assert b.warning and "noisy" in b.warning and "accept.rule: paired" in b.warning
 
 
 def test_calibration_strict_repeats_median() -> None:
     values = iter([3.0, 1.0, 2.0])
-    b = jd.calibrate_strict(session(Fake(lambda s, k: next(values))), program("  repeats: 3"))
+    b = cal.calibrate_strict(session(Fake(lambda s, k: next(values))), program("  repeats: 3"))
     assert b.metric == 2.0 and b.stats["runs"] == [3.0, 1.0, 2.0]
 
 
 def test_calibration_paired_is_an_aa_batch() -> None:
     fake = Fake(noisy(1.0, 1.0, 0.01, seed=5))
-    b = jd.calibrate_paired(session(fake), program(PAIRED))
+    b = cal.calibrate_paired(session(fake), program(PAIRED))
     s = b.stats
     assert len(s["a"]) == len(s["b"]) == 6 and len(fake.calls) == 12
     assert b.metric == pytest.approx(float(sorted(s["a"] + s["b"])[5] + sorted(s["a"] + s["b"])[6]) / 2)
@@ -451,12 +451,12 @@ def test_calibration_paired_is_an_aa_batch() -> None:
 
 
 def test_calibration_paired_proposes_what_it_measured() -> None:
-    b = jd.calibrate_paired(session(Fake(noisy(1.0, 1.0, 0.03, seed=1))), program(PAIRED))
+    b = cal.calibrate_paired(session(Fake(noisy(1.0, 1.0, 0.03, seed=1))), program(PAIRED))
     prop = b.stats["proposal"]
     assert b.warning and "accept.min_effect 1%" not in b.warning
     assert f"your verifier's noise is {prop['noise_pct']:.2g}% per run" in b.warning
     assert f"detected only {prop['power_at_min_effect'] * 100:.0f}% of the time" in b.warning
-    assert f"with accept.min_effect: {jd._round_up(prop['min_effect_pct'])}% (" in b.warning
+    assert f"with accept.min_effect: {cal._round_up(prop['min_effect_pct'])}% (" in b.warning
     assert "verifier runs a keep" in b.warning and prop["min_effect"] == prop["gain"] / 2
     assert prop["power_at_min_effect"] < 0.8 and prop["gain"] > b.stats["min_gain"]
     # the proposed gain is kept 4 times in 5 with the proposed min_effect (an independent
@@ -467,40 +467,40 @@ def test_calibration_paired_proposes_what_it_measured() -> None:
 
 
 def test_calibration_paired_quiet_when_noise_is_small() -> None:
-    b = jd.calibrate_paired(session(Fake(noisy(1.0, 1.0, 0.0005, seed=1))), program(PAIRED))
+    b = cal.calibrate_paired(session(Fake(noisy(1.0, 1.0, 0.0005, seed=1))), program(PAIRED))
     assert b.warning is None and not b.stats["deterministic"]
     assert b.stats["proposal"]["power_at_min_effect"] >= 0.8
 
 
 def test_calibration_paired_deterministic_notes_it() -> None:
-    b = jd.calibrate_paired(session(Fake(const(2.0, 2.0))), program(PAIRED))
+    b = cal.calibrate_paired(session(Fake(const(2.0, 2.0))), program(PAIRED))
     assert b.warning is None and b.stats["deterministic"] and "deterministic" in b.note
 
 
-@pytest.mark.parametrize("calibrate", [jd.calibrate_strict, jd.calibrate_paired])
+@pytest.mark.parametrize("calibrate", [cal.calibrate_strict, cal.calibrate_paired])
 def test_calibration_first_run_failure(calibrate) -> None:
-    b = calibrate(session(Fake(lambda s, k: None)), program(PAIRED if calibrate is jd.calibrate_paired else ""))
+    b = calibrate(session(Fake(lambda s, k: None)), program(PAIRED if calibrate is cal.calibrate_paired else ""))
     assert b.metric is None and b.problem == "the baseline could not be measured: exit 1: boom"
 
 
 def test_calibration_later_failure_says_flaky() -> None:
-    b = jd.calibrate_paired(session(Fake(lambda s, k: None if k == 3 else 1.0)), program(PAIRED))
+    b = cal.calibrate_paired(session(Fake(lambda s, k: None if k == 3 else 1.0)), program(PAIRED))
     assert b.metric is None and "flaky" in b.problem
 
 
 def test_calibration_guard_failure() -> None:
-    b = jd.calibrate_strict(session(Fake(const(1, 1), guard_fail=True)), program())
+    b = cal.calibrate_strict(session(Fake(const(1, 1), guard_fail=True)), program())
     assert b.metric is None and b.problem.startswith("guard fails on the starting commit")
 
 
 def test_calibration_records_the_baseline_guard_metrics() -> None:
     fake = Fake(const(1.0, 1.0), secondary=lambda s, k: {"mem": 100.0 + k})
-    b = jd.calibrate_paired(session(fake), program(PAIRED + LIMIT))
+    b = cal.calibrate_paired(session(fake), program(PAIRED + LIMIT))
     assert b.stats["secondary"] == {"mem": 102.5}
 
 
 def test_calibration_without_the_guard_metric_is_a_problem() -> None:
-    b = jd.calibrate_strict(session(Fake(const(1, 1))), program(LIMIT))
+    b = cal.calibrate_strict(session(Fake(const(1, 1))), program(LIMIT))
     assert b.problem == "limit mem: not in the verifier's output on the starting commit"
 
 
@@ -509,14 +509,14 @@ def test_calibration_without_the_guard_metric_is_a_problem() -> None:
 
 def test_final_check_deterministic_stops_after_two_pairs() -> None:
     fake = Fake(const(1.0, 0.9))
-    rec = jd.final_check(Session(fake, guards=False), program())
+    rec = end.final_check(Session(fake, guards=False), program())
     assert rec["deterministic"] and rec["pairs"] == 2 and len(fake.calls) == 4
     assert rec["improved"] and rec["change_pct"] == pytest.approx(-10.0)
 
 
 def test_final_check_noisy_runs_all_pairs_and_is_reproducible() -> None:
     fake = Fake(noisy(1.0, 0.95, 0.02, seed=8))
-    rec = jd.final_check(Session(fake, guards=False), program())
+    rec = end.final_check(Session(fake, guards=False), program())
     assert rec["pairs"] == 20 and not rec["deterministic"]
     c = st.compare(rec["a"], rec["b"], "minimize")
     assert (rec["change_pct"], rec["change_ci_pct"], rec["p"]) == (c.change_pct, list(c.change_ci_pct), c.p)
@@ -526,25 +526,25 @@ def test_final_check_noisy_runs_all_pairs_and_is_reproducible() -> None:
 
 def test_final_check_pairs_from_the_program() -> None:
     fake = Fake(noisy(1.0, 1.0, 0.02, seed=9))
-    rec = jd.final_check(Session(fake, guards=False), program("accept: {final_pairs: 7}"))
+    rec = end.final_check(Session(fake, guards=False), program("accept: {final_pairs: 7}"))
     assert rec["pairs"] == 7
 
 
 def test_final_check_failure_is_recorded() -> None:
-    rec = jd.final_check(Session(Fake(lambda s, k: None), guards=False), program())
+    rec = end.final_check(Session(Fake(lambda s, k: None), guards=False), program())
     assert "boom" in rec["error"]
-    assert "failed" in jd.final_text(rec, "score")
+    assert "failed" in end.final_text(rec, "score")
 
 
 def test_final_check_holdout_overfitting() -> None:
-    rec = jd.final_check(Session(Fake(const(1.0, 0.9)), guards=False), program(HOLDOUT),
+    rec = end.final_check(Session(Fake(const(1.0, 0.9)), guards=False), program(HOLDOUT),
                          Session(Fake(const(1.0, 1.0)), guards=False))
-    assert rec["overfit"] and "possible overfitting" in jd.final_text(rec, "score")
+    assert rec["overfit"] and "possible overfitting" in end.final_text(rec, "score")
 
 
 def test_final_text_mentions_gain_and_interval() -> None:
-    rec = jd.final_check(Session(Fake(noisy(1.0, 0.95, 0.02, seed=8)), guards=False), program())
-    text = jd.final_text(rec, "score")
+    rec = end.final_check(Session(Fake(noisy(1.0, 0.95, 0.02, seed=8)), guards=False), program())
+    text = end.final_text(rec, "score")
     c = st.compare(rec["a"], rec["b"], "minimize")
     assert f"{c.change_pct:+.2f}%" in text and "CI" in text and "20 pairs" in text
 
@@ -554,12 +554,12 @@ def test_final_text_mentions_gain_and_interval() -> None:
 
 def test_coarse_value_rounds_to_the_noise() -> None:
     history = [{"cycle": 0, "status": "baseline", "stats": {"kind": "calibration", "step": 0.01, "scale": "log"}}]
-    assert jd.coarse_value(0.97731, history) == "≈0.98"
-    assert jd.coarse_value(123.456, history) == "≈123"
+    assert end.coarse_value(0.97731, history) == "≈0.98"
+    assert end.coarse_value(123.456, history) == "≈123"
 
 
 def test_coarse_value_exact_without_calibration() -> None:
-    assert jd.coarse_value(0.97731, []) == "0.97731"
+    assert end.coarse_value(0.97731, []) == "0.97731"
 
 
 def test_prompt_shows_a_paired_run_coarsely() -> None:
@@ -587,15 +587,15 @@ def test_noise_draws_pool_the_calibration_and_later_tests_contrasts() -> None:
     later = {"cycle": 1, "status": "discard", "stats": {
         "rule": "paired", "test": "sequential",
         "batches": [{"a": [1.0, 1.0, 1.0], "b": [0.9, 0.92, 0.95]}]}}
-    draws, scale = jd.calibration_noise([cal, later])
+    draws, scale = cycle.calibration_noise([cal, later])
     g = st.changes([1.0, 1.0, 1.0], [0.9, 0.92, 0.95], "log")
     assert scale == "log"
     assert draws == pytest.approx(st.changes([1.0, 1.02], [1.01, 1.0], "log") + st.helmert(g))
     # the candidate's effect is not noise: contrasts of a constant shift are all zero
     assert st.helmert([0.3, 0.3, 0.3, 0.3]) == pytest.approx([0.0, 0.0, 0.0])
-    assert jd.calibration_noise([later]) == ([], None)        # no calibration: nothing to lean on
+    assert cycle.calibration_noise([later]) == ([], None)        # no calibration: nothing to lean on
     many = [cal] + [later] * 200
-    assert len(jd.calibration_noise(many)[0]) == jd.NOISE_DRAWS
+    assert len(cycle.calibration_noise(many)[0]) == cycle.NOISE_DRAWS
 
 
 def _history(deterministic: bool, kept: bool = True, seconds: float | None = 2.0) -> list[dict]:
@@ -607,24 +607,76 @@ def _history(deterministic: bool, kept: bool = True, seconds: float | None = 2.0
 
 def test_needs_scipy_only_when_a_statistic_will_be_computed() -> None:
     strict, paired = program(""), program(PAIRED)
-    assert not jd.needs_scipy(strict, _history(True))
-    assert jd.needs_scipy(strict, _history(False))
-    assert jd.needs_scipy(paired, _history(True)) and jd.needs_scipy(paired)
-    assert not jd.needs_scipy(program("accept:\n  final_pairs: 0\n"), _history(False))
-    assert jd.needs_scipy(program(HOLDOUT), _history(True))
+    assert not end.needs_scipy(strict, _history(True))
+    assert end.needs_scipy(strict, _history(False))
+    assert end.needs_scipy(paired, _history(True)) and end.needs_scipy(paired)
+    assert not end.needs_scipy(program("accept:\n  final_pairs: 0\n"), _history(False))
+    assert end.needs_scipy(program(HOLDOUT), _history(True))
 
 
 def test_final_estimate_is_runs_times_the_calibrated_run_time() -> None:
     strict = program("")
-    assert jd.final_estimate(strict, _history(True)) == {"runs": 1, "seconds": 2.0}
-    assert jd.final_estimate(strict, _history(False)) == {"runs": 40, "seconds": 80.0}
-    assert jd.final_estimate(strict, _history(False, kept=False)) == {"runs": 0, "seconds": 0.0}
-    assert jd.final_estimate(strict, _history(False, seconds=None))["seconds"] is None
-    assert jd.final_estimate(program(HOLDOUT), _history(True))["runs"] == 80
+    assert end.final_estimate(strict, _history(True)) == {"runs": 1, "seconds": 2.0}
+    assert end.final_estimate(strict, _history(False)) == {"runs": 40, "seconds": 80.0}
+    assert end.final_estimate(strict, _history(False, kept=False)) == {"runs": 0, "seconds": 0.0}
+    assert end.final_estimate(strict, _history(False, seconds=None))["seconds"] is None
+    assert end.final_estimate(program(HOLDOUT), _history(True))["runs"] == 80
 
 
 def test_final_check_on_identical_pairs_needs_no_statistics() -> None:
-    rec = jd.final_check(Session(Fake(const(2.0, 1.5)), guards=False), program(PAIRED))
+    rec = end.final_check(Session(Fake(const(2.0, 1.5)), guards=False), program(PAIRED))
     assert rec["deterministic"] and rec["pairs"] == 2 and "p" not in rec
     assert rec["change_pct"] == pytest.approx(-25.0) and rec["improved"]
-    assert jd.final_text(rec, "score") == "re-measured best vs start: score -25.00% (deterministic: 2 identical pairs)"
+    assert end.final_text(rec, "score") == "re-measured best vs start: score -25.00% (deterministic: 2 identical pairs)"
+
+
+# ---- the one strict rule on a measurement the plain path made (loop._decide) -----------------------
+
+
+def _measured(metric: float | None, error: str | None = None, guard: str | None = None):
+    from pathlib import Path
+    from autoloop.verify import GuardResult, Measurement
+    guards = () if guard is None else (GuardResult(guard, False, "exit 1: nope", Path("g"), 0.1),)
+    return Measurement(metric, guards, error, None, 2.0)
+
+
+@pytest.mark.parametrize("metric, status, result, lesson", [
+    (39.5, "keep", "keep: val_loss 40.25 → 39.5 (-1.86%)", "kept: val_loss 40.25 → 39.5 (-1.86%)"),
+    (40.25, "discard", "discard: val_loss 40.25 ties best 40.25", "discarded: 40.25 ties best 40.25"),
+    (41.0, "discard", "discard: val_loss 41 is worse than best 40.25",
+     "discarded: 41 is worse than best 40.25"),
+    (40.2500001, "discard", "discard: val_loss 40.2500001 is worse than best 40.25",
+     "discarded: 40.2500001 is worse than best 40.25"),
+])
+def test_judge_one_writes_the_plain_paths_texts(metric, status, result, lesson) -> None:
+    """Contract §5 through the decide step's one strict rule: exactly the texts loop._decide
+    wrote before it called it (two values that differ print differently)."""
+    from autoloop.measure import judge_one
+    v = judge_one(program(), _measured(metric), 40.25)
+    assert (v.status, v.metric, v.result, v.lesson) == (status, metric, result, lesson)
+
+
+def test_judge_one_crash_and_guard_failure() -> None:
+    from autoloop.measure import judge_one
+    m = _measured(None, error="exit 3")
+    v = judge_one(program(), m, 1.0)
+    assert (v.status, v.metric, v.result, v.lesson, v.measurement) == (
+        "crash", None, "crash: exit 3", "crash: exit 3", m)
+    m = _measured(0.5, guard="lint")
+    v = judge_one(program(), m, 1.0)
+    assert (v.status, v.metric, v.result, v.lesson) == (
+        "guard_fail", None, "guard_fail: lint: exit 1: nope", "guard 'lint' failed: exit 1: nope")
+    assert v.measurement is m
+
+
+def test_the_decide_step_starts_no_process() -> None:
+    """What scripts/structure.py checks on the import graph, at run time: importing every rule
+    loads neither subprocess nor multiprocessing nor autoloop's process or program modules."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "import autoloop.decide.baseline, autoloop.decide.cycle, autoloop.decide.end\n"
+            "bad = {'subprocess', 'multiprocessing', 'autoloop.proc', 'autoloop.program'} & set(sys.modules)\n"
+            "assert not bad, bad\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr

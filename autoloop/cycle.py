@@ -1,0 +1,197 @@
+"""The engine's values: a run's state (RunState), one round of cycles (Round) and one candidate
+(Cycle) with its Outcome. The six steps (autoloop.steps) each take the state and a round."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from autoloop import proc
+from autoloop.errors import Interrupted
+from autoloop.approve import Reviewer
+from autoloop.executors import Executor, LaneJudge, make_executor
+from autoloop.generators.base import Generator, Proposal
+from autoloop.hardening import Guardrails
+from autoloop.journal import Journal
+from autoloop.program import Program
+from autoloop.redact import Redactor
+from autoloop.scope_rules import ScopeRules
+from autoloop.sentinel import Sentinel
+from autoloop.snapshot import Change
+from autoloop.verify import Measurement
+from autoloop.workspace import Workspace, Worktree
+
+Reporter = Callable[[str, Mapping[str, Any]], None]
+# After Ctrl-C, how long a round waits for its workers to notice before it cleans up anyway
+# (commands die at once; an SDK call in flight cannot be interrupted from another thread).
+STOP_GRACE_S = 15.0
+
+
+@dataclass
+class Outcome:
+    status: str
+    lesson: str
+    result: str
+    metric: float | None = None
+    changed: list[str] = field(default_factory=list)
+    measurement: Measurement | None = None
+    tree: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)   # the judge's fields for the cycle record
+    diffstat: str | None = None
+    decided_by: str = "ratchet"          # or "human" (approve mode)
+    recommendation: str | None = None    # the ratchet's status when a person overruled or confirmed it
+    measured: str | None = None          # the candidate commit that was measured
+
+
+def violation(problems: Sequence[str], changed: list[str]) -> Outcome:
+    text = "violation: " + "; ".join(problems)
+    return Outcome("violation", text, text, changed=changed)
+
+
+@dataclass
+class Cycle:   # one candidate: worker `worker`'s cycle `n`, from generation to its record
+    worker: int
+    n: int
+    tree: Worktree
+    env: dict[str, str] = field(default_factory=dict)
+    marker: str = ""
+    log_dir: Path = Path()
+    t0: float = field(default_factory=time.monotonic)
+    before: dict | None = None               # snapshot of the tree at the incumbent
+    proposal: Proposal = field(default_factory=Proposal)
+    gen_error: str | None = None
+    changes: list[Change] = field(default_factory=list)
+    candidate: str | None = None             # the candidate commit (on no branch)
+    tree_hash: str | None = None
+    measured: bool = False                   # it went to a lane (measured, or voided while measured)
+    files: list[str] = field(default_factory=list)
+    stat: Callable[[], str] | None = None    # the candidate's diffstat, read when recorded
+    measurement: Measurement | None = None   # the strict rule's one measurement
+    verdict: Any = None                      # the noise-aware judge's verdict
+    outcome: Outcome | None = None
+
+
+@dataclass
+class Round:
+    n0: int                                  # its first cycle number
+    incumbent: str
+    best_before: float | None
+    cycles: list[Cycle]
+    winner: Cycle | None = None
+    measuring: bool = False                  # some candidate went to be measured
+
+
+@dataclass
+class RunState:   # everything the steps share; only the main thread changes the fields below `sentinel`
+    program: Program
+    tag: str
+    report: Reporter
+    ws: Workspace
+    journal: Journal
+    rules: ScopeRules
+    guard: Guardrails
+    marker: str
+    workers: int
+    lanes: int
+    parallel: bool                           # records name their worker and round
+    generator_factory: Callable[..., Generator]
+    script_dirs: list[str]
+    redact: Redactor
+    reviewer: Reviewer | None = None
+    sentinel: Sentinel | None = None
+    incumbent: str = ""
+    baseline: float | None = None
+    best: float | None = None
+    generators: dict[int, Generator] = field(default_factory=dict)
+    exact: dict[int, tuple[str, dict]] = field(default_factory=dict)   # worker -> (commit, proven snapshot)
+    signal: int | None = None
+    in_python: bool = False                  # in code of ours that a signal interrupts at once
+    restoring: bool = False                  # a further Ctrl-C must not cut a restore short
+    finished: str | None = None              # why the generator has nothing left to propose
+
+    @cached_property
+    def executor(self) -> Executor:
+        # made at first use: `doctor` builds a Run without ever measuring through it
+        return make_executor(self.program, self.ws, self.lanes, self.guard)
+
+    @cached_property
+    def judge(self) -> LaneJudge:
+        # baseline and end-of-run check through lane 0: every number of the run from one place
+        return LaneJudge(self.program, self.ws, self.marker, self.check_signal, self.guard, self.executor.lane(0))
+
+    def check_signal(self) -> None:
+        if self.signal is not None:
+            raise Interrupted("interrupted")
+
+    def env(self, n: int) -> dict[str, str]:   # GIT_DIR & co. go at each use (generator_env, the scrub)
+        return {**os.environ, "AUTOLOOP_CYCLE": str(n), "AUTOLOOP_TAG": self.tag}
+
+    def worker_marker(self, worker: int) -> str:
+        # prefix-matched on resume (proc.kill_marked(prefix=True)), so a killed run's workers die
+        return f"{self.marker}-w{worker}"
+
+    def log_dir(self, n: int, name: str = "") -> Path:
+        d = self.journal.dir / "logs" / (name or f"cycle-{n:04d}")
+        if d.exists():
+            # an earlier attempt at this cycle number was rolled back; keep its logs aside
+            d.rename(d.with_name(f"{d.name}.aborted-{int(time.time() * 1000)}"))
+        d.mkdir(parents=True)
+        return d
+
+    def redact_logs(self, log_dir: Path) -> None:
+        for p in log_dir.rglob("*"):      # runs/LABEL/ of repeated and paired measurements too
+            if p.is_file() and not p.is_symlink():
+                self.redact.file(p)
+
+    def phase(self, rnd: Round, phase: str) -> None:
+        k = len(rnd.cycles)
+        self.report("phase", {"cycle": rnd.n0, "phase": phase if k == 1 else f"{phase} ({k} workers)"})
+
+    def each(self, cycles: Sequence[Cycle], fn: Callable[[Cycle], None]) -> None:
+        """fn(cycle) for every cycle at once, one thread each; the main thread waits, watching
+        for Ctrl-C/SIGTERM. The first worker error is raised once all of them have stopped."""
+        errors: dict[int, BaseException] = {}
+
+        def body(i: int, c: Cycle) -> None:
+            try:
+                fn(c)
+            except BaseException as exc:  # carried to the main thread
+                errors[i] = exc
+
+        if len(cycles) == 1:
+            body(0, cycles[0])
+        else:
+            threads = [threading.Thread(target=body, args=(i, c), daemon=True, name=f"autoloop-worker-{c.worker}")
+                       for i, c in enumerate(cycles)]
+            for t in threads:
+                t.start()
+            try:
+                for t in threads:
+                    while t.is_alive():
+                        t.join(0.05)
+                        self.check_signal()
+            except BaseException:
+                # stop the commands and remote tasks; give the workers a moment to see it, so
+                # the trees are quiet before the round is undone
+                proc.stop_current()
+                self.executor.cancel()
+                deadline = time.monotonic() + STOP_GRACE_S
+                for t in threads:
+                    t.join(max(0.0, deadline - time.monotonic()))
+                raise
+        if errors:
+            if self.signal is not None:
+                self.executor.cancel()
+                raise Interrupted("interrupted")
+            raise errors[min(errors)]
+
+
+def file_changes(changes: list[Change]) -> list[Change]:
+    """Changes git could record (files, links, specials); folders come and go with them."""
+    return [c for c in changes
+            if not ((c.before is None or c.before.kind == "d") and (c.after is None or c.after.kind == "d"))]

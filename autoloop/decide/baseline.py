@@ -1,0 +1,178 @@
+"""Cycle 0: the baseline, the noise calibration and what it proposes."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+from autoloop import stats as st
+from autoloop.decide.core import (Baseline, Pairs, Sample, Session, baseline_secondaries,
+                                  first_measurement, measure_pairs, median, series, values)
+from autoloop.numbers import num as fmt
+from autoloop.specs import Direction, Program
+
+TARGET_POWER = 0.8         # "4 times in 5": the chance of a keep the proposals aim for
+
+
+def _mean_seconds(runs: Sequence[Sample]) -> float | None:
+    ds = [r.seconds for r in runs if r.seconds is not None]
+    return sum(ds) / len(ds) if ds else None
+
+
+def propose(pair_sd: float, scale: st.Scale, direction: Direction, reference: float, *, alpha: float,
+            pairs: int, confirm: bool, min_effect: tuple[float, bool], noise_n: int,
+            seconds: float | None) -> dict[str, Any]:
+    """What the sequential paired rule does at this noise, by simulation: how often a real gain
+    of min_effect (value, relative) is kept, and the smallest gain kept 4 times in 5 with its
+    cost in verifier runs (and time, at `seconds` a run). Gains are one pair's, on `scale`."""
+    max_pairs = max(pairs, 2)
+    min_gain = st.threshold(*min_effect, scale, direction, reference)
+
+    def keep_rate(g: float, floor: float) -> tuple[float, float]:
+        p, runs = st.sequential_runs(g, pair_sd, alpha, max_pairs, noise_n, floor, reps=200)
+        return (p * p, 2 * runs) if confirm else (p, runs)
+
+    # the test's own detection (floor 0): a true gain of exactly min_effect clears a min_effect
+    # floor only about half the time whatever the noise
+    at_min, runs_min = keep_rate(min_gain, 0.0) if min_gain > 0 else (0.0, 2.0 * max_pairs)
+    lo, hi = 0.0, 4.0 * pair_sd + min_gain
+    if keep_rate(hi, 0.0)[0] < TARGET_POWER:
+        hi *= 2
+    for _ in range(7):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if keep_rate(mid, 0.0)[0] >= TARGET_POWER else (mid, hi)
+    # the min_effect proposed: half that gain, so the floor costs it little (it is kept as often
+    # as the test detects it) while smaller lucky estimates are refused
+    floor = hi / 2
+    kept, runs = keep_rate(hi, floor)
+    log = scale == "log"
+    return {"pair_sd": pair_sd, "power_at_min_effect": at_min, "runs_at_min_effect": runs_min,
+            "gain": hi, "gain_pct": st.change_pct(hi, "log") if log else None,
+            "min_effect": floor, "min_effect_pct": st.change_pct(floor, "log") if log else None,
+            "kept_at_gain": kept, "runs_per_keep": runs, "seconds_per_run": seconds,
+            "minutes_per_keep": None if seconds is None else runs * seconds / 60.0,
+            "noise_pct": (math.exp(pair_sd / math.sqrt(2)) - 1) * 100 if log else None}
+
+
+def _round_up(x: float) -> str:
+    """A min_effect a person would type: 2 significant digits, rounded up."""
+    if x <= 0:
+        return "0"
+    e = math.floor(math.log10(x)) - 1
+    return f"{math.ceil(x / 10 ** e) * 10 ** e:.{max(0, -e)}f}"
+
+
+def _proposed(prop: Mapping[str, Any], scale: str, key: str) -> str:
+    """The proposal's "gain" or "min_effect" as a person would type it."""
+    return f"{_round_up(prop[key + '_pct'])}%" if scale == "log" else _round_up(prop[key])
+
+
+def _cost_text(prop: Mapping[str, Any]) -> str:
+    cost = f"≈ {prop['runs_per_keep']:.0f} verifier runs a keep"
+    t, sec = prop.get("minutes_per_keep"), prop.get("seconds_per_run")
+    if t is not None and sec is not None:
+        took = (f"{t * 60:.0f} s" if t < 1.5 else f"{t:.1f} min" if t < 120 else f"{t / 60:.1f} h")
+        cost += f", ≈ {took} at {sec:.3g} s a run"
+    return cost
+
+
+def proposal_text(prop: Mapping[str, Any], scale: str, name: str) -> str:
+    """The proposal as one actionable sentence."""
+    per_run = float(f"{prop['pair_sd'] / math.sqrt(2):.3g}")
+    noise = f"{prop['noise_pct']:.2g}% per run" if scale == "log" else f"±{fmt(per_run)} {name} per run"
+    return (f"your verifier's noise is {noise}: a real gain of accept.min_effect is detected only "
+            f"{prop['power_at_min_effect'] * 100:.0f}% of the time. Gains of {_proposed(prop, scale, 'gain')} "
+            f"or more are kept {prop['kept_at_gain'] * 100:.0f}% of the time with accept.min_effect: "
+            f"{_proposed(prop, scale, 'min_effect')} ({_cost_text(prop)}): set it, or make the "
+            "verifier steadier (README: 'Noisy metrics').")
+
+
+def _run_problem(failure: Sample, is_first: bool) -> str:
+    if failure.guard is not None:
+        return f"guard fails on the starting commit: '{failure.guard}' failed: {failure.error}"
+    if is_first:
+        return f"the baseline could not be measured: {failure.error}"
+    return (f"the baseline could not be measured: run {failure.label} of the starting commit "
+            f"failed ({failure.error}); the verifier is flaky")
+
+
+def calibrate_strict(session: Session, program: Program) -> Baseline:
+    """`repeats` runs of the starting commit (at least two: a second one only to look at the
+    noise). The baseline metric is the median of the first `repeats` runs."""
+    v, acc = program.verifier, program.accept
+    warm, failure = series(session, acc.warmup, "B", "w")
+    runs, failure = series(session, max(v.repeats, 2), "B") if failure is None else ([], failure)
+    rec: dict[str, Any] = {"kind": "calibration", "rule": "strict", "repeats": v.repeats,
+                           "warmup": values(warm), "runs": values(runs)}
+    if failure is not None:
+        return Baseline(None, failure.measurement, _run_problem(failure, session.first is failure), rec)
+    xs = [x for x in values(runs) if x is not None]
+    metric = xs[0] if v.repeats == 1 else median(xs[:v.repeats])
+    rec["secondary"], problem = baseline_secondaries(program.limits, runs[:max(v.repeats, 1)])
+    rec["seconds_per_run"] = _mean_seconds(runs)
+    rec["deterministic"] = deterministic = len(set(xs)) == 1
+    warning = None
+    if not deterministic:
+        sd, scale = st.strict_noise(xs)
+        phantom = st.strict_phantom(sd, v.repeats, 100)
+        rec.update(scale=scale, run_sd=sd, noise_pct=st.change_pct(sd, "log") if scale == "log" else None,
+                   phantom_100=phantom)
+        spread = (f"±{st.change_pct(sd, 'log'):.2g}% per run" if scale == "log"
+                  else f"±{fmt(float(f'{sd:.3g}'))} per run")
+        seems = (f"{st.change_pct(phantom, 'log'):.2g}%" if scale == "log"
+                 else f"{fmt(float(f'{phantom:.3g}'))} ({v.label} units)")
+        warning = (f"the verifier is noisy: {len(xs)} runs of the starting commit gave "
+                   f"{', '.join(fmt(x) for x in xs)} ({spread}). With accept.rule: strict a "
+                   "change that does nothing is kept whenever its measurement comes out luckier "
+                   "than the best so far: over 100 such changes expect several junk commits and "
+                   f"a best {v.label} that reads about {seems} better than it is. Set "
+                   "accept.rule: paired (README: 'Noisy metrics').")
+        # what the paired rule's defaults would do at this noise (its calibration: 16 pairs)
+        m = acc.min_effect
+        prop = propose(sd * math.sqrt(2), scale, v.direction, metric, alpha=0.005, pairs=16,
+                       confirm=False, min_effect=(m.value, m.relative) if m.value else (1.0, True),
+                       noise_n=16, seconds=_mean_seconds(runs))
+        rec["proposal"] = prop
+        warning += (f" With it and min_effect: {_proposed(prop, scale, 'min_effect')}, gains of "
+                    f"{_proposed(prop, scale, 'gain')} or more would be kept "
+                    f"{prop['kept_at_gain'] * 100:.0f}% of the time ({_cost_text(prop)}).")
+        rec["warning"] = warning
+    return Baseline(metric, first_measurement(session), problem, rec, warning=warning)
+
+
+def calibrate_paired(session: Session, program: Program) -> Baseline:
+    """An A/A batch: `pairs` pairs of the starting commit in both trees, ABBA order. The baseline
+    metric is the median of all its runs; the spread of the per-pair changes is the noise."""
+    v, acc = program.verifier, program.accept
+    warm, failure = series(session, acc.warmup, "BA", "w")
+    pairs = measure_pairs(session, acc.pairs) if failure is None else Pairs()
+    failure = failure or pairs.failure
+    rec: dict[str, Any] = {"kind": "calibration", "rule": "paired", "pairs": acc.pairs,
+                           "warmup": {"a": values(warm, "A"), "b": values(warm, "B")},
+                           "a": pairs.a, "b": pairs.b, "order": pairs.order}
+    if failure is not None:
+        return Baseline(None, failure.measurement, _run_problem(failure, session.first is failure), rec)
+    metric = median(pairs.a + pairs.b)
+    rec["secondary"], problem = baseline_secondaries(program.limits, pairs.runs)
+    scale = st.pick_scale(pairs.a, pairs.b)
+    sd = st.noise_sd(st.changes(pairs.a, pairs.b, scale))
+    deterministic = len(set(pairs.a + pairs.b)) == 1
+    m = acc.min_effect
+    rec.update(scale=scale, noise_sd=sd, deterministic=deterministic,
+               min_gain=st.threshold(m.value, m.relative, scale, v.direction, metric),
+               seconds_per_run=_mean_seconds(pairs.runs),
+               noise_pct=(math.exp(sd / math.sqrt(2)) - 1) * 100 if scale == "log" else None,
+               step=sd / math.sqrt(acc.pairs))
+    warning = note = None
+    if deterministic:
+        note = ("the verifier looks deterministic (identical values for the same commit); "
+                "accept.rule: paired only costs time here")
+    elif sd > 0:
+        prop = propose(sd, scale, v.direction, metric, alpha=acc.alpha, pairs=acc.pairs,
+                       confirm=acc.confirm, min_effect=(m.value, m.relative), noise_n=len(pairs.a),
+                       seconds=_mean_seconds(pairs.runs))
+        rec["proposal"], rec["detectable"] = prop, prop["gain"]
+        if prop["power_at_min_effect"] < TARGET_POWER:
+            warning = proposal_text(prop, scale, v.label)
+    rec["warning"] = warning
+    return Baseline(metric, first_measurement(session), problem, rec, warning=warning, note=note)

@@ -1,0 +1,295 @@
+"""One cycle: the strict and the paired rule, the holdout after a keep."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from autoloop import stats as st
+from autoloop.decide.core import (History, Pairs, Sample, Session, Verdict, check_limits,
+                                  first_measurement, measure_pairs, median, series, values)
+from autoloop.numbers import formatter, num as fmt, pct, signed_pct
+from autoloop.ratchet import better, gain_of, orientation
+from autoloop.specs import HoldoutSpec, Program
+
+HOLDOUT_PAIRS = 8          # a fixed batch for the held-out verifier after a keep (min p 1/256)
+NOISE_DRAWS = 200          # the most noise draws a test leans on: the recent past, not all of it
+
+
+def _failed(session: Session, failure: Sample, stats: dict[str, Any]) -> Verdict:
+    """A run without a value: the candidate's guard failed, or a run crashed."""
+    if failure.guard is not None:
+        return Verdict("guard_fail", None, f"guard_fail: {failure.guard}: {failure.error}",
+                       f"guard '{failure.guard}' failed: {failure.error}", stats,
+                       measurement=failure.measurement)
+    if failure.side == "A":
+        why = (f"the incumbent's re-measurement ({failure.label}) crashed: {failure.error}; "
+               "the verifier is flaky")
+        return Verdict("crash", None, f"crash: {why}", f"crash: {why}", stats, measurement=first_measurement(session))
+    return Verdict("crash", None, f"crash: {failure.error}", f"crash: {failure.error}", stats,
+                   measurement=first_measurement(session) or failure.measurement)
+
+
+def judge_strict(session: Session, program: Program, best: float,
+                 baseline_secondary: Mapping[str, float | None],
+                 holdout: Session | None = None) -> Verdict:
+    """The one strict rule (contract §5 with the defaults): the median of `repeats` candidate
+    runs against the incumbent's stored metric."""
+    v, acc = program.verifier, program.accept
+    name = v.label
+    stats: dict[str, Any] = {"rule": "strict", "repeats": v.repeats, "incumbent": best,
+                             "min_effect": str(acc.min_effect)}
+    warm, failure = series(session, acc.warmup, "B", "w")
+    stats["warmup"] = values(warm)
+    runs, failure = series(session, v.repeats, "B") if failure is None else ([], failure)
+    stats["samples"] = [x for x in values(runs) if x is not None]
+    if failure is not None:
+        return _failed(session, failure, stats)
+    value = stats["median"] = median(stats["samples"])
+    limits, problem = check_limits(program.limits, baseline_secondary, runs)
+    if limits:
+        stats["limits"] = limits
+    delta = pct(best, value)
+    base = dict(measurement=first_measurement(session), delta_pct=delta)
+    if problem:
+        return Verdict("guard_fail", value, f"guard_fail: {problem}", problem, stats, **base)
+    stats["threshold"] = need = acc.min_effect.of(best)
+    f = formatter([best, value])      # two values that differ must print differently
+    shown = f"{f(value)}" + (f" (median of {v.repeats})" if v.repeats > 1 else "")
+    gain_txt = f" ({signed_pct(delta)})" if delta is not None else ""
+    if better(v.direction, value, best) and gain_of(v.direction, best, value) >= need:
+        verdict = Verdict("keep", value, f"keep: {name} {f(best)} → {shown}{gain_txt}",
+                          f"kept: {name} {f(best)} → {f(value)}{gain_txt}", stats, **base)
+        if holdout is not None:
+            _holdout_strict(holdout, program, verdict)
+        return verdict
+    if value == best:
+        why = f"{shown} ties best {f(best)}"
+    elif better(v.direction, value, best):
+        why = f"{shown} is better than best {f(best)} by less than min_effect {acc.min_effect}"
+    else:
+        why = f"{shown} is worse than best {f(best)}"
+    return Verdict("discard", value, f"discard: {name} {why}", f"discarded: {why}", stats, **base)
+
+
+def _holdout_strict(session: Session, program: Program, verdict: Verdict) -> None:
+    h = program.holdout
+    assert h is not None
+    pairs = measure_pairs(session, program.verifier.repeats, "h")
+    if pairs.failure is not None:
+        verdict.stats["holdout"] = {"error": f"{pairs.failure.label}: {pairs.failure.error}"}
+        verdict.result += f"; holdout could not be measured ({pairs.failure.error})"
+        return
+    a, b = median(pairs.a), median(pairs.b)
+    improved = better(h.direction, b, a)
+    verdict.stats["holdout"] = {"a": pairs.a, "b": pairs.b, "improved": improved, "overfit": not improved}
+    verdict.result += (f"; holdout {h.label} {fmt(a)} → {fmt(b)}" if improved else
+                       f"; holdout {h.label} did not improve ({fmt(a)} → {fmt(b)}): possible "
+                       "overfitting to the verifier")
+
+
+def ci_text(c: st.Comparison, name: str) -> str:
+    """`score -2.3% (95% CI -3.1% … -1.5%)` (or in metric units on the difference scale)."""
+    if c.change_pct is not None and c.change_ci_pct is not None:
+        body, ci = signed_pct(c.change_pct), " … ".join(signed_pct(x) for x in c.change_ci_pct)
+    else:
+        body, ci = f"{c.change:+.4g}", " … ".join(f"{x:+.4g}" for x in c.change_ci)
+    if c.n == 1:
+        return f"{name} {body} (one pair, no CI)"
+    return f"{name} {body} ({c.ci.level * 100:.0f}% CI {ci})"
+
+
+def calibration_noise(history: History) -> tuple[list[float], str | None]:
+    """Draws of the pair noise with mean 0, and their scale ([], None when the run has none):
+    the A/A changes of the paired calibration, then, from every later paired cycle, the Helmert
+    contrasts of each test's gains (they cancel the candidate's effect: k pairs give k - 1 pure
+    noise draws). A lucky calibration is outvoted as the run goes on. The last NOISE_DRAWS."""
+    draws: list[float] = []
+    scale = None
+    for c in history:
+        s = c.get("stats") or {}
+        if (c.get("status") == "baseline" and s.get("kind") == "calibration"
+                and s.get("rule") == "paired" and s.get("a") and s.get("scale")):
+            scale = s["scale"]
+            draws = st.changes(s["a"], s["b"], scale)
+    if scale is None:
+        return [], None
+    for c in history:
+        s = c.get("stats") or {}
+        if c.get("cycle", 0) > 0 and s.get("rule") == "paired" and s.get("test") == "sequential":
+            for b in s.get("batches") or []:
+                a_, b_ = b.get("a") or [], b.get("b") or []
+                if len(a_) == len(b_) >= 2 and st.pick_scale(a_, b_) == scale:
+                    draws.extend(st.helmert(st.changes(a_, b_, scale)))
+    return draws[-NOISE_DRAWS:], scale
+
+
+@dataclass
+class Sequential:
+    """One sequential test: its pairs, the evidence after each pair, how it ended, and whether
+    it passed (a keep with an effect of at least min_effect)."""
+
+    pairs: Pairs
+    log_lr: list[float]
+    decision: str          # keep | discard | undecided (the most pairs, no boundary reached)
+    noise_n: int
+    ok: bool = False
+
+
+def sequential_test(session: Session, program: Program, prefix: str,
+                    noise: Sequence[float], noise_scale: str | None) -> Sequential:
+    """Pairs in ABBA order until the likelihood ratio of autoloop.stats reaches 1/alpha (keep)
+    or beta (discard), or accept.pairs pairs were measured."""
+    acc, direction = program.accept, program.verifier.direction
+    evidence: list[float] = []
+    used: list[int] = []
+
+    def lr(a: list[float], b: list[float]) -> float:
+        scale = st.pick_scale(a, b)
+        draws = list(noise) if noise_scale == scale else []
+        used.append(len(draws))
+        evidence.append(st.sequential_log_lr(st.gains(a, b, direction, scale), draws))
+        return evidence[-1]
+
+    pairs = measure_pairs(session, acc.pairs, prefix,
+                          lambda a, b: st.sequential_decide(lr(a, b), acc.alpha) != "continue")
+    if pairs.failure is not None:
+        return Sequential(pairs, evidence, "discard", used[-1] if used else 0)
+    if len(evidence) < len(pairs.a):          # measure_pairs does not ask after the last pair
+        lr(pairs.a, pairs.b)
+    d = st.sequential_decide(evidence[-1], acc.alpha)
+    return Sequential(pairs, evidence, "undecided" if d == "continue" else d, used[-1])
+
+
+def judge_paired(session: Session, program: Program,
+                 baseline_secondary: Mapping[str, float | None],
+                 noise_step: float | None = None, noise_scale: str | None = None,
+                 holdout: Session | None = None, noise: Sequence[float] = ()) -> Verdict:
+    """The sequential paired rule: keep when the evidence reaches 1/alpha and the effect is at
+    least min_effect; discard as soon as it falls to beta or after accept.pairs pairs. With
+    confirm, a second, fresh test must end in a keep too (false keeps then <= alpha²)."""
+    v, acc = program.verifier, program.accept
+    name, direction = v.label, v.direction
+    stats: dict[str, Any] = {"rule": "paired", "test": "sequential", "alpha": acc.alpha,
+                             "beta": st.FUTILITY, "design_effect": st.DESIGN_EFFECT,
+                             "pairs": acc.pairs, "confirm": acc.confirm,
+                             "min_effect": str(acc.min_effect), "direction": direction,
+                             "batches": []}
+    warm, failure = series(session, acc.warmup, "BA", "w")
+    stats["warmup"] = {"a": values(warm, "A"), "b": values(warm, "B")}
+    if failure is not None:
+        return _failed(session, failure, stats)
+    tests: list[Sequential] = []
+
+    def run_test(label: str, prefix: str) -> Verdict | None:
+        t = sequential_test(session, program, prefix, noise, noise_scale)
+        rec: dict[str, Any] = {"name": label, "a": t.pairs.a, "b": t.pairs.b, "order": t.pairs.order,
+                               "planned": acc.pairs, "stopped_early": t.pairs.stopped_early}
+        if t.pairs.failure is not None:
+            stats["batches"].append({**rec, "passed": False})
+            return _failed(session, t.pairs.failure, stats)
+        c = st.compare(t.pairs.a, t.pairs.b, direction)
+        min_gain = st.threshold(acc.min_effect.value, acc.min_effect.relative, c.scale,
+                                direction, c.median_a)
+        t.ok = t.decision == "keep" and c.effect >= min_gain and c.effect > 0
+        stats["batches"].append({**rec, "passed": t.ok, **c.as_record(), "threshold": min_gain,
+                                 "log_lr": t.log_lr, "decision": t.decision, "noise_n": t.noise_n,
+                                 "bounds": [math.log(st.FUTILITY), math.log(1.0 / acc.alpha)]})
+        tests.append(t)
+        return None
+
+    early = run_test("batch", "")
+    if early is not None:
+        return early
+    limits, problem = check_limits(program.limits, baseline_secondary,
+                                   [r for r in tests[0].pairs.runs if r.side == "B"])
+    if limits:
+        stats["limits"] = limits
+    if tests[0].ok and acc.confirm and not problem:
+        early = run_test("confirm", "c")
+        if early is not None:
+            return early
+    stats["verifier_runs"] = sum(len(t.pairs.runs) for t in tests) + len(warm)
+
+    a = [x for t in tests for x in t.pairs.a]
+    b = [x for t in tests for x in t.pairs.b]
+    pooled = st.compare(a, b, direction)
+    stats["pooled"] = pooled.as_record()
+    sd = noise_step if noise_scale in (None, pooled.scale) else None
+    if not (sd and sd > 0 and pooled.median_a) and pooled.n > 1:   # no calibration: this cycle's noise
+        sd = st.noise_sd(st.gains(a, b, direction, pooled.scale)) / math.sqrt(pooled.n)
+    step = stats["step_pct"] = st.change_pct(sd, pooled.scale, pooled.median_a) if sd and sd > 0 else None
+    improvement = None if pooled.change_pct is None else orientation(direction) * pooled.change_pct
+    feedback = stats["feedback"] = change_words(improvement, step)
+    evid = ", ".join(f"{'confirm ' if i else ''}LR={math.exp(t.log_lr[-1]):.3g}"
+                     for i, t in enumerate(tests))
+    sizes = "+".join(str(len(t.pairs.a)) for t in tests)
+    ratio = f", median ratio {pooled.median_ratio:.4g}" if pooled.median_ratio is not None else ""
+    numbers = f"{ci_text(pooled, name)}, {evid}{ratio} ({sizes} pairs)"
+    base = dict(stats=stats, measurement=first_measurement(session), delta_pct=pooled.change_pct, feedback=feedback)
+    metric = median(b)
+
+    if problem:
+        return Verdict("guard_fail", metric, f"guard_fail: {problem}; {numbers}", problem, **base)
+    first = tests[0]
+    if not first.ok:
+        if first.decision == "discard":
+            why = (f"stopped after {len(first.pairs.a)} pairs: the evidence fell to {st.FUTILITY:g} "
+                   "(no improvement beyond the noise)")
+        elif first.decision == "undecided":
+            why = (f"undecided after {len(first.pairs.a)} pairs (LR between {st.FUTILITY:g} and "
+                   f"{1 / acc.alpha:g}): any real gain is smaller than the noise lets these pairs show")
+        else:
+            why = f"significant, but the effect is below min_effect {acc.min_effect}"
+        lesson = (f"discarded: {feedback}, below min_effect {acc.min_effect}" if first.decision == "keep"
+                  else f"discarded: {feedback}{', not beyond the noise' if feedback.startswith('better') else ''}")
+        return Verdict("discard", metric, f"discard: {numbers}; {why}", lesson, **base)
+    if acc.confirm and not tests[1].ok:
+        why = f"the confirmation test ended in {tests[1].decision} after {len(tests[1].pairs.a)} pairs"
+        return Verdict("discard", metric, f"discard: {numbers}; first test passed, {why}",
+                       f"discarded: looked better at first, not confirmed; {feedback}", **base)
+    confirmed = ", confirmed" if acc.confirm else ""
+    verdict = Verdict("keep", metric, f"keep: {numbers}", f"kept: {feedback}{confirmed}",
+                      note=numbers, **base)
+    if holdout is not None:
+        assert program.holdout is not None
+        rec = holdout_batch(holdout, program.holdout, HOLDOUT_PAIRS, program.accept.alpha)
+        rec["overfit"] = None if "error" in rec else not rec["improved"]
+        if "error" in rec:
+            verdict.result += f"; holdout could not be measured ({rec['error']})"
+        else:
+            verdict.result += f"; holdout {comparison_text(rec, program.holdout.label)}" + (
+                "" if rec["improved"] else " did not improve: possible overfitting to the verifier")
+        verdict.stats["holdout"] = rec
+    return verdict
+
+
+def change_words(improvement: float | None, step: float | None) -> str:
+    """What the generator is told a change did, in words that cannot be misread: `better by
+    ≈2% (noise ±0.4%)`, `worse by ≈53.6% (noise ±2%)`, `no change beyond the noise (≈0%, noise
+    ±1%)`. `improvement` is signed so that positive is better, whatever the direction."""
+    if improvement is None:
+        return "change unknown"
+    text = st.coarse_pct(abs(improvement), step)
+    if improvement == 0:
+        return "no change (0%)"
+    if text.startswith("≈0%"):
+        return f"no change beyond the noise ({text.replace(' (', ', ', 1)}"
+    text = text.replace("+", "", 1)
+    return f"better by {text}" if improvement > 0 else f"worse by {text}"
+
+
+def holdout_batch(session: Session, h: HoldoutSpec, n: int, alpha: float, prefix: str = "h") -> dict[str, Any]:
+    """The held-out verifier on `n` pairs; improved = its one-sided test passes alpha."""
+    pairs = measure_pairs(session, n, prefix)
+    if pairs.failure is not None:
+        return {"error": f"{pairs.failure.label}: {pairs.failure.error}", "a": pairs.a, "b": pairs.b}
+    c = st.compare(pairs.a, pairs.b, h.direction)
+    return {"a": pairs.a, "b": pairs.b, "order": pairs.order, **c.as_record(),
+            "direction": h.direction, "improved": c.p <= alpha and c.effect > 0}
+
+
+def comparison_text(rec: Mapping[str, Any], name: str) -> str:
+    c = st.compare(rec["a"], rec["b"], rec["direction"]) if rec.get("a") else None
+    return f"{ci_text(c, name)}, p={c.p:.3g}" if c is not None else name

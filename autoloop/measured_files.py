@@ -1,0 +1,192 @@
+"""What the measurement commands (verifier, guards, holdout) name: the files of the checkout
+they run, which the generator may never edit, and the programs they start."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+from typing import Any, Mapping
+
+from autoloop.errors import ConfigError
+from autoloop.globs import PathRules
+from autoloop.program import Program
+from autoloop.workspace import Workspace
+
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
+_SHELL_C = re.compile(r"-[a-zA-Z]*c[a-zA-Z]*")   # -c, -lc, -ec, -exc ...
+_OPERATOR = frozenset(";|&()<>")
+_PYTHON = re.compile(r"python[0-9.]*")
+_ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+_LAUNCHERS = frozenset({"env", "exec", "uv", "run"})   # they start the word after them
+SHEBANG_MAX = 512
+
+
+def _split(command: str) -> list[str]:
+    try:
+        lex = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lex.whitespace_split = True
+        return list(lex)
+    except ValueError:
+        return command.split()
+
+
+def _walk(command: str, depth: int = 4) -> list[tuple[str, bool]]:
+    """(word, starts a command) for the words of a command line and, recursively, of the command
+    string a shell or `eval` is given, shell operators split off."""
+    words = _split(command)
+    out: list[tuple[str, bool]] = []
+    head, shell = True, False
+    for i, w in enumerate(words):
+        if set(w) <= _OPERATOR:
+            out.append((w, False))
+            head, shell = True, False          # the next command starts
+            continue
+        starts = head and not _ASSIGN.fullmatch(w)
+        out.append((w, starts))
+        if starts:
+            head = w in _LAUNCHERS
+        if os.path.basename(w) in _SHELLS or w == "eval":
+            shell = True
+            if w == "eval" and depth > 0:
+                out += _walk(" ".join(words[i + 1:]), depth - 1)
+        elif shell and depth > 0 and i > 0 and _SHELL_C.fullmatch(words[i - 1]):
+            out += _walk(w, depth - 1)
+    return out
+
+
+def all_words(command: str) -> list[str]:
+    """Every word of a command line, inside `bash -c '… score.py'` too, and `--opt=value` values:
+    a path named anywhere in it is a path it may run. Code given to an interpreter (`python -c
+    "…"`) is not a command line and is not split."""
+    out: list[str] = []
+    for w, _ in _walk(command):
+        out += [w, w.split("=", 1)[1]] if w.startswith("-") and "=" in w else [w]
+    return out
+
+
+def command_heads(command: str) -> list[str]:
+    """The programs a command line starts: the first word of each of its commands (and of the
+    word after `env`/`exec`/`uv run`, past VAR=value), also inside `sh -c '…'`."""
+    return [w for w, starts in _walk(command) if starts]
+
+
+def _commands(program: Program) -> list[str]:
+    return [program.verifier.command, *(g.command for g in program.guards)]
+
+
+def named_interpreters(program: Program) -> list[str]:
+    """The Pythons the verifier's and guards' commands start by name (`python3 x.py`,
+    `sh -c '.venv/bin/python -m y'`); a Python started from inside a script is not known here."""
+    return list(dict.fromkeys(w for cmd in _commands(program) for w in command_heads(cmd)
+                              if _PYTHON.fullmatch(os.path.basename(w))))
+
+
+def commands_by_name(program: Program) -> set[str]:
+    """Programs the guards and the verifier start by name, git, and the shells."""
+    return {"git", "sh", "bash", "dash", "env", "python", "python3",
+            *(os.path.basename(n) for n in named_interpreters(program)),
+            *(w for cmd in _commands(program) for w in command_heads(cmd) if "/" not in w)}
+
+
+def interpreters(program: Program, env: Mapping[str, str], *, shebangs: bool = False,
+                 defaults: bool = False) -> list[str]:
+    """The paths of the Pythons the commands start: named, through a script's `#!` line
+    (`pytest -q` → the venv's python) with `shebangs`, `python3`/`python` on PATH with `defaults`."""
+    path = env.get("PATH")
+    out: list[str] = []
+    names = named_interpreters(program) + (["python3", "python"] if defaults else [])
+    for name in names:
+        found = name if os.path.isabs(name) else shutil.which(name, path=path)
+        if defaults and not found and "/" in name and (program.repo_root / name).exists():
+            found = str(program.repo_root / name)
+        out.append(found or "")
+    if shebangs:
+        for w in (w for cmd in _commands(program) for w in command_heads(cmd)):
+            script = None if "/" in w or _PYTHON.fullmatch(w) else shutil.which(w, path=path)
+            out.append((script and _shebang_python(script)) or "")
+    return [p for p in dict.fromkeys(out) if p]
+
+
+def _shebang_python(script: str) -> str | None:
+    """The Python a console script starts, from its `#!` line."""
+    try:
+        with open(script, "rb") as f:
+            first = f.readline(SHEBANG_MAX)
+    except OSError:
+        return None
+    words = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
+    if words and os.path.basename(words[0]) == "env" and len(words) > 1:
+        found = shutil.which(words[1])
+        words = [found] if found else []
+    if words and _PYTHON.fullmatch(os.path.basename(words[0])) and os.path.isabs(words[0]):
+        return words[0]
+    return None
+
+
+def command_files(program: Program) -> list[tuple[str, str]]:
+    """(key, repo-relative path) of each file of the checkout that the verifier, a guard or the
+    holdout names on its command line (`python -m evaluate` names evaluate.py or its package)."""
+    out: list[tuple[str, str]] = []
+    root = program.repo_root.resolve()
+    commands = [("verifier.command", program.verifier.command)]
+    commands += [(f"guards[{i}]", g.command) for i, g in enumerate(program.guards)]
+    if program.holdout is not None:
+        commands.append(("holdout.command", program.holdout.command))
+    for key, cmd in commands:
+        words = all_words(cmd)
+        for prev, w in zip(["", *words], words):
+            candidate = program.repo_root / w
+            if prev == "-m":
+                base = program.repo_root / w.replace(".", "/")
+                for c in (base.with_name(base.name + ".py"), base / "__main__.py", base / "__init__.py"):
+                    if c.is_file():
+                        candidate = c
+                        break
+            if w.startswith("-") or not candidate.is_file():
+                continue
+            try:
+                rel = candidate.resolve().relative_to(root).as_posix()
+            except ValueError:
+                continue  # outside the repository: not the generator's to reach through the tree
+            out.append((key, rel))
+    return out
+
+
+def protected_paths(program: Program) -> dict[str, str]:
+    """Paths the generator may never change even when `allowed` matches them: the program and
+    the run's own files, plus files the measurement commands name. A judge the generator may
+    rewrite is no judge: such a file under `allowed` is refused (ConfigError)."""
+    out = dict(program.protected)
+    editable = PathRules(program.allowed, program.forbidden)
+    for key, rel in command_files(program):
+        if editable.allows(rel):
+            line = program.lines.get(key) or program.lines.get(key.split("[")[0], 1)
+            raise ConfigError(
+                f"{program.path.name}:{line}: {key} runs {rel}, which 'allowed' lets the "
+                f"generator change, so it could rewrite its own judge; keep the measurement in "
+                f"a file the generator cannot edit (e.g. prepare.py) and allow only what it tunes")
+        out.setdefault(rel, "used by the verifier")
+    return out
+
+
+def uncommitted_warnings(program: Program, ws: Workspace, commit: str) -> list[str]:
+    """One line per file the measurement commands name that `commit` (what is measured) does not
+    have as the checkout has it: untracked, ignored or modified files are not measured."""
+    named = command_files(program)
+    state = ws.uncommitted([rel for _, rel in named])
+    what = {"untracked": "is untracked", "ignored": "is ignored by git", "modified": "has uncommitted changes"}
+    out = []
+    for key, rel in named:
+        how = state.get(rel)
+        if how is not None:
+            measured = "does not have it" if how != "modified" else "has another version"
+            out.append(f"{rel} (named by {key}) {what[how]} in your checkout; measurements use the committed "
+                       f"files of {commit[:12]}, which {measured} — commit it first")
+    return out
+
+
+def verifier_fingerprint(program: Program) -> dict[str, Any]:
+    v = program.verifier
+    return {"command": v.command, "metric": v.metric, "pattern": v.pattern, "direction": v.direction}

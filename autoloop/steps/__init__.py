@@ -1,0 +1,1 @@
+"""A cycle's six steps, in order: prepare, generate, scope, verify, decide, record."""

@@ -1,0 +1,93 @@
+"""Step 6: every tree put back exactly, then on the main thread in cycle order one ledger
+record per cycle, the round's winner committed on the run branch before its own (write-ahead:
+its `intent` before the branch moves). A kill anywhere is rolled back on resume (loop.Run._attach)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from autoloop.cycle import Cycle, Round, RunState
+from autoloop.journal import Record, escape_controls, pct
+from autoloop.memory import near_duplicate
+from autoloop.numbers import num as fmt, signed_pct
+
+SUBJECT_MAX = 100
+
+
+def record(state: RunState, rnd: Round) -> list[Record]:
+    ws, w = state.ws, rnd.winner
+    state.each([c for c in rnd.cycles if c is not w], lambda c: _put_back(state, c, rnd.incumbent, None))
+    recs = []
+    for c in rnd.cycles:
+        commit = None
+        if c is w:
+            o = c.outcome
+            assert o is not None and o.tree is not None and o.measured is not None
+            commit = ws.commit(o.tree, rnd.incumbent, _message(state, c), ws.identity())
+            state.guard.check_keep(commit, o.measured)  # the kept tree is the measured tree
+            state.journal.append({"t": "intent", "cycle": c.n, "commit": commit, "parent": rnd.incumbent})
+            ws.advance(commit, rnd.incumbent, f"autoloop: keep cycle {c.n}")
+            state.incumbent, state.best = commit, o.metric
+            _put_back(state, c, rnd.incumbent, commit)
+        state.redact_logs(c.log_dir)
+        rec = state.redact.obj(_record(state, c, rnd, commit))  # lessons quote tool output, which may quote a key
+        recs.append(state.journal.append(rec))
+        if c.proposal.finished:
+            state.finished = c.proposal.no_change_reason or "the generator has nothing left to propose"
+    state.journal.render(state.program.goal)
+    for rec in recs:
+        state.report("cycle", rec)
+    return recs
+
+
+def _put_back(state: RunState, c: Cycle, incumbent: str, kept: str | None) -> None:
+    assert c.before is not None
+    if kept is not None and c.tree is state.ws:
+        # the tree becomes exactly the kept commit (only the changed paths are touched)
+        state.exact[c.worker] = (kept, state.ws.keep(kept, incumbent, c.before, c.changes))
+    else:
+        c.tree.restore_changes(incumbent, c.before, c.changes)
+        state.exact[c.worker] = (incumbent, c.before)
+
+
+def _message(state: RunState, c: Cycle) -> str:
+    o = c.outcome
+    assert o is not None
+    hyp = " ".join(c.proposal.hypothesis.split())
+    subject = f"autoloop cycle {c.n}: {hyp}"
+    if len(subject) > SUBJECT_MAX:
+        subject = subject[:SUBJECT_MAX - 1] + "…"
+    d = pct(state.best, o.metric)
+    change = f" ({signed_pct(d)})" if d is not None else ""
+    return (f"{subject}\n\n{state.program.verifier.label}: {fmt(state.best)} → {fmt(o.metric)}{change}\n"
+            + (f"Measured: {o.extra['note']}\n" if o.extra.get("note") else "")
+            + f"Hypothesis: {hyp}\nCycle: {c.n}\nRun: {state.ws.branch}\n")
+
+
+def _record(state: RunState, c: Cycle, rnd: Round, commit: str | None) -> dict[str, Any]:
+    o, p = c.outcome, c.proposal
+    assert o is not None
+    repeat = near_duplicate(p.hypothesis, state.journal.cycles())
+    if repeat is not None:
+        o.result += f" (repeats foreclosed cycle {repeat['cycle']})"
+    d = pct(rnd.best_before, o.metric)
+    return {
+        "t": "cycle", "cycle": c.n, "status": o.status, "metric": o.metric,
+        "best": state.best, "commit": commit, "parent": rnd.incumbent,
+        # lessons quote file names and tool output: no control character reaches a reader raw
+        "hypothesis": escape_controls(p.hypothesis), "result": escape_controls(o.result),
+        "lesson": escape_controls(o.lesson),
+        "changed": o.changed, "duration_s": round(time.monotonic() - c.t0, 3),
+        "delta_pct": None if d is None else round(d, 4),
+        "gen": {"tokens_in": p.tokens_in, "tokens_out": p.tokens_out,
+                "cost_usd": p.cost_usd, "turns": p.turns, "notes": p.notes},
+        "gen_meta": p.meta,
+        "repeat_of": None if repeat is None else repeat["cycle"],
+        "diffstat": o.diffstat, "decided_by": o.decided_by, "recommendation": o.recommendation,
+        "guards": [{"name": g.name, "ok": g.ok, "detail": g.detail}
+                   for g in (o.measurement.guards if o.measurement else ())],
+        "log_dir": str(c.log_dir),
+        **({"worker": c.worker, "round": rnd.n0} if state.parallel else {}),
+        **o.extra,
+    }
