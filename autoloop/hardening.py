@@ -316,8 +316,7 @@ class Guardrails:
                         path=env.get("PATH", ""), keep=getattr(self, "_keep", ()))
 
     @contextmanager
-    def measuring(self, tree: Worktree, commit: str, base_env: Mapping[str, str], *,
-                  baseline: bool = False) -> Iterator[dict[str, str]]:
+    def measuring(self, tree: Worktree, commit: str, base_env: Mapping[str, str]) -> Iterator[dict[str, str]]:
         """The environment for measuring `commit` in `tree` (already checked out at it): data
         linked in, the tree proven to hold exactly the commit, fresh scratch folders."""
         self._local.measuring = None

@@ -65,7 +65,7 @@ class RunSummary:
     best: float | None
     incumbent: str
     kept: int
-    final: dict[str, Any] | None = None     # the end-of-run re-measurement (judge.final_check)
+    final: dict[str, Any] | None = None     # the end-of-run re-measurement (decide.end.final_check)
 
 
 class Run:
