@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from typing import IO, Callable, Literal, Protocol, Sequence
 
 from autoloop.errors import UsageError
-from autoloop.journal import pct
-from autoloop.numbers import num as fmt, signed_pct
+from autoloop.numbers import num as fmt, pct, signed_pct
 from autoloop.verify import GuardResult
 
 Action = Literal["keep", "discard", "verify", "skip", "quit"]

@@ -23,7 +23,7 @@ from autoloop.loop import Run, RunOptions
 from autoloop.numbers import num, seconds
 from autoloop.program import Program
 from autoloop.sandbox import SandboxUnavailable
-from autoloop.workspace import git
+from autoloop.gitrun import git
 
 State = Literal["ok", "warn", "FAIL"]
 NAMES_SHOWN = 5

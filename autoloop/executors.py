@@ -40,7 +40,7 @@ class Lane(Protocol):
         """Side ("A"/"B") -> the commit it measures, until the next prepare."""
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
-                marker: str, with_guards: bool, baseline: bool = False) -> Measurement:
+                marker: str, with_guards: bool) -> Measurement:
         """One run of `side`'s commit: guards (if asked) then the verifier."""
 
 
@@ -69,17 +69,17 @@ class LocalLane:
     def prepare(self, sides: Mapping[str, str]) -> None:
         # Each tree is checked out at its first measurement, not here: a tree reset but never
         # measured would no longer match the picture the guardrails carry to the next
-        # generator check (see judge.TreeRunner.checked_out).
+        # generator check (see autoloop.measure.TreeRunner.checked_out).
         self.commits = dict(sides)
         self._checked_out = set()
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
-                marker: str, with_guards: bool, baseline: bool = False) -> Measurement:
+                marker: str, with_guards: bool) -> Measurement:
         tree, commit = self.trees[side], self.commits[side]
         if side not in self._checked_out:
             tree.checkout(commit, clean=False)   # measuring() cleans it
             self._checked_out.add(side)
-        with self.guard.measuring(tree, commit, env, baseline=baseline) as menv:
+        with self.guard.measuring(tree, commit, env) as menv:
             return measure(program, cwd=tree.path, env=menv, log_dir=log_dir, marker=marker,
                            with_guards=with_guards, after_step=self.guard.after_step,
                            box=self.guard.confine(tree.path, menv))
@@ -119,7 +119,7 @@ class RayLane:
         self.refs = {side: self.ex.put(commit) for side, commit in sides.items()}
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
-                marker: str, with_guards: bool, baseline: bool = False) -> Measurement:
+                marker: str, with_guards: bool) -> Measurement:
         # a fresh folder unpacked from the commit on the node for every run: nothing to re-prove
         # there; here, the places the guardrails watch must still not change meanwhile
         self.ex.guard.capture_outside()
@@ -243,7 +243,7 @@ class LaneRunner(TreeRunner):
 
     def _measure(self, side: str, log_dir: Path, with_guards: bool) -> Measurement:
         return self.lane.measure(self.program, side, env=self.env, log_dir=log_dir,
-                                 marker=self.marker, with_guards=with_guards, baseline=self.baseline)
+                                 marker=self.marker, with_guards=with_guards)
 
 
 class LaneJudge(Judge):
@@ -255,18 +255,16 @@ class LaneJudge(Judge):
         self.lane = lane
 
     def _runners(self, a: str, b: str, env: Mapping[str, str], log_dir: Path,
-                 first_log_dir: Path | None = None, need_a: bool = True,
-                 baseline: bool = False) -> tuple[TreeRunner, TreeRunner | None]:
+                 first_log_dir: Path | None = None, need_a: bool = True) -> tuple[TreeRunner, TreeRunner | None]:
         commits = {"B": b, **({"A": a} if need_a else {})}
         self.lane.prepare(commits)
         sides: dict[str, tuple[Any, str]] = {side: (None, c) for side, c in commits.items()}
         main = LaneRunner(self.lane, self.program, sides, env=env, log_dir=log_dir, marker=self.marker,
-                          check_signal=self.check_signal, guard=self.guard, first_log_dir=first_log_dir,
-                          baseline=baseline)
+                          check_signal=self.check_signal, guard=self.guard, first_log_dir=first_log_dir)
         spec = holdout_spec(self.program)
         hold = None if spec is None else LaneRunner(
             self.lane, self.program, sides, env=env, log_dir=log_dir, marker=self.marker,
-            check_signal=self.check_signal, guard=self.guard, spec=spec, baseline=baseline)
+            check_signal=self.check_signal, guard=self.guard, spec=spec)
         return main, hold
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-from autoloop.journal import not_sandboxed, pct
-from autoloop.numbers import formatter, pct_interval, run_values, signed_pct, usd
+from autoloop.journal import not_sandboxed
+from autoloop.numbers import formatter, pct, pct_interval, run_values, signed_pct, usd
 from autoloop.summary import Summary, summarize
 
 

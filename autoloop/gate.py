@@ -33,7 +33,8 @@ from autoloop.ratchet import orientation
 from autoloop.sandbox import Confinement, tree_box
 from autoloop.verify import measure, refuse_editable_unsandboxed, sandbox_outside_run, steps
 from autoloop.walk import remove_tree
-from autoloop.workspace import GitError, Worktree, git
+from autoloop.gitrun import GitError, git
+from autoloop.workspace import Worktree
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BASE_BROKEN = 0, 1, 2, 3
 

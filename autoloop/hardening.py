@@ -30,8 +30,8 @@ from autoloop.sentinel import Sentinel
 from autoloop.walk import remove_tree
 from autoloop.snapshot import Change
 from autoloop.watch import Changed, NameTree, StatTree, Watch, changed_paths, is_injection, site_dirs
-from autoloop.workspace import Workspace, Worktree, git
-from autoloop.workspace import git_executable as workspace_git
+from autoloop.gitrun import git, git_executable as workspace_git
+from autoloop.workspace import Workspace, Worktree
 
 MB = 1 << 20
 DATA_WATCH_CAP = 1_000_000   # entries of a data folder watched
@@ -316,8 +316,7 @@ class Guardrails:
                         path=env.get("PATH", ""), keep=getattr(self, "_keep", ()))
 
     @contextmanager
-    def measuring(self, tree: Worktree, commit: str, base_env: Mapping[str, str], *,
-                  baseline: bool = False) -> Iterator[dict[str, str]]:
+    def measuring(self, tree: Worktree, commit: str, base_env: Mapping[str, str]) -> Iterator[dict[str, str]]:
         """The environment for measuring `commit` in `tree` (already checked out at it): data
         linked in, the tree proven to hold exactly the commit, fresh scratch folders."""
         self._local.measuring = None

@@ -318,12 +318,6 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = True, tmp_dir: Path
         raise
 
 
-def pct(old: float | None, new: float | None) -> float | None:
-    if old is None or new is None or old == 0:
-        return None
-    return (new - old) / abs(old) * 100.0
-
-
 def one_line(text: Any) -> str:
     """`text` on one line, whitespace runs as one space, unsafe characters escaped."""
     return " ".join(escape_controls(" ".join(str(text).split())).split())

@@ -35,7 +35,8 @@ from autoloop.round import abort, run_round
 from autoloop.scope_rules import ScopeRules
 from autoloop.steps.verify import checked
 from autoloop.summary import best_measured
-from autoloop.workspace import VERIFY_SLOTS, Workspace, thaw_outer_config
+from autoloop.gitrun import thaw_outer_config
+from autoloop.workspace import VERIFY_SLOTS, Workspace
 
 BACKOFF_MAX_S = 60.0
 TAIL_LINES = 20
@@ -64,7 +65,7 @@ class RunSummary:
     best: float | None
     incumbent: str
     kept: int
-    final: dict[str, Any] | None = None     # the end-of-run re-measurement (judge.final_check)
+    final: dict[str, Any] | None = None     # the end-of-run re-measurement (decide.end.final_check)
 
 
 class Run:

@@ -21,8 +21,8 @@ class Guarded(Protocol):
     """What the guardrails (autoloop.hardening.Guardrails) offer a measurement: the environment
     for measuring a commit in a tree proven to hold exactly it, and a check after each step."""
 
-    def measuring(self, tree: Any, commit: str, base_env: Mapping[str, str], *,
-                  baseline: bool = False) -> AbstractContextManager[dict[str, str]]: ...
+    def measuring(self, tree: Any, commit: str,
+                  base_env: Mapping[str, str]) -> AbstractContextManager[dict[str, str]]: ...
 
     def after_step(self, step: str) -> None: ...
 
@@ -58,12 +58,11 @@ class TreeRunner:
     def __init__(self, program: Program, sides: Mapping[str, tuple[Any, str]], *,
                  env: Mapping[str, str], log_dir: Path, marker: str,
                  check_signal: Callable[[], None], guard: Guarded,
-                 spec: VerifierSpec | None = None, first_log_dir: Path | None = None,
-                 baseline: bool = False) -> None:
+                 spec: VerifierSpec | None = None, first_log_dir: Path | None = None) -> None:
         self.program = program if spec is None else dataclasses.replace(program, verifier=spec, guards=())
         self.limits_of = program if spec is None else None     # the holdout has no limits
         self.sides = sides               # side -> (verification tree, the commit it holds)
-        self.guard, self.baseline, self.env, self.log_dir = guard, baseline, env, log_dir
+        self.guard, self.env, self.log_dir = guard, env, log_dir
         self.marker, self.check_signal, self.first_log_dir = marker, check_signal, first_log_dir
         # Sides whose tree holds its commit. A tree is checked out when first measured, never
         # before: the guardrails carry each verification tree's picture from its last
@@ -89,7 +88,7 @@ class TreeRunner:
         if side not in self.checked_out:
             tree.checkout(commit, clean=False)   # measuring() cleans it
             self.checked_out.add(side)
-        with self.guard.measuring(tree, commit, self.env, baseline=self.baseline) as env:
+        with self.guard.measuring(tree, commit, self.env) as env:
             return measure(self.program, cwd=tree.path, env=env, log_dir=log_dir, marker=self.marker,
                            with_guards=with_guards, after_step=self.guard.after_step,
                            box=self.guard.confine(tree.path, env))
@@ -117,14 +116,13 @@ class Judge:
                 and a.warmup == 0 and not p.limits and p.holdout is None)
 
     def _runners(self, a: str, b: str, env: Mapping[str, str], log_dir: Path,
-                 first_log_dir: Path | None = None, need_a: bool = True,
-                 baseline: bool = False) -> tuple[TreeRunner, TreeRunner | None]:
+                 first_log_dir: Path | None = None, need_a: bool = True) -> tuple[TreeRunner, TreeRunner | None]:
         # checked out by the runner at each side's first measurement (TreeRunner.checked_out)
         sides: dict[str, tuple[Any, str]] = {"B": (self.ws.verify_tree(0), b)}
         if need_a:
             sides["A"] = (self.ws.verify_tree(1), a)
         kw: dict[str, Any] = dict(env=env, log_dir=log_dir, marker=self.marker,
-                                  check_signal=self.check_signal, guard=self.guard, baseline=baseline)
+                                  check_signal=self.check_signal, guard=self.guard)
         main = TreeRunner(self.program, sides, first_log_dir=first_log_dir, **kw)
         spec = holdout_spec(self.program)
         hold = None if spec is None else TreeRunner(self.program, sides, spec=spec, **kw)
@@ -135,8 +133,7 @@ class Judge:
     def baseline(self, commit: str, log_dir: Path, env: Mapping[str, str]) -> Baseline:
         paired = self.program.accept.rule == "paired"
         # the first run logs where a single-run baseline always has (log_dir/verifier.*)
-        main, _ = self._runners(commit, commit, env, log_dir, first_log_dir=log_dir, need_a=paired,
-                                baseline=True)
+        main, _ = self._runners(commit, commit, env, log_dir, first_log_dir=log_dir, need_a=paired)
         rule = calibrate.calibrate_paired if paired else calibrate.calibrate_strict
         return rule(Session(main), self.program)
 

@@ -1,16 +1,10 @@
 """git objects that autoloop writes itself: a candidate's blobs, trees and commit.
 
-A cycle's candidate is its incumbent's tree with a few files changed. Made by git it costs three
-processes (update-index through a private index, write-tree, commit-tree), and a kept cycle a
-fourth (commit-tree again) — on a small repository most of autoloop's own git time. Written here
-it is a few hashes and small files: loose objects in the format git reads (the zlib-deflated
-bytes "<type> <size>\\0<body>", filed under the hash of those bytes), with trees rebuilt only
-along the changed paths; every other folder keeps the incumbent's tree.
-
-Only where git would store exactly the bytes on disk (autoloop.workspace decides, and goes
-through git otherwise): regular files, no attribute that converts (eol, filter, ident, encoding)
-on a changed path, no .gitattributes among them, core.fileMode on. The result is checked the
-way every candidate is: the verification tree must hold, byte for byte, what the commit says.
+Made by git a candidate costs three processes (update-index through a private index,
+write-tree, commit-tree); here it is a few hashes and loose objects in git's format, trees
+rebuilt only along the changed paths. Only where git would store exactly the bytes on disk
+(autoloop.candidate decides). pygit2 was measured as the alternative (benchmarks/git_objects.py):
+faster, but libgit2 cannot open SHA-256 repositories.
 """
 
 from __future__ import annotations
@@ -22,15 +16,28 @@ import threading
 import time
 import zlib
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, NamedTuple
 
 TREE = "40000"
-Entry = tuple[str, str]          # (mode as git writes it in a tree, object id)
+
+
+class Entry(NamedTuple):
+    mode: str   # as git writes it in a tree
+    oid: str
+
+
 Folders = dict[str, dict[str, Entry]]   # folder ("" for the top) -> name -> entry
 
 
+class File(NamedTuple):
+    mode: str
+    oid: str
+    path: str
+
+
 class Trees:
-    """One commit's folders, name by name, with their object ids."""
+    """One commit's folders, name by name, with their object ids; `path in trees` for its files
+    and the folders above them."""
 
     def __init__(self, folders: Folders, root: str, *, base: "Trees | None" = None,
                  changed: Iterable[str] = ()) -> None:
@@ -38,11 +45,24 @@ class Trees:
         self.root = root
         # listings of folders (every file under one), shared with the base for the folders
         # that did not change: a candidate's full listing costs its changed folders only
-        self._listed: dict[str, list[tuple[str, str, str]]] = {}
+        self._listed: dict[str, list[File]] = {}
         if base is not None:
             unchanged = set(base._listed) - set(changed)
             self._listed.update((f, base._listed[f]) for f in unchanged if f in folders)
         self._attr_key: tuple[tuple[str, str], ...] | None = None
+        self._by_path: dict[str, Entry] | None = None
+
+    def __contains__(self, rel: object) -> bool:
+        if not isinstance(rel, str) or not rel:
+            return False
+        parent, _, name = rel.rpartition("/")
+        return name in self.folders.get(parent, {})
+
+    def by_path(self) -> dict[str, Entry]:
+        """path -> entry of every file."""
+        if self._by_path is None:
+            self._by_path = {f.path: Entry(f.mode, f.oid) for f in self.files()}
+        return self._by_path
 
     @classmethod
     def parse(cls, listing: str, root: str) -> "Trees":
@@ -55,23 +75,23 @@ class Trees:
             mode, _kind, oid = meta.split(" ")
             parent, _, name = path.rpartition("/")
             mode = TREE if mode == "040000" else mode
-            folders.setdefault(parent, {})[name] = (mode, oid)
+            folders.setdefault(parent, {})[name] = Entry(mode, oid)
             if mode == TREE:
                 folders.setdefault(path, {})
         return cls(folders, root)
 
-    def files(self, folder: str = "") -> list[tuple[str, str, str]]:
+    def files(self, folder: str = "") -> list[File]:
         """(mode, oid, path) of every file under `folder`, in `git ls-tree -r` order."""
         got = self._listed.get(folder)
         if got is None:
             got = []
             prefix = folder + "/" if folder else ""
             for name, (mode, oid) in sorted(self.folders.get(folder, {}).items(),
-                                            key=lambda kv: _sort_key(kv[0], kv[1][0])):
+                                            key=lambda kv: _sort_key(kv[0], kv[1].mode)):
                 if mode == TREE:
                     got.extend(self.files(prefix + name))
                 else:
-                    got.append((mode, oid, prefix + name))
+                    got.append(File(mode, oid, prefix + name))
             self._listed[folder] = got
         return got
 
@@ -82,8 +102,8 @@ class Trees:
     def attr_key(self) -> tuple[tuple[str, str], ...]:
         """The commit's .gitattributes files (path, blob): what its paths' attributes follow from."""
         if self._attr_key is None:
-            self._attr_key = tuple((path, oid) for _, oid, path in self.files()
-                                   if path == ".gitattributes" or path.endswith("/.gitattributes"))
+            self._attr_key = tuple((f.path, f.oid) for f in self.files()
+                                   if f.path.rpartition("/")[2] == ".gitattributes")
         return self._attr_key
 
 
@@ -96,7 +116,7 @@ class ObjectStore:
 
     def write(self, kind: str, body: bytes) -> str:
         raw = b"%s %d\0" % (kind.encode(), len(body)) + body
-        oid = hashlib.new(self.algo, raw).hexdigest()
+        oid = object_id(raw, self.algo)
         folder = self.dir / oid[:2]
         final = folder / oid[2:]
         if final.exists():
@@ -124,14 +144,12 @@ class ObjectStore:
             raise ValueError(f"{path} is larger than {max_bytes} bytes")
         with open(path, "rb") as f:
             data = f.read()
-        return ("100755" if st.st_mode & stat.S_IXUSR else "100644", self.write("blob", data))
+        return Entry("100755" if st.st_mode & stat.S_IXUSR else "100644", self.write("blob", data))
 
     def tree(self, entries: Mapping[str, Entry]) -> str:
-        width = hashlib.new(self.algo).digest_size
         body = b"".join(
             mode.encode() + b" " + name.encode("utf-8", "surrogateescape") + b"\0" + bytes.fromhex(oid)
-            for name, (mode, oid) in sorted(entries.items(), key=lambda kv: _sort_key(kv[0], kv[1][0])))
-        assert all(len(oid) == 2 * width for _, oid in entries.values())
+            for name, (mode, oid) in sorted(entries.items(), key=lambda kv: _sort_key(kv[0], kv[1].mode)))
         return self.write("tree", body)
 
     def commit(self, tree: str, parent: str, name: str, email: str, message: str,
@@ -163,7 +181,7 @@ def derive(base: Trees, changed: Mapping[str, Entry | None], store: ObjectStore)
         entry = changed[path]
         parent, _, name = path.rpartition("/")
         if entry is None:
-            if name in folders.get(parent, {}) and folders[parent][name][0] != TREE:
+            if name in folders.get(parent, {}) and folders[parent][name].mode != TREE:
                 del own(parent)[name]
             continue
         # every folder above it exists, as a folder (a file of that name gives way)
@@ -171,8 +189,8 @@ def derive(base: Trees, changed: Mapping[str, Entry | None], store: ObjectStore)
         for part in parent.split("/") if parent else []:
             here = f"{above}/{part}" if above else part
             got = folders.get(above, {}).get(part)
-            if got is None or got[0] != TREE:
-                own(above)[part] = (TREE, "")
+            if got is None or got.mode != TREE:
+                own(above)[part] = Entry(TREE, "")
                 folders[here] = {}
                 copied.add(here)   # new: nothing of the base's to copy
             above = here
@@ -188,7 +206,7 @@ def derive(base: Trees, changed: Mapping[str, Entry | None], store: ObjectStore)
                 if sub is None:
                     del entries[name]     # git keeps no empty folder
                 else:
-                    entries[name] = (TREE, sub)
+                    entries[name] = Entry(TREE, sub)
         if not entries and folder:
             return None
         return store.tree(entries)
@@ -207,7 +225,7 @@ def _reachable(folders: Folders, folder: str) -> bool:
     above = ""
     for part in folder.split("/"):
         got = folders.get(above, {}).get(part)
-        if got is None or got[0] != TREE:
+        if got is None or got.mode != TREE:
             return False
         above = f"{above}/{part}" if above else part
     return True
@@ -249,3 +267,25 @@ def changed_entries(root: Path, paths: Iterable[str], store: ObjectStore,
         else:
             raise ValueError(f"{rel}: not a regular file")
     return out
+
+
+def object_id(raw: bytes, algo: str) -> str:
+    return hashlib.new(algo, raw).hexdigest()
+
+
+def blob_id(data: bytes, algo: str) -> str:
+    return object_id(b"blob %d\0" % len(data) + data, algo)
+
+
+def file_blob_id(path: str, algo: str) -> str:
+    """git's id of the file's bytes as a blob, read in chunks (a tracked file may be large);
+    "changing" when it grew or shrank while read."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        h = hashlib.new(algo)
+        h.update(b"blob %d\0" % size)
+        seen = 0
+        while chunk := f.read(1 << 20):
+            seen += len(chunk)
+            h.update(chunk)
+    return h.hexdigest() if seen == size else "changing"

@@ -22,13 +22,13 @@ stay one per keep, and the run goes on exactly as on the machine that made them.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from typing import TYPE_CHECKING
 
 from autoloop.errors import RepoStateError
-from autoloop.workspace import GitError, Workspace, _git_env, git, git_executable, run_git_process
+from autoloop.gitrun import GitError, git, git_bytes
+from autoloop.objects import Entry, derive
+from autoloop.workspace import Workspace
 
 if TYPE_CHECKING:
     from autoloop.journal import Journal
@@ -36,11 +36,9 @@ if TYPE_CHECKING:
 
 TRAILER = "Autoloop-Journal"
 PARENT_TRAILER = "Autoloop-Incumbent"
-FILES = ("ledger.jsonl", "experiments.md", "results.tsv")
 
 
 def journal_dir(program: Program, tag: str) -> str:
-    """Repo-relative folder of the persisted copies."""
     base = program.state_dir.relative_to(program.repo_root).as_posix()
     prefix = "" if base == "." else base + "/"
     return f"{prefix}.autoloop/{tag}/journal"
@@ -72,21 +70,10 @@ def save(ws: Workspace, journal: Journal, program: Program, incumbent: str) -> s
     if ws.branch_head() != incumbent:
         return None
     folder = journal_dir(program, journal.tag)
-    sources = {"ledger.jsonl": journal.ledger, "experiments.md": journal.experiments,
-               "results.tsv": journal.results}
-    with tempfile.TemporaryDirectory(prefix="autoloop-journal-") as tmp:
-        env = _git_env()
-        env["GIT_INDEX_FILE"] = os.path.join(tmp, "index")
-        git(ws.repo_root, "read-tree", incumbent, env=env)
-        for name in FILES:
-            path = sources[name]
-            if not path.exists():
-                continue
-            blob = git(ws.repo_root, "hash-object", "-w", "--no-filters", "--stdin",
-                       input=path.read_bytes()).strip()
-            git(ws.repo_root, "update-index", "--add", "--cacheinfo", f"100644,{blob},{folder}/{name}",
-                env=env)
-        tree = git(ws.repo_root, "write-tree", env=env).strip()
+    store = ws.writer().store
+    files = {f"{folder}/{p.name}": Entry("100644", store.write("blob", p.read_bytes()))
+             for p in (journal.ledger, journal.experiments, journal.results) if p.exists()}
+    tree = derive(ws.memo.trees(ws.repo_root, incumbent), files, store).root
     cycles = journal.cycles()
     last = cycles[-1]["cycle"] if cycles else 0
     kept = sum(1 for c in cycles if c["status"] == "keep")
@@ -110,7 +97,7 @@ def restore_persisted_journal(ws: Workspace, journal: Journal, program: Program)
         return None
     folder = journal_dir(program, journal.tag)
     try:
-        committed = _show(ws, head, f"{folder}/ledger.jsonl")
+        committed = git_bytes(ws.repo_root, "cat-file", "blob", f"{head}:{folder}/ledger.jsonl")
     except GitError:
         raise RepoStateError(f"branch {ws.branch} ends in a journal commit without a ledger "
                              f"({head[:12]}); move it back to {parent[:12]} or use another --tag") from None
@@ -132,19 +119,10 @@ def restore_persisted_journal(ws: Workspace, journal: Journal, program: Program)
         from autoloop.journal import atomic_write
 
         atomic_write(journal.ledger, committed)
-    base = program.state_dir.relative_to(program.repo_root).as_posix()
-    prefix = "" if base == "." else base + "/"
+    prefix = journal_dir(program, journal.tag).removesuffix(f".autoloop/{journal.tag}/journal")
     ws.exclude_in_checkout([prefix + "experiments.md", prefix + "results.tsv", prefix + ".autoloop/"])
     git(ws.repo_root, "update-ref", "-m", "autoloop: resume after the journal commit", ws.ref, parent, head)
     return parent
-
-
-def _show(ws: Workspace, commit: str, path: str) -> bytes:
-    out = run_git_process([git_executable(), "-c", "core.hooksPath=/dev/null", "cat-file", "blob", f"{commit}:{path}"],
-                          cwd=ws.repo_root, env=_git_env())
-    if out.returncode != 0:
-        raise GitError(f"git cat-file {commit[:12]}:{path} failed")
-    return out.stdout
 
 
 def _incumbent_of(ledger: bytes) -> str | None:

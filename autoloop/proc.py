@@ -305,7 +305,7 @@ def run_captured(args: Sequence[str], *, cwd: Path | str | None = None, input: b
     """subprocess.run(args, capture_output=True, input=input) for autoloop's own short commands
     (git, a query of an interpreter), registered so no leftover sweep takes them for an orphan.
     Raises OSError when it cannot start and TimeoutExpired after killing it. `shielded`: in a
-    session of its own, SIGINT/SIGTERM blocked across the spawn (see workspace.run_git_process)."""
+    session of its own, SIGINT/SIGTERM blocked across the spawn (see gitrun.run)."""
     with _starting():
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if shielded else None
         try:

@@ -7,10 +7,10 @@ The values are autoloop.specs, the schema autoloop.schema; every error is one li
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 from autoloop.errors import RepoStateError, UsageError
+from autoloop.gitrun import run as run_git
 from autoloop.schema import known_keys, parse_program
 from autoloop.specs import (GENERATOR_KINDS, MAX_WORKERS, AcceptSpec, Amount, DataSpec, Direction,
                             GeneratorSpec, GuardSpec, HoldoutSpec, LimitSpec, ParallelSpec, PriceSpec,
@@ -43,11 +43,8 @@ def load_program(path: Path) -> Program:
 
 
 def _git_toplevel(path: Path) -> Path:
-    # Hooks and fsmonitor are user-configured commands; finding the top level must run none.
-    cmd = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
-           "-C", str(path.parent), "rev-parse", "--show-toplevel"]
     try:
-        out = subprocess.run(cmd, capture_output=True, stdin=subprocess.DEVNULL, check=False)
+        out = run_git(path.parent, "rev-parse", "--show-toplevel")
     except OSError as exc:
         raise RepoStateError(f"cannot run git to find the repository of {path}: "
                              f"{exc.strerror or exc}") from None

@@ -18,8 +18,8 @@ import time
 from typing import IO, Any, Callable, Mapping
 
 from autoloop.facts import in_cycle
-from autoloop.journal import CycleRecord, pct
-from autoloop.numbers import formatter, run_values, seconds, signed_pct, usd
+from autoloop.journal import CycleRecord
+from autoloop.numbers import formatter, pct, run_values, seconds, signed_pct, usd
 from autoloop.ratchet import better
 from autoloop.summary import overruled_keep
 

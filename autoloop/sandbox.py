@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
-from autoloop.program import Program, SandboxSpec, command_words
+from autoloop.measured_files import all_words
+from autoloop.program import Program, SandboxSpec
 from autoloop.proc import run_captured
 from autoloop.walk import inside
 
@@ -250,7 +251,8 @@ def _venv_root(p: Path) -> Path | None:
 
 
 def _named_folders(command: str | Sequence[str]) -> list[Path]:
-    """The folders of absolute paths the command names (`python /tmp/x/gen.py`): a script kept
-    under /tmp stays readable behind the private /tmp, with the files beside it."""
-    words = command_words(command) if isinstance(command, str) else list(command)
+    """The folders of absolute paths the command names (`python /tmp/x/gen.py`, also inside
+    `sh -c '…'` and `--opt=/tmp/x`): a script kept under /tmp stays readable behind the private
+    /tmp, with the files beside it."""
+    words = all_words(command) if isinstance(command, str) else list(command)
     return [Path(w) if os.path.isdir(w) else Path(w).parent for w in words if os.path.isabs(w) and os.path.exists(w)]

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from autoloop.errors import UsageError
-from autoloop.journal import (STATUSES, TSV_COLUMNS, Journal, pct, render_experiments,
+from autoloop.journal import (STATUSES, TSV_COLUMNS, Journal, render_experiments,
                               render_tsv, state_dir)
+from autoloop.numbers import pct
 
 
 @pytest.fixture

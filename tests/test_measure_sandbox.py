@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -157,3 +158,23 @@ def test_sandbox_none_says_it_is_not_sandboxed(tmp_path):
     assert "WARNING: not sandboxed" in log.stdout, log.stdout
     report = p.cli("report", "program.md", "--tag", p.tag, "--format", "markdown", "-o", "-")
     assert "not sandboxed: sandbox: none" in report.stdout, report.stdout + report.stderr
+
+
+@pytest.mark.parametrize("form", ["{py} {script}", "sh -c '{py} {script}'"])
+def test_a_script_named_under_tmp_stays_readable(tmp_path_factory, form):
+    # The measurement's /tmp is private; a script the command names by absolute path there (also
+    # inside `sh -c '…'`, where a plain split sees one word) must be bound back in to run.
+    from autoloop.program import SandboxSpec
+    from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable
+    bwrap = Bwrap(SandboxSpec(kind="bwrap"))
+    try:
+        bwrap.probe()
+    except SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+    tree, outside = tmp_path_factory.mktemp("tree"), tmp_path_factory.mktemp("scripts")
+    assert str(outside).startswith("/tmp/")
+    script = outside / "score.py"
+    script.write_text("print('score: 7')\n")
+    box = Confinement(bwrap, tree=tree, checkout=None, path=os.environ.get("PATH", ""))
+    res = subprocess.run(box.argv(form.format(py=PY, script=script)), capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "score: 7" in res.stdout, res.stderr

@@ -419,7 +419,7 @@ def test_approve_with_workers_refused(tmp_path):
 
 
 def test_repeats_judged_per_candidate_in_parallel(tmp_path):
-    """With verifier.repeats the judge (autoloop.judge) decides each candidate, through its lane."""
+    """With verifier.repeats the keep rule (autoloop.decide) judges each candidate, measured through its lane."""
     plan = {1: 'W("val.txt", "39")', 2: 'W("val.txt", "38")', 3: 'W("val.txt", "45")', 4: 'W("val.txt", "37")'}
     p = make_project(tmp_path, plan, extra="parallel: {workers: 2}", guards=False)
     text = (p.repo / "program.md").read_text().replace("  timeout: 30\n", "  timeout: 30\n  repeats: 3\n", 1)

@@ -10,8 +10,8 @@ from typing import Any, Callable
 import pytest
 
 from autoloop.errors import ConfigError, RepoStateError, UsageError
-from autoloop.generators.registry import BACKENDS, KINDS
-from autoloop.program import (GuardSpec, PriceSpec, Program, StopSpec, guard_name, known_keys,
+from autoloop.generators.registry import BACKENDS
+from autoloop.program import (GENERATOR_KINDS as KINDS, GuardSpec, PriceSpec, Program, StopSpec, guard_name, known_keys,
                               load_program, parse_program)
 
 

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from autoloop.journal import STATUSES, pct
+from autoloop.journal import STATUSES
+from autoloop.numbers import pct
 from autoloop.ratchet import better, gain_of, orientation, reached
 from autoloop.summary import Summary, summarize
 

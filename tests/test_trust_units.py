@@ -15,7 +15,7 @@ from autoloop import proc, trust
 from autoloop.journal import escape_controls, quote_path
 from autoloop.loop import all_words
 from autoloop.scope_rules import library_shadow
-from autoloop.workspace import _git_env, freeze_outer_config, git, thaw_outer_config
+from autoloop.gitrun import freeze_outer_config, git, git_env, thaw_outer_config
 
 
 def test_frozen_config_keeps_values_includes_and_attributes_and_ignores_later_edits(make_repo, tmp_path, isolated_env):
@@ -41,10 +41,10 @@ def test_frozen_config_keeps_values_includes_and_attributes_and_ignores_later_ed
         assert got == want
         assert git(repo, "check-attr", "filter", "--", "x.bin", "x.txt").splitlines() == [
             "x.bin: filter: lfs", "x.txt: filter: unspecified"]
-        assert _git_env()["GIT_NO_REPLACE_OBJECTS"] == "1"
+        assert git_env()["GIT_NO_REPLACE_OBJECTS"] == "1"
     finally:
         thaw_outer_config()
-    assert _git_env()["GIT_CONFIG_GLOBAL"] == str(home / ".gitconfig")   # thawed: yours again
+    assert git_env()["GIT_CONFIG_GLOBAL"] == str(home / ".gitconfig")   # thawed: yours again
 
 
 @pytest.mark.parametrize("cmd,named", [

@@ -954,15 +954,17 @@ def test_index_flags_notices_an_in_place_edit_with_times_kept(ws: Workspace) -> 
 
 
 def test_index_flags_trusts_an_aged_untouched_index_without_git(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
-    import autoloop.workspace as wsmod
+    import autoloop.safefile as memomod
+    from autoloop.walk import RACY_NS
+    import autoloop.worktree as wtmod
     import time as _time
     assert ws.index_flags() == []
-    _time.sleep(wsmod.RACY_NS / 1e9 + 0.05)
+    _time.sleep(RACY_NS / 1e9 + 0.05)
     assert ws.index_flags() == []     # read once more: now past the racy window
-    monkeypatch.setattr(wsmod, "git", lambda *a, **k: pytest.fail("ran git"))
+    monkeypatch.setattr(wtmod, "git", lambda *a, **k: pytest.fail("ran git"))
     opened = []
     real_open = open
-    monkeypatch.setattr(wsmod, "open", lambda p, *a, **k: (opened.append(p), real_open(p, *a, **k))[1],
+    monkeypatch.setattr(memomod, "open", lambda p, *a, **k: (opened.append(p), real_open(p, *a, **k))[1],
                         raising=False)
     assert ws.index_flags() == []
     assert opened == []               # a stat was enough
@@ -1028,31 +1030,38 @@ def test_keep_then_more_cycles_stay_exact(ws: Workspace) -> None:
     assert ws.branch_head() == incumbent
 
 
-def test_keep_without_a_fast_candidate_takes_reset_hard(ws: Workspace) -> None:
+def test_keep_without_a_fast_candidate_takes_reset_hard(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     parent = ws.head()
     ref = ws.snapshot()
     (ws.path / "train.py").write_text("lr = 0.01\n")
+    os.symlink("train.py", ws.path / "alias.py")                   # a link: git writes this candidate
     changes = diff(ref, ws.snapshot())
-    wgit(ws, "update-index", "--assume-unchanged", "README.md")   # the index is no longer ours
     tree = ws.candidate_tree(parent, changes)
-    assert ws._candidate is None
+    assert not ws.written_by_hand(parent, tree)
     commit = ws.commit(tree, parent, "kept\n", Identity("A", "a@x"))
+    resets = []
+    real = ws.reset_hard
+    monkeypatch.setattr(ws, "reset_hard", lambda *a: (resets.append(a), real(*a)))
     got = ws.keep(commit, parent, ref, changes)
+    assert resets == [(commit,)]
     assert got == Snapshotter(ws.path).take()
     assert wgit(ws, "rev-parse", "HEAD") == commit and ws.index_flags() == []
 
 
-def test_candidate_tree_is_the_same_by_either_path(ws: Workspace) -> None:
+def test_candidate_tree_is_the_same_by_either_path(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoloop.candidate import CandidateWriter
+
     parent = ws.head()
     ref = ws.snapshot()
     KEEP_CASES["new file in new folders"](ws.path)
     (ws.path / "train.py").write_text("lr = 0.01\n")
+    (ws.path / "model" / "net.py").unlink()
     changes = diff(ref, ws.snapshot())
     fast = ws.candidate_tree(parent, changes)
-    assert ws._candidate is not None
-    ws._forget()                                  # as if the index were not ours: read-tree
+    assert ws.written_by_hand(parent, fast)
+    monkeypatch.setattr(CandidateWriter, "_by_hand", lambda *a: None)   # through git's private index
     slow = ws.candidate_tree(parent, changes)
-    assert ws._candidate is None and fast == slow
+    assert not ws.written_by_hand(parent, slow) and fast == slow
 
 
 def test_branch_head_reads_the_ref_file_only_for_known_commits(ws: Workspace, repo: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from autoloop.generators.base import Generator
-from autoloop.program import GENERATOR_KINDS, GeneratorSpec, Program
+from autoloop.program import GeneratorSpec, Program
 
 # "module:factory"; each factory takes (GeneratorSpec, Program). The kinds program.md accepts
 # (GENERATOR_KINDS) are listed there, since program.md's reader must not import the generators.
@@ -18,7 +18,6 @@ BACKENDS: dict[str, str] = {
     "openai": "autoloop.generators.openai_api:OpenAIGenerator",
     "tune": "autoloop.generators.tune:TuneGenerator",
 }
-KINDS: tuple[str, ...] = GENERATOR_KINDS
 
 
 def make_generator(spec: GeneratorSpec, program: Program) -> Generator:

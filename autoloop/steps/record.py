@@ -8,9 +8,9 @@ import time
 from typing import Any
 
 from autoloop.cycle import Cycle, Round, RunState
-from autoloop.journal import Record, escape_controls, pct
+from autoloop.journal import Record, escape_controls
 from autoloop.memory import near_duplicate
-from autoloop.numbers import num as fmt, signed_pct
+from autoloop.numbers import num as fmt, pct, signed_pct
 
 SUBJECT_MAX = 100
 

@@ -1,0 +1,215 @@
+"""The one way autoloop runs git: every call goes through `git()` here, with hooks and
+config-defined commands switched off and one environment (`git_env`), so nothing a generator
+plants in `.git` or the environment can run through us. For the length of a run that
+environment points git at a frozen copy of your global and system config: a filter or
+attributes file planted in them (or in a file they include) never runs inside our git calls,
+while LFS and the other filters you had keep working."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import threading
+from pathlib import Path
+from typing import Iterable
+
+from autoloop.errors import RunFailure
+from autoloop.safefile import write_new
+from autoloop.proc import run_captured
+
+# Settings that would let a repository (or a generator that wrote to it) run code or change
+# bytes during our own git calls. Filters from .gitattributes still apply, but only with drivers
+# defined in config, which the integrity check guards.
+SAFE_CONFIG = (
+    "core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false", "core.splitIndex=false",
+    "core.sparseCheckout=false", "core.autocrlf=false", "core.safecrlf=false", "core.symlinks=true",
+    # git's "is this file unchanged?" shortcut compares stat data (times in whole seconds); a
+    # user's config must not weaken it further, or update-index would take a changed file for
+    # an unchanged one
+    "core.trustctime=true", "core.checkStat=default", "core.ignoreStat=false",
+    "core.pager=cat", "commit.gpgSign=false", "gc.auto=0", "maintenance.auto=false",
+    "submodule.recurse=false", "advice.detachedHead=false", "diff.external=", "credential.helper=",
+)
+_CONFIG_CHOICE = ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_SYSTEM")
+
+
+class GitError(RunFailure):
+    pass
+
+
+_frozen: dict[str, str] = {}   # set by freeze_outer_config for the length of a run
+_executable: str | None = None
+
+
+def git_env() -> dict[str, str]:
+    """Our git calls' environment: no GIT_* from outside but the choice of config files."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _CONFIG_CHOICE}
+    # replace refs (refs/replace/*) would let anyone who can write a ref swap the incumbent's
+    # tree for another one inside our own reads: git's object graph is taken as it is stored
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C", GIT_NO_REPLACE_OBJECTS="1")
+    env.update(_frozen)
+    return env
+
+
+def git_executable() -> str:
+    """git, resolved once on the PATH autoloop started with: a `git` a generator later puts in
+    a folder earlier on PATH (~/.local/bin) is never the one autoloop runs."""
+    global _executable
+    if _executable is None:
+        _executable = shutil.which("git") or "git"
+    return _executable
+
+
+def run(cwd: Path, *args: str, input: bytes | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """git `args` with the safe settings, whatever its exit status. Shielded (autoloop.proc): a
+    Ctrl-C meant for autoloop never kills git half-way through a checkout, and it is registered
+    so that a parallel round never takes it for a leftover."""
+    cmd = [git_executable()]
+    for item in SAFE_CONFIG:
+        cmd += ["-c", item]
+    return run_captured(cmd + list(args), cwd=cwd, input=input, env=env or git_env(), shielded=True)
+
+
+def git_bytes(cwd: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+    """git's standard output; GitError (naming the command and git's last line) on failure."""
+    proc = run(cwd, *args, input=input, env=env)
+    if proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise GitError(f"git {' '.join(args[:3])} failed: {err[-1] if err else proc.returncode}")
+    return proc.stdout
+
+
+def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True,
+        env: dict[str, str] | None = None) -> str:
+    if check:
+        out = git_bytes(cwd, *args, input=input, env=env)
+    else:
+        out = run(cwd, *args, input=input, env=env).stdout
+    return out.decode(errors="surrogateescape")
+
+
+def nul_list(paths: Iterable[str]) -> bytes:
+    """`paths` for git's `-z --stdin`."""
+    return b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
+
+
+class Later:
+    """A read-only git command running in the background (a thread waiting on `git()`, so the
+    child is started, shielded and registered like every git of ours); calling it waits for its
+    output, or raises what `git()` raised."""
+
+    def __init__(self, cwd: Path, args: list[str]) -> None:
+        self._out = ""
+        self._exc: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(cwd, args), daemon=True)
+        self._thread.start()
+
+    def _run(self, cwd: Path, args: list[str]) -> None:
+        try:
+            self._out = git(cwd, *args)
+        except BaseException as exc:  # handed to the caller
+            self._exc = exc
+
+    def __call__(self) -> str:
+        self._thread.join()
+        if self._exc is not None:
+            raise self._exc
+        return self._out.strip()
+
+
+_ATTRIBUTES_MAX = 4 << 20
+
+
+def outer_git_config() -> dict[Path, str]:
+    """The global and system git config files (and the global attributes file) git would read."""
+    home = Path.home()
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "git"
+    out: dict[Path, str] = {}
+    if os.environ.get("GIT_CONFIG_GLOBAL"):
+        out[Path(os.environ["GIT_CONFIG_GLOBAL"])] = "your global git config"
+    else:
+        out[home / ".gitconfig"] = "your global git config"
+        out[xdg / "config"] = "your global git config"
+    out[xdg / "attributes"] = "your global git attributes"
+    if os.environ.get("GIT_CONFIG_SYSTEM"):
+        out[Path(os.environ["GIT_CONFIG_SYSTEM"])] = "the system git config"
+    elif not os.environ.get("GIT_CONFIG_NOSYSTEM"):
+        out[Path("/etc/gitconfig")] = "the system git config"
+    return {p: label for p, label in out.items() if str(p) not in ("/dev/null", "")}
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
+
+
+def _outer_entries(repo_root: Path) -> list[tuple[str, str, str | None]]:
+    """(origin file, key, value or None for a bare boolean) of the system and global config, in
+    the order git reads them, includes (`include.path`, `includeIf` as they apply to this
+    repository) resolved."""
+    out: list[tuple[str, str, str | None]] = []
+    scopes = ["--global"] if git_env().get("GIT_CONFIG_NOSYSTEM") else ["--system", "--global"]
+    for scope in scopes:
+        proc = run(repo_root, "config", scope, "--includes", "--show-origin", "--list", "-z")
+        if proc.returncode != 0:
+            continue   # no such file: nothing to freeze
+        items = proc.stdout.decode("utf-8", "surrogateescape").split("\0")
+        for origin, entry in zip(items[0::2], items[1::2]):
+            key, sep, value = entry.partition("\n")
+            out.append((origin.removeprefix("file:"), key, value if sep else None))
+    return out
+
+
+def _read_attributes(path: Path) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, _ATTRIBUTES_MAX) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def freeze_outer_config(repo_root: Path, dest: Path) -> dict[Path, str]:
+    """Write the system and global git config as they are now, includes resolved, into one file
+    in `dest` (with a copy of the global attributes file), and point every later git call of
+    autoloop at it. Returns the files the copy came from, for the integrity check (a change to
+    them is a violation, undone)."""
+    thaw_outer_config()
+    sources: dict[Path, str] = {}
+    lines: list[str] = []
+    attributes: str | None = None
+    for origin, key, value in _outer_entries(repo_root):
+        if origin and origin not in ("-", "command line:"):
+            sources.setdefault(Path(origin), "a file your git config includes")
+        section, _, rest = key.partition(".")
+        sub, _, name = rest.rpartition(".")
+        if section.lower() == "core" and not sub and name.lower() == "attributesfile" and value is not None:
+            attributes = value
+            continue
+        lines.append(f"[{section} {_quote(sub)}]" if sub else f"[{section}]")
+        lines.append(f"\t{name}" if value is None else f"\t{name} = {_quote(value)}")
+    if attributes is None:
+        xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+        attributes = os.path.join(xdg, "git", "attributes")
+    attr_src = Path(os.path.expanduser(attributes))
+    if not attr_src.is_absolute():
+        attr_src = repo_root / attr_src
+    dest.mkdir(parents=True, exist_ok=True)
+    sources.setdefault(attr_src, "your global git attributes")
+    # an attributes file that did not exist when the run started stays empty for our calls
+    write_new(dest / "attributes", _read_attributes(attr_src))
+    lines += ["[core]", f"\tattributesFile = {_quote(str(dest / 'attributes'))}"]
+    write_new(dest / "config", ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+    _frozen.update(GIT_CONFIG_GLOBAL=str(dest / "config"), GIT_CONFIG_NOSYSTEM="1")
+    sources[dest] = "autoloop's copy of your git config"
+    return sources
+
+
+def thaw_outer_config() -> None:
+    _frozen.clear()

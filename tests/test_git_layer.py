@@ -1,0 +1,49 @@
+"""The git runner's one environment and errors, and files of our own read and written without
+following links — real git, real files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from autoloop.safefile import read_regular, write_new
+from autoloop.gitrun import GitError, git, git_env
+
+
+def test_git_env_keeps_no_repository_location_from_outside(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_EXTERNAL_DIFF"):
+        monkeypatch.setenv(name, str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "cfg"))
+    env = git_env()
+    assert not {"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_EXTERNAL_DIFF"} & env.keys()
+    assert env["GIT_CONFIG_GLOBAL"] == str(tmp_path / "cfg") and env["GIT_NO_REPLACE_OBJECTS"] == "1"
+
+
+def test_git_runs_in_its_own_repository_whatever_git_dir_says(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    repo, other = tmp_path / "repo", tmp_path / "other"
+    for r in (repo, other):
+        r.mkdir()
+        git(r, "init", "-q")
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    assert Path(git(repo, "rev-parse", "--absolute-git-dir").strip()) == (repo / ".git").resolve()
+
+
+def test_a_failed_git_call_names_the_command_and_gits_reason(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q")
+    with pytest.raises(GitError, match=r"^git rev-parse --verify nope failed: fatal: "):
+        git(tmp_path, "rev-parse", "--verify", "nope")
+    assert git(tmp_path, "rev-parse", "--verify", "-q", "nope", check=False) == ""
+
+
+def test_regular_files_only_and_never_written_through_a_link(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"yours")
+    os.symlink(victim, tmp_path / "link")
+    os.mkfifo(tmp_path / "fifo")
+    assert read_regular(tmp_path / "link") is None and read_regular(tmp_path / "fifo") is None
+    write_new(tmp_path / "link", b"ours")
+    assert victim.read_bytes() == b"yours" and not (tmp_path / "link").is_symlink()
+    got = read_regular(tmp_path / "link")
+    assert got is not None and got.data == b"ours"
