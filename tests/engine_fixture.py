@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from autoloop.cycle import Round, RunState
+from autoloop.gitrun import thaw_outer_config
 from autoloop.loop import Run, RunOptions
 from autoloop.program import load_program
 from autoloop.round import start_round
@@ -70,3 +71,6 @@ def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     yield make
     for run in opened:
         run.state.executor.close()
+    # Run.open froze git's outer config for this process, as a run does until it ends: later
+    # tests in the same process must see the real one again
+    thaw_outer_config()
