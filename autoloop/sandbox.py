@@ -20,7 +20,7 @@ from typing import Iterable, NamedTuple, Sequence
 from autoloop.measured_files import all_words
 from autoloop.program import Program, SandboxSpec
 from autoloop.proc import run_captured
-from autoloop.walk import inside
+from autoloop.walk import inside, under
 
 _DAEMON_DIRS = ("/run/user", "/run/dbus", "/run/containerd", "/run/podman", "/run/docker", "/var/run/dbus")
 _DAEMON_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock", "/run/podman/podman.sock")
@@ -87,13 +87,13 @@ class Bwrap:
         """Read-only binds of what a private /tmp (or /run) would hide but the command needs: the
         Python running autoloop and its venv (CI makes venvs under /tmp), the PATH folders (a
         venv's bin/ with its lib/ beside it), the folders of absolute paths the command names."""
-        hidden = [*_PRIVATE, *([] if network else ["/run"])]
+        hidden = [os.path.realpath(h) for h in (*_PRIVATE, *([] if network else ["/run"]))]
         paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), *wanted,
                  *(Path(d) for d in path.split(os.pathsep) if os.path.isabs(d)), *_named_folders(command)]
         ro: list[str] = []
         for p in [*paths, *(_venv_root(p) or p for p in paths)]:
             real = os.path.realpath(p)
-            if os.path.exists(real) and any(inside(real, h) for h in hidden) and not any(inside(real, r) for r in ro):
+            if os.path.exists(real) and any(under(real, h) for h in hidden) and not any(under(real, r) for r in ro):
                 ro.append(real)
         return [a for real in sorted(ro, key=len) for a in ("--ro-bind", real, real)]
 
