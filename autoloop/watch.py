@@ -59,9 +59,10 @@ class StatTree:
         out = {} if top is None else {"": top}
         if top is None or top.kind != "d" or self.cap <= len(out):
             return out
-        for rel, full, st in walk(str(self.root), skip=self.skip, top_only=self.top_only,
-                                  ordered=self.cap != sys.maxsize, limit=self.cap - 1):
-            out[rel + "/?" if st is None else rel] = UNREADABLE if st is None else entry_of(st, full)
+        for rel, _, entry in walk(str(self.root), skip=self.skip, top_only=self.top_only,
+                                  ordered=self.cap != sys.maxsize, limit=self.cap - 1,
+                                  make=entry_of):   # a folder's times only for the top, as lstat_entry above
+            out[rel + "/?" if entry is None else rel] = UNREADABLE if entry is None else entry
         return out
 
 
