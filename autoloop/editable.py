@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 from urllib.parse import ParseResult, unquote, urlparse
 
+from autoloop.errors import ConfigError
+from autoloop.measured_files import interpreters
 from autoloop.program import Program
 from autoloop.walk import inside
 from autoloop.watch import site_folders
@@ -132,3 +134,12 @@ def _read(path: Path) -> str:
             return f.read(_MAX_BYTES).decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def refuse(program: Program, why: str) -> None:
+    """With no sandbox to bind the candidate at the checkout's path, an installation pointing
+    into the checkout would make every measurement import the checkout's files: ConfigError
+    (exit 2) naming it and the fix. `why`: why there is no sandbox. Shared by run, verify, gate."""
+    found = into_checkout(program.repo_root, interpreters(program, os.environ, defaults=True), program.allowed)
+    if found:
+        raise ConfigError(message(program, found, why))

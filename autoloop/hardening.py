@@ -85,11 +85,7 @@ class Guardrails:
                     raise ConfigError(f"{p.path.name}:{p.lines.get('sandbox', 1)}: sandbox: {exc}") from None
                 self.sandbox, self.unsandboxed = None, str(exc)
         if self.sandbox is None:
-            # No sandbox to bind the candidate at your checkout's path: an installation that
-            # points into the checkout would measure the checkout, every cycle.
-            found = editable.into_checkout(p.repo_root, interpreters(p, os.environ, defaults=True), p.allowed)
-            if found:
-                raise ConfigError(editable.message(p, found, self.unsandboxed or ""))
+            editable.refuse(p, self.unsandboxed or "")
         start = self.ws.branch_head() or self.ws.head()
         for i, d in enumerate(p.data):
             if not d.source.exists():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -12,7 +11,6 @@ from autoloop.metric import (GuardResult, Measurement, MetricError, metric_line_
                              parse_metric, parse_metric_text)
 from autoloop.program import HoldoutSpec, Program, VerifierSpec
 from autoloop.errors import ConfigError
-from autoloop.measured_files import interpreters
 from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable, failure_hint, for_measurements
 
 def steps(program: Program, with_guards: bool = True,
@@ -80,10 +78,7 @@ def refuse_editable_unsandboxed(program: Program) -> None:
     bwrap, why = _probe(program)
     if bwrap is not None:
         return
-    found = editable.into_checkout(program.repo_root, interpreters(program, os.environ, defaults=True),
-                                   program.allowed)
-    if found:
-        raise ConfigError(editable.message(program, found, why or ""))
+    editable.refuse(program, why or "")
 
 
 def _probe(program: Program) -> tuple[Bwrap | None, str | None]:
