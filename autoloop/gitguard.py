@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
-from autoloop.safefile import write_new
 from autoloop.gitrun import git, outer_git_config
+from autoloop.logfile import fresh_log
 from autoloop.objects import Trees
 from autoloop.sentinel import Sentinel
 from autoloop.walk import ident_of, lstat_entry, remove_tree, walk
@@ -154,12 +154,10 @@ class ObjectGuard:
                 same = False
             if not same:
                 problems.append(f"rewrote git's object {oid[:12]}")
-                if f.is_dir() and not f.is_symlink():
-                    remove_tree(f)
-                elif f.exists() or f.is_symlink():
-                    f.unlink()
+                remove_tree(f)
                 f.parent.mkdir(parents=True, exist_ok=True)
-                write_new(f, was.data)
+                with fresh_log(f) as out:
+                    out.write(was.data)
                 os.chmod(f, was.mode)
         if problems:
             self._packs = None

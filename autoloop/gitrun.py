@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import subprocess
 import threading
 from pathlib import Path
 from typing import Iterable
 
 from autoloop.errors import RunFailure
-from autoloop.safefile import write_new
+from autoloop.logfile import fresh_log, read_regular
 from autoloop.proc import run_captured
 
 # Settings that would let a repository (or a generator that wrote to it) run code or change
@@ -162,19 +161,6 @@ def _outer_entries(repo_root: Path) -> list[tuple[str, str, str | None]]:
     return out
 
 
-def _read_attributes(path: Path) -> bytes:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return b""
-    try:
-        return os.read(fd, _ATTRIBUTES_MAX) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
-
-
 def freeze_outer_config(repo_root: Path, dest: Path) -> dict[Path, str]:
     """Write the system and global git config as they are now, includes resolved, into one file
     in `dest` (with a copy of the global attributes file), and point every later git call of
@@ -203,12 +189,17 @@ def freeze_outer_config(repo_root: Path, dest: Path) -> dict[Path, str]:
     dest.mkdir(parents=True, exist_ok=True)
     sources.setdefault(attr_src, "your global git attributes")
     # an attributes file that did not exist when the run started stays empty for our calls
-    write_new(dest / "attributes", _read_attributes(attr_src))
+    _write_new(dest / "attributes", read_regular(attr_src, _ATTRIBUTES_MAX))
     lines += ["[core]", f"\tattributesFile = {_quote(str(dest / 'attributes'))}"]
-    write_new(dest / "config", ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+    _write_new(dest / "config", ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
     _frozen.update(GIT_CONFIG_GLOBAL=str(dest / "config"), GIT_CONFIG_NOSYSTEM="1")
     sources[dest] = "autoloop's copy of your git config"
     return sources
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    with fresh_log(path) as f:
+        f.write(data)
 
 
 def thaw_outer_config() -> None:

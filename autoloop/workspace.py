@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 from autoloop.candidate import CandidateWriter
 from autoloop.errors import RepoStateError
-from autoloop.safefile import read_regular
+from autoloop.logfile import read_regular
 from autoloop.gitguard import ObjectGuard, RefGuard, watch_git
 from autoloop.gitrun import GitError, Later, freeze_outer_config, git, git_bytes, run
 from autoloop.proof import GITLINK, SYMLINK
@@ -154,8 +154,7 @@ class Workspace(Worktree):
     def branch_head(self) -> str | None:
         # A loose ref file wins over packed-refs, so when it names a commit we made or checked,
         # that is the answer without a git process; anything else is git's to resolve.
-        got = read_regular(self.common_dir / self.ref, _REF_MAX)
-        loose = got.data.decode("ascii", "replace").strip() if got is not None else ""
+        loose = read_regular(self.common_dir / self.ref, _REF_MAX).decode("ascii", "replace").strip()
         if loose in self._commits:
             return loose
         out = git(self.repo_root, "rev-parse", "--verify", "-q", self.ref + "^{commit}", check=False).strip()

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from autoloop.errors import RunFailure
-from autoloop.safefile import read_regular
 from autoloop.gitrun import GitError, git, nul_list
+from autoloop.logfile import read_regular
 from autoloop.objects import Trees
 from autoloop.proof import TreeProof
 from autoloop.repomemo import RepoMemo, memo_for
@@ -52,14 +52,14 @@ class IndexSeal:
 
     def _read(self) -> bytes | None:
         at = time.time_ns()
-        got = read_regular(self.path)
         try:
-            if got is None or ident_of(got.stat) != ident_of(os.stat(self.path)):
+            st = os.lstat(self.path)
+            data = read_regular(self.path, -1)
+            if not stat.S_ISREG(st.st_mode) or ident_of(st) != ident_of(os.lstat(self.path)):
                 return None  # not a file, or written while we read it
         except OSError:
             return None
-        self._cache.put("", got.stat, got.data, at)
-        return got.data
+        return self._cache.put("", st, data, at)
 
 
 class Worktree:
@@ -183,7 +183,7 @@ class Worktree:
         if self._at != commit or self._seal is None or self._admin_dir is None or self.dotgit_tampered():
             return False
         head = read_regular(self._admin_dir / "HEAD", _HEAD_MAX)
-        return head is not None and head.data == (commit + "\n").encode() and self._seal.intact()
+        return head == (commit + "\n").encode() and self._seal.intact()
 
     def index_flags(self) -> list[str]:
         """Paths the worktree's index hides from git (assume-unchanged / skip-worktree)."""
@@ -316,11 +316,8 @@ def unlock_folders(root: Path, paths: Iterable[str]) -> None:
 
 
 def remove_path(path: Path) -> None:
-    """Whatever is at `path` (a folder with everything in it, never through a link)."""
-    if path.is_dir() and not path.is_symlink():
+    if os.path.lexists(path):   # not when a file took the place of a folder above it
         remove_tree(path)
-    elif path.is_symlink() or path.exists():
-        path.unlink()
 
 
 def _matches(reference: Snapshot, got: dict[str, Entry], paths: set[str]) -> bool:

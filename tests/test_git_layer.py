@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autoloop.safefile import read_regular, write_new
 from autoloop.gitrun import GitError, git, git_env
+from autoloop.logfile import fresh_log, read_regular
 
 
 def test_git_env_keeps_no_repository_location_from_outside(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -42,8 +42,8 @@ def test_regular_files_only_and_never_written_through_a_link(tmp_path: Path) -> 
     victim.write_bytes(b"yours")
     os.symlink(victim, tmp_path / "link")
     os.mkfifo(tmp_path / "fifo")
-    assert read_regular(tmp_path / "link") is None and read_regular(tmp_path / "fifo") is None
-    write_new(tmp_path / "link", b"ours")
+    assert read_regular(tmp_path / "link", -1) == b"" and read_regular(tmp_path / "fifo", -1) == b""
+    with fresh_log(tmp_path / "link") as f:
+        f.write(b"ours")
     assert victim.read_bytes() == b"yours" and not (tmp_path / "link").is_symlink()
-    got = read_regular(tmp_path / "link")
-    assert got is not None and got.data == b"ours"
+    assert read_regular(tmp_path / "link", -1) == b"ours"

@@ -954,7 +954,6 @@ def test_index_flags_notices_an_in_place_edit_with_times_kept(ws: Workspace) -> 
 
 
 def test_index_flags_trusts_an_aged_untouched_index_without_git(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
-    import autoloop.safefile as memomod
     from autoloop.walk import RACY_NS
     import autoloop.worktree as wtmod
     import time as _time
@@ -963,9 +962,8 @@ def test_index_flags_trusts_an_aged_untouched_index_without_git(ws: Workspace, m
     assert ws.index_flags() == []     # read once more: now past the racy window
     monkeypatch.setattr(wtmod, "git", lambda *a, **k: pytest.fail("ran git"))
     opened = []
-    real_open = open
-    monkeypatch.setattr(memomod, "open", lambda p, *a, **k: (opened.append(p), real_open(p, *a, **k))[1],
-                        raising=False)
+    real_read = wtmod.read_regular
+    monkeypatch.setattr(wtmod, "read_regular", lambda p, *a: (opened.append(p), real_read(p, *a))[1])
     assert ws.index_flags() == []
     assert opened == []               # a stat was enough
 
