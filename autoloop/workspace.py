@@ -16,11 +16,12 @@ from autoloop.candidate import CandidateWriter
 from autoloop.errors import RepoStateError
 from autoloop.logfile import read_regular
 from autoloop.gitguard import ObjectGuard, RefGuard, watch_git
-from autoloop.gitrun import GitError, Later, freeze_outer_config, git, git_bytes, run
+from autoloop.gitrun import GitError, Later, freeze_outer_config, git, git_bytes
 from autoloop.proof import GITLINK, SYMLINK
 from autoloop.sentinel import Sentinel
 from autoloop.snapshot import Change, Snapshot
-from autoloop.worktree import Worktree, remove_path, restore_folder_modes, unlock_folders
+from autoloop.worktree import (Worktree, clear_changes, remove_path, restore_folder_modes,
+                               unlock_folders)
 
 __all__ = ["GitError", "Identity", "Workspace", "Worktree"]
 
@@ -43,46 +44,41 @@ class Workspace(Worktree):
         common_dir = (repo_root / git(repo_root, "rev-parse", "--git-common-dir").strip()).resolve()
         repo_id = hashlib.sha256(str(repo_root.resolve()).encode()).hexdigest()[:12]
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        # Outside the repository on purpose: tools that walk up from their cwd looking for
-        # configuration (pytest, ruff, setuptools) must not find the user's checkout.
+        # outside the repository: tools that look for configuration in the folders above their
+        # cwd (pytest, ruff, setuptools) must not find the user's checkout
         super().__init__(repo_root, common_dir, cache / "autoloop" / "worktrees" /
                          f"{repo_root.name}-{repo_id}" / re.sub(r"[^A-Za-z0-9._-]", "_", tag))
         self._frozen: dict[Path, str] = {}
-        self._verify_trees: dict[int, Worktree] = {}
-        self._gen_trees: dict[int, Worktree] = {}
+        self._beside_trees: dict[str, Worktree] = {}
         self._identity: Identity | None = None
         self._trees: dict[str, str] = {}
         self._commits: set[str] = set()   # known to be commits: the branch may be read from its file
-        self._by_hand: tuple[str, str] | None = None   # the last candidate autoloop wrote: (base, tree)
-        self._refs = RefGuard(repo_root, common_dir, self.ref)
-        self._objects = ObjectGuard(common_dir / "objects")
+        self._by_hand: tuple[str, str] | None = None   # the last candidate we wrote: (base, tree)
+        self.refs = RefGuard(repo_root, common_dir, self.ref)
+        self.objects = ObjectGuard(common_dir / "objects")
         self._writer: CandidateWriter | None = None
 
     def _beside(self, suffix: str) -> Worktree:
-        return Worktree(self.repo_root, self.common_dir, self.path.with_name(self.path.name + suffix))
+        if suffix not in self._beside_trees:
+            path = self.path.with_name(self.path.name + suffix)
+            self._beside_trees[suffix] = Worktree(self.repo_root, self.common_dir, path)
+        return self._beside_trees[suffix]
 
     def verify_tree(self, slot: int = 0) -> Worktree:
-        """A pristine tree for measuring commits (slot 0 candidate, 1 incumbent, ...)."""
-        if slot not in self._verify_trees:
-            self._verify_trees[slot] = self._beside(f".verify-{slot}")
-        return self._verify_trees[slot]
+        """A tree for measuring commits (slot 0 candidate, 1 incumbent, ...)."""
+        return self._beside(f".verify-{slot}")
 
     def drop_verify_trees(self, keep: set[int], upto: int = VERIFY_SLOTS) -> None:
-        """Remove the verification trees of slots not in `keep` (a tree not there costs the
-        generators' watch nothing); one needed later is made afresh."""
+        """Remove the trees of slots not in `keep`: one not there costs the watch nothing."""
         for slot in set(range(upto)) - keep:
             tree = self._beside(f".verify-{slot}")
             if tree.path.exists() or tree.path.is_symlink() or tree._own_admin_dirs():
                 tree._discard()
-            self._verify_trees.pop(slot, None)
+            del self._beside_trees[f".verify-{slot}"]   # one needed later is made afresh
 
     def gen_tree(self, worker: int) -> Worktree:
         """Worker `worker`'s tree in a parallel round (worker 0's is this run's own)."""
-        if worker == 0:
-            return self
-        if worker not in self._gen_trees:
-            self._gen_trees[worker] = self._beside(f".gen-{worker}")
-        return self._gen_trees[worker]
+        return self if worker == 0 else self._beside(f".gen-{worker}")
 
     def clear_stale_locks(self) -> None:
         (self.common_dir / (self.ref + ".lock")).unlink(missing_ok=True)
@@ -138,8 +134,7 @@ class Workspace(Worktree):
         return removed
 
     def remove_branch(self) -> str | None:
-        """Delete `autoloop/TAG` (returns the commit it pointed at, None when there was none).
-        Refused while the user's checkout has it checked out."""
+        """Delete `autoloop/TAG`, unless checked out; the commit it pointed at, or None."""
         head = self.branch_head()
         if head is None:
             return None
@@ -152,8 +147,7 @@ class Workspace(Worktree):
     # ---- the branch ------------------------------------------------------------------------------
 
     def branch_head(self) -> str | None:
-        # A loose ref file wins over packed-refs, so when it names a commit we made or checked,
-        # that is the answer without a git process; anything else is git's to resolve.
+        # a loose ref wins over packed-refs: naming a commit we know, it needs no git process
         loose = read_regular(self.common_dir / self.ref, _REF_MAX).decode("ascii", "replace").strip()
         if loose in self._commits:
             return loose
@@ -177,7 +171,7 @@ class Workspace(Worktree):
         self._commits.add(start)
 
     def delete_branch(self, expected: str) -> None:
-        """Remove the run branch, only if it is still at `expected` (git checks, atomically)."""
+        """Remove the run branch, only if it is still at `expected` (git checks atomically)."""
         git(self.repo_root, "update-ref", "-m", "autoloop: restart run", "-d", self.ref, expected)
 
     def advance(self, new: str, old: str, reason: str) -> None:
@@ -189,8 +183,8 @@ class Workspace(Worktree):
         self.advance(to, current, "autoloop: roll back an unfinished cycle")
 
     def uncommitted(self, paths: Sequence[str]) -> dict[str, str]:
-        """Which of `paths` (repo-relative) the user's checkout has otherwise than HEAD:
-        'untracked', 'ignored' or 'modified' (in the index or on disk)."""
+        """Those of `paths` the user's checkout has otherwise than HEAD: 'untracked', 'ignored' or
+        'modified' (in the index or on disk)."""
         if not paths:
             return {}
         out = git(self.repo_root, "status", "--porcelain=v1", "-z", "--ignored=matching",
@@ -212,26 +206,16 @@ class Workspace(Worktree):
     # ---- integrity of git's own files ------------------------------------------------------------
 
     def freeze_config(self) -> None:
-        """Our git calls read a copy of your global/system config as it is now, kept beside
-        the work tree."""
-        self._frozen = freeze_outer_config(self.repo_root, self.path.with_name(self.path.name + ".gitconfig"))
+        dest = self.path.with_name(self.path.name + ".gitconfig")
+        self._frozen = freeze_outer_config(self.repo_root, dest)
 
     def watch_git(self, extra: Sequence[Path] = ()) -> Sentinel:
         """Files git obeys during our own calls, plus `extra` user-side files (program.md)."""
         assert self._admin_dir is not None
         return watch_git(self.common_dir, self._admin_dir, self._frozen, extra)
 
-    def capture_refs(self) -> None:
-        self._refs.capture()
-
-    def refs_changed(self) -> list[str]:
-        return self._refs.changed()
-
     def capture_objects(self, commit: str, paths: Sequence[str]) -> None:
-        self._objects.capture(commit, self.memo.trees(self.repo_root, commit), paths)
-
-    def objects_changed(self) -> list[str]:
-        return self._objects.changed()
+        self.objects.capture(commit, self.memo.trees(self.repo_root, commit), paths)
 
     # ---- commits ---------------------------------------------------------------------------------
 
@@ -241,9 +225,8 @@ class Workspace(Worktree):
         return self._writer
 
     def candidate_tree(self, base: str, changes: list[Change], where: Worktree | None = None) -> str:
-        """The tree of `base` plus exactly the changed files as they are on disk in `where` (a
-        parallel worker's tree; this run's own by default)."""
-        # every path that is or was a file/link; folders come and go with their files
+        """`base` plus exactly the changed files (or links) on disk in `where` (a parallel
+        worker's tree; this run's own by default): folders come and go with their files."""
         paths = sorted({c.path for c in changes if (c.before is not None and c.before.kind != "d")
                         or (c.after is not None and c.after.kind != "d")})
         tree, by_hand = self.writer().write(base, paths, (where or self).path)
@@ -251,7 +234,6 @@ class Workspace(Worktree):
         return tree
 
     def written_by_hand(self, base: str, tree: str) -> bool:
-        """Was `tree` (the last candidate on `base`) written by autoloop itself?"""
         return self._by_hand == (base, tree)
 
     def commit(self, tree: str, parent: str, message: str, who: Identity) -> str:
@@ -261,11 +243,9 @@ class Workspace(Worktree):
         return commit
 
     def keep(self, commit: str, parent: str, reference: Snapshot, changes: list[Change]) -> Snapshot:
-        """After `commit` (the last candidate on `parent`) is kept: make the tree exactly a
-        checkout of `commit` and return its snapshot — cheaply when autoloop wrote the candidate
-        and git's view is still ours: only the changed paths are rewritten and looked at again;
-        anything else takes reset_hard + a full walk. Like a checkout, this drops what git does
-        not record (modes other than +x, empty folders) and writes what its filters would."""
+        """Make the tree exactly a checkout of kept `commit` (the last candidate on `parent`);
+        its snapshot. When we wrote the candidate and git's view is still ours, only the changed
+        paths are rewritten and looked at again; else reset_hard and a full walk."""
         by_hand, self._by_hand = self._by_hand, None
         if by_hand != (parent, self.tree_of(commit)) or not changes or not self._as_we_left_it(parent):
             self.reset_hard(commit)
@@ -274,10 +254,7 @@ class Workspace(Worktree):
         try:
             unlock_folders(self.path, paths)
             self._forget()
-            for ch in sorted(changes, key=lambda c: c.path.count("/"), reverse=True):
-                full = self.path / ch.path
-                if not (ch.before is not None and ch.before.kind == "d" and full.is_dir() and not full.is_symlink()):
-                    remove_path(full)   # a folder of the incumbent stays: its mode is put back below
+            clear_changes(self.path, changes)
             # git moves HEAD, the index and the files (only those removed above differ) in one go
             git(self.path, "reset", "-q", "--hard", commit)
             restore_folder_modes(self.path, changes)
@@ -300,36 +277,23 @@ class Workspace(Worktree):
         return self._trees[commit]
 
     def differs_at(self, tree_a: str, tree_b: str, paths: Sequence[str]) -> list[str]:
-        """Those of `paths` whose entries differ between two trees — by git's own object graph,
-        replace refs ignored: a candidate must carry the incumbent's blob for every protected
-        path, whatever wrote its tree."""
+        """Those of `paths` whose entries differ between two trees, by git's object graph
+        (replace refs ignored), whatever wrote the trees."""
         if not paths:
             return []
         raw = git(self.repo_root, "diff-tree", "-r", "-z", "--no-renames", "--name-only", tree_a, tree_b, "--", *paths)
         return [p for p in raw.split("\0") if p]
 
-    def is_ancestor(self, a: str, b: str) -> bool:
-        return run(self.repo_root, "merge-base", "--is-ancestor", a, b).returncode == 0
-
-    def commit_message(self, commit: str) -> str:
-        return git(self.repo_root, "log", "-1", "--format=%B", commit)
-
-    def diffstat(self, a: str, b: str) -> str:
-        return self.diffstat_later(a, b)()
-
     def diffstat_later(self, a: str, b: str) -> Later:
-        """`git diff --shortstat a b`, started now and read when called: it only reads objects,
-        so it runs beside whatever comes next (the verify tree's reset, the verifier)."""
+        """`git diff --shortstat a b`, started now (it only reads objects), read when called."""
         return Later(self.repo_root, ["diff", "--no-ext-diff", "--no-textconv", "--shortstat", a, b])
 
     def diff_text(self, a: str, b: str, limit: int = 200_000) -> str:
         return git(self.repo_root, "diff", "--no-ext-diff", "--no-textconv", a, b)[:limit]
 
     def archive(self, commit: str) -> bytes:
-        """`commit`'s files as an uncompressed tar, exactly as stored (autoloop.executors ships
-        it to remote verifiers). Not `git archive`: .gitattributes in the commit (export-ignore,
-        export-subst) would let a candidate change what is measured."""
-        # submodules are not part of the tree's bytes
+        """`commit`'s files (no submodules) as a tar, exactly as stored. Not `git archive`:
+        .gitattributes in the commit (export-ignore, -subst) would change what is measured."""
         entries = [e for e in self.memo.trees(self.repo_root, commit).files() if e.mode != GITLINK]
         data = git_bytes(self.repo_root, "cat-file", "--batch", input=b"".join(e.oid.encode() + b"\n" for e in entries))
         out = io.BytesIO()
@@ -351,8 +315,8 @@ class Workspace(Worktree):
 
 
 def _remove_empty_parents(root: Path, paths: Iterable[str]) -> set[str]:
-    """Remove the folders among `paths` and their parents that are empty (deepest first), as
-    `git clean -d` would; returns those now gone (git's reset removes some itself)."""
+    """Remove the empty folders among `paths` and their parents, as `git clean -d` would;
+    returns those now gone (git's reset removes some itself)."""
     folders = {"/".join(parts[:i]) for rel in paths for parts in [rel.split("/")] for i in range(1, len(parts) + 1)}
     removed: set[str] = set()
     for rel in sorted(folders, key=lambda p: p.count("/"), reverse=True):

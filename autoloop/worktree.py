@@ -22,46 +22,6 @@ from autoloop.walk import Entry, StatCache, ident_of, remove_tree
 _HEAD_MAX = 200
 
 
-class IndexSeal:
-    """What an index file held right after one of our own git commands wrote it, to tell cheaply
-    that nobody has written it since (so it still has no hidden-file flags and still lists the
-    commit we checked out). An index is a few hundred bytes per file: 9 MB for 100k files."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._data: bytes | None = None
-        self._cache: StatCache[bytes] = StatCache()
-
-    def seal(self) -> None:
-        """Call right after our own command wrote the file."""
-        self._data = self._read()
-
-    def forget(self) -> None:
-        self._data = None
-
-    def intact(self) -> bool:
-        """Is the file unchanged since seal()?"""
-        if self._data is None:
-            return False
-        try:
-            if self._cache.get("", os.stat(self.path)) is not None:
-                return True
-        except OSError:
-            return False
-        return self._read() == self._data
-
-    def _read(self) -> bytes | None:
-        at = time.time_ns()
-        try:
-            st = os.lstat(self.path)
-            data = read_regular(self.path, -1)
-            if not stat.S_ISREG(st.st_mode) or ident_of(st) != ident_of(os.lstat(self.path)):
-                return None  # not a file, or written while we read it
-        except OSError:
-            return None
-        return self._cache.put("", st, data, at)
-
-
 class Worktree:
     def __init__(self, repo_root: Path, common_dir: Path, path: Path) -> None:
         self.repo_root = repo_root
@@ -72,9 +32,11 @@ class Worktree:
         self.proof = TreeProof(self.path, repo_root, self.memo)
         self._admin_dir: Path | None = None
         self._dotgit: bytes | None = None
-        # the state our own last command left: HEAD detached at _at, index sealed (no flags)
+        # what our own last command left: HEAD detached at _at, and the index's bytes (no
+        # flags), to tell cheaply that nobody wrote it since (9 MB for 100k files)
         self._at: str | None = None
-        self._seal: IndexSeal | None = None
+        self._index: bytes | None = None
+        self._index_cache: StatCache[bytes] = StatCache()
 
     def open(self, commit: str) -> None:
         """Create (or reuse) the private worktree, detached at `commit`, exactly equal to it."""
@@ -84,7 +46,6 @@ class Worktree:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             git(self.repo_root, "worktree", "add", "--detach", "-f", str(self.path), commit)
         self._admin_dir = self._find_admin_dir()
-        self._seal = IndexSeal(self._admin_dir / "index")
         self._dotgit = (self.path / ".git").read_bytes()
         self.reset_hard(commit)
 
@@ -106,8 +67,8 @@ class Worktree:
                 lock.unlink(missing_ok=True)
 
     def _own_admin_dirs(self) -> list[Path]:
-        """Admin folders under .git/worktrees that belong to this tree: their `gitdir` points at
-        it, or (written before `gitdir` was) their name is this tree's, git-style numbered."""
+        """Admin folders in .git/worktrees whose `gitdir` points at this tree, or (written before
+        `gitdir` was) named as this tree, git-style numbered."""
         root = self.common_dir / "worktrees"
         if not root.is_dir():
             return []
@@ -124,10 +85,10 @@ class Worktree:
         return out
 
     def checkout(self, commit: str, clean: bool = True) -> Path:
-        """Make this tree exactly `commit`; returns its path. `clean=False`: untracked files are
-        left to the caller, whose walk removes them anyway (one git process fewer)."""
+        """Make this tree exactly `commit`; its path. `clean=False`: untracked files are left to
+        the caller, whose walk removes them anyway (one git process fewer)."""
         if self._admin_dir is None or self.path.is_symlink() or not self.path.is_dir():
-            # never made, or swapped for a link to a tree of someone else's (or removed): made
+            # never made, or swapped for a link to someone else's tree (or removed): made
             # afresh — measuring through the link would void every later cycle, or worse
             self.open(commit)
         else:
@@ -137,8 +98,8 @@ class Worktree:
         return self.path
 
     def _reusable(self) -> bool:
-        """Is the worktree there, whole, and linked to *this* repository (not by a `.git` link a
-        generator rewrote)?"""
+        """Is the worktree there, whole, and linked to this repository (by a `.git` link that
+        no generator rewrote)?"""
         dotgit = self.path / ".git"
         if self.path.is_symlink() or dotgit.is_symlink() or not dotgit.is_file():
             return False   # a tree swapped for a link resolves everything below through it
@@ -168,27 +129,48 @@ class Worktree:
     # ---- what our own last command left, and whether it is still so -----------------------------
 
     def _forget(self) -> None:
-        self._at = None
-        if self._seal is not None:
-            self._seal.forget()
+        self._at = self._index = None
 
     def _sealed(self, commit: str) -> None:
         """Our own command just left HEAD detached at `commit` and an index without flags."""
         self._at = commit
-        if self._seal is not None:
-            self._seal.seal()
+        self._index = self._read_index()
+
+    def _read_index(self) -> bytes | None:
+        if self._admin_dir is None:
+            return None
+        path, at = self._admin_dir / "index", time.time_ns()
+        try:
+            st = os.lstat(path)
+            data = read_regular(path, -1)
+            if not stat.S_ISREG(st.st_mode) or ident_of(st) != ident_of(os.lstat(path)):
+                return None  # not a file, or written while we read it
+        except OSError:
+            return None
+        return self._index_cache.put("", st, data, at)
+
+    def _index_intact(self) -> bool:
+        """Is the index still the one our own command wrote?"""
+        if self._index is None or self._admin_dir is None:
+            return False
+        try:
+            if self._index_cache.get("", os.stat(self._admin_dir / "index")) is not None:
+                return True
+        except OSError:
+            return False
+        return self._read_index() == self._index
 
     def _as_we_left_it(self, commit: str) -> bool:
         """Is git's view of the tree (HEAD, index, .git link) still what our last command left?"""
-        if self._at != commit or self._seal is None or self._admin_dir is None or self.dotgit_tampered():
+        if self._at != commit or self._admin_dir is None or self.dotgit_tampered():
             return False
         head = read_regular(self._admin_dir / "HEAD", _HEAD_MAX)
-        return head == (commit + "\n").encode() and self._seal.intact()
+        return head == (commit + "\n").encode() and self._index_intact()
 
     def index_flags(self) -> list[str]:
         """Paths the worktree's index hides from git (assume-unchanged / skip-worktree)."""
-        if self._seal is not None and self._seal.intact():
-            return []  # the index our own command wrote, without flags, and nobody wrote it since
+        if self._index_intact():
+            return []
         out = git(self.path, "ls-files", "-v", "-z")
         return [item[2:] for item in out.split("\0") if len(item) > 2 and (item[0].islower() or item[0] == "S")]
 
@@ -238,10 +220,9 @@ class Worktree:
         return self.proof.picture_after_reset(proved, commit)
 
     def restore_changes(self, commit: str, reference: Snapshot, changes: list[Change]) -> None:
-        """restore() when the tree's whole change set since `reference` is known (a full walk
-        found `changes`, nothing written since): put back and check just those paths (and all
-        under any that is a folder). Only while git's view (HEAD, index, .git link) is still the
-        one our own command left; anything else — or a path not coming back equal — restore()."""
+        """restore() when a full walk found the tree's whole change set since `reference`: put
+        back and check just those paths (and all under a folder among them), while git's view
+        is still the one our own command left; else, or if a path is not equal after, restore()."""
         if not self._as_we_left_it(commit):
             self.restore(commit, reference)
             return
@@ -279,15 +260,7 @@ class Worktree:
 
     def _force_checkout(self, changes: list[Change], update_index: bool = False) -> bool:
         """Undo `changes` from the index; whether git ran."""
-        tracked: list[str] = []
-        for ch in sorted(changes, key=lambda c: c.path.count("/"), reverse=True):
-            full = self.path / ch.path
-            if ch.before is not None and ch.before.kind == "d" and full.is_dir() and not full.is_symlink():
-                os.chmod(full, ch.before.mode)
-                continue
-            remove_path(full)   # files, links, and the FIFOs and sockets git clean leaves alone
-            if ch.before is not None and ch.before.kind in ("f", "l"):
-                tracked.append(ch.path)
+        tracked = clear_changes(self.path, changes)
         if tracked:
             git(self.path, "checkout-index", "-f", "--ignore-skip-worktree-bits", "-z", "--stdin",
                 *(["-u"] if update_index else []), input=nul_list(tracked))
@@ -295,12 +268,31 @@ class Worktree:
         return bool(tracked)
 
 
+def _old_folder_mode(root: Path, ch: Change) -> int | None:
+    """The incumbent's mode of a folder still there (git does not record folder modes)."""
+    full = root / ch.path
+    if ch.before is not None and ch.before.kind == "d" and full.is_dir() and not full.is_symlink():
+        return ch.before.mode
+    return None
+
+
+def clear_changes(root: Path, changes: list[Change]) -> list[str]:
+    """Remove what is at the changed paths, deepest first, but the incumbent's folders (files,
+    links, and the FIFOs and sockets git clean leaves alone); the files and links to put back."""
+    back = []
+    for ch in sorted(changes, key=lambda c: c.path.count("/"), reverse=True):
+        if _old_folder_mode(root, ch) is None:
+            remove_path(root / ch.path)
+            if ch.before is not None and ch.before.kind in ("f", "l"):
+                back.append(ch.path)
+    return back
+
+
 def restore_folder_modes(root: Path, changes: list[Change]) -> None:
-    """Folder modes are not recorded: the incumbent's stay."""
     for ch in changes:
-        full = root / ch.path
-        if ch.before is not None and ch.before.kind == "d" and full.is_dir() and not full.is_symlink():
-            os.chmod(full, ch.before.mode)
+        mode = _old_folder_mode(root, ch)
+        if mode is not None:
+            os.chmod(root / ch.path, mode)
 
 
 def unlock_folders(root: Path, paths: Iterable[str]) -> None:
@@ -321,12 +313,11 @@ def remove_path(path: Path) -> None:
 
 
 def _matches(reference: Snapshot, got: dict[str, Entry], paths: set[str]) -> bool:
-    """Do the entries of `paths` (and of everything under those that are folders), taken
-    afresh, equal the reference's?"""
+    """Do the entries of `paths` (and of all under those that are folders), taken afresh, equal
+    the reference's, with nothing of the reference missing under a folder walked?"""
     if any(reference.get(rel) != got.get(rel) for rel in paths) or \
             any(reference.get(rel) != entry for rel, entry in got.items()):
         return False
-    # nothing of the reference may be missing under a folder we walked
     folders = tuple(rel + "/" for rel in paths if rel in got and got[rel].kind == "d")
     return not folders or sum(rel.startswith(folders) for rel in reference) == \
         sum(rel.startswith(folders) for rel in got)

@@ -11,7 +11,7 @@ def prepare(state: RunState, rnd: Round) -> None:
     state.each(rnd.cycles, lambda c: _tree(state, c, rnd.incumbent))
     assert state.sentinel is not None
     state.sentinel.capture()
-    state.ws.capture_refs()
+    state.ws.refs.capture()
     state.ws.capture_objects(rnd.incumbent, sorted(state.guard.protected))
     state.guard.before_generate()
 

@@ -84,8 +84,8 @@ def _problems(state: RunState, c: Cycle, incumbent: str) -> list[str]:
             ws.advance(incumbent, head, "autoloop: undo a move by the generator")
     # refs/replace would swap objects in other tools' reads, a moved branch or tag rewrites
     # your history: any ref the generator made or moved is put back
-    problems += [f"{what} (refs are not the generator's to change)" for what in ws.refs_changed()]
-    problems += ws.objects_changed()
+    problems += [f"{what} (refs are not the generator's to change)" for what in ws.refs.changed()]
+    problems += ws.objects.changed()
     hidden = c.tree.index_flags()
     if hidden:
         problems.append("hid files from git (assume-unchanged/skip-worktree): " + ", ".join(hidden[:5]))
