@@ -1,6 +1,6 @@
 """A candidate's tree: the incumbent's plus exactly the changed files as they are on disk —
 written by autoloop itself (autoloop.objects) where git would store those very bytes, else by
-git through a private index, so ignore rules and index flags play no part either way."""
+git through a private index: ignore rules and index flags play no part either way."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from autoloop.gitrun import git, git_env, nul_list
 from autoloop.objects import ObjectStore, Trees, changed_entries, derive
-from autoloop.repomemo import KEEP, RepoMemo
+from autoloop.repomemo import RepoMemo, put_newest
 
 _BY_HAND_MAX_BYTES = 64 << 20   # bigger files go through git, which streams them
 _BY_HAND_MAX_PATHS = 1000
@@ -27,14 +27,11 @@ class CandidateWriter:
         self._made: dict[str, Trees] = {}          # tree id -> the folders of one written by hand
 
     def write(self, base: str, paths: list[str], root: Path) -> tuple[str, bool]:
-        """The tree of `base` with `paths` (files or links, now or before) as they are under
-        `root`; and whether autoloop wrote it by hand."""
+        """`base` with `paths` as they are under `root`; and whether we wrote it by hand."""
         made = self._by_hand(base, paths, root)
         if made is not None:
             with self._lock:
-                self._made[made.root] = made
-                while len(self._made) > KEEP:
-                    del self._made[next(iter(self._made))]
+                put_newest(self._made, made.root, made)
             return made.root, True
         with tempfile.TemporaryDirectory(prefix="autoloop-index-") as tmp:
             env = git_env()
@@ -47,9 +44,8 @@ class CandidateWriter:
             return git(root, "write-tree", env=env).strip(), False
 
     def _by_hand(self, base: str, paths: list[str], root: Path) -> Trees | None:
-        """None where git could store other bytes than the disk holds: attributes that convert a
-        changed path, a changed .gitattributes, core.fileMode off, anything but a regular file,
-        a big file."""
+        """None where git could store other bytes than the disk holds: a path git converts, a
+        changed .gitattributes, core.fileMode off, anything but a regular file, a big file."""
         if not paths or len(paths) > _BY_HAND_MAX_PATHS or any(p.rpartition("/")[2] == ".gitattributes" for p in paths):
             return None
         if self._file_mode is None:
@@ -74,8 +70,7 @@ class CandidateWriter:
         return made
 
     def commit(self, tree: str, parent: str, name: str, email: str, message: str) -> str:
-        """A commit of `tree` on `parent`, written as `git commit-tree` would (same bytes); its
-        folders remembered when autoloop made them (the verification trees need not ask git)."""
+        """`git commit-tree`'s very bytes; the folders remembered when we made the tree."""
         commit = self.store.commit(tree, parent, name, email, message)
         with self._lock:
             made = self._made.get(tree)

@@ -1,9 +1,8 @@
-"""The one way autoloop runs git: every call goes through `git()` here, with hooks and
-config-defined commands switched off and one environment (`git_env`), so nothing a generator
-plants in `.git` or the environment can run through us. For the length of a run that
-environment points git at a frozen copy of your global and system config: a filter or
-attributes file planted in them (or in a file they include) never runs inside our git calls,
-while LFS and the other filters you had keep working."""
+"""The one way autoloop runs git: hooks and config-defined commands off, one environment
+(`git_env`), so nothing a generator plants in `.git` or the environment runs through us. During
+a run git reads a frozen copy of your global and system config: a filter or attributes file
+planted there (or in a file they include) never runs inside our calls; LFS and the filters you
+had keep working."""
 
 from __future__ import annotations
 
@@ -11,8 +10,9 @@ import os
 import shutil
 import subprocess
 import threading
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from autoloop.errors import RunFailure
 from autoloop.logfile import fresh_log, read_regular
@@ -63,9 +63,8 @@ def git_executable() -> str:
 
 def run(cwd: Path, *args: str, input: bytes | None = None,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
-    """git `args` with the safe settings, whatever its exit status. Shielded (autoloop.proc): a
-    Ctrl-C meant for autoloop never kills git half-way through a checkout, and it is registered
-    so that a parallel round never takes it for a leftover."""
+    """git `args` with the safe settings, whatever its exit status. Shielded: a Ctrl-C never
+    kills git half-way through a checkout (autoloop.proc)."""
     cmd = [git_executable()]
     for item in SAFE_CONFIG:
         cmd += ["-c", item]
@@ -95,28 +94,19 @@ def nul_list(paths: Iterable[str]) -> bytes:
     return b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
 
 
-class Later:
-    """A read-only git command running in the background (a thread waiting on `git()`, so the
-    child is started, shielded and registered like every git of ours); calling it waits for its
+def later(cwd: Path, *args: str) -> Callable[[], str]:
+    """A read-only `git()` started now in a thread; calling the result waits for its stripped
     output, or raises what `git()` raised."""
+    done: Future[str] = Future()
 
-    def __init__(self, cwd: Path, args: list[str]) -> None:
-        self._out = ""
-        self._exc: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(cwd, args), daemon=True)
-        self._thread.start()
-
-    def _run(self, cwd: Path, args: list[str]) -> None:
+    def work() -> None:
         try:
-            self._out = git(cwd, *args)
+            done.set_result(git(cwd, *args).strip())
         except BaseException as exc:  # handed to the caller
-            self._exc = exc
+            done.set_exception(exc)
 
-    def __call__(self) -> str:
-        self._thread.join()
-        if self._exc is not None:
-            raise self._exc
-        return self._out.strip()
+    threading.Thread(target=work, daemon=True).start()
+    return done.result
 
 
 _ATTRIBUTES_MAX = 4 << 20
@@ -145,9 +135,8 @@ def _quote(value: str) -> str:
 
 
 def _outer_entries(repo_root: Path) -> list[tuple[str, str, str | None]]:
-    """(origin file, key, value or None for a bare boolean) of the system and global config, in
-    the order git reads them, includes (`include.path`, `includeIf` as they apply to this
-    repository) resolved."""
+    """(origin file, key, value or None for a bare boolean) of the system and global config in
+    git's order, includes resolved as they apply to this repository."""
     out: list[tuple[str, str, str | None]] = []
     scopes = ["--global"] if git_env().get("GIT_CONFIG_NOSYSTEM") else ["--system", "--global"]
     for scope in scopes:
@@ -162,10 +151,9 @@ def _outer_entries(repo_root: Path) -> list[tuple[str, str, str | None]]:
 
 
 def freeze_outer_config(repo_root: Path, dest: Path) -> dict[Path, str]:
-    """Write the system and global git config as they are now, includes resolved, into one file
-    in `dest` (with a copy of the global attributes file), and point every later git call of
-    autoloop at it. Returns the files the copy came from, for the integrity check (a change to
-    them is a violation, undone)."""
+    """Copy the system and global git config as they are now (includes resolved, with the
+    global attributes file) into `dest`, and point our later git calls at it. Returns the files
+    the copy came from, for the integrity check."""
     thaw_outer_config()
     sources: dict[Path, str] = {}
     lines: list[str] = []
@@ -189,17 +177,14 @@ def freeze_outer_config(repo_root: Path, dest: Path) -> dict[Path, str]:
     dest.mkdir(parents=True, exist_ok=True)
     sources.setdefault(attr_src, "your global git attributes")
     # an attributes file that did not exist when the run started stays empty for our calls
-    _write_new(dest / "attributes", read_regular(attr_src, _ATTRIBUTES_MAX))
+    with fresh_log(dest / "attributes") as f:
+        f.write(read_regular(attr_src, _ATTRIBUTES_MAX))
     lines += ["[core]", f"\tattributesFile = {_quote(str(dest / 'attributes'))}"]
-    _write_new(dest / "config", ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+    with fresh_log(dest / "config") as f:
+        f.write(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
     _frozen.update(GIT_CONFIG_GLOBAL=str(dest / "config"), GIT_CONFIG_NOSYSTEM="1")
     sources[dest] = "autoloop's copy of your git config"
     return sources
-
-
-def _write_new(path: Path, data: bytes) -> None:
-    with fresh_log(path) as f:
-        f.write(data)
 
 
 def thaw_outer_config() -> None:

@@ -1,11 +1,7 @@
-"""git objects that autoloop writes itself: a candidate's blobs, trees and commit.
-
-Made by git a candidate costs three processes (update-index through a private index,
-write-tree, commit-tree); here it is a few hashes and loose objects in git's format, trees
-rebuilt only along the changed paths. Only where git would store exactly the bytes on disk
-(autoloop.candidate decides). pygit2 was measured as the alternative (benchmarks/git_objects.py):
-faster, but libgit2 cannot open SHA-256 repositories.
-"""
+"""git objects that autoloop writes itself: a candidate's blobs, trees and commit, as loose
+objects in git's format, trees rebuilt only along the changed paths (git would take three
+processes). pygit2 was measured (benchmarks/git_objects.py): faster, but libgit2 cannot open
+SHA-256 repositories."""
 
 from __future__ import annotations
 
@@ -43,8 +39,7 @@ class Trees:
                  changed: Iterable[str] = ()) -> None:
         self.folders = folders
         self.root = root
-        # listings of folders (every file under one), shared with the base for the folders
-        # that did not change: a candidate's full listing costs its changed folders only
+        # folder -> every file under it, shared with the base where unchanged
         self._listed: dict[str, list[File]] = {}
         if base is not None:
             unchanged = set(base._listed) - set(changed)
@@ -59,7 +54,6 @@ class Trees:
         return name in self.folders.get(parent, {})
 
     def by_path(self) -> dict[str, Entry]:
-        """path -> entry of every file."""
         if self._by_path is None:
             self._by_path = {f.path: Entry(f.mode, f.oid) for f in self.files()}
         return self._by_path
@@ -96,7 +90,6 @@ class Trees:
         return got
 
     def inherit_attr_key(self, base: "Trees") -> None:
-        """This tree's .gitattributes are `base`'s (none of them changed)."""
         self._attr_key = base.attr_key()
 
     def attr_key(self) -> tuple[tuple[str, str], ...]:
@@ -116,7 +109,7 @@ class ObjectStore:
 
     def write(self, kind: str, body: bytes) -> str:
         raw = b"%s %d\0" % (kind.encode(), len(body)) + body
-        oid = object_id(raw, self.algo)
+        oid = hashlib.new(self.algo, raw).hexdigest()
         folder = self.dir / oid[:2]
         final = folder / oid[2:]
         if final.exists():
@@ -135,17 +128,6 @@ class ObjectStore:
             tmp.unlink()
         return oid
 
-    def file(self, path: Path, max_bytes: int | None = None) -> Entry:
-        """The blob of a regular file (its bytes as they are) and its mode."""
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{path} is not a regular file")
-        if max_bytes is not None and st.st_size > max_bytes:
-            raise ValueError(f"{path} is larger than {max_bytes} bytes")
-        with open(path, "rb") as f:
-            data = f.read()
-        return Entry("100755" if st.st_mode & stat.S_IXUSR else "100644", self.write("blob", data))
-
     def tree(self, entries: Mapping[str, Entry]) -> str:
         body = b"".join(
             mode.encode() + b" " + name.encode("utf-8", "surrogateescape") + b"\0" + bytes.fromhex(oid)
@@ -155,7 +137,7 @@ class ObjectStore:
     def commit(self, tree: str, parent: str, name: str, email: str, message: str,
                when: float | None = None) -> str:
         when = time.time() if when is None else when
-        stamp = f"{int(when)} {_tz(when)}"
+        stamp = f"{int(when)} {time.strftime('%z', time.localtime(when))}"
         person = f"{_clean(name)} <{_clean(email)}> {stamp}"
         body = f"tree {tree}\nparent {parent}\nauthor {person}\ncommitter {person}\n\n{message}"
         return self.write("commit", body.encode("utf-8", "surrogateescape"))
@@ -237,12 +219,6 @@ def _sort_key(name: str, mode: str) -> bytes:
     return raw + b"/" if mode == TREE else raw
 
 
-def _tz(when: float) -> str:
-    off = time.localtime(when).tm_gmtoff // 60
-    sign = "+" if off >= 0 else "-"
-    return f"{sign}{abs(off) // 60:02d}{abs(off) % 60:02d}"
-
-
 def _clean(text: str) -> str:
     """git drops these from names and emails (they would break the header line)."""
     return text.replace("<", "").replace(">", "").replace("\n", " ").strip()
@@ -262,19 +238,18 @@ def changed_entries(root: Path, paths: Iterable[str], store: ObjectStore,
             continue
         if stat.S_ISDIR(st.st_mode):
             out[rel] = None
-        elif stat.S_ISREG(st.st_mode):
-            out[rel] = store.file(full, max_bytes)
-        else:
+        elif not stat.S_ISREG(st.st_mode):
             raise ValueError(f"{rel}: not a regular file")
+        elif max_bytes is not None and st.st_size > max_bytes:
+            raise ValueError(f"{rel} is larger than {max_bytes} bytes")
+        else:
+            blob = store.write("blob", full.read_bytes())
+            out[rel] = Entry("100755" if st.st_mode & stat.S_IXUSR else "100644", blob)
     return out
 
 
-def object_id(raw: bytes, algo: str) -> str:
-    return hashlib.new(algo, raw).hexdigest()
-
-
 def blob_id(data: bytes, algo: str) -> str:
-    return object_id(b"blob %d\0" % len(data) + data, algo)
+    return hashlib.new(algo, b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def file_blob_id(path: str, algo: str) -> str:

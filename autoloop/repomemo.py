@@ -1,12 +1,11 @@
-"""What git says about a repository's commits, asked once and shared by all its worktrees (a
-paired measurement alternates two commits; parallel lanes measure several): each commit's
-folders and files, and which paths git converts between blob and disk."""
+"""What git says about a repository's commits, asked once and shared by all its worktrees:
+each commit's folders and files, and which paths git converts between blob and disk."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from autoloop.gitrun import git, nul_list
 from autoloop.objects import Trees
@@ -43,7 +42,7 @@ class RepoMemo:
 
     def remember(self, commit: str, trees: Trees) -> None:
         with self.lock:
-            _put_newest(self._trees, commit, trees)
+            put_newest(self._trees, commit, trees)
 
     def learn_converts(self, cwd: Path, paths: Iterable[str]) -> None:
         """Ask git which of `paths` an attribute makes it convert (call with the lock held)."""
@@ -55,11 +54,9 @@ class RepoMemo:
             self._convert_true |= converted
 
     def converted(self, repo_root: Path, commit: str, cwd: Path) -> frozenset[str]:
-        """Paths of `commit` that git converts between blob and disk (eol, filter, ident,
-        working-tree-encoding). A path's attributes follow from the path and the attribute
-        files: the commit's .gitattributes, and files outside the tree that the integrity check
-        keeps as they were. So git is asked only about paths it has not been asked about while
-        the .gitattributes are the same ones (none, when a cycle edits files)."""
+        """Paths of `commit` that git converts (eol, filter, ident, working-tree-encoding). As
+        attributes follow from the path and the .gitattributes (those outside the tree are
+        guarded), git is asked only about paths new since the .gitattributes last changed."""
         with self.lock:
             got = self._converted.get(commit)
         if got is not None:
@@ -74,7 +71,7 @@ class RepoMemo:
                 self.converts = {p: self.converts[p] for p in listed if p in self.converts}
                 self._convert_true &= self.converts.keys()
             got = frozenset(p for p in self._convert_true if p in listed and listed[p].mode in REGULAR)
-            _put_newest(self._converted, commit, got)
+            put_newest(self._converted, commit, got)
         return got
 
 
@@ -87,9 +84,9 @@ def converting(cwd: Path, paths: list[str]) -> set[str]:
             if items[i + 2] not in ("unspecified", "unset")}
 
 
-def _put_newest(memo: dict[str, Trees] | dict[str, frozenset[str]], key: str, value: object) -> None:
+def put_newest(memo: dict[str, Any], key: str, value: object) -> None:
     memo.pop(key, None)
-    memo[key] = value  # type: ignore[assignment]
+    memo[key] = value
     while len(memo) > KEEP:
         del memo[next(iter(memo))]   # dicts keep insertion order: the oldest
 

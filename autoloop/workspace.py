@@ -10,13 +10,13 @@ import re
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from autoloop.candidate import CandidateWriter
 from autoloop.errors import RepoStateError
 from autoloop.logfile import read_regular
 from autoloop.gitguard import ObjectGuard, RefGuard, watch_git
-from autoloop.gitrun import GitError, Later, freeze_outer_config, git, git_bytes
+from autoloop.gitrun import GitError, freeze_outer_config, git, git_bytes, later
 from autoloop.proof import GITLINK, SYMLINK
 from autoloop.sentinel import Sentinel
 from autoloop.snapshot import Change, Snapshot
@@ -284,9 +284,9 @@ class Workspace(Worktree):
         raw = git(self.repo_root, "diff-tree", "-r", "-z", "--no-renames", "--name-only", tree_a, tree_b, "--", *paths)
         return [p for p in raw.split("\0") if p]
 
-    def diffstat_later(self, a: str, b: str) -> Later:
+    def diffstat_later(self, a: str, b: str) -> Callable[[], str]:
         """`git diff --shortstat a b`, started now (it only reads objects), read when called."""
-        return Later(self.repo_root, ["diff", "--no-ext-diff", "--no-textconv", "--shortstat", a, b])
+        return later(self.repo_root, "diff", "--no-ext-diff", "--no-textconv", "--shortstat", a, b)
 
     def diff_text(self, a: str, b: str, limit: int = 200_000) -> str:
         return git(self.repo_root, "diff", "--no-ext-diff", "--no-textconv", a, b)[:limit]
