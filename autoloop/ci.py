@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from autoloop.facts import Facts, facts, markdown
+from autoloop.journal import Journal
 from autoloop.numbers import seconds
 
 EXIT_MEANING = {0: "stopped", 1: "failed", 2: "refused", 130: "interrupted"}
 RECENT_CYCLES = 3     # the budget keeps room for the slowest of these
-SECONDS_PER_MINUTE = 60.0
 
 
 def ci_env(env: Mapping[str, str] | None = None) -> bool:
@@ -27,18 +27,14 @@ def ci_env(env: Mapping[str, str] | None = None) -> bool:
 
 
 class Budget:
-    """`--max-minutes M`: a wall-clock budget for the whole invocation.
-
-    Between cycles, no new cycle starts when the slowest recent one would not fit in the time
-    left. At the deadline, a cycle still running is stopped the way SIGTERM stops it (tree back
-    at the incumbent, journal whole) and the run ends on the budget, exit 0. `disarm()` must be
-    called before the loop's signal handlers are removed (the run's on_finish hook does).
-    """
+    """`--max-minutes M`, a wall-clock budget: no cycle starts when the slowest recent one would
+    not fit; at the deadline a running cycle is stopped as SIGTERM stops it, and the run ends on
+    the budget (exit 0). Disarm before the loop's signal handlers go (its on_finish hook does)."""
 
     def __init__(self, minutes: float, *, clock: Callable[[], float] = time.monotonic,
                  kill: Callable[[], None] | None = None) -> None:
         self.minutes = minutes
-        self.seconds = minutes * SECONDS_PER_MINUTE
+        self.seconds = minutes * 60.0
         self.clock = clock
         self.t0 = clock()
         self.durations: list[float] = []
@@ -65,7 +61,6 @@ class Budget:
         return ""
 
     def time_left(self) -> float:
-        """Seconds left of the budget (0 when it is spent)."""
         return max(0.0, self.seconds - (self.clock() - self.t0))
 
     def _deadline(self) -> None:
@@ -84,7 +79,6 @@ class Budget:
 @dataclass
 class Outcome:
     """What one `run` invocation ended with, for --json and the step summary."""
-
     ci: bool
     program: str = ""
     tag: str = ""
@@ -117,7 +111,6 @@ class Outcome:
         return d
 
     def step_summary(self) -> str:
-        """Markdown for $GITHUB_STEP_SUMMARY."""
         extra = [("stopped", self.stop_reason or self.error or EXIT_MEANING.get(self.exit_code, "")),
                  ("exit code", str(self.exit_code))]
         if self.incumbent:
@@ -131,16 +124,13 @@ class Outcome:
 
 
 def facts_of(program: Any, tag: str, records: Sequence[Mapping[str, Any]]) -> Facts:
-    """The facts of a run of `program` from its ledger records: what log, report, --json and
-    the ending line all show."""
+    """What log, report, --json and the ending line all show of a run's ledger records."""
     v = program.verifier
     return facts(records, tag=tag, goal=program.goal, metric=v.label, direction=v.direction)
 
 
 def load_facts(program: Any, tag: str) -> Facts | None:
     """Facts of the run `tag` of `program`, or None when it has no readable ledger."""
-    from autoloop.journal import Journal
-
     j = Journal(program.state_dir, tag)
     if not j.exists():
         return None
@@ -152,6 +142,5 @@ def load_facts(program: Any, tag: str) -> Facts | None:
 
 
 def journal_paths(program: Any, tag: str) -> dict[str, str]:
-    d = Path(program.state_dir)
-    return {"experiments": str(d / "experiments.md"), "results": str(d / "results.tsv"),
-            "ledger": str(d / ".autoloop" / tag / "ledger.jsonl")}
+    j = Journal(Path(program.state_dir), tag)
+    return {"experiments": str(j.experiments), "results": str(j.results), "ledger": str(j.ledger)}

@@ -1,32 +1,19 @@
-"""A CI run's journal, kept on the run branch so the next job resumes with full memory.
-
-A CI job starts from a fresh clone: the ledger next to program.md (`.autoloop/TAG/ledger.jsonl`,
-never committed) is gone. So at the end of a CI run autoloop adds **one** commit on top of the
-last kept commit (contract §3 allows exactly this one):
-
-    autoloop: journal of run TAG
-
-    Autoloop-Journal: TAG
-    Autoloop-Incumbent: <the last kept commit, its only parent>
-
-whose tree is its parent's plus `.autoloop/TAG/journal/{ledger.jsonl, experiments.md,
-results.tsv}` (next to program.md). The copies live under `journal/`, not at the live paths, so
-a pull request from the run branch that someone merges whole leaves only an inert record in
-the base branch, never a live ledger that would confuse later runs.
-
-When any run (CI or not) finds the branch head to be such a commit, it restores the ledger from
-it when the one on disk is missing or older (a prefix of it), checks that the ledger's last kept
-commit is the journal commit's parent, and moves the branch back to that parent: kept commits
-stay one per keep, and the run goes on exactly as on the machine that made them.
-"""
+"""A CI run's journal, kept on the run branch so the next job (a fresh clone) resumes with full
+memory: one commit on the last kept commit (contract §3 allows exactly this one), trailers
+`Autoloop-Journal: TAG` and `Autoloop-Incumbent: <its only parent>`, adding copies of the ledger,
+experiments.md and results.tsv under `.autoloop/TAG/journal/` next to program.md — never the
+live paths, so a merged pull request leaves only an inert record. A run that finds its branch
+ending in one restores the ledger from it and moves the branch back to the parent."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING
 
 from autoloop.errors import RepoStateError
 from autoloop.gitrun import GitError, git, git_bytes
+from autoloop.journal import atomic_write
 from autoloop.objects import Entry, derive
 from autoloop.workspace import Workspace
 
@@ -39,9 +26,8 @@ PARENT_TRAILER = "Autoloop-Incumbent"
 
 
 def journal_dir(program: Program, tag: str) -> str:
-    base = program.state_dir.relative_to(program.repo_root).as_posix()
-    prefix = "" if base == "." else base + "/"
-    return f"{prefix}.autoloop/{tag}/journal"
+    folder = program.state_dir / ".autoloop" / tag / "journal"
+    return folder.relative_to(program.repo_root).as_posix()
 
 
 def is_journal_commit(ws: Workspace, commit: str, tag: str, program: Program) -> str | None:
@@ -65,8 +51,8 @@ def is_journal_commit(ws: Workspace, commit: str, tag: str, program: Program) ->
 
 
 def save(ws: Workspace, journal: Journal, program: Program, incumbent: str) -> str | None:
-    """Commit the journal on top of `incumbent` and move the branch there. Returns the commit,
-    or None when the branch is not at the incumbent (nothing is done then)."""
+    """Commit the journal on `incumbent` and move the branch there: the commit, or None (nothing
+    done) when the branch is not at the incumbent."""
     if ws.branch_head() != incumbent:
         return None
     folder = journal_dir(program, journal.tag)
@@ -88,12 +74,11 @@ def save(ws: Workspace, journal: Journal, program: Program, incumbent: str) -> s
 
 def restore_persisted_journal(ws: Workspace, journal: Journal, program: Program) -> str | None:
     """If the run branch ends in a journal commit: bring its ledger back (when ours is missing or
-    older), then rewind the branch to the commit's parent. Returns the parent, or None."""
+    a prefix of it), check it stands at the commit's parent, and rewind the branch there.
+    Returns the parent, or None."""
     head = ws.branch_head()
-    if head is None:
-        return None
-    parent = is_journal_commit(ws, head, journal.tag, program)
-    if parent is None:
+    parent = None if head is None else is_journal_commit(ws, head, journal.tag, program)
+    if head is None or parent is None:
         return None
     folder = journal_dir(program, journal.tag)
     try:
@@ -116,24 +101,17 @@ def restore_persisted_journal(ws: Workspace, journal: Journal, program: Program)
                              f"{(expected or '?')[:12]}, but its parent is {parent[:12]}; "
                              "the branch was changed outside autoloop")
     if chosen is committed and committed != local:
-        from autoloop.journal import atomic_write
-
         atomic_write(journal.ledger, committed)
-    prefix = journal_dir(program, journal.tag).removesuffix(f".autoloop/{journal.tag}/journal")
+    prefix = folder.removesuffix(f".autoloop/{journal.tag}/journal")
     ws.exclude_in_checkout([prefix + "experiments.md", prefix + "results.tsv", prefix + ".autoloop/"])
     git(ws.repo_root, "update-ref", "-m", "autoloop: resume after the journal commit", ws.ref, parent, head)
     return parent
 
 
 def _incumbent_of(ledger: bytes) -> str | None:
-    """The commit a ledger's run stands at: its last kept commit, else its baseline's, else the
-    first start's incumbent."""
-    import json
-
+    """A ledger's last kept commit, else its baseline's, else its first start's incumbent."""
     commit = start = None
     for line in ledger.splitlines():
-        if not line.strip():
-            continue
         try:
             r = json.loads(line)
         except ValueError:

@@ -29,8 +29,7 @@ class Verified:
 
 
 def check(program: Program) -> tuple[Workspace, str]:
-    """The checks `run` makes before anything changes; (workspace, HEAD). Raises ConfigError /
-    RepoStateError (exit 2)."""
+    """The checks `run` makes before anything changes; (workspace, HEAD)."""
     ws = Workspace(program.repo_root, "verify")
     ws.check_state()
     protected_paths(program)   # a verifier the generator could edit is refused, as by `run`
@@ -62,22 +61,14 @@ def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
             box = None if bwrap is None else tree_box(bwrap, program, tree.path, ws.common_dir,
                                                        Path(env["TMPDIR"]).parent, env.get("PATH", ""))
             m = measure(program, cwd=tree.path, env=env, log_dir=log_dir, marker=proc.new_marker(), box=box)
-        out = Verified(commit, m, warnings)
-        for g in m.guards:
-            if not g.ok:
-                out.guard_tails[g.name] = _tail(g.log_stem)
-        if m.metric is None and m.log_stem is not None:
-            out.verifier_tail = _tail(m.log_stem)
-        return out
+        tails = {g.name: _tail(g.log_stem) for g in m.guards if not g.ok}
+        no_metric = "" if m.metric is not None or m.log_stem is None else _tail(m.log_stem)
+        return Verified(commit, m, warnings, tails, no_metric)
     finally:
         tree._discard()   # also unregisters it from the repository (git worktree prune)
         remove_tree(tmp)
 
 
 def _tail(stem: Path) -> str:
-    parts = []
-    for ext in (".out", ".err"):
-        text = proc.read_tail(stem.with_name(stem.name + ext), 2000).rstrip()
-        if text:
-            parts.append(text)
-    return "\n".join(parts)
+    parts = [proc.read_tail(stem.with_name(stem.name + ext), 2000).rstrip() for ext in (".out", ".err")]
+    return "\n".join(p for p in parts if p)
