@@ -56,7 +56,7 @@ def save(ws: Workspace, journal: Journal, program: Program, incumbent: str) -> s
     if ws.branch_head() != incumbent:
         return None
     folder = journal_dir(program, journal.tag)
-    store = ws.writer().store
+    store = ws.writer.store
     files = {f"{folder}/{p.name}": Entry("100644", store.write("blob", p.read_bytes()))
              for p in (journal.ledger, journal.experiments, journal.results) if p.exists()}
     tree = derive(ws.memo.trees(ws.repo_root, incumbent), files, store).root

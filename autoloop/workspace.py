@@ -9,6 +9,7 @@ import os
 import re
 import tarfile
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -56,7 +57,6 @@ class Workspace(Worktree):
         self._by_hand: tuple[str, str] | None = None   # the last candidate we wrote: (base, tree)
         self.refs = RefGuard(repo_root, common_dir, self.ref)
         self.objects = ObjectGuard(common_dir / "objects")
-        self._writer: CandidateWriter | None = None
 
     def _beside(self, suffix: str) -> Worktree:
         if suffix not in self._beside_trees:
@@ -86,10 +86,8 @@ class Workspace(Worktree):
         for slot in range(VERIFY_SLOTS):
             self._beside(f".verify-{slot}").clear_stale_locks()
 
-    # ---- checks before anything changes ----------------------------------------------------------
-
     def check_state(self) -> None:
-        """Refuse repositories we cannot work on safely (RepoStateError = exit 2)."""
+        """Refuse repositories we cannot work on safely."""
         if git(self.repo_root, "rev-parse", "--is-bare-repository").strip() == "true":
             raise RepoStateError(f"{self.repo_root}: a bare repository has no work tree to run in")
         if not git(self.repo_root, "rev-parse", "--verify", "-q", "HEAD", check=False).strip():
@@ -104,8 +102,6 @@ class Workspace(Worktree):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", self.tag) or ".." in self.tag \
                 or self.tag.endswith((".lock", ".")):
             raise RepoStateError(f"--tag {self.tag!r}: use letters, digits, '.', '_' or '-' (at most 64)")
-
-    # ---- `autoloop clean` ------------------------------------------------------------------------
 
     def leftovers(self) -> list[Path]:
         """This tag's entries in the worktree cache: trees, scratch, frozen git config, lock."""
@@ -143,8 +139,6 @@ class Workspace(Worktree):
                                  "branch first (git switch -)")
         self.delete_branch(head)
         return head
-
-    # ---- the branch ------------------------------------------------------------------------------
 
     def branch_head(self) -> str | None:
         # a loose ref wins over packed-refs: naming a commit we know, it needs no git process
@@ -203,8 +197,6 @@ class Workspace(Worktree):
                 f.write(("\n" if existing and existing[-1] != "" else "")
                         + "# autoloop run files\n" + "".join(m + "\n" for m in missing))
 
-    # ---- integrity of git's own files ------------------------------------------------------------
-
     def freeze_config(self) -> None:
         dest = self.path.with_name(self.path.name + ".gitconfig")
         self._frozen = freeze_outer_config(self.repo_root, dest)
@@ -217,19 +209,16 @@ class Workspace(Worktree):
     def capture_objects(self, commit: str, paths: Sequence[str]) -> None:
         self.objects.capture(commit, self.memo.trees(self.repo_root, commit), paths)
 
-    # ---- commits ---------------------------------------------------------------------------------
-
+    @cached_property
     def writer(self) -> CandidateWriter:
-        if self._writer is None:
-            self._writer = CandidateWriter(self.repo_root, self.common_dir, self.memo)
-        return self._writer
+        return CandidateWriter(self.repo_root, self.common_dir, self.memo)
 
     def candidate_tree(self, base: str, changes: list[Change], where: Worktree | None = None) -> str:
         """`base` plus exactly the changed files (or links) on disk in `where` (a parallel
         worker's tree; this run's own by default): folders come and go with their files."""
         paths = sorted({c.path for c in changes if (c.before is not None and c.before.kind != "d")
                         or (c.after is not None and c.after.kind != "d")})
-        tree, by_hand = self.writer().write(base, paths, (where or self).path)
+        tree, by_hand = self.writer.write(base, paths, (where or self).path)
         self._by_hand = (base, tree) if by_hand and (where is None or where is self) else None
         return tree
 
@@ -237,7 +226,7 @@ class Workspace(Worktree):
         return self._by_hand == (base, tree)
 
     def commit(self, tree: str, parent: str, message: str, who: Identity) -> str:
-        commit = self.writer().commit(tree, parent, who.name, who.email, message)
+        commit = self.writer.commit(tree, parent, who.name, who.email, message)
         self._trees[commit] = tree
         self._commits.add(commit)
         return commit
@@ -307,10 +296,9 @@ class Workspace(Worktree):
                 info = tarfile.TarInfo(path)
                 if mode == SYMLINK:
                     info.type, info.linkname = tarfile.SYMTYPE, body.decode("utf-8", "surrogateescape")
-                    tar.addfile(info)
                 else:
                     info.size, info.mode = size, 0o755 if mode == "100755" else 0o644
-                    tar.addfile(info, io.BytesIO(body))
+                tar.addfile(info, io.BytesIO(body))   # a link's size is 0: nothing is read
         return out.getvalue()
 
 

@@ -126,8 +126,6 @@ class Worktree:
         remove_path(self.path / ".git")
         (self.path / ".git").write_bytes(self._dotgit)
 
-    # ---- what our own last command left, and whether it is still so -----------------------------
-
     def _forget(self) -> None:
         self._at = self._index = None
 
