@@ -13,21 +13,18 @@ from autoloop.gitrun import git, outer_git_config
 from autoloop.logfile import fresh_log
 from autoloop.objects import Trees
 from autoloop.sentinel import Sentinel
-from autoloop.walk import ident_of, lstat_entry, remove_tree, walk
+from autoloop.walk import ident_of, lstat_entry, walk
 
 
-def watch_git(common_dir: Path, admin_dir: Path, frozen: dict[Path, str], extra: Sequence[Path] = ()) -> Sentinel:
+def watch_git(common_dir: Path, admin_dir: Path, frozen: dict[Path, str],
+              extra: Sequence[Path] = ()) -> Sentinel:
     """A sentinel over the files git obeys during our own calls, plus `extra` user-side files."""
-    c = common_dir
-    watched = {
-        c / "config": ".git/config", c / "config.worktree": ".git/config.worktree",
-        c / "hooks": ".git/hooks", c / "info": ".git/info", c / "objects" / "info": ".git/objects/info",
-        c / "commondir": ".git/commondir", admin_dir / "config.worktree": "worktree config",
-        admin_dir / "commondir": "worktree commondir", admin_dir / "gitdir": "worktree gitdir",
-    }
-    # git reads the user's and the system's config too: a filter or an attributes file planted
-    # there would run (or change bytes) inside our own git calls
-    for path, label in [*outer_git_config().items(), *frozen.items()]:   # yours by their own names
+    watched = {common_dir / rel: ".git/" + rel for rel in
+               ("config", "config.worktree", "hooks", "info", "objects/info", "commondir")}
+    watched |= {admin_dir / name: "worktree " + name.removesuffix(".worktree")
+                for name in ("config.worktree", "commondir", "gitdir")}
+    # a filter or attributes file planted in your or the system's config would run in our calls
+    for path, label in [*outer_git_config().items(), *frozen.items()]:
         watched.setdefault(path, label)
     watched.update({p: p.name for p in extra})
     sentinel = Sentinel(watched, label=watched)
@@ -57,8 +54,8 @@ class RefGuard:
         return out
 
     def _picture(self) -> tuple[tuple[str, object], ...]:
-        """The lstat data of every file and folder that holds refs (loose refs, packed-refs, the
-        reftable folder): unchanged, the refs are unchanged (ctime cannot be set back)."""
+        """The lstat data of all that holds refs: unchanged, so are the refs (ctime cannot be set
+        back)."""
         out: list[tuple[str, object]] = []
         for top in ("refs", "packed-refs", "reftable"):
             root = str(self.common_dir / top)
@@ -74,7 +71,7 @@ class RefGuard:
             self._seen = self._picture()
 
     def changed(self) -> list[str]:
-        """The refs made, moved or deleted since capture, each put back as it was; one line each."""
+        """The refs made, moved or deleted since capture, each put back as it was."""
         if self._refs is None or self._picture() == self._seen:
             return []
         now = self._read()
@@ -106,9 +103,8 @@ class Loose(NamedTuple):
 
 @dataclass
 class ObjectGuard:
-    """The pack files of the object store and the loose files of the objects that make a
-    commit's protected paths what they are: git trusts an object's file to hold what its name
-    says, and never checks on read."""
+    """The pack files and the loose objects that make a commit's protected paths: git trusts an
+    object's file to hold what its name says, and never checks on read."""
 
     objects: Path
     _ids: dict[str, set[str]] = field(default_factory=dict)
@@ -154,7 +150,6 @@ class ObjectGuard:
                 same = False
             if not same:
                 problems.append(f"rewrote git's object {oid[:12]}")
-                remove_tree(f)
                 f.parent.mkdir(parents=True, exist_ok=True)
                 with fresh_log(f) as out:
                     out.write(was.data)

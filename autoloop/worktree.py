@@ -50,7 +50,7 @@ class Worktree:
         self.reset_hard(commit)
 
     def _discard(self) -> None:
-        """Forget a worktree that is not fully usable (a kill -9 in `git worktree add`)."""
+        """Forget a worktree, even one not fully made (a kill -9 in `git worktree add`)."""
         for admin in self._own_admin_dirs():
             remove_tree(admin)
         remove_path(self.path)
@@ -67,8 +67,8 @@ class Worktree:
                 lock.unlink(missing_ok=True)
 
     def _own_admin_dirs(self) -> list[Path]:
-        """Admin folders in .git/worktrees whose `gitdir` points at this tree, or (written before
-        `gitdir` was) named as this tree, git-style numbered."""
+        """Admin folders whose `gitdir` points at this tree, or (before `gitdir` was written)
+        named as this tree, git-style numbered."""
         root = self.common_dir / "worktrees"
         if not root.is_dir():
             return []
@@ -98,8 +98,7 @@ class Worktree:
         return self.path
 
     def _reusable(self) -> bool:
-        """Is the worktree there, whole, and linked to this repository (by a `.git` link that
-        no generator rewrote)?"""
+        """Is the worktree there, whole, and linked to this repository (not by a rewritten link)?"""
         dotgit = self.path / ".git"
         if self.path.is_symlink() or dotgit.is_symlink() or not dotgit.is_file():
             return False   # a tree swapped for a link resolves everything below through it
@@ -148,7 +147,6 @@ class Worktree:
         return self._index_cache.put("", st, data, at)
 
     def _index_intact(self) -> bool:
-        """Is the index still the one our own command wrote?"""
         if self._index is None or self._admin_dir is None:
             return False
         try:
@@ -186,7 +184,6 @@ class Worktree:
         self._sealed(commit)
 
     def tracked_names(self, commit: str) -> Trees:
-        """`path in` it for every file of `commit` and every folder above one."""
         return self.memo.trees(self.repo_root, commit)
 
     def remove_untracked(self, picture: Mapping[str, Entry], commit: str, keep: frozenset[str]) -> set[str]:
@@ -238,9 +235,8 @@ class Worktree:
             self.restore(commit, reference)
 
     def restore(self, commit: str, reference: Snapshot) -> None:
-        """Put the work tree back to `reference` (a snapshot taken at `commit`), exactly. git's
-        reset trusts stat data, which a generator can fake, and ignores modes it does not track:
-        so our own snapshot is compared after it and whatever still differs checked out again."""
+        """Put the work tree back to `reference` (taken at `commit`) exactly: git's reset trusts
+        stat data, which can be faked, and ignores modes, so what still differs is put back."""
         if self.dotgit_tampered():
             self.restore_dotgit()
         for folder, names, _ in os.walk(self.path):  # a generator may chmod folders so git cannot clean them
@@ -267,7 +263,7 @@ class Worktree:
 
 
 def _old_folder_mode(root: Path, ch: Change) -> int | None:
-    """The incumbent's mode of a folder still there (git does not record folder modes)."""
+    """The incumbent's mode of a folder still there (git records none)."""
     full = root / ch.path
     if ch.before is not None and ch.before.kind == "d" and full.is_dir() and not full.is_symlink():
         return ch.before.mode
