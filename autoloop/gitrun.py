@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import threading
 from concurrent.futures import Future
+from functools import cache
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -18,19 +19,18 @@ from autoloop.errors import RunFailure
 from autoloop.logfile import fresh_log, read_regular
 from autoloop.proc import run_captured
 
-# Settings that would let a repository (or a generator that wrote to it) run code or change
-# bytes during our own git calls. Filters from .gitattributes still apply, but only with drivers
-# defined in config, which the integrity check guards.
+# Settings that would let a repository run code or change bytes during our own git calls
+# (filters from .gitattributes still apply, with drivers only from config, which is guarded).
 SAFE_CONFIG = (
     "core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false", "core.splitIndex=false",
     "core.sparseCheckout=false", "core.autocrlf=false", "core.safecrlf=false", "core.symlinks=true",
-    # git's "is this file unchanged?" shortcut compares stat data (times in whole seconds); a
-    # user's config must not weaken it further, or update-index would take a changed file for
-    # an unchanged one
+    # git's "is this file unchanged?" shortcut compares stat data: a user's config must not
+    # weaken it further, or update-index would take a changed file for an unchanged one
     "core.trustctime=true", "core.checkStat=default", "core.ignoreStat=false",
     "core.pager=cat", "commit.gpgSign=false", "gc.auto=0", "maintenance.auto=false",
     "submodule.recurse=false", "advice.detachedHead=false", "diff.external=", "credential.helper=",
 )
+_SAFE_ARGS = [arg for item in SAFE_CONFIG for arg in ("-c", item)]
 _CONFIG_CHOICE = ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_SYSTEM")
 
 
@@ -39,36 +39,30 @@ class GitError(RunFailure):
 
 
 _frozen: dict[str, str] = {}   # set by freeze_outer_config for the length of a run
-_executable: str | None = None
 
 
 def git_env() -> dict[str, str]:
     """Our git calls' environment: no GIT_* from outside but the choice of config files."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _CONFIG_CHOICE}
-    # replace refs (refs/replace/*) would let anyone who can write a ref swap the incumbent's
-    # tree for another one inside our own reads: git's object graph is taken as it is stored
+    # replace refs would let anyone who can write a ref swap the incumbent's tree in our reads
     env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C", GIT_NO_REPLACE_OBJECTS="1")
     env.update(_frozen)
     return env
 
 
+@cache
 def git_executable() -> str:
     """git, resolved once on the PATH autoloop started with: a `git` a generator later puts in
     a folder earlier on PATH (~/.local/bin) is never the one autoloop runs."""
-    global _executable
-    if _executable is None:
-        _executable = shutil.which("git") or "git"
-    return _executable
+    return shutil.which("git") or "git"
 
 
 def run(cwd: Path, *args: str, input: bytes | None = None,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     """git `args` with the safe settings, whatever its exit status. Shielded: a Ctrl-C never
     kills git half-way through a checkout (autoloop.proc)."""
-    cmd = [git_executable()]
-    for item in SAFE_CONFIG:
-        cmd += ["-c", item]
-    return run_captured(cmd + list(args), cwd=cwd, input=input, env=env or git_env(), shielded=True)
+    cmd = [git_executable(), *_SAFE_ARGS, *args]
+    return run_captured(cmd, cwd=cwd, input=input, env=env or git_env(), shielded=True)
 
 
 def git_bytes(cwd: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> bytes:

@@ -45,12 +45,14 @@ class RepoMemo:
             put_newest(self._trees, commit, trees)
 
     def learn_converts(self, cwd: Path, paths: Iterable[str]) -> None:
-        """Ask git which of `paths` an attribute makes it convert (call with the lock held)."""
+        """Ask `git check-attr` in `cwd` which of `paths` it converts (call with the lock held)."""
         ask = sorted(p for p in paths if p not in self.converts)
         if ask:
-            converted = converting(cwd, ask)
-            for path in ask:
-                self.converts[path] = path in converted
+            items = git(cwd, "check-attr", "-z", "--stdin", "filter", "text", "eol", "ident",
+                        "working-tree-encoding", input=nul_list(ask)).split("\0")
+            converted = {items[i] for i in range(0, len(items) - 2, 3)   # path, attribute, value
+                         if items[i + 2] not in ("unspecified", "unset")}
+            self.converts.update((p, p in converted) for p in ask)
             self._convert_true |= converted
 
     def converted(self, repo_root: Path, commit: str, cwd: Path) -> frozenset[str]:
@@ -73,15 +75,6 @@ class RepoMemo:
             got = frozenset(p for p in self._convert_true if p in listed and listed[p].mode in REGULAR)
             put_newest(self._converted, commit, got)
         return got
-
-
-def converting(cwd: Path, paths: list[str]) -> set[str]:
-    """Those of `paths` that an attribute makes git convert, by `git check-attr` in `cwd`."""
-    raw = git(cwd, "check-attr", "-z", "--stdin", "filter", "text", "eol", "ident", "working-tree-encoding",
-              input=nul_list(paths))
-    items = raw.split("\0")
-    return {items[i] for i in range(0, len(items) - 2, 3)   # path, attribute, value
-            if items[i + 2] not in ("unspecified", "unset")}
 
 
 def put_newest(memo: dict[str, Any], key: str, value: object) -> None:
