@@ -54,8 +54,7 @@ class RefGuard:
         return out
 
     def _picture(self) -> tuple[tuple[str, object], ...]:
-        """The lstat data of all that holds refs: unchanged, so are the refs (ctime cannot be set
-        back)."""
+        """The lstat data of all that holds refs: unchanged, so are the refs."""
         out: list[tuple[str, object]] = []
         for top in ("refs", "packed-refs", "reftable"):
             root = str(self.common_dir / top)

@@ -89,8 +89,7 @@ def nul_list(paths: Iterable[str]) -> bytes:
 
 
 def later(cwd: Path, *args: str) -> Callable[[], str]:
-    """A read-only `git()` started now in a thread; calling the result waits for its stripped
-    output, or raises what `git()` raised."""
+    """A read-only `git()` started now in a thread; calling the result waits for its output."""
     done: Future[str] = Future()
 
     def work() -> None:

@@ -150,8 +150,7 @@ def derive(base: Trees, changed: Mapping[str, Entry | None], store: ObjectStore)
     copied: set[str] = set()
 
     def own(folder: str) -> dict[str, Entry]:
-        """`folder`'s entries, to change: copied from the base once, with every folder above
-        it (their entries for it change too)."""
+        """`folder`'s entries, to change: copied once, with every folder above it."""
         if folder not in copied:
             folders[folder] = dict(folders.get(folder, {}))
             copied.add(folder)

@@ -177,8 +177,7 @@ class Workspace(Worktree):
         self.advance(to, current, "autoloop: roll back an unfinished cycle")
 
     def uncommitted(self, paths: Sequence[str]) -> dict[str, str]:
-        """Those of `paths` the user's checkout has otherwise than HEAD: 'untracked', 'ignored' or
-        'modified' (in the index or on disk)."""
+        """Those of `paths` the user's checkout has otherwise than HEAD, and how."""
         if not paths:
             return {}
         out = git(self.repo_root, "status", "--porcelain=v1", "-z", "--ignored=matching",
@@ -266,8 +265,7 @@ class Workspace(Worktree):
         return self._trees[commit]
 
     def differs_at(self, tree_a: str, tree_b: str, paths: Sequence[str]) -> list[str]:
-        """Those of `paths` whose entries differ between two trees, by git's object graph
-        (replace refs ignored), whatever wrote the trees."""
+        """Those of `paths` whose entries differ between two trees (replace refs ignored)."""
         if not paths:
             return []
         raw = git(self.repo_root, "diff-tree", "-r", "-z", "--no-renames", "--name-only", tree_a, tree_b, "--", *paths)
