@@ -79,12 +79,11 @@ class RefGuard:
             was, is_ = self._refs.get(name), now.get(name)
             if was == is_:
                 continue
+            verb = "made" if was is None else "deleted" if is_ is None else "moved"
+            problems.append(f"{verb} ref {name}")
             if was is None:
-                problems.append(f"made ref {name}")
                 git(self.repo_root, "update-ref", "--no-deref", "-d", name, check=False)
-                continue
-            problems.append(f"{'deleted' if is_ is None else 'moved'} ref {name}")
-            if was.startswith("ref: "):
+            elif was.startswith("ref: "):
                 git(self.repo_root, "symbolic-ref", name, was[len("ref: "):], check=False)
             else:
                 git(self.repo_root, "update-ref", "--no-deref", "-m", "autoloop: undo a ref change by the generator",

@@ -70,5 +70,6 @@ def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
 
 
 def _tail(stem: Path) -> str:
-    parts = [proc.read_tail(stem.with_name(stem.name + ext), 2000).rstrip() for ext in (".out", ".err")]
+    parts = [proc.read_tail(stem.with_name(stem.name + ext), 2000).rstrip()
+             for ext in (".out", ".err")]
     return "\n".join(p for p in parts if p)

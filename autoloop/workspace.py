@@ -142,7 +142,8 @@ class Workspace(Worktree):
 
     def branch_head(self) -> str | None:
         # a loose ref wins over packed-refs: naming a commit we know, it needs no git process
-        loose = read_regular(self.common_dir / self.ref, _REF_MAX).decode("ascii", "replace").strip()
+        got = read_regular(self.common_dir / self.ref, _REF_MAX)
+        loose = got.decode("ascii", "replace").strip()
         if loose in self._commits:
             return loose
         out = git(self.repo_root, "rev-parse", "--verify", "-q", self.ref + "^{commit}", check=False).strip()
