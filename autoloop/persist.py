@@ -32,11 +32,8 @@ def journal_dir(program: Program, tag: str) -> str:
 
 def is_journal_commit(ws: Workspace, commit: str, tag: str, program: Program) -> str | None:
     """The parent (incumbent) if `commit` is this run's journal commit, else None."""
-    try:
-        info = git(ws.repo_root, "log", "-1", "--format=%P%n%B", commit)
-    except GitError:
-        return None
-    first, _, body = info.partition("\n")
+    info = git(ws.repo_root, "log", "-1", "--format=%P%n%B", commit, check=False)
+    first, _, body = info.partition("\n")   # nothing when git fails: no parent, not ours
     parents = first.split()
     m_tag = re.search(rf"^{TRAILER}: (\S+)\s*$", body, re.M)
     m_par = re.search(rf"^{PARENT_TRAILER}: ([0-9a-f]{{40,64}})\s*$", body, re.M)
