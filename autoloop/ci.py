@@ -103,10 +103,9 @@ class Outcome:
             "cycles_run": self.cycles_run, "elapsed_s": round(time.monotonic() - self.started, 3),
         }
         if self.facts is not None:
-            f = {k: v for k, v in self.facts.as_dict().items() if k not in ("tag", "branch")}
-            f["kept_this_run"] = (self.this_run or {}).get("keep", 0)
-            f["by_status_this_run"] = dict(self.this_run or {})
-            d.update(f)
+            d.update((k, v) for k, v in self.facts.as_dict().items() if k not in ("tag", "branch"))
+            d["kept_this_run"] = (self.this_run or {}).get("keep", 0)
+            d["by_status_this_run"] = dict(self.this_run or {})
         d["journal"] = self.paths or None
         return d
 
