@@ -8,7 +8,6 @@ no end is unfinished (the loop rolls it back) and a torn last line (a kill mid-w
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -208,9 +207,6 @@ class Journal:
         """Rewrite the ledger from memory (after someone else wrote to it)."""
         atomic_write(self.ledger, bytes(self._bytes), tmp_dir=self.dir)
 
-    def digest(self) -> str:
-        return hashlib.sha256(self._bytes).hexdigest()
-
     # ---- queries -----------------------------------------------------------------------------
 
     def _scan(self) -> _Index:
@@ -230,10 +226,6 @@ class Journal:
     def finals(self) -> list[Record]:
         """End-of-run re-measurements (best vs start), oldest first."""
         return list(self._scan().finals)
-
-    def pending(self) -> Record | None:
-        """The `begin` record of a cycle that never finished (the first to roll back)."""
-        return next(iter(self.unfinished()), None)
 
     def unfinished(self) -> list[Record]:
         """The `begin` records of every cycle that never finished (up to a round's worth after a
@@ -362,11 +354,6 @@ def quote_path(name: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def render_tsv(cycles: list[Record]) -> str:
-    fmt = formatter(run_values(cycles))
-    return "".join([_tsv_head()] + [_tsv_row(c, fmt) + "\n" for c in cycles])
-
-
 def _tsv_head() -> str:
     return "\t".join(TSV_COLUMNS) + "\n"
 
@@ -446,14 +433,6 @@ def not_sandboxed(records: Iterable[Record]) -> list[str]:
         if why and line not in out:
             out.append(line)
     return out
-
-
-def render_experiments(cycles: list[Record], tag: str, goal: str, finals: Sequence[Record] = (),
-                       notes: Sequence[str] = ()) -> str:
-    # the head, then each section after a newline (Journal renders the same incrementally)
-    fmt = formatter(run_values(cycles))
-    return "".join([_experiments_head(tag, goal, finals, fmt, notes)]
-                   + ["\n" + "\n".join(_section(c, fmt)) for c in cycles])
 
 
 def _experiments_head(tag: str, goal: str, finals: Sequence[Record], fmt: Fmt = num,
