@@ -33,7 +33,7 @@ from autoloop.ratchet import orientation
 from autoloop.sandbox import Confinement, tree_box
 from autoloop.verify import measure, refuse_editable_unsandboxed, sandbox_outside_run, steps
 from autoloop.walk import remove_tree
-from autoloop.gitrun import GitError, git
+from autoloop.gitrun import git
 from autoloop.workspace import Worktree
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BASE_BROKEN = 0, 1, 2, 3
@@ -130,15 +130,15 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
     res.judge_changed = sorted(p for p in changed if p and p in judge)
     common = Path(repo / git(repo, "rev-parse", "--git-common-dir").strip()).resolve()
     refuse_editable_unsandboxed(program)   # both sides would import the checkout: `run` refuses too
-    t0 = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix="autoloop-gate-"))
-    trees = {"base": Worktree(repo, common, tmp / "base"), "head": Worktree(repo, common, tmp / "head")}
-    commits = {"base": base, "head": head}
-    marker = proc.new_marker()
-    env = _verifier_env()
-    bwrap, warning = sandbox_outside_run(program)
+    bwrap, warning = sandbox_outside_run(program)   # may refuse: before the temporary folder exists
     if warning:
         log(f"WARNING: {warning}")
+    commits = {"base": base, "head": head}
+    marker = proc.new_marker()
+    env = {**git_scrubbed(os.environ), "AUTOLOOP_GATE": "1"}
+    t0 = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="autoloop-gate-"))
+    trees = {side: Worktree(repo, common, tmp / side) for side in commits}
 
     def box(side: str) -> Confinement | None:
         if bwrap is None:
@@ -186,17 +186,8 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
         return res
     finally:
         res.duration_s = time.monotonic() - t0
-        for t in trees.values():
-            if t.path.exists():
-                git(repo, "worktree", "remove", "--force", str(t.path), check=False)
-        git(repo, "worktree", "prune", check=False)
-        remove_tree(Path(tmp), quiet=True)
-
-
-def _verifier_env() -> dict[str, str]:
-    env = git_scrubbed(os.environ)
-    env["AUTOLOOP_GATE"] = "1"
-    return env
+        remove_tree(tmp, quiet=True)
+        git(repo, "worktree", "prune", check=False)   # the two trees' admin folders, now their trees are gone
 
 
 def _run_guards(program: Program, cwd: Path, env: dict[str, str], log_dir: Path, marker: str,
@@ -300,6 +291,3 @@ def parse_tolerance(text: str) -> float:
     if not (x >= 0) or math.isinf(x):
         raise ValueError(f"--tolerance must be 0% or more, got {text!r}")
     return x
-
-
-__all__ = ["run_gate", "markdown", "GateResult", "BaseBroken", "GitError", "parse_tolerance"]
