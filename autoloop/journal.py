@@ -31,6 +31,7 @@ STATS_COLUMNS = ("rule", "pairs", "effect_pct", "ci_low_pct", "ci_high_pct", "p_
 TSV_COLUMNS = ("cycle", "commit", "metric", "status", "description", "best", "delta_pct",
                "duration_s", "cost_usd", "lesson") + STATS_COLUMNS
 MAX_CHANGED_SHOWN = 10
+INDEXED = ("cycle", "final", "start")
 
 
 @dataclass(frozen=True)
@@ -103,19 +104,6 @@ def since_last_start(records: Sequence[Record]) -> dict[str, int]:
 
 
 @dataclass
-class _Index:
-    """The cycle, final and start records of one `records` list, scanned up to `count` (a long
-    run's ledger has thousands of records and is asked several times per cycle)."""
-
-    of: list[Record]
-    count: int = 0
-    last: Record | None = None
-    cycles: list[Record] = field(default_factory=list)
-    finals: list[Record] = field(default_factory=list)
-    starts: list[Record] = field(default_factory=list)
-
-
-@dataclass
 class _Rendered:
     """The cycles rendered so far, at one rounding (a full render is O(cycles), twice a cycle)."""
 
@@ -129,11 +117,6 @@ class _Rendered:
         return num(x, self.digits)
 
 
-def _follows(cache: _Index | _Rendered, recs: list[Record]) -> bool:
-    """Whether `recs` still starts with what the cache was built from (appends only)."""
-    return cache.count <= len(recs) and (not cache.count or recs[cache.count - 1] is cache.last)
-
-
 class Journal:
     def __init__(self, program_dir: Path, tag: str) -> None:
         self.program_dir = program_dir
@@ -143,8 +126,9 @@ class Journal:
         self.experiments = program_dir / "experiments.md"
         self.results = program_dir / "results.tsv"
         self.records: list[Record] = []
+        # a long run's ledger has thousands of records, asked for these several times a cycle
+        self._of: dict[str, list[Record]] = {k: [] for k in INDEXED}
         self._bytes = bytearray()
-        self._index = _Index(self.records)
         self._rendered = _Rendered()
 
     def exists(self) -> bool:
@@ -176,6 +160,7 @@ class Journal:
                 f.truncate(keep_upto)
                 os.fsync(f.fileno())
         self.records = records
+        self._of = {k: [r for r in records if r["t"] == k] for k in INDEXED}
         self._bytes = bytearray(data[:keep_upto])
 
     def append(self, rec: Record) -> Record:
@@ -194,6 +179,8 @@ class Journal:
         finally:
             os.close(fd)
         self.records.append(rec)
+        if rec["t"] in self._of:
+            self._of[rec["t"]].append(rec)
         self._bytes += line
         return rec
 
@@ -209,23 +196,12 @@ class Journal:
 
     # ---- queries -----------------------------------------------------------------------------
 
-    def _scan(self) -> _Index:
-        recs, ix = self.records, self._index
-        if ix.of is not recs or not _follows(ix, recs):
-            ix = self._index = _Index(recs)
-        kinds = {"cycle": ix.cycles, "final": ix.finals, "start": ix.starts}
-        for r in recs[ix.count:]:
-            if r["t"] in kinds:
-                kinds[r["t"]].append(r)
-        ix.count, ix.last = len(recs), recs[-1] if recs else None
-        return ix
-
     def cycles(self) -> list[Record]:
-        return list(self._scan().cycles)
+        return list(self._of["cycle"])
 
     def finals(self) -> list[Record]:
         """End-of-run re-measurements (best vs start), oldest first."""
-        return list(self._scan().finals)
+        return list(self._of["final"])
 
     def unfinished(self) -> list[Record]:
         """The `begin` records of every cycle that never finished (up to a round's worth after a
@@ -246,10 +222,10 @@ class Journal:
         return None
 
     def first_start(self) -> Record | None:
-        return next((r for r in self.records if r["t"] == "start"), None)
+        return next(iter(self._of["start"]), None)
 
     def next_cycle(self) -> int:
-        cycles = self._scan().cycles
+        cycles = self._of["cycle"]
         return CycleRecord.of(cycles[-1]).cycle + 1 if cycles else 0
 
     # ---- rendering ---------------------------------------------------------------------------
@@ -268,19 +244,21 @@ class Journal:
             return False
 
     def _render_bytes(self, goal: str) -> tuple[bytes, bytes]:
-        """render_experiments() and render_tsv() as bytes, rendering only the cycles added since
-        the last call; the head (goal, end-of-run checks, warnings) is small and always redone."""
-        ix = self._scan()
-        cycles, r = ix.cycles, self._rendered
+        """experiments.md and results.tsv, rendering only the cycles added since the last call;
+        the head (goal, end-of-run checks, warnings) is small and always redone."""
+        cycles, r = self._of["cycle"], self._rendered
         # one rounding for the whole file: a value that needs more digits re-renders every row
         digits = digits_for(run_values(cycles), floor=r.digits)
-        if not _follows(r, cycles) or r.digits != digits:
+        # the cycles rendered must still be the first ones (a load() makes new records)
+        follows = r.count <= len(cycles) and (not r.count or cycles[r.count - 1] is r.last)
+        if not follows or r.digits != digits:
             r = self._rendered = _Rendered(digits=digits)
         for c in cycles[r.count:]:
             r.sections += b"\n" + _bytes("\n".join(_section(c, r.fmt)))
             r.rows += _bytes(_tsv_row(c, r.fmt) + "\n")
         r.count, r.last = len(cycles), cycles[-1] if cycles else None
-        head = _experiments_head(self.tag, goal, ix.finals, r.fmt, not_sandboxed(ix.starts))
+        notes = not_sandboxed(self._of["start"])
+        head = _experiments_head(self.tag, goal, self._of["final"], r.fmt, notes)
         return _bytes(head) + bytes(r.sections), _bytes(_tsv_head()) + bytes(r.rows)
 
 
