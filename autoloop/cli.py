@@ -528,10 +528,10 @@ def _shown(p: Path) -> str:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from autoloop.init import init_program, list_templates
+    from autoloop.init import TEMPLATES, init_program
 
     if args.list:
-        for name, desc in list_templates():
+        for name, desc in TEMPLATES.items():
             print(f"{name:<10} {desc}")
         return 0
     target = Path(args.path)
