@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from autoloop.errors import UsageError
 from autoloop.numbers import MIN_DIGITS, Fmt, digits_for, formatter, num, run_values
-from autoloop.sentinel import remove_tree
+from autoloop.walk import remove_tree
 
 Record = dict[str, Any]
 
@@ -345,7 +345,7 @@ def _tsv_row(rec: Record, fmt: Fmt = num) -> str:
         f"{c.duration_s:.1f}",
         "" if cost is None else f"{cost:.4f}",
         one_line(c.lesson),
-        *stats_cells(c.stats),
+        *_stats_cells(c),
     ])
 
 
@@ -360,10 +360,10 @@ def _values(xs: Iterable[float] | None) -> str:
     return ",".join(f(x) for x in xs)
 
 
-def samples_text(stats: Record) -> str:
+def _samples_text(c: CycleRecord) -> str:
     """Every raw value of a judged cycle, compactly: `a=...;b=...` per batch (a = incumbent or
     start, b = candidate), `runs=...` for single-side runs; warm-up runs are prefixed `w`."""
-    parts = []
+    parts, stats, hold = [], c.stats, c.holdout
     warm = stats.get("warmup")
     if isinstance(warm, dict) and (warm.get("a") or warm.get("b")):
         parts.append(f"wa={_values(warm.get('a'))};wb={_values(warm.get('b'))}")
@@ -374,19 +374,19 @@ def samples_text(stats: Record) -> str:
     elif "a" in stats:
         parts.append(f"a={_values(stats.get('a'))};b={_values(stats.get('b'))}")
     parts += [f"{key}={_values(stats[key])}" for key in ("samples", "runs") if key in stats]
-    hold = stats.get("holdout")
-    if isinstance(hold, dict) and "a" in hold:
+    if hold is not None and "a" in hold:
         parts.append(f"ha={_values(hold.get('a'))};hb={_values(hold.get('b'))}")
     return " | ".join(parts)
 
 
-def stats_cells(stats: Record | None) -> list[str]:
+def _stats_cells(c: CycleRecord) -> list[str]:
     """The STATS_COLUMNS of one cycle (all empty for a cycle judged on one measurement)."""
+    stats, batches, pooled, hold = c.stats, c.batches, c.pooled or {}, c.holdout
     if not stats:
         return [""] * len(STATS_COLUMNS)
-    batches, pooled, hold = stats.get("batches") or [], stats.get("pooled") or {}, stats.get("holdout")
     ci = pooled.get("change_ci_pct") or [None, None]
-    holdout = "" if not isinstance(hold, dict) else "error" if "error" in hold else "overfit" if hold.get("overfit") else "improved"
+    holdout = "" if hold is None else \
+        "error" if "error" in hold else "overfit" if hold.get("overfit") else "improved"
     pairs = "+".join(str(b.get("n", len(b.get("a") or []))) for b in batches) if batches else (
         str(stats["pairs"]) if stats.get("kind") == "calibration" and "pairs" in stats else "")
     return [
@@ -397,7 +397,7 @@ def stats_cells(stats: Record | None) -> list[str]:
         num(pooled.get("median_ratio")),
         _num(stats.get("noise_pct"), ".3f"),
         holdout,
-        samples_text(stats),
+        _samples_text(c),
     ]
 
 
@@ -429,7 +429,8 @@ def _experiments_head(tag: str, goal: str, finals: Sequence[Record], fmt: Fmt = 
     return "\n".join(out)
 
 
-def _stats_lines(stats: Record, fmt: Fmt = num) -> Iterator[str]:
+def _stats_lines(c: CycleRecord, fmt: Fmt) -> Iterator[str]:
+    stats = c.stats
     if stats.get("warning"):
         yield from (f"**Warning:** {one_line(stats['warning'])}", "")
     if stats.get("kind") == "calibration":
@@ -443,7 +444,7 @@ def _stats_lines(stats: Record, fmt: Fmt = num) -> Iterator[str]:
         yield (f"Limit {lim.get('metric')}: {fmt(lim.get('value'))} vs baseline {fmt(lim.get('baseline'))}"
                f" (bound {fmt(lim.get('bound'))}): {'ok' if lim.get('ok') else 'FAILED'}")
         yield ""
-    text = samples_text(stats)
+    text = _samples_text(c)
     if text:
         yield from (f"Samples: {text}", "")
 
@@ -455,7 +456,7 @@ def _section(rec: Record, fmt: Fmt = num) -> Iterator[str]:
         yield from ("", f"**{label}:** {one_line(text)}")
     yield ""
     if c.stats:
-        yield from _stats_lines(c.stats, fmt)
+        yield from _stats_lines(c, fmt)
     if c.changed:
         more = " …" if len(c.changed) > MAX_CHANGED_SHOWN else ""
         yield from (f"Changed: {', '.join(quote_path(f) for f in c.changed[:MAX_CHANGED_SHOWN])}{more}", "")
