@@ -112,9 +112,7 @@ _HELP_COMMON = ("v  view the full diff (through $PAGER when set)",
 
 
 class TerminalReviewer:
-    """Asks on the terminal: one key per choice (no Enter needed), a line for the note.
-    After verification: k keep, d discard; before it: y verify, s skip; and v view the full
-    diff, n note, q quit, ? help."""
+    """Asks on the terminal: one key per choice (no Enter needed), a line for the note."""
 
     def __init__(self, mode: str, *, out: IO[str], color: bool, pause: Callable[[], None],
                  resume: Callable[[], None]) -> None:

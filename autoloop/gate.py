@@ -1,14 +1,10 @@
 """`autoloop gate --base REF [--head REF]`: does a pull request make the benchmark worse?
 
-Both commits are measured in the same job, interleaved and paired (ABBA: base first in even
-pairs, head first in odd ones, so the machine's drift falls on both sides alike), every run a
-fresh verifier process in a pristine worktree of its commit; nothing is compared with a number
-from another machine or day. It fails only when the head is *significantly* worse (one-sided
-Wilcoxon signed-rank on the paired changes, p ≤ α) *and* the Hodges–Lehmann estimate is beyond
-the tolerance; with `--require-improvement` it passes only when the head is significantly better.
-
-Exit codes: 0 pass; 1 fail (worse beyond the tolerance, not better under --require-improvement,
-or the head's verifier/guards fail); 2 bad usage; 3 the base cannot be measured; 130 interrupted.
+Both commits are measured in this job, paired and interleaved (ABBA, so drift falls on both
+sides alike), each run a fresh verifier process in a pristine worktree of its commit. It fails
+only when the head is *significantly* worse (one-sided Wilcoxon signed-rank, p ≤ α) *and* the
+Hodges–Lehmann estimate is beyond the tolerance; `--require-improvement` passes only a head
+significantly better. Exit: 0 pass, 1 fail, 2 bad usage, 3 base unmeasurable, 130 interrupted.
 """
 
 from __future__ import annotations
