@@ -183,7 +183,7 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
     finally:
         res.duration_s = time.monotonic() - t0
         remove_tree(tmp, quiet=True)
-        git(repo, "worktree", "prune", check=False)   # the two trees' admin folders, now their trees are gone
+        git(repo, "worktree", "prune", check=False)   # their trees gone: drops their admin folders
 
 
 def _run_guards(program: Program, cwd: Path, env: dict[str, str], log_dir: Path, marker: str,
