@@ -133,6 +133,7 @@ def test_broken_base_exits_3(tmp_path):
     res = gate(repo, env, "--base", broken, "--head", head)
     assert res.returncode == 3, res.stdout + res.stderr
     assert "cannot be measured" in res.stderr
+    assert git(repo, "worktree", "list", "--porcelain", env=env).count("worktree ") == 1   # cleaned up
 
 
 def test_unknown_ref_is_usage_error(tmp_path):
