@@ -30,6 +30,7 @@ STATS_COLUMNS = ("rule", "pairs", "effect_pct", "ci_low_pct", "ci_high_pct", "p_
                  "p_confirm", "median_ratio", "noise_pct", "holdout", "samples")
 TSV_COLUMNS = ("cycle", "commit", "metric", "status", "description", "best", "delta_pct",
                "duration_s", "cost_usd", "lesson") + STATS_COLUMNS
+_TSV_HEAD = ("\t".join(TSV_COLUMNS) + "\n").encode()
 MAX_CHANGED_SHOWN = 10
 INDEXED = ("cycle", "final", "start")
 
@@ -259,7 +260,7 @@ class Journal:
         r.count, r.last = len(cycles), cycles[-1] if cycles else None
         notes = not_sandboxed(self._of["start"])
         head = _experiments_head(self.tag, goal, self._of["final"], r.fmt, notes)
-        return _bytes(head) + bytes(r.sections), _bytes(_tsv_head()) + bytes(r.rows)
+        return _bytes(head) + bytes(r.sections), _TSV_HEAD + bytes(r.rows)
 
 
 def _bytes(text: str) -> bytes:
@@ -330,10 +331,6 @@ def quote_path(name: str) -> str:
     out = [_C_ESCAPES.get(ch) or ("".join(f"\\{b:03o}" for b in ch.encode("utf-8", "surrogateescape"))
                                   if _unsafe_char(ch) else ch) for ch in name]
     return '"' + "".join(out) + '"'
-
-
-def _tsv_head() -> str:
-    return "\t".join(TSV_COLUMNS) + "\n"
 
 
 def _tsv_row(rec: Record, fmt: Fmt = num) -> str:
