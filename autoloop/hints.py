@@ -9,28 +9,37 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from itertools import takewhile
 from pathlib import Path
 
 from autoloop.errors import ConfigError
 from autoloop.program import Program
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_MISSING = re.compile(r"can't open file|No such file or directory|: not found|command not found"
+                      r"|cannot find the path|ModuleNotFoundError")
+# CSI (colours, cursor moves) and OSC (titles, links) sequences: test runners that force colour
+# (pytest's `addopts = --color=yes`) put them in the line a lesson or `doctor` quotes
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+_NO_MODULE = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
+# `/bin/sh: 1: .venv/bin/python: not found`, `bash: ./run.sh: No such file or directory`
+_SHELL_MISSING = re.compile(r"^\S*sh: (?:line )?\d*:? ?([^\s:/][^\s:]*): (?:not found|No such file or directory)$",
+                            re.MULTILINE)
+# what `autoloop init` writes and a person must replace (see autoloop/templates/*.md)
+_PLACEHOLDER_BODY = re.compile(r"^EDIT:", re.MULTILINE)
+_TEMPLATE_SCRIPTS = {"measure.sh", "prepare.py", "bench/run.py"}
+_NEAR_METRIC = re.compile(r"^\s*(?:METRIC\s+)?([A-Za-z0-9_./-]+)\s*[:=]\s*(.*?)\s*$")
 
 
 def near_miss(output: str, name: str) -> str:
     """When no `NAME: NUMBER` line was found: the last line that nearly is one, quoted, with
     what to change (`; it printed 'Score: 5' (line 3): ...`), else ""."""
-    lines = output.splitlines()
-    rx = re.compile(r"^\s*(?:METRIC\s+)?([A-Za-z0-9_./-]+)\s*[:=]\s*(.*?)\s*$")
-    for i in range(len(lines) - 1, -1, -1):
-        m = rx.match(lines[i])
-        if not m:
+    for line in reversed(output.splitlines()):
+        m = _NEAR_METRIC.match(line)
+        if not m or m.group(1).lower() != name.lower():
             continue
         key, value = m.group(1), m.group(2)
-        if key.lower() != name.lower():
-            continue
-        shown = lines[i].strip()[:120]
-        where = f"; it printed {shown!r}"
+        where = f"; it printed {line.strip()[:120]!r}"
         expected = f"a line of the form '{name}: NUMBER'"
         if key != name:
             return (f"{where}: the name differs in case from verifier.metric '{name}' (names are "
@@ -50,21 +59,9 @@ def _unit(text: str) -> str:
     return {"": "value", "%": "pct"}.get(text.strip(), word or "pct")
 
 
-_MISSING = re.compile(r"can't open file|No such file or directory|: not found|command not found"
-                      r"|cannot find the path|ModuleNotFoundError")
-
-
-# CSI (colours, cursor moves) and OSC (titles, links) sequences: test runners that force colour
-# (pytest's `addopts = --color=yes`) put them in the line a lesson or `doctor` quotes
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
-
-
 def plain(text: str) -> str:
     """`text` without terminal escape sequences: what a one-line summary quotes."""
     return _ESCAPES.sub("", text)
-
-
-_NO_MODULE = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
 
 
 def uncommitted_module_hint(program: Program, output: str) -> str:
@@ -81,11 +78,6 @@ def uncommitted_module_hint(program: Program, output: str) -> str:
                             f"files: commit it (`git add -f {cand}` if git ignores it), or have the "
                             "command generate it)")
     return ""
-
-
-# `/bin/sh: 1: .venv/bin/python: not found`, `bash: ./run.sh: No such file or directory`
-_SHELL_MISSING = re.compile(r"^\S*sh: (?:line )?\d*:? ?([^\s:/][^\s:]*): (?:not found|No such file or directory)$",
-                            re.MULTILINE)
 
 
 def missing_path_hint(program: Program, output: str) -> str:
@@ -161,17 +153,9 @@ def _names(folder: Path) -> list[str]:
 def _literal_folder(pattern: str) -> str:
     """`src/model/**/*.py` -> `src/model`; `model/` -> `model`; `train.py` -> ``."""
     parts = pattern.split("/")
-    lit = []
-    for part in parts if pattern.endswith("/") else parts[:-1]:
-        if any(ch in part for ch in "*?["):
-            break
-        if part:
-            lit.append(part)
-    return "/".join(lit)
-
-
-# what `autoloop init` writes and a person must replace (see autoloop/templates/*.md)
-_PLACEHOLDER_BODY = re.compile(r"^EDIT:", re.MULTILINE)
+    lit = takewhile(lambda part: not any(ch in part for ch in "*?["),
+                    parts if pattern.endswith("/") else parts[:-1])
+    return "/".join(part for part in lit if part)
 
 
 def placeholders(program: Program) -> list[str]:
@@ -202,9 +186,6 @@ def refuse_placeholders(program: Program) -> None:
     if found:
         raise ConfigError("\n".join(found + [f"edit {program.path.name} (every line marked EDIT), "
                                               "then check it with `autoloop verify`"]))
-
-
-_TEMPLATE_SCRIPTS = {"measure.sh", "prepare.py", "bench/run.py"}
 
 
 def _script(command: str) -> str:

@@ -1,10 +1,8 @@
-"""What `autoloop run` shows while it works: the loop's `report` callback (events "phase",
-"cycle", "stop", "resume", "warning", "note", "final"), presentation only.
+"""What `autoloop run` shows while it works: the loop's `report` callback, presentation only.
 
-On a terminal: one permanent line per finished cycle and under it a status line redrawn in
-place every second (cycle, phase, best and its gain, last result, elapsed time, cost). Elsewhere
-(a pipe, CI): plain lines only; with `timestamps` (CI mode) each starts with the elapsed time
-and phases get lines of their own. Colour only on a terminal, never with `NO_COLOR` set
+On a terminal: one line per finished cycle and under it a status line redrawn every second.
+Elsewhere (a pipe, CI): plain lines only; with `timestamps` (CI mode) each starts with the
+elapsed time and phases get lines of their own. Colour only on a terminal, never with `NO_COLOR`
 (https://no-color.org) or `TERM=dumb`.
 """
 
@@ -152,8 +150,7 @@ class Progress:
         self._write(line + "\n")
 
     def _write(self, text: str) -> None:
-        """When the reader is gone (`| head`, a closed terminal) the run goes on quietly: the
-        journal is the record."""
+        # the reader gone (`| head`, a closed terminal): the run goes on, the journal is the record
         if self._gone:
             return
         try:

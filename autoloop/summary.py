@@ -3,6 +3,7 @@ practice-gym summary `autoloop log` prints."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -59,14 +60,13 @@ def summarize(cycles: Sequence[Mapping[str, Any]], direction: str, recent: int =
         if c["status"] == "keep" and m is not None and (best is None or better(direction, m, best)):
             best = m
     done = [c for c in cycles if c["cycle"] > 0]
-    by_status = {s: 0 for s in STATUSES if s != "baseline"}
-    for c in done:
-        by_status[c["status"]] = by_status.get(c["status"], 0) + 1
+    counts = Counter(c["status"] for c in done)
     gen = [c.get("gen") or {} for c in done]
     return Summary(
         cycles=len(done), baseline=baseline, best=best, gain_pct=pct(baseline, best),
-        kept=by_status["keep"], keep_rate=by_status["keep"] / len(done) if done else None,
-        by_status={k: v for k, v in by_status.items() if v}, trend=_trend(cycles, done[-recent:]),
+        kept=counts["keep"], keep_rate=counts["keep"] / len(done) if done else None,
+        by_status={k: counts[k] for k in dict.fromkeys([*STATUSES[1:], *counts]) if counts[k]},
+        trend=_trend(cycles, done[-recent:]),
         cost_usd=sum(g.get("cost_usd") or 0.0 for g in gen),
         tokens=sum((g.get("tokens_in") or 0) + (g.get("tokens_out") or 0) for g in gen))
 
