@@ -1,15 +1,16 @@
-"""Numbers about one run, pure functions of its ledger: what `log`, the report, the CI step
-summary, the pull request body and `run --json` show. Confidence intervals are read from the
-records (`stats.change_ci_pct`, `gain_ci_pct`), never invented."""
+"""Numbers about one run, pure functions of its ledger (anyone can recompute them): what `log`,
+the report, the CI step summary, the pull request body and `run --json` show. Confidence
+intervals are read from the records (`stats.change_ci_pct`, `gain_ci_pct`), never invented."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from autoloop.journal import not_sandboxed
+from autoloop.journal import STATUSES, not_sandboxed
 from autoloop.numbers import count, formatter, pct, pct_interval, run_values, share, signed_pct, usd
-from autoloop.summary import Summary, summarize
+from autoloop.ratchet import better
 
 MAX_KEPT = 30     # kept changes listed in the Markdown
 
@@ -20,6 +21,76 @@ class Row(NamedTuple):
     record: Mapping[str, Any]
     vs: float | None
     change: float | None
+
+
+@dataclass(frozen=True)
+class Summary:
+    cycles: int                       # cycles after the baseline
+    baseline: float | None
+    best: float | None
+    gain_pct: float | None            # signed relative change baseline → best
+    kept: int
+    keep_rate: float | None
+    by_status: dict[str, int]
+    trend: str
+    cost_usd: float
+    tokens: int
+
+    @property
+    def cost_per_keep(self) -> float | None:
+        return self.cost_usd / self.kept if self.kept and self.cost_usd else None
+
+    @property
+    def cost_per_unit_gain(self) -> float | None:
+        """Dollars per unit of metric moved from baseline to best (in the metric's own units)."""
+        if not self.cost_usd or self.baseline is None or self.best is None or self.best == self.baseline:
+            return None
+        return self.cost_usd / abs(self.best - self.baseline)
+
+
+def overruled_keep(cycle: Mapping[str, Any]) -> bool:
+    """A person kept a candidate the ratchet would not have: its metric is no evidence of "best"."""
+    return (cycle.get("status") == "keep" and cycle.get("decided_by") == "human"
+            and cycle.get("recommendation") != "keep")
+
+
+def best_measured(cycles: Sequence[Mapping[str, Any]], direction: str, incumbent: float | None) -> float | None:
+    """What a run may call its best: the incumbent's metric, unless a person kept a regression
+    (approve mode), then the best metric measured at the baseline or a keep."""
+    if incumbent is None or not any(overruled_keep(c) for c in cycles):
+        return incumbent
+    best = summarize(cycles, direction).best
+    return best if best is not None and better(direction, best, incumbent) else incumbent
+
+
+def summarize(cycles: Sequence[Mapping[str, Any]], direction: str, recent: int = 10) -> Summary:
+    baseline = next((c.get("metric") for c in cycles if c["status"] == "baseline"), None)
+    best = baseline
+    for c in cycles:
+        m = c.get("metric")
+        if c["status"] == "keep" and m is not None and (best is None or better(direction, m, best)):
+            best = m
+    done = [c for c in cycles if c["cycle"] > 0]
+    counts = Counter(c["status"] for c in done)
+    gen = [c.get("gen") or {} for c in done]
+    return Summary(
+        cycles=len(done), baseline=baseline, best=best, gain_pct=pct(baseline, best),
+        kept=counts["keep"], keep_rate=counts["keep"] / len(done) if done else None,
+        by_status={k: counts[k] for k in dict.fromkeys([*STATUSES[1:], *counts]) if counts[k]},
+        trend=_trend(cycles, done[-recent:]),
+        cost_usd=sum(g.get("cost_usd") or 0.0 for g in gen),
+        tokens=sum((g.get("tokens_in") or 0) + (g.get("tokens_out") or 0) for g in gen))
+
+
+def _trend(cycles: Sequence[Mapping[str, Any]], window: Sequence[Mapping[str, Any]]) -> str:
+    if not window:
+        return "no cycles yet"
+    before = [c for c in cycles if c["cycle"] < window[0]["cycle"]]
+    start, end = (before[-1].get("best") if before else None), window[-1].get("best")
+    keeps = sum(1 for c in window if c["status"] == "keep")
+    d, fmt = pct(start, end), formatter([start, end])
+    moved = f", best {fmt(start)} → {fmt(end)} ({signed_pct(d)})" if d is not None else ""
+    return f"last {len(window)} cycles: {keeps} kept{moved}"
 
 
 @dataclass(frozen=True)

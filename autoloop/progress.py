@@ -15,11 +15,10 @@ import threading
 import time
 from typing import IO, Any, Callable, Mapping
 
-from autoloop.facts import in_cycle
+from autoloop.facts import in_cycle, overruled_keep
 from autoloop.journal import CycleRecord
 from autoloop.numbers import formatter, pct, run_values, seconds, signed_pct, usd
 from autoloop.ratchet import better
-from autoloop.summary import overruled_keep
 
 COLORS = {"keep": "\x1b[32m", "baseline": "\x1b[34m", "discard": "\x1b[33m", "crash": "\x1b[31m",
           "guard_fail": "\x1b[31m", "violation": "\x1b[35m", "no_change": "\x1b[2m", "gen_error": "\x1b[31m"}
