@@ -185,9 +185,6 @@ def warn(line: str) -> None:
     print(f"autoloop: warning: {line}", file=sys.stderr)
 
 
-# ---- run ---------------------------------------------------------------------------------------
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from autoloop import ci as cimod
 
@@ -353,8 +350,7 @@ def _standing(run: Any) -> str:
 
 def _newcomer_checks(program: Any, tag: str | None = None) -> list[str]:
     """Refuse an untouched `autoloop init` template (exit 2); return the warnings about
-    `allowed` entries that can only be mistakes, for the caller to print once the run is past
-    its own checks — not again on every resume of a tag that has measured its baseline."""
+    `allowed` entries, to print once the run is past its checks (not on every resume)."""
     from autoloop import hints
     from autoloop.journal import Journal, has_baseline
 
@@ -396,9 +392,6 @@ def _step_summary(text: str) -> None:
                 f.write(text.rstrip("\n") + "\n\n")
         except OSError as exc:
             warn(f"cannot write the step summary to {path}: {exc}")
-
-
-# ---- verify, doctor, gate ----------------------------------------------------------------------
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -471,9 +464,6 @@ def cmd_gate(args: argparse.Namespace) -> int:
         Path(args.markdown).write_text(table, encoding="utf-8")
     _step_summary(table)
     return res.exit_code
-
-
-# ---- clean, init -------------------------------------------------------------------------------
 
 
 def cmd_clean(args: argparse.Namespace) -> int:

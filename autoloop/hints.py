@@ -65,9 +65,8 @@ def plain(text: str) -> str:
 
 
 def uncommitted_module_hint(program: Program, output: str) -> str:
-    """When a command failed on `No module named 'pkg.mod'` and that module is a file of the
-    checkout (a generated `_version.py`, say, that .gitignore hides): measurements see only
-    committed files, so say which file and how to get it there (else "")."""
+    """`No module named 'pkg.mod'` for a file of the checkout git does not have (a generated
+    `_version.py`): measurements see only committed files; say which and how (else "")."""
     root = program.repo_root
     for name in dict.fromkeys(reversed(_NO_MODULE.findall(output))):
         rel = name.replace(".", "/")
@@ -81,9 +80,8 @@ def uncommitted_module_hint(program: Program, output: str) -> str:
 
 
 def missing_path_hint(program: Program, output: str) -> str:
-    """When the shell could not find a relative path the checkout has (an ignored `.venv/`, an
-    untracked script): measurements run in a tree of the committed files, so say which path
-    and the two fixes (else "")."""
+    """The shell could not find a relative path the checkout has (an ignored `.venv/`): say
+    which, and the two fixes (else "")."""
     for rel in dict.fromkeys(reversed(_SHELL_MISSING.findall(output))):
         path = program.repo_root / rel
         if rel.startswith(("../", "~")) or not path.exists():
@@ -108,10 +106,9 @@ def root_hint(program: Program, output: str) -> str:
 
 
 def unmatched_allowed(program: Program) -> list[str]:
-    """`allowed` entries that look like mistakes, one message each with its line: an entry
-    whose folder does not exist, or one that names what sits beside a program.md kept in a
-    subfolder (paths are relative to the repository root). A new file in a folder that exists
-    is a fine pattern. Only the named folders are listed, never the whole checkout."""
+    """`allowed` entries that look like mistakes, one message each with its line: a folder that
+    does not exist, or a name beside a program.md kept in a subfolder (paths are relative to the
+    root). Only the named folders are listed, never the whole checkout."""
     from autoloop.globs import compile_pattern
 
     root = program.repo_root

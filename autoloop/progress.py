@@ -33,8 +33,7 @@ SLOW_PHASES = {"baseline": "measuring the starting commit (guards, then the veri
 
 
 def use_color(stream: IO[str], env: Mapping[str, str] | None = None) -> bool:
-    env = os.environ if env is None else env
-    return env.get("NO_COLOR", "") == "" and env.get("TERM") != "dumb" and _isatty(stream)
+    return (os.environ if env is None else env).get("NO_COLOR", "") == "" and is_live(stream, env)
 
 
 def is_live(stream: IO[str], env: Mapping[str, str] | None = None) -> bool:

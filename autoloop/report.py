@@ -52,10 +52,9 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 
 
 def positions(cycles: Sequence[Mapping[str, Any]], direction: str) -> dict[int, float]:
-    """Where each measured cycle is drawn. A paired cycle was judged on its change against the
-    incumbent re-measured beside it, not on its own median (which drifts with the machine): it
-    is drawn at that change from the running best, and a cycle that was not kept is never drawn
-    better than the running best (it was not better beyond the noise)."""
+    """Where each measured cycle is drawn. A paired cycle is drawn at its change (against the
+    incumbent re-measured beside it) from the running best, never better than it unless kept:
+    its own median drifts with the machine, and it was not better beyond the noise."""
     pos: dict[int, float] = {}
     best: float | None = None
     for rec, _, change in judged_rows(cycles):
