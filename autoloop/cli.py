@@ -181,10 +181,6 @@ def load(path_text: str) -> Any:  # -> Program (imported lazily, as above)
     return load_program(Path(path_text).expanduser().absolute())
 
 
-def warn(line: str) -> None:
-    print(f"autoloop: warning: {line}", file=sys.stderr)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from autoloop import ci as cimod
 
@@ -391,7 +387,8 @@ def _step_summary(text: str) -> None:
             with open(path, "a", encoding="utf-8") as f:
                 f.write(text.rstrip("\n") + "\n\n")
         except OSError as exc:
-            warn(f"cannot write the step summary to {path}: {exc}")
+            print(f"autoloop: warning: cannot write the step summary to {path}: {exc}",
+                  file=sys.stderr)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

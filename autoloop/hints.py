@@ -191,7 +191,5 @@ def _script(command: str) -> str:
         words = shlex.split(command)
     except ValueError:
         return ""
-    for w in words[:3]:
-        if w.endswith((".sh", ".py")) or w.startswith("./"):
-            return w[2:] if w.startswith("./") else w
-    return ""
+    return next((w.removeprefix("./") for w in words[:3] if w.endswith((".sh", ".py"))
+                 or w.startswith("./")), "")
