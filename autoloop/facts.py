@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from autoloop.journal import STATUSES, not_sandboxed
-from autoloop.numbers import count, formatter, pct, pct_interval, run_values, share, signed_pct, usd
+from autoloop.numbers import (count, digits_for, formatter, num, pct, pct_interval, run_values,
+                              share, signed_pct, usd)
 from autoloop.ratchet import better
 
 MAX_KEPT = 30     # kept changes listed in the Markdown
@@ -121,7 +122,7 @@ class Facts:
     # the end-of-run re-measurement of best against the start (the last `final` record that
     # measured): in a paired run this, not baseline → best of one-cycle medians, is the gain
     final: Mapping[str, Any] | None
-    values: tuple[float, ...]               # every metric value the run shows (for rounding)
+    digits: int                             # significant digits that tell this run's values apart
     paired: bool                            # some cycle was judged on paired measurements
     aborted: str | None                     # why no cycle was measured (an aborted baseline)
 
@@ -147,7 +148,7 @@ class Facts:
         return f"{self.metric} {self.fmt(s.baseline, '?')} → {self.fmt(s.best, '?')} ({gain})"
 
     def fmt(self, x: float | None, empty: str = "–") -> str:   # rounded as everywhere else in this run
-        return formatter(self.values, empty)(x)
+        return num(x, self.digits, empty)
 
     @property
     def cost_per_pct(self) -> float | None:   # dollars per percentage point of gain
@@ -220,7 +221,8 @@ def facts(records: Sequence[Mapping[str, Any]], *, tag: str, goal: str, metric: 
                  kept=tuple(_kept(row) for row in judged if row.record["status"] == "keep"),
                  gain_ci_pct=gain_ci, gain_ci_level=level, final=final,
                  duration_s=sum(float(c.get("duration_s") or 0.0) for c in cycles),
-                 not_sandboxed=tuple(not_sandboxed(records)), values=tuple(run_values(records)),
+                 not_sandboxed=tuple(not_sandboxed(records)),
+                 digits=digits_for(run_values(records)),
                  paired=any(isinstance((c.get("stats") or {}).get("pooled"), dict) for c in cycles),
                  aborted=None if cycles else next(
                      (str(r.get("reason") or "stopped before its baseline") for r in reversed(records)
