@@ -44,7 +44,8 @@ class Summary:
     @property
     def cost_per_unit_gain(self) -> float | None:
         """Dollars per unit of metric moved from baseline to best (in the metric's own units)."""
-        if not self.cost_usd or self.baseline is None or self.best is None or self.best == self.baseline:
+        if not self.cost_usd or self.baseline is None or self.best is None \
+                or self.best == self.baseline:
             return None
         return self.cost_usd / abs(self.best - self.baseline)
 
@@ -55,7 +56,8 @@ def overruled_keep(cycle: Mapping[str, Any]) -> bool:
             and cycle.get("recommendation") != "keep")
 
 
-def best_measured(cycles: Sequence[Mapping[str, Any]], direction: str, incumbent: float | None) -> float | None:
+def best_measured(cycles: Sequence[Mapping[str, Any]], direction: str,
+                  incumbent: float | None) -> float | None:
     """What a run may call its best: the incumbent's metric, unless a person kept a regression
     (approve mode), then the best metric measured at the baseline or a keep."""
     if incumbent is None or not any(overruled_keep(c) for c in cycles):

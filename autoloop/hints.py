@@ -23,8 +23,8 @@ _MISSING = re.compile(r"can't open file|No such file or directory|: not found|co
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 _NO_MODULE = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
 # `/bin/sh: 1: .venv/bin/python: not found`, `bash: ./run.sh: No such file or directory`
-_SHELL_MISSING = re.compile(r"^\S*sh: (?:line )?\d*:? ?([^\s:/][^\s:]*): (?:not found|No such file or directory)$",
-                            re.MULTILINE)
+_SHELL_MISSING = re.compile(r"^\S*sh: (?:line )?\d*:? ?([^\s:/][^\s:]*): "
+                            r"(?:not found|No such file or directory)$", re.MULTILINE)
 # what `autoloop init` writes and a person must replace (see autoloop/templates/*.md)
 _PLACEHOLDER_BODY = re.compile(r"^EDIT:", re.MULTILINE)
 _TEMPLATE_SCRIPTS = {"measure.sh", "prepare.py", "bench/run.py"}
