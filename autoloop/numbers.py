@@ -134,3 +134,9 @@ def seconds(x: float | None, *, whole: bool = False) -> str:
     if s < 60:
         return f"{s}s" if whole else f"{x:.1f}s"
     return f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def hms(x: float) -> str:
+    """Elapsed time as `HH:MM:SS` (past a day the hours go on counting)."""
+    s = int(x)
+    return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"

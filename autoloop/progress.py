@@ -17,7 +17,7 @@ from typing import IO, Any, Callable, Mapping
 
 from autoloop.facts import in_cycle, overruled_keep
 from autoloop.journal import CycleRecord
-from autoloop.numbers import formatter, pct, run_values, seconds, signed_pct, usd
+from autoloop.numbers import formatter, hms, pct, run_values, seconds, signed_pct, usd
 from autoloop.ratchet import better
 
 COLORS = {"keep": "\x1b[32m", "baseline": "\x1b[34m", "discard": "\x1b[33m", "crash": "\x1b[31m",
@@ -143,8 +143,7 @@ class Progress:
         """A permanent line (above the live one)."""
         self._clear()
         if self.timestamps:
-            t = int(self.clock() - self.t0)
-            line = f"[{t // 3600:02d}:{t % 3600 // 60:02d}:{t % 60:02d}] {line}"
+            line = f"[{hms(self.clock() - self.t0)}] {line}"
         self._write(line + "\n")
 
     def _write(self, text: str) -> None:
