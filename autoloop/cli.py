@@ -328,8 +328,7 @@ def _standing(run: Any) -> str:
     """`score: baseline 109.04 → best 100.86, gain -25.77% (95% CI …), re-measured; 3 kept` —
     from the ledger through facts, the same numbers `log`, the report and --json show."""
     from autoloop.ci import facts_of
-    from autoloop.facts import gain_text
-    from autoloop.facts import overruled_keep
+    from autoloop.facts import gain_text, overruled_keep
 
     label = run.program.verifier.label
     f = facts_of(run.program, run.opt.tag, run.journal.records)
