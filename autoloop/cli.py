@@ -379,7 +379,6 @@ def _run_epilogue(args: argparse.Namespace, outcome: Any) -> None:
 
 
 def _step_summary(text: str) -> None:
-    """Append to $GITHUB_STEP_SUMMARY when it is set (GitHub Actions)."""
     path = os.environ.get("GITHUB_STEP_SUMMARY", "").strip()
     if path:
         try:

@@ -88,7 +88,6 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def _columns() -> int | None:
-    """How wide a line `log` may print: the terminal's width, else PIPE_WIDTH."""
     if sys.stdout.isatty():
         return max(MIN_WIDTH, shutil.get_terminal_size((PIPE_WIDTH, 24)).columns)
     return PIPE_WIDTH
