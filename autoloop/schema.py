@@ -248,13 +248,12 @@ def _build_program(p: Reader, values: dict[str, Any], at: At) -> dict[str, Any]:
                                        "measures accept.pairs incumbent/candidate pairs instead)")
     if "holdout" in values:
         values["holdout"] = HoldoutSpec(**{"direction": verifier.direction, **values["holdout"]})
-    if values.get("data") and "allowed" in values:
-        editable = PathRules(values["allowed"], values.get("forbidden", ()))
-        for i, d in enumerate(values["data"]):
-            if editable.allows(d.target) or editable.allows(d.target + "/x"):
-                p.fail(p.lines.get(f"data[{i}].as", p.lines.get(f"data[{i}]", 1)),
-                       f"data[{i}].as: {d.target!r} is a path 'allowed' lets the generator "
-                       "write; read-only data needs a place it cannot touch")
+    editable = PathRules(values["allowed"], values.get("forbidden", ()))
+    for i, d in enumerate(values.get("data", ())):
+        if editable.allows(d.target) or editable.allows(d.target + "/x"):
+            p.fail(p.lines.get(f"data[{i}].as", p.lines[f"data[{i}]"]),
+                   f"data[{i}].as: {d.target!r} is a path 'allowed' lets the generator "
+                   "write; read-only data needs a place it cannot touch")
     return values
 
 
