@@ -69,14 +69,9 @@ class LimitSpec:   # a secondary metric that must not move past a one-sided limi
 
 
 @dataclass(frozen=True)
-class HoldoutSpec:
+class HoldoutSpec(VerifierSpec):
     """A held-out verifier: never shown to the generator, run on a passed candidate and at the
-    end."""
-    command: str
-    direction: Direction
-    metric: str | None = None
-    pattern: str | None = None
-    timeout: float = 600.0
+    end (its program.md keys are VerifierSpec's but repeats and network)."""
 
     @property
     def label(self) -> str:
