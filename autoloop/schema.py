@@ -203,26 +203,26 @@ def _reachable(pairs: int, alpha: float) -> bool:
 
 
 def _build_accept(p: Reader, values: dict[str, Any], at: At) -> AcceptSpec:
-    given = set(values)
-    if values.get("rule", "strict") == "strict":
+    paired = values.get("rule") == "paired"
+    if not paired:
         _only_with(p, values, ("alpha", "pairs", "confirm"), "accept", "rule: paired (the strict "
                    "rule compares one measurement, or the median of verifier.repeats, per side)")
-    else:
-        # the sequential test holds its false-keep rate at alpha by construction, so one test at
-        # 0.005 replaces two fixed batches at 0.05; 16 pairs is the most a decision may take
-        values = {"min_effect": Amount(1.0, True), "alpha": 0.005, "pairs": 16, **values}
-    alpha, pairs = values.get("alpha", 0.05), values.get("pairs", 8)
-    if alpha > 0.5:
-        p.fail_key("accept.alpha", f"expected a level between 0 and 0.5, e.g. 0.05, got {alpha:g}")
-    if values.get("rule") == "paired" and not _reachable(pairs, alpha):
-        need = next(n for n in range(2, 64) if _reachable(n, alpha))
+    # the sequential test holds its false-keep rate at alpha by construction, so one test at
+    # 0.005 replaces two fixed batches at 0.05; 16 pairs is the most a decision may take
+    paired_defaults = {"min_effect": Amount(1.0, True), "alpha": 0.005, "pairs": 16}
+    spec = AcceptSpec(**{**paired_defaults, **values} if paired else values)
+    if spec.alpha > 0.5:
+        p.fail_key("accept.alpha", f"expected a level between 0 and 0.5, e.g. 0.05, got "
+                                   f"{spec.alpha:g}")
+    if paired and not _reachable(spec.pairs, spec.alpha):
+        need = next(n for n in range(2, 64) if _reachable(n, spec.alpha))
         same = "(even when every pair shows the same gain)"
-        if "pairs" in given:
-            p.fail_key("accept.pairs", f"{pairs} pairs can never reach alpha {alpha:g} {same}; "
-                                       f"use at least {need} pairs")
-        p.fail_key("accept.alpha", f"{alpha:g} is out of reach of {pairs} pairs {same}; set "
-                                   f"accept.pairs to at least {need}")
-    return AcceptSpec(**values)
+        if "pairs" in values:
+            p.fail_key("accept.pairs", f"{spec.pairs} pairs can never reach alpha "
+                                       f"{spec.alpha:g} {same}; use at least {need} pairs")
+        p.fail_key("accept.alpha", f"{spec.alpha:g} is out of reach of {spec.pairs} pairs {same}; "
+                                   f"set accept.pairs to at least {need}")
+    return spec
 
 
 def _build_parallel(p: Reader, values: dict[str, Any], at: At) -> ParallelSpec:
@@ -236,7 +236,7 @@ def _build_parallel(p: Reader, values: dict[str, Any], at: At) -> ParallelSpec:
     if workers is not None and "env" in values and len(values["env"]) > workers:
         p.fail_key("parallel.env", f"{len(values['env'])} entries for {workers} workers; give one "
                                    "per worker (worker i uses entry i)")
-    if values.get("executor", "local") != "ray":
+    if values.get("executor") != "ray":
         _only_with(p, values, ("address", "num_cpus", "num_gpus"), "parallel", "executor: ray")
     return ParallelSpec(**values)
 
