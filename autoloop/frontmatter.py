@@ -276,47 +276,44 @@ def text(*, one_line: bool = False) -> Check:
     return check
 
 
-def matching(regex: str, what: str) -> Check:
-    compiled = re.compile(regex)
+def that(what: str, ok: Callable[[Any], bool],
+         convert: Callable[[Any], Any] = lambda v: v) -> Check:
+    """A value `ok` accepts (converted); anything else is `KEY: expected WHAT, got VALUE`."""
 
-    def check(p: Reader, node: yaml.Node, at: At) -> str:
+    def check(p: Reader, node: yaml.Node, at: At) -> Any:
         value = p.value(node)
-        if not isinstance(value, str) or not compiled.fullmatch(value):
+        if not ok(value):
             p.expected(at, what, value)
-        return value
+        return convert(value)
 
     return check
+
+
+def matching(regex: str, what: str) -> Check:
+    return that(what, lambda v: isinstance(v, str) and re.fullmatch(regex, v) is not None)
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:                           # an int too large for a float
+        return False
 
 
 def number(what: str = "a number", *, above: float | None = None, least: float | None = None,
            whole: bool = False) -> Check:
     """An int (`whole`), or an int or float as a float; never a bool, NaN or inf."""
-
-    def check(p: Reader, node: yaml.Node, at: At) -> float:
-        value = p.value(node)
-        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
-            p.expected(at, what, value)
-        try:
-            finite = whole or math.isfinite(value)
-        except OverflowError:                           # an int too large for a float
-            finite = False
-        if (not finite or (above is not None and not value > above)
-                or (least is not None and not value >= least)):
-            p.expected(at, what, value)
-        return value if whole else float(value)
-
-    return check
+    kinds = int if whole else (int, float)
+    return that(what, lambda v: (not isinstance(v, bool) and isinstance(v, kinds)
+                                 and (whole or _finite(v)) and (above is None or v > above)
+                                 and (least is None or v >= least)), int if whole else float)
 
 
 def at_least(n: int) -> Check:
     return number(f"a whole number >= {n}", least=n, whole=True)
 
 
-def boolean(p: Reader, node: yaml.Node, at: At) -> bool:
-    value = p.value(node)
-    if not isinstance(value, bool):
-        p.expected(at, "true or false", value)
-    return value
+boolean = that("true or false", lambda v: isinstance(v, bool))
 
 
 def one_of(options: Sequence[str]) -> Check:
