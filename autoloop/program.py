@@ -14,14 +14,14 @@ from autoloop.errors import RepoStateError, UsageError
 from autoloop.gitrun import run as run_git
 from autoloop.schema import known_keys, parse_program
 from autoloop.specs import (GENERATOR_KINDS, MAX_WORKERS, AcceptSpec, Amount, DataSpec, Direction,
-                            GeneratorSpec, GuardSpec, HoldoutSpec, LimitSpec, ParallelSpec, PriceSpec,
-                            Program, ResourcesSpec, Rule, SandboxSpec, StopSpec, VerifierSpec,
-                            command_words, guard_name)
+                            GeneratorSpec, GuardSpec, HoldoutSpec, LimitSpec, ParallelSpec,
+                            PriceSpec, Program, ResourcesSpec, Rule, SandboxSpec, StopSpec,
+                            VerifierSpec, guard_name)
 
 __all__ = ["GENERATOR_KINDS", "MAX_WORKERS", "AcceptSpec", "Amount", "DataSpec", "Direction",
            "GeneratorSpec", "GuardSpec", "HoldoutSpec", "LimitSpec", "ParallelSpec", "PriceSpec",
            "Program", "ResourcesSpec", "Rule", "SandboxSpec", "StopSpec", "VerifierSpec",
-           "command_words", "guard_name", "known_keys", "load_program", "parse_program"]
+           "guard_name", "known_keys", "load_program", "parse_program"]
 
 
 def load_program(path: Path) -> Program:

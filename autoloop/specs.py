@@ -200,17 +200,13 @@ _LAUNCHERS = re.compile(r"(python[0-9.]*|py|uv|uvx|run|poetry|pipenv|pdm|hatch|n
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
-def command_words(command: str) -> list[str]:
-    """Words as the shell splits them (plain whitespace when the quoting is broken)."""
-    try:
-        return shlex.split(command)
-    except ValueError:
-        return command.split()
-
-
 def guard_name(command: str, taken: set[str] | frozenset[str] = frozenset()) -> str:
     """`python -m pytest -q` -> `pytest`, `ruff check .` -> `ruff-check`; `-2`... when taken."""
-    words = [w for w in command_words(command) if not w.startswith("-") and "=" not in w
+    try:
+        words = shlex.split(command)
+    except ValueError:                  # broken quoting: plain whitespace will do for a name
+        words = command.split()
+    words = [w for w in words if not w.startswith("-") and "=" not in w
              and not _LAUNCHERS.fullmatch(w)]
     parts = [Path(w).stem if "/" in w else w for w in words[:1]]
     parts += [w for w in words[1:2] if _WORD.fullmatch(w)]
