@@ -22,6 +22,7 @@ from autoloop.generators.agents import (
 from autoloop.generators.aider import AiderGenerator, _aider_count, allowed_files
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.generators.registry import make_generator
+from autoloop.globs import PathRules
 from autoloop.program import GeneratorSpec, PriceSpec, Program, VerifierSpec
 from autoloop.proc import ProcResult, new_marker
 
@@ -70,7 +71,7 @@ def make_ctx(repo: Path, tmp_path: Path, spec: GeneratorSpec | None = None, *,
     state.mkdir(exist_ok=True)
     prompt_file = state / "prompt.md"
     prompt_file.write_text(prompt)
-    rules = program.path_rules
+    rules = PathRules(program.allowed, program.forbidden, program.protected)
     return GenContext(
         program=program, cycle=1, workdir=repo, prompt=prompt, prompt_file=prompt_file,
         hypothesis_file=state / "hypothesis.txt", log_dir=state / "cycle-1", best=1.0,
