@@ -65,30 +65,6 @@ _DATE_SUFFIX = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
 
 
 def price_for(model: str, override: PriceSpec | None = None) -> PriceSpec | None:
-    """The price of `model`: the override, else the table (a dated snapshot id such as
-    `claude-haiku-4-5-20251001` or a `provider/` prefix falls back to its base id), else None."""
-    if override is not None:
-        return override
-    name = model.strip().lower()
-    candidates = [name, name.rsplit("/", 1)[-1]]
-    for cand in list(candidates):
-        candidates.append(_DATE_SUFFIX.sub("", cand))
-    for cand in candidates:
-        if cand in PRICES:
-            inp, out = PRICES[cand]
-            return PriceSpec(input=inp, output=out)
-    return None
-
-
-def cost_usd(tokens_in: int, tokens_out: int, price: PriceSpec | None) -> float | None:
-    if price is None:
-        return None
-    return round((tokens_in * price.input + tokens_out * price.output) / 1_000_000, 8)
-
-_DATE_SUFFIX = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
-
-
-def price_for(model: str, override: PriceSpec | None = None) -> PriceSpec | None:
     """The override, else the table (a dated snapshot id or a `provider/` prefix falls back to
     its base id), else None."""
     if override is not None:
