@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Iterator, Mapping, Sequence
 from autoloop import proc
 from autoloop.errors import FatalGeneratorError, GeneratorError
 from autoloop.executables import needed_paths
-from autoloop.generators.base import GenContext, Proposal
+from autoloop.generators.base import GenContext, Proposal, hypothesis_of
 from autoloop.generators.command import CommandGenerator, run_short, written_hypothesis
 from autoloop.generators.llm_common import cost_usd
 from autoloop.program import GeneratorSpec, Program
@@ -39,8 +39,6 @@ _MAX_NOTES = 20
 _NOTE_LEN = 200
 _STATUS_TIMEOUT = 60.0
 _STATE_FILE_LIMIT = 4 << 20
-_HYPOTHESIS = re.compile(r"Hypothesis:[*_`\s]*(.*)", re.IGNORECASE)
-_SENTENCE = re.compile(r"(.+?[.!?])(?:\s|$)", re.DOTALL)
 # Messages meaning "this will fail every cycle until a human logs in or fixes a key".
 _AUTH_PROBLEM = re.compile(
     r"invalid api key|invalid x-api-key|please run /login|not logged in|authentication_error"
@@ -222,25 +220,6 @@ def _sets_option(args: Sequence[str], names: Sequence[str]) -> bool:
                for arg in args for name in names)
 
 
-def hypothesis_in(text: str) -> str | None:
-    """The text after the first `Hypothesis:` (markdown emphasis tolerated), or None."""
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        m = _HYPOTHESIS.search(line)
-        # `Hypothesis:` as a heading: the sentence is on the next non-empty line
-        found = m and (m.group(1).strip().strip("*_`").strip()
-                       or next((ln.strip() for ln in lines[i + 1:] if ln.strip()), ""))
-        if found:
-            return " ".join(found.split())[:1000]
-    return None
-
-
-def first_sentence(text: str) -> str | None:
-    flat = " ".join(text.split())
-    m = _SENTENCE.match(flat)
-    return (m.group(1) if m else flat)[:300] or None
-
-
 def read_output(path: Path) -> str:
     # the agent could have planted something in place of its output files: read them the one
     # way autoloop reads such files (regular only, no link followed, bounded)
@@ -388,9 +367,7 @@ class ClaudeGenerator(AgentGenerator):
     def output_hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str | None:
         result = _last_json(read_output(res.stdout_path), "result")
         text = result.get("result") if result else None
-        if not isinstance(text, str):
-            return None
-        return hypothesis_in(text) or first_sentence(text)
+        return hypothesis_of([text]) if isinstance(text, str) else None
 
 
 def _denial_note(denial: Any) -> str:
@@ -531,11 +508,7 @@ class CodexGenerator(AgentGenerator):
         replies = [str(e["item"].get("text", "")) for e in _json_lines(read_output(res.stdout_path))
                    if e.get("type") == "item.completed" and isinstance(e.get("item"), dict)
                    and e["item"].get("type") == "agent_message"]
-        for reply in replies:
-            found = hypothesis_in(reply)
-            if found:
-                return found
-        return first_sentence(replies[-1]) if replies else None
+        return hypothesis_of(replies)
 
 
 def _codex_provider_env_key(config: Path) -> str | None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from autoloop import proc
 from autoloop.errors import FatalGeneratorError
-from autoloop.generators.agents import AgentGenerator, AgentReportError, hypothesis_in, read_output
-from autoloop.generators.base import GenContext, Proposal
+from autoloop.generators.agents import AgentGenerator, AgentReportError, read_output
+from autoloop.generators.base import GenContext, Proposal, hypothesis_in
 from autoloop.generators.llm_common import cost_usd
 from autoloop.program import GeneratorSpec, Program
 
@@ -124,8 +124,7 @@ class AiderGenerator(AgentGenerator):
         except OSError:
             prompt_lines = set()
         text = read_output(res.stdout_path)
-        kept = "\n".join(ln for ln in text.splitlines() if ln.strip() not in prompt_lines)
-        return hypothesis_in(kept)
+        return hypothesis_in(ln for ln in text.splitlines() if ln.strip() not in prompt_lines)
 
 
 def _aider_count(text: str) -> int:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from autoloop.program import Program
+
+_HYPOTHESIS = re.compile(r"Hypothesis[\s*_`]*:(.*)", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+MAX_HYPOTHESIS = 1000
 
 
 @dataclass(frozen=True)
@@ -76,3 +81,33 @@ class Generator(Protocol):
     # can start as the cycles will run it (in the sandbox); return its version when it says.
     # def preflight(self, ctx: GenContext) -> str | None
 
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.replace("**", " ").split()).strip(" *_`")
+
+
+def hypothesis_in(lines: Iterable[str], limit: int = MAX_HYPOTHESIS) -> str | None:
+    """The text after the first `Hypothesis:` (markdown emphasis tolerated; a label alone on its
+    line takes the next non-empty line), or None. `lines` may be a lazy, bounded reader."""
+    rest = iter(lines)
+    for line in rest:
+        m = _HYPOTHESIS.search(line)
+        found = m and (_clean(m.group(1)) or next((c for ln in rest if (c := _clean(ln))), ""))
+        if found:
+            return found[:limit]
+    return None
+
+
+def hypothesis_of(replies: Sequence[str], extra: Iterable[str] = (),
+                  limit: int = MAX_HYPOTHESIS) -> str | None:
+    """A model's hypothesis: after `Hypothesis:` in its replies (then in `extra`, e.g. its
+    thinking), else the first sentence of its last non-empty reply."""
+    said = [r for r in replies if r.strip()]
+    for text in (*said, *extra):
+        found = hypothesis_in(text.splitlines(), limit)
+        if found:
+            return found
+    if not said:
+        return None
+    return _clean(_SENTENCE_END.split(" ".join(said[-1].split()), maxsplit=1)[0])[:limit] or None

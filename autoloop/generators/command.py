@@ -10,19 +10,17 @@ import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from autoloop import proc
 from autoloop.errors import ConfigError, FatalGeneratorError, GeneratorError
 from autoloop.executables import needed_paths
-from autoloop.generators.base import GenContext, Proposal
+from autoloop.generators.base import MAX_HYPOTHESIS, GenContext, Proposal, hypothesis_in
 from autoloop.numbers import exact as fmt
 from autoloop.program import GeneratorSpec, Program
 
-_HYPOTHESIS = re.compile(r"Hypothesis:\s*(.*)", re.IGNORECASE)
 _SCAN_LIMIT = 16 << 20
 _LINE_LIMIT = 64 << 10
-_MAX_HYPOTHESIS = 1000
 _PREFLIGHT_TIMEOUT = 120.0
 # Exit statuses of a shell (and of bwrap's exec) for "found but not executable" / "not found":
 # it will not start next cycle either.
@@ -58,7 +56,7 @@ def written_hypothesis(ctx: GenContext) -> str:
         written = proc.read_regular(ctx.hypothesis_file, 64 << 10).decode(errors="replace")
     except OSError:
         return ""
-    return " ".join(written.split())[:_MAX_HYPOTHESIS]
+    return " ".join(written.split())[:MAX_HYPOTHESIS]
 
 
 class CommandGenerator:
@@ -81,7 +79,7 @@ class CommandGenerator:
         """Fill cost/tokens/notes from the tool's own output; raise GeneratorError if it failed."""
 
     def hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str:
-        return written_hypothesis(ctx) or first_hypothesis(res.stdout_path) or "(none given)"
+        return written_hypothesis(ctx) or hypothesis_in(_head_lines(res.stdout_path)) or "(none given)"
 
     def program_path(self, ctx: GenContext, root: Path | None = None) -> str | None:
         """The program the command starts, resolved as its shell will (None: not knowable, e.g. a
@@ -191,19 +189,16 @@ def _script_operand(words: list[str]) -> str | None:
     return None
 
 
-def first_hypothesis(path: Path) -> str | None:
-    """The text after the first `Hypothesis:` in a (possibly huge) output file."""
+def _head_lines(path: Path) -> Iterator[str]:
+    """The lines of a possibly huge output file: its first 16 MiB, in pieces of at most 64 KiB."""
     seen = 0
     try:
         with open(path, "rb") as f:
-            while seen < _SCAN_LIMIT and (raw := f.readline(_LINE_LIMIT)):   # bounded lines
+            while seen < _SCAN_LIMIT and (raw := f.readline(_LINE_LIMIT)):
                 seen += len(raw)
-                m = _HYPOTHESIS.search(raw.decode("utf-8", "replace"))
-                if m and m.group(1).strip():
-                    return " ".join(m.group(1).split())[:_MAX_HYPOTHESIS]
+                yield raw.decode("utf-8", "replace")
     except OSError:
-        return None
-    return None
+        return
 
 
 def _show(command: str | list[str]) -> str:

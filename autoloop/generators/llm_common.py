@@ -13,10 +13,10 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, ClassVar, Iterable, Iterator, Mapping
+from typing import IO, Any, ClassVar, Iterator, Mapping
 
 from autoloop.errors import AutoloopError, FatalGeneratorError, GeneratorError
-from autoloop.generators.base import GenContext, Proposal
+from autoloop.generators.base import GenContext, Proposal, hypothesis_of
 from autoloop.generators.edit_tool import TOOL_NAME, EditTool, tool_notes
 from autoloop.program import GeneratorSpec, PriceSpec, Program
 from autoloop.redact import Redactor
@@ -102,41 +102,6 @@ class Transcript:
         self._fh.close()
 
 
-_HYPOTHESIS = re.compile(r"\bHypothesis\s*\**\s*:", re.IGNORECASE)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
-MAX_HYPOTHESIS_CHARS = 400
-
-
-def _clean(s: str) -> str:
-    return " ".join(s.replace("**", " ").split()).strip(" *_`")
-
-
-def extract_hypothesis(replies: Iterable[str], fallback_sources: Iterable[str] = ()) -> str:
-    """The text after the first `Hypothesis:` in the replies (to the end of that line; the next
-    non-empty line if that is empty), else the first sentence of the last non-empty reply, else
-    `(none given)`. `fallback_sources` (e.g. thinking text) are searched for `Hypothesis:`
-    only after the replies."""
-    replies = [r for r in replies if r and r.strip()]
-    for source in (replies, list(fallback_sources)):
-        for reply in source:
-            m = _HYPOTHESIS.search(reply)
-            if not m:
-                continue
-            rest = reply[m.end():]
-            lines = rest.split("\n")
-            for line in lines[:3]:
-                found = _clean(line)
-                if found:
-                    return found[:MAX_HYPOTHESIS_CHARS]
-    if replies:
-        last = " ".join(replies[-1].split())
-        first = _SENTENCE_END.split(last, maxsplit=1)[0]
-        found = _clean(first)
-        if found:
-            return found[:MAX_HYPOTHESIS_CHARS]
-    return "(none given)"
-
-
 def system_prompt(ctx: GenContext) -> str:
     """The fixed part of the instructions; the cycle's own prompt is the user message."""
     never = f" Never: {', '.join(ctx.program.forbidden)}." if ctx.program.forbidden else ""
@@ -184,8 +149,9 @@ class LoopState:
         notes = list(self.notes) + tool_notes(tool.calls)
         if self.usage_missing:
             notes.append("the server did not report token usage for every reply; cost unknown")
+        said = hypothesis_of(self.replies, self.thinking, limit=400) or "(none given)"
         return Proposal(
-            hypothesis=redactor.text(extract_hypothesis(self.replies, self.thinking)),
+            hypothesis=redactor.text(said),
             tokens_in=self.tokens_in, tokens_out=self.tokens_out, cost_usd=self.cost(),
             turns=self.turns, transcript=transcript, notes=[redactor.text(n) for n in notes],
             meta={"model": self.model, "stop_reason": self.stop_reason, "tool_calls": len(tool.calls),
