@@ -1,8 +1,6 @@
 """What the Anthropic and OpenAI generators share: the agent loop around one vendor request,
-prices, the transcript, the hypothesis, the system prompt and the API error mapping.
-
-Free of any SDK import, so it is cheap to load (the agent presets use its prices too).
-"""
+prices, the transcript, the system prompt and the API error mapping. Free of any SDK import,
+so it is cheap to load (the agent presets use its prices too)."""
 
 from __future__ import annotations
 
@@ -22,8 +20,6 @@ from autoloop.program import GeneratorSpec, PriceSpec, Program
 from autoloop.redact import Redactor
 
 STREAM_ENV = "AUTOLOOP_LLM_STREAM"   # 0/false/no/off: plain (non-streaming) requests
-TRANSCRIPT_NAME = "transcript.jsonl"
-DEFAULT_TIMEOUT = 1800.0
 
 # USD per million tokens (input, output), standard tier, short context, no caching.
 # Checked against the vendors' model/pricing pages (platform.claude.com, developers.openai.com)
@@ -84,8 +80,7 @@ def cost_usd(tokens_in: int, tokens_out: int, price: PriceSpec | None) -> float 
 
 
 class Transcript:
-    """Append-only JSONL, every string redacted, flushed per line so a crash or a kill leaves
-    everything up to that point readable."""
+    """Append-only JSONL, every string redacted, flushed per line (a kill leaves it readable)."""
 
     def __init__(self, path: Path, redactor: Redactor) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -103,7 +98,6 @@ class Transcript:
 
 
 def system_prompt(ctx: GenContext) -> str:
-    """The fixed part of the instructions; the cycle's own prompt is the user message."""
     never = f" Never: {', '.join(ctx.program.forbidden)}." if ctx.program.forbidden else ""
     return (
         "You are the generator of an autoloop ratchet run: you make ONE focused change to the "
@@ -120,8 +114,6 @@ def system_prompt(ctx: GenContext) -> str:
 
 @dataclass
 class LoopState:
-    """What one propose() call accumulates, turned into a Proposal at the end."""
-
     model: str
     price: PriceSpec | None
     tokens_in: int = 0
@@ -134,10 +126,12 @@ class LoopState:
     stop_reason: str | None = None
     started: float = field(default_factory=time.monotonic)
 
-    def add_usage(self, tokens_in: int | None, tokens_out: int | None) -> None:
-        if tokens_in is None and tokens_out is None:
-            self.usage_missing = True
-            return
+    def add_reply(self, text: str, stop_reason: str | None, tokens_in: int | None,
+                  tokens_out: int | None) -> None:
+        self.turns += 1
+        self.replies.append(text)
+        self.stop_reason = stop_reason
+        self.usage_missing |= tokens_in is None and tokens_out is None
         self.tokens_in += int(tokens_in or 0)
         self.tokens_out += int(tokens_out or 0)
 
@@ -161,8 +155,6 @@ class LoopState:
 
 @dataclass
 class Session:
-    """One propose() call: the client, the conversation so far and its bookkeeping."""
-
     ctx: GenContext
     client: Any
     messages: list[dict[str, Any]]
@@ -190,8 +182,8 @@ class Session:
 
 
 class SDKGenerator:
-    """propose(ctx): one agent loop of a model editing ctx.workdir through the edit tool.
-    Subclasses make the client and carry out one turn (a request and the tool calls it asks)."""
+    """One agent loop of a model editing ctx.workdir through the edit tool; subclasses make the
+    client and carry out one turn (a request and the tool calls it asks)."""
 
     vendor: ClassVar[str]
     default_model: ClassVar[str]
@@ -218,18 +210,17 @@ class SDKGenerator:
 
     def propose(self, ctx: GenContext) -> Proposal:
         # the tighter of the cycle's and the spec's timeout
-        budget = min((t for t in (ctx.timeout, self.spec.timeout) if t and t > 0), default=DEFAULT_TIMEOUT)
+        budget = min((t for t in (ctx.timeout, self.spec.timeout) if t and t > 0), default=1800.0)
         end = time.monotonic() + budget
         client = self.client(budget)
         redactor = Redactor(dict(ctx.env), dict(os.environ),
                             extra=(client.api_key, getattr(client, "auth_token", None)))
         tool = EditTool(ctx.workdir, ctx.is_allowed, allowed_hint=ctx.program.allowed)
         state = LoopState(model=self.model, price=price_for(self.model, self.spec.price))
-        path = ctx.log_dir / TRANSCRIPT_NAME
-        system = system_prompt(ctx)
+        path, system = ctx.log_dir / "transcript.jsonl", system_prompt(ctx)
         log = Transcript(path, redactor)
-        s = Session(ctx, client, self.first_messages(system, ctx.prompt), tool, state, log, redactor, end,
-                    system)
+        s = Session(ctx, client, self.first_messages(system, ctx.prompt), tool, state, log,
+                    redactor, end, system)
         log.event("start", kind=self.vendor, model=self.model, base_url=str(client.base_url),
                   stream=self.stream, max_turns=self.spec.max_turns, max_tokens=self.spec.max_tokens,
                   tools=[self.tool_schema], cycle=ctx.cycle)
