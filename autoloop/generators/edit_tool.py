@@ -1,16 +1,10 @@
 """One executor for Anthropic's text-editor tool (`str_replace_based_edit_tool`), used by both
-SDK generators so the rules live in one place:
-
-- paths are relative to the work tree or absolute inside it; `..`, paths outside, a symlink
-  anywhere along the path (lstat on every component), `.git` and anything that is not a
-  regular file or directory are refused;
-- writes are refused unless `is_allowed(rel)`; reading the rest of the tree is fine;
-- a refusal is a tool error returned to the model, never an exception, and never touches the
-  disk; writes replace the target with a new file, so a hard link cannot carry an edit away.
-
-Commands are those of `text_editor_20250728` (no `undo_edit`); `insert` takes `insert_text`
-(and `new_str`, which the public docs once said).
-"""
+SDK generators. Paths are relative to the work tree or absolute inside it; `..`, paths outside,
+a symlink anywhere along the path (lstat on every component), `.git` and anything not a regular
+file or directory are refused, and writes unless `is_allowed(rel)`. A refusal is a tool error
+returned to the model, never an exception, and never touches the disk; writes replace the
+target with a new file, so a hard link cannot carry an edit away. Commands are those of
+`text_editor_20250728` (no `undo_edit`); `insert` also takes `new_str`, as the docs once said."""
 
 from __future__ import annotations
 
@@ -60,6 +54,13 @@ class _Failed(Exception):
     """A command that cannot be carried out (bad input, missing file, ...)."""
 
 
+def _regular(rel: str, st: os.stat_result) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise _Failed(f"{rel!r} is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise _Failed(f"{rel!r} is not a regular file")
+
+
 def _split_lines(text: str) -> list[str]:
     """Lines with their `\\n` kept; only `\\n` separates lines (unlike str.splitlines)."""
     parts = text.split("\n")
@@ -67,8 +68,8 @@ def _split_lines(text: str) -> list[str]:
 
 
 class EditTool:
-    """Executes text-editor commands inside `workdir`; `calls` records each. `allowed_hint`
-    (the program's `allowed` globs) is quoted back to the model when a write is refused."""
+    """Executes text-editor commands inside `workdir`; `calls` records each. `allowed_hint` is
+    quoted back to the model when a write is refused."""
 
     def __init__(self, workdir: Path, is_allowed: Callable[[str], bool], *,
                  allowed_hint: Sequence[str] = (), max_view_chars: int = MAX_VIEW_CHARS,
@@ -88,12 +89,10 @@ class EditTool:
 
     @property
     def written(self) -> list[str]:
-        """Repo-relative paths successfully written, in order, without repeats."""
         return list(dict.fromkeys(c.rel for c in self.calls
                                   if c.status == "ok" and c.command in WRITE_COMMANDS and c.rel))
 
     def run_json(self, raw: str | None) -> ToolResult:
-        """A call whose arguments arrive as JSON text (OpenAI function calls)."""
         try:
             args = json.loads(raw or "{}")
         except (TypeError, ValueError) as exc:
@@ -185,10 +184,7 @@ class EditTool:
     def _read_text(self, rel: str, st: os.stat_result | None) -> str:
         if st is None:
             raise _Failed(f"{rel!r} does not exist")
-        if stat.S_ISDIR(st.st_mode):
-            raise _Failed(f"{rel!r} is a directory")
-        if not stat.S_ISREG(st.st_mode):
-            raise _Failed(f"{rel!r} is not a regular file")
+        _regular(rel, st)
         if st.st_size > self.max_file_bytes:
             raise _Failed(f"{rel!r} is too large for the edit tool ({st.st_size} bytes; "
                           f"limit {self.max_file_bytes})")
@@ -213,10 +209,7 @@ class EditTool:
             with os.fdopen(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as fh:
                 fh.write(data)
             return True
-        if stat.S_ISDIR(st.st_mode):
-            raise _Failed(f"{rel!r} is a directory")
-        if not stat.S_ISREG(st.st_mode):
-            raise _Failed(f"{rel!r} is not a regular file")
+        _regular(rel, st)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".autoloop-tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -335,5 +328,4 @@ class EditTool:
 
 
 def tool_notes(calls: Sequence[ToolCall]) -> list[str]:
-    """Notes for the refused calls (Proposal.notes)."""
     return [f"refused {c.command} {c.rel or c.path or '?'}: {c.reason}" for c in calls if c.status == "refused"]
