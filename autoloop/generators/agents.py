@@ -25,7 +25,7 @@ from autoloop import proc
 from autoloop.errors import FatalGeneratorError, GeneratorError
 from autoloop.executables import needed_paths
 from autoloop.generators.base import GenContext, Proposal, hypothesis_of
-from autoloop.generators.command import CommandGenerator, run_short, written_hypothesis
+from autoloop.generators.command import CommandGenerator, last_line, run_short, written_hypothesis
 from autoloop.generators.llm_common import cost_usd
 from autoloop.walk import remove_tree
 
@@ -203,7 +203,7 @@ class AgentGenerator(CommandGenerator):
         return AgentReportError(str(exc), spent)
 
     def _unparseable(self, out: Path, err: Path, what: str) -> _Unparseable:
-        tail = _last_line(read_output(err)) or _last_line(read_output(out))
+        tail = last_line(read_output(err)) or last_line(read_output(out))
         return _Unparseable(f"{self.tool} printed no {what}" + (f": {tail}" if tail else ""))
 
 
@@ -218,11 +218,6 @@ def read_output(path: Path) -> str:
     # link followed); the tail only: the result comes last, and a runaway tool must not cost
     # us its whole output in memory
     return proc.read_regular(path, 32 << 20, tail=True).decode("utf-8", "replace")
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1][:_NOTE_LEN] if lines else ""
 
 
 def _dict(x: Any) -> dict[str, Any]:
@@ -302,7 +297,7 @@ class ClaudeGenerator(AgentGenerator):
             return None, "`claude auth status` did not answer"
         info = _last_json(said)
         if info is None:
-            return None, f"`claude auth status` exit {code}: {_last_line(said) or 'no output'}"
+            return None, f"`claude auth status` exit {code}: {last_line(said) or 'no output'}"
         if info.get("loggedIn") is True:
             how = str(info.get("apiKeySource") or info.get("authMethod") or "yes")
             return True, f"logged in ({how})"
@@ -402,8 +397,8 @@ class CodexGenerator(AgentGenerator):
         if code is None:
             return None, "`codex login status` did not answer"
         if code == 0:
-            return True, _last_line(said) or "logged in"
-        return False, f"{_last_line(said) or 'not logged in'}: run `codex login`, or set CODEX_API_KEY"
+            return True, last_line(said) or "logged in"
+        return False, f"{last_line(said) or 'not logged in'}: run `codex login`, or set CODEX_API_KEY"
 
     def parse(self, out: Path, err: Path, proposal: Proposal) -> None:
         seen = completed = commands = failed_commands = edits = 0

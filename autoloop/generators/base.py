@@ -27,18 +27,13 @@ class GenContext:
     log_dir: Path                   # this cycle's log folder (transcripts go here)
     best: float | None              # the incumbent's metric
     baseline: float | None
-    history: Sequence[Mapping[str, Any]]   # finished cycle records from the ledger, oldest first
-    # A cycle record has at least: cycle (int, 0 = baseline), status (baseline|keep|discard|crash|
-    # guard_fail|violation|no_change|gen_error), metric (float|None: this candidate's), best
-    # (float|None: the incumbent's metric after this cycle), hypothesis, lesson, commit (kept
-    # commit or None), parent (incumbent commit the cycle started from), changed (list of paths),
-    # gen_meta (the Proposal.meta the generator returned that cycle).
+    history: Sequence[Mapping[str, Any]]   # the ledger's finished cycle records, oldest first
     is_allowed: Callable[[str], bool]      # repo-relative path -> may the generator write it?
     env: Mapping[str, str]          # environment for subprocesses (already scrubbed of our secrets)
     timeout: float
     run_marker: str                 # value of AUTOLOOP_RUN_MARKER; lets us find leftover processes
-    # A subprocess generator's command goes through `wrap` (the sandbox: a bwrap command line)
-    # when it is set, and runs under `limits` (resource limits, see autoloop.proc.Limits).
+    # a subprocess generator's command goes through `wrap` (the sandbox) and runs under
+    # `limits` (autoloop.proc.Limits)
     wrap: Callable[[Any], Any] | None = None
     limits: Any = None
 
@@ -61,8 +56,8 @@ class Proposal:
 
 def preflight_context(program: Program, scratch: Path, *, env: Mapping[str, str], run_marker: str,
                       wrap: Callable[[Any], Any] | None) -> GenContext:
-    """A context for checking, before the baseline, that a generator can start at all
-    (`preflight`): `scratch` (an empty folder) stands in for the work tree and the logs."""
+    """A context for `preflight` (can the generator start at all?) before the baseline; `scratch`,
+    an empty folder, stands in for the work tree and the logs."""
     prompt = scratch / "prompt.md"
     prompt.write_text("autoloop preflight: this run has not started; change nothing.\n")
     return GenContext(program=program, cycle=0, workdir=scratch, prompt=prompt.read_text(),
@@ -72,14 +67,13 @@ def preflight_context(program: Program, scratch: Path, *, env: Mapping[str, str]
 
 
 class Generator(Protocol):
+    """Optional `preflight(ctx) -> str | None`: FatalGeneratorError unless the generator can start
+    as the cycles will run it (in the sandbox); its version when it says."""
+
     def propose(self, ctx: GenContext) -> Proposal:
         """Edit ctx.workdir once. Raise GeneratorError for a failed attempt (cycle = gen_error),
         FatalGeneratorError when no attempt can ever succeed (run stops, exit 1)."""
         ...
-
-    # Optional (subprocess generators have it): raise FatalGeneratorError unless the generator
-    # can start as the cycles will run it (in the sandbox); return its version when it says.
-    # def preflight(self, ctx: GenContext) -> str | None
 
 
 

@@ -21,7 +21,6 @@ from autoloop.program import GeneratorSpec, Program
 
 _SCAN_LIMIT = 16 << 20
 _LINE_LIMIT = 64 << 10
-_PREFLIGHT_TIMEOUT = 120.0
 # Exit statuses of a shell (and of bwrap's exec) for "found but not executable" / "not found":
 # it will not start next cycle either.
 _CANNOT_START = {126: "found but not executable", 127: "command not found"}
@@ -41,7 +40,7 @@ class Said(NamedTuple):
     err: str
 
 
-def run_short(ctx: GenContext, argv: list[str], timeout: float = _PREFLIGHT_TIMEOUT) -> Said:
+def run_short(ctx: GenContext, argv: list[str], timeout: float = 120.0) -> Said:
     """Run `argv` as a cycle runs the generator (sandboxed when it is), stdin closed."""
     command = ctx.wrap(argv) if ctx.wrap is not None else argv
     with tempfile.TemporaryDirectory(prefix="autoloop-preflight-") as tmp:
@@ -52,10 +51,7 @@ def run_short(ctx: GenContext, argv: list[str], timeout: float = _PREFLIGHT_TIME
 
 def written_hypothesis(ctx: GenContext) -> str:
     """What the generator wrote to AUTOLOOP_HYPOTHESIS_FILE, on one line ("" if nothing)."""
-    try:
-        written = proc.read_regular(ctx.hypothesis_file, 64 << 10).decode(errors="replace")
-    except OSError:
-        return ""
+    written = proc.read_regular(ctx.hypothesis_file, 64 << 10).decode(errors="replace")
     return " ".join(written.split())[:MAX_HYPOTHESIS]
 
 
@@ -66,8 +62,6 @@ class CommandGenerator:
                               "generator.command is required for kind 'command'")
         self.spec = spec
         self.program = program
-
-    # ---- what presets override -----------------------------------------------------------------
 
     def command(self, ctx: GenContext) -> str | list[str]:
         return self.spec.command or ""
@@ -136,17 +130,14 @@ class CommandGenerator:
         """Run `argv` as the generator would run; its stdout, or FatalGeneratorError with the fix."""
         said = run_short(ctx, argv)
         res = said.res
-        lines = [ln.strip() for ln in (said.err + "\n" + said.out).splitlines() if ln.strip()]
         if res.start_error is not None or not res.ok:
             where = " inside the sandbox" if ctx.wrap is not None else ""
-            why = res.start_error or (lines[-1][:300] if lines else res.describe())
+            why = res.start_error or last_line(said.err + "\n" + said.out, 300) or res.describe()
             fix = ("bind what it needs with sandbox.writable, or run it with sandbox: none"
                    if ctx.wrap is not None else "check that it is installed and runs")
             raise FatalGeneratorError(f"the generator {name} cannot start{where}: "
                                       f"`{' '.join(argv)}` {res.describe()}: {why}; {fix}".replace("  ", " "))
         return said.out
-
-    # ---- the protocol --------------------------------------------------------------------------
 
     def propose(self, ctx: GenContext) -> Proposal:
         ctx = self.sandboxed(ctx)
@@ -199,6 +190,11 @@ def _head_lines(path: Path) -> Iterator[str]:
                 yield raw.decode("utf-8", "replace")
     except OSError:
         return
+
+
+def last_line(text: str, limit: int = 200) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:limit] if lines else ""
 
 
 def _show(command: str | list[str]) -> str:
