@@ -18,8 +18,8 @@ from autoloop.generators.base import GenContext, Proposal, hypothesis_of
 from autoloop.generators.edit_tool import EditTool
 from autoloop.generators.llm_common import (
     STREAM_ENV,
-    LoopState,
     Redactor,
+    Session,
     price_for,
     system_prompt,
 )
@@ -261,11 +261,13 @@ def test_hypothesis_rules(replies: list[str], expected: str | None) -> None:
 
 
 def test_sdk_hypothesis_is_bounded_and_none_given(tmp_path: Path) -> None:
-    tool, log, redactor = EditTool(tmp_path, lambda _rel: True), tmp_path / "t.jsonl", Redactor({})
-    long = LoopState(model="m", price=None, replies=["Hypothesis: " + "x" * 5000])
-    assert len(long.proposal(tool, log, redactor).hypothesis) == 400
-    silent = LoopState(model="m", price=None, replies=[""])
-    assert silent.proposal(tool, log, redactor).hypothesis == "(none given)"
+    def session(reply: str) -> Session:
+        s = Session(make_ctx(tmp_path), None, [], EditTool(tmp_path, lambda _rel: True), None,
+                    Redactor({}), 0.0, "", tmp_path / "t.jsonl", "m", None)
+        s.add_reply(reply, "end_turn", 1, 1)
+        return s
+    assert len(session("Hypothesis: " + "x" * 5000).proposal().hypothesis) == 400
+    assert session("").proposal().hypothesis == "(none given)"
 
 
 # ---------------------------------------------------------------------------- usage and cost

@@ -43,13 +43,12 @@ class AnthropicGenerator(SDKGenerator):
 
     def turn(self, s: Session) -> bool:
         msg = self._request(s)
-        state, usage = s.state, msg.usage
+        usage, content = msg.usage, [_block_param(b) for b in msg.content]
         cached = (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
-        content = [_block_param(b) for b in msg.content]
-        state.add_reply("".join(b["text"] for b in content if b.get("type") == "text"),
-                        msg.stop_reason, (usage.input_tokens or 0) + cached, usage.output_tokens)
-        state.thinking.extend(b["thinking"] for b in content if b.get("type") == "thinking" and b.get("thinking"))
-        s.log.event("reply", turn=state.turns, stop_reason=msg.stop_reason,
+        s.add_reply("".join(b["text"] for b in content if b.get("type") == "text"),
+                    msg.stop_reason, (usage.input_tokens or 0) + cached, usage.output_tokens)
+        s.thinking.extend(b["thinking"] for b in content if b.get("type") == "thinking" and b.get("thinking"))
+        s.log.event("reply", turn=s.turns, stop_reason=msg.stop_reason,
                     usage={"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
                     content=content)
         if content:
@@ -58,11 +57,11 @@ class AnthropicGenerator(SDKGenerator):
             return True    # the server paused a long turn; sending the reply back lets it continue
         if msg.stop_reason != "tool_use":
             if msg.stop_reason == "max_tokens":
-                state.notes.append(f"the last reply was cut at max_tokens ({self.spec.max_tokens})")
+                s.notes.append(f"the last reply was cut at max_tokens ({self.spec.max_tokens})")
             return False
         uses = [b for b in content if b.get("type") == "tool_use"]
         if not uses:
-            state.notes.append("the model stopped for tool_use without a tool call")
+            s.notes.append("the model stopped for tool_use without a tool call")
             return False
         results = []
         for b in uses:

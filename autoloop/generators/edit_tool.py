@@ -108,13 +108,12 @@ class EditTool:
         command, raw_path = args.get("command"), args.get("path")
         command_s = command if isinstance(command, str) else repr(command)
         path_s = raw_path if isinstance(raw_path, str) else ("" if raw_path is None else repr(raw_path))
-        if command not in COMMANDS:
-            return self._record(command_s, path_s, None, "error",
-                                f"unknown command {command_s}; use one of: {', '.join(COMMANDS)}")
-        if not isinstance(raw_path, str):
-            return self._record(command_s, path_s, None, "error", "`path` is required and must be a string")
         rel: str | None = None
         try:
+            if command not in COMMANDS:
+                raise _Failed(f"unknown command {command_s}; use one of: {', '.join(COMMANDS)}")
+            if not isinstance(raw_path, str):
+                raise _Failed("`path` is required and must be a string")
             rel = self._resolve(raw_path)
             if command in WRITE_COMMANDS:
                 self._check_writable(rel)

@@ -113,7 +113,18 @@ def system_prompt(ctx: GenContext) -> str:
 
 
 @dataclass
-class LoopState:
+class Session:
+    """One propose() call: the client, the conversation and what it has cost so far."""
+
+    ctx: GenContext
+    client: Any
+    messages: list[dict[str, Any]]
+    tool: EditTool
+    log: Transcript
+    redactor: Redactor
+    end: float                     # time.monotonic() deadline of the cycle
+    system: str
+    transcript: Path
     model: str
     price: PriceSpec | None
     tokens_in: int = 0
@@ -125,6 +136,9 @@ class LoopState:
     notes: list[str] = field(default_factory=list)
     stop_reason: str | None = None
     started: float = field(default_factory=time.monotonic)
+
+    def remaining(self) -> float:
+        return self.end - time.monotonic()
 
     def add_reply(self, text: str, stop_reason: str | None, tokens_in: int | None,
                   tokens_out: int | None) -> None:
@@ -138,8 +152,9 @@ class LoopState:
     def cost(self) -> float | None:
         return None if self.usage_missing else cost_usd(self.tokens_in, self.tokens_out, self.price)
 
-    def proposal(self, tool: EditTool, transcript: Path, redactor: Redactor) -> Proposal:
+    def proposal(self) -> Proposal:
         """Hypothesis and notes redacted: they reach the journal and commit messages."""
+        tool, redactor = self.tool, self.redactor
         notes = list(self.notes) + tool_notes(tool.calls)
         if self.usage_missing:
             notes.append("the server did not report token usage for every reply; cost unknown")
@@ -147,26 +162,10 @@ class LoopState:
         return Proposal(
             hypothesis=redactor.text(said),
             tokens_in=self.tokens_in, tokens_out=self.tokens_out, cost_usd=self.cost(),
-            turns=self.turns, transcript=transcript, notes=[redactor.text(n) for n in notes],
+            turns=self.turns, transcript=self.transcript, notes=[redactor.text(n) for n in notes],
             meta={"model": self.model, "stop_reason": self.stop_reason, "tool_calls": len(tool.calls),
                   "refused": redactor.obj([c.to_dict() for c in tool.refused]),
                   "written": tool.written, "seconds": round(time.monotonic() - self.started, 3)})
-
-
-@dataclass
-class Session:
-    ctx: GenContext
-    client: Any
-    messages: list[dict[str, Any]]
-    tool: EditTool
-    state: LoopState
-    log: Transcript
-    redactor: Redactor
-    end: float                     # time.monotonic() deadline of the cycle
-    system: str
-
-    def remaining(self) -> float:
-        return self.end - time.monotonic()
 
     def run_tool(self, call_id: str, name: str, args: Any) -> tuple[str, bool]:
         """(content, is_error) of one tool call; `args` a mapping, or JSON text (OpenAI)."""
@@ -216,11 +215,10 @@ class SDKGenerator:
         redactor = Redactor(dict(ctx.env), dict(os.environ),
                             extra=(client.api_key, getattr(client, "auth_token", None)))
         tool = EditTool(ctx.workdir, ctx.is_allowed, allowed_hint=ctx.program.allowed)
-        state = LoopState(model=self.model, price=price_for(self.model, self.spec.price))
         path, system = ctx.log_dir / "transcript.jsonl", system_prompt(ctx)
         log = Transcript(path, redactor)
-        s = Session(ctx, client, self.first_messages(system, ctx.prompt), tool, state, log,
-                    redactor, end, system)
+        s = Session(ctx, client, self.first_messages(system, ctx.prompt), tool, log, redactor, end,
+                    system, path, self.model, price_for(self.model, self.spec.price))
         log.event("start", kind=self.vendor, model=self.model, base_url=str(client.base_url),
                   stream=self.stream, max_turns=self.spec.max_turns, max_tokens=self.spec.max_tokens,
                   tools=[self.tool_schema], cycle=ctx.cycle)
@@ -230,22 +228,22 @@ class SDKGenerator:
             while True:
                 if s.remaining() <= 0:
                     raise GeneratorError(f"{self.vendor}: no final answer within {budget:g}s "
-                                         f"({state.turns} turns)")
+                                         f"({s.turns} turns)")
                 if not self.turn(s):
                     break
-                if state.turns >= max_turns:
-                    state.notes.append(f"stopped at max_turns ({max_turns}) while the model wanted to go on")
+                if s.turns >= max_turns:
+                    s.notes.append(f"stopped at max_turns ({max_turns}) while the model wanted to go on")
                     break
         except AutoloopError as exc:
             log.event("error", error=exc.__class__.__name__, message=str(exc))
             if isinstance(exc, GeneratorError) and exc.proposal is None:
-                exc.proposal = state.proposal(tool, path, redactor)  # the failed turns still cost
+                exc.proposal = s.proposal()  # the failed turns still cost
             raise
         finally:
-            log.event("end", turns=state.turns, tokens_in=state.tokens_in, tokens_out=state.tokens_out,
-                      cost_usd=state.cost(), stop_reason=state.stop_reason, written=tool.written)
+            log.event("end", turns=s.turns, tokens_in=s.tokens_in, tokens_out=s.tokens_out,
+                      cost_usd=s.cost(), stop_reason=s.stop_reason, written=tool.written)
             log.close()
-        return state.proposal(tool, path, redactor)
+        return s.proposal()
 
     @contextmanager
     def api_errors(self, sdk: Any, base_error: type[BaseException], s: Session) -> Iterator[None]:

@@ -100,11 +100,10 @@ class OpenAIGenerator(SDKGenerator):
 
     def turn(self, s: Session) -> bool:
         reply = self._request(s)
-        state = s.state
-        state.add_reply(reply.text, reply.finish_reason, reply.tokens_in, reply.tokens_out)
+        s.add_reply(reply.text, reply.finish_reason, reply.tokens_in, reply.tokens_out)
         for i, call in enumerate(reply.calls):
-            call.id = call.id or f"call_{state.turns}_{i}"   # some local servers omit ids
-        s.log.event("reply", turn=state.turns, finish_reason=reply.finish_reason,
+            call.id = call.id or f"call_{s.turns}_{i}"   # some local servers omit ids
+        s.log.event("reply", turn=s.turns, finish_reason=reply.finish_reason,
                     usage={"prompt_tokens": reply.tokens_in, "completion_tokens": reply.tokens_out},
                     text=reply.text,
                     tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.calls])
@@ -112,7 +111,7 @@ class OpenAIGenerator(SDKGenerator):
         # reply cut at the length limit may carry truncated arguments: never run those.
         if not reply.calls or reply.finish_reason == "length":
             if reply.finish_reason == "length":
-                state.notes.append(f"the last reply was cut at the token limit ({self.spec.max_tokens})")
+                s.notes.append(f"the last reply was cut at the token limit ({self.spec.max_tokens})")
             return False
         s.messages.append({"role": "assistant", "content": reply.text or None, "tool_calls": [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
