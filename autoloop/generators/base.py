@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from autoloop.program import Program
 
-_HYPOTHESIS = re.compile(r"Hypothesis[\s*_`]*:(.*)", re.IGNORECASE)
+_HYPOTHESIS = re.compile(r"\bHypothesis[\s*_`]*:(.*)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 MAX_HYPOTHESIS = 1000
 
