@@ -45,7 +45,8 @@ def foreclosed(history: Sequence[Mapping[str, Any]], limit: int = 25) -> list[Av
         if h.get("status") not in FORECLOSED or not hyp or hyp == "(none given)":
             continue
         toks = tokens(hyp)
-        i = next((i for i, s in enumerate(seen) if toks == s or similarity(toks, s) >= SIMILAR), None)
+        i = next((i for i, s in enumerate(seen)
+                  if toks == s or similarity(toks, s) >= SIMILAR), None)
         if i is not None:
             found[i] = replace(found[i], times=found[i].times + 1)
         elif len(found) < limit:

@@ -530,7 +530,7 @@ def test_helpers() -> None:
     assert [_aider_count(x) for x in ("456", "1,024", "2.3k", "12k", "1.5M")] == [
         456, 1024, 2300, 12000, 1_500_000]
     assert hypothesis_in("x\n**Hypothesis:** smaller batch\n".splitlines()) == "smaller batch"
-    assert hypothesis_in(["Hypothesis:", "", "  a heading then the text"]) == "a heading then the text"
+    assert hypothesis_in(["Hypothesis:", "", "  a heading"]) == "a heading"
     assert hypothesis_in(["no claim here"]) is None
     assert hypothesis_of(["  One thing.  Two things. "]) == "One thing."
     assert hypothesis_of(["no stop at all"]) == "no stop at all"

@@ -398,7 +398,8 @@ class CodexGenerator(AgentGenerator):
             return None, "`codex login status` did not answer"
         if code == 0:
             return True, last_line(said) or "logged in"
-        return False, f"{last_line(said) or 'not logged in'}: run `codex login`, or set CODEX_API_KEY"
+        said = last_line(said) or "not logged in"
+        return False, f"{said}: run `codex login`, or set CODEX_API_KEY"
 
     def parse(self, out: Path, err: Path, proposal: Proposal) -> None:
         seen = completed = commands = failed_commands = edits = 0
@@ -472,10 +473,10 @@ class CodexGenerator(AgentGenerator):
                 f"codex: every edit it tried failed ({'; '.join(failed_edits)[:300]})", proposal)
 
     def output_hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str | None:
-        events = _json_lines(read_output(res.stdout_path))
-        return hypothesis_of([str(e["item"].get("text", "")) for e in events
-                              if e.get("type") == "item.completed" and isinstance(e.get("item"), dict)
-                              and e["item"].get("type") == "agent_message"])
+        items = [_dict(e.get("item")) for e in _json_lines(read_output(res.stdout_path))
+                 if e.get("type") == "item.completed"]
+        return hypothesis_of([str(i.get("text", "")) for i in items
+                              if i.get("type") == "agent_message"])
 
 
 def _codex_provider_env_key(config: Path) -> str | None:

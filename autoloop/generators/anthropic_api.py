@@ -47,7 +47,8 @@ class AnthropicGenerator(SDKGenerator):
         cached = (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
         s.add_reply("".join(b["text"] for b in content if b.get("type") == "text"),
                     msg.stop_reason, (usage.input_tokens or 0) + cached, usage.output_tokens)
-        s.thinking.extend(b["thinking"] for b in content if b.get("type") == "thinking" and b.get("thinking"))
+        s.thinking += [b["thinking"] for b in content
+                       if b.get("type") == "thinking" and b.get("thinking")]
         s.log.event("reply", turn=s.turns, stop_reason=msg.stop_reason,
                     usage={"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
                     content=content)

@@ -73,7 +73,8 @@ class CommandGenerator:
         """Fill cost/tokens/notes from the tool's own output; raise GeneratorError if it failed."""
 
     def hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str:
-        return written_hypothesis(ctx) or hypothesis_in(_head_lines(res.stdout_path)) or "(none given)"
+        said = hypothesis_in(_head_lines(res.stdout_path))
+        return written_hypothesis(ctx) or said or "(none given)"
 
     def program_path(self, ctx: GenContext, root: Path | None = None) -> str | None:
         """The program the command starts, resolved as its shell will (None: not knowable, e.g. a

@@ -232,7 +232,8 @@ class SDKGenerator:
                 if not self.turn(s):
                     break
                 if s.turns >= max_turns:
-                    s.notes.append(f"stopped at max_turns ({max_turns}) while the model wanted to go on")
+                    s.notes.append(f"stopped at max_turns ({max_turns}) while the model wanted "
+                                   "to go on")
                     break
         except AutoloopError as exc:
             log.event("error", error=exc.__class__.__name__, message=str(exc))

@@ -111,7 +111,8 @@ class OpenAIGenerator(SDKGenerator):
         # reply cut at the length limit may carry truncated arguments: never run those.
         if not reply.calls or reply.finish_reason == "length":
             if reply.finish_reason == "length":
-                s.notes.append(f"the last reply was cut at the token limit ({self.spec.max_tokens})")
+                s.notes.append(f"the last reply was cut at the token limit "
+                               f"({self.spec.max_tokens})")
             return False
         s.messages.append({"role": "assistant", "content": reply.text or None, "tool_calls": [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
