@@ -1,12 +1,8 @@
-"""`kind: claude | codex | aider`: agent CLIs driven through the command protocol (contract §6).
-
-Each preset is an argv whose defaults make the tool edit the work tree unattended and report
-what it spent; the report is never trusted about what changed. `generator.model` adds the model
-flag, `generator.args` are appended (replacing a default that sets the same option), and
-`generator.command` replaces the executable. Flags and report shapes come from the tools' own
-sources (claude: CLI reference, SDKResultMessage; codex: exec cli.rs, exec_events.rs,
-openai/codex#32984; aider: args.py, base_coder.py); re-check them when a tool changes.
-"""
+"""`kind: claude | codex | aider`: agent CLIs driven through the command protocol (contract §6),
+each an argv whose defaults make the tool edit the work tree unattended and report what it
+spent (never trusted about what changed). Flags and report shapes come from the tools' sources
+(claude: CLI reference, SDKResultMessage; codex: exec cli.rs, exec_events.rs,
+openai/codex#32984; aider: args.py, base_coder.py); re-check them when a tool changes."""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ target with a new file, so a hard link cannot carry an edit away. Commands are t
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import stat
@@ -35,9 +34,6 @@ class ToolCall:
     rel: str | None            # resolved repo-relative path ("" = the tree itself), None if unresolved
     status: Status             # ok | refused (policy) | error (bad input, missing file, ...)
     reason: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import os
 import re
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, ClassVar, Iterator, Mapping
 
@@ -164,7 +164,7 @@ class Session:
             tokens_in=self.tokens_in, tokens_out=self.tokens_out, cost_usd=self.cost(),
             turns=self.turns, transcript=self.transcript, notes=[redactor.text(n) for n in notes],
             meta={"model": self.model, "stop_reason": self.stop_reason, "tool_calls": len(tool.calls),
-                  "refused": redactor.obj([c.to_dict() for c in tool.refused]),
+                  "refused": redactor.obj([asdict(c) for c in tool.refused]),
                   "written": tool.written, "seconds": round(time.monotonic() - self.started, 3)})
 
     def run_tool(self, call_id: str, name: str, args: Any) -> tuple[str, bool]:
