@@ -76,7 +76,6 @@ class Generator(Protocol):
         ...
 
 
-
 def _clean(text: str) -> str:
     return " ".join(text.replace("**", " ").split()).strip(" *_`")
 
