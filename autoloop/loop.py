@@ -198,8 +198,8 @@ class Run:
         proc.kill_marked(self.marker, prefix=True)   # the run's and its workers' leftovers
         ws.clear_stale_locks()
         workers = [ws.gen_tree(i) for i in range(1, state.workers)]
-        local = isinstance(state.executor, LocalExecutor)
-        for tree in workers + (state.executor.trees() if local else []):
+        lanes = state.executor.lanes if isinstance(state.executor, LocalExecutor) else []
+        for tree in workers + [t for lane in lanes for t in lane.trees.values()]:
             tree.clear_stale_locks()
         incumbent = self._attach()
         self._attached = True
@@ -218,11 +218,10 @@ class Run:
             assert admin is not None
             extra += [admin / "config.worktree", admin / "commondir", admin / "gitdir"]
             guard.untrusted.append(tree.path)   # its PATH entries are not trusted either
-        if local and state.lanes > 1:
-            for k in range(state.lanes):
-                trees = state.executor.lane(k).trees   # type: ignore[attr-defined]
+        if len(lanes) > 1:
+            for lane in lanes:
                 for side in ("B",) if state.judge.plain else ("B", "A"):
-                    trees[side].checkout(incumbent)
+                    lane.trees[side].checkout(incumbent)
         state.sentinel = ws.watch_git(extra=extra)
         guard.start(state.sentinel, lock_path, slots)
         self.journal.render(self.program.goal)
