@@ -11,15 +11,14 @@ import dataclasses
 import logging
 import math
 import threading
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping
 
 import autoloop
 from autoloop import proc, ray_task
 from autoloop.errors import ConfigError, Interrupted, UsageError
+from autoloop.hardening import Guardrails
 from autoloop.program import Program
-from autoloop.sandbox import Confinement
 from autoloop.verify import Measurement, measure, steps, summarize
 from autoloop.workspace import Workspace
 
@@ -28,23 +27,11 @@ REMOTE_TAIL_BYTES = 4 << 20
 RAY_EXTRA = "pip install 'autoloop-ratchet[ray]'"
 
 
-class Guarded(Protocol):
-    """What the guardrails (autoloop.hardening.Guardrails) offer a measurement: the environment
-    for measuring a commit in a tree proven to hold exactly it, and a check after each step."""
-
-    def measuring(self, tree: Any, commit: str,
-                  base_env: Mapping[str, str]) -> AbstractContextManager[dict[str, str]]: ...
-
-    def after_step(self, step: str) -> None: ...
-
-    def confine(self, tree: Path, env: Mapping[str, str]) -> Confinement | None: ...
-
-
 class LocalLane:
-    """Two verification trees; every run goes through the guardrails (autoloop.hardening): the
-    tree proven to hold exactly the commit, a scrubbed environment, checks after each step."""
+    """Two verification trees; every run through the guardrails (a tree proven to hold exactly
+    the commit, a scrubbed environment, checks after each step)."""
 
-    def __init__(self, ws: Workspace, k: int, guard: Guarded) -> None:
+    def __init__(self, ws: Workspace, k: int, guard: Guardrails) -> None:
         self.trees = {"B": ws.verify_tree(2 * k), "A": ws.verify_tree(2 * k + 1)}
         self.guard = guard
         self.commits: dict[str, str] = {}
@@ -71,7 +58,7 @@ class LocalLane:
 
 
 class LocalExecutor:
-    def __init__(self, ws: Workspace, lanes: int, guard: Guarded) -> None:
+    def __init__(self, ws: Workspace, lanes: int, guard: Guardrails) -> None:
         self.lanes = [LocalLane(ws, k, guard) for k in range(lanes)]
 
     def start(self) -> None:
@@ -120,7 +107,7 @@ class RayLane:
 
 
 class RayExecutor:
-    def __init__(self, program: Program, ws: Workspace, lanes: int, guard: Any) -> None:
+    def __init__(self, program: Program, ws: Workspace, lanes: int, guard: Guardrails) -> None:
         self.program, self.ws, self.guard = program, ws, guard
         self.spec = program.parallel
         self.hint_keys = frozenset(k for env in self.spec.env for k in env)
@@ -171,8 +158,8 @@ class RayExecutor:
                 self._cache[commit] = ref
         return ref
 
-    def call(self, archive_ref: Any, todo: list[proc.Step], env: dict[str, str]) -> ray_task.RemoteReply | str:
-        """The task's reply, or why there is none."""
+    def call(self, archive_ref: Any, todo: list[proc.Step],
+             env: dict[str, str]) -> ray_task.RemoteReply | str:   # or why there is no reply
         ref = self._task.remote(archive_ref, todo, env, REMOTE_TAIL_BYTES)
         with self._lock:
             self._running.add(ref)
@@ -208,9 +195,9 @@ class RayExecutor:
             self._ray = None
 
 
-def make_executor(program: Program, ws: Workspace, lanes: int, guard: Guarded) -> LocalExecutor | RayExecutor:
-    """The executor program.md asks for. Refuses (ConfigError, exit 2) before anything changes
-    when it cannot work here."""
+def make_executor(program: Program, ws: Workspace, lanes: int, guard: Guardrails) -> LocalExecutor | RayExecutor:
+    """The executor program.md asks for; ConfigError (exit 2) before anything changes when it
+    cannot work here."""
     if program.parallel.executor == "ray":
         try:   # an import, not a lookup: a broken install counts as absent
             import ray  # noqa: F401

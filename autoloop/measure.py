@@ -6,21 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from autoloop.decide.core import Baseline, Sample, Session, Verdict
 from autoloop.decide import baseline as calibrate, cycle, end
+from autoloop.executors import LocalLane, RayLane
 from autoloop.program import Program, VerifierSpec
 from autoloop.metric import Measurement, MetricError, parse_metric
-
-
-class Lane(Protocol):
-    def prepare(self, sides: Mapping[str, str]) -> None:
-        """Side ("A"/"B") -> the commit it measures, until the next prepare."""
-
-    def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
-                marker: str, with_guards: bool) -> Measurement:
-        """One run of `side`'s commit: guards (if asked) then the verifier."""
 
 
 def sample(m: Measurement, side: str, label: str, program: Program | None = None) -> Sample:
@@ -50,7 +42,7 @@ class LaneRunner:
     """The verifier (or, with `spec`, the holdout) run through a lane; each run logs to
     log_dir/runs/LABEL/ (the first to `first_log_dir` when given)."""
 
-    lane: Lane
+    lane: LocalLane | RayLane
     program: Program
     env: Mapping[str, str]
     log_dir: Path
@@ -77,7 +69,7 @@ class Judge:
     """The loop's view: baseline, cycle and end-of-run measurements through one lane."""
 
     def __init__(self, program: Program, ws: Any, marker: str,
-                 check_signal: Callable[[], None], lane: Lane) -> None:
+                 check_signal: Callable[[], None], lane: LocalLane | RayLane) -> None:
         self.program, self.ws, self.marker = program, ws, marker
         self.check_signal, self.lane = check_signal, lane
 
