@@ -41,12 +41,10 @@ class Outcome:
     metric: float | None = None
     changed: list[str] = field(default_factory=list)
     measurement: Measurement | None = None
-    tree: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)   # the judge's fields for the cycle record
     diffstat: str | None = None
     decided_by: str = "ratchet"          # or "human" (approve mode)
     recommendation: str | None = None    # the ratchet's status when a person overruled or confirmed it
-    measured: str | None = None          # the candidate commit that was measured
 
 
 def violation(problems: Sequence[str], changed: list[str]) -> Outcome:
