@@ -415,6 +415,10 @@ class Run:
             # a resume that kept nothing: the same best against the same start with the same
             # verifier was re-measured already; measuring it again would only cost time
             rec = reused_final(prior)
+            # no "[0 verifier runs, 0.0 s]": the line says it was not measured again
+            shown = {k: v for k, v in rec.items() if k != "verifier_runs"}
+            rec["text"] = (f"end-of-run check: reused from {rec['reused_from']['when']}: "
+                           f"{final_text(shown, self.program.verifier.label)}")
         elif left is not None and need is not None and need > left and \
                 self.program.accept.final_pairs > 0 and start != state.incumbent:
             rec = {
@@ -431,12 +435,7 @@ class Run:
                 rec = {"start": start, "best": state.incumbent, "skipped": f"not trustworthy: {exc}"[:300]}
             state.redact_logs(log_dir)
             rec["check"] = check
-        if "reused_from" in rec:
-            # no "[0 verifier runs, 0.0 s]": the line says it was not measured again
-            shown = {k: v for k, v in rec.items() if k != "verifier_runs"}
-            rec["text"] = (f"end-of-run check: reused from {rec['reused_from']['when']}: "
-                           f"{final_text(shown, self.program.verifier.label)}")
-        else:
+        if "text" not in rec:
             rec["text"] = final_text(rec, self.program.verifier.label)
         rec = self.journal.append({"t": "final", "after_cycle": cycles[-1]["cycle"], **rec})
         self.journal.render(self.program.goal)

@@ -46,10 +46,7 @@ def _strict(state: RunState, m: Measurement | None, changed: list[str], best: fl
 
 def _judged(v: Any, changed: list[str]) -> Outcome:
     extra: dict[str, Any] = {"stats": v.stats, "delta_pct": None if v.delta_pct is None else round(v.delta_pct, 4)}
-    if v.feedback:
-        extra["feedback"] = v.feedback
-    if v.note:
-        extra["note"] = v.note
+    extra.update({k: x for k, x in (("feedback", v.feedback), ("note", v.note)) if x})
     return Outcome(v.status, v.lesson, v.result, metric=v.metric, changed=changed,
                    measurement=v.measurement, extra=extra)
 
