@@ -240,14 +240,14 @@ class Run:
         restore_persisted_journal(ws, j, self.program)  # a CI run's journal commit, if the head is one
         j.load()
         head = ws.branch_head()
+        if head is not None and j.first_start() is None:
+            raise RepoStateError(f"branch {ws.branch} exists but was not made by autoloop "
+                                 f"(no ledger at {j.ledger}); use another --tag or delete the branch")
         if not j.cycles():
             return self._start_afresh(head)
         if head is None:
             raise RepoStateError(f"branch {ws.branch} is gone but {j.ledger} records a run; "
                                  "restore the branch or use another --tag")
-        if j.first_start() is None:
-            raise RepoStateError(f"branch {ws.branch} exists but was not made by autoloop "
-                                 f"(no ledger at {j.ledger}); use another --tag or delete the branch")
         # the verifier of the last `start` before the first cycle (a run whose baseline failed
         # may fix its verifier and go on under the same tag)
         measured_with = None
@@ -290,11 +290,7 @@ class Run:
         started from (the user may have committed the fix its baseline needed)."""
         ws, j = self.ws, self.journal
         if head is not None:
-            starts = [r.get("incumbent") for r in j.records if r["t"] == "start"]
-            if not starts:
-                raise RepoStateError(f"branch {ws.branch} exists but was not made by autoloop "
-                                     f"(no ledger at {j.ledger}); use another --tag or delete the branch")
-            if head not in starts:
+            if head not in [r.get("incumbent") for r in j.records if r["t"] == "start"]:
                 raise RepoStateError(f"branch {ws.branch} is at {head[:12]}, where no attempt of this run "
                                      "started, and no cycle was ever measured: it was moved outside "
                                      "autoloop; delete it or use another --tag")
