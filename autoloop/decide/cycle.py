@@ -22,11 +22,10 @@ def _failed(session: Session, failure: Sample, stats: dict[str, Any]) -> Verdict
         return Verdict("guard_fail", None, f"guard_fail: {failure.guard}: {failure.error}",
                        f"guard '{failure.guard}' failed: {failure.error}", stats,
                        measurement=failure.measurement)
-    if failure.side == "A":
-        why = (f"the incumbent's re-measurement ({failure.label}) crashed: {failure.error}; "
-               "the verifier is flaky")
-        return Verdict("crash", None, f"crash: {why}", f"crash: {why}", stats, measurement=first_measurement(session))
-    return Verdict("crash", None, f"crash: {failure.error}", f"crash: {failure.error}", stats,
+    why = failure.error if failure.side != "A" else (
+        f"the incumbent's re-measurement ({failure.label}) crashed: {failure.error}; the verifier is flaky")
+    # an A run comes after B1 (ABBA), which carried the guards
+    return Verdict("crash", None, f"crash: {why}", f"crash: {why}", stats,
                    measurement=first_measurement(session) or failure.measurement)
 
 
