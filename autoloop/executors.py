@@ -195,7 +195,8 @@ class RayExecutor:
             self._ray = None
 
 
-def make_executor(program: Program, ws: Workspace, lanes: int, guard: Guardrails) -> LocalExecutor | RayExecutor:
+def make_executor(program: Program, ws: Workspace, lanes: int,
+                  guard: Guardrails) -> LocalExecutor | RayExecutor:
     """The executor program.md asks for; ConfigError (exit 2) before anything changes when it
     cannot work here."""
     if program.parallel.executor == "ray":

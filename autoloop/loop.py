@@ -241,8 +241,8 @@ class Run:
         j.load()
         head = ws.branch_head()
         if head is not None and j.first_start() is None:
-            raise RepoStateError(f"branch {ws.branch} exists but was not made by autoloop "
-                                 f"(no ledger at {j.ledger}); use another --tag or delete the branch")
+            raise RepoStateError(f"branch {ws.branch} exists but was not made by autoloop (no "
+                                 f"ledger at {j.ledger}); use another --tag or delete the branch")
         if not j.cycles():
             return self._start_afresh(head)
         if head is None:

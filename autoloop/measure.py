@@ -62,7 +62,7 @@ class LaneRunner:
         m = self.lane.measure(run, side, env=self.env, log_dir=d, marker=self.marker,
                               with_guards=with_guards)
         self.check_signal()
-        return sample(m, side, label, p if self.spec is None else None)   # the holdout has no limits
+        return sample(m, side, label, p if self.spec is None else None)   # a holdout: no limits
 
 
 class Judge:

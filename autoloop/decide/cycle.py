@@ -23,7 +23,8 @@ def _failed(session: Session, failure: Sample, stats: dict[str, Any]) -> Verdict
                        f"guard '{failure.guard}' failed: {failure.error}", stats,
                        measurement=failure.measurement)
     why = failure.error if failure.side != "A" else (
-        f"the incumbent's re-measurement ({failure.label}) crashed: {failure.error}; the verifier is flaky")
+        f"the incumbent's re-measurement ({failure.label}) crashed: {failure.error}; "
+        "the verifier is flaky")
     # an A run comes after B1 (ABBA), which carried the guards
     return Verdict("crash", None, f"crash: {why}", f"crash: {why}", stats,
                    measurement=first_measurement(session) or failure.measurement)

@@ -44,7 +44,7 @@ def end_of_run(program: Program, history: History, start: str, best: str,
                unchanged: Callable[[], bool],
                sessions: Callable[[bool], tuple[Session, Session | None]]) -> dict[str, Any]:
     """The end-of-run record: skipped, the best measured once more (a verifier cycle 0 showed
-    deterministic), or final_check. `sessions(both)`: the best's (and the start's), the holdout's."""
+    deterministic), or final_check. `sessions(both)`: the best's (and start's), the holdout's."""
     t0 = time.monotonic()
     rec: dict[str, Any] = {"start": start, "best": best}
     if program.accept.final_pairs == 0:

@@ -82,7 +82,8 @@ def review(state: RunState, when: str, c: Cycle, rnd: Round, outcome: Outcome | 
 
 def _choose(state: RunState, rnd: Round) -> Cycle | None:
     """Of the candidates the rule would keep, the best (the earliest on a tie)."""
-    keeps = [(c, c.outcome) for c in rnd.cycles if c.outcome is not None and c.outcome.status == "keep"]
+    keeps = [(c, c.outcome) for c in rnd.cycles
+             if c.outcome is not None and c.outcome.status == "keep"]
     if not keeps:
         return None
     direction = state.program.verifier.direction
