@@ -14,10 +14,11 @@ from typing import Any, Callable, Mapping, Sequence
 from autoloop import proc
 from autoloop.errors import Interrupted
 from autoloop.approve import Reviewer
-from autoloop.executors import Executor, LaneJudge, make_executor
+from autoloop.executors import LocalExecutor, RayExecutor, make_executor
 from autoloop.generators.base import Generator, Proposal
 from autoloop.hardening import Guardrails
 from autoloop.journal import Journal
+from autoloop.measure import Judge
 from autoloop.program import Program
 from autoloop.redact import Redactor
 from autoloop.scope_rules import ScopeRules
@@ -40,12 +41,10 @@ class Outcome:
     metric: float | None = None
     changed: list[str] = field(default_factory=list)
     measurement: Measurement | None = None
-    tree: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)   # the judge's fields for the cycle record
     diffstat: str | None = None
     decided_by: str = "ratchet"          # or "human" (approve mode)
     recommendation: str | None = None    # the ratchet's status when a person overruled or confirmed it
-    measured: str | None = None          # the candidate commit that was measured
 
 
 def violation(problems: Sequence[str], changed: list[str]) -> Outcome:
@@ -115,14 +114,14 @@ class RunState:   # everything the steps share; only the main thread changes the
     finished: str | None = None              # why the generator has nothing left to propose
 
     @cached_property
-    def executor(self) -> Executor:
+    def executor(self) -> LocalExecutor | RayExecutor:
         # made at first use: `doctor` builds a Run without ever measuring through it
         return make_executor(self.program, self.ws, self.lanes, self.guard)
 
     @cached_property
-    def judge(self) -> LaneJudge:
+    def judge(self) -> Judge:
         # baseline and end-of-run check through lane 0: every number of the run from one place
-        return LaneJudge(self.program, self.ws, self.marker, self.check_signal, self.guard, self.executor.lane(0))
+        return Judge(self.program, self.ws, self.marker, self.check_signal, self.executor.lane(0))
 
     def check_signal(self) -> None:
         if self.signal is not None:

@@ -1,31 +1,23 @@
-"""Where verification runs (program.md `parallel.executor`).
-
-An executor offers `lanes`: slots that each measure one candidate at a time (their number caps
-verifications at once, `parallel.verify`). A lane is told which commit each side stands for (B
-the candidate, A the incumbent or the start) once per judged cycle, then measures runs of a side
-as often as the acceptance rule asks. The baseline and the end-of-run check go through lane 0
-too, so every number of a run is measured on the same kind of machine.
-
-- `local`: a lane is a pair of pristine git worktrees beside the run's own (lane k uses the
-  verification slots 2k for B and 2k+1 for A; lane 0 is what a single-worker run uses).
-- `ray`: a lane ships the commit as a tar of its files (a Ray object, put once per commit) to a
-  task on a Ray cluster that runs the same steps through proc in a temporary folder
-  (autoloop.ray_task). No shared filesystem is assumed; the output's tails come back and are
-  written to the cycle's log folder like local logs.
-"""
+"""Where verification runs (program.md `parallel.executor`): an executor offers lanes, each
+measuring one candidate at a time (`parallel.verify` of them); the baseline and the end-of-run
+check use lane 0, so every number of a run is measured on the same kind of machine.
+`local`: lane k is the verification trees 2k (B) and 2k+1 (A) beside the run's own. `ray`: a
+lane ships the commit as a tar (a Ray object, put once per commit) to a task that runs the same
+steps in a temporary folder (autoloop.ray_task); its output's tails come back as local logs."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Mapping
 
 import autoloop
 from autoloop import proc, ray_task
 from autoloop.errors import ConfigError, Interrupted, UsageError
-from autoloop.measure import Guarded, Judge, TreeRunner, holdout_spec
+from autoloop.hardening import Guardrails
 from autoloop.program import Program
 from autoloop.verify import Measurement, measure, steps, summarize
 from autoloop.workspace import Workspace
@@ -35,41 +27,21 @@ REMOTE_TAIL_BYTES = 4 << 20
 RAY_EXTRA = "pip install 'autoloop-ratchet[ray]'"
 
 
-class Lane(Protocol):
-    def prepare(self, sides: Mapping[str, str]) -> None:
-        """Side ("A"/"B") -> the commit it measures, until the next prepare."""
-
-    def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
-                marker: str, with_guards: bool) -> Measurement:
-        """One run of `side`'s commit: guards (if asked) then the verifier."""
-
-
-class Executor(Protocol):
-    lanes: int
-
-    def start(self) -> None: ...
-    def lane(self, k: int) -> Lane: ...
-    def cancel(self) -> None: ...
-    def close(self) -> None: ...
-
-
-# ---- local ------------------------------------------------------------------------------------
-
-
 class LocalLane:
-    """Two verification trees; every run goes through the guardrails (autoloop.hardening): the
-    tree proven to hold exactly the commit, a scrubbed environment, checks after each step."""
+    """Two verification trees; every run through the guardrails (a tree proven to hold exactly
+    the commit, a scrubbed environment, checks after each step)."""
 
-    def __init__(self, ws: Workspace, k: int, guard: Guarded) -> None:
+    def __init__(self, ws: Workspace, k: int, guard: Guardrails) -> None:
         self.trees = {"B": ws.verify_tree(2 * k), "A": ws.verify_tree(2 * k + 1)}
         self.guard = guard
         self.commits: dict[str, str] = {}
         self._checked_out: set[str] = set()
 
     def prepare(self, sides: Mapping[str, str]) -> None:
-        # Each tree is checked out at its first measurement, not here: a tree reset but never
-        # measured would no longer match the picture the guardrails carry to the next
-        # generator check (see autoloop.measure.TreeRunner.checked_out).
+        # Each tree is checked out at its first measurement, not here: the guardrails carry each
+        # tree's picture from its last measurement to the next generator check, and a tree reset
+        # but never measured (a guard failing on B ends the batch before A runs) would no longer
+        # match it: the next cycle then blamed its generator for "changing" it.
         self.commits = dict(sides)
         self._checked_out = set()
 
@@ -86,28 +58,20 @@ class LocalLane:
 
 
 class LocalExecutor:
-    def __init__(self, ws: Workspace, lanes: int, guard: Guarded) -> None:
-        self.lanes = lanes
-        self._lanes = [LocalLane(ws, k, guard) for k in range(lanes)]
+    def __init__(self, ws: Workspace, lanes: int, guard: Guardrails) -> None:
+        self.lanes = [LocalLane(ws, k, guard) for k in range(lanes)]
 
     def start(self) -> None:
         pass
 
-    def lane(self, k: int) -> Lane:
-        return self._lanes[k]
-
-    def trees(self) -> list[Any]:
-        """Every worktree the lanes may use (to clear stale git locks after a kill)."""
-        return [t for lane in self._lanes for t in lane.trees.values()]
+    def lane(self, k: int) -> LocalLane:
+        return self.lanes[k]
 
     def cancel(self) -> None:
         proc.stop_current()   # the signal handler did this already; harmless twice
 
     def close(self) -> None:
         pass
-
-
-# ---- ray --------------------------------------------------------------------------------------
 
 
 class RayLane:
@@ -143,11 +107,11 @@ class RayLane:
 
 
 class RayExecutor:
-    def __init__(self, program: Program, ws: Workspace, lanes: int, guard: Any) -> None:
-        self.program, self.ws, self.guard, self.lanes = program, ws, guard, lanes
+    def __init__(self, program: Program, ws: Workspace, lanes: int, guard: Guardrails) -> None:
+        self.program, self.ws, self.guard = program, ws, guard
         self.spec = program.parallel
         self.hint_keys = frozenset(k for env in self.spec.env for k in env)
-        self._lanes = [RayLane(self) for _ in range(lanes)]
+        self.lanes = [RayLane(self) for _ in range(lanes)]
         self._cache: dict[str, Any] = {}           # commit -> ObjectRef of its tar
         self._lock = threading.Lock()
         self._running: set[Any] = set()
@@ -165,7 +129,7 @@ class RayExecutor:
         if address is None:
             # a private local instance: enough CPUs for every lane, Ray's own GPU detection
             cpus = self.spec.num_cpus if self.spec.num_cpus is not None else 1.0
-            kw.update(num_cpus=max(1, int(-(-cpus * self.lanes // 1))), include_dashboard=False)
+            kw.update(num_cpus=max(1, math.ceil(cpus * len(self.lanes))), include_dashboard=False)
         else:
             kw["address"] = address
         try:
@@ -180,8 +144,8 @@ class RayExecutor:
                                                         ("num_gpus", self.spec.num_gpus)) if v is not None}}
         self._task = ray.remote(ray_task.run_steps).options(**opts)
 
-    def lane(self, k: int) -> Lane:
-        return self._lanes[k]
+    def lane(self, k: int) -> RayLane:
+        return self.lanes[k]
 
     def put(self, commit: str) -> Any:
         with self._lock:
@@ -194,8 +158,8 @@ class RayExecutor:
                 self._cache[commit] = ref
         return ref
 
-    def call(self, archive_ref: Any, todo: list[proc.Step], env: dict[str, str]) -> ray_task.RemoteReply | str:
-        """The task's reply, or why there is none."""
+    def call(self, archive_ref: Any, todo: list[proc.Step],
+             env: dict[str, str]) -> ray_task.RemoteReply | str:   # or why there is no reply
         ref = self._task.remote(archive_ref, todo, env, REMOTE_TAIL_BYTES)
         with self._lock:
             self._running.add(ref)
@@ -231,46 +195,10 @@ class RayExecutor:
             self._ray = None
 
 
-# ---- judging through a lane --------------------------------------------------------------------
-
-
-class LaneRunner(TreeRunner):
-    """TreeRunner whose runs go through a lane (the `paths` of a TreeRunner are commits here)."""
-
-    def __init__(self, lane: Lane, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.lane = lane
-
-    def _measure(self, side: str, log_dir: Path, with_guards: bool) -> Measurement:
-        return self.lane.measure(self.program, side, env=self.env, log_dir=log_dir,
-                                 marker=self.marker, with_guards=with_guards)
-
-
-class LaneJudge(Judge):
-    """The Judge of autoloop.measure, measuring through one lane of an executor."""
-
-    def __init__(self, program: Program, ws: Any, marker: str, check_signal: Callable[[], None],
-                 guard: Guarded, lane: Lane) -> None:
-        super().__init__(program, ws, marker, check_signal, guard)
-        self.lane = lane
-
-    def _runners(self, a: str, b: str, env: Mapping[str, str], log_dir: Path,
-                 first_log_dir: Path | None = None, need_a: bool = True) -> tuple[TreeRunner, TreeRunner | None]:
-        commits = {"B": b, **({"A": a} if need_a else {})}
-        self.lane.prepare(commits)
-        sides: dict[str, tuple[Any, str]] = {side: (None, c) for side, c in commits.items()}
-        main = LaneRunner(self.lane, self.program, sides, env=env, log_dir=log_dir, marker=self.marker,
-                          check_signal=self.check_signal, guard=self.guard, first_log_dir=first_log_dir)
-        spec = holdout_spec(self.program)
-        hold = None if spec is None else LaneRunner(
-            self.lane, self.program, sides, env=env, log_dir=log_dir, marker=self.marker,
-            check_signal=self.check_signal, guard=self.guard, spec=spec)
-        return main, hold
-
-
-def make_executor(program: Program, ws: Workspace, lanes: int, guard: Guarded) -> LocalExecutor | RayExecutor:
-    """The executor program.md asks for. Refuses (ConfigError, exit 2) before anything changes
-    when it cannot work here."""
+def make_executor(program: Program, ws: Workspace, lanes: int,
+                  guard: Guardrails) -> LocalExecutor | RayExecutor:
+    """The executor program.md asks for; ConfigError (exit 2) before anything changes when it
+    cannot work here."""
     if program.parallel.executor == "ray":
         try:   # an import, not a lookup: a broken install counts as absent
             import ray  # noqa: F401

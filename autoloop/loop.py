@@ -43,16 +43,14 @@ TAIL_LINES = 20
 
 
 @dataclass
-class RunOptions:
+class RunOptions:   # the hooks are for autoloop.approve and autoloop.ci
     tag: str
     cycles: int | None = None            # overrides stop.max_cycles for this invocation
     report: Reporter = field(default=lambda event, data: None)
-    # hooks for the people-and-CI features (autoloop.approve, autoloop.ci); all optional
     reviewer: Reviewer | None = None     # a person decides (before verify and/or at decide)
     stop_check: Callable[[], str] = field(default=lambda: "")  # extra stop reason ("" = go on)
     on_finish: Callable[[Run], None] | None = None  # under the lock, once attached, however it ends
-    # seconds left of this invocation's wall-clock budget (None: no budget); the end-of-run
-    # check is skipped, and says so, when it would not fit
+    # seconds left of the time budget (None: none): an end-of-run check that won't fit is skipped
     time_left: Callable[[], float | None] = field(default=lambda: None)
 
 
@@ -192,14 +190,14 @@ class Run:
                           sum(1 for c in cycles if c["status"] == "keep"), final)
 
     def open(self, lock_path: Path) -> str:
-        """Attach to the branch and the ledger, make the trees and start watching; returns the
-        incumbent. Under the run's lock (`lock_path`), before the baseline."""
+        """Under the run's lock, before the baseline: attach to the branch and the ledger, make
+        the trees and start watching; returns the incumbent."""
         state, ws, guard = self.state, self.ws, self.guard
         proc.kill_marked(self.marker, prefix=True)   # the run's and its workers' leftovers
         ws.clear_stale_locks()
         workers = [ws.gen_tree(i) for i in range(1, state.workers)]
-        local = isinstance(state.executor, LocalExecutor)
-        for tree in workers + (state.executor.trees() if local else []):
+        lanes = state.executor.lanes if isinstance(state.executor, LocalExecutor) else []
+        for tree in workers + [t for lane in lanes for t in lane.trees.values()]:
             tree.clear_stale_locks()
         incumbent = self._attach()
         self._attached = True
@@ -218,11 +216,10 @@ class Run:
             assert admin is not None
             extra += [admin / "config.worktree", admin / "commondir", admin / "gitdir"]
             guard.untrusted.append(tree.path)   # its PATH entries are not trusted either
-        if local and state.lanes > 1:
-            for k in range(state.lanes):
-                trees = state.executor.lane(k).trees   # type: ignore[attr-defined]
+        if len(lanes) > 1:
+            for lane in lanes:
                 for side in ("B",) if state.judge.plain else ("B", "A"):
-                    trees[side].checkout(incumbent)
+                    lane.trees[side].checkout(incumbent)
         state.sentinel = ws.watch_git(extra=extra)
         guard.start(state.sentinel, lock_path, slots)
         self.journal.render(self.program.goal)
@@ -230,30 +227,27 @@ class Run:
             # once, loudly: the journal's head and `autoloop log` / the report say it too
             self.opt.report("warning", {"message": f"not sandboxed: {guard.unsandboxed}; these "
                                                    "attacks are only detected, see README (Not covered)"})
-        # what autoloop imports later is loaded now, before any generator could have planted or
-        # patched it (numpy/scipy only when this run computes statistics); a fresh run learns at
-        # cycle 0 whether its verifier is deterministic, so _run looks again after the baseline
+        # what autoloop imports later is loaded before any generator could plant or patch it;
+        # whether numpy/scipy are needed a fresh run learns at cycle 0 (_run looks again then)
         trust.preload(statistics=needs_scipy(self.program, self.journal.cycles()),
                       generator_kind=self.program.generator.kind)
         return incumbent
 
-    # ---- attaching to the branch and the ledger ------------------------------------------------
-
     def _attach(self) -> str:
-        """Find the run branch (or start afresh from HEAD); roll back the cycles a crash cut
-        short. Returns the incumbent."""
+        """Find the run branch (or start afresh from HEAD), roll back the cycles a crash cut
+        short; returns the incumbent."""
         ws, j = self.ws, self.journal
         restore_persisted_journal(ws, j, self.program)  # a CI run's journal commit, if the head is one
         j.load()
         head = ws.branch_head()
+        if head is not None and j.first_start() is None:
+            raise RepoStateError(f"branch {ws.branch} exists but was not made by autoloop (no "
+                                 f"ledger at {j.ledger}); use another --tag or delete the branch")
         if not j.cycles():
             return self._start_afresh(head)
         if head is None:
             raise RepoStateError(f"branch {ws.branch} is gone but {j.ledger} records a run; "
                                  "restore the branch or use another --tag")
-        if j.first_start() is None:
-            raise RepoStateError(f"branch {ws.branch} exists but was not made by autoloop "
-                                 f"(no ledger at {j.ledger}); use another --tag or delete the branch")
         # the verifier of the last `start` before the first cycle (a run whose baseline failed
         # may fix its verifier and go on under the same tag)
         measured_with = None
@@ -292,16 +286,11 @@ class Run:
         return head
 
     def _start_afresh(self, head: str | None) -> str:
-        """No cycle was ever measured under this tag: start from the checkout's HEAD, whatever an
-        earlier attempt started from (the user may have committed the very fix the baseline
-        needed). The branch itself is made once the baseline has been measured."""
+        """No cycle was ever measured under this tag: start from HEAD, whatever an earlier attempt
+        started from (the user may have committed the fix its baseline needed)."""
         ws, j = self.ws, self.journal
         if head is not None:
-            starts = [r.get("incumbent") for r in j.records if r["t"] == "start"]
-            if not starts:
-                raise RepoStateError(f"branch {ws.branch} exists but was not made by autoloop "
-                                     f"(no ledger at {j.ledger}); use another --tag or delete the branch")
-            if head not in starts:
+            if head not in [r.get("incumbent") for r in j.records if r["t"] == "start"]:
                 raise RepoStateError(f"branch {ws.branch} is at {head[:12]}, where no attempt of this run "
                                      "started, and no cycle was ever measured: it was moved outside "
                                      "autoloop; delete it or use another --tag")
@@ -341,8 +330,6 @@ class Run:
         s.incumbent = commit or ""
         return commit
 
-    # ---- cycle 0 and the end-of-run check ------------------------------------------------------
-
     def _baseline(self, incumbent: str) -> None:
         state = self.state
         self.opt.report("phase", {"cycle": 0, "phase": "baseline"})
@@ -362,9 +349,7 @@ class Run:
             self.ws.reset_hard(incumbent)
             raise RunFailure(f"the baseline measurement is not trustworthy: {exc}") from None
         except BaseException as exc:
-            abort(state, incumbent, [Cycle(0, 0, self.ws, marker=self.marker)],
-                  "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt))
-                  else f"internal error: {type(exc).__name__}: {exc}")
+            abort(state, incumbent, [Cycle(0, 0, self.ws, marker=self.marker)], exc)
             raise
         m = b.measurement
         problem = None
@@ -399,8 +384,8 @@ class Run:
             self.opt.report("note", {"cycle": 0, "message": b.note})
 
     def final_estimate_s(self) -> float | None:
-        """How long the end-of-run check would take at most: its planned verifier runs at the
-        baseline's time per run (guards included, so on the safe side). None: nothing to go by."""
+        """The end-of-run check's most seconds: its runs at the baseline's time a run (guards
+        included, so on the safe side); None: nothing to go by."""
         base = next((c for c in self.journal.cycles() if c["status"] == "baseline"), None)
         if base is None or not base.get("duration_s"):
             return None
@@ -412,8 +397,8 @@ class Run:
         return per_run * final_estimate(self.program, self.journal.cycles())["runs"] + 1.0  # + checkout and proof
 
     def _final_check(self) -> dict[str, Any] | None:
-        """Best against the starting commit, re-measured in one interleaved batch; its gain and
-        interval go to the ledger, unless the run's time budget would not hold it."""
+        """Best against the start, re-measured in one interleaved batch, unless the run's time
+        budget would not hold it."""
         state, cycles = self.state, self.journal.cycles()
         start = next((c.get("commit") for c in cycles if c["status"] == "baseline"), None)
         if start is None:
@@ -426,6 +411,10 @@ class Run:
             # a resume that kept nothing: the same best against the same start with the same
             # verifier was re-measured already; measuring it again would only cost time
             rec = reused_final(prior)
+            # no "[0 verifier runs, 0.0 s]": the line says it was not measured again
+            shown = {k: v for k, v in rec.items() if k != "verifier_runs"}
+            rec["text"] = (f"end-of-run check: reused from {rec['reused_from']['when']}: "
+                           f"{final_text(shown, self.program.verifier.label)}")
         elif left is not None and need is not None and need > left and \
                 self.program.accept.final_pairs > 0 and start != state.incumbent:
             rec = {
@@ -442,12 +431,7 @@ class Run:
                 rec = {"start": start, "best": state.incumbent, "skipped": f"not trustworthy: {exc}"[:300]}
             state.redact_logs(log_dir)
             rec["check"] = check
-        if "reused_from" in rec:
-            # no "[0 verifier runs, 0.0 s]": the line says it was not measured again
-            shown = {k: v for k, v in rec.items() if k != "verifier_runs"}
-            rec["text"] = (f"end-of-run check: reused from {rec['reused_from']['when']}: "
-                           f"{final_text(shown, self.program.verifier.label)}")
-        else:
+        if "text" not in rec:
             rec["text"] = final_text(rec, self.program.verifier.label)
         rec = self.journal.append({"t": "final", "after_cycle": cycles[-1]["cycle"], **rec})
         self.journal.render(self.program.goal)
@@ -455,14 +439,11 @@ class Run:
         return rec
 
     def _check_fingerprint(self) -> dict[str, Any]:
-        """What an end-of-run check's numbers depend on besides the two commits."""
         p = self.program
         hold = p.holdout
         return {"verifier": verifier_fingerprint(p), "final_pairs": p.accept.final_pairs,
                 "holdout": None if hold is None else {"command": hold.command, "metric": hold.metric,
                                                       "pattern": hold.pattern, "direction": hold.direction}}
-
-    # ---- stopping and signals ------------------------------------------------------------------
 
     def _stop_reason(self, ran: int, started: float) -> str:
         self.state.check_signal()
@@ -493,8 +474,8 @@ class Run:
         return ""
 
     def _backoff(self, rec: Record) -> None:
-        """After consecutive generator errors (rate limits, an overloaded service), wait a little
-        longer each time — 1, 2, 4 ... 60 s — instead of hammering; Ctrl-C still stops at once."""
+        """After consecutive generator errors (rate limits), wait 1, 2, 4 ... 60 s instead of
+        hammering; Ctrl-C still stops at once."""
         cycles = self.journal.cycles()
         streak = next((i for i, c in enumerate(reversed(cycles)) if c["status"] != "gen_error"), len(cycles))
         if streak < 2:
@@ -510,10 +491,9 @@ class Run:
         s = self.state
         s.signal = signum
         proc.stop_current()
-        # Only code of ours that may block for long without looking (an in-process generator,
-        # the approve prompt) is interrupted at once; everywhere else the signal is acted on at
-        # the next safe point. A second Ctrl-C changes nothing: raising in the middle of a
-        # restore would leave the generator's edits behind an exit 130.
+        # Only our code that may block long without looking (an in-process generator, the approve
+        # prompt) is interrupted at once, else at the next safe point. A second Ctrl-C changes
+        # nothing: raising in the middle of a restore would leave the generator's edits behind.
         if s.in_python and not s.restoring:
             s.in_python = False  # once: the way out is not interrupted again
             raise Interrupted("interrupted")
@@ -531,8 +511,7 @@ def _tail(stem: Path | None) -> str:
 
 
 def reusable_final(finals: list[Record], start: str, best: str, check: dict[str, Any]) -> Record | None:
-    """The latest end-of-run check that measured `best` against `start` under the same verifier
-    and check settings (a record of an older autoloop, without `check`, never matches)."""
+    """The latest end-of-run check of `best` against `start` under the same `check` settings."""
     for r in reversed(finals):
         if r.get("start") == start and r.get("best") == best and r.get("check") == check \
                 and not r.get("skipped") and not r.get("error") and r.get("change_pct") is not None:
@@ -541,7 +520,6 @@ def reusable_final(finals: list[Record], start: str, best: str, check: dict[str,
 
 
 def reused_final(prior: Record) -> dict[str, Any]:
-    """A new `final` record carrying `prior`'s measurements, and where they came from."""
     rec = {k: v for k, v in prior.items()
            if k not in ("t", "ts", "after_cycle", "text", "reused_from", "verifier_runs", "seconds")}
     ts = prior.get("ts")

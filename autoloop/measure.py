@@ -1,32 +1,18 @@
-"""Measuring for the decide step: binds autoloop.decide's Runner to real verifier processes in
-pristine trees (the incumbent, side A, in verification slot 1; the candidate, side B, in slot 0;
-every run a fresh process through the guardrails)."""
+"""Measuring for the decide step: binds autoloop.decide's Runner to real verifier processes run
+through one lane of an executor (autoloop.executors): side B the candidate (or the best), side A
+the incumbent (or the start), every run a fresh process."""
 
 from __future__ import annotations
 
 import dataclasses
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from autoloop.decide.core import Baseline, Sample, Session, Verdict
 from autoloop.decide import baseline as calibrate, cycle, end
+from autoloop.executors import LocalLane, RayLane
 from autoloop.program import Program, VerifierSpec
-from autoloop.sandbox import Confinement
 from autoloop.metric import Measurement, MetricError, parse_metric
-from autoloop.verify import measure
-
-
-class Guarded(Protocol):
-    """What the guardrails (autoloop.hardening.Guardrails) offer a measurement: the environment
-    for measuring a commit in a tree proven to hold exactly it, and a check after each step."""
-
-    def measuring(self, tree: Any, commit: str,
-                  base_env: Mapping[str, str]) -> AbstractContextManager[dict[str, str]]: ...
-
-    def after_step(self, step: str) -> None: ...
-
-    def confine(self, tree: Path, env: Mapping[str, str]) -> Confinement | None: ...
 
 
 def sample(m: Measurement, side: str, label: str, program: Program | None = None) -> Sample:
@@ -51,25 +37,19 @@ def judge_one(program: Program, m: Measurement, best: float) -> Verdict:
     return cycle.judge_strict(Session(lambda side, label, _: sample(m, side, label)), program, best, {})
 
 
-class TreeRunner:
-    """Runs the verifier (or the holdout) as a fresh process in a prepared tree per side,
-    every run through the guardrails; each run logs to log_dir/runs/LABEL/."""
+@dataclasses.dataclass
+class LaneRunner:
+    """The verifier (or, with `spec`, the holdout) run through a lane; each run logs to
+    log_dir/runs/LABEL/ (the first to `first_log_dir` when given)."""
 
-    def __init__(self, program: Program, sides: Mapping[str, tuple[Any, str]], *,
-                 env: Mapping[str, str], log_dir: Path, marker: str,
-                 check_signal: Callable[[], None], guard: Guarded,
-                 spec: VerifierSpec | None = None, first_log_dir: Path | None = None) -> None:
-        self.program = program if spec is None else dataclasses.replace(program, verifier=spec, guards=())
-        self.limits_of = program if spec is None else None     # the holdout has no limits
-        self.sides = sides               # side -> (verification tree, the commit it holds)
-        self.guard, self.env, self.log_dir = guard, env, log_dir
-        self.marker, self.check_signal, self.first_log_dir = marker, check_signal, first_log_dir
-        # Sides whose tree holds its commit. A tree is checked out when first measured, never
-        # before: the guardrails carry each verification tree's picture from its last
-        # measurement to the next generator check, and a tree reset to another commit but never
-        # measured (a guard failing on B ends the batch before A runs) would no longer match
-        # that picture — the next cycle then blamed its generator for "changing" it.
-        self.checked_out: set[str] = set()
+    lane: LocalLane | RayLane
+    program: Program
+    env: Mapping[str, str]
+    log_dir: Path
+    marker: str
+    check_signal: Callable[[], None]
+    spec: VerifierSpec | None = None
+    first_log_dir: Path | None = None
 
     def __call__(self, side: str, label: str, with_guards: bool) -> Sample:
         if self.first_log_dir is not None:
@@ -77,36 +57,21 @@ class TreeRunner:
         else:
             d = self.log_dir / "runs" / label
             d.mkdir(parents=True, exist_ok=True)
-        m = self._measure(side, d, with_guards)
+        p = self.program
+        run = p if self.spec is None else dataclasses.replace(p, verifier=self.spec, guards=())
+        m = self.lane.measure(run, side, env=self.env, log_dir=d, marker=self.marker,
+                              with_guards=with_guards)
         self.check_signal()
-        return sample(m, side, label, self.limits_of)
-
-    def _measure(self, side: str, log_dir: Path, with_guards: bool) -> Measurement:
-        """One run in this side's tree, through the guardrails; autoloop.executors overrides it
-        to run elsewhere."""
-        tree, commit = self.sides[side]
-        if side not in self.checked_out:
-            tree.checkout(commit, clean=False)   # measuring() cleans it
-            self.checked_out.add(side)
-        with self.guard.measuring(tree, commit, self.env) as env:
-            return measure(self.program, cwd=tree.path, env=env, log_dir=log_dir, marker=self.marker,
-                           with_guards=with_guards, after_step=self.guard.after_step,
-                           box=self.guard.confine(tree.path, env))
-
-
-def holdout_spec(program: Program) -> VerifierSpec | None:
-    h = program.holdout
-    return None if h is None else VerifierSpec(command=h.command, direction=h.direction,
-                                               metric=h.metric, pattern=h.pattern, timeout=h.timeout)
+        return sample(m, side, label, p if self.spec is None else None)   # a holdout: no limits
 
 
 class Judge:
-    """The loop's view: baseline, cycle and end-of-run measurements on real trees."""
+    """The loop's view: baseline, cycle and end-of-run measurements through one lane."""
 
     def __init__(self, program: Program, ws: Any, marker: str,
-                 check_signal: Callable[[], None], guard: Guarded) -> None:
+                 check_signal: Callable[[], None], lane: LocalLane | RayLane) -> None:
         self.program, self.ws, self.marker = program, ws, marker
-        self.check_signal, self.guard = check_signal, guard
+        self.check_signal, self.lane = check_signal, lane
 
     @property
     def plain(self) -> bool:
@@ -116,18 +81,16 @@ class Judge:
                 and a.warmup == 0 and not p.limits and p.holdout is None)
 
     def _runners(self, a: str, b: str, env: Mapping[str, str], log_dir: Path,
-                 first_log_dir: Path | None = None, need_a: bool = True) -> tuple[TreeRunner, TreeRunner | None]:
-        # checked out by the runner at each side's first measurement (TreeRunner.checked_out)
-        sides: dict[str, tuple[Any, str]] = {"B": (self.ws.verify_tree(0), b)}
-        if need_a:
-            sides["A"] = (self.ws.verify_tree(1), a)
-        kw: dict[str, Any] = dict(env=env, log_dir=log_dir, marker=self.marker,
-                                  check_signal=self.check_signal, guard=self.guard)
-        main = TreeRunner(self.program, sides, first_log_dir=first_log_dir, **kw)
-        spec = holdout_spec(self.program)
-        hold = None if spec is None else TreeRunner(self.program, sides, spec=spec, **kw)
-        if hold is not None:
-            hold.checked_out = main.checked_out   # the same trees: one checkout each
+                 first_log_dir: Path | None = None,
+                 need_a: bool = True) -> tuple[LaneRunner, LaneRunner | None]:
+        self.lane.prepare({"B": b, **({"A": a} if need_a else {})})
+        main = LaneRunner(self.lane, self.program, env, log_dir, self.marker, self.check_signal,
+                          first_log_dir=first_log_dir)
+        h = self.program.holdout
+        spec = None if h is None else VerifierSpec(command=h.command, direction=h.direction,
+                                                   metric=h.metric, pattern=h.pattern,
+                                                   timeout=h.timeout)
+        hold = None if spec is None else dataclasses.replace(main, spec=spec, first_log_dir=None)
         return main, hold
 
     def baseline(self, commit: str, log_dir: Path, env: Mapping[str, str]) -> Baseline:

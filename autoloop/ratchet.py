@@ -5,8 +5,7 @@ from __future__ import annotations
 from autoloop.specs import Direction
 
 
-def orientation(direction: Direction | str) -> int:
-    """+1 when a larger metric is better, -1 when a smaller one is."""
+def orientation(direction: Direction | str) -> int:   # +1: a larger metric is better
     return 1 if direction == "maximize" else -1
 
 
@@ -16,8 +15,7 @@ def gain_of(direction: Direction | str, incumbent: float, candidate: float) -> f
 
 
 def better(direction: Direction | str, candidate: float, incumbent: float) -> bool:
-    """Strictly better in `direction`; a tie is not a gain."""
-    return candidate < incumbent if direction == "minimize" else candidate > incumbent
+    return gain_of(direction, incumbent, candidate) > 0   # a tie is not a gain
 
 
 def reached(direction: Direction | str, value: float | None, target: float | None) -> bool:

@@ -1,11 +1,8 @@
-"""The body of one remote verification (autoloop.executors, `executor: ray`).
-
-Runs on a Ray worker, where autoloop arrives as a runtime_env py_module (so a node needs Ray and
-Python, not autoloop installed) and psutil is Ray's own vendored copy: it imports only
-autoloop.proc and the standard library. It unpacks the candidate commit (a tar of its files)
-into a fresh temporary folder, runs the steps there through proc (guards up to the first
-failure, then the verifier; whole-tree kill on timeout or cancel) and returns each result with
-the tails of its output. Nothing is assumed about the node's filesystem but a writable temp."""
+"""The body of one remote verification (executor: ray). On a Ray worker autoloop arrives as a
+runtime_env py_module and psutil is Ray's vendored copy: only autoloop.proc and the standard
+library are imported. The commit's tar is unpacked into a fresh temporary folder and the steps
+run there through proc; each result comes back with the tails of its output.
+"""
 
 from __future__ import annotations
 
@@ -46,7 +43,8 @@ def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str]
         results = proc.run_steps(steps, cwd=tree, env={**os.environ, **env}, log_dir=logs,
                                  marker=env.get(proc.MARKER_VAR) or proc.new_marker())
         return RemoteReply(socket.gethostname(), [
-            RemoteRun(r, _tail(r.stdout_path, tail_bytes), _tail(r.stderr_path, tail_bytes), r.stdout_path.stat().st_size) for r in results])
+            RemoteRun(r, _tail(r.stdout_path, tail_bytes), _tail(r.stderr_path, tail_bytes),
+                      r.stdout_path.stat().st_size) for r in results])
 
 
 def _tail(path: Path, limit: int) -> bytes:

@@ -24,9 +24,7 @@ def run_round(state: RunState, k: int) -> list[Record]:
         for step in (prepare, generate, scope, verify, decide):
             step(state, rnd)
     except BaseException as exc:
-        reason = "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt)) else \
-            f"internal error: {type(exc).__name__}: {exc}"
-        abort(state, rnd.incumbent, rnd.cycles, reason)
+        abort(state, rnd.incumbent, rnd.cycles, exc)
         raise
     return record(state, rnd)
 
@@ -47,9 +45,11 @@ def start_round(state: RunState, k: int) -> Round:
     return rnd
 
 
-def abort(state: RunState, incumbent: str, cycles: Sequence[Cycle], reason: str) -> None:
-    """Leave no trace of an unfinished round: every tree back at the incumbent, the ledger says
-    each of its cycles was abandoned."""
+def abort(state: RunState, incumbent: str, cycles: Sequence[Cycle], exc: BaseException) -> None:
+    """Leave no trace of an unfinished round (cut short by `exc`): every tree back at the
+    incumbent, the ledger says each of its cycles was abandoned."""
+    reason = "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt)) else \
+        f"internal error: {type(exc).__name__}: {exc}"
     state.restoring = True   # a further Ctrl-C must not cut this short
     try:
         for c in cycles:  # nothing a worker started may write after the restore

@@ -1,14 +1,7 @@
 """Statistics of the honest ratchet: pure functions on lists of numbers, scipy underneath.
-
-- A *pair* is one incumbent run `a` and one candidate run `b`, measured next to each other; its
-  *change* is `log(b / a)` (log scale: every value > 0) or `b - a` (difference scale), signed like
-  the metric; its *gain* is the change oriented so that positive means better.
-- The *effect* of a batch is the Hodges–Lehmann estimate of the gains (the median of their
-  Walsh averages), with the distribution-free interval of the Wilcoxon signed-rank test: exact
-  coverage for symmetric noise; with few pairs 95% is out of reach and the coverage it has is
-  reported (`level`).
-- The *p-value* is scipy's one-sided Wilcoxon signed-rank test that the gains tend to be positive.
-"""
+A pair's *change* is log(b / a) (log scale) or b - a, signed like the metric; its *gain* is
+oriented so that positive is better. A batch's *effect* is the Hodges–Lehmann estimate of the
+gains with the Wilcoxon signed-rank interval (its real coverage reported as `level`) and p-value."""
 
 from __future__ import annotations
 
@@ -25,9 +18,7 @@ if TYPE_CHECKING:
 
 Scale = Literal["log", "diff"]
 CI_LEVEL = 0.95
-
-# numpy and scipy cost about a second to import: imported on first use, so a run with the plain
-# strict rule never pays for them.
+# numpy and scipy cost about a second to import: imported on first use (the plain rule never is)
 
 
 def _np() -> Any:
@@ -41,12 +32,10 @@ def _st() -> Any:
 
 
 def pick_scale(*groups: Sequence[float]) -> Scale:
-    """Log-ratios when every value is positive, differences otherwise."""
     return "log" if all(v > 0 for g in groups for v in g) else "diff"
 
 
 def changes(a: Sequence[float], b: Sequence[float], scale: Scale) -> list[float]:
-    """Per-pair change of the candidate `b` against the incumbent `a`, signed like the metric."""
     if len(a) != len(b):
         raise ValueError("incumbent and candidate need the same number of runs")
     return [math.log(y / x) if scale == "log" else y - x for x, y in zip(a, b)]
@@ -58,8 +47,7 @@ def gains(a: Sequence[float], b: Sequence[float], direction: str, scale: Scale) 
 
 
 def change_pct(change: float, scale: Scale, reference: float | None = None) -> float | None:
-    """A change as a percentage of the incumbent: exact on the log scale; on the difference
-    scale relative to `reference` (the incumbent's median), None when that is 0 or unknown."""
+    """A change as a % of the incumbent (on the difference scale of `reference`, None if 0)."""
     if scale == "log":
         return (math.exp(change) - 1.0) * 100.0
     return change / abs(reference) * 100.0 if reference else None
@@ -75,8 +63,8 @@ def signed_rank_p(g: Sequence[float]) -> float:
 
 @lru_cache(maxsize=None)
 def _upper_tail(n: int, w: int) -> float:
-    """P(W+ >= w) under the null for n untied nonzero pairs: scipy's exact distribution, asked
-    through data 1..n whose positive ranks sum to exactly w."""
+    """P(W+ >= w) for n untied pairs: scipy's exact null, asked with data 1..n whose positive
+    ranks sum to exactly w."""
     if w <= 0:
         return 1.0
     if w > n * (n + 1) // 2:
@@ -88,8 +76,7 @@ def _upper_tail(n: int, w: int) -> float:
     return float(_st().wilcoxon(data, alternative="greater", method="exact").pvalue)
 
 
-def lower_tail(n: int, k: int) -> float:
-    """P(W+ <= k) under the null (by symmetry, P(W+ >= n(n+1)/2 - k))."""
+def lower_tail(n: int, k: int) -> float:   # P(W+ <= k) = P(W+ >= n(n+1)/2 - k) by symmetry
     return 0.0 if k < 0 else _upper_tail(n, n * (n + 1) // 2 - k)
 
 
@@ -110,12 +97,12 @@ def hodges_lehmann(g: Sequence[float]) -> float:
 class Interval:
     low: float
     high: float
-    level: float          # the coverage it really has (>= the level asked for when reachable)
+    level: float          # the coverage it really has
 
 
 def hl_interval(g: Sequence[float], level: float = CI_LEVEL) -> Interval:
-    """The (k+1)-th smallest and largest Walsh averages, k the largest count with
-    P(W+ <= k) <= (1 - level) / 2; coverage 1 - 2 P(W+ <= k)."""
+    """The (k+1)-th smallest and largest Walsh averages, k the largest with
+    P(W+ <= k) <= (1 - level) / 2."""
     n = len(g)
     if n == 0:
         raise ValueError("no pairs")
@@ -131,8 +118,6 @@ def hl_interval(g: Sequence[float], level: float = CI_LEVEL) -> Interval:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Everything reported about incumbent runs `a` and candidate runs `b` (same length)."""
-
     n: int
     scale: Scale
     p: float                 # one-sided: the candidate is better
@@ -175,8 +160,7 @@ def compare(a: Sequence[float], b: Sequence[float], direction: str,
 
 
 def threshold(value: float, relative: bool, scale: Scale, direction: str, reference: float) -> float:
-    """min_effect as a gain on `scale`: the candidate must be at least `value`% (relative) or
-    `value` metric units better than the incumbent whose typical value is `reference`."""
+    """min_effect (`value`% or units better than `reference`) as a gain on `scale`."""
     if value <= 0:
         return 0.0
     if scale == "diff":
@@ -187,32 +171,28 @@ def threshold(value: float, relative: bool, scale: Scale, direction: str, refere
 
 
 def noise_sd(g: Sequence[float]) -> float:
-    """Spread of the per-pair changes of an A/A batch (two runs of the same code)."""
     if len(g) < 2:
         return abs(float(g[0])) if g else 0.0
     return statistics.stdev(float(x) for x in g)
 
 
 def strict_noise(values: Sequence[float]) -> tuple[float, Scale]:
-    """Spread of single runs of the same code (sd of log values, or of values)."""
     scale = pick_scale(values)
     xs = [math.log(v) for v in values] if scale == "log" else list(values)
     return (statistics.stdev(xs) if len(xs) > 1 else 0.0), scale
 
 
 def strict_phantom(run_sd: float, repeats: int, candidates: int) -> float:
-    """The strict rule's winner's curse: after `candidates` changes that do nothing, the stored
-    best is the luckiest of candidates + 1 measurements (medians of `repeats` runs), about this
-    far (in the units of run_sd) better than the truth: the expected maximum of that many
-    standard normals (Blom's approximation) times the spread of one measurement."""
+    """The strict rule's winner's curse: after `candidates` changes that do nothing, how far
+    the stored best (the luckiest measurement) reads better than the truth (Blom's expected
+    maximum of that many normals times one measurement's spread)."""
     eff = 1.2533 if repeats >= 3 else 1.0     # a median is noisier than a mean
     n = candidates + 1
     return statistics.NormalDist().inv_cdf((n - 0.375) / (n + 0.25)) * run_sd * eff / math.sqrt(repeats)
 
 
 def coarse_pct(value: float | None, step: float | None) -> str:
-    """`value` (a percentage) rounded to a multiple of the noise `step` (also a percentage),
-    for the generator: it learns the direction and size, not the noise."""
+    """`value`% rounded to the noise `step`%: the generator learns direction and size, not noise."""
     if value is None:
         return "?"
     if not step or step <= 0 or not math.isfinite(step):
@@ -225,32 +205,21 @@ def coarse_pct(value: float | None, step: float | None) -> str:
 
 
 # ---- the sequential paired test ---------------------------------------------------------------
-#
-# Each pair's gain x_i is modelled as normal with an unknown spread σ; the A/A changes of the
-# run's calibration (cycle 0: the same commit in both trees) are extra draws c_j of the same
-# noise with mean 0. The test of "the candidate does nothing" (mean 0) against "it is better by
-# `delta` σ" uses only what does not depend on σ — the direction of the vector (c, x), its
-# maximal invariant under rescaling — so its likelihood ratio (Wijsman's representation)
-#
-#     LR_n = exp(-n δ²/2) · I(N, δ u) / I(N, 0),   u = Σx / sqrt(Σc² + Σx²),  N = m + n,
-#     I(N, a) = ∫_0^∞ s^(N-1) exp(-s²/2 + a s) ds,
-#
-# is a nonnegative martingale with mean 1 when the change does nothing, whatever σ is. Ville's
-# inequality then bounds the chance that it EVER reaches 1/alpha by alpha: stopping as soon as
-# it does (a keep) or as soon as it falls to beta (a discard) keeps the false-keep rate at or
-# below alpha by construction, at any stopping time, with no correction for looking after every
-# pair. Symmetrically (1/LR is a martingale when the gain is delta σ) a change that good is
-# wrongly discarded with probability at most beta. The bounds are those two numbers, nothing
-# tuned: this is Wald's sequential probability ratio test on the scale-invariant statistic
-# (the sequential t-test), made sharper by the calibration's noise draws.
+# Gains x_i ~ N(μ, σ²), σ unknown; the calibration's A/A changes c_j are extra mean-0 draws. The
+# test of μ = 0 against μ = δσ uses only the direction of (c, x) (free of σ), so its likelihood
+# ratio (Wijsman) LR_n = exp(-n δ²/2) · I(N, δu) / I(N, 0), u = Σx / sqrt(Σc² + Σx²), N = m + n,
+# I(N, a) = ∫_0^∞ s^(N-1) exp(-s²/2 + a s) ds, is a mean-1 martingale under μ = 0 whatever σ.
+# Ville's inequality: it EVER reaches 1/alpha with chance <= alpha, so stopping at 1/alpha (keep)
+# or beta (discard) holds false keeps <= alpha at any stopping time, no correction for looking
+# after every pair; symmetrically a gain of δσ is discarded with chance <= beta (Wald's SPRT).
 
 DESIGN_EFFECT = 1.5      # the alternative, in units of one pair's noise: gains this big are decided fastest
 FUTILITY = 0.05          # beta: the most a gain of DESIGN_EFFECT σ is ever discarded by the test
 
 
 def helmert(xs: Sequence[float]) -> list[float]:
-    """The k - 1 Helmert contrasts of k values: orthonormal, free of their common mean, so for
-    independent draws with one mean and spread σ they are independent N(0, σ²) draws."""
+    """The k - 1 Helmert contrasts of k values: orthonormal and free of their common mean, so
+    independent N(μ, σ²) draws give independent N(0, σ²) ones."""
     out, total = [], 0.0
     for j, x in enumerate(xs, start=1):
         if j > 1:
@@ -260,8 +229,8 @@ def helmert(xs: Sequence[float]) -> list[float]:
 
 
 def _log_integral(n_total: int, a: float) -> float:
-    """log of ∫_0^∞ s^(N-1) exp(-s²/2 + a s) ds = log(Γ(N) e^(a²/4) D_-N(-a)), D the parabolic
-    cylinder function (scipy); numerically integrated around its peak where that underflows."""
+    """log I(N, a) = log(Γ(N) e^(a²/4) D_-N(-a)) (D: scipy's parabolic cylinder function);
+    integrated numerically around its peak where that underflows."""
     from scipy.special import gammaln, pbdv
     d, _ = pbdv(-float(n_total), -a)
     if d > 0 and math.isfinite(d):
@@ -289,8 +258,7 @@ def _log_integral_zero(n_total: int) -> float:
 
 
 def sequential_log_lr(g: Sequence[float], noise: Sequence[float], delta: float = DESIGN_EFFECT) -> float:
-    """log LR_n of the gains `g` (positive = better) given the calibration's mean-zero noise
-    draws `noise`: the evidence that the candidate is better (see the comment above)."""
+    """log LR_n of the gains `g` given the mean-zero `noise` draws (see the comment above)."""
     n = len(g)
     if n == 0:
         return 0.0
@@ -303,16 +271,13 @@ def sequential_log_lr(g: Sequence[float], noise: Sequence[float], delta: float =
 
 
 @dataclass(frozen=True)
-class Step:
-    """The sequential test after n pairs."""
-
+class Step:   # the sequential test after n pairs
     n: int
     log_lr: float
     decision: Literal["keep", "discard", "continue"]
 
 
 def sequential_decide(log_lr: float, alpha: float, beta: float = FUTILITY) -> Literal["keep", "discard", "continue"]:
-    """Wald's boundaries: keep at LR >= 1/alpha, discard at LR <= beta, else measure a pair more."""
     if log_lr >= math.log(1.0 / alpha):
         return "keep"
     if log_lr <= math.log(beta):
@@ -322,8 +287,7 @@ def sequential_decide(log_lr: float, alpha: float, beta: float = FUTILITY) -> Li
 
 def sequential_path(g: Sequence[float], noise: Sequence[float], alpha: float,
                     beta: float = FUTILITY, delta: float = DESIGN_EFFECT) -> list[Step]:
-    """The test after each pair of `g`, up to and including the first decision (recomputes
-    what the judge did from the ledger's raw values)."""
+    """The test after each pair of `g`, up to and including the first decision."""
     out: list[Step] = []
     for n in range(1, len(g) + 1):
         lr = sequential_log_lr(g[:n], noise, delta)
@@ -337,8 +301,8 @@ def sequential_path(g: Sequence[float], noise: Sequence[float], alpha: float,
 def sequential_runs(effect: float, sd: float, alpha: float, max_pairs: int, noise_n: int,
                     min_gain: float = 0.0, beta: float = FUTILITY, delta: float = DESIGN_EFFECT,
                     reps: int = 400, seed: int = 12345) -> tuple[float, float]:
-    """(chance of a keep, median verifier runs) of the sequential rule when the true gain is
-    `effect` and one pair's gain has normal noise `sd` (simulated with a fixed seed)."""
+    """(chance of a keep, median verifier runs) at a true gain `effect` and pair noise `sd`,
+    simulated with a fixed seed."""
     np = _np()
     rng = np.random.default_rng(seed)
     keeps, runs = 0, []

@@ -76,6 +76,17 @@ def test_a_branch_moved_elsewhere_before_any_baseline_is_refused(tmp_path):
     assert "moved outside autoloop" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_a_branch_autoloop_did_not_make_is_refused_and_left_alone(tmp_path):
+    p = _project(tmp_path)
+    head = git(p.repo, "rev-parse", "HEAD", env=p.env)
+    git(p.repo, "branch", p.branch(), "HEAD", env=p.env)   # the user's own, no ledger anywhere
+    res = p.run("--cycles", "1")
+    assert res.returncode == 2, res.stderr
+    assert "exists but was not made by autoloop" in res.stderr and "Traceback" not in res.stderr
+    assert git(p.repo, "rev-parse", p.branch(), env=p.env) == head
+    assert not p.ledger_path().exists() or "cycle" not in p.ledger_path().read_text()
+
+
 def test_resume_names_its_commit_and_warns_when_head_moved_on(tmp_path):
     p = _project(tmp_path)
     start = git(p.repo, "rev-parse", "HEAD", env=p.env)

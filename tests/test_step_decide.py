@@ -19,7 +19,7 @@ def test_strict_rule(engine, val, status, lesson):
     c = e.round().cycles[0]
     assert c.outcome is not None and c.outcome.status == status
     assert c.outcome.lesson.startswith(lesson)
-    assert c.outcome.measured == c.candidate and c.outcome.diffstat
+    assert c.candidate is not None and c.outcome.diffstat
 
 
 def test_a_failing_guard_is_guard_fail_whatever_the_metric(engine):

@@ -22,9 +22,8 @@ def _mean_seconds(runs: Sequence[Sample]) -> float | None:
 def propose(pair_sd: float, scale: st.Scale, direction: Direction, reference: float, *, alpha: float,
             pairs: int, confirm: bool, min_effect: tuple[float, bool], noise_n: int,
             seconds: float | None) -> dict[str, Any]:
-    """What the sequential paired rule does at this noise, by simulation: how often a real gain
-    of min_effect (value, relative) is kept, and the smallest gain kept 4 times in 5 with its
-    cost in verifier runs (and time, at `seconds` a run). Gains are one pair's, on `scale`."""
+    """What the sequential paired rule does at this noise, simulated: how often a real gain of
+    min_effect is kept, and the smallest gain kept 4 times in 5 with its cost in runs (and time)."""
     max_pairs = max(pairs, 2)
     min_gain = st.threshold(*min_effect, scale, direction, reference)
 
@@ -55,8 +54,7 @@ def propose(pair_sd: float, scale: st.Scale, direction: Direction, reference: fl
             "noise_pct": (math.exp(pair_sd / math.sqrt(2)) - 1) * 100 if log else None}
 
 
-def _round_up(x: float) -> str:
-    """A min_effect a person would type: 2 significant digits, rounded up."""
+def _round_up(x: float) -> str:   # a min_effect a person would type: 2 digits, rounded up
     if x <= 0:
         return "0"
     e = math.floor(math.log10(x)) - 1
@@ -64,7 +62,6 @@ def _round_up(x: float) -> str:
 
 
 def _proposed(prop: Mapping[str, Any], scale: str, key: str) -> str:
-    """The proposal's "gain" or "min_effect" as a person would type it."""
     return f"{_round_up(prop[key + '_pct'])}%" if scale == "log" else _round_up(prop[key])
 
 
@@ -78,7 +75,6 @@ def _cost_text(prop: Mapping[str, Any]) -> str:
 
 
 def proposal_text(prop: Mapping[str, Any], scale: str, name: str) -> str:
-    """The proposal as one actionable sentence."""
     per_run = float(f"{prop['pair_sd'] / math.sqrt(2):.3g}")
     noise = f"{prop['noise_pct']:.2g}% per run" if scale == "log" else f"±{fmt(per_run)} {name} per run"
     # a proposal stored by an older run has no min_effect_set: name the key alone
@@ -100,8 +96,8 @@ def _run_problem(failure: Sample, is_first: bool) -> str:
 
 
 def calibrate_strict(session: Session, program: Program) -> Baseline:
-    """`repeats` runs of the starting commit (at least two: a second one only to look at the
-    noise). The baseline metric is the median of the first `repeats` runs."""
+    """`repeats` runs of the starting commit (at least two, to see the noise); the metric is
+    the median of the first `repeats`."""
     v, acc = program.verifier, program.accept
     warm, failure = series(session, acc.warmup, "B", "w")
     runs, failure = series(session, max(v.repeats, 2), "B") if failure is None else ([], failure)
@@ -144,8 +140,8 @@ def calibrate_strict(session: Session, program: Program) -> Baseline:
 
 
 def calibrate_paired(session: Session, program: Program) -> Baseline:
-    """An A/A batch: `pairs` pairs of the starting commit in both trees, ABBA order. The baseline
-    metric is the median of all its runs; the spread of the per-pair changes is the noise."""
+    """An A/A batch of `pairs` pairs of the starting commit: the metric is their median, the
+    spread of the per-pair changes the noise."""
     v, acc = program.verifier, program.accept
     warm, failure = series(session, acc.warmup, "BA", "w")
     pairs = measure_pairs(session, acc.pairs) if failure is None else Pairs()

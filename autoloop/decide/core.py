@@ -13,9 +13,7 @@ History = Sequence[Mapping[str, Any]]      # the ledger's cycle records so far
 
 
 @dataclass
-class Sample:
-    """One verifier run: its value, or why there is none."""
-
+class Sample:   # one verifier run: its value, or why there is none
     side: str                    # A: the incumbent (or the start); B: the candidate (or the best)
     label: str                   # "B1", "A3", "cB2" (confirmation), "wA1" (warm-up), "hB1" (holdout)
     value: float | None
@@ -53,9 +51,7 @@ class Baseline:
     note: str | None = None
 
 
-class Session:
-    """Runs through a runner; the first candidate-side run carries the guards."""
-
+class Session:   # runs through a runner; the first candidate-side run carries the guards
     def __init__(self, runner: Runner, guards: bool = True) -> None:
         self.runner, self.guards_pending = runner, guards
         self.first: Sample | None = None
@@ -116,8 +112,7 @@ def values(runs: Sequence[Sample], side: str | None = None) -> list[float | None
     return [r.value for r in runs if side in (None, r.side)]
 
 
-def first_measurement(session: Session) -> Any:
-    """The measurement of the run that carried the guards."""
+def first_measurement(session: Session) -> Any:   # of the run that carried the guards
     return session.first.measurement if session.first is not None else None
 
 
@@ -135,7 +130,7 @@ def _secondaries(runs: Sequence[Sample]) -> dict[str, list[float | None]]:
 
 def check_limits(limits: Sequence[LimitSpec], baseline: Mapping[str, float | None],
                  runs: Sequence[Sample]) -> tuple[list[dict[str, Any]], str | None]:
-    """Each limit on the median of the candidate's runs, against the baseline's value: the
+    """Each limit on the median of the candidate's runs against the baseline's value: the
     records and the first failure (None when all hold)."""
     values = _secondaries(runs)
     records, failure = [], None

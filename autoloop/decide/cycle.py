@@ -18,24 +18,23 @@ NOISE_DRAWS = 200          # the most noise draws a test leans on: the recent pa
 
 
 def _failed(session: Session, failure: Sample, stats: dict[str, Any]) -> Verdict:
-    """A run without a value: the candidate's guard failed, or a run crashed."""
     if failure.guard is not None:
         return Verdict("guard_fail", None, f"guard_fail: {failure.guard}: {failure.error}",
                        f"guard '{failure.guard}' failed: {failure.error}", stats,
                        measurement=failure.measurement)
-    if failure.side == "A":
-        why = (f"the incumbent's re-measurement ({failure.label}) crashed: {failure.error}; "
-               "the verifier is flaky")
-        return Verdict("crash", None, f"crash: {why}", f"crash: {why}", stats, measurement=first_measurement(session))
-    return Verdict("crash", None, f"crash: {failure.error}", f"crash: {failure.error}", stats,
+    why = failure.error if failure.side != "A" else (
+        f"the incumbent's re-measurement ({failure.label}) crashed: {failure.error}; "
+        "the verifier is flaky")
+    # an A run comes after B1 (ABBA), which carried the guards
+    return Verdict("crash", None, f"crash: {why}", f"crash: {why}", stats,
                    measurement=first_measurement(session) or failure.measurement)
 
 
 def judge_strict(session: Session, program: Program, best: float,
                  baseline_secondary: Mapping[str, float | None],
                  holdout: Session | None = None) -> Verdict:
-    """The one strict rule (contract §5 with the defaults): the median of `repeats` candidate
-    runs against the incumbent's stored metric."""
+    """The one strict rule (contract §5): the median of `repeats` candidate runs against the
+    incumbent's stored metric."""
     v, acc = program.verifier, program.accept
     name = v.label
     stats: dict[str, Any] = {"rule": "strict", "repeats": v.repeats, "incumbent": best,
@@ -90,7 +89,6 @@ def _holdout_strict(session: Session, program: Program, verdict: Verdict) -> Non
 
 
 def ci_text(c: st.Comparison, name: str) -> str:
-    """`score -2.3% (95% CI -3.1% … -1.5%)` (or in metric units on the difference scale)."""
     if c.change_pct is not None and c.change_ci_pct is not None:
         body, ci = signed_pct(c.change_pct), " … ".join(signed_pct(x) for x in c.change_ci_pct)
     else:
@@ -101,10 +99,9 @@ def ci_text(c: st.Comparison, name: str) -> str:
 
 
 def calibration_noise(history: History) -> tuple[list[float], str | None]:
-    """Draws of the pair noise with mean 0, and their scale ([], None when the run has none):
-    the A/A changes of the paired calibration, then, from every later paired cycle, the Helmert
-    contrasts of each test's gains (they cancel the candidate's effect: k pairs give k - 1 pure
-    noise draws). A lucky calibration is outvoted as the run goes on. The last NOISE_DRAWS."""
+    """Mean-0 draws of the pair noise and their scale ([], None without): the calibration's A/A
+    changes, then each later paired test's Helmert contrasts (free of the candidate's effect),
+    so a lucky calibration is outvoted as the run goes on."""
     draws: list[float] = []
     scale = None
     for c in history:
@@ -126,10 +123,7 @@ def calibration_noise(history: History) -> tuple[list[float], str | None]:
 
 
 @dataclass
-class Sequential:
-    """One sequential test: its pairs, the evidence after each pair, how it ended, and whether
-    it passed (a keep with an effect of at least min_effect)."""
-
+class Sequential:   # one sequential test; ok: a keep with an effect of at least min_effect
     pairs: Pairs
     log_lr: list[float]
     decision: str          # keep | discard | undecided (the most pairs, no boundary reached)
@@ -139,8 +133,8 @@ class Sequential:
 
 def sequential_test(session: Session, program: Program, prefix: str,
                     noise: Sequence[float], noise_scale: str | None) -> Sequential:
-    """Pairs in ABBA order until the likelihood ratio of autoloop.stats reaches 1/alpha (keep)
-    or beta (discard), or accept.pairs pairs were measured."""
+    """ABBA pairs until autoloop.stats' likelihood ratio reaches 1/alpha (keep) or beta
+    (discard), or accept.pairs pairs."""
     acc, direction = program.accept, program.verifier.direction
     evidence: list[float] = []
     used: list[int] = []
@@ -167,8 +161,7 @@ def judge_paired(session: Session, program: Program,
                  noise_step: float | None = None, noise_scale: str | None = None,
                  holdout: Session | None = None, noise: Sequence[float] = ()) -> Verdict:
     """The sequential paired rule: keep when the evidence reaches 1/alpha and the effect is at
-    least min_effect; discard as soon as it falls to beta or after accept.pairs pairs. With
-    confirm, a second, fresh test must end in a keep too (false keeps then <= alpha²)."""
+    least min_effect; with confirm a fresh second test must keep too (false keeps <= alpha²)."""
     v, acc = program.verifier, program.accept
     name, direction = v.label, v.direction
     stats: dict[str, Any] = {"rule": "paired", "test": "sequential", "alpha": acc.alpha,
@@ -266,9 +259,8 @@ def judge_paired(session: Session, program: Program,
 
 
 def change_words(improvement: float | None, step: float | None) -> str:
-    """What the generator is told a change did, in words that cannot be misread: `better by
-    ≈2% (noise ±0.4%)`, `worse by ≈53.6% (noise ±2%)`, `no change beyond the noise (≈0%, noise
-    ±1%)`. `improvement` is signed so that positive is better, whatever the direction."""
+    """What the generator is told a change did (`improvement` > 0: better), in words that cannot
+    be misread: `better by ≈2% (noise ±0.4%)`, `no change beyond the noise (≈0%, noise ±1%)`."""
     if improvement is None:
         return "change unknown"
     text = st.coarse_pct(abs(improvement), step)
@@ -281,7 +273,6 @@ def change_words(improvement: float | None, step: float | None) -> str:
 
 
 def holdout_batch(session: Session, h: HoldoutSpec, n: int, alpha: float, prefix: str = "h") -> dict[str, Any]:
-    """The held-out verifier on `n` pairs; improved = its one-sided test passes alpha."""
     pairs = measure_pairs(session, n, prefix)
     if pairs.failure is not None:
         return {"error": f"{pairs.failure.label}: {pairs.failure.error}", "a": pairs.a, "b": pairs.b}

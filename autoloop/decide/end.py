@@ -18,8 +18,8 @@ NOTHING_KEPT = "nothing was kept: the best is the starting code"   # an end-of-r
 
 
 def final_check(session: Session, program: Program, holdout: Session | None = None) -> dict[str, Any]:
-    """Best (B) against the starting commit (A), `final_pairs` pairs in ABBA order; two pairs
-    suffice when both sides give the same value every time (a deterministic verifier)."""
+    """Best (B) against the start (A), `final_pairs` ABBA pairs; two when both sides give the
+    same value every time (a deterministic verifier)."""
     direction, n = program.verifier.direction, program.accept.final_pairs
     pairs = measure_pairs(session, n, "f", lambda a, b: len(a) == 2 and len(set(a)) == len(set(b)) == 1)
     rec: dict[str, Any] = {"pairs": len(pairs.a), "planned": n, "a": pairs.a, "b": pairs.b,
@@ -43,9 +43,8 @@ def final_check(session: Session, program: Program, holdout: Session | None = No
 def end_of_run(program: Program, history: History, start: str, best: str,
                unchanged: Callable[[], bool],
                sessions: Callable[[bool], tuple[Session, Session | None]]) -> dict[str, Any]:
-    """The end-of-run record: skipped, the best measured once more on a verifier cycle 0 showed
-    deterministic, or final_check. `unchanged()`: the best is the starting code; `sessions(both)`:
-    the best's session (and the start's when `both`) and the holdout's."""
+    """The end-of-run record: skipped, the best measured once more (a verifier cycle 0 showed
+    deterministic), or final_check. `sessions(both)`: the best's (and start's), the holdout's."""
     t0 = time.monotonic()
     rec: dict[str, Any] = {"start": start, "best": best}
     if program.accept.final_pairs == 0:
@@ -73,7 +72,6 @@ def end_of_run(program: Program, history: History, start: str, best: str,
 
 
 def _cost(rec: Mapping[str, Any]) -> str:
-    """What the end-of-run check cost, for its line."""
     if rec.get("verifier_runs") is None:
         return ""
     n = rec["verifier_runs"]
@@ -81,7 +79,6 @@ def _cost(rec: Mapping[str, Any]) -> str:
 
 
 def final_text(rec: Mapping[str, Any], name: str) -> str:
-    """One line about an end-of-run record: gain with its CI (or why there is none)."""
     if rec.get("skipped"):
         return f"re-measured: {rec['skipped']}"
     if rec.get("error"):
@@ -107,7 +104,6 @@ def final_text(rec: Mapping[str, Any], name: str) -> str:
 
 
 def _deterministic_pair(a: float, b: float, direction: Direction) -> dict[str, Any]:
-    """The record of one pair on a deterministic verifier, computed without numpy/scipy."""
     pct_: float | None
     if a > 0 and b > 0:
         change, scale, pct_ = math.log(b / a), "log", (b / a - 1.0) * 100.0
@@ -118,29 +114,25 @@ def _deterministic_pair(a: float, b: float, direction: Direction) -> dict[str, A
             "median_a": a, "median_b": b, "improved": gain > 0}
 
 
-def calibration(history: History) -> Mapping[str, Any]:
-    """The run's cycle-0 calibration record ({} when there is none)."""
+def calibration(history: History) -> Mapping[str, Any]:   # cycle 0's stats ({} if none)
     base = next((c for c in history if c.get("status") == "baseline"), None)
     s = (base.get("stats") or {}) if base is not None else {}
     return s if s.get("kind") == "calibration" else {}
 
 
-def baseline_secondary(history: History) -> dict[str, float | None]:
-    """The guard metrics measured at the baseline."""
+def baseline_secondary(history: History) -> dict[str, float | None]:   # the limits' baseline
     return dict(calibration(history).get("secondary") or {})
 
 
-def _stored(history: History) -> tuple[float, float] | None:
-    """(the baseline's metric, the best kept metric) as the ledger holds them."""
+def _stored(history: History) -> tuple[float, float] | None:   # (baseline, best) in the ledger
     base = next((c.get("metric") for c in history if c.get("status") == "baseline"), None)
     best = next((c.get("metric") for c in reversed(history) if c.get("status") in ("keep", "baseline")), None)
     return None if base is None or best is None else (base, best)
 
 
 def needs_scipy(program: Program, history: History = ()) -> bool:
-    """Will this run compute a statistic that needs numpy/scipy (worth importing before the
-    first generator runs)? The paired rule and a holdout always do; the strict rule does once
-    cycle 0 has shown a noisy verifier (its end-of-run check compares pairs)."""
+    """Will this run compute a statistic that needs numpy/scipy? The paired rule and a holdout
+    always do; the strict rule once cycle 0 showed a noisy verifier (the end-of-run check)."""
     if program.accept.rule == "paired" or program.holdout is not None:
         return True
     cal = calibration(history)
@@ -148,8 +140,8 @@ def needs_scipy(program: Program, history: History = ()) -> bool:
 
 
 def final_estimate(program: Program, history: History) -> dict[str, Any]:
-    """What the end-of-run check will cost: verifier runs, and seconds at the calibration's mean
-    time a run (None when unknown). Zero when it will be skipped."""
+    """What the end-of-run check will cost: verifier runs, and seconds at the calibration's time
+    a run (None when unknown)."""
     acc, cal = program.accept, calibration(history)
     if acc.final_pairs == 0 or not any(c.get("status") == "keep" for c in history):
         runs = 0
@@ -162,8 +154,7 @@ def final_estimate(program: Program, history: History) -> dict[str, Any]:
 
 
 def coarse_value(x: float | None, history: History) -> str:
-    """A metric for the generator, rounded to what the noise lets one know (exact when the run
-    has no calibrated noise)."""
+    """A metric for the generator, rounded to what the calibrated noise lets one know."""
     if x is None:
         return ""
     cal = calibration(history)

@@ -33,10 +33,8 @@ def decide(state: RunState, rnd: Round) -> None:
         c.outcome = review(state, "after", c, rnd, c.outcome) or c.outcome
     for c in rnd.cycles:
         if c.candidate is not None:
-            # what was measured (or shown to the person) is what a keep commits
-            o = c.outcome
-            assert o is not None and c.stat is not None
-            o.tree, o.diffstat, o.measured = c.tree_hash, c.stat(), c.candidate
+            assert c.outcome is not None and c.stat is not None
+            c.outcome.diffstat = c.stat()
     rnd.winner = _choose(state, rnd)
 
 
@@ -48,10 +46,7 @@ def _strict(state: RunState, m: Measurement | None, changed: list[str], best: fl
 
 def _judged(v: Any, changed: list[str]) -> Outcome:
     extra: dict[str, Any] = {"stats": v.stats, "delta_pct": None if v.delta_pct is None else round(v.delta_pct, 4)}
-    if v.feedback:
-        extra["feedback"] = v.feedback
-    if v.note:
-        extra["note"] = v.note
+    extra.update({k: x for k, x in (("feedback", v.feedback), ("note", v.note)) if x})
     return Outcome(v.status, v.lesson, v.result, metric=v.metric, changed=changed,
                    measurement=v.measurement, extra=extra)
 
@@ -87,22 +82,18 @@ def review(state: RunState, when: str, c: Cycle, rnd: Round, outcome: Outcome | 
 
 def _choose(state: RunState, rnd: Round) -> Cycle | None:
     """Of the candidates the rule would keep, the best (the earliest on a tie)."""
-    keeps = [c for c in rnd.cycles if c.outcome is not None and c.outcome.status == "keep"]
+    keeps = [(c, c.outcome) for c in rnd.cycles
+             if c.outcome is not None and c.outcome.status == "keep"]
     if not keeps:
         return None
     direction = state.program.verifier.direction
-    winner = keeps[0]
-    for c in keeps[1:]:
-        assert c.outcome is not None and winner.outcome is not None
-        if c.outcome.metric is not None and (winner.outcome.metric is None or
-                                             better(direction, c.outcome.metric, winner.outcome.metric)):
-            winner = c
-    w = winner.outcome
-    assert w is not None
+    winner, w = keeps[0]
+    for c, o in keeps[1:]:
+        if o.metric is not None and (w.metric is None or better(direction, o.metric, w.metric)):
+            winner, w = c, o
     name, best = state.program.verifier.label, rnd.best_before
-    for c in keeps:
-        o = c.outcome
-        if c is winner or o is None:
+    for c, o in keeps:
+        if c is winner:
             continue
         c.outcome = dataclasses.replace(
             o, status="discard",

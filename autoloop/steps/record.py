@@ -23,9 +23,10 @@ def record(state: RunState, rnd: Round) -> list[Record]:
         commit = None
         if c is w:
             o = c.outcome
-            assert o is not None and o.tree is not None and o.measured is not None
-            commit = ws.commit(o.tree, rnd.incumbent, _message(state, c), ws.identity())
-            state.guard.check_keep(commit, o.measured)  # the kept tree is the measured tree
+            assert o is not None and c.tree_hash is not None and c.candidate is not None
+            # what was measured (or shown to the person) is what a keep commits
+            commit = ws.commit(c.tree_hash, rnd.incumbent, _message(state, c), ws.identity())
+            state.guard.check_keep(commit, c.candidate)
             state.journal.append({"t": "intent", "cycle": c.n, "commit": commit, "parent": rnd.incumbent})
             ws.advance(commit, rnd.incumbent, f"autoloop: keep cycle {c.n}")
             state.incumbent, state.best = commit, o.metric

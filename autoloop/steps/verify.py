@@ -8,9 +8,9 @@ import queue
 from typing import Callable, TypeVar
 
 from autoloop.cycle import Cycle, Outcome, Round, RunState, file_changes, violation
-from autoloop.executors import LaneJudge
 from autoloop.hardening import Tampered
 from autoloop.journal import Record
+from autoloop.measure import Judge
 from autoloop.steps.decide import review
 
 T = TypeVar("T")
@@ -77,7 +77,7 @@ def _candidate(state: RunState, c: Cycle, rnd: Round, history: list[Record], lan
                                          with_guards=True)
         else:
             # noise-aware: repeats, paired batches against a re-measured incumbent
-            judge = LaneJudge(state.program, ws, c.marker, state.check_signal, state.guard, lane)
+            judge = Judge(state.program, ws, c.marker, state.check_signal, lane)
             assert rnd.best_before is not None
             c.verdict = judge.cycle(c.candidate, incumbent, rnd.best_before, c.log_dir, c.env, history)
         state.check_signal()
