@@ -1,9 +1,7 @@
 """What keeps the verifier's trusted base apart from everything the generator can write or leave
-running, around the six steps: before anything changes (preflight), around the generator (its
-sandbox and limits; after it, what changed outside its tree), around each measurement (the tree
-proven to hold exactly the candidate, a scrubbed environment, checks after every guard and the
-verifier, then the places outside the trees again), and before a keep (the commit has the tree
-that was measured)."""
+running: preflight; the generator's sandbox, limits and what changed outside its tree; each
+measurement's tree proven to hold exactly the candidate, its scrubbed environment and the checks
+after every step; before a keep, the commit has the tree that was measured."""
 
 from __future__ import annotations
 
@@ -24,12 +22,12 @@ from autoloop.journal import Journal
 from autoloop.measured_files import commands_by_name, interpreters, named_interpreters
 from autoloop.program import Program
 from autoloop.pycache import ProvenCache
-from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable, checkout_keep, tree_box
+from autoloop.sandbox import Bwrap, Confinement, checkout_keep, probed, tree_box
 from autoloop.scope_rules import IMPLICIT_FILES, module_shadow_regex
 from autoloop.sentinel import Sentinel
 from autoloop.walk import remove_tree
 from autoloop.snapshot import Change
-from autoloop.watch import Changed, NameTree, StatTree, Watch, changed_paths, is_injection, site_dirs
+from autoloop.watch import Changed, NameTree, StatTree, Watch, is_injection, site_dirs
 from autoloop.gitrun import git, git_executable as workspace_git
 from autoloop.workspace import Workspace, Worktree
 
@@ -77,13 +75,7 @@ class Guardrails:
 
     def preflight(self) -> None:
         p, root = self.program, self.ws.repo_root
-        if self.sandbox is not None:
-            try:
-                self.sandbox.probe()
-            except SandboxUnavailable as exc:
-                if p.sandbox.kind == "bwrap":
-                    raise ConfigError(f"{p.path.name}:{p.lines.get('sandbox', 1)}: sandbox: {exc}") from None
-                self.sandbox, self.unsandboxed = None, str(exc)
+        self.sandbox, self.unsandboxed = probed(p)
         if self.sandbox is None:
             editable.refuse(p, self.unsandboxed or "")
         start = self.ws.branch_head() or self.ws.head()
@@ -486,6 +478,3 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
-
-
-__all__ = ["Guardrails", "Tampered", "changed_paths"]

@@ -37,7 +37,7 @@ from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import psutil
 
-from autoloop import rlimits
+from autoloop import rlimits, trust
 from autoloop.logfile import TAIL_BYTES, fresh_log, own_output, read_regular, read_tail  # noqa: F401 (re-exported)
 from autoloop.rlimits import Limits
 
@@ -245,18 +245,9 @@ _reaper_users = 0
 _reaper_was_set = False
 
 
-def _prctl(option: int, arg: int | ctypes.c_int) -> bool:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        value = ctypes.byref(arg) if isinstance(arg, ctypes.c_int) else ctypes.c_ulong(arg)
-        return libc.prctl(option, value, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False   # not Linux: the marker scan is the net
-
-
 def _is_subreaper() -> bool:
     value = ctypes.c_int(0)
-    return _prctl(_PR_GET_CHILD_SUBREAPER, value) and bool(value.value)
+    return trust.prctl(_PR_GET_CHILD_SUBREAPER, value) == 0 and bool(value.value)
 
 
 # Children started on purpose outside run() (git, a short query: run_captured) are never
@@ -344,7 +335,7 @@ class _Adopting:
             if _reaper_users == 0:
                 _reaper_was_set = _is_subreaper()
                 if not _reaper_was_set:
-                    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+                    trust.prctl(_PR_SET_CHILD_SUBREAPER, 1)
             _reaper_users += 1
         self.working = _is_subreaper()   # without it the marker scan is the net
         self.before = set(_my_children())
@@ -390,7 +381,7 @@ class _Adopting:
         with _reaper_lock:
             _reaper_users -= 1
             if _reaper_users == 0 and not _reaper_was_set:
-                _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+                trust.prctl(_PR_SET_CHILD_SUBREAPER, 0)
 
 
 def _others(pid: int, marker: str) -> bool:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
+from autoloop.errors import ConfigError
 from autoloop.measured_files import all_words
 from autoloop.program import Program, SandboxSpec
 from autoloop.proc import run_captured
@@ -199,17 +200,18 @@ def git_link(tree: Path, scratch: Path, common_dir: Path) -> GitLink | None:
     return GitLink(Path(os.path.realpath(common_dir)), link)
 
 
-def for_measurements(spec: SandboxSpec) -> tuple[Bwrap | None, str | None]:
-    """The probed sandbox for measurements outside a run (`verify`, `gate`): (bwrap, None), or
-    (None, why there is none) for `auto` and `none`; raises SandboxUnavailable for `bwrap`."""
-    if spec.kind == "none":
+def probed(program: Program) -> tuple[Bwrap | None, str | None]:
+    """The sandbox program.md asks for, probed: (bwrap, None), or (None, why there is none) for
+    `auto` and `none`; ConfigError (exit 2) when `sandbox: bwrap` cannot be made."""
+    if program.sandbox.kind == "none":
         return None, "sandbox: none in program.md"
-    box = Bwrap(spec)
+    box = Bwrap(program.sandbox)
     try:
         box.probe()
     except SandboxUnavailable as exc:
-        if spec.kind == "bwrap":
-            raise
+        if program.sandbox.kind == "bwrap":
+            where = f"{program.path.name}:{program.lines.get('sandbox', 1)}"
+            raise ConfigError(f"{where}: sandbox: {exc}") from None
         return None, str(exc)
     return box, None
 
