@@ -1,22 +1,17 @@
 """One way to run a command: its own session, a timeout that kills the whole tree, output straight
-to files on disk (a command printing gigabytes costs no memory), a result object, not exceptions.
+to files (a command printing gigabytes costs no memory), a result object, not exceptions.
 
-A child that calls `setsid` (or double-forks) escapes its process group; one that also clears
-its environment (`setsid env -i cmd &`) escapes an environment marker. Three nets:
-1. the process group, killed (TERM, then KILL) when the command ends or times out;
-2. an environment marker every child inherits, found by a /proc scan: the only net that also
-   finds what a *previous*, kill -9'd run left behind (the marker is fixed per repo and tag);
-3. while a command runs we are a child subreaper (PR_SET_CHILD_SUBREAPER, no privileges): every
-   orphan of its tree is re-parented to us, so when it ends, any new child of ours that is not
-   a command still running is a leftover, killed with its subtree.
-Not a cgroup: cgroup v2 is writable only where delegated, and CI runners and Docker often mount
-it read-only; the subreaper works for every user on every Linux (and `sandbox: bwrap` adds a PID
-namespace the kernel tears down).
+A child that calls `setsid` escapes its process group; one that also clears its environment
+escapes an environment marker. Three nets: (1) the process group, killed (TERM, then KILL) when
+the command ends or times out; (2) an environment marker every child inherits, found by a /proc
+scan, the only net that also finds what a kill -9'd run left behind (fixed per repo and tag);
+(3) while a command runs we are a child subreaper (no privileges): orphans of its tree become our
+children, and when it ends any new child that is not a command still running is killed with its
+subtree. Not a cgroup: v2 is writable only where delegated, often not in CI or Docker (and
+`sandbox: bwrap` adds a PID namespace the kernel tears down).
 
-Process tables come from psutil, except on the paths that run after every command: our own
-children (/proc/self/task/*/children lists only ours; psutil scans every process) and the marker
-scan (a substring test on the raw environ before parsing it; psutil parses every environment
-into a dict, 3-6x slower: benchmarks/proc_tables.py).
+Process tables come from psutil, except after every command: our children (/proc/self/task) and
+the marker scan (a substring test on raw environ; psutil is 3-6x slower: benchmarks/proc_tables.py).
 """
 
 from __future__ import annotations
@@ -99,7 +94,6 @@ class ProcResult:
 
 class Step(NamedTuple):
     """One command of a measurement: a guard (a failing one ends the sequence) or the verifier."""
-
     name: str
     command: str
     timeout: float | None
