@@ -136,31 +136,21 @@ def _finite(value: float, name: str) -> float:
 
 
 def _chunks_from_end(path: Path) -> Iterator[bytes]:
-    """Yield overlapping, line-aligned byte chunks from the end of the file backwards, so the
-    last metric line is found without reading a huge log into memory."""
+    """Line-aligned byte chunks from the end of the file backwards, so the last metric line is
+    found without reading a huge log into memory."""
     with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        end = f.tell()
-        carry = b""
+        end = f.seek(0, os.SEEK_END)
+        carry = b""   # the partial first line of the chunk after this one
         while end > 0:
             start = max(0, end - _BLOCK)
             f.seek(start)
-            block = f.read(end - start) + carry
-            if len(carry) > _BLOCK * 16:
-                # the end of an enormous line: no metric line is that long; stop carrying it
-                block = block[: end - start]
+            # the end of an enormous line is not carried on: no metric line is that long
+            block = f.read(end - start) + (carry if len(carry) <= _BLOCK * 16 else b"")
+            end = start
             if start > 0:
-                # keep the partial first line for the next (earlier) block
                 cut = block.find(b"\n")
                 if cut == -1:
-                    # one enormous line: no metric line is that long, so don't hold it in memory
                     carry = block if len(block) <= _BLOCK * 16 else b""
-                    end = start
                     continue
                 carry, block = block[: cut + 1], block[cut + 1:]
-            else:
-                carry = b""
             yield block
-            end = start
-        if carry:
-            yield carry
