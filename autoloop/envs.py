@@ -66,16 +66,13 @@ def unsafe(name: str) -> bool:
     return name in _DROP_EXACT or name in _DAEMONS or name.startswith(_DROP_PREFIX)
 
 
-def clean_path(value: str, untrusted: Sequence[Path] = ()) -> str:
-    """PATH without relative or empty entries, or entries under any of `untrusted`."""
-    keep = [e for e in value.split(os.pathsep) if os.path.isabs(e) and not any(inside(e, r) for r in untrusted)]
-    return os.pathsep.join(dict.fromkeys(keep)) or os.defpath
-
-
 def scrubbed(base: Mapping[str, str], *, scratch: Path, untrusted: Sequence[Path] = ()) -> dict[str, str]:
     """The environment for one measurement; `scratch` is an empty folder of its own."""
     env = {k: v for k, v in base.items() if not unsafe(k) or k in _OWN}
-    env["PATH"] = clean_path(base.get("PATH", os.defpath), untrusted)
+    # PATH without relative or empty entries, or entries in a work tree
+    path = [e for e in base.get("PATH", os.defpath).split(os.pathsep)
+            if os.path.isabs(e) and not any(inside(e, r) for r in untrusted)]
+    env["PATH"] = os.pathsep.join(dict.fromkeys(path)) or os.defpath
     tmp, pycache = scratch / "tmp", scratch / "pycache"
     tmp.mkdir(parents=True, exist_ok=True)
     pycache.mkdir(parents=True, exist_ok=True)

@@ -65,16 +65,12 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
 
 def sandbox_outside_run(program: Program) -> tuple[Bwrap | None, str | None]:
     """The sandbox of `verify`'s and `gate`'s measurements and, when there is none, the warning
-    to give; ConfigError (exit 2) when `sandbox: bwrap` cannot be made."""
-    bwrap, why = probed(program)
-    return bwrap, why and f"not sandboxed: {why}; these attacks are only detected, see README (Not covered)"
-
-
-def refuse_editable_unsandboxed(program: Program) -> None:
-    """The check `run` makes before its baseline (hardening.preflight, editable.refuse)."""
+    to give. ConfigError (exit 2) when `sandbox: bwrap` cannot be made or, with no sandbox, an
+    installation points into the checkout (editable.refuse, as `run` does before its baseline)."""
     bwrap, why = probed(program)
     if bwrap is None:
         editable.refuse(program, why or "")
+    return bwrap, why and f"not sandboxed: {why}; these attacks are only detected, see README (Not covered)"
 
 
 def failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> str:
