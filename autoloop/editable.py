@@ -11,6 +11,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from itertools import takewhile
 from pathlib import Path
 from typing import NamedTuple, Sequence
 from urllib.parse import ParseResult, unquote, urlparse
@@ -63,12 +64,8 @@ def _reaches(rel: str, allowed: Sequence[str]) -> bool:
     pattern's literal folders before its first wildcard: never too lenient."""
     rel = "" if rel == "." else rel
     for pattern in allowed:
-        literal: list[str] = []
-        for seg in pattern.strip("/").split("/"):
-            if any(ch in seg for ch in "*?["):
-                break
-            literal.append(seg)
-        prefix = "/".join(literal)
+        segments = pattern.strip("/").split("/")
+        prefix = "/".join(takewhile(lambda seg: not any(ch in seg for ch in "*?["), segments))
         if not rel or not prefix or under(prefix, rel) or under(rel, prefix):
             return True
     return False

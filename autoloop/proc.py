@@ -419,11 +419,11 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-def _settled(count: Callable[[], int], within: float = SETTLE_S) -> int:
+def _settled(count: Callable[[], int]) -> int:
     """`count()` once the processes it counts had a moment to finish exiting on their own: a
     child ending milliseconds after its parent (bwrap's init after its monitor, a shell's last
     pipeline stage) is not left behind."""
-    deadline = time.monotonic() + within
+    deadline = time.monotonic() + SETTLE_S
     n = count()
     pause = 0.0005   # such a straggler is gone within a millisecond or two: look soon, then less often
     while n and time.monotonic() < deadline:
