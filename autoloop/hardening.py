@@ -54,9 +54,8 @@ class Guardrails:
         self._shadow = module_shadow_regex(self.protected)
         self._lock_path: Path | None = None
         self._lock_id: tuple[int, int] | None = None
-        # A round measures several candidates at once: what one measurement checks is per
-        # thread, the bytecode cache is built by one of them, and the places outside the trees
-        # are captured once, before all of them.
+        # A round measures several candidates at once: per-thread measurement state, one thread
+        # builds the bytecode cache, the places outside the trees are captured once before all.
         self._local = threading.local()
         self._warm_lock = threading.Lock()
         self._verify_captured = False          # verify_watch holds the state before this cycle's measurements
@@ -64,8 +63,7 @@ class Guardrails:
         self._changed_roots: set[Path] = set()
         self.untrusted: list[Path] = [ws.path]   # work trees a generator edited
         self._scratch = ws.path.with_name(ws.path.name + ".scratch")
-        # Bytecode every measurement starts from (autoloop.pycache): only what autoloop compiled
-        # itself, checked-hash, learnt from what the measurements imported.
+        # bytecode every measurement starts from, compiled by autoloop itself (autoloop.pycache)
         self._warm_built = False
         self._proven: ProvenCache | None = None
         self._warm_dir = self._scratch / "pycache-warm"
@@ -128,10 +126,9 @@ class Guardrails:
         for t in outside:
             t.carried = True
         if self.sandbox is not None and self.program.parallel.executor != "ray":
-            # Neither the generator nor any measurement can write there (measurements on a Ray
-            # cluster run where we have no sandbox): walking them every cycle would only cost
-            # time. The verification trees stay: a measurement may write its own tree, and their
-            # pictures spare a walk per measurement.
+            # No sandboxed command can write there (Ray's measurements run unsandboxed): walking
+            # them every cycle would only cost time. Verification trees stay: a measurement may
+            # write its own tree, and their pictures spare a walk per measurement.
             outside = [t for t in outside if self._reachable(t.root)]
         self.gen_watch = Watch([*verify, *outside])
         self.verify_watch = Watch(outside)
@@ -409,9 +406,8 @@ class Guardrails:
             or (self._shadow is not None and self._shadow.fullmatch(rel))))
         if planted:
             raise Tampered(f"{step} left code that a later step would run: " + ", ".join(planted[:5]))
-        # A guard runs the candidate's code, which may write bytecode (unchecked-hash, trusted
-        # over its source) for a module the verifier imports: the next step starts from the
-        # prefix as it was before the first.
+        # A guard runs the candidate's code, which may write bytecode (unchecked-hash, trusted over
+        # its source) for a module the verifier imports: the next step gets a freshly seeded prefix.
         held = getattr(self._local, "prefix", None)
         if held is not None:
             prefix, cache = held

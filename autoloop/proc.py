@@ -43,10 +43,9 @@ SWEEP_S = 10.0           # the longest a leftover sweep goes on (a fork loop res
 _DEAD = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 
-# The commands running now, so a signal handler can stop them at once, and the ones it stopped
-# (their results say `interrupted`, not `exit -15`). Re-entrant: stop_current() runs in a signal
-# handler on the main thread, possibly while that thread holds this lock (a plain Lock deadlocked
-# a run on a second Ctrl-C).
+# The commands running now, for a signal handler to stop, and those it stopped (`interrupted`,
+# not `exit -15`). Re-entrant: stop_current() runs in a signal handler on the main thread, maybe
+# while it holds this lock (a plain Lock deadlocked a run on a second Ctrl-C).
 _running: dict[int, str] = {}   # pid of a command running now -> the marker its tree carries
 _stopped: set[int] = set()
 _current_lock = threading.RLock()
@@ -244,10 +243,9 @@ def _is_subreaper() -> bool:
     return trust.prctl(_PR_GET_CHILD_SUBREAPER, value) == 0 and bool(value.value)
 
 
-# Children started on purpose outside run() (git, a short query: run_captured) are never
-# leftovers, even when a parallel round starts them in one thread while another thread's command
-# ends and its leftovers are swept. Starting is shared (threads start children at once), listing
-# is exclusive: a sweep waits for the starts in flight, and starts wait for a sweep that lists.
+# Children of run_captured (git, a short query) are never leftovers, even when one thread starts
+# them while another's command ends and is swept. Starting is shared, listing exclusive: a sweep
+# waits for the starts in flight, and starts wait for a sweep that lists.
 _spawn_cond = threading.Condition()
 _spawning = 0
 _listing = False
