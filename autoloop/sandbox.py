@@ -253,8 +253,7 @@ def _venv_root(p: Path) -> Path | None:
 
 
 def _named_folders(command: str | Sequence[str]) -> list[Path]:
-    """The folders of absolute paths the command names (`python /tmp/x/gen.py`, also inside
-    `sh -c '…'` and `--opt=/tmp/x`): a script kept under /tmp stays readable behind the private
-    /tmp, with the files beside it."""
+    """The folders of absolute paths the command names (`python /tmp/x/gen.py`, `--opt=/tmp/x`,
+    in `sh -c '…'`): a script under /tmp stays readable, with its neighbours, behind our /tmp."""
     words = all_words(command) if isinstance(command, str) else list(command)
     return [Path(w) if os.path.isdir(w) else Path(w).parent for w in words if os.path.isabs(w) and os.path.exists(w)]
