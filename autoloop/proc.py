@@ -25,7 +25,7 @@ import subprocess
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
@@ -359,11 +359,14 @@ class _Adopting:
         deadline = time.monotonic() + SWEEP_S
         while time.monotonic() < deadline and (new := self._new()):
             victims = _subtree(new)
+            # psutil signals a pid only while it names the process found: a reused pid is spared
             for p in victims:
-                _signal(p, signal.SIGSTOP)   # frozen first: nothing forks between found and killed
+                with suppress(psutil.Error):   # frozen first: nothing forks between found and killed
+                    p.send_signal(signal.SIGSTOP)
             for p in victims:
                 killed += not _zombie(p.pid)
-                _signal(p, signal.SIGKILL)
+                with suppress(psutil.Error):
+                    p.send_signal(signal.SIGKILL)
             for pid in new:
                 _reap(pid, deadline)
         return killed
@@ -429,15 +432,6 @@ def _settled(count: Callable[[], int]) -> int:
         pause = min(pause * 2, 0.01)
         n = count()
     return n
-
-
-def _signal(p: psutil.Process, sig: int) -> None:
-    # psutil checks the pid still names the process it found (its start time): a pid reused
-    # since is not signalled
-    try:
-        p.send_signal(sig)
-    except psutil.Error:
-        pass
 
 
 def _reap(pid: int, deadline: float) -> None:
