@@ -356,7 +356,7 @@ class Guardrails:
                     self.verify_watch.refresh(self._pycache_tree)
 
     def _tree_watch(self, tree: Worktree) -> StatTree:
-        """The generators' watch of a verification tree: the next capture starts from its picture."""
+        """The generators' watch of a verification tree: the next capture starts at its picture."""
         for t in self.gen_watch.trees:
             if t.carried and t.root == tree.path:
                 return t

@@ -131,7 +131,7 @@ def command_files(program: Program) -> list[tuple[str, str]]:
             candidate = program.repo_root / w
             if prev == "-m":
                 base = program.repo_root / w.replace(".", "/")
-                modules = (base.with_name(base.name + ".py"), base / "__main__.py", base / "__init__.py")
+                modules = (base.with_suffix(".py"), base / "__main__.py", base / "__init__.py")
                 candidate = next((c for c in modules if c.is_file()), candidate)
             if w.startswith("-") or not candidate.is_file():
                 continue

@@ -359,9 +359,10 @@ class _Adopting:
         deadline = time.monotonic() + SWEEP_S
         while time.monotonic() < deadline and (new := self._new()):
             victims = _subtree(new)
-            # psutil signals a pid only while it names the process found: a reused pid is spared
+            # frozen first: nothing forks between found and killed (psutil signals a pid only
+            # while it names the process found: a reused pid is spared)
             for p in victims:
-                with suppress(psutil.Error):   # frozen first: nothing forks between found and killed
+                with suppress(psutil.Error):
                     p.send_signal(signal.SIGSTOP)
             for p in victims:
                 killed += not _zombie(p.pid)

@@ -28,8 +28,8 @@ def prctl(option: int, arg: int | ctypes.c_int = 0) -> int | None:
         call = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None   # not Linux
-    return int(call(option, ctypes.byref(arg) if isinstance(arg, ctypes.c_int) else ctypes.c_ulong(arg),
-                    0, 0, 0))
+    value = ctypes.byref(arg) if isinstance(arg, ctypes.c_int) else ctypes.c_ulong(arg)
+    return int(call(option, value, 0, 0, 0))
 
 
 def undumpable() -> bool:
