@@ -4,6 +4,7 @@ the results."""
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,20 +89,14 @@ def remove(program: Program, p: Plan) -> None:
         ws.remove_leftovers()
         for path in [*p.state, *p.journal]:
             remove_tree(path)
-        _rmdir(program.state_dir / ".autoloop")      # the last tag gone: no empty folder
+        with suppress(OSError):   # the last tag gone: no empty folder
+            (program.state_dir / ".autoloop").rmdir()
     finally:
         if lock is not None:
             lock.release()
             lock_path.unlink(missing_ok=True)
-            _rmdir(lock_path.parent)
-
-
-def _rmdir(path: Path) -> None:
-    """Remove `path` if it is an empty folder."""
-    try:
-        path.rmdir()
-    except OSError:
-        pass
+            with suppress(OSError):
+                lock_path.parent.rmdir()
 
 
 def latest_tag(program: Program) -> str:

@@ -11,6 +11,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from itertools import takewhile
 from pathlib import Path
 from typing import NamedTuple, Sequence
 from urllib.parse import ParseResult, unquote, urlparse
@@ -18,7 +19,7 @@ from urllib.parse import ParseResult, unquote, urlparse
 from autoloop.errors import ConfigError
 from autoloop.measured_files import interpreters
 from autoloop.program import Program
-from autoloop.walk import inside
+from autoloop.walk import inside, under
 from autoloop.watch import site_folders
 
 _QUOTED_PATH = re.compile(r"""['"](/[^'"\n]+)['"]""")
@@ -31,9 +32,6 @@ class Installation:
     where: Path        # the file that says so (a .pth, a finder, an egg-link, a direct_url.json)
     target: str        # the path inside the checkout it points to
     python: str        # the interpreter whose site folder holds it
-
-    def describe(self) -> str:
-        return f"{self.where} (for {self.python}) points to {self.target}"
 
 
 class Pointer(NamedTuple):
@@ -66,24 +64,16 @@ def _reaches(rel: str, allowed: Sequence[str]) -> bool:
     pattern's literal folders before its first wildcard: never too lenient."""
     rel = "" if rel == "." else rel
     for pattern in allowed:
-        literal: list[str] = []
-        for seg in pattern.strip("/").split("/"):
-            if any(ch in seg for ch in "*?["):
-                break
-            literal.append(seg)
-        prefix = "/".join(literal)
-        if not rel or not prefix or _under(prefix, rel) or _under(rel, prefix):
+        segments = pattern.strip("/").split("/")
+        prefix = "/".join(takewhile(lambda seg: not any(ch in seg for ch in "*?["), segments))
+        if not rel or not prefix or under(prefix, rel) or under(rel, prefix):
             return True
     return False
 
 
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root + "/")
-
-
 def message(program: Program, found: Sequence[Installation], why: str) -> str:
-    shown = "; ".join(i.describe() for i in found[:_SHOWN]) + (
-        f" (+{len(found) - _SHOWN} more)" if len(found) > _SHOWN else "")
+    shown = "; ".join(f"{i.where} (for {i.python}) points to {i.target}" for i in found[:_SHOWN])
+    shown += f" (+{len(found) - _SHOWN} more)" if len(found) > _SHOWN else ""
     return (f"{program.path.name}:{program.lines.get('sandbox', 1)}: sandbox: not sandboxed ({why}), and an "
             f"installation points into your checkout: {shown}. The verifier and guards would import your "
             "checkout's files instead of each candidate's, so every cycle would measure the same "

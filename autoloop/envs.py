@@ -7,7 +7,6 @@ HF_HOME, VIRTUAL_ENV, ...) passes: the verifier is the user's and needs the user
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import threading
 from contextlib import contextmanager
@@ -57,7 +56,6 @@ GIT_LOCATION = frozenset({"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COM
 
 
 def git_scrubbed(env: Mapping[str, str]) -> dict[str, str]:
-    """`env` without GIT_LOCATION."""
     return {k: v for k, v in env.items() if k not in GIT_LOCATION}
 
 
@@ -68,16 +66,13 @@ def unsafe(name: str) -> bool:
     return name in _DROP_EXACT or name in _DAEMONS or name.startswith(_DROP_PREFIX)
 
 
-def clean_path(value: str, untrusted: Sequence[Path] = ()) -> str:
-    """PATH without relative or empty entries, or entries under any of `untrusted`."""
-    keep = [e for e in value.split(os.pathsep) if os.path.isabs(e) and not any(inside(e, r) for r in untrusted)]
-    return os.pathsep.join(dict.fromkeys(keep)) or os.defpath
-
-
 def scrubbed(base: Mapping[str, str], *, scratch: Path, untrusted: Sequence[Path] = ()) -> dict[str, str]:
     """The environment for one measurement; `scratch` is an empty folder of its own."""
     env = {k: v for k, v in base.items() if not unsafe(k) or k in _OWN}
-    env["PATH"] = clean_path(base.get("PATH", os.defpath), untrusted)
+    # PATH without relative or empty entries, or entries in a work tree
+    path = [e for e in base.get("PATH", os.defpath).split(os.pathsep)
+            if os.path.isabs(e) and not any(inside(e, r) for r in untrusted)]
+    env["PATH"] = os.pathsep.join(dict.fromkeys(path)) or os.defpath
     tmp, pycache = scratch / "tmp", scratch / "pycache"
     tmp.mkdir(parents=True, exist_ok=True)
     pycache.mkdir(parents=True, exist_ok=True)
@@ -87,18 +82,14 @@ def scrubbed(base: Mapping[str, str], *, scratch: Path, untrusted: Sequence[Path
 
 
 @contextmanager
-def measurement_env(base: Mapping[str, str], *, parent: Path, untrusted: Sequence[Path] = (),
-                    warm: Path | None = None) -> Iterator[dict[str, str]]:
-    """A scrubbed environment with fresh scratch folders under `parent`, removed afterwards;
-    `warm` (a bytecode prefix) is copied in, so nothing a measurement does reaches the next."""
+def measurement_env(base: Mapping[str, str], *, parent: Path,
+                    untrusted: Sequence[Path] = ()) -> Iterator[dict[str, str]]:
+    """A scrubbed environment with fresh scratch folders under `parent`, removed afterwards, so
+    nothing a measurement does reaches the next."""
     parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="measure-", dir=parent))
     try:
-        env = scrubbed(base, scratch=scratch, untrusted=untrusted)
-        if warm is not None and warm.is_dir():
-            shutil.copytree(warm, env["PYTHONPYCACHEPREFIX"], dirs_exist_ok=True, symlinks=True,
-                            copy_function=shutil.copyfile)
-        yield env
+        yield scrubbed(base, scratch=scratch, untrusted=untrusted)
     finally:
         # out of the way at once, deleted in the background: after a big import a scratch
         # holds thousands of files, and nobody needs to wait for them

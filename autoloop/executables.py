@@ -9,7 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-_SHEBANG_LIMIT = 256
+_SHEBANG_LIMIT = 512
 _MAX_DEPTH = 4   # an interpreter's own `#!` line, and so on; real chains are 1–2 deep
 
 
@@ -24,7 +24,7 @@ def needed_paths(executable: str | Path, path_env: str | None = None) -> list[Pa
         real = Path(os.path.realpath(exe))
         root = installation_root(real) if real.exists() else None
         out.update(dict.fromkeys(str(p) for p in (exe, exe.parent, real, root) if p is not None and p.exists()))
-        exe = _shebang_interpreter(real, path_env) if real.exists() else None
+        exe = shebang_interpreter(real, path_env) if real.exists() else None
     return [Path(p) for p in out]
 
 
@@ -44,7 +44,8 @@ def installation_root(real: Path) -> Path | None:
     return None
 
 
-def _shebang_interpreter(real: Path, path_env: str | None) -> Path | None:
+def shebang_interpreter(real: Path, path_env: str | None) -> Path | None:
+    """The interpreter the `#!` line of `real` names (`env NAME`: NAME found on `path_env`)."""
     try:
         with open(real, "rb") as f:
             head = f.read(_SHEBANG_LIMIT)

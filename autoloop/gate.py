@@ -27,7 +27,7 @@ from autoloop.numbers import num as fmt, plain_pct, signed_pct
 from autoloop.program import Program
 from autoloop.ratchet import orientation
 from autoloop.sandbox import Confinement, tree_box
-from autoloop.verify import measure, refuse_editable_unsandboxed, sandbox_outside_run, steps
+from autoloop.verify import measure, sandbox_outside_run, steps
 from autoloop.walk import remove_tree
 from autoloop.gitrun import git
 from autoloop.workspace import Worktree
@@ -125,8 +125,7 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
     judge = set(protected_paths(program)) - {p for p in program.protected if p != program.rel_path}
     res.judge_changed = sorted(p for p in changed if p and p in judge)
     common = Path(repo / git(repo, "rev-parse", "--git-common-dir").strip()).resolve()
-    refuse_editable_unsandboxed(program)   # both sides would import the checkout: `run` refuses too
-    bwrap, warning = sandbox_outside_run(program)   # may refuse: before the temporary folder exists
+    bwrap, warning = sandbox_outside_run(program)   # refuses as `run` does, before any temp folder
     if warning:
         log(f"WARNING: {warning}")
     commits = {"base": base, "head": head}

@@ -1,9 +1,7 @@
 """What keeps the verifier's trusted base apart from everything the generator can write or leave
-running, around the six steps: before anything changes (preflight), around the generator (its
-sandbox and limits; after it, what changed outside its tree), around each measurement (the tree
-proven to hold exactly the candidate, a scrubbed environment, checks after every guard and the
-verifier, then the places outside the trees again), and before a keep (the commit has the tree
-that was measured)."""
+running: preflight; the generator's sandbox, limits and what changed outside its tree; each
+measurement's tree proven to hold exactly the candidate, its scrubbed environment and the checks
+after every step; before a keep, the commit has the tree that was measured."""
 
 from __future__ import annotations
 
@@ -24,12 +22,12 @@ from autoloop.journal import Journal
 from autoloop.measured_files import commands_by_name, interpreters, named_interpreters
 from autoloop.program import Program
 from autoloop.pycache import ProvenCache
-from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable, checkout_keep, tree_box
+from autoloop.sandbox import Bwrap, Confinement, checkout_keep, probed, tree_box
 from autoloop.scope_rules import IMPLICIT_FILES, module_shadow_regex
 from autoloop.sentinel import Sentinel
 from autoloop.walk import remove_tree
 from autoloop.snapshot import Change
-from autoloop.watch import Changed, NameTree, StatTree, Watch, changed_paths, is_injection, site_dirs
+from autoloop.watch import Changed, NameTree, StatTree, Watch, is_injection, site_dirs
 from autoloop.gitrun import git, git_executable as workspace_git
 from autoloop.workspace import Workspace, Worktree
 
@@ -56,9 +54,8 @@ class Guardrails:
         self._shadow = module_shadow_regex(self.protected)
         self._lock_path: Path | None = None
         self._lock_id: tuple[int, int] | None = None
-        # A round measures several candidates at once: what one measurement checks is per
-        # thread, the bytecode cache is built by one of them, and the places outside the trees
-        # are captured once, before all of them.
+        # A round measures several candidates at once: per-thread measurement state, one thread
+        # builds the bytecode cache, the places outside the trees are captured once before all.
         self._local = threading.local()
         self._warm_lock = threading.Lock()
         self._verify_captured = False          # verify_watch holds the state before this cycle's measurements
@@ -66,8 +63,7 @@ class Guardrails:
         self._changed_roots: set[Path] = set()
         self.untrusted: list[Path] = [ws.path]   # work trees a generator edited
         self._scratch = ws.path.with_name(ws.path.name + ".scratch")
-        # Bytecode every measurement starts from (autoloop.pycache): only what autoloop compiled
-        # itself, checked-hash, learnt from what the measurements imported.
+        # bytecode every measurement starts from, compiled by autoloop itself (autoloop.pycache)
         self._warm_built = False
         self._proven: ProvenCache | None = None
         self._warm_dir = self._scratch / "pycache-warm"
@@ -77,13 +73,7 @@ class Guardrails:
 
     def preflight(self) -> None:
         p, root = self.program, self.ws.repo_root
-        if self.sandbox is not None:
-            try:
-                self.sandbox.probe()
-            except SandboxUnavailable as exc:
-                if p.sandbox.kind == "bwrap":
-                    raise ConfigError(f"{p.path.name}:{p.lines.get('sandbox', 1)}: sandbox: {exc}") from None
-                self.sandbox, self.unsandboxed = None, str(exc)
+        self.sandbox, self.unsandboxed = probed(p)
         if self.sandbox is None:
             editable.refuse(p, self.unsandboxed or "")
         start = self.ws.branch_head() or self.ws.head()
@@ -136,10 +126,9 @@ class Guardrails:
         for t in outside:
             t.carried = True
         if self.sandbox is not None and self.program.parallel.executor != "ray":
-            # Neither the generator nor any measurement can write there (measurements on a Ray
-            # cluster run where we have no sandbox): walking them every cycle would only cost
-            # time. The verification trees stay: a measurement may write its own tree, and their
-            # pictures spare a walk per measurement.
+            # No sandboxed command can write there (Ray's measurements run unsandboxed): walking
+            # them every cycle would only cost time. Verification trees stay: a measurement may
+            # write its own tree, and their pictures spare a walk per measurement.
             outside = [t for t in outside if self._reachable(t.root)]
         self.gen_watch = Watch([*verify, *outside])
         self.verify_watch = Watch(outside)
@@ -367,8 +356,7 @@ class Guardrails:
                     self.verify_watch.refresh(self._pycache_tree)
 
     def _tree_watch(self, tree: Worktree) -> StatTree:
-        """The generators' watch of a verification tree: a picture taken through it is where the
-        next capture starts."""
+        """The generators' watch of a verification tree: the next capture starts at its picture."""
         for t in self.gen_watch.trees:
             if t.carried and t.root == tree.path:
                 return t
@@ -417,9 +405,8 @@ class Guardrails:
             or (self._shadow is not None and self._shadow.fullmatch(rel))))
         if planted:
             raise Tampered(f"{step} left code that a later step would run: " + ", ".join(planted[:5]))
-        # A guard runs the candidate's code, which may write bytecode (unchecked-hash, trusted
-        # over its source) for a module the verifier imports: the next step starts from the
-        # prefix as it was before the first.
+        # A guard runs the candidate's code, which may write bytecode (unchecked-hash, trusted over
+        # its source) for a module the verifier imports: the next step gets a freshly seeded prefix.
         held = getattr(self._local, "prefix", None)
         if held is not None:
             prefix, cache = held
@@ -486,6 +473,3 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
-
-
-__all__ = ["Guardrails", "Tampered", "changed_paths"]

@@ -92,7 +92,7 @@ class Run:
             # for `python -m`): a new module named like a library one there is a shadow
             script_dirs=sorted({""} | {rel.rpartition("/")[0] for rel, why in protected.items()
                                        if why == "used by the verifier" and rel.endswith(".py")}),
-            redact=Redactor.from_env(os.environ), reviewer=options.reviewer)
+            redact=Redactor(os.environ), reviewer=options.reviewer)
         self.env = self.state.env
         self._attached = False
 

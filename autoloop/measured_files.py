@@ -7,9 +7,11 @@ import os
 import re
 import shlex
 import shutil
+from pathlib import Path
 from typing import Any, Mapping
 
 from autoloop.errors import ConfigError
+from autoloop.executables import shebang_interpreter
 from autoloop.globs import PathRules
 from autoloop.program import Program
 from autoloop.workspace import Workspace
@@ -20,7 +22,6 @@ _OPERATOR = frozenset(";|&()<>")
 _PYTHON = re.compile(r"python[0-9.]*")
 _ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
 _LAUNCHERS = frozenset({"env", "exec", "uv", "run"})   # they start the word after them
-SHEBANG_MAX = 512
 
 
 def _split(command: str) -> list[str]:
@@ -111,18 +112,8 @@ def interpreters(program: Program, env: Mapping[str, str], *, shebangs: bool = F
 
 def _shebang_python(script: str) -> str | None:
     """The Python a console script starts, from its `#!` line."""
-    try:
-        with open(script, "rb") as f:
-            first = f.readline(SHEBANG_MAX)
-    except OSError:
-        return None
-    words = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
-    if words and os.path.basename(words[0]) == "env" and len(words) > 1:
-        found = shutil.which(words[1])
-        words = [found] if found else []
-    if words and _PYTHON.fullmatch(os.path.basename(words[0])) and os.path.isabs(words[0]):
-        return words[0]
-    return None
+    exe = shebang_interpreter(Path(script), os.environ.get("PATH") or os.defpath)
+    return str(exe) if exe and exe.is_absolute() and _PYTHON.fullmatch(exe.name) else None
 
 
 def command_files(program: Program) -> list[tuple[str, str]]:
@@ -140,10 +131,8 @@ def command_files(program: Program) -> list[tuple[str, str]]:
             candidate = program.repo_root / w
             if prev == "-m":
                 base = program.repo_root / w.replace(".", "/")
-                for c in (base.with_name(base.name + ".py"), base / "__main__.py", base / "__init__.py"):
-                    if c.is_file():
-                        candidate = c
-                        break
+                modules = (base.with_suffix(".py"), base / "__main__.py", base / "__init__.py")
+                candidate = next((c for c in modules if c.is_file()), candidate)
             if w.startswith("-") or not candidate.is_file():
                 continue
             try:

@@ -4,12 +4,13 @@ files and starts nothing, so the decide step may use it."""
 from __future__ import annotations
 
 import codecs
+import io
 import math
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import BinaryIO, Iterator, Protocol
 
 _BLOCK = 1 << 16
 _PATTERN_WINDOW = 8 << 20    # a `pattern:` verifier's output is scanned in blocks of this size
@@ -65,11 +66,21 @@ def metric_line_regex(name: str) -> re.Pattern[bytes]:
 
 def parse_metric(stdout_path: Path, spec: MetricSpec) -> float:
     """The number in the LAST `NAME: NUMBER` / `NAME=NUMBER` line (or the pattern's last match)."""
+    with open(stdout_path, "rb") as f:
+        return _parse(f, spec)
+
+
+def parse_metric_text(text: str, spec: MetricSpec) -> float:
+    """Same rule on a string."""
+    return _parse(io.BytesIO(text.encode()), spec)
+
+
+def _parse(f: BinaryIO, spec: MetricSpec) -> float:
     if spec.pattern is not None:
-        return _parse_pattern(stdout_path, spec.pattern)
+        return _parse_pattern(f, spec.pattern)
     assert spec.metric is not None
     rx = metric_line_regex(spec.metric)
-    for chunk in _chunks_from_end(stdout_path):
+    for chunk in _chunks_from_end(f):
         for match in reversed(list(rx.finditer(chunk))):
             value = _to_float(match.group(1))
             if value is None:
@@ -78,40 +89,27 @@ def parse_metric(stdout_path: Path, spec: MetricSpec) -> float:
     raise MetricError(f"no line '{spec.metric}: NUMBER' in the verifier's output")
 
 
-def parse_metric_text(text: str, spec: MetricSpec) -> float:
-    """Same rule on a string (used by tests and by `autoloop verify` on small outputs)."""
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("wb", delete=False) as f:
-        f.write(text.encode())
-    try:
-        return parse_metric(Path(f.name), spec)
-    finally:
-        os.unlink(f.name)
-
-
-def _parse_pattern(stdout_path: Path, pattern: str) -> float:
+def _parse_pattern(f: BinaryIO, pattern: str) -> float:
     """Scan the whole output forward in overlapping windows (bounded memory); keep the last match."""
     rx = re.compile(pattern, re.MULTILINE)
     last: str | None = None
     matched = False
     carry = ""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a character may straddle blocks
-    with open(stdout_path, "rb") as f:
-        while True:
-            block = f.read(_PATTERN_WINDOW)
-            text = carry + decoder.decode(block, final=not block)
-            for m in rx.finditer(text):
-                # matches wholly inside the re-read carry were seen (whole) in the last round;
-                # a suffix of one of them must not count as a new match
-                if not carry or m.end() > len(carry):
-                    matched, last = True, m.group(1)
-            if not block:
-                break
-            # a match may straddle the boundary: re-read the tail, from a line start, next round
-            tail = text[-_PATTERN_OVERLAP:]
-            nl = tail.find("\n")
-            carry = tail[nl + 1:] if 0 <= nl < len(tail) - 1 else tail
+    while True:
+        block = f.read(_PATTERN_WINDOW)
+        text = carry + decoder.decode(block, final=not block)
+        for m in rx.finditer(text):
+            # matches wholly inside the re-read carry were seen (whole) in the last round;
+            # a suffix of one of them must not count as a new match
+            if not carry or m.end() > len(carry):
+                matched, last = True, m.group(1)
+        if not block:
+            break
+        # a match may straddle the boundary: re-read the tail, from a line start, next round
+        tail = text[-_PATTERN_OVERLAP:]
+        nl = tail.find("\n")
+        carry = tail[nl + 1:] if 0 <= nl < len(tail) - 1 else tail
     if not matched:
         raise MetricError(f"pattern {pattern!r} did not match the verifier's output")
     if last is None:
@@ -135,32 +133,21 @@ def _finite(value: float, name: str) -> float:
     return value
 
 
-def _chunks_from_end(path: Path) -> Iterator[bytes]:
-    """Yield overlapping, line-aligned byte chunks from the end of the file backwards, so the
-    last metric line is found without reading a huge log into memory."""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        end = f.tell()
-        carry = b""
-        while end > 0:
-            start = max(0, end - _BLOCK)
-            f.seek(start)
-            block = f.read(end - start) + carry
-            if len(carry) > _BLOCK * 16:
-                # the end of an enormous line: no metric line is that long; stop carrying it
-                block = block[: end - start]
-            if start > 0:
-                # keep the partial first line for the next (earlier) block
-                cut = block.find(b"\n")
-                if cut == -1:
-                    # one enormous line: no metric line is that long, so don't hold it in memory
-                    carry = block if len(block) <= _BLOCK * 16 else b""
-                    end = start
-                    continue
-                carry, block = block[: cut + 1], block[cut + 1:]
-            else:
-                carry = b""
-            yield block
-            end = start
-        if carry:
-            yield carry
+def _chunks_from_end(f: BinaryIO) -> Iterator[bytes]:
+    """Line-aligned byte chunks from the end of the file backwards, so the last metric line is
+    found without reading a huge log into memory."""
+    end = f.seek(0, os.SEEK_END)
+    carry = b""   # the partial first line of the chunk after this one
+    while end > 0:
+        start = max(0, end - _BLOCK)
+        f.seek(start)
+        # the end of an enormous line is not carried on: no metric line is that long
+        block = f.read(end - start) + (carry if len(carry) <= _BLOCK * 16 else b"")
+        end = start
+        if start > 0:
+            cut = block.find(b"\n")
+            if cut == -1:
+                carry = block if len(block) <= _BLOCK * 16 else b""
+                continue
+            carry, block = block[: cut + 1], block[cut + 1:]
+        yield block

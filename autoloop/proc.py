@@ -1,22 +1,17 @@
 """One way to run a command: its own session, a timeout that kills the whole tree, output straight
-to files on disk (a command printing gigabytes costs no memory), a result object, not exceptions.
+to files (a command printing gigabytes costs no memory), a result object, not exceptions.
 
-A child that calls `setsid` (or double-forks) escapes its process group; one that also clears
-its environment (`setsid env -i cmd &`) escapes an environment marker. Three nets:
-1. the process group, killed (TERM, then KILL) when the command ends or times out;
-2. an environment marker every child inherits, found by a /proc scan: the only net that also
-   finds what a *previous*, kill -9'd run left behind (the marker is fixed per repo and tag);
-3. while a command runs we are a child subreaper (PR_SET_CHILD_SUBREAPER, no privileges): every
-   orphan of its tree is re-parented to us, so when it ends, any new child of ours that is not
-   a command still running is a leftover, killed with its subtree.
-Not a cgroup: cgroup v2 is writable only where delegated, and CI runners and Docker often mount
-it read-only; the subreaper works for every user on every Linux (and `sandbox: bwrap` adds a PID
-namespace the kernel tears down).
+A child that calls `setsid` escapes its process group; one that also clears its environment
+escapes an environment marker. Three nets: (1) the process group, killed (TERM, then KILL) when
+the command ends or times out; (2) an environment marker every child inherits, found by a /proc
+scan, the only net that also finds what a kill -9'd run left behind (fixed per repo and tag);
+(3) while a command runs we are a child subreaper (no privileges): orphans of its tree become our
+children, and when it ends any new child that is not a command still running is killed with its
+subtree. Not a cgroup: v2 is writable only where delegated, often not in CI or Docker (and
+`sandbox: bwrap` adds a PID namespace the kernel tears down).
 
-Process tables come from psutil, except on the paths that run after every command: our own
-children (/proc/self/task/*/children lists only ours; psutil scans every process) and the marker
-scan (a substring test on the raw environ before parsing it; psutil parses every environment
-into a dict, 3-6x slower: benchmarks/proc_tables.py).
+Process tables come from psutil, except after every command: our children (/proc/self/task) and
+the marker scan (a substring test on raw environ; psutil is 3-6x slower: benchmarks/proc_tables.py).
 """
 
 from __future__ import annotations
@@ -30,14 +25,14 @@ import subprocess
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import psutil
 
-from autoloop import rlimits
+from autoloop import rlimits, trust
 from autoloop.logfile import TAIL_BYTES, fresh_log, own_output, read_regular, read_tail  # noqa: F401 (re-exported)
 from autoloop.rlimits import Limits
 
@@ -48,10 +43,9 @@ SWEEP_S = 10.0           # the longest a leftover sweep goes on (a fork loop res
 _DEAD = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 
-# The commands running now, so a signal handler can stop them at once, and the ones it stopped
-# (their results say `interrupted`, not `exit -15`). Re-entrant: stop_current() runs in a signal
-# handler on the main thread, possibly while that thread holds this lock (a plain Lock deadlocked
-# a run on a second Ctrl-C).
+# The commands running now, for a signal handler to stop, and those it stopped (`interrupted`,
+# not `exit -15`). Re-entrant: stop_current() runs in a signal handler on the main thread, maybe
+# while it holds this lock (a plain Lock deadlocked a run on a second Ctrl-C).
 _running: dict[int, str] = {}   # pid of a command running now -> the marker its tree carries
 _stopped: set[int] = set()
 _current_lock = threading.RLock()
@@ -99,7 +93,6 @@ class ProcResult:
 
 class Step(NamedTuple):
     """One command of a measurement: a guard (a failing one ends the sequence) or the verifier."""
-
     name: str
     command: str
     timeout: float | None
@@ -245,24 +238,14 @@ _reaper_users = 0
 _reaper_was_set = False
 
 
-def _prctl(option: int, arg: int | ctypes.c_int) -> bool:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        value = ctypes.byref(arg) if isinstance(arg, ctypes.c_int) else ctypes.c_ulong(arg)
-        return libc.prctl(option, value, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False   # not Linux: the marker scan is the net
-
-
 def _is_subreaper() -> bool:
     value = ctypes.c_int(0)
-    return _prctl(_PR_GET_CHILD_SUBREAPER, value) and bool(value.value)
+    return trust.prctl(_PR_GET_CHILD_SUBREAPER, value) == 0 and bool(value.value)
 
 
-# Children started on purpose outside run() (git, a short query: run_captured) are never
-# leftovers, even when a parallel round starts them in one thread while another thread's command
-# ends and its leftovers are swept. Starting is shared (threads start children at once), listing
-# is exclusive: a sweep waits for the starts in flight, and starts wait for a sweep that lists.
+# Children of run_captured (git, a short query) are never leftovers, even when one thread starts
+# them while another's command ends and is swept. Starting is shared, listing exclusive: a sweep
+# waits for the starts in flight, and starts wait for a sweep that lists.
 _spawn_cond = threading.Condition()
 _spawning = 0
 _listing = False
@@ -344,7 +327,7 @@ class _Adopting:
             if _reaper_users == 0:
                 _reaper_was_set = _is_subreaper()
                 if not _reaper_was_set:
-                    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+                    trust.prctl(_PR_SET_CHILD_SUBREAPER, 1)
             _reaper_users += 1
         self.working = _is_subreaper()   # without it the marker scan is the net
         self.before = set(_my_children())
@@ -376,11 +359,15 @@ class _Adopting:
         deadline = time.monotonic() + SWEEP_S
         while time.monotonic() < deadline and (new := self._new()):
             victims = _subtree(new)
+            # frozen first: nothing forks between found and killed (psutil signals a pid only
+            # while it names the process found: a reused pid is spared)
             for p in victims:
-                _signal(p, signal.SIGSTOP)   # frozen first: nothing forks between found and killed
+                with suppress(psutil.Error):
+                    p.send_signal(signal.SIGSTOP)
             for p in victims:
                 killed += not _zombie(p.pid)
-                _signal(p, signal.SIGKILL)
+                with suppress(psutil.Error):
+                    p.send_signal(signal.SIGKILL)
             for pid in new:
                 _reap(pid, deadline)
         return killed
@@ -390,7 +377,7 @@ class _Adopting:
         with _reaper_lock:
             _reaper_users -= 1
             if _reaper_users == 0 and not _reaper_was_set:
-                _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+                trust.prctl(_PR_SET_CHILD_SUBREAPER, 0)
 
 
 def _others(pid: int, marker: str) -> bool:
@@ -434,11 +421,11 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-def _settled(count: Callable[[], int], within: float = SETTLE_S) -> int:
+def _settled(count: Callable[[], int]) -> int:
     """`count()` once the processes it counts had a moment to finish exiting on their own: a
     child ending milliseconds after its parent (bwrap's init after its monitor, a shell's last
     pipeline stage) is not left behind."""
-    deadline = time.monotonic() + within
+    deadline = time.monotonic() + SETTLE_S
     n = count()
     pause = 0.0005   # such a straggler is gone within a millisecond or two: look soon, then less often
     while n and time.monotonic() < deadline:
@@ -446,15 +433,6 @@ def _settled(count: Callable[[], int], within: float = SETTLE_S) -> int:
         pause = min(pause * 2, 0.01)
         n = count()
     return n
-
-
-def _signal(p: psutil.Process, sig: int) -> None:
-    # psutil checks the pid still names the process it found (its start time): a pid reused
-    # since is not signalled
-    try:
-        p.send_signal(sig)
-    except psutil.Error:
-        pass
 
 
 def _reap(pid: int, deadline: float) -> None:

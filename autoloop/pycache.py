@@ -13,7 +13,7 @@ import shutil
 import stat
 import subprocess
 from pathlib import Path
-from typing import Mapping, NamedTuple, Sequence
+from typing import Mapping, Sequence
 
 from autoloop.proc import run_captured
 from autoloop.walk import walk
@@ -67,6 +67,7 @@ _TAG_QUERY = "import sys; print(sys.implementation.cache_tag or '')"
 
 
 class ProvenCache:
+    """The cache under `root`, compiled by each of `interpreters` for its own cache tag."""
 
     def __init__(self, root: Path, interpreters: Sequence[str], env: Mapping[str, str]) -> None:
         self.root = root
@@ -76,7 +77,7 @@ class ProvenCache:
             tag = _run(exe, _TAG_QUERY, "", self.env, _QUERY_TIMEOUT_S).strip()
             if tag and tag not in self._by_tag:
                 self._by_tag[tag] = exe
-        self._seeded: dict[Path, dict[str, _Seen]] = {}
+        self._seeded: dict[Path, dict[str, tuple[int, int]]] = {}
 
     @property
     def usable(self) -> bool:
@@ -122,14 +123,9 @@ class ProvenCache:
         self._seeded.pop(prefix, None)
 
 
-class _Seen(NamedTuple):
-    ino: int
-    mtime_ns: int
-
-
-def _files(root: Path) -> dict[str, _Seen]:
-    """Every entry but folders under root, by relative path."""
-    return {rel: _Seen(st.st_ino, st.st_mtime_ns) for rel, _, st in walk(str(root))
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    """(inode, mtime) of every entry but folders under root, by relative path."""
+    return {rel: (st.st_ino, st.st_mtime_ns) for rel, _, st in walk(str(root))
             if st is not None and not stat.S_ISDIR(st.st_mode)}
 
 

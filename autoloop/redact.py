@@ -26,10 +26,6 @@ class Redactor:
         # longest first, so a secret that contains another is replaced whole
         self._values = sorted(values, key=len, reverse=True)
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "Redactor":
-        return cls(env)
-
     def text(self, s: str) -> str:
         for value in self._values:
             if value in s:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
+from autoloop.errors import ConfigError
 from autoloop.measured_files import all_words
 from autoloop.program import Program, SandboxSpec
 from autoloop.proc import run_captured
@@ -199,17 +200,18 @@ def git_link(tree: Path, scratch: Path, common_dir: Path) -> GitLink | None:
     return GitLink(Path(os.path.realpath(common_dir)), link)
 
 
-def for_measurements(spec: SandboxSpec) -> tuple[Bwrap | None, str | None]:
-    """The probed sandbox for measurements outside a run (`verify`, `gate`): (bwrap, None), or
-    (None, why there is none) for `auto` and `none`; raises SandboxUnavailable for `bwrap`."""
-    if spec.kind == "none":
+def probed(program: Program) -> tuple[Bwrap | None, str | None]:
+    """The sandbox program.md asks for, probed: (bwrap, None), or (None, why there is none) for
+    `auto` and `none`; ConfigError (exit 2) when `sandbox: bwrap` cannot be made."""
+    if program.sandbox.kind == "none":
         return None, "sandbox: none in program.md"
-    box = Bwrap(spec)
+    box = Bwrap(program.sandbox)
     try:
         box.probe()
     except SandboxUnavailable as exc:
-        if spec.kind == "bwrap":
-            raise
+        if program.sandbox.kind == "bwrap":
+            where = f"{program.path.name}:{program.lines.get('sandbox', 1)}"
+            raise ConfigError(f"{where}: sandbox: {exc}") from None
         return None, str(exc)
     return box, None
 
@@ -251,8 +253,7 @@ def _venv_root(p: Path) -> Path | None:
 
 
 def _named_folders(command: str | Sequence[str]) -> list[Path]:
-    """The folders of absolute paths the command names (`python /tmp/x/gen.py`, also inside
-    `sh -c '…'` and `--opt=/tmp/x`): a script kept under /tmp stays readable behind the private
-    /tmp, with the files beside it."""
+    """The folders of absolute paths the command names (`python /tmp/x/gen.py`, `--opt=/tmp/x`,
+    in `sh -c '…'`): a script under /tmp stays readable, with its neighbours, behind our /tmp."""
     words = all_words(command) if isinstance(command, str) else list(command)
     return [Path(w) if os.path.isdir(w) else Path(w).parent for w in words if os.path.isabs(w) and os.path.exists(w)]

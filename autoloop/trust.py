@@ -9,10 +9,7 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import importlib
-import sys
-from typing import Callable
 
 _PR_SET_DUMPABLE = 4
 _PR_GET_DUMPABLE = 3
@@ -25,27 +22,26 @@ _STATISTICS = ("numpy", "scipy", "scipy.stats")
 _SDK = {"anthropic": ("anthropic",), "openai": ("openai",)}
 
 
-def _prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
+def prctl(option: int, arg: int | ctypes.c_int = 0) -> int | None:
+    """prctl(2) with one argument (a c_int is passed by pointer); None where there is none."""
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl  # type: ignore[no-any-return]
-    except OSError:
-        return None
+        call = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None   # not Linux
+    value = ctypes.byref(arg) if isinstance(arg, ctypes.c_int) else ctypes.c_ulong(arg)
+    return int(call(option, value, 0, 0, 0))
 
 
 def undumpable() -> bool:
     """Make this process non-dumpable (Linux); whether it is now."""
-    prctl = _prctl()
-    if prctl is not None:
-        prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    prctl(_PR_SET_DUMPABLE, 0)
     return dumpable() is False
 
 
 def dumpable() -> bool | None:
     """This process's dumpable flag (None where there is no prctl)."""
-    prctl = _prctl()
-    return None if prctl is None else bool(prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0))
+    flag = prctl(_PR_GET_DUMPABLE)
+    return None if flag is None else bool(flag)
 
 
 def preload(*, statistics: bool, generator_kind: str = "") -> list[str]:

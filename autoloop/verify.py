@@ -7,11 +7,10 @@ from typing import Callable, Mapping, Sequence
 
 from autoloop import editable, proc
 from autoloop.hints import missing_path_hint, near_miss, plain, root_hint, uncommitted_module_hint
-from autoloop.metric import (GuardResult, Measurement, MetricError, metric_line_regex,  # noqa: F401 (re-exported)
-                             parse_metric, parse_metric_text)
+from autoloop.metric import GuardResult, Measurement, MetricError, parse_metric
 from autoloop.program import HoldoutSpec, Program, VerifierSpec
-from autoloop.errors import ConfigError
-from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable, failure_hint, for_measurements
+from autoloop.sandbox import Bwrap, Confinement, failure_hint, probed
+
 
 def steps(program: Program, with_guards: bool = True,
           verifier: VerifierSpec | HoldoutSpec | None = None) -> list[proc.Step]:
@@ -66,26 +65,12 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
 
 def sandbox_outside_run(program: Program) -> tuple[Bwrap | None, str | None]:
     """The sandbox of `verify`'s and `gate`'s measurements and, when there is none, the warning
-    to give; ConfigError (exit 2) when `sandbox: bwrap` cannot be made."""
-    bwrap, why = _probe(program)
+    to give. ConfigError (exit 2) when `sandbox: bwrap` cannot be made or, with no sandbox, an
+    installation points into the checkout (editable.refuse, as `run` does before its baseline)."""
+    bwrap, why = probed(program)
+    if bwrap is None:
+        editable.refuse(program, why or "")
     return bwrap, why and f"not sandboxed: {why}; these attacks are only detected, see README (Not covered)"
-
-
-def refuse_editable_unsandboxed(program: Program) -> None:
-    """The check `run` makes before its baseline (hardening.preflight): with no sandbox to bind
-    the candidate at the checkout's path, an installation pointing into the checkout would make
-    every measurement import the checkout's files. ConfigError (exit 2) naming it and the fix."""
-    bwrap, why = _probe(program)
-    if bwrap is not None:
-        return
-    editable.refuse(program, why or "")
-
-
-def _probe(program: Program) -> tuple[Bwrap | None, str | None]:
-    try:
-        return for_measurements(program.sandbox)
-    except SandboxUnavailable as exc:
-        raise ConfigError(f"{program.path.name}:{program.lines.get('sandbox', 1)}: sandbox: {exc}") from None
 
 
 def failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> str:

@@ -14,7 +14,7 @@ from autoloop.errors import ConfigError
 from autoloop.loop import protected_paths, uncommitted_warnings
 from autoloop.program import Program
 from autoloop.sandbox import tree_box
-from autoloop.verify import Measurement, measure, refuse_editable_unsandboxed, sandbox_outside_run
+from autoloop.verify import Measurement, measure, sandbox_outside_run
 from autoloop.sentinel import remove_tree
 from autoloop.workspace import Workspace, Worktree
 
@@ -33,7 +33,7 @@ def check(program: Program) -> tuple[Workspace, str]:
     ws = Workspace(program.repo_root, "verify")
     ws.check_state()
     protected_paths(program)   # a verifier the generator could edit is refused, as by `run`
-    refuse_editable_unsandboxed(program)   # as `run` does before its baseline
+    sandbox_outside_run(program)   # refuses what `run` does before its baseline
     for i, d in enumerate(program.data):
         if not d.source.exists():
             line = program.lines.get(f"data[{i}].path", program.lines.get(f"data[{i}]", 1))

@@ -16,7 +16,7 @@ import pytest
 from autoloop.generators.registry import make_generator
 from autoloop.generators.tune import TuneGenerator
 from autoloop.program import load_program
-from autoloop.verify import parse_metric_text
+from autoloop.metric import parse_metric_text
 from tests.conftest import git, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
