@@ -77,7 +77,7 @@ class Objective:
         self.cache: dict[Any, float] = {}
 
     def start(self) -> dict[str, Any]:
-        return {m.key: m.value for m in self.markers}
+        return {m.param.key: m.value for m in self.markers}
 
     def measure(self, config: dict[str, Any], rng: random.Random) -> float:
         if self.noisy is not None:
@@ -93,7 +93,7 @@ class Objective:
     def _named(self, config: dict[str, Any]) -> dict[str, Any]:
         out = {}
         for m in self.markers:
-            v = config[m.key]
+            v = config[m.param.key]
             out[m.name] = m.param.native(v)
         return out
 
@@ -157,7 +157,7 @@ def run_tune(obj: Objective, seed: int, n: int, **engine_options: Any) -> list[f
 def run_optuna(obj: Objective, seed: int, n: int, sampler: str) -> list[float]:
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    dists = {m.key: m.param.distribution() for m in obj.markers}
+    dists = {m.param.key: m.param.distribution() for m in obj.markers}
     s = optuna.samplers.TPESampler(seed=seed) if sampler == "tpe" else optuna.samplers.RandomSampler(seed=seed)
     study = optuna.create_study(direction="minimize", sampler=s)
     if obj.noisy is not None:
@@ -272,7 +272,7 @@ def run_cli(obj: Objective, seed: int, n: int, workdir: Path) -> tuple[list[floa
     records = _ledger(repo, ledger)
     curve: list[float] = []
     best = math.inf
-    current = {m.key.replace(obj.params.name, allowed): m.value for m in obj.markers}
+    current = {m.param.key.replace(obj.params.name, allowed): m.value for m in obj.markers}
     for rec in records:
         if rec.get("cycle", 0) == 0:
             continue

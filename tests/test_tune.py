@@ -208,7 +208,7 @@ def test_only_allowed_and_not_forbidden_files_are_scanned(tmp_path: Path) -> Non
     write(tmp_path, "program.md", "E = 1  # tune: 0..2\n")          # never editable
     program = make_program(tmp_path, ("pkg/**", "program.md"), forbidden=("pkg/vendor/**",))
     gen = TuneGenerator(program.generator, program)
-    assert [m.key for m in gen.markers] == ["pkg/a.py:A", "pkg/deep/b.py:B"]
+    assert [m.param.key for m in gen.markers] == ["pkg/a.py:A", "pkg/deep/b.py:B"]
 
 
 def test_symlinked_files_are_not_tuned(tmp_path: Path) -> None:
@@ -217,7 +217,7 @@ def test_symlinked_files_are_not_tuned(tmp_path: Path) -> None:
     (tmp_path / "link.py").symlink_to(tmp_path / "real/x.py")
     program = make_program(tmp_path, ("*.py",))
     gen = TuneGenerator(program.generator, program)
-    assert [m.key for m in gen.markers] == ["train.py:LR"]
+    assert [m.param.key for m in gen.markers] == ["train.py:LR"]
 
 
 def test_registry_builds_tune(tmp_path: Path) -> None:
