@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import random
 import shutil
@@ -337,6 +338,26 @@ def _cell(values: list[float]) -> str:
     return f"{mean:.4g} ± {statistics.stdev(values) / math.sqrt(len(values)):.2g}"
 
 
+_JOB: tuple[Callable[[Objective, int, int], list[float]], Objective, int] | None = None
+
+
+def _one_seed(seed: int) -> list[float]:
+    assert _JOB is not None
+    fn, obj, n = _JOB
+    return fn(obj, seed, n)
+
+
+def _curves(fn: Callable[[Objective, int, int], list[float]], obj: Objective, seeds: range, n: int,
+            jobs: int) -> list[list[float]]:
+    """One curve per seed, `jobs` seeds at a time (forked processes: the results do not depend on it)."""
+    global _JOB
+    _JOB = (fn, obj, n)
+    if jobs <= 1:
+        return [_one_seed(seed) for seed in seeds]
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        return pool.map(_one_seed, seeds, chunksize=1)
+
+
 def _engine_variant(spec: str) -> Callable[[Objective, int, int], list[float]]:
     options = {k: int(v) for k, v in (part.split("=") for part in spec.split(","))}
     return lambda o, s, n: run_tune(o, s, n, **options)
@@ -351,6 +372,9 @@ def main() -> int:
     ap.add_argument("--cli-objectives", nargs="+", default=["quickstart", "noisy"], choices=list(OBJECTIVES))
     ap.add_argument("--cli-only", action="store_true", help="only the `autoloop run` rows")
     ap.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    ap.add_argument("--columns", nargs="+", type=int, default=list(COLUMNS), metavar="N",
+                    help="the cycle counts reported (a shorter run for a quick look)")
+    ap.add_argument("--jobs", type=int, default=1, help="seeds run at once, each in its own process")
     ap.add_argument("--import-cost", action="store_true")
     ap.add_argument("--variants", action="store_true", help="also the engine settings tune's were chosen among")
     ap.add_argument("--engine", action="append", default=[], metavar="K=V,K=V",
@@ -359,11 +383,12 @@ def main() -> int:
     if args.import_cost:
         import_cost()
         return 0
-    n = max(COLUMNS)
+    columns = args.columns
+    n = max(columns)
     print(f"best metric after N cycles, mean over seeds {args.first_seed}..{args.first_seed + args.seeds - 1}"
           " (lower is better)\n")
-    print("| objective | method | " + " | ".join(f"after {c}" for c in COLUMNS) + " | s |")
-    print("|---|---|" + "---|" * (len(COLUMNS) + 1))
+    print("| objective | method | " + " | ".join(f"after {c}" for c in columns) + " | s |")
+    print("|---|---|" + "---|" * (len(columns) + 1))
     for name in args.objectives:
         obj = OBJECTIVES[name]()
         extra = {f"tune, {spec}": _engine_variant(spec) for spec in args.engine}
@@ -371,13 +396,13 @@ def main() -> int:
         methods = {} if args.cli_only else {**chosen, **(VARIANTS if args.variants else {}), **extra}
         for method, fn in methods.items():
             t0 = time.monotonic()
-            curves = [fn(obj, seed, n) for seed in range(args.first_seed, args.first_seed + args.seeds)]
-            print(f"| {name} | {method} | " + " | ".join(_cell([c[col - 1] for c in curves]) for col in COLUMNS)
+            curves = _curves(fn, obj, range(args.first_seed, args.first_seed + args.seeds), n, args.jobs)
+            print(f"| {name} | {method} | " + " | ".join(_cell([c[col - 1] for c in curves]) for col in columns)
                   + f" | {time.monotonic() - t0:.0f} |", flush=True)
         if args.cli and name in args.cli_objectives:
             with tempfile.TemporaryDirectory(prefix="tune-bench-") as tmp:
                 runs = [run_cli(obj, seed, n, Path(tmp)) for seed in range(args.cli)]
-            cells = [statistics.fmean(c[min(col, len(c)) - 1] for c, _ in runs) for col in COLUMNS]
+            cells = [statistics.fmean(c[min(col, len(c)) - 1] for c, _ in runs) for col in columns]
             secs = sum(s for _, s in runs)
             print(f"| {name} | tune via `autoloop run` (seeds 0..{args.cli - 1}) | "
                   + " | ".join(f"{v:.4g}" for v in cells) + f" | {secs:.0f} |", flush=True)

@@ -323,7 +323,8 @@ def test_a_proposal_rewrites_only_the_values_and_says_what_and_why(tmp_path: Pat
     assert proposal.hypothesis.startswith("Set ")
     for name in changed:
         assert name in proposal.hypothesis.split(":")[0]
-    assert "a random point to map the space before TPE models it (1 measured so far)" in proposal.hypothesis
+    assert "a point of a Latin hypercube to map the space before TPE models it (1 measured so far)" \
+        in proposal.hypothesis
     assert "best measured so far 2.5" in proposal.hypothesis
 
 
@@ -424,6 +425,25 @@ def test_the_seed_changes_the_search_and_fixes_it(tmp_path: Path) -> None:
     assert runs["a"][0] != runs["b"][0]                 # another seed: another search from cycle 1
     assert len(set(runs["a"]) & set(runs["b"])) == 0
     assert runs["d"] != runs["a"]
+
+
+def test_the_start_is_a_latin_hypercube_of_the_seed(tmp_path: Path) -> None:
+    """The points before TPE models the space cover each range evenly: one in each of N_STARTUP
+    equal slices (of the log range for a log parameter, of the choices for a categorical)."""
+    text = ('X = 0.5  # tune: 0..1\nY = 0.1  # tune: 0.001..10 log\n'
+            f'C = "c0"  # tune: {"|".join(f"c{i}" for i in range(N_STARTUP))}\n')
+    starts = []
+    for seed in (1, 2):
+        sim = Simulation(tmp_path / str(seed), text, lambda v: v["X"] + v["Y"], seed=seed)
+        sim.run(N_STARTUP + 1)
+        assert [p.meta["how"] for p in sim.proposals] == ["start"] * N_STARTUP + ["model"]
+        points = sim.configs[1:N_STARTUP + 1]
+        assert sorted(int(c["X"] * N_STARTUP) for c in points) == list(range(N_STARTUP))
+        slices = sorted(int((math.log10(c["Y"]) + 3) / 4 * N_STARTUP) for c in points)
+        assert slices == list(range(N_STARTUP))
+        assert sorted(c["C"] for c in points) == [f"c{i}" for i in range(N_STARTUP)]
+        starts.append(points)
+    assert starts[0] != starts[1]                       # another seed, another hypercube
 
 
 def rosenbrock(v: dict[str, Any]) -> float:

@@ -305,8 +305,8 @@ def _hypothesis(markers: Sequence[Marker], changes: Sequence[Mapping[str, Any]],
     """What changes and why, in words a person reading experiments.md can check."""
     kept = [m.name for m in markers if m.name not in {c["param"] for c in changes}]
     what = f"Set {', '.join(c['text'] for c in changes)}" + (f" ({', '.join(kept)} unchanged)" if kept else "")
-    why = {"start": f"a random point to map the space before TPE models it ({point.n_observed} "
-                    "measured so far)",
+    why = {"start": f"a point of a Latin hypercube to map the space before TPE models it "
+                    f"({point.n_observed} measured so far)",
            "random": "a random unmeasured point: every point TPE proposed was measured already"
            }.get(point.how, f"TPE's pick after {point.n_observed} measurements: where the best of "
                             "them are denser than the rest, relative to what is still unexplored")
