@@ -16,7 +16,7 @@ from autoloop.errors import ConfigError, FatalGeneratorError
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.generators.registry import make_generator
 from autoloop.generators.tune import TuneGenerator, observations, parse_markers
-from autoloop.generators.tune_engine import N_STARTUP, canonical
+from autoloop.generators.tune_engine import N_STARTUP, Engine, canonical
 from autoloop.program import GeneratorSpec, Program, VerifierSpec
 
 
@@ -482,7 +482,7 @@ def test_a_persons_skip_is_not_a_measurement_but_a_crash_is(tmp_path: Path) -> N
     write(tmp_path, "train.py", "X = 0.5  # tune: 0..1\n")
     program = make_program(tmp_path)
     gen = TuneGenerator(program.generator, program)
-    engine = gen.engine(gen.markers)
+    engine = Engine([m.param for m in gen.markers], "minimize", None)
     # the crash scored as the worst; the user's values measured but kept out of TPE's model
     assert [o.proposed for o in seen] == [False, True, True]
     assert engine._usable(seen) == [({"train.py:X": 0.9}, 3.0), ({"train.py:X": 0.7}, 3.0)]

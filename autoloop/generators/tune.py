@@ -54,10 +54,6 @@ class Marker:
     quote: str = ""      # a categorical's quote, written back the same way
 
 
-class MarkerError(ValueError):
-    """One or more bad markers; each message is `FILE:LINE: ...`."""
-
-
 def _fmt(x: float, is_int: bool, *, yaml: bool = False) -> str:
     if is_int:
         return str(int(round(x)))
@@ -172,7 +168,7 @@ def candidate_files(root: Path, rules: PathRules,
 
 
 def scan_markers(root: Path, files: Iterable[str]) -> list[Marker]:
-    """Markers of every file, in path order; raises MarkerError listing every bad one."""
+    """Markers of every file, in path order; a ConfigError lists every bad one (`FILE:LINE: ...`)."""
     markers, errors = list[Marker](), list[str]()
     for rel in files:
         try:
@@ -183,7 +179,7 @@ def scan_markers(root: Path, files: Iterable[str]) -> list[Marker]:
         found, bad = parse_markers(text, rel)
         markers, errors = markers + found, errors + bad
     if errors:
-        raise MarkerError("\n".join(errors))
+        raise ConfigError("\n".join(errors))
     return markers
 
 
@@ -192,22 +188,19 @@ def observations(history: Sequence[Mapping[str, Any]], current: Mapping[str, Val
     candidate that reached the verifier at the median of every sample of it the ledger holds (the
     paired rule re-measures the incumbent: its value is not its luckiest sample). A skip, a
     violation or a gen_error teaches nothing; a crash or guard failure is a failure (None)."""
-    samples: dict[Any, list[float]] = {}
-    configs: dict[Any, Mapping[str, Value]] = {}         # in the order first measured
-    failed: set[Any] = set()
-    starts: set[Any] = set()      # incumbents tune did not propose (the user's values, ...)
+    # by config, in the order first measured: (config, proposed by tune), its samples (None: failed)
+    configs: dict[Any, tuple[Mapping[str, Value], bool]] = {}
+    samples: dict[Any, list[float] | None] = {}
     pending: list[float] = []     # the incumbent's value before the ledger names its config
 
     def add(config: Mapping[str, Value], values: Sequence[float] | None, proposed: bool = True) -> None:
         key = canonical(config)
         if key not in configs and (values is None or values):
-            configs[key] = config
-            if not proposed:
-                starts.add(key)
-            if values is None:       # the first measurement decides: failed or measured
-                failed.add(key)
-        if key not in failed and values:
-            samples.setdefault(key, []).extend(values)
+            configs[key] = (config, proposed)
+            samples[key] = None if values is None else []   # the first measurement decides
+        got = samples.get(key)
+        if got is not None and values:
+            got.extend(values)
 
     for record in history:
         status, metric = record.get("status"), record.get("metric")
@@ -230,8 +223,8 @@ def observations(history: Sequence[Mapping[str, Any]], current: Mapping[str, Val
             add(config, [float(x) for b in batches for x in b.get("b") or []] or [float(metric)])
     if pending:
         add(current, pending, False)
-    return [Observation(dict(c), None if k in failed else statistics.median(samples[k]), k not in starts)
-            for k, c in configs.items()]
+    return [Observation(dict(c), None if (got := samples[k]) is None else statistics.median(got), proposed)
+            for k, (c, proposed) in configs.items()]
 
 
 class TuneGenerator:
@@ -241,10 +234,7 @@ class TuneGenerator:
         self.program, self.seed = program, spec.seed
         # program.md is never editable; the loop adds its own files to ctx.is_allowed at propose time
         self.rules = PathRules(program.allowed, program.forbidden, {program.rel_path: "program"})
-        try:
-            self.markers = tuple(self.current_markers(program.repo_root))
-        except MarkerError as exc:
-            raise ConfigError(str(exc)) from None
+        self.markers = tuple(self.current_markers(program.repo_root))
         if not self.markers:
             line = program.lines.get("generator.kind") or program.lines.get("generator")
             raise ConfigError(
@@ -260,13 +250,10 @@ class TuneGenerator:
     def current_markers(self, workdir: Path, is_allowed: Callable[[str], bool] | None = None) -> list[Marker]:
         return scan_markers(workdir, candidate_files(workdir, self.rules, is_allowed))
 
-    def engine(self, markers: Sequence[Marker]) -> Engine:
-        return Engine([m.param for m in markers], self.program.verifier.direction, self.seed)
-
     def propose(self, ctx: GenContext) -> Proposal:
         try:
             markers = self.current_markers(ctx.workdir, ctx.is_allowed)
-        except MarkerError as exc:
+        except ConfigError as exc:
             raise FatalGeneratorError(f"tune: {exc}") from None
         if not markers:
             raise FatalGeneratorError("tune: no `# tune:` markers are left in the allowed files")
@@ -278,7 +265,8 @@ class TuneGenerator:
             worker = max(0, int(ctx.env.get("AUTOLOOP_WORKER", "0")))
         except ValueError:
             worker = 0
-        points = self.engine(markers).propose(seen, count=worker + 1)
+        engine = Engine([m.param for m in markers], self.program.verifier.direction, self.seed)
+        points = engine.propose(seen, count=worker + 1)
         if len(points) <= worker:   # a finite space with fewer unmeasured points than workers
             total = len({canonical(o.config) for o in seen}) + len(points)
             if points:
