@@ -164,11 +164,12 @@ def candidate_files(root: Path, rules: PathRules,
             found.add(prefix)
         found.update(f"{prefix}/{rel}".lstrip("/") for rel, _, st in walk(str(start), skip={".git"})
                      if st is not None and stat.S_ISREG(st.st_mode))   # lstat: links are not files
-    return [rel for rel in sorted(found) if rules.allows(rel) and (is_allowed is None or is_allowed(rel))]
+    return [rel for rel in sorted(found)
+            if rules.allows(rel) and (is_allowed is None or is_allowed(rel))]
 
 
 def scan_markers(root: Path, files: Iterable[str]) -> list[Marker]:
-    """Markers of every file, in path order; a ConfigError lists every bad one (`FILE:LINE: ...`)."""
+    """Markers of every file, in path order; a ConfigError lists every bad one (`FILE:LINE:`)."""
     markers, errors = list[Marker](), list[str]()
     for rel in files:
         try:
@@ -223,8 +224,8 @@ def observations(history: Sequence[Mapping[str, Any]], current: Mapping[str, Val
             add(config, [float(x) for b in batches for x in b.get("b") or []] or [float(metric)])
     if pending:
         add(current, pending, False)
-    return [Observation(dict(c), None if (got := samples[k]) is None else statistics.median(got), proposed)
-            for k, (c, proposed) in configs.items()]
+    return [Observation(dict(c), None if (got := samples[k]) is None else statistics.median(got),
+                        proposed) for k, (c, proposed) in configs.items()]
 
 
 class TuneGenerator:
@@ -281,7 +282,8 @@ class TuneGenerator:
                    if canonical({"": point.config[m.param.key]}) != canonical({"": m.value})]
         return Proposal(
             hypothesis=_hypothesis(markers, changes, point, seen, self.program.verifier.direction),
-            meta={"config": {m.param.key: m.param.native(point.config[m.param.key]) for m in markers},
+            meta={"config": {m.param.key: m.param.native(point.config[m.param.key])
+                             for m in markers},
                   # the configuration it started from, measured at the incumbent's metric
                   "incumbent": {m.param.key: m.param.native(m.value) for m in markers},
                   "changes": [{k: c[k] for k in ("param", "file", "line", "from", "to")} for c in changes],
@@ -315,5 +317,6 @@ def _rewrite(workdir: Path, marker: Marker, value: Value, markers: Sequence[Mark
     lines[marker.line - 1] = line[:marker.start] + new + line[marker.end:]
     path.write_bytes("\n".join(lines).encode("utf-8"))
     name = marker.name if sum(m.name == marker.name for m in markers) == 1 else param.key
-    return {"param": marker.name, "file": marker.file, "line": marker.line, "text": f"{name} {old} → {new}",
-            "from": param.native(marker.value), "to": param.native(value)}
+    return {"param": marker.name, "file": marker.file, "line": marker.line,
+            "text": f"{name} {old} → {new}", "from": param.native(marker.value),
+            "to": param.native(value)}
