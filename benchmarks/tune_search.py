@@ -4,6 +4,7 @@
     python benchmarks/tune_search.py --seeds 5 --objectives valley mixed
     python benchmarks/tune_search.py --cli 2              # + 2 seeds of tune through `autoloop run`
     python benchmarks/tune_search.py --import-cost        # what `import optuna` costs a tune run
+    python benchmarks/tune_search.py --jobs 2 --columns 10 20   # seeds 2 at a time, 20 cycles
 
 Objectives (each a params.py with `# tune:` markers and a score.py verifier):
   quickstart  examples/quickstart: 4 markers (float log, int, int log, float), deterministic
@@ -229,8 +230,9 @@ METHODS: dict[str, Callable[[Objective, int, int], list[float]]] = {
     "Optuna TPE": lambda o, s, n: run_optuna(o, s, n, "tpe"),
     "Optuna random": lambda o, s, n: run_optuna(o, s, n, "random"),
 }
-# --variants: the engine settings tune's defaults were chosen among (tune_engine: N_STARTUP, MULTIVARIATE, with_start)
+# --variants: the engine settings tune's defaults were chosen among (tune_engine.Engine's fields)
 VARIANTS: dict[str, Callable[[Objective, int, int], list[float]]] = {
+    "tune, random start (no hypercube)": lambda o, s, n: run_tune(o, s, n, lhs=False),
     "tune, your values in TPE's model": lambda o, s, n: run_tune(o, s, n, with_start=True),
     "tune, 10 random first (Optuna's default)": lambda o, s, n: run_tune(o, s, n, n_startup=10),
     "tune, univariate TPE": lambda o, s, n: run_tune(o, s, n, multivariate=False),
@@ -378,7 +380,7 @@ def main() -> int:
     ap.add_argument("--import-cost", action="store_true")
     ap.add_argument("--variants", action="store_true", help="also the engine settings tune's were chosen among")
     ap.add_argument("--engine", action="append", default=[], metavar="K=V,K=V",
-                    help="also tune with these Engine options, e.g. n_startup=10,local_every=0,multivariate=0")
+                    help="also tune with these Engine options, e.g. n_startup=10,lhs=0,multivariate=0")
     args = ap.parse_args()
     if args.import_cost:
         import_cost()
