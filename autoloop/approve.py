@@ -23,7 +23,6 @@ from autoloop.numbers import num as fmt, pct, signed_pct
 from autoloop.verify import GuardResult
 
 Action = Literal["keep", "discard", "verify", "skip", "quit"]
-WHEN = ("after", "before", "both")
 FILES_SHOWN = 8
 SCREEN_LINES_KEPT = 14     # lines of a review around its diff: the diff gets the rest of the screen
 MIN_DIFF_LINES = 5
@@ -68,9 +67,7 @@ class Reviewer(Protocol):
 
 
 def stages(mode: str) -> frozenset[str]:
-    """--approve value → the points where a person is asked."""
-    if mode not in WHEN:
-        raise ValueError(f"--approve must be one of {', '.join(WHEN)}, got {mode!r}")
+    """--approve value (after, before or both: argparse's choices) → where a person is asked."""
     return frozenset(("before", "after")) if mode == "both" else frozenset((mode,))
 
 
@@ -115,16 +112,13 @@ _HELP_COMMON = ("v  view the full diff (through $PAGER when set)",
 
 
 class TerminalReviewer:
-    """Asks on the terminal: one key per choice (no Enter needed), a line for the note.
-    After verification: k keep, d discard; before it: y verify, s skip; and v view the full
-    diff, n note, q quit, ? help."""
+    """Asks on the terminal: one key per choice (no Enter needed), a line for the note."""
 
-    def __init__(self, mode: str, *, stdin: IO[str] | None = None, out: IO[str] | None = None,
-                 color: bool = True, pause: Callable[[], None] = lambda: None,
-                 resume: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, mode: str, *, out: IO[str], color: bool, pause: Callable[[], None],
+                 resume: Callable[[], None]) -> None:
         self.when = stages(mode)
-        self.stdin = stdin or sys.stdin
-        self.out = out or sys.stdout
+        self.stdin = sys.stdin
+        self.out = out
         self.color = color
         self._pause, self._resume = pause, resume
         self.quit_requested = False
@@ -134,9 +128,9 @@ class TerminalReviewer:
         return "quit by the person (approve mode)" if self.quit_requested else ""
 
     @staticmethod
-    def check_terminal(stdin: IO[str] | None = None) -> None:
+    def check_terminal() -> None:
         try:
-            ok = (stdin or sys.stdin).isatty()
+            ok = sys.stdin.isatty()
         except (AttributeError, ValueError):
             ok = False
         if not ok:

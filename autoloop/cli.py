@@ -155,8 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("autoloop: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        # the reader went away (`| head`): nothing more to say, and no traceback when Python
-        # flushes stdout at exit
+        # the reader went away (`| head`): no traceback when Python flushes stdout at exit
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except OSError:
@@ -171,8 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _leaving() -> None:
-    """Interrupted, and all is put back: one more Ctrl-C must not break the way out (filelock's
-    exit handlers would print a traceback)."""
+    # all is put back: one more Ctrl-C must not break the way out (filelock's exit handlers)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
 
@@ -181,13 +179,6 @@ def load(path_text: str) -> Any:  # -> Program (imported lazily, as above)
     from autoloop.program import load_program
 
     return load_program(Path(path_text).expanduser().absolute())
-
-
-def warn(line: str) -> None:
-    print(f"autoloop: warning: {line}", file=sys.stderr)
-
-
-# ---- run ---------------------------------------------------------------------------------------
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -218,7 +209,6 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
     outcome.program = program.rel_path
     outcome.paths = cimod.journal_paths(program, args.tag)
     workers = args.workers or program.parallel.workers
-    reviewer = None
     if args.approve and workers > 1:
         raise UsageError("--approve shows one candidate at a time; it cannot be used with parallel "
                          "workers (--workers / parallel.workers above 1)")
@@ -230,9 +220,8 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
     live, color = not in_ci and is_live(out), not in_ci and use_color(out)
     progress = Progress(out, program.verifier.label, live=live, color=color, timestamps=in_ci,
                         direction=program.verifier.direction)
-    if args.approve:
-        reviewer = TerminalReviewer(args.approve, out=out, color=color, pause=progress.pause,
-                                    resume=progress.resume)
+    reviewer = TerminalReviewer(args.approve, out=out, color=color, pause=progress.pause,
+                                resume=progress.resume) if args.approve else None
     budget = cimod.Budget(args.max_minutes) if args.max_minutes else None
 
     def report(event: str, data: Mapping[str, Any]) -> None:
@@ -267,8 +256,7 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
         if run is not None and getattr(run, "_attached", False):
             # however it ended, the ending is told: counts from the ledger, the summary line
             if on_budget:
-                assert budget is not None
-                reason = (f"--max-minutes budget reached ({budget.minutes:g} min); the cycle in "
+                reason = (f"--max-minutes budget reached ({args.max_minutes:g} min); the cycle in "
                           "progress was stopped")
             elif isinstance(exc, (Interrupted, KeyboardInterrupt)):
                 reason = "interrupted"
@@ -323,12 +311,10 @@ def _resume_command(args: argparse.Namespace) -> str:
     --cycles and --max-minutes count in each invocation (CONTRACT §3), so they are repeated as
     given; left out they would turn a bounded run into one that goes on to stop.max_cycles."""
     argv = ["autoloop", "run", args.program, "--tag", args.tag]
-    if args.cycles is not None:
-        argv += ["--cycles", str(args.cycles)]
-    if args.max_minutes is not None:
-        argv += ["--max-minutes", f"{args.max_minutes:g}"]
-    if args.workers is not None:
-        argv += ["--workers", str(args.workers)]
+    for flag, value in (("--cycles", args.cycles), ("--max-minutes", args.max_minutes),
+                        ("--workers", args.workers)):
+        if value is not None:
+            argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     if args.approve is not None:
         argv += [f"--approve={args.approve}"]
     if args.ci is not None:
@@ -342,8 +328,7 @@ def _standing(run: Any) -> str:
     """`score: baseline 109.04 → best 100.86, gain -25.77% (95% CI …), re-measured; 3 kept` —
     from the ledger through facts, the same numbers `log`, the report and --json show."""
     from autoloop.ci import facts_of
-    from autoloop.facts import gain_text
-    from autoloop.summary import overruled_keep
+    from autoloop.facts import gain_text, overruled_keep
 
     label = run.program.verifier.label
     f = facts_of(run.program, run.opt.tag, run.journal.records)
@@ -360,8 +345,7 @@ def _standing(run: Any) -> str:
 
 def _newcomer_checks(program: Any, tag: str | None = None) -> list[str]:
     """Refuse an untouched `autoloop init` template (exit 2); return the warnings about
-    `allowed` entries that can only be mistakes, for the caller to print once the run is past
-    its own checks — not again on every resume of a tag that has measured its baseline."""
+    `allowed` entries, to print once the run is past its checks (not on every resume)."""
     from autoloop import hints
     from autoloop.journal import Journal, has_baseline
 
@@ -372,13 +356,11 @@ def _newcomer_checks(program: Any, tag: str | None = None) -> list[str]:
 
 
 def _exit_code(exc: BaseException) -> int:
-    if isinstance(exc, (Interrupted, KeyboardInterrupt)):
-        return EXIT_INTERRUPTED
-    if isinstance(exc, AutoloopError):
+    if isinstance(exc, AutoloopError):      # Interrupted included: 130
         return exc.exit_code
     if isinstance(exc, SystemExit):
         return exc.code if isinstance(exc.code, int) else 1
-    return 1
+    return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else 1
 
 
 def _run_epilogue(args: argparse.Namespace, outcome: Any) -> None:
@@ -397,17 +379,14 @@ def _run_epilogue(args: argparse.Namespace, outcome: Any) -> None:
 
 
 def _step_summary(text: str) -> None:
-    """Append to $GITHUB_STEP_SUMMARY when it is set (GitHub Actions)."""
     path = os.environ.get("GITHUB_STEP_SUMMARY", "").strip()
     if path:
         try:
             with open(path, "a", encoding="utf-8") as f:
                 f.write(text.rstrip("\n") + "\n\n")
         except OSError as exc:
-            warn(f"cannot write the step summary to {path}: {exc}")
-
-
-# ---- verify, doctor, gate ----------------------------------------------------------------------
+            print(f"autoloop: warning: cannot write the step summary to {path}: {exc}",
+                  file=sys.stderr)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -482,9 +461,6 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return res.exit_code
 
 
-# ---- clean, init -------------------------------------------------------------------------------
-
-
 def cmd_clean(args: argparse.Namespace) -> int:
     from autoloop import clean
 
@@ -528,10 +504,10 @@ def _shown(p: Path) -> str:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from autoloop.init import init_program, list_templates
+    from autoloop.init import TEMPLATES, init_program
 
     if args.list:
-        for name, desc in list_templates():
+        for name, desc in TEMPLATES.items():
             print(f"{name:<10} {desc}")
         return 0
     target = Path(args.path)

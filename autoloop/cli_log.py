@@ -18,53 +18,47 @@ P_DIGITS = 3
 
 def cmd_log(args: argparse.Namespace) -> int:
     from autoloop.ci import facts_of
-    from autoloop.facts import gain_text, rows
-    from autoloop.journal import CycleRecord, not_sandboxed
-    from autoloop.numbers import count, pct_interval, sig, signed_pct, usd
+    from autoloop.facts import gain_text
+    from autoloop.journal import CycleRecord
+    from autoloop.numbers import count, pct_interval, share, sig, signed_pct, usd
 
     program, tag, journal = _open_run(args)
-    cycles = journal.cycles()
     name = program.verifier.label
     f = facts_of(program, tag, journal.records)
-    fmt = f.fmt
+    fmt, s = f.fmt, f.summary
     width = None if args.wide else _columns()
     print(f"run autoloop/{tag} — {program.goal}")
-    for note in not_sandboxed(journal.records):
+    for note in f.not_sandboxed:
         print(f"WARNING: {note}")
-    if not cycles:
+    if not f.rows:
         # an aborted baseline leaves no cycle record, only why: say so instead of an empty table
-        why = next((r.get("reason") for r in reversed(journal.records)
-                    if r.get("t") == "abort" and r.get("cycle") == 0), None)
-        print("no cycle was measured: " + (f"the baseline was aborted ({why})" if why else
-                                           "the run stopped before its baseline"))
+        why = f"the baseline was aborted ({f.aborted})" if f.aborted else ""
+        print("no cycle was measured: " + (why or "the run stopped before its baseline"))
         print(f"fix what stopped it (`autoloop verify {args.program}` shows the verifier's output), then "
               f"`autoloop run {args.program} --tag {tag}` starts the tag afresh")
         return 1
-    views = [CycleRecord.of(c) for c in cycles]
-    against = "vs (in cycle)" if any(c.pooled for c in views) else "best before"
+    views = [CycleRecord.of(row.record) for row in f.rows]
+    judged = [c for c in views if c.pooled]
+    against = "vs (in cycle)" if judged else "best before"
     head = f"{'cycle':>5}  {'status':<10} {name[:12]:>12} {against:>13} {'change':>8}  "
     print(head + "hypothesis")
-    indent = " " * len(head)
-    for c, (_, vs, change) in zip(views, rows(cycles)):
+    for c, row in zip(views, f.rows):
         line = (f"{c.cycle:>5}  {c.status:<10} {fmt(c.metric) or '-':>12} "
-                f"{fmt(vs, '') :>13} {signed_pct(change, ''):>8}  ")
+                f"{fmt(row.vs, '') :>13} {signed_pct(row.change, ''):>8}  ")
         print(_cut(line + " ".join(c.hypothesis.split()), width))
         if c.status != "baseline":
-            print(_cut(indent + "→ " + " ".join(c.lesson.split()), width))
-    judged = [c for c in views if c.pooled]
+            print(_cut(" " * len(head) + "→ " + " ".join(c.lesson.split()), width))
     if judged:
         print()
         print(f"{'cycle':>5}  {'status':<10} {'change':>9}  {'95% CI':<21} {'p':>8}  pairs  holdout")
-        for c in judged:
-            pooled, hold = c.pooled or {}, c.holdout
-            ci = pooled.get("change_ci_pct")
-            ci_text = pct_interval(ci).removeprefix("CI ") or "-"
-            h = "-" if hold is None else ("overfit?" if hold.get("overfit") else "improved")
-            ps = "/".join(sig(b["p"], P_DIGITS) for b in c.batches if "p" in b)
-            pairs = "+".join(str(b.get("n", 0)) for b in c.batches)
-            print(f"{c.cycle:>5}  {c.status:<10} {signed_pct(pooled.get('change_pct'), '-'):>9}  "
-                  f"{ci_text:<21} {ps:>8}  {pairs:<5}  {h}")
-    s = f.summary
+    for c in judged:
+        pooled, hold = c.pooled or {}, c.holdout
+        ci_text = pct_interval(pooled.get("change_ci_pct")).removeprefix("CI ") or "-"
+        h = "-" if hold is None else ("overfit?" if hold.get("overfit") else "improved")
+        ps = "/".join(sig(b["p"], P_DIGITS) for b in c.batches if "p" in b)
+        pairs = "+".join(str(b.get("n", 0)) for b in c.batches)
+        print(f"{c.cycle:>5}  {c.status:<10} {signed_pct(pooled.get('change_pct'), '-'):>9}  "
+              f"{ci_text:<21} {ps:>8}  {pairs:<5}  {h}")
     print()
     print(f"baseline   {fmt(s.baseline) or '-'}")
     print(f"best       {fmt(s.best) or '-'}" + (" (as measured against its incumbent)" if f.paired else ""))
@@ -72,7 +66,7 @@ def cmd_log(args: argparse.Namespace) -> int:
     if f.final is not None and s.gain_pct is not None and signed_pct(s.gain_pct) != signed_pct(f.headline_gain_pct):
         print(f"           (one-cycle medians baseline → best said {signed_pct(s.gain_pct)}; "
               "the re-measured gain is the one to quote)")
-    rate = "-" if s.keep_rate is None else f"{s.keep_rate * 100:.0f}% ({s.kept} of {s.cycles})"
+    rate = "-" if s.keep_rate is None else f"{share(s.keep_rate)} ({s.kept} of {s.cycles})"
     print(f"keep rate  {rate}")
     print("by status  " + (", ".join(f"{k} {n}" for k, n in s.by_status.items()) or "-"))
     print(f"trend      {s.trend}")
@@ -94,7 +88,6 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def _columns() -> int | None:
-    """How wide a line `log` may print: the terminal's width, else PIPE_WIDTH."""
     if sys.stdout.isatty():
         return max(MIN_WIDTH, shutil.get_terminal_size((PIPE_WIDTH, 24)).columns)
     return PIPE_WIDTH
@@ -111,7 +104,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     program, tag, journal = _open_run(args)
     f = facts_of(program, tag, journal.records)
-    text = markdown(f) if args.format == "markdown" else render(journal.records, f)
+    text = markdown(f) if args.format == "markdown" else render(f)
     dest = args.output or ("-" if args.format == "markdown" else str(journal.dir / "report.html"))
     if dest == "-":
         sys.stdout.write(text)
@@ -126,40 +119,37 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _open_run(args: argparse.Namespace) -> tuple[Any, str, Any]:
-    """(program, tag, loaded journal) of the run `--tag` names, else the most recent one."""
+    """(program, tag, loaded journal) of the run `--tag` names, else the most recent run of this
+    program file: program files in one folder share `.autoloop/`, and another program's run
+    would be read under this one's goal and metric name."""
     from autoloop.journal import Journal, run_of, run_programs
     from autoloop.program import load_program
 
     program = load_program(Path(args.program).expanduser().absolute())
-    tag = args.tag or _latest_tag(program.state_dir, program.rel_path, args.command)
-    journal = Journal(program.state_dir, tag)
+    state_dir, rel, tag = program.state_dir, program.rel_path, args.tag
+    found = sorted((state_dir / ".autoloop").glob("*/ledger.jsonl"))
+    if not tag:
+        ledgers = sorted(found, key=lambda p: p.stat().st_mtime)
+        if not ledgers:
+            raise UsageError(f"no autoloop run found in {state_dir} "
+                             "(run `autoloop run --tag NAME` first)")
+        mine = [led for led in ledgers if run_of(led, rel)]
+        if not mine:
+            other = sorted(run_programs(ledgers[-1]))[0]
+            raise UsageError(f"no run of {rel} in {state_dir}: the latest run there, "
+                             f"'{ledgers[-1].parent.name}', was made with {other}: "
+                             f"autoloop {args.command} {other}")
+        tag = mine[-1].parent.name
+    journal = Journal(state_dir, tag)
     if not journal.exists():
-        runs = [led.parent.name for led in sorted((program.state_dir / ".autoloop").glob("*/ledger.jsonl"))
-                if run_of(led, program.rel_path)]
+        runs = [led.parent.name for led in found if run_of(led, rel)]
         known = f"; its runs: {', '.join(runs)}" if runs else f"; {program.path.name} has no run yet"
         raise UsageError(f"no run '{tag}' next to {program.path.name} (no {journal.ledger}){known}")
     journal.load()
     made_by = run_programs(journal.ledger)
-    if made_by and program.rel_path not in made_by:
+    if made_by and rel not in made_by:
         # its cycles would be shown under this program's goal and metric name: wrong labels
         other = sorted(made_by)[0]
-        raise UsageError(f"run '{tag}' was made with {other}, not {program.rel_path}: "
+        raise UsageError(f"run '{tag}' was made with {other}, not {rel}: "
                          f"name it, e.g. autoloop {args.command} {other} --tag {tag}")
     return program, tag, journal
-
-
-def _latest_tag(state_dir: Path, program: str, command: str) -> str:
-    """The most recent run of `program`: program files in one folder share `.autoloop/`, and
-    another program's run would be read under this one's goal and metric name."""
-    from autoloop.journal import run_of, run_programs
-
-    ledgers = sorted((state_dir / ".autoloop").glob("*/ledger.jsonl"), key=lambda p: p.stat().st_mtime)
-    if not ledgers:
-        raise UsageError(f"no autoloop run found in {state_dir} (run `autoloop run --tag NAME` first)")
-    mine = [led for led in ledgers if run_of(led, program)]
-    if not mine:
-        other = sorted(run_programs(ledgers[-1]))[0]
-        raise UsageError(f"no run of {program} in {state_dir}: the latest run there, "
-                         f"'{ledgers[-1].parent.name}', was made with {other}: "
-                         f"autoloop {command} {other}")
-    return mine[-1].parent.name

@@ -50,28 +50,24 @@ def diagnose(program: Program, tag: str = "doctor") -> Iterator[Check]:
     for line in unmatched_allowed(program):
         yield Check("program", "warn", line)
     head = yield from _git(run)
+    data = list(_data(program, head))
     failed = head is None
-    for check in chain([_sandbox(run)], _generator(run)):  # streamed: a preflight takes a while
+    for check in chain([_sandbox(run)], _generator(run), data):  # streamed: preflights are slow
         failed = failed or check.blocks
         yield check
-    data_ok = True
-    for check in _data(program, head):
-        data_ok = data_ok and not check.blocks
-        yield check
-    if head is not None and data_ok and not failed:
+    if not failed:
         # what else the run checks before it starts (submodules, the run branch checked out
         # somewhere); sandbox and data problems have had their own lines
         try:
             run.guard.preflight()
         except UsageError as exc:
-            failed = True
             yield Check("repository", "FAIL", str(exc))
     if head is None:
         yield Check("verifier", "FAIL", "not measured: the repository has no commit to measure")
     elif unfinished:
         yield Check("verifier", "FAIL", f"not measured: {program.path.name} still holds the template's "
                                         "placeholders (the lines marked EDIT)")
-    elif not data_ok:
+    elif any(c.blocks for c in data):
         yield Check("verifier", "FAIL", "not measured: a data path is missing")
     else:
         yield from _measure(run, head)

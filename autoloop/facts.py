@@ -1,15 +1,99 @@
-"""Numbers about one run, pure functions of its ledger: what the report, the CI step summary,
-the pull request body and `run --json` show. Confidence intervals are read from the records
-(`stats.change_ci_pct`, `gain_ci_pct`), never invented."""
+"""Numbers about one run, pure functions of its ledger (anyone can recompute them): what `log`,
+the report, the CI step summary, the pull request body and `run --json` show. Confidence
+intervals are read from the records (`stats.change_ci_pct`, `gain_ci_pct`), never invented."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, NamedTuple, Sequence
 
-from autoloop.journal import not_sandboxed
-from autoloop.numbers import formatter, pct, pct_interval, run_values, signed_pct, usd
-from autoloop.summary import Summary, summarize
+from autoloop.journal import STATUSES, not_sandboxed
+from autoloop.numbers import (count, digits_for, formatter, num, pct, pct_interval, run_values,
+                              share, signed_pct, usd)
+from autoloop.ratchet import better
+
+MAX_KEPT = 30     # kept changes listed in the Markdown
+
+
+class Row(NamedTuple):
+    """A cycle record with what it was judged against and its change in % (see in_cycle)."""
+
+    record: Mapping[str, Any]
+    vs: float | None
+    change: float | None
+
+
+@dataclass(frozen=True)
+class Summary:
+    cycles: int                       # cycles after the baseline
+    baseline: float | None
+    best: float | None
+    gain_pct: float | None            # signed relative change baseline → best
+    kept: int
+    keep_rate: float | None
+    by_status: dict[str, int]
+    trend: str
+    cost_usd: float
+    tokens: int
+
+    @property
+    def cost_per_keep(self) -> float | None:
+        return self.cost_usd / self.kept if self.kept and self.cost_usd else None
+
+    @property
+    def cost_per_unit_gain(self) -> float | None:
+        """Dollars per unit of metric moved from baseline to best (in the metric's own units)."""
+        if not self.cost_usd or self.baseline is None or self.best is None \
+                or self.best == self.baseline:
+            return None
+        return self.cost_usd / abs(self.best - self.baseline)
+
+
+def overruled_keep(cycle: Mapping[str, Any]) -> bool:
+    """A person kept a candidate the ratchet would not have: its metric is no evidence of "best"."""
+    return (cycle.get("status") == "keep" and cycle.get("decided_by") == "human"
+            and cycle.get("recommendation") != "keep")
+
+
+def best_measured(cycles: Sequence[Mapping[str, Any]], direction: str,
+                  incumbent: float | None) -> float | None:
+    """What a run may call its best: the incumbent's metric, unless a person kept a regression
+    (approve mode), then the best metric measured at the baseline or a keep."""
+    if incumbent is None or not any(overruled_keep(c) for c in cycles):
+        return incumbent
+    best = summarize(cycles, direction).best
+    return best if best is not None and better(direction, best, incumbent) else incumbent
+
+
+def summarize(cycles: Sequence[Mapping[str, Any]], direction: str, recent: int = 10) -> Summary:
+    baseline = next((c.get("metric") for c in cycles if c["status"] == "baseline"), None)
+    best = baseline
+    for c in cycles:
+        m = c.get("metric")
+        if c["status"] == "keep" and m is not None and (best is None or better(direction, m, best)):
+            best = m
+    done = [c for c in cycles if c["cycle"] > 0]
+    counts = Counter(c["status"] for c in done)
+    gen = [c.get("gen") or {} for c in done]
+    return Summary(
+        cycles=len(done), baseline=baseline, best=best, gain_pct=pct(baseline, best),
+        kept=counts["keep"], keep_rate=counts["keep"] / len(done) if done else None,
+        by_status={k: counts[k] for k in dict.fromkeys([*STATUSES[1:], *counts]) if counts[k]},
+        trend=_trend(cycles, done[-recent:]),
+        cost_usd=sum(g.get("cost_usd") or 0.0 for g in gen),
+        tokens=sum((g.get("tokens_in") or 0) + (g.get("tokens_out") or 0) for g in gen))
+
+
+def _trend(cycles: Sequence[Mapping[str, Any]], window: Sequence[Mapping[str, Any]]) -> str:
+    if not window:
+        return "no cycles yet"
+    before = [c for c in cycles if c["cycle"] < window[0]["cycle"]]
+    start, end = (before[-1].get("best") if before else None), window[-1].get("best")
+    keeps = sum(1 for c in window if c["status"] == "keep")
+    d, fmt = pct(start, end), formatter([start, end])
+    moved = f", best {fmt(start)} → {fmt(end)} ({signed_pct(d)})" if d is not None else ""
+    return f"last {len(window)} cycles: {keeps} kept{moved}"
 
 
 @dataclass(frozen=True)
@@ -31,19 +115,22 @@ class Facts:
     metric: str
     direction: str
     summary: Summary
+    rows: tuple[Row, ...]                   # the cycle records, baseline included
     kept: tuple[Kept, ...]
     gain_ci_pct: tuple[float, float] | None
     gain_ci_level: float | None
     duration_s: float
-    cycles_total: int                       # cycle records, baseline included
-    by_status: dict[str, int] = field(default_factory=dict)
-    not_sandboxed: tuple[str, ...] = ()     # `not sandboxed: <why>; ...`, one per distinct reason
+    not_sandboxed: tuple[str, ...]          # `not sandboxed: <why>; ...`, one per distinct reason
     # the end-of-run re-measurement of best against the start (the last `final` record that
     # measured): in a paired run this, not baseline → best of one-cycle medians, is the gain
-    final: Mapping[str, Any] | None = None
-    values: tuple[float, ...] = ()          # every metric value the run shows (for rounding)
-    paired: bool = False                    # some cycle was judged on paired measurements
-    aborted: str | None = None              # why no cycle was measured (an aborted baseline)
+    final: Mapping[str, Any] | None
+    digits: int                             # significant digits that tell this run's values apart
+    paired: bool                            # some cycle was judged on paired measurements
+    aborted: str | None                     # why no cycle was measured (an aborted baseline)
+
+    @property
+    def cycles_total(self) -> int:
+        return len(self.rows)
 
     @property
     def remeasured_pct(self) -> float | None:
@@ -63,14 +150,12 @@ class Facts:
         return f"{self.metric} {self.fmt(s.baseline, '?')} → {self.fmt(s.best, '?')} ({gain})"
 
     def fmt(self, x: float | None, empty: str = "–") -> str:   # rounded as everywhere else in this run
-        return formatter(self.values, empty)(x)
+        return num(x, self.digits, empty)
 
     @property
     def cost_per_pct(self) -> float | None:   # dollars per percentage point of gain
-        g = self.headline_gain_pct
-        if not self.summary.cost_usd or not g:
-            return None
-        return self.summary.cost_usd / abs(g)
+        g, cost = self.headline_gain_pct, self.summary.cost_usd
+        return cost / abs(g) if cost and g else None
 
     def as_dict(self) -> dict[str, Any]:
         s = self.summary
@@ -98,25 +183,26 @@ def _r(x: float | None, digits: int = 4) -> float | None:
     return None if x is None else round(x, digits)
 
 
+def _pair(ci: Any) -> tuple[float, float] | None:
+    return (float(ci[0]), float(ci[1])) if isinstance(ci, (list, tuple)) and len(ci) == 2 else None
+
+
+def _kept(row: Row) -> Kept:
+    # `before`: what this keep was judged against (the incumbent re-measured beside it in a
+    # paired cycle, else the best of the cycle before it)
+    c, st = row.record, row.record.get("stats") or {}
+    ci = st.get("change_ci_pct") or (st.get("pooled") or {}).get("change_ci_pct")
+    return Kept(cycle=c["cycle"], commit=c.get("commit") or "", metric=c.get("metric"),
+                before=row.vs, change_pct=row.change,
+                hypothesis=" ".join(str(c.get("hypothesis", "")).split()), ci_pct=_pair(ci),
+                decided_by=c.get("decided_by") or "ratchet")
+
+
 def facts(records: Sequence[Mapping[str, Any]], *, tag: str, goal: str, metric: str,
           direction: str) -> Facts:
     cycles = [r for r in records if r.get("t") == "cycle"]
-    s = summarize(cycles, direction)
-    kept = []
-    for c, before, change in rows(cycles):
-        if c["status"] != "keep":
-            continue
-        # `before`: what this keep was judged against (the incumbent re-measured beside it in
-        # a paired cycle, else the best of the cycle before it)
-        st = c.get("stats") or {}
-        ci = st.get("change_ci_pct") or (st.get("pooled") or {}).get("change_ci_pct")
-        kept.append(Kept(cycle=c["cycle"], commit=c.get("commit") or "", metric=c.get("metric"),
-                         before=before, change_pct=change,
-                         hypothesis=" ".join(str(c.get("hypothesis", "")).split()),
-                         ci_pct=(float(ci[0]), float(ci[1])) if isinstance(ci, (list, tuple)) and len(ci) == 2 else None,
-                         decided_by=c.get("decided_by") or "ratchet"))
-    gain_ci = level = None
-    final = None
+    judged = rows(cycles)
+    gain_ci = level = final = None
     # a resumed run that kept more after an end-of-run check has another best: that check's
     # gain is about a commit that is no longer the best, and is not this run's headline
     last_keep = max((c["cycle"] for c in cycles if c.get("status") == "keep"
@@ -125,23 +211,20 @@ def facts(records: Sequence[Mapping[str, Any]], *, tag: str, goal: str, metric: 
         if r.get("t") == "final" and last_keep is not None \
                 and isinstance(r.get("after_cycle"), int) and r["after_cycle"] < last_keep:
             continue
-        ci = r.get("gain_ci_pct")
-        if isinstance(ci, (list, tuple)) and len(ci) == 2:
-            gain_ci, level = (float(ci[0]), float(ci[1])), r.get("gain_ci_level")
+        if (ci := _pair(r.get("gain_ci_pct"))) is not None:
+            gain_ci, level = ci, r.get("gain_ci_level")
         if r.get("t") == "final" and not r.get("error") and not r.get("skipped") \
                 and r.get("change_pct") is not None:
             final = r
-            ci = r.get("change_ci_pct")
-            if isinstance(ci, (list, tuple)) and len(ci) == 2 and not r.get("deterministic"):
-                gain_ci, level = (float(ci[0]), float(ci[1])), r.get("ci_level")
-            else:
-                gain_ci = level = None
-    duration = sum(float(c.get("duration_s") or 0.0) for c in cycles)
-    return Facts(tag=tag, goal=goal, metric=metric, direction=direction, summary=s, kept=tuple(kept),
-                 gain_ci_pct=gain_ci, gain_ci_level=level, duration_s=duration,
-                 cycles_total=len(cycles), by_status=dict(s.by_status), final=final,
+            ci = None if r.get("deterministic") else _pair(r.get("change_ci_pct"))
+            gain_ci, level = (ci, r.get("ci_level")) if ci is not None else (None, None)
+    return Facts(tag=tag, goal=goal, metric=metric, direction=direction,
+                 summary=summarize(cycles, direction), rows=tuple(judged),
+                 kept=tuple(_kept(row) for row in judged if row.record["status"] == "keep"),
+                 gain_ci_pct=gain_ci, gain_ci_level=level, final=final,
+                 duration_s=sum(float(c.get("duration_s") or 0.0) for c in cycles),
                  not_sandboxed=tuple(not_sandboxed(records)),
-                 values=tuple(run_values(records)),
+                 digits=digits_for(run_values(records)),
                  paired=any(isinstance((c.get("stats") or {}).get("pooled"), dict) for c in cycles),
                  aborted=None if cycles else next(
                      (str(r.get("reason") or "stopped before its baseline") for r in reversed(records)
@@ -170,51 +253,48 @@ def in_cycle(c: Mapping[str, Any], best_before: float | None) -> tuple[float | N
     return best_before, c.get("delta_pct", pct(best_before, c.get("metric")))
 
 
-def rows(cycles: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], float | None, float | None]]:
-    """Each cycle with the in-cycle comparison it was judged on (see in_cycle)."""
-    out = []
+def rows(cycles: Sequence[Mapping[str, Any]]) -> list[Row]:
+    out: list[Row] = []
     best: float | None = None
     for c in cycles:
-        vs, change = in_cycle(c, best)
-        out.append((c, vs, change))
-        if c.get("best") is not None:
-            best = c["best"]
+        out.append(Row(c, *in_cycle(c, best)))
+        best = c["best"] if c.get("best") is not None else best
     return out
 
 
-def markdown(f: Facts, *, title: str | None = None, extra_rows: Sequence[tuple[str, str]] = (),
-             max_kept: int = 30) -> str:
+def markdown(f: Facts, *, extra_rows: Sequence[tuple[str, str]] = ()) -> str:
     """The run as Markdown: a facts table and the kept changes (step summary, PR body)."""
-    s = f.summary
-    out = [f"### {title or f'autoloop run `{f.tag}`'}", ""]
+    s, num = f.summary, f.fmt
+    out = [f"### autoloop run `{f.tag}`", ""]
     if f.goal:
         out += [f"**Goal:** {f.goal}", ""]
     for note in f.not_sandboxed:
         out += [f"**Warning:** {note}", ""]
     if f.aborted:
         out += [f"**No cycle was measured:** the baseline was aborted ({_cell(f.aborted)}).", ""]
-    num = f.fmt
+    best = f"{f.direction}, as measured against its incumbent" if f.paired else f.direction
     table = [("baseline", f"{f.metric} = {num(s.baseline)}"),
-            ("best", f"{f.metric} = {num(s.best)} ({f.direction}, as measured against its incumbent)"
-             if f.paired else f"{f.metric} = {num(s.best)} ({f.direction})"),
-            ("gain", gain_text(f)),
-            ("cycles", f"{s.cycles} after the baseline; " + (", ".join(f"{k} {v}" for k, v in s.by_status.items()) or "none")),
-            ("kept changes", f"{s.kept}" + (f" (keep rate {s.keep_rate * 100:.0f}%)" if s.keep_rate is not None else "")),
-            ("cost", usd(s.cost_usd) + (f", {s.tokens:,} tokens" if s.tokens else "")
-             + (f", {usd(f.cost_per_pct)} per 1% gain" if f.cost_per_pct else "")),
-            *extra_rows]
+             ("best", f"{f.metric} = {num(s.best)} ({best})"),
+             ("gain", gain_text(f)),
+             ("cycles", f"{s.cycles} after the baseline; "
+              + (", ".join(f"{k} {v}" for k, v in s.by_status.items()) or "none")),
+             ("kept changes", f"{s.kept}"
+              + (f" (keep rate {share(s.keep_rate)})" if s.keep_rate is not None else "")),
+             ("cost", usd(s.cost_usd) + (f", {count(s.tokens)} tokens" if s.tokens else "")
+              + (f", {usd(f.cost_per_pct)} per 1% gain" if f.cost_per_pct else "")),
+             *extra_rows]
     out += ["| | |", "| --- | --- |"] + [f"| {k} | {_cell(v)} |" for k, v in table]
     if f.kept:
         out += ["", f"**Kept changes** ({len(f.kept)})", "",
                 "| cycle | commit | " + f.metric + " | change | hypothesis |", "| ---: | --- | ---: | ---: | --- |"]
-        for k in f.kept[-max_kept:]:
+        for k in f.kept[-MAX_KEPT:]:
             ch = signed_pct(k.change_pct)
             if k.ci_pct is not None:
                 ch += f" [{signed_pct(k.ci_pct[0])} … {signed_pct(k.ci_pct[1])}]"
             who = " (you)" if k.decided_by == "human" else ""
             out.append(f"| {k.cycle} | `{k.commit[:10]}` | {num(k.metric)} | {ch} | {_cell(k.hypothesis)}{who} |")
-        if len(f.kept) > max_kept:
-            out.append(f"\n… and {len(f.kept) - max_kept} earlier kept changes.")
+        if len(f.kept) > MAX_KEPT:
+            out.append(f"\n… and {len(f.kept) - MAX_KEPT} earlier kept changes.")
     return "\n".join(out) + "\n"
 
 

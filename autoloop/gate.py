@@ -1,14 +1,10 @@
 """`autoloop gate --base REF [--head REF]`: does a pull request make the benchmark worse?
 
-Both commits are measured in the same job, interleaved and paired (ABBA: base first in even
-pairs, head first in odd ones, so the machine's drift falls on both sides alike), every run a
-fresh verifier process in a pristine worktree of its commit; nothing is compared with a number
-from another machine or day. It fails only when the head is *significantly* worse (one-sided
-Wilcoxon signed-rank on the paired changes, p ≤ α) *and* the Hodges–Lehmann estimate is beyond
-the tolerance; with `--require-improvement` it passes only when the head is significantly better.
-
-Exit codes: 0 pass; 1 fail (worse beyond the tolerance, not better under --require-improvement,
-or the head's verifier/guards fail); 2 bad usage; 3 the base cannot be measured; 130 interrupted.
+Both commits are measured in this job, paired and interleaved (ABBA, so drift falls on both
+sides alike), each run a fresh verifier process in a pristine worktree of its commit. It fails
+only when the head is *significantly* worse (one-sided Wilcoxon signed-rank, p ≤ α) *and* the
+Hodges–Lehmann estimate is beyond the tolerance; `--require-improvement` passes only a head
+significantly better. Exit: 0 pass, 1 fail, 2 bad usage, 3 base unmeasurable, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ from autoloop.ratchet import orientation
 from autoloop.sandbox import Confinement, tree_box
 from autoloop.verify import measure, refuse_editable_unsandboxed, sandbox_outside_run, steps
 from autoloop.walk import remove_tree
-from autoloop.gitrun import GitError, git
+from autoloop.gitrun import git
 from autoloop.workspace import Worktree
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BASE_BROKEN = 0, 1, 2, 3
@@ -130,15 +126,15 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
     res.judge_changed = sorted(p for p in changed if p and p in judge)
     common = Path(repo / git(repo, "rev-parse", "--git-common-dir").strip()).resolve()
     refuse_editable_unsandboxed(program)   # both sides would import the checkout: `run` refuses too
-    t0 = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix="autoloop-gate-"))
-    trees = {"base": Worktree(repo, common, tmp / "base"), "head": Worktree(repo, common, tmp / "head")}
-    commits = {"base": base, "head": head}
-    marker = proc.new_marker()
-    env = _verifier_env()
-    bwrap, warning = sandbox_outside_run(program)
+    bwrap, warning = sandbox_outside_run(program)   # may refuse: before the temporary folder exists
     if warning:
         log(f"WARNING: {warning}")
+    commits = {"base": base, "head": head}
+    marker = proc.new_marker()
+    env = {**git_scrubbed(os.environ), "AUTOLOOP_GATE": "1"}
+    t0 = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="autoloop-gate-"))
+    trees = {side: Worktree(repo, common, tmp / side) for side in commits}
 
     def box(side: str) -> Confinement | None:
         if bwrap is None:
@@ -186,17 +182,8 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
         return res
     finally:
         res.duration_s = time.monotonic() - t0
-        for t in trees.values():
-            if t.path.exists():
-                git(repo, "worktree", "remove", "--force", str(t.path), check=False)
-        git(repo, "worktree", "prune", check=False)
-        remove_tree(Path(tmp), quiet=True)
-
-
-def _verifier_env() -> dict[str, str]:
-    env = git_scrubbed(os.environ)
-    env["AUTOLOOP_GATE"] = "1"
-    return env
+        remove_tree(tmp, quiet=True)
+        git(repo, "worktree", "prune", check=False)   # their trees gone: drops their admin folders
 
 
 def _run_guards(program: Program, cwd: Path, env: dict[str, str], log_dir: Path, marker: str,
@@ -300,6 +287,3 @@ def parse_tolerance(text: str) -> float:
     if not (x >= 0) or math.isinf(x):
         raise ValueError(f"--tolerance must be 0% or more, got {text!r}")
     return x
-
-
-__all__ = ["run_gate", "markdown", "GateResult", "BaseBroken", "GitError", "parse_tolerance"]

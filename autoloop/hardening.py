@@ -412,7 +412,7 @@ class Guardrails:
         tracked = tree.tracked_names(commit)
         # what a later step would run without naming it: conftest.py, *customize.py, .pth
         # files, shadows of a protected module
-        planted = sorted(rel for rel in picture if rel and rel not in tracked and (
+        planted = sorted(rel for rel in picture.keys() - tracked.names() if rel and (
             rel.rpartition("/")[2] in IMPLICIT_FILES or rel.endswith(".pth")
             or (self._shadow is not None and self._shadow.fullmatch(rel))))
         if planted:

@@ -9,28 +9,37 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from itertools import takewhile
 from pathlib import Path
 
 from autoloop.errors import ConfigError
 from autoloop.program import Program
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_MISSING = re.compile(r"can't open file|No such file or directory|: not found|command not found"
+                      r"|cannot find the path|ModuleNotFoundError")
+# CSI (colours, cursor moves) and OSC (titles, links) sequences: test runners that force colour
+# (pytest's `addopts = --color=yes`) put them in the line a lesson or `doctor` quotes
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+_NO_MODULE = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
+# `/bin/sh: 1: .venv/bin/python: not found`, `bash: ./run.sh: No such file or directory`
+_SHELL_MISSING = re.compile(r"^\S*sh: (?:line )?\d*:? ?([^\s:/][^\s:]*): "
+                            r"(?:not found|No such file or directory)$", re.MULTILINE)
+# what `autoloop init` writes and a person must replace (see autoloop/templates/*.md)
+_PLACEHOLDER_BODY = re.compile(r"^EDIT:", re.MULTILINE)
+_TEMPLATE_SCRIPTS = {"measure.sh", "prepare.py", "bench/run.py"}
+_NEAR_METRIC = re.compile(r"^\s*(?:METRIC\s+)?([A-Za-z0-9_./-]+)\s*[:=]\s*(.*?)\s*$")
 
 
 def near_miss(output: str, name: str) -> str:
     """When no `NAME: NUMBER` line was found: the last line that nearly is one, quoted, with
     what to change (`; it printed 'Score: 5' (line 3): ...`), else ""."""
-    lines = output.splitlines()
-    rx = re.compile(r"^\s*(?:METRIC\s+)?([A-Za-z0-9_./-]+)\s*[:=]\s*(.*?)\s*$")
-    for i in range(len(lines) - 1, -1, -1):
-        m = rx.match(lines[i])
-        if not m:
+    for line in reversed(output.splitlines()):
+        m = _NEAR_METRIC.match(line)
+        if not m or m.group(1).lower() != name.lower():
             continue
         key, value = m.group(1), m.group(2)
-        if key.lower() != name.lower():
-            continue
-        shown = lines[i].strip()[:120]
-        where = f"; it printed {shown!r}"
+        where = f"; it printed {line.strip()[:120]!r}"
         expected = f"a line of the form '{name}: NUMBER'"
         if key != name:
             return (f"{where}: the name differs in case from verifier.metric '{name}' (names are "
@@ -50,27 +59,14 @@ def _unit(text: str) -> str:
     return {"": "value", "%": "pct"}.get(text.strip(), word or "pct")
 
 
-_MISSING = re.compile(r"can't open file|No such file or directory|: not found|command not found"
-                      r"|cannot find the path|ModuleNotFoundError")
-
-
-# CSI (colours, cursor moves) and OSC (titles, links) sequences: test runners that force colour
-# (pytest's `addopts = --color=yes`) put them in the line a lesson or `doctor` quotes
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
-
-
 def plain(text: str) -> str:
     """`text` without terminal escape sequences: what a one-line summary quotes."""
     return _ESCAPES.sub("", text)
 
 
-_NO_MODULE = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
-
-
 def uncommitted_module_hint(program: Program, output: str) -> str:
-    """When a command failed on `No module named 'pkg.mod'` and that module is a file of the
-    checkout (a generated `_version.py`, say, that .gitignore hides): measurements see only
-    committed files, so say which file and how to get it there (else "")."""
+    """`No module named 'pkg.mod'` for a file of the checkout git does not have (a generated
+    `_version.py`): measurements see only committed files; say which and how (else "")."""
     root = program.repo_root
     for name in dict.fromkeys(reversed(_NO_MODULE.findall(output))):
         rel = name.replace(".", "/")
@@ -83,15 +79,9 @@ def uncommitted_module_hint(program: Program, output: str) -> str:
     return ""
 
 
-# `/bin/sh: 1: .venv/bin/python: not found`, `bash: ./run.sh: No such file or directory`
-_SHELL_MISSING = re.compile(r"^\S*sh: (?:line )?\d*:? ?([^\s:/][^\s:]*): (?:not found|No such file or directory)$",
-                            re.MULTILINE)
-
-
 def missing_path_hint(program: Program, output: str) -> str:
-    """When the shell could not find a relative path the checkout has (an ignored `.venv/`, an
-    untracked script): measurements run in a tree of the committed files, so say which path
-    and the two fixes (else "")."""
+    """The shell could not find a relative path the checkout has (an ignored `.venv/`): say
+    which, and the two fixes (else "")."""
     for rel in dict.fromkeys(reversed(_SHELL_MISSING.findall(output))):
         path = program.repo_root / rel
         if rel.startswith(("../", "~")) or not path.exists():
@@ -116,10 +106,9 @@ def root_hint(program: Program, output: str) -> str:
 
 
 def unmatched_allowed(program: Program) -> list[str]:
-    """`allowed` entries that look like mistakes, one message each with its line: an entry
-    whose folder does not exist, or one that names what sits beside a program.md kept in a
-    subfolder (paths are relative to the repository root). A new file in a folder that exists
-    is a fine pattern. Only the named folders are listed, never the whole checkout."""
+    """`allowed` entries that look like mistakes, one message each with its line: a folder that
+    does not exist, or a name beside a program.md kept in a subfolder (paths are relative to the
+    root). Only the named folders are listed, never the whole checkout."""
     from autoloop.globs import compile_pattern
 
     root = program.repo_root
@@ -161,17 +150,9 @@ def _names(folder: Path) -> list[str]:
 def _literal_folder(pattern: str) -> str:
     """`src/model/**/*.py` -> `src/model`; `model/` -> `model`; `train.py` -> ``."""
     parts = pattern.split("/")
-    lit = []
-    for part in parts if pattern.endswith("/") else parts[:-1]:
-        if any(ch in part for ch in "*?["):
-            break
-        if part:
-            lit.append(part)
-    return "/".join(lit)
-
-
-# what `autoloop init` writes and a person must replace (see autoloop/templates/*.md)
-_PLACEHOLDER_BODY = re.compile(r"^EDIT:", re.MULTILINE)
+    lit = takewhile(lambda part: not any(ch in part for ch in "*?["),
+                    parts if pattern.endswith("/") else parts[:-1])
+    return "/".join(part for part in lit if part)
 
 
 def placeholders(program: Program) -> list[str]:
@@ -204,16 +185,11 @@ def refuse_placeholders(program: Program) -> None:
                                               "then check it with `autoloop verify`"]))
 
 
-_TEMPLATE_SCRIPTS = {"measure.sh", "prepare.py", "bench/run.py"}
-
-
 def _script(command: str) -> str:
     """The file a command runs: `./measure.sh` -> measure.sh, `python bench/run.py` -> bench/run.py."""
     try:
         words = shlex.split(command)
     except ValueError:
         return ""
-    for w in words[:3]:
-        if w.endswith((".sh", ".py")) or w.startswith("./"):
-            return w[2:] if w.startswith("./") else w
-    return ""
+    return next((w.removeprefix("./") for w in words[:3] if w.endswith((".sh", ".py"))
+                 or w.startswith("./")), "")

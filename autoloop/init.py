@@ -1,8 +1,8 @@
 """`autoloop init`: write a program.md from a template shipped with the package.
 
-The templates live in autoloop/templates/*.md (package data) and are valid program.md files
-as written: their placeholder values parse, so `autoloop verify` can point at the first thing
-to edit (the verifier command) instead of at a syntax error.
+The templates (autoloop/templates/*.md) are valid program.md files as written: their placeholder
+values parse, so `autoloop verify` points at the first thing to edit (the verifier command)
+instead of at a syntax error.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from autoloop.errors import UsageError
 
-# name -> one line for `autoloop init --list`; the order is the order listed.
+# name -> one line for `autoloop init --list`, in the order listed
 TEMPLATES: dict[str, str] = {
     "generic": "any project: one command prints `NAME: NUMBER`, one folder is editable",
     "ml": "ML training run, autoresearch-shaped: fixed time budget, one val_loss line",
@@ -23,13 +23,8 @@ TEMPLATES: dict[str, str] = {
 }
 
 
-def list_templates() -> list[tuple[str, str]]:
-    """(name, one-line description) of every template, in a stable order."""
-    return list(TEMPLATES.items())
-
-
 def template_text(name: str) -> str:
-    """The template's text. UsageError (with a did-you-mean) for an unknown name."""
+    """The template's text; UsageError (with a did-you-mean) for an unknown name."""
     if name not in TEMPLATES:
         close = difflib.get_close_matches(name, list(TEMPLATES), n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
@@ -38,18 +33,14 @@ def template_text(name: str) -> str:
 
 
 def init_program(path: Path, template: str = "generic") -> list[str]:
-    """Write `path` (or `path`/program.md when it is a directory) from `template`.
-
-    Never overwrites: an existing file is a UsageError naming it. Returns the three commands a
-    user runs next, with the path spelled as it was given so they can be pasted as they are.
-    """
+    """Write `path` (or `path`/program.md when it is a directory) from `template`, never over an
+    existing file. Returns the three commands a user runs next, the path spelled as given so
+    they can be pasted as they are."""
     text = template_text(template)
-    path = Path(path)
     target = path / "program.md" if path.is_dir() else path
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        # "x": the existence check and the creation are one step, so a file that appears in
-        # between is not clobbered either.
+        # "x": checking and creating in one step, so a file appearing in between is not clobbered
         with open(target, "x", encoding="utf-8") as f:
             f.write(text)
     except FileExistsError:

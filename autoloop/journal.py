@@ -8,7 +8,6 @@ no end is unfinished (the loop rolls it back) and a torn last line (a kill mid-w
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -20,7 +19,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from autoloop.errors import UsageError
 from autoloop.numbers import MIN_DIGITS, Fmt, digits_for, formatter, num, run_values
-from autoloop.sentinel import remove_tree
+from autoloop.walk import remove_tree
 
 Record = dict[str, Any]
 
@@ -31,7 +30,9 @@ STATS_COLUMNS = ("rule", "pairs", "effect_pct", "ci_low_pct", "ci_high_pct", "p_
                  "p_confirm", "median_ratio", "noise_pct", "holdout", "samples")
 TSV_COLUMNS = ("cycle", "commit", "metric", "status", "description", "best", "delta_pct",
                "duration_s", "cost_usd", "lesson") + STATS_COLUMNS
+_TSV_HEAD = ("\t".join(TSV_COLUMNS) + "\n").encode()
 MAX_CHANGED_SHOWN = 10
+INDEXED = ("cycle", "final", "start")
 
 
 @dataclass(frozen=True)
@@ -104,19 +105,6 @@ def since_last_start(records: Sequence[Record]) -> dict[str, int]:
 
 
 @dataclass
-class _Index:
-    """The cycle, final and start records of one `records` list, scanned up to `count` (a long
-    run's ledger has thousands of records and is asked several times per cycle)."""
-
-    of: list[Record]
-    count: int = 0
-    last: Record | None = None
-    cycles: list[Record] = field(default_factory=list)
-    finals: list[Record] = field(default_factory=list)
-    starts: list[Record] = field(default_factory=list)
-
-
-@dataclass
 class _Rendered:
     """The cycles rendered so far, at one rounding (a full render is O(cycles), twice a cycle)."""
 
@@ -130,11 +118,6 @@ class _Rendered:
         return num(x, self.digits)
 
 
-def _follows(cache: _Index | _Rendered, recs: list[Record]) -> bool:
-    """Whether `recs` still starts with what the cache was built from (appends only)."""
-    return cache.count <= len(recs) and (not cache.count or recs[cache.count - 1] is cache.last)
-
-
 class Journal:
     def __init__(self, program_dir: Path, tag: str) -> None:
         self.program_dir = program_dir
@@ -144,8 +127,9 @@ class Journal:
         self.experiments = program_dir / "experiments.md"
         self.results = program_dir / "results.tsv"
         self.records: list[Record] = []
+        # a long run's ledger has thousands of records, asked for these several times a cycle
+        self._of: dict[str, list[Record]] = {k: [] for k in INDEXED}
         self._bytes = bytearray()
-        self._index = _Index(self.records)
         self._rendered = _Rendered()
 
     def exists(self) -> bool:
@@ -177,6 +161,7 @@ class Journal:
                 f.truncate(keep_upto)
                 os.fsync(f.fileno())
         self.records = records
+        self._of = {k: [r for r in records if r["t"] == k] for k in INDEXED}
         self._bytes = bytearray(data[:keep_upto])
 
     def append(self, rec: Record) -> Record:
@@ -195,6 +180,8 @@ class Journal:
         finally:
             os.close(fd)
         self.records.append(rec)
+        if rec["t"] in self._of:
+            self._of[rec["t"]].append(rec)
         self._bytes += line
         return rec
 
@@ -208,32 +195,14 @@ class Journal:
         """Rewrite the ledger from memory (after someone else wrote to it)."""
         atomic_write(self.ledger, bytes(self._bytes), tmp_dir=self.dir)
 
-    def digest(self) -> str:
-        return hashlib.sha256(self._bytes).hexdigest()
-
     # ---- queries -----------------------------------------------------------------------------
 
-    def _scan(self) -> _Index:
-        recs, ix = self.records, self._index
-        if ix.of is not recs or not _follows(ix, recs):
-            ix = self._index = _Index(recs)
-        kinds = {"cycle": ix.cycles, "final": ix.finals, "start": ix.starts}
-        for r in recs[ix.count:]:
-            if r["t"] in kinds:
-                kinds[r["t"]].append(r)
-        ix.count, ix.last = len(recs), recs[-1] if recs else None
-        return ix
-
     def cycles(self) -> list[Record]:
-        return list(self._scan().cycles)
+        return list(self._of["cycle"])
 
     def finals(self) -> list[Record]:
         """End-of-run re-measurements (best vs start), oldest first."""
-        return list(self._scan().finals)
-
-    def pending(self) -> Record | None:
-        """The `begin` record of a cycle that never finished (the first to roll back)."""
-        return next(iter(self.unfinished()), None)
+        return list(self._of["final"])
 
     def unfinished(self) -> list[Record]:
         """The `begin` records of every cycle that never finished (up to a round's worth after a
@@ -254,10 +223,10 @@ class Journal:
         return None
 
     def first_start(self) -> Record | None:
-        return next((r for r in self.records if r["t"] == "start"), None)
+        return next(iter(self._of["start"]), None)
 
     def next_cycle(self) -> int:
-        cycles = self._scan().cycles
+        cycles = self._of["cycle"]
         return CycleRecord.of(cycles[-1]).cycle + 1 if cycles else 0
 
     # ---- rendering ---------------------------------------------------------------------------
@@ -276,20 +245,22 @@ class Journal:
             return False
 
     def _render_bytes(self, goal: str) -> tuple[bytes, bytes]:
-        """render_experiments() and render_tsv() as bytes, rendering only the cycles added since
-        the last call; the head (goal, end-of-run checks, warnings) is small and always redone."""
-        ix = self._scan()
-        cycles, r = ix.cycles, self._rendered
+        """experiments.md and results.tsv, rendering only the cycles added since the last call;
+        the head (goal, end-of-run checks, warnings) is small and always redone."""
+        cycles, r = self._of["cycle"], self._rendered
         # one rounding for the whole file: a value that needs more digits re-renders every row
         digits = digits_for(run_values(cycles), floor=r.digits)
-        if not _follows(r, cycles) or r.digits != digits:
+        # the cycles rendered must still be the first ones (a load() makes new records)
+        follows = r.count <= len(cycles) and (not r.count or cycles[r.count - 1] is r.last)
+        if not follows or r.digits != digits:
             r = self._rendered = _Rendered(digits=digits)
         for c in cycles[r.count:]:
             r.sections += b"\n" + _bytes("\n".join(_section(c, r.fmt)))
             r.rows += _bytes(_tsv_row(c, r.fmt) + "\n")
         r.count, r.last = len(cycles), cycles[-1] if cycles else None
-        head = _experiments_head(self.tag, goal, ix.finals, r.fmt, not_sandboxed(ix.starts))
-        return _bytes(head) + bytes(r.sections), _bytes(_tsv_head()) + bytes(r.rows)
+        notes = not_sandboxed(self._of["start"])
+        head = _experiments_head(self.tag, goal, self._of["final"], r.fmt, notes)
+        return _bytes(head) + bytes(r.sections), _TSV_HEAD + bytes(r.rows)
 
 
 def _bytes(text: str) -> bytes:
@@ -362,15 +333,6 @@ def quote_path(name: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def render_tsv(cycles: list[Record]) -> str:
-    fmt = formatter(run_values(cycles))
-    return "".join([_tsv_head()] + [_tsv_row(c, fmt) + "\n" for c in cycles])
-
-
-def _tsv_head() -> str:
-    return "\t".join(TSV_COLUMNS) + "\n"
-
-
 def _tsv_row(rec: Record, fmt: Fmt = num) -> str:
     c = CycleRecord.of(rec)
     cost = c.cost_usd
@@ -380,7 +342,7 @@ def _tsv_row(rec: Record, fmt: Fmt = num) -> str:
         f"{c.duration_s:.1f}",
         "" if cost is None else f"{cost:.4f}",
         one_line(c.lesson),
-        *stats_cells(c.stats),
+        *_stats_cells(c),
     ])
 
 
@@ -395,10 +357,10 @@ def _values(xs: Iterable[float] | None) -> str:
     return ",".join(f(x) for x in xs)
 
 
-def samples_text(stats: Record) -> str:
+def _samples_text(c: CycleRecord) -> str:
     """Every raw value of a judged cycle, compactly: `a=...;b=...` per batch (a = incumbent or
     start, b = candidate), `runs=...` for single-side runs; warm-up runs are prefixed `w`."""
-    parts = []
+    parts, stats, hold = [], c.stats, c.holdout
     warm = stats.get("warmup")
     if isinstance(warm, dict) and (warm.get("a") or warm.get("b")):
         parts.append(f"wa={_values(warm.get('a'))};wb={_values(warm.get('b'))}")
@@ -409,19 +371,19 @@ def samples_text(stats: Record) -> str:
     elif "a" in stats:
         parts.append(f"a={_values(stats.get('a'))};b={_values(stats.get('b'))}")
     parts += [f"{key}={_values(stats[key])}" for key in ("samples", "runs") if key in stats]
-    hold = stats.get("holdout")
-    if isinstance(hold, dict) and "a" in hold:
+    if hold is not None and "a" in hold:
         parts.append(f"ha={_values(hold.get('a'))};hb={_values(hold.get('b'))}")
     return " | ".join(parts)
 
 
-def stats_cells(stats: Record | None) -> list[str]:
+def _stats_cells(c: CycleRecord) -> list[str]:
     """The STATS_COLUMNS of one cycle (all empty for a cycle judged on one measurement)."""
+    stats, batches, pooled, hold = c.stats, c.batches, c.pooled or {}, c.holdout
     if not stats:
         return [""] * len(STATS_COLUMNS)
-    batches, pooled, hold = stats.get("batches") or [], stats.get("pooled") or {}, stats.get("holdout")
     ci = pooled.get("change_ci_pct") or [None, None]
-    holdout = "" if not isinstance(hold, dict) else "error" if "error" in hold else "overfit" if hold.get("overfit") else "improved"
+    holdout = "" if hold is None else \
+        "error" if "error" in hold else "overfit" if hold.get("overfit") else "improved"
     pairs = "+".join(str(b.get("n", len(b.get("a") or []))) for b in batches) if batches else (
         str(stats["pairs"]) if stats.get("kind") == "calibration" and "pairs" in stats else "")
     return [
@@ -432,7 +394,7 @@ def stats_cells(stats: Record | None) -> list[str]:
         num(pooled.get("median_ratio")),
         _num(stats.get("noise_pct"), ".3f"),
         holdout,
-        samples_text(stats),
+        _samples_text(c),
     ]
 
 
@@ -446,14 +408,6 @@ def not_sandboxed(records: Iterable[Record]) -> list[str]:
         if why and line not in out:
             out.append(line)
     return out
-
-
-def render_experiments(cycles: list[Record], tag: str, goal: str, finals: Sequence[Record] = (),
-                       notes: Sequence[str] = ()) -> str:
-    # the head, then each section after a newline (Journal renders the same incrementally)
-    fmt = formatter(run_values(cycles))
-    return "".join([_experiments_head(tag, goal, finals, fmt, notes)]
-                   + ["\n" + "\n".join(_section(c, fmt)) for c in cycles])
 
 
 def _experiments_head(tag: str, goal: str, finals: Sequence[Record], fmt: Fmt = num,
@@ -472,7 +426,8 @@ def _experiments_head(tag: str, goal: str, finals: Sequence[Record], fmt: Fmt = 
     return "\n".join(out)
 
 
-def _stats_lines(stats: Record, fmt: Fmt = num) -> Iterator[str]:
+def _stats_lines(c: CycleRecord, fmt: Fmt) -> Iterator[str]:
+    stats = c.stats
     if stats.get("warning"):
         yield from (f"**Warning:** {one_line(stats['warning'])}", "")
     if stats.get("kind") == "calibration":
@@ -486,7 +441,7 @@ def _stats_lines(stats: Record, fmt: Fmt = num) -> Iterator[str]:
         yield (f"Limit {lim.get('metric')}: {fmt(lim.get('value'))} vs baseline {fmt(lim.get('baseline'))}"
                f" (bound {fmt(lim.get('bound'))}): {'ok' if lim.get('ok') else 'FAILED'}")
         yield ""
-    text = samples_text(stats)
+    text = _samples_text(c)
     if text:
         yield from (f"Samples: {text}", "")
 
@@ -498,7 +453,7 @@ def _section(rec: Record, fmt: Fmt = num) -> Iterator[str]:
         yield from ("", f"**{label}:** {one_line(text)}")
     yield ""
     if c.stats:
-        yield from _stats_lines(c.stats, fmt)
+        yield from _stats_lines(c, fmt)
     if c.changed:
         more = " …" if len(c.changed) > MAX_CHANGED_SHOWN else ""
         yield from (f"Changed: {', '.join(quote_path(f) for f in c.changed[:MAX_CHANGED_SHOWN])}{more}", "")

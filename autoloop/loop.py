@@ -34,7 +34,7 @@ from autoloop.redact import Redactor
 from autoloop.round import abort, run_round
 from autoloop.scope_rules import ScopeRules
 from autoloop.steps.verify import checked
-from autoloop.summary import best_measured
+from autoloop.facts import best_measured
 from autoloop.gitrun import thaw_outer_config
 from autoloop.workspace import VERIFY_SLOTS, Workspace
 

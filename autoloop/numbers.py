@@ -37,8 +37,8 @@ def sig(x: float, digits: int = MIN_DIGITS) -> str:
 
 
 def digits_for(values: Iterable[float | None], floor: int = MIN_DIGITS) -> int:
-    """The fewest significant digits (at least `floor`) at which the distinct values still print
-    distinctly; values that differ only in float noise count as one."""
+    """The fewest digits (at least `floor`) that print distinct values distinctly (float noise
+    is not a difference)."""
     xs = sorted({round(float(v), 12 - math.floor(math.log10(abs(v)))) if v else 0.0
                  for v in values if _finite(v)})
     for d in range(floor, MAX_DIGITS):
@@ -60,14 +60,12 @@ def num(x: float | None, digits: int = MIN_DIGITS, empty: str = "") -> str:
 
 
 def exact(x: float | None, empty: str = "") -> str:
-    """A value handed on to a program or an agent (AUTOLOOP_BEST, the prompt): the measurement
-    as printed, without the float noise of arithmetic."""
+    """A value handed to a program or an agent (AUTOLOOP_BEST, the prompt), without float noise."""
     return num(x, 12, empty)
 
 
 def run_values(records: Sequence[Mapping[str, object]]) -> list[float]:
-    """Every metric value a run's records show: metrics, bests, and the medians their
-    comparisons and the end-of-run check were judged on."""
+    """Every metric value a run's records show: metrics, bests, and the medians judged on."""
     out: list[Any] = []
     for r in records:
         stats = r.get("stats")
@@ -85,11 +83,10 @@ def pct(old: float | None, new: float | None) -> float | None:
 
 
 def signed_pct(x: float | None, empty: str = DASH) -> str:
-    """A relative change: `+1.23%`, `-25.8%`; tiny ones keep two significant digits
-    (`+0.0012%`), zero is `0%` (never `-0.00%`)."""
+    """`+1.23%`, `-25.80%`; tiny ones keep two significant digits, zero is `0%` (never `-0.00%`)."""
     if x is None or not _finite(x):
         return empty
-    if x == 0 or abs(x) < 5e-7:
+    if abs(x) < 5e-7:
         return "0%"
     if abs(x) < 0.005:
         return f"{x:+.2g}%"
@@ -101,7 +98,7 @@ def pct_interval(ci: Sequence[float] | None, level: float | None = None, empty: 
     """`95% CI -31.2% … -20.4%` (the level left out when unknown)."""
     if not ci or len(ci) != 2 or not all(_finite(x) for x in ci):
         return empty
-    head = f"{level * 100:.0f}% CI" if level is not None and _finite(level) else "CI"
+    head = f"{share(level)} CI" if level is not None and _finite(level) else "CI"
     return f"{head} {signed_pct(ci[0])} … {signed_pct(ci[1])}"
 
 
@@ -110,6 +107,11 @@ def plain_pct(x: float | None, empty: str = DASH) -> str:
     if x is None or not _finite(x):
         return empty
     return signed_pct(abs(x), empty)[1:] if x != 0 else "0%"
+
+
+def share(x: float) -> str:
+    """A fraction as a whole percentage: `0.25` → `25%`."""
+    return f"{x * 100:.0f}%"
 
 
 def usd(x: float | None, empty: str = DASH) -> str:
@@ -132,3 +134,9 @@ def seconds(x: float | None, *, whole: bool = False) -> str:
     if s < 60:
         return f"{s}s" if whole else f"{x:.1f}s"
     return f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def hms(x: float) -> str:
+    """Elapsed time as `HH:MM:SS` (past a day the hours go on counting)."""
+    s = int(x)
+    return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"

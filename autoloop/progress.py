@@ -1,10 +1,8 @@
-"""What `autoloop run` shows while it works: the loop's `report` callback (events "phase",
-"cycle", "stop", "resume", "warning", "note", "final"), presentation only.
+"""What `autoloop run` shows while it works: the loop's `report` callback, presentation only.
 
-On a terminal: one permanent line per finished cycle and under it a status line redrawn in
-place every second (cycle, phase, best and its gain, last result, elapsed time, cost). Elsewhere
-(a pipe, CI): plain lines only; with `timestamps` (CI mode) each starts with the elapsed time
-and phases get lines of their own. Colour only on a terminal, never with `NO_COLOR` set
+On a terminal: one line per finished cycle and under it a status line redrawn every second.
+Elsewhere (a pipe, CI): plain lines only; with `timestamps` (CI mode) each starts with the
+elapsed time and phases get lines of their own. Colour only on a terminal, never with `NO_COLOR`
 (https://no-color.org) or `TERM=dumb`.
 """
 
@@ -17,11 +15,10 @@ import threading
 import time
 from typing import IO, Any, Callable, Mapping
 
-from autoloop.facts import in_cycle
+from autoloop.facts import in_cycle, overruled_keep
 from autoloop.journal import CycleRecord
-from autoloop.numbers import formatter, pct, run_values, seconds, signed_pct, usd
+from autoloop.numbers import formatter, hms, pct, run_values, seconds, signed_pct, usd
 from autoloop.ratchet import better
-from autoloop.summary import overruled_keep
 
 COLORS = {"keep": "\x1b[32m", "baseline": "\x1b[34m", "discard": "\x1b[33m", "crash": "\x1b[31m",
           "guard_fail": "\x1b[31m", "violation": "\x1b[35m", "no_change": "\x1b[2m", "gen_error": "\x1b[31m"}
@@ -36,8 +33,7 @@ SLOW_PHASES = {"baseline": "measuring the starting commit (guards, then the veri
 
 
 def use_color(stream: IO[str], env: Mapping[str, str] | None = None) -> bool:
-    env = os.environ if env is None else env
-    return env.get("NO_COLOR", "") == "" and env.get("TERM") != "dumb" and _isatty(stream)
+    return (os.environ if env is None else env).get("NO_COLOR", "") == "" and is_live(stream, env)
 
 
 def is_live(stream: IO[str], env: Mapping[str, str] | None = None) -> bool:
@@ -147,13 +143,11 @@ class Progress:
         """A permanent line (above the live one)."""
         self._clear()
         if self.timestamps:
-            t = int(self.clock() - self.t0)
-            line = f"[{t // 3600:02d}:{t % 3600 // 60:02d}:{t % 60:02d}] {line}"
+            line = f"[{hms(self.clock() - self.t0)}] {line}"
         self._write(line + "\n")
 
     def _write(self, text: str) -> None:
-        """When the reader is gone (`| head`, a closed terminal) the run goes on quietly: the
-        journal is the record."""
+        # the reader gone (`| head`, a closed terminal): the run goes on, the journal is the record
         if self._gone:
             return
         try:

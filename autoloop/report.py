@@ -1,10 +1,8 @@
-"""`autoloop report`: one self-contained HTML file about a run, rendered from its ledger.
+"""`autoloop report`: one self-contained HTML file about a run, rendered from its facts.
 
-No network, no script: the page (report.html, with its CSS) and an inline SVG chart — every
-cycle a dot coloured by its status (cycles without a metric sit in a strip under the plot), the
-running best as a step line, kept points annotated, each dot linking to its row in the table.
-Every mark is a `<circle class="mark" data-cycle=N data-status=S>`, one per cycle record, so
-tools (and the tests) can count them.
+No network, no script: report.html (with its CSS) and an inline SVG chart of every cycle as a
+dot coloured by its status, the running best as a step line, kept points annotated. Every mark
+is a `<circle class="mark" data-cycle=N data-status=S>`, one per cycle, so tools can count them.
 """
 
 from __future__ import annotations
@@ -12,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import math
+from collections import Counter
 from importlib.resources import files
 from string import Template
 from typing import Any, Mapping, Sequence
@@ -19,7 +18,8 @@ from typing import Any, Mapping, Sequence
 from autoloop.facts import Facts, rows as judged_rows
 from autoloop.journal import CycleRecord
 from autoloop.ratchet import better, orientation
-from autoloop.numbers import Fmt, count, formatter, pct_interval, run_values, seconds, sig, signed_pct, usd
+from autoloop.numbers import (Fmt, count, formatter, pct_interval, run_values, seconds, share, sig,
+                              signed_pct, usd)
 
 STATUS_COLORS = {"baseline": "#2563eb", "keep": "#16a34a", "discard": "#9ca3af", "crash": "#dc2626",
                  "guard_fail": "#ea580c", "violation": "#9333ea", "no_change": "#d1d5db", "gen_error": "#92400e"}
@@ -52,10 +52,9 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 
 
 def positions(cycles: Sequence[Mapping[str, Any]], direction: str) -> dict[int, float]:
-    """Where each measured cycle is drawn. A paired cycle was judged on its change against the
-    incumbent re-measured beside it, not on its own median (which drifts with the machine): it
-    is drawn at that change from the running best, and a cycle that was not kept is never drawn
-    better than the running best (it was not better beyond the noise)."""
+    """Where each measured cycle is drawn. A paired cycle is drawn at its change (against the
+    incumbent re-measured beside it) from the running best, never better than it unless kept:
+    its own median drifts with the machine, and it was not better beyond the noise."""
     pos: dict[int, float] = {}
     best: float | None = None
     for rec, _, change in judged_rows(cycles):
@@ -164,21 +163,19 @@ def _row(rec: Mapping[str, Any], vs: float | None, change: float | None, fmt: Fm
             f'</td><td class="n">{seconds(c.duration_s)}</td></tr>')
 
 
-def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | None = None) -> str:
-    cycles = [r for r in records if r.get("t") == "cycle"]
+def render(f: Facts, *, generated: str | None = None) -> str:
     s, fmt, gain = f.summary, f.fmt, f.headline_gain_pct
     improved = gain is not None and orientation(f.direction) * gain > 0
     gain_note = (pct_interval(f.gain_ci_pct, f.gain_ci_level) + " · " if f.gain_ci_pct else "") + (
         "best re-measured against the start" if f.remeasured_pct is not None else "baseline → best")
-    tokens = f"{count(s.tokens)} tok"
     cards = [
         ("baseline", fmt(s.baseline), f.metric, ""),
         ("best", fmt(s.best), f.direction + (", as measured against its incumbent" if f.paired else ""), ""),
         ("gain", signed_pct(gain), gain_note, "good" if improved else ""),
         ("cycles", str(s.cycles), ", ".join(f"{k} {v}" for k, v in s.by_status.items()) or "none yet", ""),
-        ("keep rate", "–" if s.keep_rate is None else f"{s.keep_rate * 100:.0f}%", f"{s.kept} kept", ""),
+        ("keep rate", "–" if s.keep_rate is None else share(s.keep_rate), f"{s.kept} kept", ""),
         # a generator that reports no cost (a `command`, `tune`) shows a dash, not "$0.00"
-        ("cost", usd(s.cost_usd) if s.cost_usd else tokens if s.tokens else "–",
+        ("cost", usd(s.cost_usd) if s.cost_usd else f"{count(s.tokens)} tok" if s.tokens else "–",
          (f"{count(s.tokens)} tokens" if s.cost_usd else "no price known") if s.tokens
          else "generator cost" if s.cost_usd else "none reported by the generator", ""),
         ("cost per 1% gain", usd(f.cost_per_pct), "dollars / percentage point", ""),
@@ -186,13 +183,13 @@ def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | N
     ]
     card_html = "".join(f'<div class="card"><div class="k">{_e(k)}</div><div class="v {cls}">{_e(v)}</div>'
                         f'<div class="d">{_e(d)}</div></div>' for k, v, d, cls in cards)
-    views = [CycleRecord.of(c) for c in cycles]
-    counts = {st: 0 for st in STATUS_COLORS}
-    for v in views:
-        counts[v.status] = counts.get(v.status, 0) + 1
-    legend = "".join(f'<span style="--c:{STATUS_COLORS.get(st, "#000")}">{_e(st)} {n}</span>'
-                     for st, n in counts.items() if n) + '<span class="line">running best</span>'
-    if any(v.pooled is not None for v in views):
+    cycles = [row.record for row in f.rows]
+    counts = Counter(CycleRecord.of(c).status for c in cycles)
+    legend = "".join(f'<span style="--c:{STATUS_COLORS.get(st, "#000")}">{_e(st)} {counts[st]}'
+                     '</span>'
+                     for st in dict.fromkeys([*STATUS_COLORS, *counts]) if counts[st])
+    legend += '<span class="line">running best</span>'
+    if f.paired:
         legend += ('<em class="small">paired cycles are drawn at their change against the incumbent '
                    'measured beside them; hover a dot for its own numbers</em>')
     goal = f'<p class="sub">{_e(f.goal)}</p>' if f.goal else ""
@@ -203,4 +200,4 @@ def render(records: Sequence[Mapping[str, Any]], f: Facts, *, generated: str | N
     return page.substitute(
         tag=_e(f.tag), metric=_e(f.metric), goal=goal, cards=card_html, legend=legend, count=len(cycles),
         chart=chart(cycles, f.metric, f.direction, fmt), when=_e(generated or _dt.datetime.now().strftime("%Y-%m-%d %H:%M")),
-        rows="\n".join(_row(c, vs, change, fmt) for c, vs, change in judged_rows(cycles)))
+        rows="\n".join(_row(*row, fmt) for row in f.rows))

@@ -18,7 +18,7 @@ _PR_SET_DUMPABLE = 4
 _PR_GET_DUMPABLE = 3
 
 # imported on first use elsewhere in autoloop (end of run, report, persistence): loaded up front
-_ALWAYS = ("autoloop.journal", "autoloop.summary", "autoloop.facts", "autoloop.report", "autoloop.persist",
+_ALWAYS = ("autoloop.journal", "autoloop.facts", "autoloop.report", "autoloop.persist",
            "autoloop.ci", "autoloop.stats", "autoloop.progress", "filelock", "json", "csv", "tempfile",
            "shutil", "site", "html", "xml.sax.saxutils", "statistics", "encodings.idna")
 _STATISTICS = ("numpy", "scipy", "scipy.stats")

@@ -214,7 +214,7 @@ class Worktree:
         clean -ffdx` would; returns the paths removed (a folder stands for all under it)."""
         tracked = self.tracked_names(commit)
         removed: set[str] = set()
-        for rel in sorted((r for r in picture if r and r not in tracked and r not in keep),
+        for rel in sorted((r for r in picture.keys() - tracked.names() - keep if r),
                           key=lambda r: r.count("/")):
             parent = rel.rpartition("/")[0]
             while parent and parent not in removed:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 
 import pytest
@@ -132,6 +133,7 @@ def test_broken_base_exits_3(tmp_path):
     res = gate(repo, env, "--base", broken, "--head", head)
     assert res.returncode == 3, res.stdout + res.stderr
     assert "cannot be measured" in res.stderr
+    assert git(repo, "worktree", "list", "--porcelain", env=env).count("worktree ") == 1   # cleaned up
 
 
 def test_unknown_ref_is_usage_error(tmp_path):
@@ -227,3 +229,25 @@ def test_parse_tolerance():
         with pytest.raises(ValueError):
             parse_tolerance(bad)
     assert math.isfinite(parse_tolerance("0"))
+
+
+@pytest.mark.parametrize("kind,code", [("bwrap", 2), ("auto", 0)])
+def test_no_temporary_folder_is_left_when_bwrap_cannot_make_a_sandbox(tmp_path, kind, code):
+    # a bwrap that cannot make namespaces: `bwrap` refuses (exit 2), `auto` measures unsandboxed
+    repo, env, base = _det_repo(tmp_path, "100", "100")
+    (repo / "program.md").write_text((repo / "program.md").read_text().replace(
+        "  timeout: 60\n", f"  timeout: 60\nsandbox: {kind}\n"))
+    head = commit(repo, env, {}, "sandbox")
+    bin_dir, tmp = tmp_path / "bin", tmp_path / "tmp"
+    bin_dir.mkdir()
+    tmp.mkdir()
+    for name in ("git", "sh", "env"):
+        (bin_dir / name).symlink_to(shutil.which(name))
+    (bin_dir / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    (bin_dir / "bwrap").chmod(0o755)
+    res = gate(repo, {**env, "PATH": str(bin_dir), "TMPDIR": str(tmp)}, "--base", base, "--head", head,
+               "--pairs", "2")
+    assert res.returncode == code, res.stdout + res.stderr
+    assert "bwrap cannot create a sandbox here" in res.stderr
+    assert list(tmp.iterdir()) == []
+    assert git(repo, "worktree", "list", "--porcelain", env=env).count("worktree ") == 1

@@ -47,3 +47,19 @@ def test_regular_files_only_and_never_written_through_a_link(tmp_path: Path) -> 
     assert victim.read_bytes() == b"yours" and not (tmp_path / "link").is_symlink()
     got = read_regular(tmp_path / "link")
     assert got is not None and got.data == b"ours"
+
+
+def test_tree_names_answer_as_membership_does(tmp_path: Path) -> None:
+    from autoloop.repomemo import RepoMemo
+    repo = tmp_path / "r"
+    (repo / "a" / "b").mkdir(parents=True)
+    (repo / "a" / "b" / "f.py").write_text("x\n")
+    (repo / "a" / "g.txt").write_text("y\n")
+    (repo / "top").write_text("z\n")
+    git(tmp_path, "init", "-q", str(repo))
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    trees = RepoMemo().trees(repo, "HEAD")
+    asked = {"", "a", "a/b", "a/b/f.py", "a/g.txt", "top", "a/b/g.txt", "b", "a/", "top/x", "nope"}
+    assert {p for p in asked if p in trees} == set(trees.names()) & asked
+    assert trees.names() == {"a", "a/b", "a/b/f.py", "a/g.txt", "top"}

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from autoloop.errors import UsageError
-from autoloop.init import init_program, list_templates, template_text
+from autoloop.init import TEMPLATES, init_program, template_text
 from autoloop.program import load_program
 from tests.conftest import run_cli
 
-NAMES = [name for name, _ in list_templates()]
+NAMES = list(TEMPLATES)
 
 
 def test_every_shipped_template_is_listed_and_described() -> None:
@@ -20,7 +20,7 @@ def test_every_shipped_template_is_listed_and_described() -> None:
                      if p.name.endswith(".md"))
     assert sorted(NAMES) == shipped == ["generic", "ml", "speed", "testpass"]
     assert NAMES[0] == "generic"
-    for name, description in list_templates():
+    for name, description in TEMPLATES.items():
         assert description and "\n" not in description and len(description) < 90, name
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autoloop.numbers import (digits_for, formatter, num, pct_interval, run_values, sig, signed_pct,
-                              usd)
+from autoloop.numbers import (digits_for, formatter, hms, num, pct_interval, run_values, share, sig,
+                              signed_pct, usd)
 
 
 @pytest.mark.parametrize("x,s", [(None, ""), (0.5, "0.5"), (1.0, "1"), (-0.25, "-0.25"), (0.0, "0"),
@@ -61,3 +61,9 @@ def test_usd(x: float | None, s: str) -> None:
 def test_sig_keeps_integers_whole() -> None:
     assert sig(98765432.0) == "98765432"
     assert sig(-0.000123456789) == "-0.000123457"
+
+
+def test_share_and_elapsed_clock() -> None:
+    assert [share(x) for x in (0.0, 0.254, 1.0)] == ["0%", "25%", "100%"]
+    # a CI log's timestamp: hours go on counting past a day
+    assert [hms(x) for x in (0, 61.9, 3600, 90061)] == ["00:00:00", "00:01:01", "01:00:00", "25:01:01"]

@@ -173,7 +173,7 @@ def test_paired_headline_is_the_remeasured_gain_everywhere():
     assert d["gain_ci_pct"] == [-27.1, -24.0] and d["remeasured_gain_pct"] == -25.77
     md = markdown(f)
     assert "-25.77% (95% CI -27.10% … -24.00%), re-measured" in md
-    html = render(recs, f, generated="now")
+    html = render(f, generated="now")
     assert ">-25.77%<" in html and "95% CI -27.10% … -24.00%" in html
     assert "-22.21%" not in md                    # baseline → best of one-cycle medians is not quoted
 
@@ -198,7 +198,7 @@ def test_paired_rows_show_the_in_cycle_comparison():
     recs = _paired_records()
     f = facts(recs, tag="p", goal="g", metric="score", direction="minimize")
     assert f.kept[0].before == 140.2 and f.kept[0].change_pct == -22.2
-    html = render(recs, f, generated="now")
+    html = render(f, generated="now")
     row2 = html[html.index('<tr id="c2">'):].split("</tr>")[0]
     assert "99.86" in row2 and "+1.00%" in row2
 

@@ -10,7 +10,7 @@ import pytest
 from autoloop.journal import STATUSES
 from autoloop.numbers import pct
 from autoloop.ratchet import better, gain_of, orientation, reached
-from autoloop.summary import Summary, summarize
+from autoloop.facts import Summary, summarize
 
 # ---------------------------------------------------------------------------------------------
 # better(): strictly better in the direction; ties are not gains
@@ -234,7 +234,7 @@ def test_pct_helper_matches_summary() -> None:
 
 
 def test_best_measured_ignores_a_regression_a_person_kept() -> None:
-    from autoloop.summary import best_measured
+    from autoloop.facts import best_measured
     base = {"cycle": 0, "status": "baseline", "metric": 1.0, "best": 1.0}
     kept_by_person = {"cycle": 1, "status": "keep", "metric": 2.0, "best": 2.0,
                       "decided_by": "human", "recommendation": "discard"}

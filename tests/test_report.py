@@ -175,14 +175,14 @@ def test_gain_ci_is_shown_when_the_ledger_has_one():
     assert f.gain_ci_pct == (-12.5, -7.5)
     assert f.kept[0].ci_pct == (-12.0, -8.0)
     assert f.cost_per_pct == pytest.approx(0.05)
-    html = render(recs, f, generated="now")
+    html = render(f, generated="now")
     assert "95% CI -12.50% … -7.50%" in html
     assert "-10.00% [-12.00% … -8.00%]" in markdown(f)
 
 
 def test_empty_run_renders():
     f = facts([], tag="x", goal="", metric="m", direction="maximize")
-    html = render([], f, generated="now")
+    html = render(f, generated="now")
     assert "<svg" in html and "class=\"mark" not in html
 
 
