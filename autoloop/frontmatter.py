@@ -1,8 +1,8 @@
-"""YAML front matter -> checked values, every error one line `NAME:LINE: message` (ConfigError).
+"""YAML front matter -> checked values; every error is one line `NAME:LINE: message` (ConfigError).
 
-A schema is a table: `Section`s of `Field`s whose checks take (reader, node, where) and return
-the value; `ListOf` for lists of sections. Lines come from YAML's node marks; the opening `---`
-is line 1. Unknown keys get a did-you-mean.
+A schema is a table: a `Section` maps each key to a check taking (reader, node, where) and
+returning the value; `ListOf` is a list of sections. Lines come from YAML's node marks (the
+opening `---` is line 1); unknown keys get a did-you-mean.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import difflib
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NoReturn, Sequence
+from typing import Any, Callable, Collection, Mapping, NoReturn, Sequence
 
 import yaml
 
@@ -19,10 +19,8 @@ from autoloop.errors import ConfigError
 
 _FRONT_HINT = "YAML front matter between two '---' lines (goal, allowed, verifier)"
 _NULL_TAG = "tag:yaml.org,2002:null"
-_MERGE_TAG = "tag:yaml.org,2002:merge"
 _NEWLINES = re.compile(r"[\r\n]+")
 _OFFSET = 2   # the front matter starts on file line 2; YAML marks count from 0
-_PERCENT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*")
 
 
 @dataclass(frozen=True)
@@ -40,13 +38,14 @@ class At:
 
 
 def _yaml_advice(exc: yaml.MarkedYAMLError, mark: Any) -> str:
-    """A glob starting with `*` (an alias to YAML) or a `: ` inside a value (a new key) need quotes."""
+    """A glob starting with `*` (an alias to YAML) or a `: ` inside a value (a new key) needs
+    quotes."""
     buffer = getattr(mark, "buffer", None)
-    lines = buffer.rstrip("\0").split("\n") if mark is not None and isinstance(buffer, str) else []
-    text = lines[mark.line] if mark is not None and mark.line < len(lines) else ""
+    lines = buffer.rstrip("\0").split("\n") if isinstance(buffer, str) else []
+    text = lines[mark.line] if lines and mark.line < len(lines) else ""
     problem, context = exc.problem or "", exc.context or ""
     if "alias" in context or problem.startswith("found undefined alias"):
-        token = re.search(r"\*[^\s,\]}]*", text[mark.column - 1 if mark else 0:] if text else "")
+        token = re.search(r"\*[^\s,\]}]*", text[mark.column - 1:] if text else "")
         shown = token.group(0) if token else "*…"
         return (f"'{shown}' must be quoted: YAML reads a value starting with '*' as a reference; "
                 f"write \"{shown}\"")
@@ -73,6 +72,18 @@ def closest(word: str, options: Sequence[str]) -> str | None:
     return by_lower[close[0]] if close else None
 
 
+def show(value: Any) -> str:
+    """A value as a message names it: `a list`, `nothing`, `true`, `'abc'` (60 characters)."""
+    named = {yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list", type(None): "nothing",
+             bool: "true" if value is True else "false"}
+    if type(value) in named:
+        return named[type(value)]
+    if isinstance(value, (str, int, float)):
+        text = repr(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return f"a {type(value).__name__}"
+
+
 class Reader:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -83,6 +94,13 @@ class Reader:
     def fail(self, line: int, message: str) -> NoReturn:
         # one line always: YAML's own texts and user values may carry newlines
         raise ConfigError(f"{self.name}:{line}: {_NEWLINES.sub(' ', message)}")
+
+    def fail_key(self, key: str, message: str) -> NoReturn:
+        """`key: message`, on the line of a key already read."""
+        self.fail(self.lines[key], f"{key}: {message}")
+
+    def expected(self, at: At, what: str, value: Any) -> NoReturn:
+        self.fail(at.line, f"{at.key}: expected {what}, got {show(value)}")
 
     def line(self, node: yaml.Node) -> int:
         return node.start_mark.line + _OFFSET
@@ -98,7 +116,8 @@ class Reader:
             self.fail(1, f"the file is empty; it needs {_FRONT_HINT}")
         lines = text.split("\n")   # \n only, as YAML counts lines
         if lines[0].rstrip() != "---":
-            self.fail(1, f"no front matter: the first line must be '---'; the file needs {_FRONT_HINT}")
+            self.fail(1, "no front matter: the first line must be '---'; the file needs "
+                         + _FRONT_HINT)
         end = next((i for i in range(1, len(lines)) if lines[i].rstrip() == "---"), None)
         if end is None:
             self.fail(1, "the front matter is never closed: no '---' line after the first one")
@@ -109,7 +128,8 @@ class Reader:
             self.yaml_fail(exc)
         except yaml.reader.ReaderError as exc:
             char = chr(exc.character) if isinstance(exc.character, int) else exc.character
-            self.fail(front.count("\n", 0, exc.position) + _OFFSET, f"invalid YAML: {exc.reason} ({char!r})")
+            self.fail(front.count("\n", 0, exc.position) + _OFFSET,
+                      f"invalid YAML: {exc.reason} ({char!r})")
         except yaml.YAMLError as exc:
             self.fail(1, f"invalid YAML: {exc}")
         if node is None:
@@ -139,37 +159,32 @@ class Reader:
         except yaml.MarkedYAMLError as exc:            # e.g. an unknown `!tag`
             self.yaml_fail(exc)
 
-    def show(self, value: Any) -> str:
-        if isinstance(value, yaml.MappingNode):
-            return "a mapping"
-        if isinstance(value, yaml.SequenceNode):
-            return "a list"
-        if value is None:
-            return "nothing"
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, (str, int, float)):
-            text = repr(value)
-            return text if len(text) <= 60 else text[:57] + "..."
-        return f"a {type(value).__name__}"
-
-    def expected(self, at: At, what: str, value: Any) -> NoReturn:
-        self.fail(at.line, f"{at.key}: expected {what}, got {self.show(value)}")
-
-    def pairs(self, node: yaml.MappingNode, at: At) -> list[tuple[str, int, yaml.Node]]:
-        """(key as written, its line, value node) in file order; duplicates and odd keys refused."""
+    def pairs(self, node: yaml.MappingNode, at: At) -> list[tuple[str, At, yaml.Node]]:
+        """(key as written, where it is, value node) in file order, lines noted; duplicates and odd
+        keys refused."""
+        out: list[tuple[str, At, yaml.Node]] = []
         seen: dict[str, int] = {}
-        for key_node, _value in node.value:
+        for key_node, value_node in node.value:
             line = self.line(key_node)
-            if key_node.tag == _MERGE_TAG:
+            if key_node.tag == "tag:yaml.org,2002:merge":
                 self.fail(line, "YAML merge keys ('<<') are not supported in program files")
             if not isinstance(key_node, yaml.ScalarNode):
                 self.fail(line, f"{at.key or 'front matter'}: keys must be plain names")
-            if key_node.value in seen:
-                self.fail(line, f"duplicate key {at.child(key_node.value, line).key!r} "
-                                f"(first on line {seen[key_node.value]})")
-            seen[key_node.value] = line
-        return [(k.value, self.line(k), v) for k, v in node.value]
+            where = at.child(key_node.value, line)
+            if where.key in seen:
+                self.fail(line, f"duplicate key {where.key!r} (first on line {seen[where.key]})")
+            seen[where.key] = line
+            out.append((key_node.value, where, value_node))
+        self.lines.update(seen)
+        return out
+
+    def items(self, node: yaml.Node, at: At) -> list[tuple[At, yaml.Node]]:
+        """A list's items with their places (lines noted), or a lone scalar as itself."""
+        if not isinstance(node, yaml.SequenceNode):
+            return [(at, node)]
+        out = [(at.item(i, self.line(item)), item) for i, item in enumerate(node.value)]
+        self.lines.update((where.key, where.line) for where, _ in out)
+        return out
 
 
 Check = Callable[[Reader, yaml.Node, At], Any]
@@ -177,42 +192,34 @@ Build = Callable[[Reader, dict[str, Any], At], Any]
 
 
 @dataclass(frozen=True)
-class Field:
-    check: Check
-    required: bool = False
-
-
-@dataclass(frozen=True)
 class Section:
     """A mapping with fixed keys; `build` makes the result and checks what spans keys. With
     `scalar_key`, one word stands for the mapping (`sandbox: bwrap` = `{kind: bwrap}`)."""
 
-    fields: Mapping[str, Field]
+    fields: Mapping[str, Check]
     build: Build
+    required: Collection[str] = ()
     scalar_key: str | None = None
 
     def __call__(self, p: Reader, node: yaml.Node, at: At) -> Any:
         if self.scalar_key and isinstance(node, yaml.ScalarNode):
-            child = at.child(self.scalar_key, at.line)
+            key, child = self.scalar_key, at.child(self.scalar_key, at.line)
             p.lines[child.key] = at.line
-            return self.build(p, {self.scalar_key: self.fields[self.scalar_key].check(p, node, child)}, at)
+            return self.build(p, {key: self.fields[key](p, node, child)}, at)
         if not isinstance(node, yaml.MappingNode):
             if not at.key:
-                p.fail(p.line(node), "the front matter must be a mapping of keys (goal: ..., allowed: "
-                                     f"..., verifier: ...), got {p.show(p.value(node))}")
+                p.fail(p.line(node), "the front matter must be a mapping of keys (goal: ..., "
+                                     f"allowed: ..., verifier: ...), got {show(p.value(node))}")
             p.expected(at, "a mapping of keys", p.value(node))
         values: dict[str, Any] = {}
-        for name, line, value_node in p.pairs(node, at):
-            where = at.child(name, line)
-            p.lines[where.key] = line
-            spec = self.fields.get(name)
-            if spec is None:
-                p.fail(line, f"unknown key {where.key!r}{self.suggest(name, at)}")
+        for name, where, value_node in p.pairs(node, at):
+            if name not in self.fields:
+                p.fail(where.line, f"unknown key {where.key!r}{self.suggest(name, at)}")
             # an optional key left empty (`forbidden:`) reads as if it were not there
-            if spec.required or not (isinstance(value_node, yaml.ScalarNode) and value_node.tag == _NULL_TAG):
-                values[name] = spec.check(p, value_node, where)
-        for name, spec in self.fields.items():
-            if spec.required and name not in values:
+            if name in self.required or value_node.tag != _NULL_TAG:
+                values[name] = self.fields[name](p, value_node, where)
+        for name in self.fields:
+            if name in self.required and name not in values:
                 p.fail(at.line, f"missing required key {at.child(name, at.line).key!r}")
         return self.build(p, values, at)
 
@@ -221,8 +228,8 @@ class Section:
         if close:
             return f" (did you mean {at.child(close, 0).key!r}?)"
         # a right key at the wrong level (`metric:` at the top) is a common slip
-        for parent, spec in self.fields.items():
-            if isinstance(spec.check, Section) and name in spec.check.fields:
+        for parent, check in self.fields.items():
+            if isinstance(check, Section) and name in check.fields:
                 return f" (did you mean {at.child(parent, 0).child(name, 0).key!r}?)"
         where = f" under {at.key}" if at.key else ""
         return f" (known keys{where}: {', '.join(self.fields)})"
@@ -236,7 +243,7 @@ class ListOf:
     what: str                                   # the list, as `expected ...` names it
     item_what: str                              # one item
     scalar: Check | None = None                 # a string item -> what the section would return
-    each: Callable[[Reader, At, Any, dict[str, int]], Any] | None = None   # per item, with shared state
+    each: Callable[[Reader, At, Any, dict[str, int]], Any] | None = None   # with state shared
     finish: Callable[[list[Any]], tuple[Any, ...]] = tuple
 
     def __call__(self, p: Reader, node: yaml.Node, at: At) -> tuple[Any, ...]:
@@ -244,12 +251,10 @@ class ListOf:
             p.expected(at, self.what, p.value(node))
         out: list[Any] = []
         seen: dict[str, int] = {}
-        for i, item in enumerate(node.value):
-            where = at.item(i, p.line(item))
-            p.lines[where.key] = where.line
+        for where, item in p.items(node, at):
             if isinstance(item, yaml.MappingNode):
                 value = self.section(p, item, where)
-            elif self.scalar and isinstance(item, yaml.ScalarNode) and isinstance(p.value(item), str):
+            elif self.scalar and isinstance(p.value(item), str):
                 value = self.scalar(p, item, where)
             else:
                 p.expected(where, self.item_what, p.value(item))
@@ -271,56 +276,44 @@ def text(*, one_line: bool = False) -> Check:
     return check
 
 
+def that(what: str, ok: Callable[[Any], bool],
+         convert: Callable[[Any], Any] = lambda v: v) -> Check:
+    """A value `ok` accepts (converted); anything else is `KEY: expected WHAT, got VALUE`."""
+
+    def check(p: Reader, node: yaml.Node, at: At) -> Any:
+        value = p.value(node)
+        if not ok(value):
+            p.expected(at, what, value)
+        return convert(value)
+
+    return check
+
+
 def matching(regex: str, what: str) -> Check:
-    compiled = re.compile(regex)
-
-    def check(p: Reader, node: yaml.Node, at: At) -> str:
-        value = p.value(node)
-        if not isinstance(value, str) or not compiled.fullmatch(value):
-            p.expected(at, what, value)
-        return value
-
-    return check
+    return that(what, lambda v: isinstance(v, str) and re.fullmatch(regex, v) is not None)
 
 
-def number(*, above: float | None = None, at_least: float | None = None, what: str = "a number") -> Check:
-    """An int or float (never a bool, NaN or inf), as a float."""
-
-    def check(p: Reader, node: yaml.Node, at: At) -> float:
-        value = p.value(node)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            p.expected(at, what, value)
-        try:
-            number = float(value)
-        except OverflowError:
-            p.expected(at, what, value)
-        if (not math.isfinite(number) or (above is not None and not number > above)
-                or (at_least is not None and not number >= at_least)):
-            p.expected(at, what, value)
-        return number
-
-    return check
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:                           # an int too large for a float
+        return False
 
 
-def integer(*, at_least: int | None = None, what: str = "a whole number") -> Check:
-    def check(p: Reader, node: yaml.Node, at: At) -> int:
-        value = p.value(node)
-        if isinstance(value, bool) or not isinstance(value, int) or (at_least is not None and value < at_least):
-            p.expected(at, what, value)
-        return value
-
-    return check
+def number(what: str = "a number", *, above: float | None = None, least: float | None = None,
+           whole: bool = False) -> Check:
+    """An int (`whole`), or an int or float as a float; never a bool, NaN or inf."""
+    kinds = int if whole else (int, float)
+    return that(what, lambda v: (not isinstance(v, bool) and isinstance(v, kinds)
+                                 and (whole or _finite(v)) and (above is None or v > above)
+                                 and (least is None or v >= least)), int if whole else float)
 
 
 def at_least(n: int) -> Check:
-    return integer(at_least=n, what=f"a whole number >= {n}")
+    return number(f"a whole number >= {n}", least=n, whole=True)
 
 
-def boolean(p: Reader, node: yaml.Node, at: At) -> bool:
-    value = p.value(node)
-    if not isinstance(value, bool):
-        p.expected(at, "true or false", value)
-    return value
+boolean = that("true or false", lambda v: isinstance(v, bool))
 
 
 def one_of(options: Sequence[str]) -> Check:
@@ -330,29 +323,7 @@ def one_of(options: Sequence[str]) -> Check:
             return value
         close = closest(value, options) if isinstance(value, str) else None
         hint = f" (did you mean {close!r}?)" if close else ""
-        p.fail(at.line, f"{at.key}: {p.show(value)} is not one of {', '.join(options)}{hint}")
-
-    return check
-
-
-def percent_or_number(*, below_pct: float | None = None) -> Check:
-    """A plain number >= 0 (metric units) or a percentage string like '1%'; (value, relative)."""
-
-    def check(p: Reader, node: yaml.Node, at: At) -> tuple[float, bool]:
-        value = p.value(node)
-        what = "a number >= 0 (metric units) or a percentage such as '1%'"
-        if isinstance(value, str):
-            m = _PERCENT.fullmatch(value)
-            if not m:
-                p.expected(at, what, value)
-            if below_pct is not None and not float(m.group(1)) < below_pct:
-                p.fail(at.line, f"{at.key}: {value.strip()} is too large: a percentage below "
-                                f"{below_pct:g}% is needed")
-            return float(m.group(1)), True
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)) \
-                or value < 0:
-            p.expected(at, what, value)
-        return float(value), False
+        p.fail(at.line, f"{at.key}: {show(value)} is not one of {', '.join(options)}{hint}")
 
     return check
 
@@ -369,10 +340,10 @@ def exactly_one(p: Reader, values: Mapping[str, Any], at: At, keys: tuple[str, s
 def walk_keys(section: Section, prefix: str = "") -> list[str]:
     """Every key a section accepts, dotted (`guards[].name` for keys of a list's items)."""
     out = []
-    for name, spec in section.fields.items():
+    for name, check in section.fields.items():
         out.append(prefix + name)
-        if isinstance(spec.check, Section):
-            out += walk_keys(spec.check, f"{prefix}{name}.")
-        if isinstance(spec.check, ListOf):
-            out += walk_keys(spec.check.section, f"{prefix}{name}[].")
+        if isinstance(check, Section):
+            out += walk_keys(check, f"{prefix}{name}.")
+        if isinstance(check, ListOf):
+            out += walk_keys(check.section, f"{prefix}{name}[].")
     return out

@@ -1,12 +1,12 @@
-"""What the generator remembers of a long run, in bounded space: the path of kept changes and
-the *foreclosed avenues* — hypotheses that were discarded, crashed, failed a guard or violated
-the rules — deduplicated, so an agent does not repeat a failed experiment without a reason."""
+"""What the generator remembers of a long run, in bounded space: the *foreclosed avenues* —
+hypotheses that were discarded, crashed, failed a guard or violated the rules — deduplicated,
+so an agent does not repeat a failed experiment without a reason."""
 
 from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 FORECLOSED = ("discard", "crash", "guard_fail", "violation")
@@ -32,31 +32,27 @@ def tokens(text: str) -> frozenset[str]:
 
 def similarity(a: frozenset[str], b: frozenset[str]) -> float:
     """Jaccard overlap of the content words; 0 when either is empty."""
-    if not a or not b:
-        return 0.0
-    return len(a & b) / len(a | b)
+    return len(a & b) / len(a | b) if a and b else 0.0
 
 
 def foreclosed(history: Sequence[Mapping[str, Any]], limit: int = 25) -> list[Avenue]:
     """The most recent `limit` distinct failed ideas, newest last; repeats are folded into one
     entry that counts them."""
-    picked: list[tuple[frozenset[str], dict[str, Any]]] = []
+    seen: list[frozenset[str]] = []
+    found: list[Avenue] = []
     for h in reversed(history):
-        if h.get("status") not in FORECLOSED:
-            continue
         hyp = str(h.get("hypothesis", "")).strip()
-        if not hyp or hyp == "(none given)":
+        if h.get("status") not in FORECLOSED or not hyp or hyp == "(none given)":
             continue
         toks = tokens(hyp)
-        for seen_toks, entry in picked:
-            if toks == seen_toks or similarity(toks, seen_toks) >= SIMILAR:
-                entry["times"] += 1
-                break
-        else:
-            if len(picked) < limit:
-                picked.append((toks, {"cycle": h["cycle"], "status": h["status"], "hypothesis": hyp,
-                                      "lesson": str(h.get("lesson", "")), "times": 1}))
-    return [Avenue(**e) for _, e in reversed(picked)]
+        i = next((i for i, s in enumerate(seen)
+                  if toks == s or similarity(toks, s) >= SIMILAR), None)
+        if i is not None:
+            found[i] = replace(found[i], times=found[i].times + 1)
+        elif len(found) < limit:
+            seen.append(toks)
+            found.append(Avenue(h["cycle"], h["status"], hyp, str(h.get("lesson", "")), 1))
+    return found[::-1]
 
 
 def near_duplicate(hypothesis: str, history: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -64,7 +60,5 @@ def near_duplicate(hypothesis: str, history: Sequence[Mapping[str, Any]]) -> Map
     toks = tokens(hypothesis)
     if not toks or hypothesis.strip() == "(none given)":
         return None
-    for h in reversed(history):
-        if h.get("status") in FORECLOSED and similarity(toks, tokens(str(h.get("hypothesis", "")))) >= SIMILAR:
-            return h
-    return None
+    return next((h for h in reversed(history) if h.get("status") in FORECLOSED
+                 and similarity(toks, tokens(str(h.get("hypothesis", "")))) >= SIMILAR), None)

@@ -6,6 +6,7 @@ The values are autoloop.specs, the schema autoloop.schema; every error is one li
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -13,14 +14,14 @@ from autoloop.errors import RepoStateError, UsageError
 from autoloop.gitrun import run as run_git
 from autoloop.schema import known_keys, parse_program
 from autoloop.specs import (GENERATOR_KINDS, MAX_WORKERS, AcceptSpec, Amount, DataSpec, Direction,
-                            GeneratorSpec, GuardSpec, HoldoutSpec, LimitSpec, ParallelSpec, PriceSpec,
-                            Program, ResourcesSpec, Rule, SandboxSpec, StopSpec, VerifierSpec,
-                            command_words, guard_name)
+                            GeneratorSpec, GuardSpec, HoldoutSpec, LimitSpec, ParallelSpec,
+                            PriceSpec, Program, ResourcesSpec, Rule, SandboxSpec, StopSpec,
+                            VerifierSpec, guard_name)
 
 __all__ = ["GENERATOR_KINDS", "MAX_WORKERS", "AcceptSpec", "Amount", "DataSpec", "Direction",
            "GeneratorSpec", "GuardSpec", "HoldoutSpec", "LimitSpec", "ParallelSpec", "PriceSpec",
            "Program", "ResourcesSpec", "Rule", "SandboxSpec", "StopSpec", "VerifierSpec",
-           "command_words", "guard_name", "known_keys", "load_program", "parse_program"]
+           "guard_name", "known_keys", "load_program", "parse_program"]
 
 
 def load_program(path: Path) -> Program:
@@ -31,12 +32,9 @@ def load_program(path: Path) -> Program:
         if path.exists() and not path.is_dir() and not path.is_file():
             raise UsageError(f"cannot read program file {path}: not a regular file")
         source = path.read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"cannot read program file {path}: no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"cannot read program file {path}: it is a directory") from None
     except OSError as exc:
-        raise UsageError(f"cannot read program file {path}: {exc.strerror or exc}") from None
+        why = {errno.ENOENT: "no such file", errno.EISDIR: "it is a directory"}.get(exc.errno)
+        raise UsageError(f"cannot read program file {path}: {why or exc.strerror or exc}") from None
     # git reports the top level with symlinks resolved; resolve ours so one is under the other.
     path = path.resolve()
     return parse_program(source, path, _git_toplevel(path))

@@ -3,6 +3,7 @@ bounded memory of what was tried."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Mapping, Sequence
 
 from autoloop.numbers import exact as fmt, signed_pct
@@ -66,9 +67,7 @@ def build_prompt(program: Program, *, cycle: int, best: float | None, baseline: 
 def _memory(done: Sequence[Mapping[str, Any]], name: str) -> list[str]:
     """Recent cycles in full; older ones condensed into counts, the path of kept changes and the
     deduplicated foreclosed avenues — bounded however long the run."""
-    counts: dict[str, int] = {}
-    for h in done:
-        counts[h["status"]] = counts.get(h["status"], 0) + 1
+    counts = Counter(h["status"] for h in done)
     out = ["- Cycles so far: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))]
     recent, older = done[-RECENT:], done[:-RECENT]
     kept = [h for h in older if h["status"] == "keep"]

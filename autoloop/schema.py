@@ -1,6 +1,6 @@
 """program.md's schema: one table of keys, their checks, and the checks that span keys.
 
-Adding a key is a field on its dataclass (autoloop.specs) and one `Field` line in a table below.
+Adding a key is a field on its dataclass (autoloop.specs) and one entry in a table below.
 """
 
 from __future__ import annotations
@@ -17,19 +17,20 @@ import yaml
 
 from autoloop.envs import unsafe as unsafe_env
 from autoloop.errors import UsageError
-from autoloop.frontmatter import (At, Build, Check, Field, ListOf, Reader, Section, at_least, boolean, exactly_one,
-                                  integer, matching, number, one_of, percent_or_number, text, walk_keys)
+from autoloop.frontmatter import (At, Build, Check, ListOf, Reader, Section, at_least, boolean,
+                                  exactly_one, matching, number, one_of, show, text, walk_keys)
 from autoloop.globs import PathRules, is_git_path, path_problem, pattern_problem, touches_git
-from autoloop.specs import (GENERATOR_KINDS, MAX_WORKERS, AcceptSpec, Amount, DataSpec, GeneratorSpec,
-                            GuardSpec, HoldoutSpec, LimitSpec, ParallelSpec, PriceSpec, Program,
-                            ResourcesSpec, SandboxSpec, StopSpec, VerifierSpec, guard_name)
+from autoloop.specs import (GENERATOR_KINDS, MAX_WORKERS, AcceptSpec, Amount, DataSpec,
+                            GeneratorSpec, GuardSpec, HoldoutSpec, LimitSpec, ParallelSpec,
+                            PriceSpec, Program, ResourcesSpec, SandboxSpec, StopSpec, VerifierSpec,
+                            guard_name)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_METRIC_HELP = "a metric name of letters, digits, '_', '.', '-'"
+_PERCENT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*")
 
 
 def parse_program(text: bytes | str, path: Path, repo_root: Path) -> Program:
-    """Validate program text read from `path` (named in messages) in the repository at `repo_root`."""
+    """Validate program text read from `path` (named in messages) in the repository `repo_root`."""
     path, repo_root = Path(path).absolute(), Path(repo_root).absolute()
     if not path.is_relative_to(repo_root):
         raise UsageError(f"program file {path} is not inside the repository {repo_root}")
@@ -47,8 +48,21 @@ def known_keys() -> tuple[str, ...]:
 
 
 def _amount(below_pct: float | None = None) -> Check:
-    check = percent_or_number(below_pct=below_pct)
-    return lambda p, node, at: Amount(*check(p, node, at))
+    """A number >= 0 (metric units) or a percentage of a reference such as '1%'."""
+    what = "a number >= 0 (metric units) or a percentage such as '1%'"
+
+    def check(p: Reader, node: yaml.Node, at: At) -> Amount:
+        value = p.value(node)
+        if not isinstance(value, str):
+            return Amount(number(what, least=0)(p, node, at), False)
+        if not (m := _PERCENT.fullmatch(value)):
+            p.expected(at, what, value)
+        if below_pct is not None and not float(m.group(1)) < below_pct:
+            p.fail(at.line, f"{at.key}: {value.strip()} is too large: a percentage below "
+                            f"{below_pct:g}% is needed")
+        return Amount(float(m.group(1)), True)
+
+    return check
 
 
 def _regex_with_group(p: Reader, node: yaml.Node, at: At) -> str:
@@ -64,10 +78,8 @@ def _regex_with_group(p: Reader, node: yaml.Node, at: At) -> str:
 
 def _host_paths(p: Reader, node: yaml.Node, at: At) -> tuple[str, ...]:
     """Absolute paths on this machine (`~` allowed): a list, or one string."""
-    items = node.value if isinstance(node, yaml.SequenceNode) else [node]
     out = []
-    for i, item in enumerate(items):
-        where = at.item(i, p.line(item)) if item is not node else at
+    for where, item in p.items(node, at):
         value = p.value(item)
         if not isinstance(value, str) or not value.strip():
             p.expected(where, "an absolute path (or ~/...)", value)
@@ -87,41 +99,30 @@ def _args(p: Reader, node: yaml.Node, at: At) -> tuple[str, ...]:
             p.fail(at.line, f"{at.key}: cannot split {value!r}: {exc}")
     if not isinstance(node, yaml.SequenceNode):
         p.expected(at, "a list of strings", value)
-    out = []
-    for i, item in enumerate(node.value):
-        where = at.item(i, p.line(item))
-        p.lines[where.key] = where.line
+    for where, item in p.items(node, at):
         if not isinstance(arg := p.value(item), str):
             p.expected(where, "a string", arg)
-        out.append(arg)
-    return tuple(out)
+    return tuple(p.value(item) for item in node.value)
 
 
 def _patterns(*, required: bool) -> Check:
     """Path globs (autoloop.globs): a list, or one string as a one-item list."""
 
     def check(p: Reader, node: yaml.Node, at: At) -> tuple[str, ...]:
-        if isinstance(node, yaml.ScalarNode) and isinstance(p.value(node), str):
-            items = [node]
-        elif isinstance(node, yaml.SequenceNode):
-            items = node.value
-        else:
+        if not isinstance(node, yaml.SequenceNode) and not isinstance(p.value(node), str):
             p.expected(at, "a list of path patterns", p.value(node))
+        items = [item for _, item in p.items(node, at)]
         if required and not items:
             p.fail(at.line, f"{at.key}: must list at least one path pattern")
-        out = []
-        for i, item in enumerate(items):
-            line = p.line(item)
-            if item is not node:
-                p.lines[at.item(i, line).key] = line
-            if not isinstance(pattern := p.value(item), str):
-                p.fail(line, f"{at.key}: expected a path pattern, got {p.show(pattern)}")
+        for item in items:
+            line, pattern = p.line(item), p.value(item)
+            if not isinstance(pattern, str):
+                p.fail(line, f"{at.key}: expected a path pattern, got {show(pattern)}")
             if problem := pattern_problem(pattern):
                 p.fail(line, f"{at.key}: {pattern!r} {problem}")
             if required and touches_git(pattern):   # (forbidding .git is harmless)
                 p.fail(line, f"{at.key}: {pattern!r} would match .git, which is never editable")
-            out.append(pattern)
-        return tuple(out)
+        return tuple(p.value(item) for item in items)
 
     return check
 
@@ -129,28 +130,25 @@ def _patterns(*, required: bool) -> Check:
 def _worker_envs(p: Reader, node: yaml.Node, at: At) -> tuple[Mapping[str, str], ...]:
     """One mapping NAME: value per worker; numbers are taken as written (`0` means "0")."""
     if not isinstance(node, yaml.SequenceNode) or not node.value:
-        p.expected(at, 'a non-empty list of mappings, one per worker, e.g. [{CUDA_VISIBLE_DEVICES: "0"}, '
-                       '{CUDA_VISIBLE_DEVICES: "1"}]', p.value(node))
+        p.expected(at, "a non-empty list of mappings, one per worker, e.g. [{CUDA_VISIBLE_DEVICES: "
+                       '"0"}, {CUDA_VISIBLE_DEVICES: "1"}]', p.value(node))
     out: list[Mapping[str, str]] = []
-    for i, item in enumerate(node.value):
-        where = at.item(i, p.line(item))
-        p.lines[where.key] = where.line
+    for where, item in p.items(node, at):
         if not isinstance(item, yaml.MappingNode):
-            p.expected(where, "a mapping of environment variables such as {CUDA_VISIBLE_DEVICES: \"0\"}",
-                       p.value(item))
+            p.expected(where, "a mapping of environment variables such as "
+                              '{CUDA_VISIBLE_DEVICES: "0"}', p.value(item))
         env: dict[str, str] = {}
-        for name, line, value_node in p.pairs(item, where):
-            key = where.child(name, line)
-            p.lines[key.key] = line
+        for name, key, value_node in p.pairs(item, where):
             if not _ENV_NAME.fullmatch(name):
-                p.fail(line, f"{key.key}: {name!r} is not an environment variable name "
-                             "(letters, digits and '_', not starting with a digit)")
-            if name.startswith("AUTOLOOP_") or name.startswith("GIT_"):
-                p.fail(line, f"{key.key}: {name} is set by autoloop (or git) itself; choose another name")
+                p.fail(key.line, f"{key.key}: {name!r} is not an environment variable name "
+                                 "(letters, digits and '_', not starting with a digit)")
+            if name.startswith(("AUTOLOOP_", "GIT_")):
+                p.fail(key.line, f"{key.key}: {name} is set by autoloop (or git) itself; choose "
+                                 "another name")
             if unsafe_env(name):
-                p.fail(line, f"{key.key}: {name} is removed from every verification (it could make "
-                             "the verifier run code from outside the measured tree); set it in the "
-                             "verifier's command instead")
+                p.fail(key.line, f"{key.key}: {name} is removed from every verification (it could "
+                                 "make the verifier run code from outside the measured tree); set "
+                                 "it in the verifier's command instead")
             value = p.value(value_node)
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                 p.expected(key, "a string or a number", value)
@@ -161,20 +159,31 @@ def _worker_envs(p: Reader, node: yaml.Node, at: At) -> tuple[Mapping[str, str],
 
 # ---------------------------------------------------------------------------- checks across keys
 
-def _metric_or_pattern(what: str) -> Build:
-    def build(p: Reader, values: dict[str, Any], at: At) -> dict[str, Any]:
+def _into(cls: Callable[..., Any]) -> Build:
+    return lambda p, values, at: cls(**values)
+
+
+def _metric_or_pattern(what: str, into: Callable[..., Any] = dict) -> Build:
+    def build(p: Reader, values: dict[str, Any], at: At) -> Any:
         exactly_one(p, values, at, ("metric", "pattern"), "give metric or pattern, not both",
                     f"needs metric ({what}) or pattern (a regex whose first group is the number)")
-        return values
+        return into(**values)
     return build
+
+
+def _only_with(p: Reader, values: dict[str, Any], keys: tuple[str, ...], section: str,
+               setting: str) -> None:
+    for key in keys:
+        if key in values:
+            p.fail_key(f"{section}.{key}", f"only used with {section}.{setting}")
 
 
 def _build_limit(p: Reader, values: dict[str, Any], at: At) -> LimitSpec:
     _metric_or_pattern("a name in the verifier's output, e.g. peak_mem_mb")(p, values, at)
     exactly_one(p, values, at, ("max_increase", "max_decrease"),
-                "give max_increase or max_decrease, not both (a limit is one-sided; write two items "
-                "for both)", "needs max_increase or max_decrease (e.g. 10% of the baseline, or a number "
-                             "in metric units)")
+                "give max_increase or max_decrease, not both (a limit is one-sided; write two "
+                "items for both)", "needs max_increase or max_decrease (e.g. 10% of the "
+                                   "baseline, or a number in metric units)")
     return LimitSpec(**values)
 
 
@@ -182,81 +191,69 @@ def _build_generator(p: Reader, values: dict[str, Any], at: At) -> GeneratorSpec
     if "kind" not in values and "command" in values:
         values["kind"] = "command"   # the default kind (claude) would silently ignore the command
     if values.get("kind") == "command" and "command" not in values:
-        p.fail(p.lines[f"{at.key}.kind"], f"{at.key}.command: required when {at.key}.kind is 'command'")
+        p.fail(p.lines["generator.kind"], "generator.command: required when generator.kind is "
+                                          "'command'")
     return GeneratorSpec(**values)
 
 
 def _reachable(pairs: int, alpha: float) -> bool:
-    """Can the sequential test keep after `pairs` pairs at level alpha (identical gains, no noise)?"""
+    """Can the sequential test keep after `pairs` pairs at level `alpha` (equal gains, no noise)?"""
     from autoloop import stats
     return pairs >= 2 and stats.sequential_log_lr([1.0] * pairs, []) >= math.log(1.0 / alpha)
 
 
 def _build_accept(p: Reader, values: dict[str, Any], at: At) -> AcceptSpec:
-    given = set(values)
-    if values.get("rule", "strict") == "strict":
-        for key in ("alpha", "pairs", "confirm"):
-            if key in values:
-                p.fail(p.lines[f"{at.key}.{key}"],
-                       f"{at.key}.{key}: only used with {at.key}.rule: paired (the strict rule "
-                       "compares one measurement, or the median of verifier.repeats, per side)")
-    else:
-        # the sequential test holds its false-keep rate at alpha by construction, so one test at
-        # 0.005 replaces two fixed batches at 0.05; 16 pairs is the most a decision may take
-        for key, default in (("min_effect", Amount(1.0, True)), ("confirm", False), ("alpha", 0.005),
-                             ("pairs", 16)):
-            values.setdefault(key, default)
-    alpha, pairs = values.get("alpha", 0.05), values.get("pairs", 8)
-    if alpha > 0.5:
-        p.fail(p.lines[f"{at.key}.alpha"],
-               f"{at.key}.alpha: expected a level between 0 and 0.5, e.g. 0.05, got {alpha:g}")
-    if values.get("rule") == "paired" and not _reachable(pairs, alpha):
-        need = next(n for n in range(2, 64) if _reachable(n, alpha))
-        if "pairs" in given:
-            p.fail(p.lines[f"{at.key}.pairs"],
-                   f"{at.key}.pairs: {pairs} pairs can never reach alpha {alpha:g} (even when every "
-                   f"pair shows the same gain); use at least {need} pairs")
-        p.fail(p.lines[f"{at.key}.alpha"],
-               f"{at.key}.alpha: {alpha:g} is out of reach of {pairs} pairs (even when every pair "
-               f"shows the same gain); set {at.key}.pairs to at least {need}")
-    return AcceptSpec(**values)
+    paired = values.get("rule") == "paired"
+    if not paired:
+        _only_with(p, values, ("alpha", "pairs", "confirm"), "accept", "rule: paired (the strict "
+                   "rule compares one measurement, or the median of verifier.repeats, per side)")
+    # the sequential test holds its false-keep rate at alpha by construction, so one test at
+    # 0.005 replaces two fixed batches at 0.05; 16 pairs is the most a decision may take
+    paired_defaults = {"min_effect": Amount(1.0, True), "alpha": 0.005, "pairs": 16}
+    spec = AcceptSpec(**{**paired_defaults, **values} if paired else values)
+    if spec.alpha > 0.5:
+        p.fail_key("accept.alpha", f"expected a level between 0 and 0.5, e.g. 0.05, got "
+                                   f"{spec.alpha:g}")
+    if paired and not _reachable(spec.pairs, spec.alpha):
+        need = next(n for n in range(2, 64) if _reachable(n, spec.alpha))
+        same = "(even when every pair shows the same gain)"
+        if "pairs" in values:
+            p.fail_key("accept.pairs", f"{spec.pairs} pairs can never reach alpha "
+                                       f"{spec.alpha:g} {same}; use at least {need} pairs")
+        p.fail_key("accept.alpha", f"{spec.alpha:g} is out of reach of {spec.pairs} pairs {same}; "
+                                   f"set accept.pairs to at least {need}")
+    return spec
 
 
 def _build_parallel(p: Reader, values: dict[str, Any], at: At) -> ParallelSpec:
     workers, verify = values.get("workers"), values.get("verify")
     if workers is not None and workers > MAX_WORKERS:
-        p.fail(p.lines[f"{at.key}.workers"],
-               f"{at.key}.workers: expected a whole number from 1 to {MAX_WORKERS}, got {workers}")
+        p.fail_key("parallel.workers", f"expected a whole number from 1 to {MAX_WORKERS}, got "
+                                       f"{workers}")
     if workers is not None and verify is not None and verify > workers:
-        p.fail(p.lines[f"{at.key}.verify"],
-               f"{at.key}.verify: {verify} is more than {at.key}.workers ({workers}); a round has at "
-               f"most {workers} candidates to verify")
+        p.fail_key("parallel.verify", f"{verify} is more than parallel.workers ({workers}); a "
+                                      f"round has at most {workers} candidates to verify")
     if workers is not None and "env" in values and len(values["env"]) > workers:
-        p.fail(p.lines[f"{at.key}.env"],
-               f"{at.key}.env: {len(values['env'])} entries for {workers} workers; give one per worker "
-               f"(worker i uses entry i)")
-    if values.get("executor", "local") != "ray":
-        for key in ("address", "num_cpus", "num_gpus"):
-            if key in values:
-                p.fail(p.lines[f"{at.key}.{key}"], f"{at.key}.{key}: only used with {at.key}.executor: ray")
+        p.fail_key("parallel.env", f"{len(values['env'])} entries for {workers} workers; give one "
+                                   "per worker (worker i uses entry i)")
+    if values.get("executor") != "ray":
+        _only_with(p, values, ("address", "num_cpus", "num_gpus"), "parallel", "executor: ray")
     return ParallelSpec(**values)
 
 
 def _build_program(p: Reader, values: dict[str, Any], at: At) -> dict[str, Any]:
     verifier: VerifierSpec = values["verifier"]
     if values.get("accept", AcceptSpec()).rule == "paired" and verifier.repeats > 1:
-        p.fail(p.lines["verifier.repeats"],
-               "verifier.repeats: only used with accept.rule: strict (the paired rule measures "
-               "accept.pairs incumbent/candidate pairs instead)")
+        p.fail_key("verifier.repeats", "only used with accept.rule: strict (the paired rule "
+                                       "measures accept.pairs incumbent/candidate pairs instead)")
     if "holdout" in values:
         values["holdout"] = HoldoutSpec(**{"direction": verifier.direction, **values["holdout"]})
-    if values.get("data") and "allowed" in values:
-        editable = PathRules(values["allowed"], values.get("forbidden", ()))
-        for i, d in enumerate(values["data"]):
-            if editable.allows(d.target) or editable.allows(d.target + "/x"):
-                p.fail(p.lines.get(f"data[{i}].as", p.lines.get(f"data[{i}]", 1)),
-                       f"data[{i}].as: {d.target!r} is a path 'allowed' lets the generator write; "
-                       "read-only data needs a place it cannot touch")
+    editable = PathRules(values["allowed"], values.get("forbidden", ()))
+    for i, d in enumerate(values.get("data", ())):
+        if editable.allows(d.target) or editable.allows(d.target + "/x"):
+            p.fail(p.lines.get(f"data[{i}].as", p.lines[f"data[{i}]"]),
+                   f"data[{i}].as: {d.target!r} is a path 'allowed' lets the generator "
+                   "write; read-only data needs a place it cannot touch")
     return values
 
 
@@ -266,8 +263,8 @@ def _guard(p: Reader, where: At, spec: dict[str, Any], named: dict[str, int]) ->
     if "name" in spec:
         line = p.lines[f"{where.key}.name"]
         if spec["name"] in named:
-            p.fail(line, f"{where.key}.name: {spec['name']!r} is already the name of the guard on "
-                         f"line {named[spec['name']]}")
+            p.fail(line, f"{where.key}.name: {spec['name']!r} is already the name of the guard "
+                         f"on line {named[spec['name']]}")
         named[spec["name"]] = line
     return spec
 
@@ -284,8 +281,8 @@ def _guards_done(items: list[dict[str, Any]]) -> tuple[GuardSpec, ...]:
 def _data_short(p: Reader, node: yaml.Node, where: At) -> dict[str, Any]:
     target = p.value(node).strip()
     if path_problem(target) or os.path.isabs(target):
-        p.fail(where.line, f"{where.key}: {target!r}: a short form must be a repo-relative path; use "
-                           "{path: /abs/source, as: repo/relative/place}")
+        p.fail(where.line, f"{where.key}: {target!r}: a short form must be a repo-relative path; "
+                           "use {path: /abs/source, as: repo/relative/place}")
     return {"path": target, "as": target}
 
 
@@ -308,121 +305,85 @@ def _data_item(root: Path) -> Callable[[Reader, At, dict[str, Any], dict[str, in
 
 # ---------------------------------------------------------------------------- the table
 
-_SECONDS = number(above=0, what="a positive number of seconds")
-_METRIC = matching(r"[A-Za-z0-9_.-]+", _METRIC_HELP)
+_TEXT, _LINE = text(), text(one_line=True)
+_SECONDS = number("a positive number of seconds", above=0)
+_METRIC = matching(r"[A-Za-z0-9_.-]+", "a metric name of letters, digits, '_', '.', '-'")
 _DIRECTION = one_of(("minimize", "maximize"))
-_MB = number(above=0, what="a positive number of MB")
+_MB = number("a positive number of MB", above=0)
 
 
-def _kwargs(p: Reader, values: dict[str, Any], at: At) -> dict[str, Any]:
-    return values
-
-
-def _into(cls: Callable[..., Any]) -> Build:
-    return lambda p, values, at: cls(**values)
-
-
-_GUARD = Section({"name": Field(matching(r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-                                         "a name of letters, digits, '_', '.', '-'")),
-                  "command": Field(text(), required=True), "timeout": Field(_SECONDS)}, _kwargs)
+_GUARD = Section({"name": matching(r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+                                   "a name of letters, digits, '_', '.', '-'"),
+                  "command": _TEXT, "timeout": _SECONDS}, _into(dict), required={"command"})
 
 _VERIFIER = Section({
-    "command": Field(text(), required=True),
-    "metric": Field(_METRIC),
-    "pattern": Field(_regex_with_group),
-    "direction": Field(_DIRECTION, required=True),
-    "timeout": Field(_SECONDS),
-    "repeats": Field(at_least(1)),
-    "network": Field(boolean),
-}, lambda p, values, at: VerifierSpec(**_metric_or_pattern("the metric's name, e.g. val_loss")(p, values, at)))
+    "command": _TEXT, "metric": _METRIC, "pattern": _regex_with_group, "direction": _DIRECTION,
+    "timeout": _SECONDS, "repeats": at_least(1), "network": boolean,
+}, _metric_or_pattern("the metric's name, e.g. val_loss", VerifierSpec),
+    required={"command", "direction"})
 
 _ACCEPT = Section({
-    "rule": Field(one_of(("strict", "paired"))),
-    "min_effect": Field(_amount(below_pct=100)),
-    "alpha": Field(number(above=0, what="a level between 0 and 0.5, e.g. 0.05")),
-    "pairs": Field(at_least(1)),
-    "confirm": Field(boolean),
-    "warmup": Field(at_least(0)),
-    "final_pairs": Field(at_least(0)),
+    "rule": one_of(("strict", "paired")), "min_effect": _amount(below_pct=100),
+    "alpha": number("a level between 0 and 0.5, e.g. 0.05", above=0), "pairs": at_least(1),
+    "confirm": boolean, "warmup": at_least(0), "final_pairs": at_least(0),
 }, _build_accept)
 
-_LIMIT = Section({"metric": Field(_METRIC), "pattern": Field(_regex_with_group),
-                  "max_increase": Field(_amount()), "max_decrease": Field(_amount())}, _build_limit)
+_LIMIT = Section({"metric": _METRIC, "pattern": _regex_with_group, "max_increase": _amount(),
+                  "max_decrease": _amount()}, _build_limit)
 
-_HOLDOUT = Section({
-    "command": Field(text(), required=True),
-    "metric": Field(_METRIC),
-    "pattern": Field(_regex_with_group),
-    "direction": Field(_DIRECTION),
-    "timeout": Field(_SECONDS),
-}, _metric_or_pattern("the metric's name"))
+_HOLDOUT = Section({"command": _TEXT, "metric": _METRIC, "pattern": _regex_with_group,
+                    "direction": _DIRECTION, "timeout": _SECONDS},
+                   _metric_or_pattern("the metric's name"), required={"command"})
 
-_PRICE = Section({
-    "input": Field(number(at_least=0, what="USD per million input tokens (>= 0)"), required=True),
-    "output": Field(number(at_least=0, what="USD per million output tokens (>= 0)"), required=True),
-}, _into(PriceSpec))
+_PRICE = Section({"input": number("USD per million input tokens (>= 0)", least=0),
+                  "output": number("USD per million output tokens (>= 0)", least=0)},
+                 _into(PriceSpec), required={"input", "output"})
 
 _GENERATOR = Section({
-    "kind": Field(one_of(GENERATOR_KINDS)),
-    "command": Field(text()),
-    "timeout": Field(_SECONDS),
-    "args": Field(_args),
-    "model": Field(text(one_line=True)),
-    "base_url": Field(matching(r"https?://\S+", "a URL starting with http:// or https://")),
-    "max_turns": Field(at_least(1)),
-    "max_tokens": Field(at_least(1)),
-    "price": Field(_PRICE),
-    "seed": Field(integer()),
+    "kind": one_of(GENERATOR_KINDS), "command": _TEXT, "timeout": _SECONDS, "args": _args,
+    "model": _LINE,
+    "base_url": matching(r"https?://\S+", "a URL starting with http:// or https://"),
+    "max_turns": at_least(1), "max_tokens": at_least(1), "price": _PRICE,
+    "seed": number("a whole number", whole=True),
 }, _build_generator)
 
 _STOP = Section({
-    "max_cycles": Field(at_least(0)),
-    "max_minutes": Field(number(above=0, what="a positive number of minutes")),
-    "patience": Field(at_least(1)),
-    "target": Field(number()),
-    "max_cost_usd": Field(number(above=0, what="a positive amount of USD")),
+    "max_cycles": at_least(0), "max_minutes": number("a positive number of minutes", above=0),
+    "patience": at_least(1), "target": number(),
+    "max_cost_usd": number("a positive amount of USD", above=0),
 }, _into(StopSpec))
 
-_SANDBOX = Section({"kind": Field(one_of(("auto", "none", "bwrap"))), "network": Field(boolean),
-                    "writable": Field(_host_paths)}, _into(SandboxSpec), scalar_key="kind")
+_SANDBOX = Section({"kind": one_of(("auto", "none", "bwrap")), "network": boolean,
+                    "writable": _host_paths}, _into(SandboxSpec), scalar_key="kind")
 
-_RESOURCES = Section({"max_change_mb": Field(_MB), "max_disk_mb": Field(_MB),
-                      "max_processes": Field(at_least(1))}, _into(ResourcesSpec))
+_RESOURCES = Section({"max_change_mb": _MB, "max_disk_mb": _MB, "max_processes": at_least(1)},
+                     _into(ResourcesSpec))
 
-_DATA = Section({"path": Field(text(one_line=True), required=True),
-                 "as": Field(text(one_line=True), required=True)}, _kwargs)
+_DATA = Section({"path": _LINE, "as": _LINE}, _into(dict), required={"path", "as"})
 
 _PARALLEL = Section({
-    "workers": Field(integer(at_least=1, what=f"a whole number from 1 to {MAX_WORKERS}")),
-    "verify": Field(integer(at_least=1, what="a whole number >= 1 (verifications at once)")),
-    "executor": Field(one_of(("local", "ray"))),
-    "address": Field(text(one_line=True)),
-    "num_cpus": Field(number(at_least=0, what="a number >= 0 (CPUs per verification task)")),
-    "num_gpus": Field(number(at_least=0, what="a number >= 0 (GPUs per verification task)")),
-    "env": Field(_worker_envs),
+    "workers": number(f"a whole number from 1 to {MAX_WORKERS}", least=1, whole=True),
+    "verify": number("a whole number >= 1 (verifications at once)", least=1, whole=True),
+    "executor": one_of(("local", "ray")), "address": _LINE,
+    "num_cpus": number("a number >= 0 (CPUs per verification task)", least=0),
+    "num_gpus": number("a number >= 0 (GPUs per verification task)", least=0),
+    "env": _worker_envs,
 }, _build_parallel)
 
 
 def _program_section(repo_root: Path) -> Section:
     """The top level; data paths are resolved against `repo_root`."""
     return Section({
-        "goal": Field(text(one_line=True), required=True),
-        "allowed": Field(_patterns(required=True), required=True),
-        "forbidden": Field(_patterns(required=False)),
-        "verifier": Field(_VERIFIER, required=True),
-        "guards": Field(ListOf(_GUARD, "a list of commands", "a command or a mapping {name, command, timeout}",
-                               scalar=lambda p, node, at: {"command": text()(p, node, at)},
-                               each=_guard, finish=_guards_done)),
-        "generator": Field(_GENERATOR),
-        "stop": Field(_STOP),
-        "accept": Field(_ACCEPT),
-        "limits": Field(ListOf(_LIMIT, "a list of limits such as {metric: peak_mem_mb, max_increase: 10%}",
-                               "a mapping {metric, max_increase or max_decrease}")),
-        "holdout": Field(_HOLDOUT),
-        "sandbox": Field(_SANDBOX),
-        "resources": Field(_RESOURCES),
-        "data": Field(ListOf(_DATA, "a list of {path: ..., as: ...}",
-                             "a mapping {path, as} or a repo-relative path", scalar=_data_short,
-                             each=_data_item(repo_root))),
-        "parallel": Field(_PARALLEL),
-    }, _build_program)
+        "goal": _LINE, "allowed": _patterns(required=True), "forbidden": _patterns(required=False),
+        "verifier": _VERIFIER,
+        "guards": ListOf(_GUARD, "a list of commands", "a command or a mapping {name, command, "
+                         "timeout}", scalar=lambda p, node, at: {"command": _TEXT(p, node, at)},
+                         each=_guard, finish=_guards_done),
+        "generator": _GENERATOR, "stop": _STOP, "accept": _ACCEPT,
+        "limits": ListOf(_LIMIT, "a list of limits such as {metric: peak_mem_mb, max_increase: "
+                         "10%}", "a mapping {metric, max_increase or max_decrease}"),
+        "holdout": _HOLDOUT, "sandbox": _SANDBOX, "resources": _RESOURCES,
+        "data": ListOf(_DATA, "a list of {path: ..., as: ...}", "a mapping {path, as} or a "
+                       "repo-relative path", scalar=_data_short, each=_data_item(repo_root)),
+        "parallel": _PARALLEL,
+    }, _build_program, required={"goal", "allowed", "verifier"})

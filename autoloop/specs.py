@@ -1,4 +1,5 @@
-"""The frozen values a program.md becomes (read by autoloop.schema, re-exported by autoloop.program)."""
+"""The frozen values a program.md becomes (read by autoloop.schema, re-exported by
+autoloop.program)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Mapping
-
-from autoloop.globs import PathRules
 
 Direction = Literal["minimize", "maximize"]
 Rule = Literal["strict", "paired"]
@@ -36,7 +35,6 @@ class VerifierSpec:
 @dataclass(frozen=True)
 class Amount:
     """A threshold: `value` percent of a reference (`"1%"`), or `value` in metric units."""
-
     value: float
     relative: bool
 
@@ -48,9 +46,7 @@ class Amount:
 
 
 @dataclass(frozen=True)
-class AcceptSpec:
-    """How a candidate is judged (autoloop.decide); the defaults are contract §5."""
-
+class AcceptSpec:   # how a candidate is judged (autoloop.decide); the defaults are contract §5
     rule: Rule = "strict"
     min_effect: Amount = Amount(0.0, False)   # 1% when rule is paired and it is not given
     alpha: float = 0.05                  # paired: the bound on false keeps (default 0.005 there)
@@ -61,9 +57,7 @@ class AcceptSpec:
 
 
 @dataclass(frozen=True)
-class LimitSpec:
-    """A secondary metric that must not move past a one-sided limit from the baseline."""
-
+class LimitSpec:   # a secondary metric that must not move past a one-sided limit from the baseline
     metric: str | None = None
     pattern: str | None = None
     max_increase: Amount | None = None
@@ -75,14 +69,9 @@ class LimitSpec:
 
 
 @dataclass(frozen=True)
-class HoldoutSpec:
-    """A held-out verifier: never shown to the generator, run on a passed candidate and at the end."""
-
-    command: str
-    direction: Direction
-    metric: str | None = None
-    pattern: str | None = None
-    timeout: float = 600.0
+class HoldoutSpec(VerifierSpec):
+    """A held-out verifier: never shown to the generator, run on a passed candidate and at the
+    end (its program.md keys are VerifierSpec's but repeats and network)."""
 
     @property
     def label(self) -> str:
@@ -97,9 +86,7 @@ class GuardSpec:
 
 
 @dataclass(frozen=True)
-class PriceSpec:
-    """USD per million tokens."""
-
+class PriceSpec:   # USD per million tokens
     input: float
     output: float
 
@@ -119,13 +106,11 @@ class GeneratorSpec:
 
 
 @dataclass(frozen=True)
-class ParallelSpec:
-    """`workers` generators propose from one incumbent; at most `verify` measured at once."""
-
+class ParallelSpec:   # `workers` generators propose from one incumbent, `verify` measured at once
     workers: int = 1
     verify: int | None = None          # verifications at once; None: as many as workers
     executor: str = "local"            # local | ray
-    address: str | None = None         # ray: "auto", "ray://host:10001"; none: a private local instance
+    address: str | None = None         # ray: "auto", "ray://host:10001"; none: a private instance
     num_cpus: float | None = None      # ray: resources one verification task asks for
     num_gpus: float | None = None
     # resource hints: worker i's generator and verifications get env[i % len(env)] on top of ours
@@ -142,25 +127,20 @@ class ParallelSpec:
 class SandboxSpec:
     """`auto`: bubblewrap where it works, else unsandboxed (said loudly); `bwrap`: or exit 2;
     `none`: the watches of autoloop.watch are the only line."""
-
     kind: Literal["auto", "none", "bwrap"] = "auto"
-    network: bool = False                # the generator keeps the network (agent CLIs need their API)
-    writable: tuple[str, ...] = ()       # more paths generator and measurements may write (~ expanded)
+    network: bool = False                # the generator keeps the network (agent CLIs need it)
+    writable: tuple[str, ...] = ()       # more paths generator and measurements may write (~ ok)
 
 
 @dataclass(frozen=True)
-class ResourcesSpec:
-    """What one cycle's generator may consume (autoloop.proc.Limits)."""
-
+class ResourcesSpec:   # what one cycle's generator may consume (autoloop.proc.Limits)
     max_change_mb: float = 100.0         # bytes of files a cycle adds or modifies
     max_disk_mb: float = 2048.0          # disk it may take while it runs, and its largest file
     max_processes: int = 2048            # processes at a time (RLIMIT_NPROC; not for root)
 
 
 @dataclass(frozen=True)
-class DataSpec:
-    """Data outside git: `source` (absolute, resolved) appears read-only at repo-relative `target`."""
-
+class DataSpec:   # data outside git: `source` (absolute) appears read-only at `target` in the repo
     source: Path
     target: str
 
@@ -213,11 +193,6 @@ class Program:
         return {self.rel_path: "program file", prefix + "experiments.md": "journal",
                 prefix + "results.tsv": "journal", prefix + ".autoloop": "autoloop state"}
 
-    @property
-    def path_rules(self) -> PathRules:
-        """allowed - forbidden - protected - .git (callers may build their own with more protected)."""
-        return PathRules(self.allowed, self.forbidden, self.protected)
-
 
 # Words that launch the command rather than name it: `python -m pytest` is "pytest".
 _LAUNCHERS = re.compile(r"(python[0-9.]*|py|uv|uvx|run|poetry|pipenv|pdm|hatch|npx|npm|pnpm|"
@@ -225,23 +200,16 @@ _LAUNCHERS = re.compile(r"(python[0-9.]*|py|uv|uvx|run|poetry|pipenv|pdm|hatch|n
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
-def command_words(command: str) -> list[str]:
-    """Words as the shell splits them (plain whitespace when the quoting is broken)."""
-    try:
-        return shlex.split(command)
-    except ValueError:
-        return command.split()
-
-
 def guard_name(command: str, taken: set[str] | frozenset[str] = frozenset()) -> str:
     """`python -m pytest -q` -> `pytest`, `ruff check .` -> `ruff-check`; `-2`... when taken."""
-    words = [w for w in command_words(command) if not w.startswith("-") and "=" not in w
+    try:
+        words = shlex.split(command)
+    except ValueError:                  # broken quoting: plain whitespace will do for a name
+        words = command.split()
+    words = [w for w in words if not w.startswith("-") and "=" not in w
              and not _LAUNCHERS.fullmatch(w)]
-    parts: list[str] = []
-    if words:
-        parts.append(Path(words[0]).stem if "/" in words[0] else words[0])
-        if len(words) > 1 and _WORD.fullmatch(words[1]):
-            parts.append(words[1])
+    parts = [Path(w).stem if "/" in w else w for w in words[:1]]
+    parts += [w for w in words[1:2] if _WORD.fullmatch(w)]
     base = re.sub(r"[^a-z0-9]+", "-", "-".join(parts).lower()).strip("-")[:24].strip("-") or "guard"
     name, n = base, 1
     while name in taken:

@@ -16,12 +16,11 @@ from autoloop.generators.agents import (
     ClaudeGenerator,
     CodexGenerator,
     _sets_option,
-    first_sentence,
-    hypothesis_in,
 )
 from autoloop.generators.aider import AiderGenerator, _aider_count, allowed_files
-from autoloop.generators.base import GenContext, Proposal
+from autoloop.generators.base import GenContext, Proposal, hypothesis_in, hypothesis_of
 from autoloop.generators.registry import make_generator
+from autoloop.globs import PathRules
 from autoloop.program import GeneratorSpec, PriceSpec, Program, VerifierSpec
 from autoloop.proc import ProcResult, new_marker
 
@@ -70,7 +69,7 @@ def make_ctx(repo: Path, tmp_path: Path, spec: GeneratorSpec | None = None, *,
     state.mkdir(exist_ok=True)
     prompt_file = state / "prompt.md"
     prompt_file.write_text(prompt)
-    rules = program.path_rules
+    rules = PathRules(program.allowed, program.forbidden, program.protected)
     return GenContext(
         program=program, cycle=1, workdir=repo, prompt=prompt, prompt_file=prompt_file,
         hypothesis_file=state / "hypothesis.txt", log_dir=state / "cycle-1", best=1.0,
@@ -531,12 +530,12 @@ def test_no_api_key_in_argv_or_report(repo: Path, tmp_path: Path, agent_log: Pat
 def test_helpers() -> None:
     assert [_aider_count(x) for x in ("456", "1,024", "2.3k", "12k", "1.5M")] == [
         456, 1024, 2300, 12000, 1_500_000]
-    assert hypothesis_in("x\n**Hypothesis:** smaller batch\n") == "smaller batch"
-    assert hypothesis_in("Hypothesis:\n\n  a heading then the text\n") == "a heading then the text"
-    assert hypothesis_in("no claim here") is None
-    assert first_sentence("  One thing.  Two things. ") == "One thing."
-    assert first_sentence("no stop at all") == "no stop at all"
-    assert first_sentence("   ") is None
+    assert hypothesis_in("x\n**Hypothesis:** smaller batch\n".splitlines()) == "smaller batch"
+    assert hypothesis_in(["Hypothesis:", "", "  a heading"]) == "a heading"
+    assert hypothesis_in(["no claim here"]) is None
+    assert hypothesis_of(["  One thing.  Two things. "]) == "One thing."
+    assert hypothesis_of(["no stop at all"]) == "no stop at all"
+    assert hypothesis_of(["   "]) is None
     assert _sets_option(["--sandbox=read-only"], ("--sandbox",))
     assert _sets_option(["-s", "read-only"], ("--sandbox", "-s"))
     assert not _sets_option(["--sandboxed"], ("--sandbox",))

@@ -488,5 +488,5 @@ def test_every_call_is_recorded(tool: EditTool) -> None:
     tool.run_json("{")
     assert [(c.command, c.status) for c in tool.calls] == [
         ("view", "ok"), ("create", "refused"), ("str_replace", "error"), ("?", "error")]
-    assert [c.to_dict()["status"] for c in tool.calls] == ["ok", "refused", "error", "error"]
+    assert [c.status for c in tool.calls] == ["ok", "refused", "error", "error"]
     assert len(tool.refused) == 1 and tool.written == []

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from autoloop.errors import UsageError
+from autoloop.globs import PathRules
 from autoloop.init import TEMPLATES, init_program, template_text
 from autoloop.program import load_program
 from tests.conftest import run_cli
@@ -42,7 +43,7 @@ def test_templates_do_not_protect_their_own_allowed_files(make_repo, name: str) 
     repo = make_repo({"program.md": program_text, "train.py": "", "prepare.py": "",
                       "bench/run.py": "", "measure.sh": "", "src/a.py": ""})
     program = load_program(repo / "program.md")
-    rules = program.path_rules
+    rules = PathRules(program.allowed, program.forbidden, program.protected)
     from autoloop.loop import protected_paths   # the loop's own notion of the verifier's files
     named = set(protected_paths(program)) - set(program.protected)
     assert not [path for path in named if rules.allows(path)]

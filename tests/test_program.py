@@ -10,6 +10,7 @@ from typing import Any, Callable
 import pytest
 
 from autoloop.errors import ConfigError, RepoStateError, UsageError
+from autoloop.globs import PathRules
 from autoloop.generators.registry import BACKENDS
 from autoloop.program import (GENERATOR_KINDS as KINDS, GuardSpec, PriceSpec, Program, StopSpec, guard_name, known_keys,
                               load_program, parse_program)
@@ -743,7 +744,8 @@ def test_protected_paths_at_the_root() -> None:
     (".git/config", "inside .git"),
 ])
 def test_path_rules_from_the_program(path: str, reason: str | None) -> None:
-    rules = parse(prog().replace("allowed: [train.py]", "allowed: ['**']")).path_rules
+    p = parse(prog().replace("allowed: [train.py]", "allowed: ['**']"))
+    rules = PathRules(p.allowed, p.forbidden, p.protected)
     assert rules.why_not(path) == reason
 
 

@@ -14,11 +14,12 @@ import pytest
 from autoloop.errors import FatalGeneratorError, GeneratorError
 from autoloop.generators import anthropic_api, openai_api
 from autoloop.generators.anthropic_api import AnthropicGenerator
-from autoloop.generators.base import GenContext, Proposal
+from autoloop.generators.base import GenContext, Proposal, hypothesis_of
+from autoloop.generators.edit_tool import EditTool
 from autoloop.generators.llm_common import (
     STREAM_ENV,
     Redactor,
-    extract_hypothesis,
+    Session,
     price_for,
     system_prompt,
 )
@@ -251,16 +252,22 @@ def test_anthropic_hypothesis_from_thinking_only_as_fallback_and_thinking_sent_b
     (["hypothesis:   spaced   out  \nrest"], "spaced out"),
     (["Hypothesis:\n  on the next line\n"], "on the next line"),
     (["- **Hypothesis**: bold label"], "bold label"),
-    (["", "  "], "(none given)"),
-    ([], "(none given)"),
+    (["", "  "], None),
+    ([], None),
     (["What now? Then this."], "What now?"),
 ])
-def test_extract_hypothesis_rules(replies: list[str], expected: str) -> None:
-    assert extract_hypothesis(replies) == expected
+def test_hypothesis_rules(replies: list[str], expected: str | None) -> None:
+    assert hypothesis_of(replies) == expected
 
 
-def test_extract_hypothesis_is_bounded() -> None:
-    assert len(extract_hypothesis(["Hypothesis: " + "x" * 5000])) == 400
+def test_sdk_hypothesis_is_bounded_and_none_given(tmp_path: Path) -> None:
+    def session(reply: str) -> Session:
+        s = Session(make_ctx(tmp_path), None, [], EditTool(tmp_path, lambda _rel: True), None,
+                    Redactor({}), 0.0, "", tmp_path / "t.jsonl", "m", None)
+        s.add_reply(reply, "end_turn", 1, 1)
+        return s
+    assert len(session("Hypothesis: " + "x" * 5000).proposal().hypothesis) == 400
+    assert session("").proposal().hypothesis == "(none given)"
 
 
 # ---------------------------------------------------------------------------- usage and cost

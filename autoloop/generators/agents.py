@@ -1,14 +1,8 @@
-"""`kind: claude | codex | aider`: agent CLIs driven through the command protocol (contract §6).
-
-Each preset is an argv (never a shell string) whose defaults make the tool edit the work tree
-without asking anyone, touch nothing autoloop owns, and report what it spent in a form read back
-here; the report is never trusted about what changed. `generator.model` adds the model flag,
-`generator.args` are appended (one that sets a default's option replaces that default), and
-`generator.command` replaces the executable (split like shell words: `npx @anthropic-ai/claude-code`).
-Flags and report shapes come from the tools' own sources (claude: the CLI reference and the Agent
-SDK's SDKResultMessage; codex: codex-rs/exec cli.rs and exec_events.rs, openai/codex#32984 on
-retry `error` events; aider: aider/args.py and base_coder.py); re-check them when a tool changes.
-"""
+"""`kind: claude | codex | aider`: agent CLIs driven through the command protocol (contract §6),
+each an argv whose defaults make the tool edit the work tree unattended and report what it
+spent (never trusted about what changed). Flags and report shapes come from the tools' sources
+(claude: CLI reference, SDKResultMessage; codex: exec cli.rs, exec_events.rs,
+openai/codex#32984; aider: args.py, base_coder.py); re-check them when a tool changes."""
 
 from __future__ import annotations
 
@@ -26,21 +20,13 @@ from typing import Any, ClassVar, Iterator, Mapping, Sequence
 from autoloop import proc
 from autoloop.errors import FatalGeneratorError, GeneratorError
 from autoloop.executables import needed_paths
-from autoloop.generators.base import GenContext, Proposal
-from autoloop.generators.command import CommandGenerator, run_short, written_hypothesis
+from autoloop.generators.base import GenContext, Proposal, hypothesis_of
+from autoloop.generators.command import CommandGenerator, last_line, run_short, written_hypothesis
 from autoloop.generators.llm_common import cost_usd
-from autoloop.program import GeneratorSpec, Program
 from autoloop.walk import remove_tree
 
-# Reports are read from their tail only: the result comes last, and a runaway tool must not
-# cost us its whole output in memory.
-_READ_LIMIT = 32 << 20
 _MAX_NOTES = 20
 _NOTE_LEN = 200
-_STATUS_TIMEOUT = 60.0
-_STATE_FILE_LIMIT = 4 << 20
-_HYPOTHESIS = re.compile(r"Hypothesis:[*_`\s]*(.*)", re.IGNORECASE)
-_SENTENCE = re.compile(r"(.+?[.!?])(?:\s|$)", re.DOTALL)
 # Messages meaning "this will fail every cycle until a human logs in or fixes a key".
 _AUTH_PROBLEM = re.compile(
     r"invalid api key|invalid x-api-key|please run /login|not logged in|authentication_error"
@@ -51,10 +37,9 @@ _AUTH_PROBLEM = re.compile(
 
 @dataclass(frozen=True)
 class AgentState:
-    """Where an agent CLI keeps its state, so a sandboxed run gives it a private writable copy
-    (the user's home is read-only there, and the real state must not be the generator's to
-    rewrite): `env` moves the folder, `home` is where it is otherwise, `files` sit beside it,
-    `copy` names the sub-folders worth copying (settings and credentials, not sessions or logs)."""
+    """Where an agent CLI keeps its state; a sandboxed run gives it a private writable copy (the
+    home is read-only there). `env` moves the folder, `home` is its default, `files` sit beside
+    it, `copy` names the sub-folders worth copying (settings, not sessions or logs)."""
 
     env: str
     home: str
@@ -68,14 +53,15 @@ def private_state(state: AgentState, environ: Mapping[str, str]) -> Path:
     root = Path(tempfile.mkdtemp(prefix="autoloop-agent-state-"))
     atexit.register(remove_tree, root, quiet=True)
     source = Path(environ.get(state.env) or os.path.expanduser(state.home))
-    entries = [(e, root / e.name) for e in source.iterdir()] if source.is_dir() and not source.is_symlink() else []
-    if state.env not in environ:   # (a user who moved the state: the files beside the default are not it)
+    listed = source.is_dir() and not source.is_symlink()
+    entries = [(e, root / e.name) for e in source.iterdir()] if listed else []
+    if state.env not in environ:   # (moved state: the files beside the default are not its)
         entries += [(Path(os.path.expanduser(src)), root / dst) for src, dst in state.files]
     for src, dst in entries:
         try:
             if src.is_symlink():
                 continue
-            if src.is_file() and src.stat().st_size <= _STATE_FILE_LIMIT:
+            if src.is_file() and src.stat().st_size <= 4 << 20:
                 shutil.copy2(src, dst)
             elif src.name in state.copy and src.is_dir():
                 shutil.copytree(src, dst, symlinks=True)
@@ -93,7 +79,8 @@ class _Unparseable(AgentReportError):
 
 
 class AgentGenerator(CommandGenerator):
-    """A known agent CLI: subclasses give the argv and read the report."""
+    """A known agent CLI: subclasses give the argv (`defaults`, `trailing`) and read the report
+    (`parse` fills the proposal field by field, then raises AgentReportError if the run failed)."""
 
     tool: ClassVar[str] = ""
     install_hint: ClassVar[str] = ""
@@ -124,16 +111,15 @@ class AgentGenerator(CommandGenerator):
             command, readable=readable, writable=writable, network=network))
 
     def auth_status(self, ctx: GenContext) -> tuple[bool | None, str]:
-        """Logged in / has a key (None: cannot tell), as far as the tool can say without spending
-        tokens, inside the sandbox with the state the cycles get; and what was found."""
+        """Logged in / has a key (None: cannot tell) without spending tokens; and what was found."""
         return None, "cannot tell without sending a request"
 
-    def _status(self, ctx: GenContext, *words: str) -> tuple[int, str] | None:
-        """(exit code, stdout + stderr) of `TOOL WORDS...` run as a cycle would run the tool."""
-        said = run_short(self.sandboxed(ctx), [*self.executable(ctx), *words], _STATUS_TIMEOUT)
-        if said.res.exit_code is None or said.res.start_error is not None:
-            return None
-        return said.res.exit_code, said.out + "\n" + said.err
+    def _status(self, ctx: GenContext, *words: str) -> tuple[int | None, str]:
+        """(exit code, None if it did not answer; stdout + stderr) of `TOOL WORDS...`, run as a
+        cycle runs the tool."""
+        said = run_short(self.sandboxed(ctx), [*self.executable(ctx), *words], 60.0)
+        answered = said.res.start_error is None
+        return said.res.exit_code if answered else None, said.out + "\n" + said.err
 
     def preflight(self, ctx: GenContext) -> str | None:
         """The tool starts (`--version`) inside the sandbox the cycles use; its version."""
@@ -163,7 +149,6 @@ class AgentGenerator(CommandGenerator):
         raise NotImplementedError
 
     def trailing(self, ctx: GenContext) -> list[str]:
-        """argv after the user's args (a prompt marker, file names)."""
         return []
 
     def command(self, ctx: GenContext) -> list[str]:
@@ -177,8 +162,6 @@ class AgentGenerator(CommandGenerator):
         return argv + user + self.trailing(ctx)
 
     def parse(self, out: Path, err: Path, proposal: Proposal) -> None:
-        """Fill `proposal` field by field (a caller that catches the error still has the usage);
-        raise AgentReportError if the run failed."""
         raise NotImplementedError
 
     def read_report(self, res: proc.ProcResult, proposal: Proposal) -> None:
@@ -202,8 +185,8 @@ class AgentGenerator(CommandGenerator):
             raise self._explain(ctx, exc) from exc
 
     def _explain(self, ctx: GenContext, exc: GeneratorError) -> AgentReportError:
-        """A non-zero exit: the tool's own report (generator.out) names the error better than a
-        stderr tail, and says what the failed run cost."""
+        """A non-zero exit: the tool's own report names the error better than a stderr tail, and
+        says what the failed run cost."""
         out, err = ctx.log_dir / "generator.out", ctx.log_dir / "generator.err"
         spent = Proposal(transcript=out if out.exists() else None)
         try:
@@ -215,6 +198,10 @@ class AgentGenerator(CommandGenerator):
             return AgentReportError(str(exc) if "timed out" in str(exc) else str(reported), spent)
         return AgentReportError(str(exc), spent)
 
+    def _unparseable(self, out: Path, err: Path, what: str) -> _Unparseable:
+        tail = last_line(read_output(err)) or last_line(read_output(out))
+        return _Unparseable(f"{self.tool} printed no {what}" + (f": {tail}" if tail else ""))
+
 
 def _sets_option(args: Sequence[str], names: Sequence[str]) -> bool:
     """Does `args` set one of the options `names` (`--x v`, `--x=v`, `-s v`)?"""
@@ -222,34 +209,11 @@ def _sets_option(args: Sequence[str], names: Sequence[str]) -> bool:
                for arg in args for name in names)
 
 
-def hypothesis_in(text: str) -> str | None:
-    """The text after the first `Hypothesis:` (markdown emphasis tolerated), or None."""
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        m = _HYPOTHESIS.search(line)
-        # `Hypothesis:` as a heading: the sentence is on the next non-empty line
-        found = m and (m.group(1).strip().strip("*_`").strip()
-                       or next((ln.strip() for ln in lines[i + 1:] if ln.strip()), ""))
-        if found:
-            return " ".join(found.split())[:1000]
-    return None
-
-
-def first_sentence(text: str) -> str | None:
-    flat = " ".join(text.split())
-    m = _SENTENCE.match(flat)
-    return (m.group(1) if m else flat)[:300] or None
-
-
 def read_output(path: Path) -> str:
-    # the agent could have planted something in place of its output files: read them the one
-    # way autoloop reads such files (regular only, no link followed, bounded)
-    return proc.read_regular(path, _READ_LIMIT, tail=True).decode("utf-8", "replace")
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1][:_NOTE_LEN] if lines else ""
+    # read the one way autoloop reads files a generator could have replaced (regular only, no
+    # link followed); the tail only: the result comes last, and a runaway tool must not cost
+    # us its whole output in memory
+    return proc.read_regular(path, 32 << 20, tail=True).decode("utf-8", "replace")
 
 
 def _dict(x: Any) -> dict[str, Any]:
@@ -283,32 +247,24 @@ def _json_lines(text: str) -> Iterator[dict[str, Any]]:
 
 
 def _last_json(text: str, want_type: str | None = None) -> dict[str, Any] | None:
-    """With `want_type`: the last one-line object of that type, else the whole text as one.
-    Without: the object the whole text holds (pretty-printed), else the last one-line one."""
+    """The last one-line JSON object (of type `want_type`), else the one the whole text holds
+    (pretty-printed)."""
     found = [o for o in _json_lines(text) if want_type is None or o.get("type") == want_type]
-    if found and want_type is not None:
+    if found:
         return found[-1]
-    start, end = text.find("{"), text.rfind("}")
     try:
-        whole = json.loads(text[start:end + 1]) if 0 <= start < end else None
+        whole = json.loads(text[text.find("{"):text.rfind("}") + 1])
     except ValueError:
-        whole = None
-    if isinstance(whole, dict) and (want_type is None or whole.get("type") == want_type):
-        return whole
-    return found[-1] if found else None
-
-
-# ---------------------------------------------------------------------------------- Claude Code
+        return None
+    ok = isinstance(whole, dict) and (want_type is None or whole.get("type") == want_type)
+    return whole if ok else None
 
 
 class ClaudeGenerator(AgentGenerator):
-    """Claude Code headless: `claude -p --output-format json`, the prompt on stdin.
-
-    `acceptEdits` lets it edit files in its working directory without prompting. Shell and
-    network tools are removed from its context: a ratchet's judge is the verifier, and in `-p`
-    mode a tool that needs permission is denied (or aborts the run) with no one to ask.
-    Pass your own `--disallowedTools` / `--allowedTools` in generator.args to change that.
-    """
+    """Claude Code headless: `claude -p --output-format json`, the prompt on stdin. `acceptEdits`
+    edits its working directory without prompting; shell and network tools are removed (the
+    judge is the verifier, and in `-p` mode a tool that needs permission is denied or aborts the
+    run). Your own `--disallowedTools` / `--allowedTools` in generator.args change that."""
 
     tool = "claude"
     install_hint = "Claude Code"
@@ -332,13 +288,12 @@ class ClaudeGenerator(AgentGenerator):
 
     def auth_status(self, ctx: GenContext) -> tuple[bool | None, str]:
         # `claude auth status` (JSON: loggedIn, authMethod, apiKeySource; exit 1 when not).
-        res = self._status(ctx, "auth", "status")
-        if res is None:
+        code, said = self._status(ctx, "auth", "status")
+        if code is None:
             return None, "`claude auth status` did not answer"
-        code, said = res
         info = _last_json(said)
         if info is None:
-            return None, f"`claude auth status` exit {code}: {_last_line(said) or 'no output'}"
+            return None, f"`claude auth status` exit {code}: {last_line(said) or 'no output'}"
         if info.get("loggedIn") is True:
             how = str(info.get("apiKeySource") or info.get("authMethod") or "yes")
             return True, f"logged in ({how})"
@@ -347,8 +302,7 @@ class ClaudeGenerator(AgentGenerator):
     def parse(self, out: Path, err: Path, proposal: Proposal) -> None:
         result = _last_json(read_output(out), "result")
         if result is None:
-            tail = _last_line(read_output(err)) or _last_line(read_output(out))
-            raise _Unparseable("claude printed no JSON result" + (f": {tail}" if tail else ""))
+            raise self._unparseable(out, err, "JSON result")
         usage = _dict(result.get("usage"))
         proposal.tokens_in = sum(_int(usage.get(k)) for k in (
             "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
@@ -356,14 +310,12 @@ class ClaudeGenerator(AgentGenerator):
         proposal.turns = _int(result.get("num_turns"))
         # `cost_usd` is what versions before the SDK rename printed.
         cost = result.get("total_cost_usd", result.get("cost_usd"))
-        if isinstance(cost, (int, float)) and not isinstance(cost, bool):
-            proposal.cost_usd = float(cost)
-        else:
-            proposal.cost_usd = cost_usd(proposal.tokens_in, proposal.tokens_out, self.spec.price)
+        reported = isinstance(cost, (int, float)) and not isinstance(cost, bool)
+        proposal.cost_usd = float(cost) if reported else cost_usd(
+            proposal.tokens_in, proposal.tokens_out, self.spec.price)
         denials = result.get("permission_denials")
         denials = denials if isinstance(denials, list) else []
-        for denial in denials[:_MAX_NOTES]:
-            proposal.notes.append(_denial_note(denial))
+        proposal.notes += [_denial_note(denial) for denial in denials[:_MAX_NOTES]]
         subtype = str(result.get("subtype", ""))
         proposal.meta.update({
             "tool": "claude",
@@ -388,26 +340,17 @@ class ClaudeGenerator(AgentGenerator):
     def output_hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str | None:
         result = _last_json(read_output(res.stdout_path), "result")
         text = result.get("result") if result else None
-        if not isinstance(text, str):
-            return None
-        return hypothesis_in(text) or first_sentence(text)
+        return hypothesis_of([text]) if isinstance(text, str) else None
 
 
 def _denial_note(denial: Any) -> str:
     if not isinstance(denial, dict):
         return "claude: permission denied"
-    name = str(denial.get("tool_name", "a tool"))
-    tool_input = denial.get("tool_input")
-    target = ""
-    if isinstance(tool_input, dict):
-        for key in ("file_path", "path", "command", "url", "pattern"):
-            if isinstance(tool_input.get(key), str):
-                target = " " + " ".join(tool_input[key].split())
-                break
-    return f"claude: permission denied: {name}{target}"[:_NOTE_LEN]
-
-
-# ----------------------------------------------------------------------------------- Codex CLI
+    tool_input = _dict(denial.get("tool_input"))
+    target = next((" " + " ".join(tool_input[key].split()) for key in
+                   ("file_path", "path", "command", "url", "pattern")
+                   if isinstance(tool_input.get(key), str)), "")
+    return f"claude: permission denied: {denial.get('tool_name', 'a tool')}{target}"[:_NOTE_LEN]
 
 
 class CodexGenerator(AgentGenerator):
@@ -423,7 +366,7 @@ class CodexGenerator(AgentGenerator):
     def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
         # Codex's own sandbox cannot start inside ours (it needs a user namespace bwrap's
         # --cap-drop forbids): its edits would fail while it exits 0. Ours confines it instead.
-        own = ["--sandbox", "danger-full-access"] if ctx.wrap is not None else ["--sandbox", "workspace-write"]
+        own = ["--sandbox", "danger-full-access" if ctx.wrap is not None else "workspace-write"]
         return [
             ((), ["exec"]),
             (("--json", "--experimental-json"), ["--json"]),
@@ -438,34 +381,32 @@ class CodexGenerator(AgentGenerator):
         # A model provider of config.toml with an `env_key` authenticates by that variable;
         # OpenAI's own by `codex login` (or CODEX_API_KEY), which `codex login status` reports.
         env = self.sandboxed(ctx).env   # (the private CODEX_HOME copy when sandboxed)
-        provider_key = _codex_provider_env_key(Path(env.get("CODEX_HOME") or
-                                                    os.path.expanduser("~/.codex")) / "config.toml")
+        home = env.get("CODEX_HOME") or os.path.expanduser("~/.codex")
+        provider_key = _codex_provider_env_key(Path(home) / "config.toml")
         if provider_key:
             if env.get(provider_key):
                 return True, f"the model provider's key ${provider_key} is set"
             return False, f"${provider_key} (env_key of the model provider in config.toml) is not set"
         if env.get("CODEX_API_KEY"):
             return True, "CODEX_API_KEY is set"
-        res = self._status(ctx, "login", "status")
-        if res is None:
+        code, said = self._status(ctx, "login", "status")
+        if code is None:
             return None, "`codex login status` did not answer"
-        code, said = res
         if code == 0:
-            return True, _last_line(said) or "logged in"
-        return False, f"{_last_line(said) or 'not logged in'}: run `codex login`, or set CODEX_API_KEY"
+            return True, last_line(said) or "logged in"
+        said = last_line(said) or "not logged in"
+        return False, f"{said}: run `codex login`, or set CODEX_API_KEY"
 
     def parse(self, out: Path, err: Path, proposal: Proposal) -> None:
-        seen = completed = 0
+        seen = completed = commands = failed_commands = edits = 0
         last_completed = -1
         failure: str | None = None
         last_error: tuple[int, str] | None = None
-        commands = failed_commands = edits = 0
         failed_edits: list[str] = []
         for index, event in enumerate(_json_lines(read_output(out))):
             kind = event.get("type")
-            if not isinstance(kind, str):
-                continue
-            seen += 1
+            item = _dict(event.get("item"))
+            seen += isinstance(kind, str)
             if kind == "thread.started":
                 proposal.meta["thread_id"] = str(event.get("thread_id", ""))
             elif kind == "turn.completed":
@@ -486,31 +427,31 @@ class CodexGenerator(AgentGenerator):
                 message = str(event.get("message", "")) or "error"
                 last_error = (index, message)
                 _note(proposal, f"codex: {message}")
-            elif kind == "item.completed" and isinstance(event.get("item"), dict):
-                item = event["item"]
-                if item.get("type") == "command_execution":
-                    commands += 1
-                    if item.get("status") == "failed" or _int(item.get("exit_code")) != 0:
-                        failed_commands += 1
-                        _note(proposal, f"codex: command failed (exit {item.get('exit_code')}): "
-                                        f"{' '.join(str(item.get('command', '')).split())}")
-                elif item.get("type") == "file_change":
-                    paths = ", ".join(str(c.get("path", "?")) for c in item.get("changes") or []
-                                      if isinstance(c, dict))
-                    if item.get("status") == "failed":
-                        failed_edits.append(paths or "?")
-                        _note(proposal, f"codex: edit failed: {paths or '(no path given)'}")
-                    else:
-                        edits += 1
-                elif item.get("type") == "error":
-                    _note(proposal, f"codex: {item.get('message', '')}")
+            elif kind != "item.completed" or not isinstance(event.get("item"), dict):
+                continue
+            elif item.get("type") == "command_execution":
+                commands += 1
+                if item.get("status") == "failed" or _int(item.get("exit_code")) != 0:
+                    failed_commands += 1
+                    _note(proposal, f"codex: command failed (exit {item.get('exit_code')}): "
+                                    f"{' '.join(str(item.get('command', '')).split())}")
+            elif item.get("type") == "file_change":
+                paths = ", ".join(str(c.get("path", "?")) for c in item.get("changes") or []
+                                  if isinstance(c, dict))
+                if item.get("status") == "failed":
+                    failed_edits.append(paths or "?")
+                    _note(proposal, f"codex: edit failed: {paths or '(no path given)'}")
+                else:
+                    edits += 1
+            elif item.get("type") == "error":
+                _note(proposal, f"codex: {item.get('message', '')}")
         proposal.turns = completed
         proposal.cost_usd = cost_usd(proposal.tokens_in, proposal.tokens_out, self.spec.price)
-        proposal.meta.update({"tool": "codex", "commands": commands, "failed_commands": failed_commands,
-                              "edits": edits, "failed_edits": len(failed_edits)})
+        proposal.meta.update({"tool": "codex", "commands": commands,
+                              "failed_commands": failed_commands, "edits": edits,
+                              "failed_edits": len(failed_edits)})
         if seen == 0:
-            tail = _last_line(read_output(err)) or _last_line(read_output(out))
-            raise _Unparseable("codex printed no JSON events" + (f": {tail}" if tail else ""))
+            raise self._unparseable(out, err, "JSON events")
         if failure is not None:
             _check_auth("codex", failure)
             raise AgentReportError(f"codex turn failed: {failure[:500]}", proposal)
@@ -524,18 +465,14 @@ class CodexGenerator(AgentGenerator):
         if failed_edits and not edits:
             # Codex exits 0 when every edit it tried failed (its own sandbox refusing them, for
             # one): that is a failed attempt, not a generator that chose to change nothing.
-            raise AgentReportError(f"codex: every edit it tried failed ({'; '.join(failed_edits)[:300]})",
-                                   proposal)
+            raise AgentReportError(
+                f"codex: every edit it tried failed ({'; '.join(failed_edits)[:300]})", proposal)
 
     def output_hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str | None:
-        replies = [str(e["item"].get("text", "")) for e in _json_lines(read_output(res.stdout_path))
-                   if e.get("type") == "item.completed" and isinstance(e.get("item"), dict)
-                   and e["item"].get("type") == "agent_message"]
-        for reply in replies:
-            found = hypothesis_in(reply)
-            if found:
-                return found
-        return first_sentence(replies[-1]) if replies else None
+        items = [_dict(e.get("item")) for e in _json_lines(read_output(res.stdout_path))
+                 if e.get("type") == "item.completed"]
+        return hypothesis_of([str(i.get("text", "")) for i in items
+                              if i.get("type") == "agent_message"])
 
 
 def _codex_provider_env_key(config: Path) -> str | None:
@@ -549,9 +486,6 @@ def _codex_provider_env_key(config: Path) -> str | None:
     except (OSError, ValueError):
         return None
     name = data.get("model_provider")
-    providers = data.get("model_providers")
-    if not isinstance(name, str) or not isinstance(providers, dict):
-        return None
-    entry = providers.get(name)
-    key = entry.get("env_key") if isinstance(entry, dict) else None
+    entry = _dict(_dict(data.get("model_providers")).get(name)) if isinstance(name, str) else {}
+    key = entry.get("env_key")
     return key if isinstance(key, str) and key else None

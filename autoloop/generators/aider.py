@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import re
+import stat
 from pathlib import Path
 
 from autoloop import proc
 from autoloop.errors import FatalGeneratorError
-from autoloop.generators.agents import AgentGenerator, AgentReportError, hypothesis_in, read_output
-from autoloop.generators.base import GenContext, Proposal
+from autoloop.generators.agents import AgentGenerator, AgentReportError, read_output
+from autoloop.generators.base import GenContext, Proposal, hypothesis_in
 from autoloop.generators.llm_common import cost_usd
-from autoloop.program import GeneratorSpec, Program
+from autoloop.walk import walk
 
 _MAX_AIDER_FILES = 50
 _AIDER_COUNT = r"(\d[\d,]*(?:\.\d+)?[kKmM]?)"
@@ -24,22 +24,12 @@ _AIDER_LLM_ERROR = re.compile(r"^\s*litellm\.(\w+)", re.MULTILINE)
 
 
 class AiderGenerator(AgentGenerator):
-    """aider, one message and exit (`--message-file`), with the allowed files that exist already
-    in the chat so it can edit them.
-
-    `--no-git`: aider must not commit, stage or edit .gitignore — autoloop owns git — and the
-    commit flags stay off even if generator.args turns git back on. Its history files would land
-    in the work tree (a change outside `allowed`), so they go to the cycle's log folder, where
-    they double as the transcript. Best effort: aider prints text, not a structured report.
-    """
+    """aider, one message and exit (`--message-file`), the allowed files that exist in the chat.
+    Its history files go to the cycle's log folder (in the work tree they would be a change
+    outside `allowed`) and double as the transcript. It prints text, not a report: best effort."""
 
     tool = "aider"
     install_hint = "aider (pip install aider-chat)"
-
-    def __init__(self, spec: GeneratorSpec, program: Program) -> None:
-        super().__init__(spec, program)
-        # The files chosen for a cycle, computed once before aider runs (it may create more).
-        self._files: dict[int, tuple[list[str], int]] = {}
 
     def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
         return [
@@ -71,17 +61,13 @@ class AiderGenerator(AgentGenerator):
         return None
 
     def trailing(self, ctx: GenContext) -> list[str]:
-        files, _ = self._files.get(id(ctx)) or allowed_files(ctx, _MAX_AIDER_FILES)
+        files, _ = allowed_files(ctx, _MAX_AIDER_FILES)
         # `./` keeps a file named like an option from being read as one.
         return [f"./{rel}" for rel in files]
 
     def propose(self, ctx: GenContext) -> Proposal:
-        files, total = allowed_files(ctx, _MAX_AIDER_FILES)
-        self._files[id(ctx)] = (files, total)
-        try:
-            proposal = super().propose(ctx)
-        finally:
-            self._files.pop(id(ctx), None)
+        files, total = allowed_files(ctx, _MAX_AIDER_FILES)   # before aider may create more
+        proposal = super().propose(ctx)
         if total > len(files):
             proposal.notes.append(f"aider: {total} allowed files exist; the first {len(files)} "
                                   "were added to the chat")
@@ -124,8 +110,7 @@ class AiderGenerator(AgentGenerator):
         except OSError:
             prompt_lines = set()
         text = read_output(res.stdout_path)
-        kept = "\n".join(ln for ln in text.splitlines() if ln.strip() not in prompt_lines)
-        return hypothesis_in(kept)
+        return hypothesis_in(ln for ln in text.splitlines() if ln.strip() not in prompt_lines)
 
 
 def _aider_count(text: str) -> int:
@@ -139,19 +124,8 @@ def _aider_count(text: str) -> int:
 
 
 def allowed_files(ctx: GenContext, limit: int) -> tuple[list[str], int]:
-    """Regular files in the work tree the generator may edit: (the first `limit`, sorted; how
+    """Regular files of the work tree the generator may edit: (the first `limit`, sorted; how
     many there are). Symlinks are left out — an edit through one lands somewhere else."""
-    found: list[str] = []
-    root = ctx.workdir
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != ".git")
-        rel_dir = Path(dirpath).relative_to(root).as_posix()
-        for name in filenames:
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            full = Path(dirpath) / name
-            if full.is_symlink() or not full.is_file():
-                continue
-            if ctx.is_allowed(rel):
-                found.append(rel)
-    found.sort()
+    found = sorted(rel for rel, _, st in walk(str(ctx.workdir), skip={".git"})
+                   if st is not None and stat.S_ISREG(st.st_mode) and ctx.is_allowed(rel))
     return found[:limit], len(found)

@@ -1,12 +1,8 @@
-"""`generator.kind: anthropic`: Claude through the Messages API with Anthropic's text-editor tool.
-
-The model gets the `text_editor_20250728` tool (`str_replace_based_edit_tool`), executed by
-EditTool, which refuses edits outside `allowed` as tool errors (`is_error: true`). The loop ends
-when a reply stops for any reason other than `tool_use`/`pause_turn`, or after
-`generator.max_turns` replies. The SDK's own configuration works unchanged (ANTHROPIC_API_KEY or
-ANTHROPIC_AUTH_TOKEN, ANTHROPIC_BASE_URL; `generator.base_url` overrides it). Requests stream by
-default: the SDK refuses long non-streaming calls.
-"""
+"""`generator.kind: anthropic`: Claude through the Messages API with Anthropic's text-editor tool
+(`text_editor_20250728`), executed by EditTool. The loop ends when a reply stops for any reason
+but `tool_use`/`pause_turn`, or after `generator.max_turns` replies. The SDK's own configuration
+works unchanged (`generator.base_url` overrides ANTHROPIC_BASE_URL). Requests stream by default:
+the SDK refuses long non-streaming calls."""
 
 from __future__ import annotations
 
@@ -17,8 +13,11 @@ from autoloop.generators.edit_tool import TOOL_NAME
 from autoloop.generators.llm_common import SDKGenerator, Session
 
 DEFAULT_MODEL = "claude-sonnet-5-5"   # Anthropic's current Sonnet (anthropic 2.14's ModelParam)
-TOOL_TYPE = "text_editor_20250728"    # the text-editor version of current Claude models
-EDITOR_TOOL: dict[str, str] = {"type": TOOL_TYPE, "name": TOOL_NAME}
+# the text-editor version of current Claude models
+EDITOR_TOOL: dict[str, str] = {"type": "text_editor_20250728", "name": TOOL_NAME}
+_BLOCK_FIELDS: dict[str | None, tuple[str, ...]] = {
+    "text": ("text",), "tool_use": ("id", "name", "input"), "thinking": ("thinking", "signature"),
+    "redacted_thinking": ("data",)}
 _NO_CREDENTIALS = "anthropic: no credentials; set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN)"
 
 
@@ -44,15 +43,13 @@ class AnthropicGenerator(SDKGenerator):
 
     def turn(self, s: Session) -> bool:
         msg = self._request(s)
-        state, usage = s.state, msg.usage
-        state.turns += 1
-        state.add_usage((usage.input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
-                        + (usage.cache_read_input_tokens or 0), usage.output_tokens)
-        state.stop_reason = msg.stop_reason
-        content = [_block_param(b) for b in msg.content]
-        state.replies.append("".join(b["text"] for b in content if b.get("type") == "text"))
-        state.thinking.extend(b["thinking"] for b in content if b.get("type") == "thinking" and b.get("thinking"))
-        s.log.event("reply", turn=state.turns, stop_reason=msg.stop_reason,
+        usage, content = msg.usage, [_block_param(b) for b in msg.content]
+        cached = (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
+        s.add_reply("".join(b["text"] for b in content if b.get("type") == "text"),
+                    msg.stop_reason, (usage.input_tokens or 0) + cached, usage.output_tokens)
+        s.thinking += [b["thinking"] for b in content
+                       if b.get("type") == "thinking" and b.get("thinking")]
+        s.log.event("reply", turn=s.turns, stop_reason=msg.stop_reason,
                     usage={"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
                     content=content)
         if content:
@@ -61,11 +58,11 @@ class AnthropicGenerator(SDKGenerator):
             return True    # the server paused a long turn; sending the reply back lets it continue
         if msg.stop_reason != "tool_use":
             if msg.stop_reason == "max_tokens":
-                state.notes.append(f"the last reply was cut at max_tokens ({self.spec.max_tokens})")
+                s.notes.append(f"the last reply was cut at max_tokens ({self.spec.max_tokens})")
             return False
         uses = [b for b in content if b.get("type") == "tool_use"]
         if not uses:
-            state.notes.append("the model stopped for tool_use without a tool call")
+            s.notes.append("the model stopped for tool_use without a tool call")
             return False
         results = []
         for b in uses:
@@ -96,14 +93,8 @@ class AnthropicGenerator(SDKGenerator):
 
 def _block_param(block: Any) -> dict[str, Any]:
     """A response content block as the param to send back (thinking blocks exactly as received)."""
-    kind = getattr(block, "type", None)
-    if kind == "text":
-        return {"type": "text", "text": block.text}
-    if kind == "tool_use":
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-    if kind == "thinking":
-        return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
-    if kind == "redacted_thinking":
-        return {"type": "redacted_thinking", "data": block.data}
+    fields = _BLOCK_FIELDS.get(getattr(block, "type", None))
+    if fields is not None:
+        return {"type": block.type, **{name: getattr(block, name) for name in fields}}
     dumped: dict[str, Any] = block.to_dict(exclude_none=True) if hasattr(block, "to_dict") else dict(block)
     return dumped

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from autoloop.program import Program
+
+_HYPOTHESIS = re.compile(r"\bHypothesis[\s*_`]*:(.*)", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+MAX_HYPOTHESIS = 1000
 
 
 @dataclass(frozen=True)
@@ -22,18 +27,13 @@ class GenContext:
     log_dir: Path                   # this cycle's log folder (transcripts go here)
     best: float | None              # the incumbent's metric
     baseline: float | None
-    history: Sequence[Mapping[str, Any]]   # finished cycle records from the ledger, oldest first
-    # A cycle record has at least: cycle (int, 0 = baseline), status (baseline|keep|discard|crash|
-    # guard_fail|violation|no_change|gen_error), metric (float|None: this candidate's), best
-    # (float|None: the incumbent's metric after this cycle), hypothesis, lesson, commit (kept
-    # commit or None), parent (incumbent commit the cycle started from), changed (list of paths),
-    # gen_meta (the Proposal.meta the generator returned that cycle).
+    history: Sequence[Mapping[str, Any]]   # the ledger's finished cycle records, oldest first
     is_allowed: Callable[[str], bool]      # repo-relative path -> may the generator write it?
     env: Mapping[str, str]          # environment for subprocesses (already scrubbed of our secrets)
     timeout: float
     run_marker: str                 # value of AUTOLOOP_RUN_MARKER; lets us find leftover processes
-    # A subprocess generator's command goes through `wrap` (the sandbox: a bwrap command line)
-    # when it is set, and runs under `limits` (resource limits, see autoloop.proc.Limits).
+    # a subprocess generator's command goes through `wrap` (the sandbox) and runs under
+    # `limits` (autoloop.proc.Limits)
     wrap: Callable[[Any], Any] | None = None
     limits: Any = None
 
@@ -56,8 +56,8 @@ class Proposal:
 
 def preflight_context(program: Program, scratch: Path, *, env: Mapping[str, str], run_marker: str,
                       wrap: Callable[[Any], Any] | None) -> GenContext:
-    """A context for checking, before the baseline, that a generator can start at all
-    (`preflight`): `scratch` (an empty folder) stands in for the work tree and the logs."""
+    """A context for `preflight` (can the generator start at all?) before the baseline; `scratch`,
+    an empty folder, stands in for the work tree and the logs."""
     prompt = scratch / "prompt.md"
     prompt.write_text("autoloop preflight: this run has not started; change nothing.\n")
     return GenContext(program=program, cycle=0, workdir=scratch, prompt=prompt.read_text(),
@@ -67,12 +67,40 @@ def preflight_context(program: Program, scratch: Path, *, env: Mapping[str, str]
 
 
 class Generator(Protocol):
+    """Optional `preflight(ctx) -> str | None`: FatalGeneratorError unless the generator can start
+    as the cycles will run it (in the sandbox); its version when it says."""
+
     def propose(self, ctx: GenContext) -> Proposal:
         """Edit ctx.workdir once. Raise GeneratorError for a failed attempt (cycle = gen_error),
         FatalGeneratorError when no attempt can ever succeed (run stops, exit 1)."""
         ...
 
-    # Optional (subprocess generators have it): raise FatalGeneratorError unless the generator
-    # can start as the cycles will run it (in the sandbox); return its version when it says.
-    # def preflight(self, ctx: GenContext) -> str | None
 
+def _clean(text: str) -> str:
+    return " ".join(text.replace("**", " ").split()).strip(" *_`")
+
+
+def hypothesis_in(lines: Iterable[str], limit: int = MAX_HYPOTHESIS) -> str | None:
+    """The text after the first `Hypothesis:` (markdown emphasis tolerated; a label alone on its
+    line takes the next non-empty line), or None. `lines` may be a lazy, bounded reader."""
+    rest = iter(lines)
+    for line in rest:
+        m = _HYPOTHESIS.search(line)
+        found = m and (_clean(m.group(1)) or next((c for ln in rest if (c := _clean(ln))), ""))
+        if found:
+            return found[:limit]
+    return None
+
+
+def hypothesis_of(replies: Sequence[str], extra: Iterable[str] = (),
+                  limit: int = MAX_HYPOTHESIS) -> str | None:
+    """A model's hypothesis: after `Hypothesis:` in its replies (then in `extra`, e.g. its
+    thinking), else the first sentence of its last non-empty reply."""
+    said = [r for r in replies if r.strip()]
+    for text in (*said, *extra):
+        found = hypothesis_in(text.splitlines(), limit)
+        if found:
+            return found
+    if not said:
+        return None
+    return _clean(_SENTENCE_END.split(" ".join(said[-1].split()), maxsplit=1)[0])[:limit] or None

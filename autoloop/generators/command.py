@@ -10,20 +10,17 @@ import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from autoloop import proc
 from autoloop.errors import ConfigError, FatalGeneratorError, GeneratorError
 from autoloop.executables import needed_paths
-from autoloop.generators.base import GenContext, Proposal
+from autoloop.generators.base import MAX_HYPOTHESIS, GenContext, Proposal, hypothesis_in
 from autoloop.numbers import exact as fmt
 from autoloop.program import GeneratorSpec, Program
 
-_HYPOTHESIS = re.compile(r"Hypothesis:\s*(.*)", re.IGNORECASE)
 _SCAN_LIMIT = 16 << 20
 _LINE_LIMIT = 64 << 10
-_MAX_HYPOTHESIS = 1000
-_PREFLIGHT_TIMEOUT = 120.0
 # Exit statuses of a shell (and of bwrap's exec) for "found but not executable" / "not found":
 # it will not start next cycle either.
 _CANNOT_START = {126: "found but not executable", 127: "command not found"}
@@ -43,7 +40,7 @@ class Said(NamedTuple):
     err: str
 
 
-def run_short(ctx: GenContext, argv: list[str], timeout: float = _PREFLIGHT_TIMEOUT) -> Said:
+def run_short(ctx: GenContext, argv: list[str], timeout: float = 120.0) -> Said:
     """Run `argv` as a cycle runs the generator (sandboxed when it is), stdin closed."""
     command = ctx.wrap(argv) if ctx.wrap is not None else argv
     with tempfile.TemporaryDirectory(prefix="autoloop-preflight-") as tmp:
@@ -54,11 +51,8 @@ def run_short(ctx: GenContext, argv: list[str], timeout: float = _PREFLIGHT_TIME
 
 def written_hypothesis(ctx: GenContext) -> str:
     """What the generator wrote to AUTOLOOP_HYPOTHESIS_FILE, on one line ("" if nothing)."""
-    try:
-        written = proc.read_regular(ctx.hypothesis_file, 64 << 10).decode(errors="replace")
-    except OSError:
-        return ""
-    return " ".join(written.split())[:_MAX_HYPOTHESIS]
+    written = proc.read_regular(ctx.hypothesis_file, 64 << 10).decode(errors="replace")
+    return " ".join(written.split())[:MAX_HYPOTHESIS]
 
 
 class CommandGenerator:
@@ -68,8 +62,6 @@ class CommandGenerator:
                               "generator.command is required for kind 'command'")
         self.spec = spec
         self.program = program
-
-    # ---- what presets override -----------------------------------------------------------------
 
     def command(self, ctx: GenContext) -> str | list[str]:
         return self.spec.command or ""
@@ -81,7 +73,8 @@ class CommandGenerator:
         """Fill cost/tokens/notes from the tool's own output; raise GeneratorError if it failed."""
 
     def hypothesis(self, ctx: GenContext, res: proc.ProcResult) -> str:
-        return written_hypothesis(ctx) or first_hypothesis(res.stdout_path) or "(none given)"
+        said = hypothesis_in(_head_lines(res.stdout_path))
+        return written_hypothesis(ctx) or said or "(none given)"
 
     def program_path(self, ctx: GenContext, root: Path | None = None) -> str | None:
         """The program the command starts, resolved as its shell will (None: not knowable, e.g. a
@@ -138,17 +131,14 @@ class CommandGenerator:
         """Run `argv` as the generator would run; its stdout, or FatalGeneratorError with the fix."""
         said = run_short(ctx, argv)
         res = said.res
-        lines = [ln.strip() for ln in (said.err + "\n" + said.out).splitlines() if ln.strip()]
         if res.start_error is not None or not res.ok:
             where = " inside the sandbox" if ctx.wrap is not None else ""
-            why = res.start_error or (lines[-1][:300] if lines else res.describe())
+            why = res.start_error or last_line(said.err + "\n" + said.out, 300) or res.describe()
             fix = ("bind what it needs with sandbox.writable, or run it with sandbox: none"
                    if ctx.wrap is not None else "check that it is installed and runs")
             raise FatalGeneratorError(f"the generator {name} cannot start{where}: "
                                       f"`{' '.join(argv)}` {res.describe()}: {why}; {fix}".replace("  ", " "))
         return said.out
-
-    # ---- the protocol --------------------------------------------------------------------------
 
     def propose(self, ctx: GenContext) -> Proposal:
         ctx = self.sandboxed(ctx)
@@ -191,19 +181,21 @@ def _script_operand(words: list[str]) -> str | None:
     return None
 
 
-def first_hypothesis(path: Path) -> str | None:
-    """The text after the first `Hypothesis:` in a (possibly huge) output file."""
+def _head_lines(path: Path) -> Iterator[str]:
+    """The lines of a possibly huge output file: its first 16 MiB, in pieces of at most 64 KiB."""
     seen = 0
     try:
         with open(path, "rb") as f:
-            while seen < _SCAN_LIMIT and (raw := f.readline(_LINE_LIMIT)):   # bounded lines
+            while seen < _SCAN_LIMIT and (raw := f.readline(_LINE_LIMIT)):
                 seen += len(raw)
-                m = _HYPOTHESIS.search(raw.decode("utf-8", "replace"))
-                if m and m.group(1).strip():
-                    return " ".join(m.group(1).split())[:_MAX_HYPOTHESIS]
+                yield raw.decode("utf-8", "replace")
     except OSError:
-        return None
-    return None
+        return
+
+
+def last_line(text: str, limit: int = 200) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:limit] if lines else ""
 
 
 def _show(command: str | list[str]) -> str:

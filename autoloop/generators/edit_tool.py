@@ -1,20 +1,13 @@
 """One executor for Anthropic's text-editor tool (`str_replace_based_edit_tool`), used by both
-SDK generators so the rules live in one place:
-
-- paths are relative to the work tree or absolute inside it; `..`, paths outside, a symlink
-  anywhere along the path (lstat on every component), `.git` and anything that is not a
-  regular file or directory are refused;
-- writes are refused unless `is_allowed(rel)`; reading the rest of the tree is fine;
-- a refusal is a tool error returned to the model, never an exception, and never touches the
-  disk; writes replace the target with a new file, so a hard link cannot carry an edit away.
-
-Commands are those of `text_editor_20250728` (no `undo_edit`); `insert` takes `insert_text`
-(and `new_str`, which the public docs once said).
-"""
+SDK generators. Paths are relative to the work tree or absolute inside it; `..`, paths outside,
+a symlink anywhere along the path (lstat on every component), `.git` and anything not a regular
+file or directory are refused, and writes unless `is_allowed(rel)`. A refusal is a tool error
+returned to the model, never an exception, and never touches the disk; writes replace the
+target with a new file, so a hard link cannot carry an edit away. Commands are those of
+`text_editor_20250728` (no `undo_edit`); `insert` also takes `new_str`, as the docs once said."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import stat
@@ -42,9 +35,6 @@ class ToolCall:
     status: Status             # ok | refused (policy) | error (bad input, missing file, ...)
     reason: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclass(frozen=True)
 class ToolResult:
@@ -60,6 +50,13 @@ class _Failed(Exception):
     """A command that cannot be carried out (bad input, missing file, ...)."""
 
 
+def _regular(rel: str, st: os.stat_result) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise _Failed(f"{rel!r} is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise _Failed(f"{rel!r} is not a regular file")
+
+
 def _split_lines(text: str) -> list[str]:
     """Lines with their `\\n` kept; only `\\n` separates lines (unlike str.splitlines)."""
     parts = text.split("\n")
@@ -67,8 +64,8 @@ def _split_lines(text: str) -> list[str]:
 
 
 class EditTool:
-    """Executes text-editor commands inside `workdir`; `calls` records each. `allowed_hint`
-    (the program's `allowed` globs) is quoted back to the model when a write is refused."""
+    """Executes text-editor commands inside `workdir`; `calls` records each. `allowed_hint` is
+    quoted back to the model when a write is refused."""
 
     def __init__(self, workdir: Path, is_allowed: Callable[[str], bool], *,
                  allowed_hint: Sequence[str] = (), max_view_chars: int = MAX_VIEW_CHARS,
@@ -88,12 +85,10 @@ class EditTool:
 
     @property
     def written(self) -> list[str]:
-        """Repo-relative paths successfully written, in order, without repeats."""
         return list(dict.fromkeys(c.rel for c in self.calls
                                   if c.status == "ok" and c.command in WRITE_COMMANDS and c.rel))
 
     def run_json(self, raw: str | None) -> ToolResult:
-        """A call whose arguments arrive as JSON text (OpenAI function calls)."""
         try:
             args = json.loads(raw or "{}")
         except (TypeError, ValueError) as exc:
@@ -109,13 +104,12 @@ class EditTool:
         command, raw_path = args.get("command"), args.get("path")
         command_s = command if isinstance(command, str) else repr(command)
         path_s = raw_path if isinstance(raw_path, str) else ("" if raw_path is None else repr(raw_path))
-        if command not in COMMANDS:
-            return self._record(command_s, path_s, None, "error",
-                                f"unknown command {command_s}; use one of: {', '.join(COMMANDS)}")
-        if not isinstance(raw_path, str):
-            return self._record(command_s, path_s, None, "error", "`path` is required and must be a string")
         rel: str | None = None
         try:
+            if command not in COMMANDS:
+                raise _Failed(f"unknown command {command_s}; use one of: {', '.join(COMMANDS)}")
+            if not isinstance(raw_path, str):
+                raise _Failed("`path` is required and must be a string")
             rel = self._resolve(raw_path)
             if command in WRITE_COMMANDS:
                 self._check_writable(rel)
@@ -185,10 +179,7 @@ class EditTool:
     def _read_text(self, rel: str, st: os.stat_result | None) -> str:
         if st is None:
             raise _Failed(f"{rel!r} does not exist")
-        if stat.S_ISDIR(st.st_mode):
-            raise _Failed(f"{rel!r} is a directory")
-        if not stat.S_ISREG(st.st_mode):
-            raise _Failed(f"{rel!r} is not a regular file")
+        _regular(rel, st)
         if st.st_size > self.max_file_bytes:
             raise _Failed(f"{rel!r} is too large for the edit tool ({st.st_size} bytes; "
                           f"limit {self.max_file_bytes})")
@@ -213,10 +204,7 @@ class EditTool:
             with os.fdopen(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as fh:
                 fh.write(data)
             return True
-        if stat.S_ISDIR(st.st_mode):
-            raise _Failed(f"{rel!r} is a directory")
-        if not stat.S_ISREG(st.st_mode):
-            raise _Failed(f"{rel!r} is not a regular file")
+        _regular(rel, st)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".autoloop-tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -335,5 +323,4 @@ class EditTool:
 
 
 def tool_notes(calls: Sequence[ToolCall]) -> list[str]:
-    """Notes for the refused calls (Proposal.notes)."""
     return [f"refused {c.command} {c.rel or c.path or '?'}: {c.reason}" for c in calls if c.status == "refused"]

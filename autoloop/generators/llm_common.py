@@ -1,8 +1,6 @@
 """What the Anthropic and OpenAI generators share: the agent loop around one vendor request,
-prices, the transcript, the hypothesis, the system prompt and the API error mapping.
-
-Free of any SDK import, so it is cheap to load (the agent presets use its prices too).
-"""
+prices, the transcript, the system prompt and the API error mapping. Free of any SDK import,
+so it is cheap to load (the agent presets use its prices too)."""
 
 from __future__ import annotations
 
@@ -11,19 +9,17 @@ import os
 import re
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, ClassVar, Iterable, Iterator, Mapping
+from typing import IO, Any, ClassVar, Iterator, Mapping
 
 from autoloop.errors import AutoloopError, FatalGeneratorError, GeneratorError
-from autoloop.generators.base import GenContext, Proposal
+from autoloop.generators.base import GenContext, Proposal, hypothesis_of
 from autoloop.generators.edit_tool import TOOL_NAME, EditTool, tool_notes
 from autoloop.program import GeneratorSpec, PriceSpec, Program
 from autoloop.redact import Redactor
 
 STREAM_ENV = "AUTOLOOP_LLM_STREAM"   # 0/false/no/off: plain (non-streaming) requests
-TRANSCRIPT_NAME = "transcript.jsonl"
-DEFAULT_TIMEOUT = 1800.0
 
 # USD per million tokens (input, output), standard tier, short context, no caching.
 # Checked against the vendors' model/pricing pages (platform.claude.com, developers.openai.com)
@@ -65,30 +61,6 @@ _DATE_SUFFIX = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
 
 
 def price_for(model: str, override: PriceSpec | None = None) -> PriceSpec | None:
-    """The price of `model`: the override, else the table (a dated snapshot id such as
-    `claude-haiku-4-5-20251001` or a `provider/` prefix falls back to its base id), else None."""
-    if override is not None:
-        return override
-    name = model.strip().lower()
-    candidates = [name, name.rsplit("/", 1)[-1]]
-    for cand in list(candidates):
-        candidates.append(_DATE_SUFFIX.sub("", cand))
-    for cand in candidates:
-        if cand in PRICES:
-            inp, out = PRICES[cand]
-            return PriceSpec(input=inp, output=out)
-    return None
-
-
-def cost_usd(tokens_in: int, tokens_out: int, price: PriceSpec | None) -> float | None:
-    if price is None:
-        return None
-    return round((tokens_in * price.input + tokens_out * price.output) / 1_000_000, 8)
-
-_DATE_SUFFIX = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
-
-
-def price_for(model: str, override: PriceSpec | None = None) -> PriceSpec | None:
     """The override, else the table (a dated snapshot id or a `provider/` prefix falls back to
     its base id), else None."""
     if override is not None:
@@ -108,8 +80,7 @@ def cost_usd(tokens_in: int, tokens_out: int, price: PriceSpec | None) -> float 
 
 
 class Transcript:
-    """Append-only JSONL, every string redacted, flushed per line so a crash or a kill leaves
-    everything up to that point readable."""
+    """Append-only JSONL, every string redacted, flushed per line (a kill leaves it readable)."""
 
     def __init__(self, path: Path, redactor: Redactor) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,43 +97,7 @@ class Transcript:
         self._fh.close()
 
 
-_HYPOTHESIS = re.compile(r"\bHypothesis\s*\**\s*:", re.IGNORECASE)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
-MAX_HYPOTHESIS_CHARS = 400
-
-
-def _clean(s: str) -> str:
-    return " ".join(s.replace("**", " ").split()).strip(" *_`")
-
-
-def extract_hypothesis(replies: Iterable[str], fallback_sources: Iterable[str] = ()) -> str:
-    """The text after the first `Hypothesis:` in the replies (to the end of that line; the next
-    non-empty line if that is empty), else the first sentence of the last non-empty reply, else
-    `(none given)`. `fallback_sources` (e.g. thinking text) are searched for `Hypothesis:`
-    only after the replies."""
-    replies = [r for r in replies if r and r.strip()]
-    for source in (replies, list(fallback_sources)):
-        for reply in source:
-            m = _HYPOTHESIS.search(reply)
-            if not m:
-                continue
-            rest = reply[m.end():]
-            lines = rest.split("\n")
-            for line in lines[:3]:
-                found = _clean(line)
-                if found:
-                    return found[:MAX_HYPOTHESIS_CHARS]
-    if replies:
-        last = " ".join(replies[-1].split())
-        first = _SENTENCE_END.split(last, maxsplit=1)[0]
-        found = _clean(first)
-        if found:
-            return found[:MAX_HYPOTHESIS_CHARS]
-    return "(none given)"
-
-
 def system_prompt(ctx: GenContext) -> str:
-    """The fixed part of the instructions; the cycle's own prompt is the user message."""
     never = f" Never: {', '.join(ctx.program.forbidden)}." if ctx.program.forbidden else ""
     return (
         "You are the generator of an autoloop ratchet run: you make ONE focused change to the "
@@ -178,9 +113,18 @@ def system_prompt(ctx: GenContext) -> str:
 
 
 @dataclass
-class LoopState:
-    """What one propose() call accumulates, turned into a Proposal at the end."""
+class Session:
+    """One propose() call: the client, the conversation and what it has cost so far."""
 
+    ctx: GenContext
+    client: Any
+    messages: list[dict[str, Any]]
+    tool: EditTool
+    log: Transcript
+    redactor: Redactor
+    end: float                     # time.monotonic() deadline of the cycle
+    system: str
+    transcript: Path
     model: str
     price: PriceSpec | None
     tokens_in: int = 0
@@ -193,46 +137,35 @@ class LoopState:
     stop_reason: str | None = None
     started: float = field(default_factory=time.monotonic)
 
-    def add_usage(self, tokens_in: int | None, tokens_out: int | None) -> None:
-        if tokens_in is None and tokens_out is None:
-            self.usage_missing = True
-            return
+    def remaining(self) -> float:
+        return self.end - time.monotonic()
+
+    def add_reply(self, text: str, stop_reason: str | None, tokens_in: int | None,
+                  tokens_out: int | None) -> None:
+        self.turns += 1
+        self.replies.append(text)
+        self.stop_reason = stop_reason
+        self.usage_missing |= tokens_in is None and tokens_out is None
         self.tokens_in += int(tokens_in or 0)
         self.tokens_out += int(tokens_out or 0)
 
     def cost(self) -> float | None:
         return None if self.usage_missing else cost_usd(self.tokens_in, self.tokens_out, self.price)
 
-    def proposal(self, tool: EditTool, transcript: Path, redactor: Redactor) -> Proposal:
+    def proposal(self) -> Proposal:
         """Hypothesis and notes redacted: they reach the journal and commit messages."""
+        tool, redactor = self.tool, self.redactor
         notes = list(self.notes) + tool_notes(tool.calls)
         if self.usage_missing:
             notes.append("the server did not report token usage for every reply; cost unknown")
+        said = hypothesis_of(self.replies, self.thinking, limit=400) or "(none given)"
         return Proposal(
-            hypothesis=redactor.text(extract_hypothesis(self.replies, self.thinking)),
+            hypothesis=redactor.text(said),
             tokens_in=self.tokens_in, tokens_out=self.tokens_out, cost_usd=self.cost(),
-            turns=self.turns, transcript=transcript, notes=[redactor.text(n) for n in notes],
+            turns=self.turns, transcript=self.transcript, notes=[redactor.text(n) for n in notes],
             meta={"model": self.model, "stop_reason": self.stop_reason, "tool_calls": len(tool.calls),
-                  "refused": redactor.obj([c.to_dict() for c in tool.refused]),
+                  "refused": redactor.obj([asdict(c) for c in tool.refused]),
                   "written": tool.written, "seconds": round(time.monotonic() - self.started, 3)})
-
-
-@dataclass
-class Session:
-    """One propose() call: the client, the conversation so far and its bookkeeping."""
-
-    ctx: GenContext
-    client: Any
-    messages: list[dict[str, Any]]
-    tool: EditTool
-    state: LoopState
-    log: Transcript
-    redactor: Redactor
-    end: float                     # time.monotonic() deadline of the cycle
-    system: str
-
-    def remaining(self) -> float:
-        return self.end - time.monotonic()
 
     def run_tool(self, call_id: str, name: str, args: Any) -> tuple[str, bool]:
         """(content, is_error) of one tool call; `args` a mapping, or JSON text (OpenAI)."""
@@ -248,8 +181,8 @@ class Session:
 
 
 class SDKGenerator:
-    """propose(ctx): one agent loop of a model editing ctx.workdir through the edit tool.
-    Subclasses make the client and carry out one turn (a request and the tool calls it asks)."""
+    """One agent loop of a model editing ctx.workdir through the edit tool; subclasses make the
+    client and carry out one turn (a request and the tool calls it asks)."""
 
     vendor: ClassVar[str]
     default_model: ClassVar[str]
@@ -276,18 +209,16 @@ class SDKGenerator:
 
     def propose(self, ctx: GenContext) -> Proposal:
         # the tighter of the cycle's and the spec's timeout
-        budget = min((t for t in (ctx.timeout, self.spec.timeout) if t and t > 0), default=DEFAULT_TIMEOUT)
+        budget = min((t for t in (ctx.timeout, self.spec.timeout) if t and t > 0), default=1800.0)
         end = time.monotonic() + budget
         client = self.client(budget)
         redactor = Redactor(dict(ctx.env), dict(os.environ),
                             extra=(client.api_key, getattr(client, "auth_token", None)))
         tool = EditTool(ctx.workdir, ctx.is_allowed, allowed_hint=ctx.program.allowed)
-        state = LoopState(model=self.model, price=price_for(self.model, self.spec.price))
-        path = ctx.log_dir / TRANSCRIPT_NAME
-        system = system_prompt(ctx)
+        path, system = ctx.log_dir / "transcript.jsonl", system_prompt(ctx)
         log = Transcript(path, redactor)
-        s = Session(ctx, client, self.first_messages(system, ctx.prompt), tool, state, log, redactor, end,
-                    system)
+        s = Session(ctx, client, self.first_messages(system, ctx.prompt), tool, log, redactor, end,
+                    system, path, self.model, price_for(self.model, self.spec.price))
         log.event("start", kind=self.vendor, model=self.model, base_url=str(client.base_url),
                   stream=self.stream, max_turns=self.spec.max_turns, max_tokens=self.spec.max_tokens,
                   tools=[self.tool_schema], cycle=ctx.cycle)
@@ -297,22 +228,23 @@ class SDKGenerator:
             while True:
                 if s.remaining() <= 0:
                     raise GeneratorError(f"{self.vendor}: no final answer within {budget:g}s "
-                                         f"({state.turns} turns)")
+                                         f"({s.turns} turns)")
                 if not self.turn(s):
                     break
-                if state.turns >= max_turns:
-                    state.notes.append(f"stopped at max_turns ({max_turns}) while the model wanted to go on")
+                if s.turns >= max_turns:
+                    s.notes.append(f"stopped at max_turns ({max_turns}) while the model wanted "
+                                   "to go on")
                     break
         except AutoloopError as exc:
             log.event("error", error=exc.__class__.__name__, message=str(exc))
             if isinstance(exc, GeneratorError) and exc.proposal is None:
-                exc.proposal = state.proposal(tool, path, redactor)  # the failed turns still cost
+                exc.proposal = s.proposal()  # the failed turns still cost
             raise
         finally:
-            log.event("end", turns=state.turns, tokens_in=state.tokens_in, tokens_out=state.tokens_out,
-                      cost_usd=state.cost(), stop_reason=state.stop_reason, written=tool.written)
+            log.event("end", turns=s.turns, tokens_in=s.tokens_in, tokens_out=s.tokens_out,
+                      cost_usd=s.cost(), stop_reason=s.stop_reason, written=tool.written)
             log.close()
-        return state.proposal(tool, path, redactor)
+        return s.proposal()
 
     @contextmanager
     def api_errors(self, sdk: Any, base_error: type[BaseException], s: Session) -> Iterator[None]:

@@ -1,14 +1,8 @@
 """`generator.kind: openai`: any Chat Completions server (OpenAI, or a local Ollama, llama.cpp,
-vLLM, LM Studio, ... through `generator.base_url`).
-
-The model gets one *function* tool named `str_replace_based_edit_tool` whose parameters mirror
-Anthropic's text editor; EditTool executes every call and refuses edits outside `allowed` (and
-malformed argument JSON) as tool errors. `tool_choice` is never sent (Ollama and llama.cpp do
-not support it). OPENAI_API_KEY and OPENAI_BASE_URL work as the SDK reads them;
-`generator.base_url` overrides the latter, and a base_url without a key (a local server) sends a
-placeholder key. Requests stream by default (with usage). Against api.openai.com the output cap
-is `max_completion_tokens` (reasoning models reject `max_tokens`); other servers get `max_tokens`.
-"""
+vLLM, LM Studio, ... through `generator.base_url`), with a function tool that mirrors Anthropic's
+text editor, executed by EditTool. `tool_choice` is never sent (Ollama and llama.cpp lack it). A
+base_url without OPENAI_API_KEY (a local server) sends a placeholder key. Against api.openai.com
+the output cap is `max_completion_tokens` (reasoning models reject `max_tokens`)."""
 
 from __future__ import annotations
 
@@ -78,7 +72,6 @@ class _Reply:
 
 
 def official_api(client: Any) -> bool:
-    """Does the client talk to OpenAI's own API?"""
     return urlparse(str(client.base_url)).hostname == "api.openai.com"
 
 
@@ -107,14 +100,10 @@ class OpenAIGenerator(SDKGenerator):
 
     def turn(self, s: Session) -> bool:
         reply = self._request(s)
-        state = s.state
-        state.turns += 1
-        state.add_usage(reply.tokens_in, reply.tokens_out)
-        state.stop_reason = reply.finish_reason
-        state.replies.append(reply.text)
+        s.add_reply(reply.text, reply.finish_reason, reply.tokens_in, reply.tokens_out)
         for i, call in enumerate(reply.calls):
-            call.id = call.id or f"call_{state.turns}_{i}"   # some local servers omit ids
-        s.log.event("reply", turn=state.turns, finish_reason=reply.finish_reason,
+            call.id = call.id or f"call_{s.turns}_{i}"   # some local servers omit ids
+        s.log.event("reply", turn=s.turns, finish_reason=reply.finish_reason,
                     usage={"prompt_tokens": reply.tokens_in, "completion_tokens": reply.tokens_out},
                     text=reply.text,
                     tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.calls])
@@ -122,7 +111,8 @@ class OpenAIGenerator(SDKGenerator):
         # reply cut at the length limit may carry truncated arguments: never run those.
         if not reply.calls or reply.finish_reason == "length":
             if reply.finish_reason == "length":
-                state.notes.append(f"the last reply was cut at the token limit ({self.spec.max_tokens})")
+                s.notes.append(f"the last reply was cut at the token limit "
+                               f"({self.spec.max_tokens})")
             return False
         s.messages.append({"role": "assistant", "content": reply.text or None, "tool_calls": [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -181,8 +171,8 @@ class OpenAIGenerator(SDKGenerator):
                                 call.id = tc.id
                             fn = tc.function
                             if fn is not None:
-                                if fn.name and fn.name != call.name:
-                                    call.name = fn.name if not call.name else call.name + fn.name
+                                if fn.name and fn.name != call.name:   # (some servers resend it)
+                                    call.name += fn.name
                                 if fn.arguments:
                                     call.arguments += fn.arguments
                     if choice.finish_reason:
