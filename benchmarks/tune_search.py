@@ -4,6 +4,7 @@
     python benchmarks/tune_search.py --seeds 5 --objectives valley mixed
     python benchmarks/tune_search.py --cli 2              # + 2 seeds of tune through `autoloop run`
     python benchmarks/tune_search.py --import-cost        # what `import optuna` costs a tune run
+    python benchmarks/tune_search.py --jobs 2 --columns 10 20   # seeds 2 at a time, 20 cycles
 
 Objectives (each a params.py with `# tune:` markers and a score.py verifier):
   quickstart  examples/quickstart: 4 markers (float log, int, int log, float), deterministic
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import random
 import shutil
@@ -77,7 +79,7 @@ class Objective:
         self.cache: dict[Any, float] = {}
 
     def start(self) -> dict[str, Any]:
-        return {m.key: m.value for m in self.markers}
+        return {m.param.key: m.value for m in self.markers}
 
     def measure(self, config: dict[str, Any], rng: random.Random) -> float:
         if self.noisy is not None:
@@ -93,7 +95,7 @@ class Objective:
     def _named(self, config: dict[str, Any]) -> dict[str, Any]:
         out = {}
         for m in self.markers:
-            v = config[m.key]
+            v = config[m.param.key]
             out[m.name] = m.param.native(v)
         return out
 
@@ -157,7 +159,7 @@ def run_tune(obj: Objective, seed: int, n: int, **engine_options: Any) -> list[f
 def run_optuna(obj: Objective, seed: int, n: int, sampler: str) -> list[float]:
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    dists = {m.key: m.param.distribution() for m in obj.markers}
+    dists = {m.param.key: m.param.distribution() for m in obj.markers}
     s = optuna.samplers.TPESampler(seed=seed) if sampler == "tpe" else optuna.samplers.RandomSampler(seed=seed)
     study = optuna.create_study(direction="minimize", sampler=s)
     if obj.noisy is not None:
@@ -228,8 +230,9 @@ METHODS: dict[str, Callable[[Objective, int, int], list[float]]] = {
     "Optuna TPE": lambda o, s, n: run_optuna(o, s, n, "tpe"),
     "Optuna random": lambda o, s, n: run_optuna(o, s, n, "random"),
 }
-# --variants: the engine settings tune's defaults were chosen among (tune_engine: N_STARTUP, MULTIVARIATE, with_start)
+# --variants: the engine settings tune's defaults were chosen among (tune_engine.Engine's fields)
 VARIANTS: dict[str, Callable[[Objective, int, int], list[float]]] = {
+    "tune, random start (no hypercube)": lambda o, s, n: run_tune(o, s, n, lhs=False),
     "tune, your values in TPE's model": lambda o, s, n: run_tune(o, s, n, with_start=True),
     "tune, 10 random first (Optuna's default)": lambda o, s, n: run_tune(o, s, n, n_startup=10),
     "tune, univariate TPE": lambda o, s, n: run_tune(o, s, n, multivariate=False),
@@ -272,7 +275,7 @@ def run_cli(obj: Objective, seed: int, n: int, workdir: Path) -> tuple[list[floa
     records = _ledger(repo, ledger)
     curve: list[float] = []
     best = math.inf
-    current = {m.key.replace(obj.params.name, allowed): m.value for m in obj.markers}
+    current = {m.param.key.replace(obj.params.name, allowed): m.value for m in obj.markers}
     for rec in records:
         if rec.get("cycle", 0) == 0:
             continue
@@ -337,6 +340,26 @@ def _cell(values: list[float]) -> str:
     return f"{mean:.4g} ± {statistics.stdev(values) / math.sqrt(len(values)):.2g}"
 
 
+_JOB: tuple[Callable[[Objective, int, int], list[float]], Objective, int] | None = None
+
+
+def _one_seed(seed: int) -> list[float]:
+    assert _JOB is not None
+    fn, obj, n = _JOB
+    return fn(obj, seed, n)
+
+
+def _curves(fn: Callable[[Objective, int, int], list[float]], obj: Objective, seeds: range, n: int,
+            jobs: int) -> list[list[float]]:
+    """One curve per seed, `jobs` seeds at a time (forked processes: the results do not depend on it)."""
+    global _JOB
+    _JOB = (fn, obj, n)
+    if jobs <= 1:
+        return [_one_seed(seed) for seed in seeds]
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        return pool.map(_one_seed, seeds, chunksize=1)
+
+
 def _engine_variant(spec: str) -> Callable[[Objective, int, int], list[float]]:
     options = {k: int(v) for k, v in (part.split("=") for part in spec.split(","))}
     return lambda o, s, n: run_tune(o, s, n, **options)
@@ -351,19 +374,23 @@ def main() -> int:
     ap.add_argument("--cli-objectives", nargs="+", default=["quickstart", "noisy"], choices=list(OBJECTIVES))
     ap.add_argument("--cli-only", action="store_true", help="only the `autoloop run` rows")
     ap.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    ap.add_argument("--columns", nargs="+", type=int, default=list(COLUMNS), metavar="N",
+                    help="the cycle counts reported (a shorter run for a quick look)")
+    ap.add_argument("--jobs", type=int, default=1, help="seeds run at once, each in its own process")
     ap.add_argument("--import-cost", action="store_true")
     ap.add_argument("--variants", action="store_true", help="also the engine settings tune's were chosen among")
     ap.add_argument("--engine", action="append", default=[], metavar="K=V,K=V",
-                    help="also tune with these Engine options, e.g. n_startup=10,local_every=0,multivariate=0")
+                    help="also tune with these Engine options, e.g. n_startup=10,lhs=0,multivariate=0")
     args = ap.parse_args()
     if args.import_cost:
         import_cost()
         return 0
-    n = max(COLUMNS)
+    columns = args.columns
+    n = max(columns)
     print(f"best metric after N cycles, mean over seeds {args.first_seed}..{args.first_seed + args.seeds - 1}"
           " (lower is better)\n")
-    print("| objective | method | " + " | ".join(f"after {c}" for c in COLUMNS) + " | s |")
-    print("|---|---|" + "---|" * (len(COLUMNS) + 1))
+    print("| objective | method | " + " | ".join(f"after {c}" for c in columns) + " | s |")
+    print("|---|---|" + "---|" * (len(columns) + 1))
     for name in args.objectives:
         obj = OBJECTIVES[name]()
         extra = {f"tune, {spec}": _engine_variant(spec) for spec in args.engine}
@@ -371,13 +398,13 @@ def main() -> int:
         methods = {} if args.cli_only else {**chosen, **(VARIANTS if args.variants else {}), **extra}
         for method, fn in methods.items():
             t0 = time.monotonic()
-            curves = [fn(obj, seed, n) for seed in range(args.first_seed, args.first_seed + args.seeds)]
-            print(f"| {name} | {method} | " + " | ".join(_cell([c[col - 1] for c in curves]) for col in COLUMNS)
+            curves = _curves(fn, obj, range(args.first_seed, args.first_seed + args.seeds), n, args.jobs)
+            print(f"| {name} | {method} | " + " | ".join(_cell([c[col - 1] for c in curves]) for col in columns)
                   + f" | {time.monotonic() - t0:.0f} |", flush=True)
         if args.cli and name in args.cli_objectives:
             with tempfile.TemporaryDirectory(prefix="tune-bench-") as tmp:
                 runs = [run_cli(obj, seed, n, Path(tmp)) for seed in range(args.cli)]
-            cells = [statistics.fmean(c[min(col, len(c)) - 1] for c, _ in runs) for col in COLUMNS]
+            cells = [statistics.fmean(c[min(col, len(c)) - 1] for c, _ in runs) for col in columns]
             secs = sum(s for _, s in runs)
             print(f"| {name} | tune via `autoloop run` (seeds 0..{args.cli - 1}) | "
                   + " | ".join(f"{v:.4g}" for v in cells) + f" | {secs:.0f} |", flush=True)

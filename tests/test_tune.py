@@ -16,7 +16,7 @@ from autoloop.errors import ConfigError, FatalGeneratorError
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.generators.registry import make_generator
 from autoloop.generators.tune import TuneGenerator, observations, parse_markers
-from autoloop.generators.tune_engine import N_STARTUP, canonical
+from autoloop.generators.tune_engine import N_STARTUP, Engine, canonical
 from autoloop.program import GeneratorSpec, Program, VerifierSpec
 
 
@@ -208,7 +208,7 @@ def test_only_allowed_and_not_forbidden_files_are_scanned(tmp_path: Path) -> Non
     write(tmp_path, "program.md", "E = 1  # tune: 0..2\n")          # never editable
     program = make_program(tmp_path, ("pkg/**", "program.md"), forbidden=("pkg/vendor/**",))
     gen = TuneGenerator(program.generator, program)
-    assert [m.key for m in gen.markers] == ["pkg/a.py:A", "pkg/deep/b.py:B"]
+    assert [m.param.key for m in gen.markers] == ["pkg/a.py:A", "pkg/deep/b.py:B"]
 
 
 def test_symlinked_files_are_not_tuned(tmp_path: Path) -> None:
@@ -217,7 +217,7 @@ def test_symlinked_files_are_not_tuned(tmp_path: Path) -> None:
     (tmp_path / "link.py").symlink_to(tmp_path / "real/x.py")
     program = make_program(tmp_path, ("*.py",))
     gen = TuneGenerator(program.generator, program)
-    assert [m.key for m in gen.markers] == ["train.py:LR"]
+    assert [m.param.key for m in gen.markers] == ["train.py:LR"]
 
 
 def test_registry_builds_tune(tmp_path: Path) -> None:
@@ -323,7 +323,8 @@ def test_a_proposal_rewrites_only_the_values_and_says_what_and_why(tmp_path: Pat
     assert proposal.hypothesis.startswith("Set ")
     for name in changed:
         assert name in proposal.hypothesis.split(":")[0]
-    assert "a random point to map the space before TPE models it (1 measured so far)" in proposal.hypothesis
+    assert "a point of a Latin hypercube to map the space before TPE models it (1 measured so far)" \
+        in proposal.hypothesis
     assert "best measured so far 2.5" in proposal.hypothesis
 
 
@@ -426,6 +427,25 @@ def test_the_seed_changes_the_search_and_fixes_it(tmp_path: Path) -> None:
     assert runs["d"] != runs["a"]
 
 
+def test_the_start_is_a_latin_hypercube_of_the_seed(tmp_path: Path) -> None:
+    """The points before TPE models the space cover each range evenly: one in each of N_STARTUP
+    equal slices (of the log range for a log parameter, of the choices for a categorical)."""
+    text = ('X = 0.5  # tune: 0..1\nY = 0.1  # tune: 0.001..10 log\n'
+            f'C = "c0"  # tune: {"|".join(f"c{i}" for i in range(N_STARTUP))}\n')
+    starts = []
+    for seed in (1, 2):
+        sim = Simulation(tmp_path / str(seed), text, lambda v: v["X"] + v["Y"], seed=seed)
+        sim.run(N_STARTUP + 1)
+        assert [p.meta["how"] for p in sim.proposals] == ["start"] * N_STARTUP + ["model"]
+        points = sim.configs[1:N_STARTUP + 1]
+        assert sorted(int(c["X"] * N_STARTUP) for c in points) == list(range(N_STARTUP))
+        slices = sorted(int((math.log10(c["Y"]) + 3) / 4 * N_STARTUP) for c in points)
+        assert slices == list(range(N_STARTUP))
+        assert sorted(c["C"] for c in points) == [f"c{i}" for i in range(N_STARTUP)]
+        starts.append(points)
+    assert starts[0] != starts[1]                       # another seed, another hypercube
+
+
 def rosenbrock(v: dict[str, Any]) -> float:
     return (1 - v["X"]) ** 2 + 100 * (v["Y"] - v["X"] ** 2) ** 2
 
@@ -462,7 +482,7 @@ def test_a_persons_skip_is_not_a_measurement_but_a_crash_is(tmp_path: Path) -> N
     write(tmp_path, "train.py", "X = 0.5  # tune: 0..1\n")
     program = make_program(tmp_path)
     gen = TuneGenerator(program.generator, program)
-    engine = gen.engine(gen.markers)
+    engine = Engine([m.param for m in gen.markers], "minimize", None)
     # the crash scored as the worst; the user's values measured but kept out of TPE's model
     assert [o.proposed for o in seen] == [False, True, True]
     assert engine._usable(seen) == [({"train.py:X": 0.9}, 3.0), ({"train.py:X": 0.7}, 3.0)]

@@ -1,13 +1,9 @@
-"""`generator.kind: tune` — offline tuning of the constants marked `# tune:` in allowed files.
+"""`generator.kind: tune`: offline tuning of the constants marked `# tune:` in allowed files.
 
-    LR = 0.01  # tune: 1e-4..1e-1 log       DEPTH = 4  # tune: 1..12 int
-    ACT = "relu"  # tune: relu|tanh|gelu    "dropout": 0.1,  # tune: 0..0.5   (JSON/YAML-ish)
-
-Grammar: `tune: LO..HI [int|float] [log|linear]` or `tune: A|B|C`; a second `#` starts a note; a
-comment-only line is documentation. Each cycle writes the whole configuration Optuna's TPE
-proposes (autoloop.generators.tune_engine) into the files, only the value literals changed, with
-a hypothesis in words. The study is rebuilt from the ledger every cycle (the user's values, at
-the baseline's metric, are its first observation), so resume and parallel workers need no state.
+Grammar: `NAME = VALUE  # tune: LO..HI [int|float] [log|linear]` or `# tune: A|B|C` (also
+`"key": VALUE,` in JSON/YAML-ish files); a second `#` starts a note. Each cycle writes the whole
+configuration TPE proposes (tune_engine), only the value literals changed. The study is rebuilt
+from the ledger every cycle, so resume and parallel workers need no state.
 """
 
 from __future__ import annotations
@@ -15,8 +11,8 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
-import os
 import re
+import stat
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,16 +21,19 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from autoloop.errors import ConfigError, FatalGeneratorError
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.generators.tune_engine import Engine, Observation, Param, Suggestion, Value, canonical
-from autoloop.globs import PathRules, is_git_name
+from autoloop.globs import PathRules
 from autoloop.program import GeneratorSpec, Program
+from autoloop.walk import walk
 
 # Files larger than this are data, not code; scanning them would only slow every cycle down.
 _MAX_SCAN_BYTES = 2_000_000
 _NUM = r"[-+]?(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][-+]?\d+)?"
 _MARKER_RE = re.compile(r"^(?P<head>.*?\S.*?)#\s*tune:(?P<spec>.*)$")   # code before it: a marker
 _ASSIGN_RES = (
-    re.compile(r"^(?P<lead>\s*(?P<name>[A-Za-z_][\w.]*)\s*(?::[^=]*)?=\s*)(?P<value>[^\s,;]+)\s*[,;]?\s*$"),
-    re.compile(r"""^(?P<lead>\s*(?P<q>["']?)(?P<name>[A-Za-z_][\w.-]*)(?P=q)\s*:\s*)(?P<value>[^\s,;]+)\s*,?\s*$"""),
+    re.compile(r"^(?P<lead>\s*(?P<name>[A-Za-z_][\w.]*)\s*(?::[^=]*)?=\s*)"
+               r"(?P<value>[^\s,;]+)\s*[,;]?\s*$"),
+    re.compile(r"""^(?P<lead>\s*(?P<q>["']?)(?P<name>[A-Za-z_][\w.-]*)(?P=q)\s*:\s*)"""
+               r"(?P<value>[^\s,;]+)\s*,?\s*$"),
 )
 _SPEC_RE = re.compile(rf"^\s*(?P<lo>{_NUM})\s*\.\.\s*(?P<hi>{_NUM})(?P<flags>(?:\s+[^\s]+)*)\s*$")
 _CHOICE_RE = re.compile(r"^[\w.+-]+$")
@@ -43,38 +42,23 @@ _FLAGS = ("int", "float", "log", "linear")
 
 @dataclass(frozen=True)
 class Marker:
-    """One tunable constant as it stands in one file."""
+    """One tunable constant as it stands in one file: the value literal is line[start:end]."""
 
-    file: str            # repo-relative, `/`-separated
-    line: int            # 1-based
+    file: str
+    line: int
     name: str
-    value: Value         # integral for int parameters; one of `choices` for a categorical
+    value: Value
     param: Param         # its range and scale, keyed `file:name`
-    start: int           # offsets of the value literal within the line's text
+    start: int
     end: int
-    quote: str = ""      # the quote a categorical's literal had, written back the same way
-
-    @property
-    def key(self) -> str:
-        return self.param.key
-
-    def text(self, value: Value, *, yaml: bool = False) -> str:
-        """The literal written for `value`: a categorical with its quotes, ints as ints, floats as
-        the shortest repr (PyYAML reads `3e-05` as a string, so YAML gets `3.0e-05`)."""
-        if self.param.choices is not None:
-            return f"{self.quote}{value}{self.quote}"
-        return _fmt(float(value), self.param.is_int, yaml=yaml)
-
-
-class MarkerError(ValueError):
-    """One or more bad markers; each message is `FILE:LINE: ...`."""
+    quote: str = ""      # a categorical's quote, written back the same way
 
 
 def _fmt(x: float, is_int: bool, *, yaml: bool = False) -> str:
     if is_int:
         return str(int(round(x)))
     text = repr(float(x))
-    if yaml and "e" in text and "." not in text.split("e")[0]:
+    if yaml and "e" in text and "." not in text.split("e")[0]:   # PyYAML reads 3e-05 as a string
         mantissa, _, exponent = text.partition("e")
         text = f"{mantissa}.0e{exponent}"
     return text
@@ -83,9 +67,6 @@ def _fmt(x: float, is_int: bool, *, yaml: bool = False) -> str:
 def _number(text: str) -> float | None:
     value = float(text) if re.fullmatch(_NUM, text) else math.nan
     return value if math.isfinite(value) else None
-
-
-# --------------------------------------------------------------------------- markers
 
 
 def parse_markers(text: str, rel: str) -> tuple[list[Marker], list[str]]:
@@ -125,20 +106,22 @@ def _parse_one(key: str, literal: str, spec: str) -> tuple[Value, Param, str]:
     if "|" in spec:
         choices = tuple(c.strip() for c in spec.split("|"))
         if not all(_CHOICE_RE.match(c) for c in choices):
-            raise ValueError(f"expected `tune: A|B|C` (words, numbers, `_ . + -`), got {('tune:' + spec).strip()!r}")
+            raise ValueError("expected `tune: A|B|C` (words, numbers, `_ . + -`), "
+                             f"got {('tune:' + spec).strip()!r}")
         if len(set(choices)) != len(choices):
             raise ValueError(f"a choice is listed twice in {'|'.join(choices)}")
-        quote = literal[0] if len(literal) >= 2 and literal[0] in "\"'" and literal[-1] == literal[0] else ""
-        word = literal[1:-1] if quote else literal
+        quoted = len(literal) >= 2 and literal[0] in "\"'" and literal[-1] == literal[0]
+        word = literal[1:-1] if quoted else literal
         if word not in choices:
             raise ValueError(f"the value {literal} is not one of its choices {'|'.join(choices)}")
-        return word, Param(key, choices=choices), quote
+        return word, Param(key, choices=choices), literal[0] if quoted else ""
     value = _number(literal)
     if value is None:
         raise ValueError(f"the value {literal!r} is not a number literal")
     match = _SPEC_RE.match(spec)
     if match is None:
-        raise ValueError(f"expected `tune: LO..HI [int|float] [log]` or `tune: A|B|C`, got {('tune:' + spec).strip()!r}")
+        raise ValueError("expected `tune: LO..HI [int|float] [log]` or `tune: A|B|C`, "
+                         f"got {('tune:' + spec).strip()!r}")
     lo, hi = _number(match.group("lo")), _number(match.group("hi"))
     if lo is None or hi is None:
         raise ValueError(f"bounds must be numbers, got {match.group('lo')!r}..{match.group('hi')!r}")
@@ -148,13 +131,13 @@ def _parse_one(key: str, literal: str, spec: str) -> tuple[Value, Param, str]:
             close = difflib.get_close_matches(flag, _FLAGS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(f"unknown scale {flag!r}{hint}; expected int, float, log or linear")
+    for one, other in (("int", "float"), ("log", "linear")):
+        if one in flags and other in flags:
+            raise ValueError(f"a parameter is either {one} or {other}, not both")
     is_int, log = "int" in flags, "log" in flags
-    if is_int and "float" in flags:
-        raise ValueError("a parameter is either int or float, not both")
-    if log and "linear" in flags:
-        raise ValueError("a parameter is either log or linear, not both")
     if lo >= hi:
-        raise ValueError(f"the range {_fmt(lo, False)}..{_fmt(hi, False)} is empty (LO must be below HI)")
+        raise ValueError(f"the range {_fmt(lo, False)}..{_fmt(hi, False)} is empty "
+                         "(LO must be below HI)")
     if log and lo <= 0:
         raise ValueError(f"a log scale needs LO > 0, got {_fmt(lo, False)}")
     for label, number in (("value", value), ("LO", lo), ("HI", hi)):
@@ -171,25 +154,22 @@ def candidate_files(root: Path, rules: PathRules,
     """Repo-relative paths of the regular files under `root` that the generator may edit."""
     found: set[str] = set()
     for pattern in rules.allowed:
-        # only the directories before a glob's first wildcard are worth walking
+        # only the folders before a glob's first wildcard are worth walking
         prefix = "/".join(itertools.takewhile(lambda part: not any(ch in part for ch in "*?["),
                                               pattern.strip("/").split("/")))
-        start = root / prefix if prefix else root
+        start = root / prefix
         if start.is_symlink():
             continue  # writing through a link would edit a file the globs never named
         if start.is_file():
             found.add(prefix)
-        for dirpath, dirnames, filenames in os.walk(start) if start.is_dir() else ():
-            dirnames[:] = sorted(d for d in dirnames if not is_git_name(d))
-            base = Path(dirpath).relative_to(root).as_posix()
-            found.update(f if base == "." else f"{base}/{f}" for f in filenames)
+        found.update(f"{prefix}/{rel}".lstrip("/") for rel, _, st in walk(str(start), skip={".git"})
+                     if st is not None and stat.S_ISREG(st.st_mode))   # lstat: links are not files
     return [rel for rel in sorted(found)
-            if rules.allows(rel) and not (root / rel).is_symlink() and (root / rel).is_file()
-            and (is_allowed is None or is_allowed(rel))]
+            if rules.allows(rel) and (is_allowed is None or is_allowed(rel))]
 
 
 def scan_markers(root: Path, files: Iterable[str]) -> list[Marker]:
-    """Markers of every file, in path order; raises MarkerError listing every bad one."""
+    """Markers of every file, in path order; a ConfigError lists every bad one (`FILE:LINE:`)."""
     markers, errors = list[Marker](), list[str]()
     for rel in files:
         try:
@@ -200,39 +180,28 @@ def scan_markers(root: Path, files: Iterable[str]) -> list[Marker]:
         found, bad = parse_markers(text, rel)
         markers, errors = markers + found, errors + bad
     if errors:
-        raise MarkerError("\n".join(errors))
+        raise ConfigError("\n".join(errors))
     return markers
-
-
-# --------------------------------------------------------------------------- the ledger as observations
 
 
 def observations(history: Sequence[Mapping[str, Any]], current: Mapping[str, Value]) -> list[Observation]:
     """What the ledger measured, oldest first: the baseline (the user's values), then every tune
-    candidate that reached the verifier, each at the median of every sample of it the ledger
-    holds — a candidate's own runs, and the re-measurements of it as the incumbent the paired
-    rule makes in later cycles (so the incumbent is not its luckiest sample).
-
-    Only measurements count: a person's skip, a violation or a gen_error teaches nothing; a crash
-    or guard failure is a measured failure (None). After a person kept a regression the
-    incumbent is that regression, never a number it was not measured at.
-    """
-    samples: dict[Any, list[float]] = {}
-    configs: dict[Any, Mapping[str, Value]] = {}         # in the order first measured
-    failed: set[Any] = set()
-    starts: set[Any] = set()      # incumbents tune did not propose (the user's values, ...)
+    candidate that reached the verifier at the median of every sample of it the ledger holds (the
+    paired rule re-measures the incumbent: its value is not its luckiest sample). A skip, a
+    violation or a gen_error teaches nothing; a crash or guard failure is a failure (None)."""
+    # by config, in the order first measured: (config, proposed by tune), its samples (None: failed)
+    configs: dict[Any, tuple[Mapping[str, Value], bool]] = {}
+    samples: dict[Any, list[float] | None] = {}
     pending: list[float] = []     # the incumbent's value before the ledger names its config
 
     def add(config: Mapping[str, Value], values: Sequence[float] | None, proposed: bool = True) -> None:
         key = canonical(config)
         if key not in configs and (values is None or values):
-            configs[key] = config
-            if not proposed:
-                starts.add(key)
-            if values is None:       # the first measurement decides: failed or measured
-                failed.add(key)
-        if key not in failed and values:
-            samples.setdefault(key, []).extend(values)
+            configs[key] = (config, proposed)
+            samples[key] = None if values is None else []   # the first measurement decides
+        got = samples.get(key)
+        if got is not None and values:
+            got.extend(values)
 
     for record in history:
         status, metric = record.get("status"), record.get("metric")
@@ -255,21 +224,18 @@ def observations(history: Sequence[Mapping[str, Any]], current: Mapping[str, Val
             add(config, [float(x) for b in batches for x in b.get("b") or []] or [float(metric)])
     if pending:
         add(current, pending, False)
-    return [Observation(dict(c), None if k in failed else statistics.median(samples[k]), k not in starts)
-            for k, c in configs.items()]
+    return [Observation(dict(c), None if (got := samples[k]) is None else statistics.median(got),
+                        proposed) for k, (c, proposed) in configs.items()]
 
 
 class TuneGenerator:
     """Offline tuner of `# tune:` constants; deterministic given (spec.seed, history, worker)."""
 
     def __init__(self, spec: GeneratorSpec, program: Program) -> None:
-        self.spec, self.program, self.seed = spec, program, spec.seed
+        self.program, self.seed = program, spec.seed
         # program.md is never editable; the loop adds its own files to ctx.is_allowed at propose time
         self.rules = PathRules(program.allowed, program.forbidden, {program.rel_path: "program"})
-        try:
-            self.markers = tuple(self.current_markers(program.repo_root))
-        except MarkerError as exc:
-            raise ConfigError(str(exc)) from None
+        self.markers = tuple(self.current_markers(program.repo_root))
         if not self.markers:
             line = program.lines.get("generator.kind") or program.lines.get("generator")
             raise ConfigError(
@@ -285,17 +251,14 @@ class TuneGenerator:
     def current_markers(self, workdir: Path, is_allowed: Callable[[str], bool] | None = None) -> list[Marker]:
         return scan_markers(workdir, candidate_files(workdir, self.rules, is_allowed))
 
-    def engine(self, markers: Sequence[Marker]) -> Engine:
-        return Engine([m.param for m in markers], self.program.verifier.direction, self.seed)
-
     def propose(self, ctx: GenContext) -> Proposal:
         try:
             markers = self.current_markers(ctx.workdir, ctx.is_allowed)
-        except MarkerError as exc:
+        except ConfigError as exc:
             raise FatalGeneratorError(f"tune: {exc}") from None
         if not markers:
             raise FatalGeneratorError("tune: no `# tune:` markers are left in the allowed files")
-        current = {m.key: m.value for m in markers}
+        current = {m.param.key: m.value for m in markers}
         seen = observations(ctx.history, current)
         if ctx.best is not None and not any(canonical(o.config) == canonical(current) for o in seen):
             seen.append(Observation(current, float(ctx.best), False))   # a ledger without a baseline record
@@ -303,7 +266,8 @@ class TuneGenerator:
             worker = max(0, int(ctx.env.get("AUTOLOOP_WORKER", "0")))
         except ValueError:
             worker = 0
-        points = self.engine(markers).propose(seen, count=worker + 1)
+        engine = Engine([m.param for m in markers], self.program.verifier.direction, self.seed)
+        points = engine.propose(seen, count=worker + 1)
         if len(points) <= worker:   # a finite space with fewer unmeasured points than workers
             total = len({canonical(o.config) for o in seen}) + len(points)
             if points:
@@ -314,13 +278,14 @@ class TuneGenerator:
                             no_change_reason=f"tune: all {total} configurations of the marked "
                             "parameters were measured", meta={"exhausted": True}, finished=True)
         point = points[worker]
-        changes = [_rewrite(ctx.workdir, m, point.config[m.key], markers) for m in markers
-                   if canonical({m.key: point.config[m.key]}) != canonical({m.key: m.value})]
+        changes = [_rewrite(ctx.workdir, m, point.config[m.param.key], markers) for m in markers
+                   if canonical({"": point.config[m.param.key]}) != canonical({"": m.value})]
         return Proposal(
             hypothesis=_hypothesis(markers, changes, point, seen, self.program.verifier.direction),
-            meta={"config": {m.key: m.param.native(point.config[m.key]) for m in markers},
+            meta={"config": {m.param.key: m.param.native(point.config[m.param.key])
+                             for m in markers},
                   # the configuration it started from, measured at the incumbent's metric
-                  "incumbent": {m.key: m.param.native(m.value) for m in markers},
+                  "incumbent": {m.param.key: m.param.native(m.value) for m in markers},
                   "changes": [{k: c[k] for k in ("param", "file", "line", "from", "to")} for c in changes],
                   "how": point.how, "observed": point.n_observed, "worker": worker})
 
@@ -330,8 +295,8 @@ def _hypothesis(markers: Sequence[Marker], changes: Sequence[Mapping[str, Any]],
     """What changes and why, in words a person reading experiments.md can check."""
     kept = [m.name for m in markers if m.name not in {c["param"] for c in changes}]
     what = f"Set {', '.join(c['text'] for c in changes)}" + (f" ({', '.join(kept)} unchanged)" if kept else "")
-    why = {"start": f"a random point to map the space before TPE models it ({point.n_observed} "
-                    "measured so far)",
+    why = {"start": f"a point of a Latin hypercube to map the space before TPE models it "
+                    f"({point.n_observed} measured so far)",
            "random": "a random unmeasured point: every point TPE proposed was measured already"
            }.get(point.how, f"TPE's pick after {point.n_observed} measurements: where the best of "
                             "them are denser than the rest, relative to what is still unexplored")
@@ -345,11 +310,13 @@ def _rewrite(workdir: Path, marker: Marker, value: Value, markers: Sequence[Mark
     """Replace only the value literal on the marker's line; every other byte stays as it was."""
     path = workdir / marker.file
     lines = path.read_bytes().decode("utf-8").split("\n")
-    line = lines[marker.line - 1]
-    old, new = line[marker.start:marker.end], marker.text(value, yaml=path.suffix in (".yaml", ".yml"))
+    line, param = lines[marker.line - 1], marker.param
+    old = line[marker.start:marker.end]
+    new = f"{marker.quote}{value}{marker.quote}" if param.choices is not None else \
+        _fmt(float(value), param.is_int, yaml=path.suffix in (".yaml", ".yml"))
     lines[marker.line - 1] = line[:marker.start] + new + line[marker.end:]
     path.write_bytes("\n".join(lines).encode("utf-8"))
-    name = marker.name if sum(m.name == marker.name for m in markers) == 1 else marker.key
-    return {"param": marker.name, "file": marker.file, "line": marker.line, "name": name,
-            "from": marker.param.native(marker.value), "to": marker.param.native(value),
-            "text": f"{name} {old} → {new}"}
+    name = marker.name if sum(m.name == marker.name for m in markers) == 1 else param.key
+    return {"param": marker.name, "file": marker.file, "line": marker.line,
+            "text": f"{name} {old} → {new}", "from": param.native(marker.value),
+            "to": param.native(value)}

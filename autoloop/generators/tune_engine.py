@@ -1,14 +1,12 @@
 """The search behind `generator.kind: tune`: Optuna's TPE sampler over the marked parameters.
 
-Stateless by design: every proposal rebuilds the study from the observations the ledger holds
-(`create_trial` + `add_trial`), so a resumed run, a fresh process and a parallel worker all see
-the same study, and the next point depends only on (seed, observations, worker index). Optuna is
-imported lazily, and only by `tune` runs (its cost: benchmarks/tune_search.py --import-cost).
+Stateless: every proposal rebuilds the study from the ledger's observations, so a resumed run, a
+fresh process and a parallel worker see the same study; the next point depends only on (seed,
+observations, worker). Optuna is imported lazily, by `tune` runs only.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 import random
@@ -16,15 +14,13 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from autoloop.ratchet import orientation
+
 Value = float | str
 Config = Mapping[str, Value]
 
-# Random points TPE takes before it models the space (Optuna's default: 10). 5 was ahead in 7 of
-# the 9 synthetic columns on seeds 0..99 (within noise), and the table is on fresh seeds.
+# Points before TPE models the space (Optuna's default: 10), chosen with benchmarks/tune_search.py.
 N_STARTUP = 5
-# Multivariate TPE (Optuna 5's default for one objective): it models the parameters jointly,
-# which follows a curved valley; univariate lost there (`--engine multivariate=0`).
-MULTIVARIATE = True
 # Measured points TPE may propose before tune takes a random unmeasured one (ints, categoricals).
 _RETRIES = 24
 
@@ -45,16 +41,13 @@ class Param:
                                           IntDistribution)
         if self.choices is not None:
             return CategoricalDistribution(self.choices)
-        if self.is_int:
-            return IntDistribution(int(self.lo), int(self.hi), log=self.log)
-        return FloatDistribution(self.lo, self.hi, log=self.log)
+        kind = IntDistribution if self.is_int else FloatDistribution
+        return kind(self.lo, self.hi, log=self.log)
 
     def contains(self, value: Value) -> bool:
-        if self.choices is not None:
-            return value in self.choices
-        if isinstance(value, str) or (self.is_int and not float(value).is_integer()):
-            return False
-        return self.lo <= value <= self.hi
+        if self.choices is not None or isinstance(value, str):
+            return value in (self.choices or ())
+        return self.lo <= value <= self.hi and (not self.is_int or float(value).is_integer())
 
     def native(self, value: Value) -> Value | int:
         """The value as Optuna and the files take it: str, int or float."""
@@ -76,17 +69,16 @@ class Param:
             text = f"{round(x, digits):.{digits}f}"
         return min(self.hi, max(self.lo, float(text)))
 
-    def values(self) -> list[Value] | None:
-        """Every value it can take, or None for a float."""
-        ints = [float(v) for v in range(int(self.lo), int(self.hi) + 1)] if self.is_int else None
-        return list(self.choices) if self.choices is not None else ints
-
-    def draw(self, rng: random.Random) -> Value:
+    def at(self, u: float) -> Value:
+        """The value at quantile u in [0, 1) of its range, uniform on its scale."""
         if self.choices is not None:
-            return rng.choice(self.choices)
+            return self.choices[int(u * len(self.choices))]
+        hi = self.hi + 1 if self.is_int else self.hi   # an int's bins are [k, k + 1)
         if self.log:
-            return self.tidy(math.exp(rng.uniform(math.log(self.lo), math.log(self.hi))))
-        return self.tidy(rng.uniform(self.lo, self.hi))
+            x = math.exp(math.log(self.lo) + u * (math.log(hi) - math.log(self.lo)))
+        else:
+            x = self.lo + u * (hi - self.lo)
+        return self.tidy(math.floor(x) if self.is_int else x)
 
 
 @dataclass(frozen=True)
@@ -101,7 +93,7 @@ class Observation:
 @dataclass(frozen=True)
 class Suggestion:
     config: dict[str, Value]
-    how: str                   # start (TPE's random start) | model (TPE) | random (TPE repeated itself)
+    how: str                   # start (the Latin hypercube) | model (TPE) | random (TPE repeated)
     n_observed: int            # measurements it was chosen from (your starting values included)
 
 
@@ -109,26 +101,33 @@ def canonical(config: Config) -> tuple[tuple[str, Value], ...]:
     return tuple(sorted((k, v if isinstance(v, str) else float(v)) for k, v in config.items()))
 
 
-def _seed(seed: int | None, n: int, index: int) -> int:
-    # A fresh, reproducible stream per (seed, number of observations, use): re-seeding with the
-    # seed alone would make every cycle of the random start propose the same point.
-    return int.from_bytes(hashlib.sha256(f"{seed}:{n}:{index}".encode()).digest()[:4], "big")
-
-
+@dataclass(frozen=True)
 class Engine:
     """Proposes the next configuration(s) from what was measured."""
 
-    def __init__(self, space: Sequence[Param], direction: str, seed: int | None,
-                 n_startup: int = N_STARTUP, multivariate: bool = MULTIVARIATE, with_start: bool = False) -> None:
-        self.space, self.direction, self.seed = tuple(space), direction, seed
-        self.n_startup, self.multivariate, self.with_start = n_startup, multivariate, with_start
+    space: Sequence[Param]
+    direction: str
+    seed: int | None
+    n_startup: int = N_STARTUP
+    multivariate: bool = True      # Optuna 5's default: models the parameters jointly
+    with_start: bool = False       # your starting values in TPE's model (tune_search.py --variants)
+    lhs: bool = True               # the start is a Latin hypercube, not independent random points
+
+    def _design(self) -> list[dict[str, Value]]:
+        """The seed's Latin hypercube: each range cut into n_startup slices, one point in each,
+        the slices paired at random across parameters (random points leave slices empty)."""
+        rng = random.Random(f"lhs:{self.seed}")
+        n = self.n_startup
+        cols = {p.key: [(i + rng.random()) / n for i in rng.sample(range(n), n)]
+                for p in self.space}
+        return [{p.key: p.at(cols[p.key][i]) for p in self.space} for i in range(n)]
 
     def _usable(self, observations: Sequence[Observation]) -> list[tuple[dict[str, Value | int], float]]:
         """Observations that fit today's space, failures scored as the worst value measured:
         TPE drops failed trials entirely, and a region that crashes should look bad, not unknown."""
         keys = {p.key: p for p in self.space}
         values = [o.value for o in observations if o.value is not None]
-        worst = (max(values) if self.direction == "minimize" else min(values)) if values else None
+        worst = min(values, key=lambda v: orientation(self.direction) * v) if values else None
         out = []
         for o in observations:
             value = o.value if o.value is not None else worst
@@ -147,22 +146,24 @@ class Engine:
         usable = self._usable(observations)
         seen = {canonical(o.config) for o in observations}
         dists = {p.key: p.distribution() for p in self.space}
+        # a fresh stream per (seed, observations): the seed alone would repeat one cycle's draws
+        rng = random.Random(f"{self.seed}:{len(observations)}")
         with warnings.catch_warnings():
-            # Optuna marks constant_liar experimental: a warning on the terminal of every tune
-            # cycle would say nothing the user can act on
+            # Optuna marks constant_liar experimental: a warning every cycle the user cannot act on
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             sampler = optuna.samplers.TPESampler(
-                seed=_seed(self.seed, len(observations), 0), n_startup_trials=self.n_startup,
+                seed=rng.getrandbits(32), n_startup_trials=self.n_startup,
                 multivariate=self.multivariate, constant_liar=True)
         study = optuna.create_study(direction=self.direction, sampler=sampler)
         for params, value in usable:
             study.add_trial(create_trial(params=params, distributions=dists, value=value))
-        rng = random.Random(_seed(self.seed, len(observations), 1))
         out: list[Suggestion] = []
         while len(out) < count:
             how = "start" if len(usable) < self.n_startup else "model"
             config = None
-            for _ in range(_RETRIES):
+            if self.lhs and how == "start":
+                config = next((c for c in self._design() if canonical(c) not in seen), None)
+            for _ in range(0 if config else _RETRIES):
                 # each trial is left running: TPE's constant liar keeps the next worker's away
                 trial = study.ask(dists)
                 candidate = {p.key: p.tidy(trial.params[p.key]) for p in self.space}
@@ -180,12 +181,14 @@ class Engine:
 
     def _random_unmeasured(self, rng: random.Random, seen: set[Any]) -> dict[str, Value] | None:
         keys = [p.key for p in self.space]
-        grids = [p.values() for p in self.space]
-        if all(g is not None for g in grids) and math.prod(len(g) for g in grids) <= 50_000:  # type: ignore[arg-type]
-            left = [c for c in itertools.product(*grids) if canonical(dict(zip(keys, c))) not in seen]  # type: ignore[arg-type]
+        grids = [p.choices or [float(v) for v in range(int(p.lo), int(p.hi) + 1)]
+                 for p in self.space if p.choices or p.is_int]      # a float has no grid
+        if len(grids) == len(keys) and math.prod(len(g) for g in grids) <= 50_000:
+            left = [c for c in itertools.product(*grids)
+                    if canonical(dict(zip(keys, c))) not in seen]
             return dict(zip(keys, rng.choice(left))) if left else None
         for _ in range(1000):
-            config = {p.key: p.draw(rng) for p in self.space}
+            config = {p.key: p.at(rng.random()) for p in self.space}
             if canonical(config) not in seen:
                 return config
         return None
