@@ -106,7 +106,7 @@ def plain_pct(x: float | None, empty: str = DASH) -> str:
     """A size, unsigned: `53.6%`."""
     if x is None or not _finite(x):
         return empty
-    return signed_pct(abs(x), empty)[1:] if x != 0 else "0%"
+    return signed_pct(abs(x), empty).removeprefix("+")   # a tiny size is "0%", with no sign to drop
 
 
 def share(x: float) -> str:

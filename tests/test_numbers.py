@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autoloop.numbers import (digits_for, formatter, hms, num, pct_interval, run_values, share, sig,
-                              signed_pct, usd)
+from autoloop.numbers import (digits_for, formatter, hms, num, pct_interval, plain_pct, run_values, share,
+                              sig, signed_pct, usd)
 
 
 @pytest.mark.parametrize("x,s", [(None, ""), (0.5, "0.5"), (1.0, "1"), (-0.25, "-0.25"), (0.0, "0"),
@@ -67,3 +67,9 @@ def test_share_and_elapsed_clock() -> None:
     assert [share(x) for x in (0.0, 0.254, 1.0)] == ["0%", "25%", "100%"]
     # a CI log's timestamp: hours go on counting past a day
     assert [hms(x) for x in (0, 61.9, 3600, 90061)] == ["00:00:00", "00:01:01", "01:00:00", "25:01:01"]
+
+
+@pytest.mark.parametrize("x, s", [(53.6, "53.60%"), (-3.2, "3.20%"), (0.0, "0%"), (-1e-7, "0%"), (4e-7, "0%"),
+                                  (1e-6, "1e-06%"), (None, "–")])
+def test_plain_pct_is_a_size_without_sign(x: float | None, s: str) -> None:
+    assert plain_pct(x) == s
