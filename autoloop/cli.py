@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from autoloop import __version__
 from autoloop.errors import AutoloopError, ConfigError, Interrupted, UsageError
+from autoloop.walk import calm_gc
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -131,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # a bare `--approve` means `--approve=after` (an optional value would swallow PROGRAM)
     argv = ["--approve=after" if a == "--approve" else a for a in argv]
     args = build_parser().parse_args(argv)
+    calm_gc()
     if args.command in ("log", "report", "init") and hasattr(signal, "SIGPIPE"):
         # read-only commands behave like any Unix tool in a pipe: `autoloop log | head` just
         # ends when head has read enough (a run keeps Python's handling: see BrokenPipeError)

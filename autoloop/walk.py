@@ -82,6 +82,20 @@ def walk(root: str, *, skip: Collection[str] = (), top_only: bool = False, order
     return out
 
 
+# Middle-generation collections between two full ones (CPython's default is 10).
+GC_FULL_EVERY = 1000
+
+
+def calm_gc() -> None:
+    """A run holds pictures of every tree it watches: at 100k files about a million NamedTuples,
+    which the collector tracks for as long as they live. With CPython's default a full collection
+    traversed all of them three times a cycle (430 ms each at 100k files, 3.9 s of a 3-cycle run
+    against 0.3 s before the entries were NamedTuples). Cyclic garbage is collected young, where
+    it is made; the long-lived objects are traversed only every GC_FULL_EVERY middle collections."""
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, GC_FULL_EVERY)
+
+
 _gc_lock = threading.Lock()
 _gc_pauses = 0
 _gc_was_on = False
