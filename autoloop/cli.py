@@ -350,6 +350,7 @@ def _newcomer_checks(program: Any, tag: str | None = None) -> list[str]:
     from autoloop.journal import Journal, has_baseline
 
     hints.refuse_placeholders(program)
+    hints.refuse_missing_scripts(program)
     if tag is not None and has_baseline(Journal(program.state_dir, tag).ledger):
         return []
     return [f"autoloop: warning: {line}" for line in hints.unmatched_allowed(program)]

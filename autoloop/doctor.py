@@ -18,12 +18,12 @@ from typing import Any, Iterator, Literal
 from autoloop import envs
 from autoloop.errors import AutoloopError, UsageError
 from autoloop.generators.base import preflight_context
-from autoloop.hints import placeholders, plain, unmatched_allowed
+from autoloop.hints import missing_scripts, placeholders, plain, unmatched_allowed
 from autoloop.loop import Run, RunOptions
 from autoloop.numbers import num, seconds
 from autoloop.program import Program
 from autoloop.sandbox import SandboxUnavailable
-from autoloop.gitrun import git
+from autoloop.gitrun import git, head_has
 
 State = Literal["ok", "warn", "FAIL"]
 NAMES_SHOWN = 5
@@ -47,6 +47,9 @@ def diagnose(program: Program, tag: str = "doctor") -> Iterator[Check]:
     unfinished = placeholders(program)   # `run` and `verify` refuse these before anything else
     for line in unfinished:
         yield Check("program", "FAIL", f"{line}; `run` refuses the file until it is edited")
+    missing = [] if unfinished else missing_scripts(program, lambda rel: head_has(program.repo_root, rel))
+    for line in missing:
+        yield Check("program", "FAIL", f"{line}; `run` refuses the file until it is fixed")
     for line in unmatched_allowed(program):
         yield Check("program", "warn", line)
     head = yield from _git(run)
@@ -67,6 +70,8 @@ def diagnose(program: Program, tag: str = "doctor") -> Iterator[Check]:
     elif unfinished:
         yield Check("verifier", "FAIL", f"not measured: {program.path.name} still holds the template's "
                                         "placeholders (the lines marked EDIT)")
+    elif missing:
+        yield Check("verifier", "FAIL", "not measured: a file its commands run is missing (above)")
     elif any(c.blocks for c in data):
         yield Check("verifier", "FAIL", "not measured: a data path is missing")
     else:

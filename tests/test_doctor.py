@@ -163,6 +163,20 @@ def test_untouched_template_is_a_program_problem_and_not_measured(make_repo) -> 
                                               "template's placeholders (the lines marked EDIT)")
 
 
+def test_a_missing_verifier_script_is_a_program_problem_and_not_measured(make_repo) -> None:  # type: ignore[no-untyped-def]
+    # `run` and `verify` refuse it (exit 2); doctor says the same instead of measuring a failure
+    repo = _repo(make_repo, verifier=f"{PY} scroe.py")
+    refs = git(repo, "for-each-ref")
+    res = run_cli("doctor", cwd=repo)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert _lines(res.stdout)["program"] == ("FAIL", "program.md:4: verifier.command runs scroe.py, which is "
+                                             "neither in your checkout nor in HEAD (did you mean score.py?); "
+                                             "commands run from the repository root; `run` refuses the file "
+                                             "until it is fixed")
+    assert _lines(res.stdout)["verifier"] == ("FAIL", "not measured: a file its commands run is missing (above)")
+    _unchanged(repo, refs)
+
+
 def test_what_a_failing_guard_said_is_quoted_without_terminal_escapes(make_repo) -> None:  # type: ignore[no-untyped-def]
     # pytest with `addopts = --color=yes` (humanize, among others) ends on a coloured line
     said = "\\x1b[31m\\x1b[1m5 errors\\x1b[0m\\x1b[31m in 0.61s\\x1b[0m"
