@@ -212,6 +212,7 @@ def missing_scripts(program: Program, committed: Callable[[str], bool | None]) -
     commands += [(f"guards[{i}].command", g.command) for i, g in enumerate(program.guards)]
     if program.holdout is not None:
         commands.append(("holdout.command", program.holdout.command))
+    linked = [str(d.target).rstrip("/") for d in program.data]   # only in the measured tree
     out = []
     for key, cmd in commands:
         # only the first command of the line: a later one may run what an earlier one makes
@@ -223,7 +224,7 @@ def missing_scripts(program: Program, committed: Callable[[str], bool | None]) -
         for rel in _scripts(heads, words):
             if (program.repo_root / rel).exists() or os.path.lexists(program.repo_root / rel):
                 continue
-            if committed(rel) is not False:
+            if committed(rel) is not False or any(rel == t or rel.startswith(t + "/") for t in linked):
                 continue
             line = program.lines.get(key) or program.lines.get(key.split("[")[0], 1)
             out.append(f"{program.path.name}:{line}: {key} runs {rel}, which is neither in your "
