@@ -250,6 +250,30 @@ def test_clean_asks_then_removes_worktrees_and_state_but_keeps_branch_and_journa
     assert [r["status"] for r in p.rows()] == ["baseline", "keep", "keep"]
 
 
+def test_clean_of_a_tag_whose_baseline_failed_says_it_starts_afresh(tmp_path):
+    # such a tag has a ledger but no branch; clean used to say it "can neither resume nor start
+    # afresh" (and, after removing, that the run "resumes it"): it starts afresh from HEAD
+    p = make_project(tmp_path, {1: 'hyp("first"); W("val.txt", "30")'}, guards=False,
+                     files={"val.txt": "none\n"})
+    assert p.run("--cycles", "1").returncode == 1           # no score: the baseline fails
+    res = p.cli("clean", "program.md", "--tag", p.tag, "--yes")
+    assert res.returncode == 0, res.stderr
+    assert "neither" not in res.stdout and "keeps note" not in res.stdout, res.stdout
+    assert res.stdout.rstrip().endswith(f"removed; `autoloop run program.md --tag {p.tag}` starts the tag "
+                                        "afresh from HEAD"), res.stdout
+    (p.repo / "val.txt").write_text("40\n")
+    subprocess.run(["git", "commit", "-qam", "a score"], cwd=p.repo, env=p.env, check=True)
+    again = p.run("--cycles", "1")
+    assert again.returncode == 0, again.stderr
+    assert "starting afresh from HEAD" in again.stderr
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep"]
+    # with the branch gone but a measured journal kept, the tag is stuck, and it says so
+    res = p.cli("clean", "program.md", "--tag", p.tag, "--yes", "--branch")
+    assert res.returncode == 0, res.stderr
+    assert "  note: with only one of the branch and the journal left" in res.stdout, res.stdout
+    assert res.stdout.rstrip().endswith("cannot reuse the tag (see above)"), res.stdout
+
+
 def test_clean_branch_and_journal_lets_the_tag_start_afresh(tmp_path):
     p = make_project(tmp_path, {1: 'hyp("first"); W("val.txt", "30")'}, guards=False)
     assert p.run("--cycles", "1").returncode == 0
