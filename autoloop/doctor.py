@@ -88,8 +88,10 @@ def _git(run: Run) -> Iterator[Check]:
     head = ws.head()
     branch = git(root, "symbolic-ref", "--short", "-q", "HEAD", check=False).strip()
     detail = f"{root}: HEAD {head[:12]} {f'on {branch}' if branch else 'detached'}"
+    # program.md is read from the checkout, committed or not: not a file a run would miss
+    own = run.program.path.resolve().relative_to(root.resolve()).as_posix()
     dirty = [ln for ln in git(root, "status", "--porcelain", "--untracked-files=normal",
-                              check=False).splitlines() if ln.strip()]
+                              check=False).splitlines() if ln.strip() and ln[3:] != own]
     if dirty:
         more = f" (+{len(dirty) - NAMES_SHOWN} more)" if len(dirty) > NAMES_SHOWN else ""
         names = ", ".join(ln[3:] for ln in dirty[:NAMES_SHOWN]) + more

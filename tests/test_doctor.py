@@ -163,6 +163,20 @@ def test_untouched_template_is_a_program_problem_and_not_measured(make_repo) -> 
                                               "template's placeholders (the lines marked EDIT)")
 
 
+def test_an_uncommitted_program_md_is_not_warned_about(make_repo) -> None:  # type: ignore[no-untyped-def]
+    # `autoloop init` writes program.md untracked and the run reads it from the checkout:
+    # "a run starts from HEAD and does not see them" was not true of it
+    repo = _repo(make_repo)
+    (repo / ".gitignore").write_text("experiments.md\nresults.tsv\n.autoloop/\n")
+    git(repo, "commit", "-qam", "program.md no longer ignored")
+    res = run_cli("doctor", cwd=repo)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _lines(res.stdout)["git"][0] == "ok" and _lines(res.stdout)["git"][1].endswith(", clean"), res.stdout
+    (repo / "notes.txt").write_text("x\n")
+    state, detail = _lines(run_cli("doctor", cwd=repo).stdout)["git"]
+    assert state == "warn" and "1 uncommitted or untracked path (notes.txt)" in detail, detail
+
+
 def test_a_missing_verifier_script_is_a_program_problem_and_not_measured(make_repo) -> None:  # type: ignore[no-untyped-def]
     # `run` and `verify` refuse it (exit 2); doctor says the same instead of measuring a failure
     repo = _repo(make_repo, verifier=f"{PY} scroe.py")
