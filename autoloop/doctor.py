@@ -174,9 +174,11 @@ def _data(program: Program, head: str | None) -> Iterator[Check]:
             yield Check("data", "ok", f"{d.source} appears read-only at {d.target}")
 
 
-def _last_line(text: str) -> str:
+def _last_line(text: str, shown: str = "") -> str:
+    """`; it said: LINE`, unless the check's text already quotes that line."""
     lines = plain(text).strip().splitlines()
-    return f"; it said: {lines[-1][:SAID_CHARS]}" if lines else ""
+    last = lines[-1][:SAID_CHARS].strip() if lines else ""
+    return f"; it said: {last}" if last and last not in shown else ""
 
 
 def _measure(run: Run, head: str) -> Iterator[Check]:
@@ -188,13 +190,13 @@ def _measure(run: Run, head: str) -> Iterator[Check]:
         yield Check("checkout", "warn", warning)
     m = res.measurement
     for g in m.guards:
-        said = "" if g.ok else _last_line(res.guard_tails.get(g.name) or "")
+        said = "" if g.ok else _last_line(res.guard_tails.get(g.name) or "", g.detail)
         yield Check(f"guard {g.name}", "ok" if g.ok else "FAIL",
                     f"{'passes' if g.ok else 'fails'} on HEAD ({g.detail}, {seconds(g.duration_s)}){said}")
     if not m.guards_ok:
         yield Check("verifier", "FAIL", "not measured: a guard fails on HEAD, so the baseline would too")
     elif m.metric is None:
-        yield Check("verifier", "FAIL", f"{m.error or 'no metric'} on HEAD{_last_line(res.verifier_tail)} — "
+        yield Check("verifier", "FAIL", f"{m.error or 'no metric'} on HEAD{_last_line(res.verifier_tail, m.error or '')} — "
                                         "the baseline would fail the same way (try `autoloop verify`)")
     else:
         v = run.program.verifier

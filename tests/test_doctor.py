@@ -199,8 +199,20 @@ def test_what_a_failing_guard_said_is_quoted_without_terminal_escapes(make_repo)
     assert res.returncode == 1, res.stdout + res.stderr
     state, detail = _lines(res.stdout)["guard"]
     assert state == "FAIL" and "\x1b" not in detail, repr(detail)
-    assert " ".join(detail.split()[:9]) == "tests fails on HEAD (exit 2: 5 errors in" and detail.endswith(
-        "it said: 5 errors in 0.61s"), repr(detail)
+    assert " ".join(detail.split()).startswith("tests fails on HEAD (exit 2: 5 errors in 0.61s, ") and detail.endswith("s)"), \
+        repr(detail)
+    assert detail.count("5 errors in 0.61s") == 1, repr(detail)   # quoted once, not again as "it said"
+
+
+def test_a_verifier_failure_quotes_its_last_line_once(make_repo) -> None:  # type: ignore[no-untyped-def]
+    repo = _repo(make_repo, verifier=f"{PY} -c 'import sys; sys.exit(\"no GPU found\")'")
+    state, detail = _lines(run_cli("doctor", cwd=repo).stdout)["verifier"]
+    assert state == "FAIL" and detail == ("exit 1: no GPU found on HEAD — the baseline would fail the same way "
+                                          "(try `autoloop verify`)"), detail
+    text = (repo / "program.md").read_text()
+    (repo / "program.md").write_text(text.replace('sys.exit("no GPU found")', 'print("done")'))
+    state, detail = _lines(run_cli("doctor", cwd=repo).stdout)["verifier"]   # exit 0, no metric
+    assert state == "FAIL" and "; it said: done" in detail, detail
 
 
 def test_allowed_entry_that_can_match_nothing_is_a_warning(make_repo) -> None:  # type: ignore[no-untyped-def]
