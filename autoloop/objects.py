@@ -23,6 +23,7 @@ class Entry(NamedTuple):
 
 
 Folders = dict[str, dict[str, Entry]]   # folder ("" for the top) -> name -> entry
+_new = tuple.__new__   # a NamedTuple made without its __new__, which is Python code: per entry
 
 
 class File(NamedTuple):
@@ -63,7 +64,11 @@ class Trees:
 
     def by_path(self) -> dict[str, Entry]:
         if self._by_path is None:
-            self._by_path = {f.path: Entry(f.mode, f.oid) for f in self.files()}
+            # the folders' own entries, not new ones: a commit of 100k files is 100k NamedTuples
+            # fewer to make (Python code each) and for the garbage collector to follow
+            self._by_path = {f"{folder}/{name}" if folder else name: e
+                             for folder, entries in self.folders.items()
+                             for name, e in entries.items() if e.mode != TREE}
         return self._by_path
 
     @classmethod
@@ -77,7 +82,7 @@ class Trees:
             mode, _kind, oid = meta.split(" ")
             parent, _, name = path.rpartition("/")
             mode = TREE if mode == "040000" else mode
-            folders.setdefault(parent, {})[name] = Entry(mode, oid)
+            folders.setdefault(parent, {})[name] = _new(Entry, (mode, oid))   # Entry(), in C
             if mode == TREE:
                 folders.setdefault(path, {})
         return cls(folders, root)

@@ -37,6 +37,7 @@ class Entry(NamedTuple):
 
 
 UNREADABLE = Entry("o", 0, digest="unreadable")
+_new = tuple.__new__
 
 
 def kind_of(mode: int) -> str:
@@ -53,10 +54,11 @@ def lstat_entry(path: str, dir_times: bool = False) -> Entry | None:
 def entry_of(st: os.stat_result, path: str, dir_times: bool = False) -> Entry:
     """`path` as a watch sees it; a folder's times (moved by every entry) only with `dir_times`."""
     kind, mode = _KINDS.get(st.st_mode & _S_IFMT, "o"), st.st_mode & 0o7777
+    # tuple.__new__: Entry() runs Python code, and this runs for every entry of every picture
     if kind == "d" and not dir_times:
-        return Entry(kind, mode, ino=st.st_ino)
-    return Entry(kind, mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
-                 read_link(path) if kind == "l" else "")
+        return _new(Entry, (kind, mode, 0, 0, 0, st.st_ino, "", 1))
+    return _new(Entry, (kind, mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                        read_link(path) if kind == "l" else "", 1))
 
 
 def read_link(path: str) -> str:
