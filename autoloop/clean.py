@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoloop.errors import LockedError, UsageError
-from autoloop.journal import Journal, run_of
+from autoloop.journal import Journal, has_baseline, run_of
 from autoloop.program import Program
 from autoloop.walk import remove_tree
 from autoloop.workspace import Workspace
@@ -24,6 +24,7 @@ class Plan:
     journal: list[Path] = field(default_factory=list)      # only with --journal
     branch_head: str | None = None                         # only with --branch
     keeps: list[str] = field(default_factory=list)         # what stays, in words
+    after: str = "resumes it"                              # what `run --tag` does afterwards
 
     @property
     def empty(self) -> bool:
@@ -48,9 +49,15 @@ def plan(program: Program, tag: str, *, branch: bool = False, journal: bool = Fa
         p.branch_head = head
     elif head is not None:
         p.keeps.append(f"branch {ws.branch} at {head[:12]} with the kept commits: --branch removes it")
-    if (branch or head is None) != (journal or not j.ledger.exists()):
+    branch_gone = branch or head is None
+    # a ledger without a measured baseline is not resumed: such a tag starts afresh from HEAD
+    journal_gone = journal or not has_baseline(j.ledger)
+    if branch_gone != journal_gone:
         p.keeps.append(f"note: with only one of the branch and the journal left, tag '{tag}' can neither "
                        "resume nor start afresh; remove both (--branch --journal) to reuse the tag")
+        p.after = "cannot reuse the tag (see above)"
+    elif branch_gone:
+        p.after = "starts the tag afresh from HEAD"
     return p
 
 

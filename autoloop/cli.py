@@ -352,6 +352,7 @@ def _newcomer_checks(program: Any, tag: str | None = None) -> list[str]:
     from autoloop.journal import Journal, has_baseline
 
     hints.refuse_placeholders(program)
+    hints.refuse_missing_scripts(program)
     if tag is not None and has_baseline(Journal(program.state_dir, tag).ledger):
         return []
     return [f"autoloop: warning: {line}" for line in hints.unmatched_allowed(program)]
@@ -469,7 +470,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     program = load(args.program)
     tag = args.tag or clean.latest_tag(program)
     plan = clean.plan(program, tag, branch=args.branch, journal=args.journal)
-    keeps = [f"  keeps {k}" for k in plan.keeps]
+    keeps = [f"  {k}" if k.startswith("note:") else f"  keeps {k}" for k in plan.keeps]
     if plan.empty:
         print("\n".join([f"nothing to remove for tag '{tag}'", *keeps]))
         return 0
@@ -492,9 +493,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
             print("nothing removed")
             return 1
     clean.remove(program, plan)
-    print(f"removed; `autoloop run {args.program} --tag {tag}` " + (
-        "starts the tag afresh" if plan.branch_head and plan.journal else "resumes it"
-        if not plan.branch_head and not plan.journal else "cannot reuse the tag (see above)"))
+    print(f"removed; `autoloop run {args.program} --tag {tag}` {plan.after}")
     return 0
 
 

@@ -18,12 +18,12 @@ from typing import Any, Iterator, Literal
 from autoloop import envs
 from autoloop.errors import AutoloopError, UsageError
 from autoloop.generators.base import preflight_context
-from autoloop.hints import placeholders, plain, unmatched_allowed
+from autoloop.hints import missing_scripts, placeholders, plain, unmatched_allowed
 from autoloop.loop import Run, RunOptions
 from autoloop.numbers import num, seconds
 from autoloop.program import Program
 from autoloop.sandbox import SandboxUnavailable
-from autoloop.gitrun import git
+from autoloop.gitrun import git, head_has
 
 State = Literal["ok", "warn", "FAIL"]
 NAMES_SHOWN = 5
@@ -47,6 +47,9 @@ def diagnose(program: Program, tag: str = "doctor") -> Iterator[Check]:
     unfinished = placeholders(program)   # `run` and `verify` refuse these before anything else
     for line in unfinished:
         yield Check("program", "FAIL", f"{line}; `run` refuses the file until it is edited")
+    missing = [] if unfinished else missing_scripts(program, lambda rel: head_has(program.repo_root, rel))
+    for line in missing:
+        yield Check("program", "FAIL", f"{line}; `run` refuses the file until it is fixed")
     for line in unmatched_allowed(program):
         yield Check("program", "warn", line)
     head = yield from _git(run)
@@ -67,6 +70,8 @@ def diagnose(program: Program, tag: str = "doctor") -> Iterator[Check]:
     elif unfinished:
         yield Check("verifier", "FAIL", f"not measured: {program.path.name} still holds the template's "
                                         "placeholders (the lines marked EDIT)")
+    elif missing:
+        yield Check("verifier", "FAIL", "not measured: a file its commands run is missing (above)")
     elif any(c.blocks for c in data):
         yield Check("verifier", "FAIL", "not measured: a data path is missing")
     else:
@@ -83,8 +88,10 @@ def _git(run: Run) -> Iterator[Check]:
     head = ws.head()
     branch = git(root, "symbolic-ref", "--short", "-q", "HEAD", check=False).strip()
     detail = f"{root}: HEAD {head[:12]} {f'on {branch}' if branch else 'detached'}"
+    # program.md is read from the checkout, committed or not: not a file a run would miss
+    own = run.program.path.resolve().relative_to(root.resolve()).as_posix()
     dirty = [ln for ln in git(root, "status", "--porcelain", "--untracked-files=normal",
-                              check=False).splitlines() if ln.strip()]
+                              check=False).splitlines() if ln.strip() and ln[3:] != own]
     if dirty:
         more = f" (+{len(dirty) - NAMES_SHOWN} more)" if len(dirty) > NAMES_SHOWN else ""
         names = ", ".join(ln[3:] for ln in dirty[:NAMES_SHOWN]) + more
@@ -167,9 +174,11 @@ def _data(program: Program, head: str | None) -> Iterator[Check]:
             yield Check("data", "ok", f"{d.source} appears read-only at {d.target}")
 
 
-def _last_line(text: str) -> str:
+def _last_line(text: str, shown: str = "") -> str:
+    """`; it said: LINE`, unless the check's text already quotes that line."""
     lines = plain(text).strip().splitlines()
-    return f"; it said: {lines[-1][:SAID_CHARS]}" if lines else ""
+    last = lines[-1][:SAID_CHARS].strip() if lines else ""
+    return f"; it said: {last}" if last and last not in shown else ""
 
 
 def _measure(run: Run, head: str) -> Iterator[Check]:
@@ -181,13 +190,13 @@ def _measure(run: Run, head: str) -> Iterator[Check]:
         yield Check("checkout", "warn", warning)
     m = res.measurement
     for g in m.guards:
-        said = "" if g.ok else _last_line(res.guard_tails.get(g.name) or "")
+        said = "" if g.ok else _last_line(res.guard_tails.get(g.name) or "", g.detail)
         yield Check(f"guard {g.name}", "ok" if g.ok else "FAIL",
                     f"{'passes' if g.ok else 'fails'} on HEAD ({g.detail}, {seconds(g.duration_s)}){said}")
     if not m.guards_ok:
         yield Check("verifier", "FAIL", "not measured: a guard fails on HEAD, so the baseline would too")
     elif m.metric is None:
-        yield Check("verifier", "FAIL", f"{m.error or 'no metric'} on HEAD{_last_line(res.verifier_tail)} — "
+        yield Check("verifier", "FAIL", f"{m.error or 'no metric'} on HEAD{_last_line(res.verifier_tail, m.error or '')} — "
                                         "the baseline would fail the same way (try `autoloop verify`)")
     else:
         v = run.program.verifier

@@ -83,6 +83,13 @@ def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True,
     return out.decode(errors="surrogateescape")
 
 
+def head_has(cwd: Path, rel: str) -> bool | None:
+    """Whether HEAD has the file `rel` (None: there is no HEAD to ask, or no repository)."""
+    if run(cwd, "cat-file", "-e", f"HEAD:{rel}").returncode == 0:
+        return True
+    return False if run(cwd, "rev-parse", "-q", "--verify", "HEAD^{commit}").returncode == 0 else None
+
+
 def nul_list(paths: Iterable[str]) -> bytes:
     """`paths` for git's `-z --stdin`."""
     return b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)

@@ -6,13 +6,16 @@ whether a finding is a warning, part of a crash lesson or a refusal.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import shlex
 from itertools import takewhile
 from pathlib import Path
+from typing import Callable
 
 from autoloop.errors import ConfigError
+from autoloop.measured_files import all_words, command_heads
 from autoloop.program import Program
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -67,15 +70,25 @@ def plain(text: str) -> str:
 def uncommitted_module_hint(program: Program, output: str) -> str:
     """`No module named 'pkg.mod'` for a file of the checkout git does not have (a generated
     `_version.py`): measurements see only committed files; say which and how (else "")."""
+    from autoloop.gitrun import head_has
+
     root = program.repo_root
     for name in dict.fromkeys(reversed(_NO_MODULE.findall(output))):
         rel = name.replace(".", "/")
         for base in ("", "src/"):
             for cand in (f"{base}{rel}.py", f"{base}{rel}/__init__.py"):
-                if (root / cand).is_file():
-                    return (f" ({cand} is in your checkout, but measurements see only the committed "
-                            f"files: commit it (`git add -f {cand}` if git ignores it), or have the "
-                            "command generate it)")
+                if not (root / cand).is_file():
+                    continue
+                if head_has(root, cand):
+                    # committed, so not a missing file: the Python that ran cannot see the root
+                    # (`python bench/run.py` puts bench/ on sys.path, not the repository root)
+                    return (f" ({cand} is committed, but the command's Python does not look for "
+                            f"modules at the repository root: install the project into the Python "
+                            f"the verifier uses (`pip install -e .`), or run it with the root on "
+                            f"its path (`PYTHONPATH=. python …`))")
+                return (f" ({cand} is in your checkout, but measurements see only the committed "
+                        f"files: commit it (`git add -f {cand}` if git ignores it), or have the "
+                        "command generate it)")
     return ""
 
 
@@ -183,6 +196,73 @@ def refuse_placeholders(program: Program) -> None:
     if found:
         raise ConfigError("\n".join(found + [f"edit {program.path.name} (every line marked EDIT), "
                                               "then check it with `autoloop verify`"]))
+
+
+_OPERATOR = frozenset(";|&()<>")
+_INTERPRETERS = re.compile(r"(?:python[0-9.]*|sh|bash|dash|zsh)")
+_SHELL_SYNTAX = frozenset("$*?[{~`")
+
+
+def missing_scripts(program: Program, committed: Callable[[str], bool | None]) -> list[str]:
+    """`program.md:LINE: ...` for each script a measurement command runs (`python bench/run.py`,
+    `./measure.sh`, `bash eval.sh`) that neither the checkout nor HEAD has: every measurement
+    would fail on it, after the guards have run, so it is refused before anything runs.
+    `committed(rel)` says whether HEAD has the file (None: no HEAD to ask)."""
+    commands = [("verifier.command", program.verifier.command)]
+    commands += [(f"guards[{i}].command", g.command) for i, g in enumerate(program.guards)]
+    if program.holdout is not None:
+        commands.append(("holdout.command", program.holdout.command))
+    linked = [str(d.target).rstrip("/") for d in program.data]   # only in the measured tree
+    out = []
+    for key, cmd in commands:
+        # only the first command of the line: a later one may run what an earlier one makes
+        # (`make && ./build/bench`, `python gen.py > b.py && python b.py`)
+        words = list(takewhile(lambda w: not set(w) <= _OPERATOR, all_words(cmd)))
+        heads = [h for h in command_heads(cmd) if h in words]
+        if "cd" in heads or "pushd" in heads:
+            continue   # the script is relative to another folder: not ours to resolve
+        for rel in _scripts(heads, words):
+            if (program.repo_root / rel).exists() or os.path.lexists(program.repo_root / rel):
+                continue
+            if committed(rel) is not False or any(rel == t or rel.startswith(t + "/") for t in linked):
+                continue
+            line = program.lines.get(key) or program.lines.get(key.split("[")[0], 1)
+            out.append(f"{program.path.name}:{line}: {key} runs {rel}, which is neither in your "
+                       f"checkout nor in HEAD{_did_you_mean(program, rel)}; commands run from the "
+                       f"repository root")
+    return out
+
+
+def refuse_missing_scripts(program: Program) -> None:
+    """ConfigError (exit 2, nothing run) when a measurement command runs a file that is not there."""
+    from autoloop.gitrun import head_has
+
+    found = missing_scripts(program, lambda rel: head_has(program.repo_root, rel))
+    if found:
+        raise ConfigError("\n".join(found))
+
+
+def _scripts(heads: list[str], words: list[str]) -> list[str]:
+    """Relative script paths a command line starts: a head with a `/` (`./run.sh`), or the
+    first argument of an interpreter head (`python bench/run.py`, not `python -m x`)."""
+    out = [h for h in heads if "/" in h]
+    for prev, w in zip(words, words[1:]):
+        if prev in heads and _INTERPRETERS.fullmatch(os.path.basename(prev)) \
+                and w.endswith((".py", ".sh")) and not w.startswith("-"):
+            out.append(w)
+    return [s.removeprefix("./") for s in dict.fromkeys(out)
+            if not os.path.isabs(s) and not _SHELL_SYNTAX & set(s)]
+
+
+def _did_you_mean(program: Program, rel: str) -> str:
+    root = program.repo_root
+    sub = program.state_dir.relative_to(root).as_posix()
+    if sub not in ("", ".") and (program.state_dir / rel).exists():
+        # program.md in a subfolder, the path written from there
+        return f" (did you mean {sub}/{rel}? paths are not relative to {sub}/ where {program.path.name} is)"
+    folder, _, name = rel.rpartition("/")
+    near = difflib.get_close_matches(name, _names(root / folder), n=1, cutoff=0.6)
+    return f" (did you mean {(folder + '/' if folder else '') + near[0]}?)" if near else ""
 
 
 def _script(command: str) -> str:

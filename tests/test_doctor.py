@@ -163,6 +163,34 @@ def test_untouched_template_is_a_program_problem_and_not_measured(make_repo) -> 
                                               "template's placeholders (the lines marked EDIT)")
 
 
+def test_an_uncommitted_program_md_is_not_warned_about(make_repo) -> None:  # type: ignore[no-untyped-def]
+    # `autoloop init` writes program.md untracked and the run reads it from the checkout:
+    # "a run starts from HEAD and does not see them" was not true of it
+    repo = _repo(make_repo)
+    (repo / ".gitignore").write_text("experiments.md\nresults.tsv\n.autoloop/\n")
+    git(repo, "commit", "-qam", "program.md no longer ignored")
+    res = run_cli("doctor", cwd=repo)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _lines(res.stdout)["git"][0] == "ok" and _lines(res.stdout)["git"][1].endswith(", clean"), res.stdout
+    (repo / "notes.txt").write_text("x\n")
+    state, detail = _lines(run_cli("doctor", cwd=repo).stdout)["git"]
+    assert state == "warn" and "1 uncommitted or untracked path (notes.txt)" in detail, detail
+
+
+def test_a_missing_verifier_script_is_a_program_problem_and_not_measured(make_repo) -> None:  # type: ignore[no-untyped-def]
+    # `run` and `verify` refuse it (exit 2); doctor says the same instead of measuring a failure
+    repo = _repo(make_repo, verifier=f"{PY} scroe.py")
+    refs = git(repo, "for-each-ref")
+    res = run_cli("doctor", cwd=repo)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert _lines(res.stdout)["program"] == ("FAIL", "program.md:4: verifier.command runs scroe.py, which is "
+                                             "neither in your checkout nor in HEAD (did you mean score.py?); "
+                                             "commands run from the repository root; `run` refuses the file "
+                                             "until it is fixed")
+    assert _lines(res.stdout)["verifier"] == ("FAIL", "not measured: a file its commands run is missing (above)")
+    _unchanged(repo, refs)
+
+
 def test_what_a_failing_guard_said_is_quoted_without_terminal_escapes(make_repo) -> None:  # type: ignore[no-untyped-def]
     # pytest with `addopts = --color=yes` (humanize, among others) ends on a coloured line
     said = "\\x1b[31m\\x1b[1m5 errors\\x1b[0m\\x1b[31m in 0.61s\\x1b[0m"
@@ -171,8 +199,20 @@ def test_what_a_failing_guard_said_is_quoted_without_terminal_escapes(make_repo)
     assert res.returncode == 1, res.stdout + res.stderr
     state, detail = _lines(res.stdout)["guard"]
     assert state == "FAIL" and "\x1b" not in detail, repr(detail)
-    assert " ".join(detail.split()[:9]) == "tests fails on HEAD (exit 2: 5 errors in" and detail.endswith(
-        "it said: 5 errors in 0.61s"), repr(detail)
+    assert " ".join(detail.split()).startswith("tests fails on HEAD (exit 2: 5 errors in 0.61s, ") and detail.endswith("s)"), \
+        repr(detail)
+    assert detail.count("5 errors in 0.61s") == 1, repr(detail)   # quoted once, not again as "it said"
+
+
+def test_a_verifier_failure_quotes_its_last_line_once(make_repo) -> None:  # type: ignore[no-untyped-def]
+    repo = _repo(make_repo, verifier=f"{PY} -c 'import sys; sys.exit(\"no GPU found\")'")
+    state, detail = _lines(run_cli("doctor", cwd=repo).stdout)["verifier"]
+    assert state == "FAIL" and detail == ("exit 1: no GPU found on HEAD — the baseline would fail the same way "
+                                          "(try `autoloop verify`)"), detail
+    text = (repo / "program.md").read_text()
+    (repo / "program.md").write_text(text.replace('sys.exit("no GPU found")', 'print("done")'))
+    state, detail = _lines(run_cli("doctor", cwd=repo).stdout)["verifier"]   # exit 0, no metric
+    assert state == "FAIL" and "; it said: done" in detail, detail
 
 
 def test_allowed_entry_that_can_match_nothing_is_a_warning(make_repo) -> None:  # type: ignore[no-untyped-def]

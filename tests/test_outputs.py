@@ -250,6 +250,30 @@ def test_clean_asks_then_removes_worktrees_and_state_but_keeps_branch_and_journa
     assert [r["status"] for r in p.rows()] == ["baseline", "keep", "keep"]
 
 
+def test_clean_of_a_tag_whose_baseline_failed_says_it_starts_afresh(tmp_path):
+    # such a tag has a ledger but no branch; clean used to say it "can neither resume nor start
+    # afresh" (and, after removing, that the run "resumes it"): it starts afresh from HEAD
+    p = make_project(tmp_path, {1: 'hyp("first"); W("val.txt", "30")'}, guards=False,
+                     files={"val.txt": "none\n"})
+    assert p.run("--cycles", "1").returncode == 1           # no score: the baseline fails
+    res = p.cli("clean", "program.md", "--tag", p.tag, "--yes")
+    assert res.returncode == 0, res.stderr
+    assert "neither" not in res.stdout and "keeps note" not in res.stdout, res.stdout
+    assert res.stdout.rstrip().endswith(f"removed; `autoloop run program.md --tag {p.tag}` starts the tag "
+                                        "afresh from HEAD"), res.stdout
+    (p.repo / "val.txt").write_text("40\n")
+    subprocess.run(["git", "commit", "-qam", "a score"], cwd=p.repo, env=p.env, check=True)
+    again = p.run("--cycles", "1")
+    assert again.returncode == 0, again.stderr
+    assert "starting afresh from HEAD" in again.stderr
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep"]
+    # with the branch gone but a measured journal kept, the tag is stuck, and it says so
+    res = p.cli("clean", "program.md", "--tag", p.tag, "--yes", "--branch")
+    assert res.returncode == 0, res.stderr
+    assert "  note: with only one of the branch and the journal left" in res.stdout, res.stdout
+    assert res.stdout.rstrip().endswith("cannot reuse the tag (see above)"), res.stdout
+
+
 def test_clean_branch_and_journal_lets_the_tag_start_afresh(tmp_path):
     p = make_project(tmp_path, {1: 'hyp("first"); W("val.txt", "30")'}, guards=False)
     assert p.run("--cycles", "1").returncode == 0
@@ -315,11 +339,54 @@ def test_a_path_from_program_mds_folder_is_explained(tmp_path):
     (sub / "measure.py").write_text("print('score: 1')\n")
     (sub / "program.md").write_text(f"---\ngoal: g\nallowed: [sub/x.py]\nverifier:\n  command: {PY} measure.py\n"
                                     "  metric: score\n  direction: minimize\n---\nbody\n")
+    before = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=p.repo, env=p.env,
+                            capture_output=True, text=True).stdout
+    # the script the verifier runs is not at the root: refused before anything runs
+    for cmd in ("verify", "run"):
+        res = p.cli(cmd, "sub/program.md", "--tag", "t", "--cycles", "1") if cmd == "run" else \
+            p.cli(cmd, "sub/program.md")
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert res.stderr == ("program.md:5: verifier.command runs measure.py, which is neither in your checkout "
+                              "nor in HEAD (did you mean sub/measure.py? paths are not relative to sub/ where "
+                              "program.md is); commands run from the repository root\n"), res.stderr
+    assert not (sub / ".autoloop").exists()
+    assert subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=p.repo, env=p.env,
+                          capture_output=True, text=True).stdout == before
+    # a file the command reads (not runs) is only found missing when it runs: the lesson explains
+    (sub / "score.txt").write_text("score: 1\n")
+    (sub / "program.md").write_text("---\ngoal: g\nallowed: [sub/x.py]\nverifier:\n  command: cat score.txt\n"
+                                    "  metric: score\n  direction: minimize\n---\nbody\n")
     res = p.cli("verify", "sub/program.md")
     assert res.returncode == 1
-    assert "can't open file" in res.stdout
+    assert "No such file or directory" in res.stdout
     assert "commands run from the repository root" in res.stdout and "'sub/…'" in res.stdout, res.stdout
 
+
+def test_a_script_the_verifier_runs_that_does_not_exist_is_refused_at_once(tmp_path):
+    # a typo in the verifier's script used to run the guards, fail the baseline (exit 1) and
+    # leave a journal behind; it can never work, so it is bad input: exit 2, nothing changed
+    bench = {"bench/run.py": "print('score: 1')\n"}
+    p = make_project(tmp_path / "a", {}, files=bench, verifier="{py} bench/rnu.py --quick")
+    text = (p.repo / "program.md").read_text()
+    line = text[:text.index("bench/rnu.py")].count("\n") + 1
+    before = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=p.repo, env=p.env,
+                            capture_output=True, text=True).stdout
+    for args in (("run", "program.md", "--tag", "t", "--cycles", "1"), ("verify", "program.md")):
+        res = p.cli(*args)
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert res.stderr == (f"program.md:{line}: verifier.command runs bench/rnu.py, which is neither in your "
+                              "checkout nor in HEAD (did you mean bench/run.py?); commands run from the "
+                              "repository root\n"), res.stderr
+    assert not (p.repo / ".autoloop").exists()
+    assert subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=p.repo, env=p.env,
+                          capture_output=True, text=True).stdout == before
+    assert subprocess.run(["git", "branch", "--list", "autoloop/*"], cwd=p.repo, env=p.env,
+                          capture_output=True, text=True).stdout == ""
+    # a script an earlier command of the line makes is not refused: it exists when it runs
+    q = make_project(tmp_path / "b", {}, files=bench, verifier="cp bench/run.py made.py && {py} made.py")
+    res = q.cli("verify", "program.md")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "score: 1" in res.stdout
 
 def test_allowed_entries_that_match_nothing_are_warned_before_the_baseline(tmp_path):
     p = make_project(tmp_path, {}, allowed='[val.txt, "modle/**", "src/new_file.py"]', guards=False)

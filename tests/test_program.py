@@ -889,3 +889,33 @@ def test_example_commented_alternatives_are_valid() -> None:
     p = parse_program(text, EXAMPLE, ROOT)
     assert (p.verifier.metric, p.verifier.pattern, p.generator.command, p.generator.base_url) == (
         None, "accuracy ([0-9.]+)%", "my-agent --flag", "http://127.0.0.1:8000/v1")
+
+
+@pytest.mark.parametrize("command, flagged", [
+    ("python bench/run.py --quick", ["bench/run.py"]),
+    ("./measure.sh", ["measure.sh"]),
+    ("bash eval.sh | tail -1", ["eval.sh"]),
+    ("python bench/ok.py", []),                    # there
+    ("make && ./build/bench", []),                 # a later command may run what make built
+    ("python gen.py > b.py; python b.py", ["gen.py"]),
+    ("cd sub && python x.py", []),                 # relative to another folder
+    ("python -m bench.run", []),
+    ("python /opt/eval.py", []),                   # outside the repository: not ours to say
+    ('python "$HOME/eval.py"', []),
+    ("python data/ext/run.py", []),                # linked into the measured tree by `data:`
+])
+def test_a_script_a_command_runs_that_is_nowhere_is_found(make_repo, tmp_path: Path, command: str,
+                                                          flagged: list[str]) -> None:
+    from autoloop.hints import missing_scripts
+    from autoloop.program import load_program
+
+    (tmp_path / "ext").mkdir()
+    repo = make_repo({"bench/ok.py": "print('s: 1')\n", "program.md": (
+        f"---\ngoal: g\nallowed: [a.py]\ndata: [{{path: {tmp_path / 'ext'}, as: data/ext}}]\n"
+        f"verifier: {{command: '{command}', metric: s, direction: minimize}}\n---\nbody\n")})
+    program = load_program(repo / "program.md")
+    found = missing_scripts(program, lambda rel: False)
+    assert [ln.split(" runs ")[1].split(",")[0] for ln in found] == flagged, found
+    assert all(ln.startswith("program.md:5: verifier.command runs ") for ln in found)
+    assert missing_scripts(program, lambda rel: True) == []       # HEAD has it: measured fine
+    assert missing_scripts(program, lambda rel: None) == []       # no HEAD to ask: not ours to say

@@ -23,6 +23,14 @@ def _project(tmp_path, **kw):
     return p
 
 
+def _failing_verifier(p) -> None:
+    """Commit a measure.py that prints no score: the baseline fails (a verifier that does not
+    exist at all is refused before the baseline, exit 2)."""
+    (p.repo / "measure.py").write_text('raise SystemExit("no score yet")\n')
+    git(p.repo, "add", "measure.py", env=p.env)
+    git(p.repo, "commit", "-qm", "a verifier that fails", env=p.env)
+
+
 def _ledger(p) -> list[dict]:
     return [json.loads(line) for line in p.ledger_path().read_text().splitlines()]
 
@@ -53,8 +61,9 @@ def test_a_branch_left_by_an_older_failed_baseline_is_restarted_from_head(tmp_pa
     """Older autoloop made the branch before its baseline: a tag with no measured cycle whose
     branch still sits where it started is moved to HEAD, not resumed."""
     p = _project(tmp_path, verifier=SCORE_FROM_FILE)
+    _failing_verifier(p)
     old = git(p.repo, "rev-parse", "HEAD", env=p.env)
-    assert p.run("--cycles", "1").returncode == 1     # measure.py does not exist at all
+    assert p.run("--cycles", "1").returncode == 1     # measure.py prints no score
     git(p.repo, "branch", p.branch(), old, env=p.env)  # what the older version left
     (p.repo / "measure.py").write_text(MEASURE_PY)
     git(p.repo, "add", "measure.py", env=p.env)
@@ -68,6 +77,7 @@ def test_a_branch_left_by_an_older_failed_baseline_is_restarted_from_head(tmp_pa
 
 def test_a_branch_moved_elsewhere_before_any_baseline_is_refused(tmp_path):
     p = _project(tmp_path, verifier=SCORE_FROM_FILE)
+    _failing_verifier(p)
     assert p.run("--cycles", "1").returncode == 1
     git(p.repo, "commit", "-q", "--allow-empty", "-m", "elsewhere", env=p.env)
     git(p.repo, "branch", p.branch(), "HEAD", env=p.env)   # not where any attempt started

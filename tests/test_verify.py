@@ -519,6 +519,25 @@ def test_missing_module_that_the_checkout_has_names_the_file_to_commit(tmp_path:
     assert other.error == "exit 1: ModuleNotFoundError: No module named 'pkg.other'"
 
 
+def test_missing_module_that_is_committed_says_how_to_make_it_importable(tmp_path: Path) -> None:
+    # tabulate 0.9.0 with `python bench/run.py` (bench/ on sys.path, not the root) and the
+    # project not installed: the module is committed, so "commit it" was the wrong advice
+    import subprocess
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("v = 1\n")
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    for args in (["init", "-q"], ["add", "-A"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "pkg"]):
+        subprocess.run(["git", *args], cwd=tmp_path, env=env, check=True)
+    err = "echo \"ModuleNotFoundError: No module named 'pkg'\" >&2; exit 1"
+    m = run_measure(tmp_path, program(tmp_path, err))
+    assert m.error == (
+        "exit 1: ModuleNotFoundError: No module named 'pkg' (pkg/__init__.py is committed, but the "
+        "command's Python does not look for modules at the repository root: install the project into "
+        "the Python the verifier uses (`pip install -e .`), or run it with the root on its path "
+        "(`PYTHONPATH=. python …`))"), m.error
+
+
 def test_shell_not_finding_a_path_the_checkout_has_names_it(tmp_path: Path) -> None:
     # unsandboxed, an ignored .venv/ at the top of the checkout is not in the measured tree
     (tmp_path / ".venv" / "bin").mkdir(parents=True)
