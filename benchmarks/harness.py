@@ -305,3 +305,12 @@ def interleaved(bench: Bench, rounds: int, cycles: int, report=print, before: st
                f" (vs in-place {a_cycle / b['per_cycle']:.2f}){extra};  "
                f"{', '.join(f'{k} {v}' for k, v in sorted(a['statuses'].items()))}")
     return {"rows": rows}
+
+
+def run_workload(code: str, root: Path, *args: str) -> dict:
+    """Run `code` (a script printing one JSON object) in a child Python importing autoloop from
+    `root`, from a neutral folder; its JSON."""
+    import tempfile
+    out = subprocess.run([sys.executable, "-c", code, *args], env=dict(os.environ, PYTHONPATH=str(root)),
+                         cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True).stdout
+    return json.loads(out)

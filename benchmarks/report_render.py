@@ -12,13 +12,12 @@ in this one invocation, so the ratio is meaningful on a busy machine.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import run_workload  # noqa: E402
 
 WORKLOAD = r"""
 import inspect, json, random, sys, time
@@ -49,10 +48,7 @@ print(json.dumps(out))
 
 
 def measure(root: Path, cycles: int) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=str(root))
-    out = subprocess.run([sys.executable, "-c", WORKLOAD, str(cycles)], env=env, cwd=tempfile.gettempdir(),
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out)
+    return run_workload(WORKLOAD, root, str(cycles))
 
 
 def main() -> int:
