@@ -12,7 +12,7 @@ from typing import Mapping, NamedTuple
 from autoloop.gitrun import git
 from autoloop.objects import Entry, blob_id, file_blob_id
 from autoloop.repomemo import RepoMemo
-from autoloop.walk import RACY_NS, Entry as Stat, gc_paused, lstat_entry
+from autoloop.walk import RACY_NS, Entry as Stat, lstat_entry
 from autoloop.watch import StatTree
 
 GITLINK, SYMLINK, EXECUTABLE = "160000", "120000", "100755"
@@ -44,10 +44,6 @@ class TreeProof:
         are looked at — set operations on the picture (milliseconds at 100k files)."""
         if picture is None:
             picture = StatTree.verification(self.root).take()
-        with gc_paused():
-            return self._differs(commit, picture)
-
-    def _differs(self, commit: str, picture: Mapping[str, Stat]) -> list[str]:
         trees = self.memo.trees(self.repo_root, commit)
         listed = trees.by_path()
         converted = self.memo.converted(self.repo_root, commit, self.root)

@@ -8,11 +8,9 @@ import os
 import shutil
 import stat
 import sys
-import threading
-from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable, Collection, Generic, Iterator, NamedTuple, TypeVar
+from typing import Any, Callable, Collection, Generic, NamedTuple, TypeVar
 
 # Timestamps tick coarsely (a jiffy on Linux; seconds on some filesystems): a file changed this
 # close to the moment it was read may change again without its stat data changing.
@@ -53,7 +51,7 @@ def lstat_entry(path: str, dir_times: bool = False) -> Entry | None:
 
 def entry_of(st: os.stat_result, path: str, dir_times: bool = False) -> Entry:
     """`path` as a watch sees it; a folder's times (moved by every entry) only with `dir_times`."""
-    kind, mode = _KINDS.get(st.st_mode & _S_IFMT, "o"), st.st_mode & 0o7777
+    kind, mode = kind_of(st.st_mode), st.st_mode & 0o7777
     # tuple.__new__: Entry() runs Python code, and this runs for every entry of every picture
     if kind == "d" and not dir_times:
         return _new(Entry, (kind, mode, 0, 0, 0, st.st_ino, "", 1))
@@ -77,8 +75,7 @@ def walk(root: str, *, skip: Collection[str] = (), top_only: bool = False, order
     entry is seen (a picture of 100k entries then never holds 100k stat results at once). A list,
     not a generator: a walk of 100k entries costs a third less."""
     out: list[tuple[str, str, Any]] = []
-    with gc_paused():
-        _walk(root, "", None, skip, top_only, ordered, limit, out, make)
+    _walk(root, "", None, skip, top_only, ordered, limit, out, make)
     return out
 
 
@@ -94,34 +91,6 @@ def calm_gc() -> None:
     it is made; the long-lived objects are traversed only every GC_FULL_EVERY middle collections."""
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, GC_FULL_EVERY)
-
-
-_gc_lock = threading.Lock()
-_gc_pauses = 0
-_gc_was_on = False
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a picture of a large tree is made or compared.
-
-    Its entries are NamedTuples, which the collector tracks for as long as they live (it stops
-    tracking only exact tuples), so making 100k of them sets off full collections that each
-    traverse every entry of every picture held: at 100k files that tripled the time of a walk
-    and of a proof. Nothing made here forms a reference cycle; the collector resumes after."""
-    global _gc_pauses, _gc_was_on
-    with _gc_lock:
-        if _gc_pauses == 0:
-            _gc_was_on = gc.isenabled()
-            gc.disable()
-        _gc_pauses += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pauses -= 1
-            if _gc_pauses == 0 and _gc_was_on:
-                gc.enable()
 
 
 def _walk(path: str, prefix: str, parent_fd: int | None, skip: Collection[str], top_only: bool, ordered: bool,

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import stat
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from autoloop.walk import RACY_NS, StatCache, entry_of, gc_paused, inside, lstat_entry, remove_tree, walk
+from autoloop.walk import RACY_NS, StatCache, entry_of, inside, lstat_entry, remove_tree, walk
 
 
 @pytest.fixture
@@ -120,40 +118,3 @@ def test_remove_tree_raises_or_stays_quiet_about_what_cannot_go() -> None:
         remove_tree(undeletable)
     remove_tree(undeletable, quiet=True)
     assert undeletable.exists()
-
-
-def test_gc_is_paused_during_a_walk_and_given_back_as_it_was(tree: Path) -> None:
-    seen: list[bool] = []
-    walk(str(tree), make=lambda st, path: seen.append(gc.isenabled()))
-    assert seen and not any(seen)
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        walk(str(tree))
-        assert not gc.isenabled()   # a caller that had it off keeps it off
-    finally:
-        gc.enable()
-
-
-def test_gc_pauses_nest_across_threads() -> None:
-    entered, may_end = threading.Event(), threading.Event()
-    states: list[bool] = []
-
-    def other() -> None:
-        with gc_paused():
-            entered.set()
-            may_end.wait(5)
-        states.append(gc.isenabled())   # the last pause to end gives the collector back
-
-    with gc_paused():
-        t = threading.Thread(target=other)
-        t.start()
-        entered.wait(5)
-        with gc_paused():
-            states.append(gc.isenabled())
-        states.append(gc.isenabled())   # the outer pause still holds
-    states.append(gc.isenabled())       # the thread's pause still holds
-    may_end.set()
-    t.join(5)
-    assert states == [False, False, False, True]
-    assert gc.isenabled()
