@@ -16,6 +16,7 @@ from typing import Callable
 
 from autoloop.errors import ConfigError
 from autoloop.measured_files import all_words, command_heads
+from autoloop.walk import under
 from autoloop.program import Program
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -222,9 +223,9 @@ def missing_scripts(program: Program, committed: Callable[[str], bool | None]) -
         if "cd" in heads or "pushd" in heads:
             continue   # the script is relative to another folder: not ours to resolve
         for rel in _scripts(heads, words):
-            if (program.repo_root / rel).exists() or os.path.lexists(program.repo_root / rel):
+            if os.path.lexists(program.repo_root / rel):   # a dangling link is there too
                 continue
-            if committed(rel) is not False or any(rel == t or rel.startswith(t + "/") for t in linked):
+            if committed(rel) is not False or any(under(rel, t) for t in linked):
                 continue
             line = program.lines.get(key) or program.lines.get(key.split("[")[0], 1)
             out.append(f"{program.path.name}:{line}: {key} runs {rel}, which is neither in your "
