@@ -192,13 +192,14 @@ def strict_phantom(run_sd: float, repeats: int, candidates: int) -> float:
 
 
 def coarse_pct(value: float | None, step: float | None) -> str:
-    """`value`% rounded to the noise `step`%: the generator learns direction and size, not noise."""
+    """`value`% rounded to the noise `step`%, and ≈0 within one step: the generator learns
+    direction and size, not noise."""
     if value is None:
         return "?"
     if not step or step <= 0 or not math.isfinite(step):
         return f"{value:+.2g}%"
     step = float(f"{step:.1g}")            # one significant digit
-    rounded = round(value / step) * step
+    rounded = round(value / step) * step if abs(value) >= step else 0   # within one step: noise
     if rounded == 0:
         return f"≈0% (noise ±{step:g}%)"
     return f"≈{float(f'{rounded:.3g}'):+g}% (noise ±{step:g}%)"

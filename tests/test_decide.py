@@ -167,6 +167,20 @@ def test_paired_lesson_is_coarse() -> None:
         assert f"{x:.4g}" not in v.lesson
 
 
+def test_paired_lesson_states_this_cycles_noise_when_it_exceeds_the_calibrations() -> None:
+    # calibrated on a quiet machine (±1%), measured on a busy one (±20% a run): the lesson must
+    # not call a change inside this cycle's own noise "better by ≈5% (noise ±1%)"
+    fake = Fake(noisy(1.0, 0.97, 0.2, seed=5))
+    v = cycle.judge_paired(session(fake), program(PAIRED), {}, noise_step=0.01, noise_scale="log")
+    rec = v.stats["batches"][0]
+    g = st.gains(rec["a"], rec["b"], "minimize", "log")
+    own_pct = st.change_pct(st.noise_sd(g) / math.sqrt(len(g)), "log")
+    assert v.stats["step_pct"] == pytest.approx(own_pct) and own_pct > 5
+    lo, hi = v.stats["pooled"]["change_ci_pct"]
+    assert lo < 0 < hi                                    # the CI says: no evidence either way
+    assert v.feedback is not None and v.feedback.startswith("no change beyond the noise"), v.feedback
+
+
 def test_paired_stops_a_no_op_early() -> None:
     fake = Fake(lambda side, k: 1.0 + (0.01 if side == "B" else 0.0))   # candidate worse
     v = cycle.judge_paired(session(fake), program(PAIRED), {})

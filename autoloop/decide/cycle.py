@@ -209,9 +209,11 @@ def judge_paired(session: Session, program: Program,
     b = [x for t in tests for x in t.pairs.b]
     pooled = st.compare(a, b, direction)
     stats["pooled"] = pooled.as_record()
-    sd = noise_step if noise_scale in (None, pooled.scale) else None
-    if not (sd and sd > 0 and pooled.median_a) and pooled.n > 1:   # no calibration: this cycle's noise
-        sd = st.noise_sd(st.gains(a, b, direction, pooled.scale)) / math.sqrt(pooled.n)
+    # The noise the lesson states is the larger of the calibration's and this cycle's own: a
+    # machine busier than at calibration must not read "better by 5% (noise ±5%)" beside a 95% CI
+    # of -24…+17%.
+    own = st.noise_sd(st.gains(a, b, direction, pooled.scale)) / math.sqrt(pooled.n) if pooled.n > 1 else 0.0
+    sd = max(noise_step or 0.0, own) if noise_scale in (None, pooled.scale) and pooled.median_a else own
     step = stats["step_pct"] = st.change_pct(sd, pooled.scale, pooled.median_a) if sd and sd > 0 else None
     improvement = None if pooled.change_pct is None else orientation(direction) * pooled.change_pct
     feedback = stats["feedback"] = change_words(improvement, step)
