@@ -438,12 +438,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from autoloop.gate import markdown, parse_tolerance, resolve, run_gate, to_json
+    from autoloop.gate import check_pairs, markdown, parse_tolerance, resolve, run_gate, to_json
 
     try:
         tolerance = parse_tolerance(args.tolerance)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    check_pairs(args.pairs, args.alpha, args.require_improvement)
     program = load(args.program)
     for ref in (args.base, args.head):
         resolve(program.repo_root, ref)      # an unknown revision is refused before any header

@@ -105,6 +105,17 @@ class GateResult:
         }
 
 
+def check_pairs(pairs: int, alpha: float, require_improvement: bool = False) -> None:
+    """Refuse a gate that can never fail (or, with --require-improvement, never pass): the smallest
+    p-value of n pairs is 1/2ⁿ, as accept.pairs is refused in program.md."""
+    if 0.5 ** pairs > alpha:
+        need = math.ceil(math.log2(1 / alpha))
+        raise UsageError(f"--pairs {pairs} can never reach --alpha {alpha:g} (the smallest p-value of "
+                         f"{pairs} pairs is {0.5 ** pairs:g}), so this gate could never "
+                         f"{'pass' if require_improvement else 'fail'}; use "
+                         f"--pairs {need + 1} or more ({need} only passes a verdict when every pair agrees)")
+
+
 def resolve(repo: Path, ref: str) -> str:
     out = git(repo, "rev-parse", "--verify", "-q", ref + "^{commit}", check=False).strip()
     if not out:

@@ -116,7 +116,7 @@ def test_unsandboxed_gate_refuses_an_editable_install_like_run(editable):
     # without it, base and head would both import the checkout: "no change" whatever the PR did
     p = editable
     trees = git(p.repo, "worktree", "list", env=p.env)
-    res = p.cli("gate", "none.md", "--base", "HEAD~1", "--pairs", "1")
+    res = p.cli("gate", "none.md", "--base", "HEAD~1", "--pairs", "1", "--alpha", "0.5")
     assert res.returncode == 2, res.stdout + res.stderr
     err = res.stderr.strip().splitlines()[-1]
     assert err.startswith("none.md:") and "points into your checkout" in err, res.stderr

@@ -111,12 +111,23 @@ def _det_repo(tmp_path, base_value: str, head_value: str, *, head_files: dict | 
     ("100", "90", [], 0),                                   # better
     ("100", "100", ["--require-improvement"], 1),           # not better
     ("100", "99", ["--require-improvement"], 0),            # better
-    ("100", "103", ["--pairs", "3"], 0),                    # 3 pairs can never be significant: pass
 ])
 def test_verdicts(tmp_path, base_v, head_v, args, code):
     repo, env, base = _det_repo(tmp_path, base_v, head_v)
     res = gate(repo, env, "--base", base, *args)
     assert res.returncode == code, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("args,never", [(["--pairs", "3"], "fail"), (["--pairs", "4"], "fail"),
+                                        (["--pairs", "5", "--alpha", "0.01", "--require-improvement"], "pass")])
+def test_pairs_that_can_never_reach_alpha_are_refused(tmp_path, args, never):
+    repo, env, base = _det_repo(tmp_path, "100", "103")
+    res = gate(repo, env, "--base", base, *args)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stdout == ""
+    assert f"so this gate could never {never}; use --pairs" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    assert git(repo, "worktree", "list", "--porcelain", env=env).count("worktree ") == 1
 
 
 def test_head_whose_verifier_crashes_fails(tmp_path):
@@ -190,7 +201,7 @@ def test_guards_option_says_when_the_guards_pass(tmp_path):
     text = "---\n" + text.rsplit("---\n", 1)[0] + prog_guard
     (repo / "program.md").write_text(text)
     head = commit(repo, env, {"value.txt": "101"}, "fine")
-    res = gate(repo, env, "--base", base, "--head", head, "--guards", "--pairs", "2")
+    res = gate(repo, env, "--base", base, "--head", head, "--guards", "--pairs", "2", "--alpha", "0.25")
     assert "gate: guards pass on the base and the head (check)" in res.stderr, res.stderr
 
 
@@ -246,7 +257,7 @@ def test_no_temporary_folder_is_left_when_bwrap_cannot_make_a_sandbox(tmp_path, 
     (bin_dir / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
     (bin_dir / "bwrap").chmod(0o755)
     res = gate(repo, {**env, "PATH": str(bin_dir), "TMPDIR": str(tmp)}, "--base", base, "--head", head,
-               "--pairs", "2")
+               "--pairs", "2", "--alpha", "0.25")
     assert res.returncode == code, res.stdout + res.stderr
     assert "bwrap cannot create a sandbox here" in res.stderr
     assert list(tmp.iterdir()) == []
