@@ -50,15 +50,18 @@ def cmd_log(args: argparse.Namespace) -> int:
             print(_cut(" " * len(head) + "→ " + " ".join(c.lesson.split()), width))
     if judged:
         print()
-        print(f"{'cycle':>5}  {'status':<10} {'change':>9}  {'95% CI':<21} {'p':>8}  pairs  holdout")
+        print(f"{'cycle':>5}  {'status':<10} {'change':>9}  {'interval':<27} {'p':>8}  pairs  holdout")
     for c in judged:
         pooled, hold = c.pooled or {}, c.holdout
-        ci_text = pct_interval(pooled.get("change_ci_pct")).removeprefix("CI ") or "-"
+        # with few pairs the interval is [min, max] and covers less than 95%: say how much, as
+        # experiments.md does; one pair has none
+        ci_text = "one pair, no CI" if pooled.get("n") == 1 else \
+            pct_interval(pooled.get("change_ci_pct"), pooled.get("ci_level")) or "-"
         h = "-" if hold is None else ("overfit?" if hold.get("overfit") else "improved")
         ps = "/".join(sig(b["p"], P_DIGITS) for b in c.batches if "p" in b)
         pairs = "+".join(str(b.get("n", 0)) for b in c.batches)
         print(f"{c.cycle:>5}  {c.status:<10} {signed_pct(pooled.get('change_pct'), '-'):>9}  "
-              f"{ci_text:<21} {ps:>8}  {pairs:<5}  {h}")
+              f"{ci_text:<27} {ps:>8}  {pairs:<5}  {h}")
     print()
     print(f"baseline   {fmt(s.baseline) or '-'}")
     print(f"best       {fmt(s.best) or '-'}" + (" (as measured against its incumbent)" if f.paired else ""))

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from autoloop.numbers import formatter, signed_pct
+from autoloop.numbers import formatter, pct_interval, signed_pct
 
 from tests.conftest import git, run_cli
 
@@ -398,6 +398,15 @@ def test_reported_numbers_reproduce_from_the_ledger(sim) -> None:
     assert medians == signed_pct(final["change_pct"]) or f"baseline → best said {medians}" in log
     assert f"keep rate  {kept / 3 * 100:.0f}% ({kept} of 3)" in log
     assert final["text"] in log
+    # the per-cycle table gives each interval with the coverage the ledger says it has: a
+    # sequential test stops after a few pairs, whose [min, max] covers less than 95%
+    judged = [c for c in cs if (c.get("stats") or {}).get("pooled")]
+    assert judged
+    for c in judged:
+        pooled = c["stats"]["pooled"]
+        want = "one pair, no CI" if pooled["n"] == 1 else \
+            pct_interval(pooled["change_ci_pct"], pooled["ci_level"])
+        assert re.search(rf"^ +{c['cycle']} +{c['status']} +\S+ +{re.escape(want)} ", log, re.M), (want, log)
 
 
 def test_a_resume_that_keeps_nothing_reuses_the_end_of_run_check(sim) -> None:
