@@ -419,7 +419,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print(res.verifier_tail)
         return 1
     v = program.verifier
-    print(f"{v.label}: {num(m.metric)}  ({v.direction}, {seconds(m.duration_s)})")
+    print(f"{v.label}: {num(m.metric)}  ({v.direction}, {seconds(m.verifier_s)})")
     return 0
 
 

@@ -201,4 +201,4 @@ def _measure(run: Run, head: str) -> Iterator[Check]:
     else:
         v = run.program.verifier
         yield Check("verifier", "ok", f"{v.label} = {num(m.metric)} on HEAD {head[:12]} "
-                                      f"({v.direction}, {seconds(m.duration_s)})")
+                                      f"({v.direction}, {seconds(m.verifier_s)})")

@@ -49,6 +49,11 @@ class Measurement:
     duration_s: float
 
     @property
+    def verifier_s(self) -> float:
+        """The verifier's own time (duration_s counts the guards that ran before it too)."""
+        return max(0.0, self.duration_s - sum(g.duration_s for g in self.guards))
+
+    @property
     def guards_ok(self) -> bool:
         return all(g.ok for g in self.guards)
 

@@ -644,8 +644,12 @@ def test_verifier_with_closed_stdin_does_not_hang(tmp_path: Path) -> None:
 
 
 def test_measure_duration_adds_up(tmp_path: Path) -> None:
-    m = run_measure(tmp_path, program(tmp_path, "echo 'val_loss: 1'", [("g", "true")]))
-    assert m.duration_s >= m.guards[0].duration_s >= 0
+    m = run_measure(tmp_path, program(tmp_path, "echo 'val_loss: 1'", [("g", "true"), ("h", "sleep 0.2")]))
+    assert m.duration_s >= sum(g.duration_s for g in m.guards) >= m.guards[1].duration_s >= 0.2
+    # `verify` and `doctor` print the verifier's own time: not the guards' before it (a 5 s test
+    # suite guard made a 1 s benchmark read "6.3s")
+    assert m.verifier_s == pytest.approx(m.duration_s - m.guards[0].duration_s - m.guards[1].duration_s)
+    assert m.verifier_s < m.duration_s
 
 
 def test_measure_real_python_verifier(tmp_path: Path) -> None:
