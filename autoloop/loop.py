@@ -256,6 +256,7 @@ class Run:
         if measured_with is not None and measured_with != verifier_fingerprint(self.program):
             raise UsageError(f"{self.program.path.name}: the verifier changed since run '{self.opt.tag}' "
                              "began, so its metrics are not comparable; start a new --tag")
+        rolled_back: list[int] = []
         for pending in j.unfinished():  # several after a round of several workers
             parent = pending["parent"]
             if head != parent:
@@ -267,6 +268,7 @@ class Run:
                 head = parent
             j.append({"t": "abort", "cycle": pending["cycle"],
                       "reason": "unfinished when autoloop stopped; rolled back"})
+            rolled_back.append(pending["cycle"])
         expected = self._incumbent_from(j.cycles())
         if expected is not None and expected != head:
             raise RepoStateError(f"branch {ws.branch} is at {head[:12]} but the ledger's last kept "
@@ -274,8 +276,12 @@ class Run:
         self._journal_start(head)
         # `resuming autoloop/TAG from <commit>`, and a warning when the checkout's HEAD has moved
         # on from where the run started: those commits are not in the run
+        # after a kill -9 (or a lost terminal) say what the last run left unfinished: it is gone
+        undone = "" if not rolled_back else \
+            f" (cycle{'s' if len(rolled_back) > 1 else ''} {', '.join(map(str, rolled_back))} " \
+            "unfinished when the last run stopped: rolled back)"
         self.opt.report("resume", {"branch": ws.branch, "commit": head,
-                                   "text": f"resuming {ws.branch} from {head[:12]}"})
+                                   "text": f"resuming {ws.branch} from {head[:12]}{undone}"})
         started = next((c.get("commit") for c in j.cycles() if c["status"] == "baseline"), None)
         now = ws.head()
         if started and now not in (started, head):

@@ -678,6 +678,8 @@ def test_kill9_orphaned_generator_cannot_leak_into_resumed_run(tmp_path, reaper)
     p.set_plan({"*": 'time.sleep(0.8); W("val.txt", str(40 - cycle))'})
     res = p.run("--cycles", "3")
     assert res.returncode == 0, res.stderr
+    # the person is told what the kill left unfinished and what became of it
+    assert "(cycle 1 unfinished when the last run stopped: rolled back)" in res.stdout, res.stdout
     orphan = int((p.out / "gen-started").read_text())
     for rev in git(p.repo, "rev-list", p.branch(), env=p.env).split():
         assert b"orphan" not in p.show(rev, "notes.txt"), "a kept commit contains the orphan's write"
