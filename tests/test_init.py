@@ -135,3 +135,5 @@ def test_the_timing_template_uses_the_paired_rule(make_repo) -> None:
     accept = load_program(repo / "program.md").accept
     assert accept.rule == "paired" and (accept.min_effect.value, accept.min_effect.relative) == (2.0, True)
     assert (accept.alpha, accept.pairs, accept.confirm) == (0.005, 16, False)
+    # what its comments say the false-keep bound is, is the alpha it gets (it said 0.01)
+    assert f"false keeps <= accept.alpha, {accept.alpha:g} by default" in template_text("speed")
