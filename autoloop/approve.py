@@ -43,7 +43,7 @@ class Review:
     diff: str
     metric_name: str
     direction: str
-    best: float | None             # the incumbent's metric
+    best: float | None             # the incumbent's metric (paired: its runs beside the candidate)
     metric: float | None           # the candidate's (after only; None when it crashed)
     guards: tuple[GuardResult, ...]
     recommendation: str | None     # the ratchet's status (after only): keep, discard, crash, guard_fail

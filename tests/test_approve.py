@@ -86,6 +86,39 @@ def test_decisions_are_applied_and_journaled_as_the_persons(tmp_path):
     assert "too risky for now" in p.experiments()
 
 
+DRIFT_PY = """import os, pathlib
+count = pathlib.Path(os.environ["E2E_OUT"]) / "runs"
+n = int(count.read_text()) if count.exists() else 0
+count.write_text(str(n + 1))
+print("score:", float(open("val.txt").read()) + n / 100)
+"""
+
+
+def test_paired_review_compares_with_the_incumbent_measured_beside_it(tmp_path):
+    """Paired, the candidate is judged against the incumbent's runs in the same cycle: the screen
+    must compare it with those, not with the stored baseline (a verifier that drifts makes the
+    two differ), or its change contradicts the verdict printed under it."""
+    script = tmp_path / "drift.py"
+    script.write_text(DRIFT_PY)
+    p = make_project(tmp_path, {1: 'W("val.txt", "30")'}, verifier=f"{PY} {script}", guards=False,
+                     extra="accept: {rule: paired, pairs: 6, final_pairs: 0}")
+    child = spawn(p, "--approve", "--cycles", "1")
+    child.expect(r"score: (\S+) vs incumbent (\S+) \(([-+][\d.]+)%\)")
+    shown_b, shown_a = float(child.match.group(1)), float(child.match.group(2))
+    child.expect(r"> ")
+    child.send("d")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    cyc = ledger_cycles(p)
+    pooled = cyc[1]["stats"]["pooled"]
+    assert shown_a == pytest.approx(pooled["median_a"]) and shown_b == pytest.approx(pooled["median_b"])
+    assert shown_a != pytest.approx(cyc[0]["metric"])   # the drift moved it: the test can tell
+    # the person decided, and the record still holds every run it was shown (it held none)
+    assert cyc[1]["decided_by"] == "human" and cyc[1]["recommendation"] == "keep"
+    assert all(b["a"] and b["b"] for b in cyc[1]["stats"]["batches"])
+
+
 def test_approve_before_skips_without_measuring(tmp_path):
     p = make_project(tmp_path, PLAN)
     child = spawn(p, "--approve=before", "--cycles", "2")

@@ -60,10 +60,15 @@ def review(state: RunState, when: str, c: Cycle, rnd: Round, outcome: Outcome | 
     assert c.candidate is not None and c.stat is not None
     v = state.program.verifier
     m = outcome.measurement if outcome is not None else None
+    # a paired cycle was judged against the incumbent measured beside it, as progress and log
+    # show it: its stored value would give a change the verdict under it contradicts
+    pooled = (outcome.extra.get("stats") or {}).get("pooled") if outcome is not None else None
+    against = pooled["median_a"] if isinstance(pooled, dict) and pooled.get("median_a") is not None \
+        else state.best
     rv = Review(when=when, cycle=c.n, hypothesis=c.proposal.hypothesis, incumbent=rnd.incumbent,
                 candidate=c.candidate, files=tuple(c.files), diffstat=c.stat(),
                 diff=state.ws.diff_text(rnd.incumbent, c.candidate), metric_name=v.label,
-                direction=v.direction, best=state.best, metric=None if outcome is None else outcome.metric,
+                direction=v.direction, best=against, metric=None if outcome is None else outcome.metric,
                 guards=() if m is None else m.guards, recommendation=None if outcome is None else outcome.status,
                 verdict="" if outcome is None else outcome.result)
     state.in_python = True   # Ctrl-C at the prompt abandons the cycle at once
@@ -76,8 +81,11 @@ def review(state: RunState, when: str, c: Cycle, rnd: Round, outcome: Outcome | 
     if decision.action == "verify":
         return None
     status, lesson, result = human_outcome(rv, decision, None if outcome is None else outcome.lesson)
+    # the judge's fields (a paired cycle's samples and statistics, its coarse feedback) describe
+    # the measurement, whoever decided: the ledger keeps them, and tune reads side A from them
     return Outcome(status, lesson, result, metric=None if outcome is None else outcome.metric,
-                   changed=c.files, measurement=m, decided_by="human", recommendation=rv.recommendation)
+                   changed=c.files, measurement=m, extra={} if outcome is None else dict(outcome.extra),
+                   decided_by="human", recommendation=rv.recommendation)
 
 
 def _choose(state: RunState, rnd: Round) -> Cycle | None:
