@@ -106,6 +106,7 @@ class Kept:
     hypothesis: str
     ci_pct: tuple[float, float] | None = None
     decided_by: str = "ratchet"
+    ci_level: float | None = None      # the interval's real coverage (few pairs: below 95%; one: 0)
 
 
 @dataclass(frozen=True)
@@ -191,11 +192,13 @@ def _kept(row: Row) -> Kept:
     # `before`: what this keep was judged against (the incumbent re-measured beside it in a
     # paired cycle, else the best of the cycle before it)
     c, st = row.record, row.record.get("stats") or {}
-    ci = st.get("change_ci_pct") or (st.get("pooled") or {}).get("change_ci_pct")
+    src = st if st.get("change_ci_pct") else (st.get("pooled") or {})
+    level = src.get("ci_level")
     return Kept(cycle=c["cycle"], commit=c.get("commit") or "", metric=c.get("metric"),
                 before=row.vs, change_pct=row.change,
-                hypothesis=" ".join(str(c.get("hypothesis", "")).split()), ci_pct=_pair(ci),
-                decided_by=c.get("decided_by") or "ratchet")
+                hypothesis=" ".join(str(c.get("hypothesis", "")).split()), ci_pct=_pair(src.get("change_ci_pct")),
+                decided_by=c.get("decided_by") or "ratchet",
+                ci_level=float(level) if isinstance(level, (int, float)) else None)
 
 
 def facts(records: Sequence[Mapping[str, Any]], *, tag: str, goal: str, metric: str,
@@ -289,8 +292,9 @@ def markdown(f: Facts, *, extra_rows: Sequence[tuple[str, str]] = ()) -> str:
                 "| cycle | commit | " + f.metric + " | change | hypothesis |", "| ---: | --- | ---: | ---: | --- |"]
         for k in f.kept[-MAX_KEPT:]:
             ch = signed_pct(k.change_pct)
-            if k.ci_pct is not None:
-                ch += f" [{signed_pct(k.ci_pct[0])} … {signed_pct(k.ci_pct[1])}]"
+            if k.ci_pct is not None and k.ci_level != 0:   # one pair's "interval" covers nothing
+                lead = "" if k.ci_level is None else f"{share(k.ci_level)} CI "
+                ch += f" [{lead}{signed_pct(k.ci_pct[0])} … {signed_pct(k.ci_pct[1])}]"
             who = " (you)" if k.decided_by == "human" else ""
             out.append(f"| {k.cycle} | `{k.commit[:10]}` | {num(k.metric)} | {ch} | {_cell(k.hypothesis)}{who} |")
         if len(f.kept) > MAX_KEPT:

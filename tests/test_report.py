@@ -180,6 +180,23 @@ def test_gain_ci_is_shown_when_the_ledger_has_one():
     assert "-10.00% [-12.00% … -8.00%]" in markdown(f)
 
 
+def test_markdown_kept_changes_give_their_intervals_real_coverage():
+    """A paired keep decided after a few pairs has an interval covering less than 95%, and one
+    decided after one pair none at all: the kept-changes table says which."""
+    def keep(n: int, ci: list[float], level: float) -> dict:
+        return {"t": "cycle", "cycle": n, "status": "keep", "metric": 9.0 - n, "best": 9.0 - n,
+                "commit": str(n) * 40, "hypothesis": f"h{n}",
+                "stats": {"pooled": {"n": 3 if level else 1, "change_pct": -5.0, "change_ci_pct": ci,
+                                     "ci_level": level, "median_a": 10.0 - n}}}
+    recs = [{"t": "cycle", "cycle": 0, "status": "baseline", "metric": 10.0, "best": 10.0, "commit": "a" * 40},
+            keep(1, [-9.0, -1.0], 0.75), keep(2, [-99.0, -99.0], 0.0)]
+    md = markdown(facts(recs, tag="x", goal="g", metric="m", direction="minimize"))
+    row1 = next(ln for ln in md.splitlines() if ln.startswith("| 1 |"))
+    row2 = next(ln for ln in md.splitlines() if ln.startswith("| 2 |"))
+    assert "[75% CI -9.00% … -1.00%]" in row1
+    assert "[" not in row2 and "-99.00%" not in row2
+
+
 def test_empty_run_renders():
     f = facts([], tag="x", goal="", metric="m", direction="maximize")
     html = render(f, generated="now")
