@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from autoloop.scope_rules import ScopeRules
 from autoloop.steps.verify import checked
 from autoloop.facts import best_measured
 from autoloop.gitrun import thaw_outer_config
+from autoloop.walk import temp_tree
 from autoloop.workspace import VERIFY_SLOTS, Workspace
 
 BACKOFF_MAX_S = 60.0
@@ -151,8 +151,7 @@ class Run:
         if check is None:
             return None
         marker = proc.new_marker()   # its own: what the check leaves running dies, and nothing else
-        with tempfile.TemporaryDirectory(prefix="autoloop-preflight-") as tmp:
-            scratch = Path(tmp)
+        with temp_tree("preflight") as scratch:
             ctx = preflight_context(self.program, scratch, env=envs.generator_env(self.env(0)),
                                     run_marker=marker, wrap=self.guard.wrap(scratch, workdir=scratch))
             try:

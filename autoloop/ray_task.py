@@ -10,11 +10,11 @@ import io
 import os
 import socket
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import Mapping, NamedTuple, Sequence
 
 from autoloop import proc
+from autoloop.walk import temp_tree
 
 
 class RemoteRun(NamedTuple):
@@ -31,8 +31,8 @@ class RemoteReply(NamedTuple):
 
 def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str],
               tail_bytes: int) -> RemoteReply:
-    with tempfile.TemporaryDirectory(prefix="autoloop-verify-") as root:
-        tree, logs = Path(root, "tree"), Path(root, "logs")
+    with temp_tree("verify") as root:
+        tree, logs = root / "tree", root / "logs"
         tree.mkdir()
         with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
             # our own tar of a git tree: relative paths free of '..' already
