@@ -211,8 +211,7 @@ def under(path: str, root: str) -> bool:
 def temp_dir(kind: str) -> Path:
     """A fresh 0700 folder in the temp directory, named after `kind` and this process (pid and
     start time), so that once the process is gone, killed or not, `left_behind` finds it."""
-    pid = os.getpid()
-    return Path(tempfile.mkdtemp(prefix=f"autoloop-{kind}-{pid}-{_started(pid)}-"))
+    return Path(tempfile.mkdtemp(prefix=f"autoloop-{kind}-{os.getpid()}-{_started(os.getpid())}-"))
 
 
 @contextmanager
