@@ -138,21 +138,32 @@ def test_a_verifier_on_ray_has_no_network_unless_asked_for(jailed_run):
     assert "network closed" in _log(p, 0) and "network closed" in _log(p, 1)
 
 
+PLANTS_ON_PATH = """\
+v = open("val.txt").read().strip()
+if v == "38":
+    open({target!r}, "w").write("#!/bin/sh\\necho 'score: -1000'\\n")
+print(f"score: {{v}}")
+"""
+
+
 def _without_bwrap(tmp_path, kind: str):
     """A run whose cycles' measurements find no bwrap on the node: the worker's env hint gives
-    them a PATH without it (the baseline gets no hint)."""
-    nobin = tmp_path / "nobin"
+    them a PATH without it (the baseline gets no hint). Cycle 1's verifier plants a `python3` in
+    a folder on autoloop's PATH."""
+    nobin, onpath = tmp_path / "nobin", tmp_path / "onpath"
     nobin.mkdir()
+    onpath.mkdir()
     sandbox = f"sandbox:\n  kind: {kind}\n  writable: [{tmp_path / 'records'}, {tmp_path / 'out'}]"
-    p = make_project(tmp_path, {1: 'W("val.txt", "38")'}, verifier="{py} score.py", guards=False, vtimeout=120,
+    p = make_project(tmp_path, {1: 'W("val.txt", "38")'}, verifier="{py} plant.py", guards=False, vtimeout=120,
+                     files={"plant.py": PLANTS_ON_PATH.format(target=str(onpath / "python3"))},
                      extra=f"parallel:\n  executor: ray\n  env:\n    - {{PATH: {nobin}}}\n{sandbox}")
+    p.env["PATH"] = f"{onpath}:{p.env['PATH']}"
     return p, p.run("--cycles", "1", timeout=300)
 
 
 def test_auto_on_a_node_without_bwrap_says_not_sandboxed_everywhere(tmp_path):
     p, res = _without_bwrap(tmp_path, "auto")
     assert res.returncode == 0, res.stderr[-3000:]
-    assert p.statuses() == {0: "baseline", 1: "keep"}
     why = "not sandboxed: on the Ray node "
     assert why in res.stderr and "bwrap is not installed" in res.stderr, res.stderr
     assert f"**Warning:** {why}" in p.experiments()
@@ -160,6 +171,9 @@ def test_auto_on_a_node_without_bwrap_says_not_sandboxed_everywhere(tmp_path):
     assert why in log.stdout, log.stdout
     report = p.cli("report", "program.md", "--tag", p.tag, "--format", "markdown", "-o", "-")
     assert why in report.stdout, report.stdout + report.stderr
+    # unsandboxed measurements could write outside their tree: the walks that catch it ran
+    row = {int(r["cycle"]): r for r in p.rows()}[1]
+    assert row["status"] == "violation" and "a folder on PATH" in row["lesson"], row
 
 
 def test_bwrap_on_a_node_without_it_is_a_crash_not_an_unsandboxed_run(tmp_path):
@@ -168,3 +182,4 @@ def test_bwrap_on_a_node_without_it_is_a_crash_not_an_unsandboxed_run(tmp_path):
     assert p.statuses() == {0: "baseline", 1: "crash"}
     lesson = {int(r["cycle"]): r for r in p.rows()}[1]["lesson"]
     assert "cannot make the sandbox" in lesson and "bwrap is not installed" in lesson, lesson
+    assert not (tmp_path / "onpath" / "python3").exists()
