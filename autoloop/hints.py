@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from autoloop.errors import ConfigError
-from autoloop.measured_files import all_words, command_heads
+from autoloop.executables import all_words, command_heads
 from autoloop.walk import under
 from autoloop.program import Program
 

@@ -115,7 +115,7 @@ class Run:
         try:
             # before any generator exists: a same-uid debugger must not attach to the judge
             trust.undumpable()
-            self.guard.preflight()
+            self.guard.preflight(executor.unsandboxed)
             generator = self.state.generator_factory(self.program.generator, self.program)
             # Beside the worktree, outside the repository: a refused run leaves no trace in it.
             lock_path = self.ws.path.with_name(self.ws.path.name + ".lock")
