@@ -20,6 +20,7 @@ from autoloop import proc, ray_task
 from autoloop.errors import ConfigError, Interrupted, UsageError
 from autoloop.hardening import Guardrails
 from autoloop.program import Program
+from autoloop.sandbox import checkout_keep
 from autoloop.specs import SandboxSpec
 from autoloop.verify import Measurement, measure, steps, summarize
 from autoloop.workspace import Workspace
@@ -182,7 +183,8 @@ class RayExecutor:
 
     def call(self, archive_ref: Any, todo: list[proc.Step],
              env: dict[str, str]) -> ray_task.RemoteReply | str:   # or why there is no reply
-        ref = self._task.remote(archive_ref, todo, env, REMOTE_TAIL_BYTES, self.sandbox)
+        checkout = (str(self.program.repo_root), tuple(map(str, checkout_keep(self.program))))
+        ref = self._task.remote(archive_ref, todo, env, REMOTE_TAIL_BYTES, self.sandbox, checkout)
         with self._lock:
             self._running.add(ref)
         try:

@@ -76,8 +76,8 @@ class Guardrails:
         """`elsewhere`: why the executor's measurements run unsandboxed (a Ray node's answer)."""
         p, root = self.program, self.ws.repo_root
         self.sandbox, why = probed(p)
-        if self.sandbox is None:
-            editable.refuse(p, why or "")
+        if self.sandbox is None or elsewhere:
+            editable.refuse(p, why or elsewhere or "")
         self._elsewhere = elsewhere
         self.unsandboxed = "; ".join(w for w in (why, elsewhere) if w) or None
         start = self.ws.branch_head() or self.ws.head()

@@ -62,16 +62,19 @@ def test_ray_statuses_as_local(ray_run):
 
 
 def test_ray_verifies_in_a_shipped_copy(ray_run):
-    """Baseline and candidates ran in a temp folder unpacked from the commit, not in a worktree."""
-    p, _, _ = ray_run
-    cache = p.env["XDG_CACHE_HOME"]
+    """Baseline and candidates ran in a temp folder unpacked from the commit, not in a worktree;
+    on a local instance that folder is shown at the checkout's path, where the command runs."""
+    p, start, _ = ray_run
     for cycle in (0, 2, 4):
         out = _log(p, cycle)
-        cwd = out.splitlines()[0].split(" ", 1)[1]
-        assert "autoloop-verify-" in cwd and not cwd.startswith((cache, str(p.repo))), cwd
+        assert out.splitlines()[0] == f"cwd {p.repo}", out
         assert "ran on" in _log(p, cycle, "verifier.err")
     rows = {int(r["cycle"]): r for r in p.rows()}
     assert "notes" in rows[1]["lesson"] and "exit 3" in rows[3]["lesson"]
+    # what was measured there is each candidate, not the checkout (still at the start)
+    assert [rows[c]["metric"] for c in (2, 4)] == ["38", "37"]
+    assert git(p.repo, "rev-parse", "HEAD", env=p.env) == start
+    assert (p.repo / "val.txt").read_text() == p.show(start, "val.txt").decode()
 
 
 def test_ray_worker_hints_reach_the_remote_verifier(ray_run):
