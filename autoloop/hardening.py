@@ -17,10 +17,10 @@ from typing import Callable, Iterator, Mapping, Sequence
 from filelock import FileLock, Timeout
 
 from autoloop import editable, envs, proc
-from autoloop.errors import ConfigError, RepoStateError, RunFailure
+from autoloop.errors import RepoStateError, RunFailure
 from autoloop.journal import Journal
 from autoloop.measured_files import commands_by_name, interpreters, named_interpreters
-from autoloop.program import Program
+from autoloop.program import Program, check_data
 from autoloop.pycache import ProvenCache
 from autoloop.sandbox import Bwrap, Confinement, checkout_keep, probed, tree_box
 from autoloop.scope_rules import IMPLICIT_FILES, module_shadow_regex
@@ -77,14 +77,7 @@ class Guardrails:
         if self.sandbox is None:
             editable.refuse(p, self.unsandboxed or "")
         start = self.ws.branch_head() or self.ws.head()
-        for i, d in enumerate(p.data):
-            if not d.source.exists():
-                line = p.lines.get(f"data[{i}].path", p.lines.get(f"data[{i}]", 1))
-                raise ConfigError(f"{p.path.name}:{line}: data[{i}].path: {str(d.source)!r} does not exist")
-            if git(root, "ls-tree", "--name-only", start, "--", d.target, check=False).strip():
-                line = p.lines.get(f"data[{i}].as", p.lines.get(f"data[{i}]", 1))
-                raise ConfigError(f"{p.path.name}:{line}: data[{i}].as: {d.target!r} is a path of the "
-                                  f"repository at {start[:12]}; data needs a place the repository does not use")
+        check_data(p, start)
         links = [line.split("\t", 1)[-1] for line in git(root, "ls-tree", "-r", start, check=False).splitlines()
                  if line.startswith("160000 ")]
         if links:

@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoloop import envs, proc
-from autoloop.errors import ConfigError
 from autoloop.loop import protected_paths, uncommitted_warnings
-from autoloop.program import Program
+from autoloop.program import Program, check_data
 from autoloop.sandbox import tree_box
 from autoloop.verify import Measurement, measure, sandbox_outside_run
 from autoloop.sentinel import remove_tree
@@ -34,11 +33,9 @@ def check(program: Program) -> tuple[Workspace, str]:
     ws.check_state()
     protected_paths(program)   # a verifier the generator could edit is refused, as by `run`
     sandbox_outside_run(program)   # refuses what `run` does before its baseline
-    for i, d in enumerate(program.data):
-        if not d.source.exists():
-            line = program.lines.get(f"data[{i}].path", program.lines.get(f"data[{i}]", 1))
-            raise ConfigError(f"{program.path.name}:{line}: data[{i}].path: {str(d.source)!r} does not exist")
-    return ws, ws.head()
+    head = ws.head()
+    check_data(program, head)
+    return ws, head
 
 
 def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
