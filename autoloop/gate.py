@@ -55,10 +55,11 @@ class GateStats:
 def compare(base: Sequence[float], head: Sequence[float], direction: str, level: float = 0.95) -> GateStats:
     """Head against base with the same statistics the ratchet's paired rule uses."""
     better = stats.compare(base, head, direction, level=level)
-    worse = stats.compare(base, head, "maximize" if direction == "minimize" else "minimize", level=level)
+    # head worse is the same test on the gains turned around
+    p_worse = stats.signed_rank_p([-g for g in stats.gains(base, head, direction, better.scale)])
     return GateStats(n=better.n, scale=better.scale, change_pct=better.change_pct,
                   ci_pct=better.change_ci_pct, ci_level=better.ci.level,
-                  p_better=better.p, p_worse=worse.p)
+                  p_better=better.p, p_worse=p_worse)
 
 
 @dataclass
