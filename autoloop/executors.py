@@ -135,8 +135,7 @@ class RayExecutor:
         try:
             ray.init(**kw)
         except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
-            where = self.program.lines.get("parallel.address") or self.program.lines.get("parallel", 1)
-            raise UsageError(f"{self.program.path.name}:{where}: parallel.address: cannot start or reach "
+            raise UsageError(f"{self.program.path.name}:{self.program.line('parallel.address')}: parallel.address: cannot start or reach "
                              f"Ray ({address or 'local instance'}): {type(exc).__name__}: "
                              f"{' '.join(str(exc).split())[:300]}") from None
         self._ray = ray

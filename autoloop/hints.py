@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from autoloop.errors import ConfigError
-from autoloop.measured_files import all_words, command_heads
+from autoloop.measured_files import all_words, command_heads, measured_commands
 from autoloop.walk import under
 from autoloop.program import Program
 
@@ -129,8 +129,7 @@ def unmatched_allowed(program: Program) -> list[str]:
     sub = program.state_dir.relative_to(root).as_posix()
     out = []
     for i, entry in enumerate(program.allowed):
-        line = program.lines.get(f"allowed[{i}]", program.lines.get("allowed", 1))
-        head = f"{program.path.name}:{line}: allowed entry '{entry}'"
+        head = f"{program.path.name}:{program.line(f'allowed[{i}]')}: allowed entry '{entry}'"
         tail = ("changes to the files you mean would be refused as violations; paths are relative "
                 "to the repository root")
         folder = _literal_folder(entry)
@@ -209,13 +208,9 @@ def missing_scripts(program: Program, committed: Callable[[str], bool | None]) -
     `./measure.sh`, `bash eval.sh`) that neither the checkout nor HEAD has: every measurement
     would fail on it, after the guards have run, so it is refused before anything runs.
     `committed(rel)` says whether HEAD has the file (None: no HEAD to ask)."""
-    commands = [("verifier.command", program.verifier.command)]
-    commands += [(f"guards[{i}].command", g.command) for i, g in enumerate(program.guards)]
-    if program.holdout is not None:
-        commands.append(("holdout.command", program.holdout.command))
     linked = [str(d.target).rstrip("/") for d in program.data]   # only in the measured tree
     out = []
-    for key, cmd in commands:
+    for key, cmd in measured_commands(program):
         # only the first command of the line: a later one may run what an earlier one makes
         # (`make && ./build/bench`, `python gen.py > b.py && python b.py`)
         words = list(takewhile(lambda w: not set(w) <= _OPERATOR, all_words(cmd)))
@@ -227,8 +222,7 @@ def missing_scripts(program: Program, committed: Callable[[str], bool | None]) -
                 continue
             if committed(rel) is not False or any(under(rel, t) for t in linked):
                 continue
-            line = program.lines.get(key) or program.lines.get(key.split("[")[0], 1)
-            out.append(f"{program.path.name}:{line}: {key} runs {rel}, which is neither in your "
+            out.append(f"{program.path.name}:{program.line(key)}: {key} runs {rel}, which is neither in your "
                        f"checkout nor in HEAD{_did_you_mean(program, rel)}; commands run from the "
                        f"repository root")
     return out

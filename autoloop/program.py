@@ -43,15 +43,14 @@ def load_program(path: Path) -> Program:
 def data_problem(program: Program, i: int, head: str | None) -> str | None:
     """What stops data[i] from appearing read-only in a tree of `head` (None: nothing), as one
     `program.md:LINE: key: ...` line; `head` None (no commit yet) skips the collision check."""
-    d, lines = program.data[i], program.lines
-    where = f"{program.path.name}:{lines.get(f'data[{i}].path', lines.get(f'data[{i}]', 1))}: data[{i}].path"
+    d = program.data[i]
+    where = f"{program.path.name}:{program.line(f'data[{i}].path')}: data[{i}].path"
     if not d.source.exists():
         return f"{where}: {str(d.source)!r} does not exist; fix the path or create it"
     if not os.access(d.source, os.R_OK):
         return f"{where}: {str(d.source)!r} is not readable by you; fix its permissions or the path"
     if head and git(program.repo_root, "ls-tree", "--name-only", head, "--", d.target, check=False).strip():
-        line = lines.get(f"data[{i}].as", lines.get(f"data[{i}]", 1))
-        return (f"{program.path.name}:{line}: data[{i}].as: {d.target!r} is a path of the repository at "
+        return (f"{program.path.name}:{program.line(f'data[{i}].as')}: data[{i}].as: {d.target!r} is a path of the repository at "
                 f"{head[:12]}; choose a place the repository does not use")
     return None
 
