@@ -23,7 +23,7 @@ from autoloop import proc
 from autoloop import stats
 from autoloop.envs import git_scrubbed
 from autoloop.errors import AutoloopError, UsageError
-from autoloop.numbers import num as fmt, plain_pct, signed_pct
+from autoloop.numbers import num as fmt, plain_pct, share, signed_pct
 from autoloop.program import Program
 from autoloop.ratchet import orientation
 from autoloop.sandbox import Confinement, tree_box
@@ -250,7 +250,7 @@ def markdown(res: GateResult) -> str:
               f"| min … max | {_range(res.base_values)} | {_range(res.head_values)} |",
               f"| runs | {len(res.base_values)} | {len(res.head_values)} |", ""]
     if s is not None:
-        ci = "–" if s.ci_pct is None else f"{signed_pct(s.ci_pct[0])} … {signed_pct(s.ci_pct[1])} ({s.ci_level * 100:.0f}%)"
+        ci = "–" if s.ci_pct is None else f"{signed_pct(s.ci_pct[0])} … {signed_pct(s.ci_pct[1])} ({share(s.ci_level)})"
         lines += ["| | |", "| --- | --- |",
                   f"| change, head vs base | {signed_pct(s.change_pct)} (Hodges–Lehmann) |",
                   f"| confidence interval | {ci} |",
