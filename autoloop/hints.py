@@ -6,7 +6,6 @@ whether a finding is a warning, part of a crash lesson or a refusal.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import shlex
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from autoloop.errors import ConfigError
+from autoloop.frontmatter import closest
 from autoloop.measured_files import all_words, command_heads, measured_commands
 from autoloop.walk import under
 from autoloop.program import Program
@@ -256,8 +256,8 @@ def _did_you_mean(program: Program, rel: str) -> str:
         # program.md in a subfolder, the path written from there
         return f" (did you mean {sub}/{rel}? paths are not relative to {sub}/ where {program.path.name} is)"
     folder, _, name = rel.rpartition("/")
-    near = difflib.get_close_matches(name, _names(root / folder), n=1, cutoff=0.6)
-    return f" (did you mean {(folder + '/' if folder else '') + near[0]}?)" if near else ""
+    near = closest(name, _names(root / folder))
+    return f" (did you mean {(folder + '/' if folder else '') + near}?)" if near else ""
 
 
 def _script(command: str) -> str:
