@@ -181,8 +181,8 @@ def placeholders(program: Program) -> list[str]:
         out.append(f"{name}:{line}: the instructions still hold the template's placeholder "
                    f"'{first}…': write what the generator should know about the project")
     cmd = program.verifier.command
-    script = _script(cmd)
-    if script in _TEMPLATE_SCRIPTS and not (program.repo_root / script).exists():
+    script = next((rel for rel in _scripts(cmd) if rel in _TEMPLATE_SCRIPTS), "")
+    if script and not (program.repo_root / script).exists():
         line = program.lines.get("verifier.command", 1)
         out.append(f"{name}:{line}: verifier.command is still the template's placeholder "
                    f"'{cmd}' ({script} does not exist): put the command that prints "
@@ -211,13 +211,7 @@ def missing_scripts(program: Program, committed: Callable[[str], bool | None]) -
     linked = [str(d.target).rstrip("/") for d in program.data]   # only in the measured tree
     out = []
     for key, cmd in measured_commands(program):
-        # only the first command of the line: a later one may run what an earlier one makes
-        # (`make && ./build/bench`, `python gen.py > b.py && python b.py`)
-        words = list(takewhile(lambda w: not set(w) <= _OPERATOR, all_words(cmd)))
-        heads = [h for h in command_heads(cmd) if h in words]
-        if "cd" in heads or "pushd" in heads:
-            continue   # the script is relative to another folder: not ours to resolve
-        for rel in _scripts(heads, words):
+        for rel in _scripts(cmd):
             if os.path.lexists(program.repo_root / rel):   # a dangling link is there too
                 continue
             if committed(rel) is not False or any(under(rel, t) for t in linked):
@@ -237,9 +231,15 @@ def refuse_missing_scripts(program: Program) -> None:
         raise ConfigError("\n".join(found))
 
 
-def _scripts(heads: list[str], words: list[str]) -> list[str]:
-    """Relative script paths a command line starts: a head with a `/` (`./run.sh`), or the
-    first argument of an interpreter head (`python bench/run.py`, not `python -m x`)."""
+def _scripts(command: str) -> list[str]:
+    """Relative script paths the first command of a line starts: a head with a `/` (`./run.sh`),
+    or the first argument of an interpreter head (`python bench/run.py`, not `python -m x`)."""
+    # only the first command of the line: a later one may run what an earlier one makes
+    # (`make && ./build/bench`, `python gen.py > b.py && python b.py`)
+    words = list(takewhile(lambda w: not set(w) <= _OPERATOR, all_words(command)))
+    heads = [h for h in command_heads(command) if h in words]
+    if "cd" in heads or "pushd" in heads:
+        return []   # the script is relative to another folder: not ours to resolve
     out = [h for h in heads if "/" in h]
     for prev, w in zip(words, words[1:]):
         if prev in heads and _INTERPRETERS.fullmatch(os.path.basename(prev)) \
@@ -258,13 +258,3 @@ def _did_you_mean(program: Program, rel: str) -> str:
     folder, _, name = rel.rpartition("/")
     near = closest(name, _names(root / folder))
     return f" (did you mean {(folder + '/' if folder else '') + near}?)" if near else ""
-
-
-def _script(command: str) -> str:
-    """The file a command runs: `./measure.sh` -> measure.sh, `python bench/run.py` -> bench/run.py."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return ""
-    return next((w.removeprefix("./") for w in words[:3] if w.endswith((".sh", ".py"))
-                 or w.startswith("./")), "")
