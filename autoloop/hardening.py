@@ -300,7 +300,7 @@ class Guardrails:
         self._local.measuring = None
         self._local.pictured = False
         try:
-            self._link_data(tree.path)
+            link_data(self.program, tree.path)
             # the tree was reset to the commit (not cleaned): a picture of it shows what git
             # clean would remove, and is then the proof that it holds exactly the commit
             saved = self._unchanged.pop(tree.path, None)
@@ -312,7 +312,7 @@ class Guardrails:
                 picture = {rel: st for rel, st in picture.items() if rel not in removed and not rel.startswith(under)}
             if tree.differs_from(commit, picture):
                 tree.checkout(commit)  # something raced our checkout: once more, then no more
-                self._link_data(tree.path)
+                link_data(self.program, tree.path)
                 bad = tree.differs_from(commit)
                 if bad:
                     raise Tampered("the verification tree does not hold the candidate: " + ", ".join(bad[:5]))
@@ -440,15 +440,6 @@ class Guardrails:
             self._verify_captured = False
         return problems
 
-    def _link_data(self, tree: Path) -> None:
-        for d in self.program.data:
-            link = tree / d.target
-            if link.is_symlink() and os.readlink(link) == str(d.source):
-                continue
-            remove_tree(link, quiet=True)
-            link.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(d.source, link)
-
     def check_keep(self, commit: str, measured: str) -> None:
         """The commit about to become the incumbent has exactly the tree that was measured."""
         if self.ws.tree_of(commit) != self.ws.tree_of(measured):
@@ -458,6 +449,17 @@ class Guardrails:
     def raise_if_fatal(self) -> None:
         if self.fatal:
             raise RunFailure(self.fatal)
+
+
+def link_data(program: Program, tree: Path) -> None:
+    """Each `data:` source appears at its place in `tree` (a link; one already there is kept)."""
+    for d in program.data:
+        link = tree / d.target
+        if link.is_symlink() and os.readlink(link) == str(d.source):
+            continue
+        remove_tree(link, quiet=True)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(d.source, link)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

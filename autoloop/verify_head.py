@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoloop import envs, proc
+from autoloop.hardening import link_data
 from autoloop.loop import protected_paths, uncommitted_warnings
 from autoloop.program import Program, check_data
 from autoloop.sandbox import tree_box
@@ -47,10 +48,7 @@ def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
     tree = Worktree(program.repo_root, ws.common_dir, tmp / "tree")
     try:
         tree.open(commit)
-        for d in program.data:
-            link = tree.path / d.target
-            link.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(d.source, link)
+        link_data(program, tree.path)
         log_dir = tmp / "logs"
         log_dir.mkdir()
         with envs.measurement_env(os.environ, parent=tmp / "scratch") as env:

@@ -180,3 +180,15 @@ def test_run_verify_and_doctor_refuse_a_bad_data_entry_with_one_message(tmp_path
     assert re.search(rf"program\.md:\d+: {re.escape(key)}: ", said) and "Traceback" not in run.stderr, said
     assert verify.stderr.strip().splitlines()[-1] == said
     assert any(ln.split()[:2] == ["FAIL", "data"] and ln.endswith(said) for ln in doctor.stdout.splitlines())
+
+
+def test_verify_measures_with_the_data_linked_in_as_a_run_does(tmp_path):
+    data = tmp_path / "datasets" / "d1"
+    data.mkdir(parents=True)
+    (data / "offset.txt").write_text("2\n")
+    score = "offset = float(open('data/offset.txt').read())\nprint(f\"score: {float(open('val.txt').read()) + offset}\")\n"
+    p = make_project(tmp_path / "p", {}, files={"score.py": score}, extra=f"data: [{{path: {data}, as: data}}]")
+    verify = p.cli("verify", "program.md")
+    assert verify.returncode == 0, verify.stderr
+    assert "score: 42.25" in verify.stdout, verify.stdout
+    assert not (p.repo / "data").exists()        # linked only into verify's private tree
