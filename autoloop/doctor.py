@@ -18,6 +18,7 @@ from typing import Any, Iterator, Literal
 from autoloop import envs
 from autoloop.errors import AutoloopError, UsageError
 from autoloop.generators.base import preflight_context
+from autoloop.generators.command import last_line
 from autoloop.hints import missing_scripts, placeholders, plain, unmatched_allowed
 from autoloop.loop import Run, RunOptions
 from autoloop.numbers import num, seconds
@@ -168,8 +169,7 @@ def _data(program: Program, head: str | None) -> Iterator[Check]:
 
 def _last_line(text: str, shown: str = "") -> str:
     """`; it said: LINE`, unless the check's text already quotes that line."""
-    lines = plain(text).strip().splitlines()
-    last = lines[-1][:SAID_CHARS].strip() if lines else ""
+    last = last_line(plain(text), SAID_CHARS)
     return f"; it said: {last}" if last and last not in shown else ""
 
 
