@@ -30,6 +30,7 @@ from autoloop.sandbox import Confinement, tree_box
 from autoloop.verify import measure, sandbox_outside_run, steps
 from autoloop.walk import remove_tree
 from autoloop.gitrun import git
+from autoloop.measured_files import protected_paths
 from autoloop.workspace import Worktree
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BASE_BROKEN = 0, 1, 2, 3
@@ -128,8 +129,6 @@ def resolve(repo: Path, ref: str) -> str:
 def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: int = 6,
              tolerance_pct: float = 2.0, alpha: float = 0.05, require_improvement: bool = False,
              guards: bool = False, log: Callable[[str], None] = lambda line: None) -> GateResult:
-    from autoloop.loop import protected_paths
-
     repo = program.repo_root
     base, head = resolve(repo, base_ref), resolve(repo, head_ref)
     res = GateResult(program, base_ref, head_ref, base, head, pairs, tolerance_pct, alpha, require_improvement)

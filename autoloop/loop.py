@@ -24,8 +24,7 @@ from autoloop.generators.registry import make_generator
 from autoloop.hardening import Guardrails, Tampered
 from autoloop.journal import UNSANDBOXED, Journal, Record
 from autoloop.decide.end import final_estimate, final_text, needs_scipy
-# all_words, protected_paths and uncommitted_warnings are imported from here by verify_head/gate
-from autoloop.measured_files import all_words, protected_paths, uncommitted_warnings, verifier_fingerprint  # noqa: F401
+from autoloop.measured_files import protected_paths, uncommitted_warnings, verifier_fingerprint
 from autoloop.numbers import num as fmt
 from autoloop.persist import restore_persisted_journal
 from autoloop.program import Program

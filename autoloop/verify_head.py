@@ -11,7 +11,7 @@ from pathlib import Path
 
 from autoloop import envs, proc
 from autoloop.hardening import link_data
-from autoloop.loop import protected_paths, uncommitted_warnings
+from autoloop.measured_files import protected_paths, uncommitted_warnings
 from autoloop.program import Program, check_data
 from autoloop.sandbox import tree_box
 from autoloop.verify import Measurement, measure, sandbox_outside_run
