@@ -15,7 +15,7 @@ from autoloop.measured_files import protected_paths, uncommitted_warnings
 from autoloop.program import Program, check_data
 from autoloop.sandbox import tree_box
 from autoloop.verify import Measurement, measure, sandbox_outside_run
-from autoloop.sentinel import remove_tree
+from autoloop.walk import remove_tree
 from autoloop.workspace import Workspace, Worktree
 
 
