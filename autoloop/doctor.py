@@ -9,13 +9,12 @@ spending tokens), the data paths, the guards and the verifier (measured once, on
 from __future__ import annotations
 
 import os
-import tempfile
 from itertools import chain
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator, Literal
 
 from autoloop import envs
+from autoloop.clean import temps_text
 from autoloop.errors import AutoloopError, UsageError
 from autoloop.generators.base import preflight_context
 from autoloop.generators.command import last_line
@@ -25,6 +24,7 @@ from autoloop.numbers import num, seconds
 from autoloop.program import Program, data_problem
 from autoloop.sandbox import SandboxUnavailable
 from autoloop.gitrun import git, head_has
+from autoloop.walk import left_behind, temp_tree
 
 State = Literal["ok", "warn", "FAIL"]
 NAMES_SHOWN = 5
@@ -54,6 +54,9 @@ def diagnose(program: Program, tag: str = "doctor") -> Iterator[Check]:
     for line in unmatched_allowed(program):
         yield Check("program", "warn", line)
     head = yield from _git(run)
+    temps = left_behind()
+    if temps:   # (not a problem: a run does not mind them)
+        yield Check("temp", "warn", f"{temps_text(temps)}: `autoloop clean` removes them")
     data = list(_data(program, head))
     failed = head is None
     for check in chain([_sandbox(run)], _generator(run), data):  # streamed: preflights are slow
@@ -140,8 +143,7 @@ def _generator(run: Run) -> Iterator[Check]:
     status = getattr(generator, "auth_status", None)
     if status is None:
         return
-    with tempfile.TemporaryDirectory(prefix="autoloop-doctor-") as tmp:
-        scratch = Path(tmp)
+    with temp_tree("doctor") as scratch:
         ctx = preflight_context(run.program, scratch, env=envs.generator_env(run.env(0)),
                                 run_marker=run.marker, wrap=run.guard.wrap(scratch, workdir=scratch))
         try:

@@ -13,7 +13,6 @@ import json
 import math
 import os
 import statistics
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from autoloop.program import Program
 from autoloop.ratchet import orientation
 from autoloop.sandbox import Confinement, tree_box
 from autoloop.verify import measure, sandbox_outside_run, steps
-from autoloop.walk import remove_tree
+from autoloop.walk import remove_tree, temp_dir
 from autoloop.gitrun import git
 from autoloop.measured_files import protected_paths
 from autoloop.workspace import Worktree
@@ -143,7 +142,7 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
     marker = proc.new_marker()
     env = {**git_scrubbed(os.environ), "AUTOLOOP_GATE": "1"}
     t0 = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix="autoloop-gate-"))
+    tmp = temp_dir("gate")
     trees = {side: Worktree(repo, common, tmp / side) for side in commits}
 
     def box(side: str) -> Confinement | None:

@@ -47,6 +47,7 @@ class Guardrails:
         self.sandbox = Bwrap(program.sandbox) if program.sandbox.kind in ("bwrap", "auto") else None
         # why this run has no sandbox (None: it has one), said in the header, journal and report
         self.unsandboxed: str | None = "sandbox: none in program.md" if self.sandbox is None else None
+        self._elsewhere: str | None = None
         lim = program.resources
         self.limits = proc.Limits(file_bytes=int(lim.max_disk_mb * MB), disk_bytes=int(lim.max_disk_mb * MB),
                                   disk_path=ws.path.parent, processes=lim.max_processes)
@@ -71,11 +72,14 @@ class Guardrails:
 
     # ---- before anything changes ---------------------------------------------------------------
 
-    def preflight(self) -> None:
+    def preflight(self, elsewhere: str | None = None) -> None:
+        """`elsewhere`: why the executor's measurements run unsandboxed (a Ray node's answer)."""
         p, root = self.program, self.ws.repo_root
-        self.sandbox, self.unsandboxed = probed(p)
+        self.sandbox, why = probed(p)
         if self.sandbox is None:
-            editable.refuse(p, self.unsandboxed or "")
+            editable.refuse(p, why or "")
+        self._elsewhere = elsewhere
+        self.unsandboxed = "; ".join(w for w in (why, elsewhere) if w) or None
         start = self.ws.branch_head() or self.ws.head()
         check_data(p, start)
         links = [line.split("\t", 1)[-1] for line in git(root, "ls-tree", "-r", start, check=False).splitlines()
@@ -118,10 +122,10 @@ class Guardrails:
         outside = [*self._sites, self._own, *self._data, *self._programs(base)]
         for t in outside:
             t.carried = True
-        if self.sandbox is not None and self.program.parallel.executor != "ray":
-            # No sandboxed command can write there (Ray's measurements run unsandboxed): walking
-            # them every cycle would only cost time. Verification trees stay: a measurement may
-            # write its own tree, and their pictures spare a walk per measurement.
+        if self.sandbox is not None and self._elsewhere is None:
+            # No sandboxed command can write there: walking them every cycle would only cost
+            # time. Verification trees stay: a measurement may write its own tree, and their
+            # pictures spare a walk per measurement.
             outside = [t for t in outside if self._reachable(t.root)]
         self.gen_watch = Watch([*verify, *outside])
         self.verify_watch = Watch(outside)

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Callable
 
 from autoloop.errors import ConfigError
+from autoloop.executables import all_words, command_heads
 from autoloop.frontmatter import closest
-from autoloop.measured_files import all_words, command_heads, measured_commands
+from autoloop.measured_files import measured_commands
 from autoloop.walk import under
 from autoloop.program import Program
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from autoloop.scope_rules import ScopeRules
 from autoloop.steps.verify import checked
 from autoloop.facts import best_measured
 from autoloop.gitrun import thaw_outer_config
+from autoloop.walk import temp_tree
 from autoloop.workspace import VERIFY_SLOTS, Workspace
 
 BACKOFF_MAX_S = 60.0
@@ -114,7 +114,7 @@ class Run:
         try:
             # before any generator exists: a same-uid debugger must not attach to the judge
             trust.undumpable()
-            self.guard.preflight()
+            self.guard.preflight(executor.unsandboxed)
             generator = self.state.generator_factory(self.program.generator, self.program)
             # Beside the worktree, outside the repository: a refused run leaves no trace in it.
             lock_path = self.ws.path.with_name(self.ws.path.name + ".lock")
@@ -150,8 +150,7 @@ class Run:
         if check is None:
             return None
         marker = proc.new_marker()   # its own: what the check leaves running dies, and nothing else
-        with tempfile.TemporaryDirectory(prefix="autoloop-preflight-") as tmp:
-            scratch = Path(tmp)
+        with temp_tree("preflight") as scratch:
             ctx = preflight_context(self.program, scratch, env=envs.generator_env(self.env(0)),
                                     run_marker=marker, wrap=self.guard.wrap(scratch, workdir=scratch))
             try:

@@ -5,7 +5,6 @@ program checks as `run`. Nothing of the checkout changes, and its temporary fold
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from autoloop.measured_files import protected_paths, uncommitted_warnings
 from autoloop.program import Program, check_data
 from autoloop.sandbox import tree_box
 from autoloop.verify import Measurement, measure, sandbox_outside_run
-from autoloop.walk import remove_tree
+from autoloop.walk import remove_tree, temp_dir
 from autoloop.workspace import Workspace, Worktree
 
 
@@ -44,7 +43,7 @@ def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
     warnings = uncommitted_warnings(program, ws, commit)
     bwrap, warning = sandbox_outside_run(program)
     warnings += [warning] if warning else []
-    tmp = Path(tempfile.mkdtemp(prefix="autoloop-verify-"))
+    tmp = temp_dir("verify")
     tree = Worktree(program.repo_root, ws.common_dir, tmp / "tree")
     try:
         tree.open(commit)
