@@ -17,10 +17,11 @@ from autoloop import envs
 from autoloop.clean import temps_text
 from autoloop.errors import AutoloopError, UsageError
 from autoloop.generators.base import preflight_context
+from autoloop.generators.command import last_line
 from autoloop.hints import missing_scripts, placeholders, plain, unmatched_allowed
 from autoloop.loop import Run, RunOptions
 from autoloop.numbers import num, seconds
-from autoloop.program import Program
+from autoloop.program import Program, data_problem
 from autoloop.sandbox import SandboxUnavailable
 from autoloop.gitrun import git, head_has
 from autoloop.walk import left_behind, temp_tree
@@ -76,7 +77,7 @@ def diagnose(program: Program, tag: str = "doctor") -> Iterator[Check]:
     elif missing:
         yield Check("verifier", "FAIL", "not measured: a file its commands run is missing (above)")
     elif any(c.blocks for c in data):
-        yield Check("verifier", "FAIL", "not measured: a data path is missing")
+        yield Check("verifier", "FAIL", "not measured: its data is not in place (above)")
     else:
         yield from _measure(run, head)
 
@@ -163,23 +164,14 @@ def _sdk_key(run: Run, kind: str) -> Check:
 
 def _data(program: Program, head: str | None) -> Iterator[Check]:
     for i, d in enumerate(program.data):
-        line = program.lines.get(f"data[{i}].path", program.lines.get(f"data[{i}]", 1))
-        where = f"{program.path.name}:{line}: data[{i}]"
-        if not d.source.exists():
-            yield Check("data", "FAIL", f"{where}.path: {d.source} does not exist; fix the path or create it")
-        elif not os.access(d.source, os.R_OK):
-            yield Check("data", "FAIL", f"{where}.path: {d.source} is not readable by you")
-        elif head and git(program.repo_root, "ls-tree", "--name-only", head, "--", d.target, check=False).strip():
-            yield Check("data", "FAIL", f"{where}.as: {d.target!r} is a path of the repository at {head[:12]}; "
-                                        "choose a place the repository does not use")
-        else:
-            yield Check("data", "ok", f"{d.source} appears read-only at {d.target}")
+        problem = data_problem(program, i, head)
+        yield Check("data", "FAIL", problem) if problem else \
+            Check("data", "ok", f"{d.source} appears read-only at {d.target}")
 
 
 def _last_line(text: str, shown: str = "") -> str:
     """`; it said: LINE`, unless the check's text already quotes that line."""
-    lines = plain(text).strip().splitlines()
-    last = lines[-1][:SAID_CHARS].strip() if lines else ""
+    last = last_line(plain(text), SAID_CHARS)
     return f"; it said: {last}" if last and last not in shown else ""
 
 

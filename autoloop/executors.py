@@ -146,8 +146,7 @@ class RayExecutor:
             self._ray = ray
             self._sandbox_on_nodes(ray.remote(ray_task.probe).options(**opts))
         except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
-            where = self.program.lines.get("parallel.address") or self.program.lines.get("parallel", 1)
-            raise UsageError(f"{self.program.path.name}:{where}: parallel.address: cannot start or reach "
+            raise UsageError(f"{self.program.path.name}:{self.program.line('parallel.address')}: parallel.address: cannot start or reach "
                              f"Ray ({address or 'local instance'}): {type(exc).__name__}: "
                              f"{' '.join(str(exc).split())[:300]}") from None
         self._task = ray.remote(ray_task.run_steps).options(**opts)

@@ -22,13 +22,14 @@ from autoloop import proc
 from autoloop import stats
 from autoloop.envs import git_scrubbed
 from autoloop.errors import AutoloopError, UsageError
-from autoloop.numbers import num as fmt, plain_pct, signed_pct
+from autoloop.numbers import num as fmt, plain_pct, share, signed_pct
 from autoloop.program import Program
 from autoloop.ratchet import orientation
 from autoloop.sandbox import Confinement, tree_box
 from autoloop.verify import measure, sandbox_outside_run, steps
 from autoloop.walk import remove_tree, temp_dir
 from autoloop.gitrun import git
+from autoloop.measured_files import protected_paths
 from autoloop.workspace import Worktree
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BASE_BROKEN = 0, 1, 2, 3
@@ -54,10 +55,11 @@ class GateStats:
 def compare(base: Sequence[float], head: Sequence[float], direction: str, level: float = 0.95) -> GateStats:
     """Head against base with the same statistics the ratchet's paired rule uses."""
     better = stats.compare(base, head, direction, level=level)
-    worse = stats.compare(base, head, "maximize" if direction == "minimize" else "minimize", level=level)
+    # head worse is the same test on the gains turned around
+    p_worse = stats.signed_rank_p([-g for g in stats.gains(base, head, direction, better.scale)])
     return GateStats(n=better.n, scale=better.scale, change_pct=better.change_pct,
                   ci_pct=better.change_ci_pct, ci_level=better.ci.level,
-                  p_better=better.p, p_worse=worse.p)
+                  p_better=better.p, p_worse=p_worse)
 
 
 @dataclass
@@ -126,8 +128,6 @@ def resolve(repo: Path, ref: str) -> str:
 def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: int = 6,
              tolerance_pct: float = 2.0, alpha: float = 0.05, require_improvement: bool = False,
              guards: bool = False, log: Callable[[str], None] = lambda line: None) -> GateResult:
-    from autoloop.loop import protected_paths
-
     repo = program.repo_root
     base, head = resolve(repo, base_ref), resolve(repo, head_ref)
     res = GateResult(program, base_ref, head_ref, base, head, pairs, tolerance_pct, alpha, require_improvement)
@@ -248,7 +248,7 @@ def markdown(res: GateResult) -> str:
               f"| min … max | {_range(res.base_values)} | {_range(res.head_values)} |",
               f"| runs | {len(res.base_values)} | {len(res.head_values)} |", ""]
     if s is not None:
-        ci = "–" if s.ci_pct is None else f"{signed_pct(s.ci_pct[0])} … {signed_pct(s.ci_pct[1])} ({s.ci_level * 100:.0f}%)"
+        ci = "–" if s.ci_pct is None else f"{signed_pct(s.ci_pct[0])} … {signed_pct(s.ci_pct[1])} ({share(s.ci_level)})"
         lines += ["| | |", "| --- | --- |",
                   f"| change, head vs base | {signed_pct(s.change_pct)} (Hodges–Lehmann) |",
                   f"| confidence interval | {ci} |",

@@ -21,10 +21,9 @@ from autoloop.executors import LocalExecutor
 from autoloop.generators.base import Generator, preflight_context
 from autoloop.generators.registry import make_generator
 from autoloop.hardening import Guardrails, Tampered
-from autoloop.journal import Journal, Record
+from autoloop.journal import UNSANDBOXED, Journal, Record
 from autoloop.decide.end import final_estimate, final_text, needs_scipy
-# all_words, protected_paths and uncommitted_warnings are imported from here by verify_head/gate
-from autoloop.measured_files import all_words, protected_paths, uncommitted_warnings, verifier_fingerprint  # noqa: F401
+from autoloop.measured_files import protected_paths, uncommitted_warnings, verifier_fingerprint
 from autoloop.numbers import num as fmt
 from autoloop.persist import restore_persisted_journal
 from autoloop.program import Program
@@ -224,8 +223,7 @@ class Run:
         self.journal.render(self.program.goal)
         if guard.unsandboxed:
             # once, loudly: the journal's head and `autoloop log` / the report say it too
-            self.opt.report("warning", {"message": f"not sandboxed: {guard.unsandboxed}; these "
-                                                   "attacks are only detected, see README (Not covered)"})
+            self.opt.report("warning", {"message": UNSANDBOXED.format(guard.unsandboxed)})
         # what autoloop imports later is loaded before any generator could plant or patch it;
         # whether numpy/scipy are needed a fresh run learns at cycle 0 (_run looks again then)
         trust.preload(statistics=needs_scipy(self.program, self.journal.cycles()),

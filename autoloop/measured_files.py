@@ -61,16 +61,22 @@ def _shebang_python(script: str) -> str | None:
     return str(exe) if exe and exe.is_absolute() and _PYTHON.fullmatch(exe.name) else None
 
 
+def measured_commands(program: Program) -> list[tuple[str, str]]:
+    """(key, command line) of the verifier, each guard and the holdout; `program.line(key)` is
+    the line to send a user to."""
+    out = [("verifier.command", program.verifier.command)]
+    out += [(f"guards[{i}].command", g.command) for i, g in enumerate(program.guards)]
+    if program.holdout is not None:
+        out.append(("holdout.command", program.holdout.command))
+    return out
+
+
 def command_files(program: Program) -> list[tuple[str, str]]:
     """(key, repo-relative path) of each file of the checkout that the verifier, a guard or the
     holdout names on its command line (`python -m evaluate` names evaluate.py or its package)."""
     out: list[tuple[str, str]] = []
     root = program.repo_root.resolve()
-    commands = [("verifier.command", program.verifier.command)]
-    commands += [(f"guards[{i}]", g.command) for i, g in enumerate(program.guards)]
-    if program.holdout is not None:
-        commands.append(("holdout.command", program.holdout.command))
-    for key, cmd in commands:
+    for key, cmd in measured_commands(program):
         words = all_words(cmd)
         for prev, w in zip(["", *words], words):
             candidate = program.repo_root / w
@@ -96,9 +102,8 @@ def protected_paths(program: Program) -> dict[str, str]:
     editable = PathRules(program.allowed, program.forbidden)
     for key, rel in command_files(program):
         if editable.allows(rel):
-            line = program.lines.get(key) or program.lines.get(key.split("[")[0], 1)
             raise ConfigError(
-                f"{program.path.name}:{line}: {key} runs {rel}, which 'allowed' lets the "
+                f"{program.path.name}:{program.line(key)}: {key} runs {rel}, which 'allowed' lets the "
                 f"generator change, so it could rewrite its own judge; keep the measurement in "
                 f"a file the generator cannot edit (e.g. prepare.py) and allow only what it tunes")
         out.setdefault(rel, "used by the verifier")

@@ -159,11 +159,11 @@ class CommandGenerator:
         if res.exit_code in _CANNOT_START:
             raise FatalGeneratorError(
                 f"the generator {_show(run_argv)[:200]} {_CANNOT_START[res.exit_code]} (exit "
-                f"{res.exit_code}): {(res.stderr_tail(500).strip().splitlines() or [''])[-1][:200]}; "
+                f"{res.exit_code}): {last_line(res.stderr_tail(500))}; "
                 "fix generator.command (autoloop doctor checks it)")
         if not res.ok:
-            tail = [ln for ln in (res.stderr_tail(2000) or res.stdout_tail(2000)).splitlines() if ln.strip()]
-            raise GeneratorError(f"generator {res.describe()}" + (f": {tail[-1][:200]}" if tail else ""))
+            tail = last_line(res.stderr_tail(2000) or res.stdout_tail(2000))
+            raise GeneratorError(f"generator {res.describe()}" + (f": {tail}" if tail else ""))
         proposal = Proposal(hypothesis=self.hypothesis(ctx, res), transcript=res.stdout_path)
         self.read_report(res, proposal)
         return proposal
