@@ -23,7 +23,8 @@ from autoloop import stats
 from autoloop.envs import git_scrubbed
 from autoloop.errors import AutoloopError, UsageError
 from autoloop.numbers import num as fmt, plain_pct, share, signed_pct
-from autoloop.program import Program
+from autoloop.hardening import link_data
+from autoloop.program import Program, check_data
 from autoloop.ratchet import orientation
 from autoloop.sandbox import Confinement, tree_box
 from autoloop.verify import measure, sandbox_outside_run, steps
@@ -135,6 +136,8 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
     judge = set(protected_paths(program)) - {p for p in program.protected if p != program.rel_path}
     res.judge_changed = sorted(p for p in changed if p and p in judge)
     common = Path(repo / git(repo, "rev-parse", "--git-common-dir").strip()).resolve()
+    for commit in (base, head):
+        check_data(program, commit)                  # as `run` and `verify` do, before anything
     bwrap, warning = sandbox_outside_run(program)   # refuses as `run` does, before any temp folder
     if warning:
         log(f"WARNING: {warning}")
@@ -151,11 +154,15 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
         scratch = tmp / "scratch" / side
         return tree_box(bwrap, program, trees[side].path, common, scratch, env.get("PATH", ""))
 
+    def checkout(side: str) -> Path:
+        path = trees[side].checkout(commits[side])  # pristine: reset and cleaned every run
+        link_data(program, path)                     # the data, where a run's measurement finds it
+        return path
+
     try:
         if guards:
             for side in ("base", "head"):
-                problem = _run_guards(program, trees[side].checkout(commits[side]), env, tmp / f"guards-{side}",
-                                      marker, box(side))
+                problem = _run_guards(program, checkout(side), env, tmp / f"guards-{side}", marker, box(side))
                 if problem:
                     if side == "base":
                         raise BaseBroken(f"the base ({base[:12]}) fails a guard: {problem}")
@@ -169,7 +176,7 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
             res.order.append(order)
             got: dict[str, float] = {}
             for side in order:
-                path = trees[side].checkout(commits[side])  # pristine: reset and cleaned every run
+                path = checkout(side)
                 log_dir = tmp / "logs" / f"pair-{i + 1:02d}-{side}"
                 log_dir.mkdir(parents=True)
                 m = measure(program, cwd=path, env=env, log_dir=log_dir, marker=marker, with_guards=False,
