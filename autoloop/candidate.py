@@ -4,14 +4,13 @@ git through a private index: ignore rules and index flags play no part either wa
 
 from __future__ import annotations
 
-import os
-import tempfile
 import threading
 from pathlib import Path
 
 from autoloop.gitrun import git, git_env, nul_list
 from autoloop.objects import ObjectStore, Trees, changed_entries, derive
 from autoloop.repomemo import RepoMemo, put_newest
+from autoloop.walk import temp_tree
 
 _BY_HAND_MAX_BYTES = 64 << 20   # bigger files go through git, which streams them
 _BY_HAND_MAX_PATHS = 1000
@@ -33,9 +32,9 @@ class CandidateWriter:
             with self._lock:
                 put_newest(self._made, made.root, made)
             return made.root, True
-        with tempfile.TemporaryDirectory(prefix="autoloop-index-") as tmp:
+        with temp_tree("index") as tmp:
             env = git_env()
-            env["GIT_INDEX_FILE"] = os.path.join(tmp, "index")
+            env["GIT_INDEX_FILE"] = str(tmp / "index")
             git(root, "read-tree", base, env=env)
             if paths:
                 # --replace: a file may become a folder (train.py -> train.py/main.py) or back

@@ -1,6 +1,6 @@
 """`autoloop clean`: what a tag leaves behind, listed, then removed. A tag's worktrees and
 private state (logs, report) go; the run branch and the journal stay unless asked for: they are
-the results."""
+the results. So do the temporary folders of any autoloop process of this user that is gone."""
 
 from __future__ import annotations
 
@@ -8,34 +8,40 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoloop.errors import LockedError, UsageError
+from autoloop.errors import AutoloopError, LockedError, UsageError
 from autoloop.journal import Journal, has_baseline, run_of
+from autoloop.numbers import num
 from autoloop.program import Program
-from autoloop.walk import remove_tree
+from autoloop.walk import kind_of, left_behind, remove_tree, walk
 from autoloop.workspace import Workspace
 
 
 @dataclass
 class Plan:
-    tag: str
-    branch: str
+    tag: str | None                                        # None: no run here, only `temps`
+    branch: str = ""
     trees: list[Path] = field(default_factory=list)        # worktrees, scratch, lock
     state: list[Path] = field(default_factory=list)        # logs, report, other private files
     journal: list[Path] = field(default_factory=list)      # only with --journal
     branch_head: str | None = None                         # only with --branch
     keeps: list[str] = field(default_factory=list)         # what stays, in words
     after: str = "resumes it"                              # what `run --tag` does afterwards
+    temps: list[Path] = field(default_factory=list)        # temporary folders of gone processes
 
     @property
     def empty(self) -> bool:
-        return not (self.trees or self.state or self.journal or self.branch_head)
+        return not (self.trees or self.state or self.journal or self.branch_head or self.temps)
 
 
-def plan(program: Program, tag: str, *, branch: bool = False, journal: bool = False) -> Plan:
+def plan(program: Program | None, tag: str | None, *, branch: bool = False, journal: bool = False) -> Plan:
+    """What to remove for `tag` (None: only the temporary folders) and what stays."""
+    temps = left_behind()
+    if program is None or tag is None:
+        return Plan(None, temps=temps)
     ws = Workspace(program.repo_root, tag)
     ws.check_tag()
     j = Journal(program.state_dir, tag)
-    p = Plan(tag=tag, branch=ws.branch, trees=ws.leftovers())
+    p = Plan(tag, ws.branch, trees=ws.leftovers(), temps=temps)
     if j.dir.is_dir():
         p.state = sorted(x for x in j.dir.iterdir() if x != j.ledger)
     head = ws.branch_head()
@@ -61,6 +67,13 @@ def plan(program: Program, tag: str, *, branch: bool = False, journal: bool = Fa
     return p
 
 
+def temps_text(temps: list[Path]) -> str:
+    entries = (st for t in temps for _, _, st in walk(str(t)))
+    size = sum(st.st_size for st in entries if st and kind_of(st.st_mode) != "d") / (1 << 20)
+    return (f"{len(temps)} temporary folder{'s' * (len(temps) > 1)} ({num(size, 3)} MB) in {temps[0].parent} "
+            "left by autoloop processes that are gone")
+
+
 def _rendered_for(j: Journal, tag: str) -> list[Path]:
     """experiments.md and results.tsv are shared by every tag of a program.md: only when the
     last run rendered them for this tag are they this tag's journal."""
@@ -78,18 +91,28 @@ def _rel(program: Program, path: Path) -> str:
         return str(path)
 
 
-def remove(program: Program, p: Plan) -> None:
-    """Carry the plan out, under the tag's lock (a run of this tag makes it refuse)."""
+def remove(program: Program | None, p: Plan) -> None:
+    """Carry the plan out: the tag's part first, under its lock (a run of this tag makes it refuse)."""
+    if program is not None and p.tag is not None:
+        _remove_run(program, p.tag, p)
+    for path in p.temps:
+        try:
+            remove_tree(path)
+        except OSError as exc:
+            raise AutoloopError(f"cannot remove {path}: {exc.strerror or exc}; remove it by hand") from None
+
+
+def _remove_run(program: Program, tag: str, p: Plan) -> None:
     from filelock import FileLock, Timeout
 
-    ws = Workspace(program.repo_root, p.tag)
+    ws = Workspace(program.repo_root, tag)
     lock_path = ws.path.with_name(ws.path.name + ".lock")
     lock = FileLock(str(lock_path), timeout=0) if lock_path.parent.is_dir() else None
     try:
         if lock is not None:
             lock.acquire()
     except Timeout:
-        raise LockedError(f"a run of tag '{p.tag}' is going on (lock {lock_path}); stop it first") from None
+        raise LockedError(f"a run of tag '{tag}' is going on (lock {lock_path}); stop it first") from None
     try:
         if p.branch_head is not None:
             ws.remove_branch()

@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--format", choices=("html", "markdown"), default="html",
                     help="html (default) or markdown (the summary a PR body or step summary shows)")
 
-    c = command("clean", "remove a tag's worktrees and private state (asks first)")
+    c = command("clean", "remove a tag's worktrees and private state, and killed runs' temporary folders (asks first)")
     c.add_argument("--yes", "-y", action="store_true", help="do not ask")
     c.add_argument("--branch", action="store_true", help="also delete the branch autoloop/TAG (its kept commits)")
     c.add_argument("--journal", action="store_true",
@@ -468,19 +468,30 @@ def cmd_gate(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     from autoloop import clean
 
-    program = load(args.program)
-    tag = args.tag or clean.latest_tag(program)
+    program, tag, no_run = None, None, None
+    try:
+        program = load(args.program)
+        tag = args.tag or clean.latest_tag(program)
+    except UsageError as exc:
+        if args.tag or args.branch or args.journal:
+            raise
+        no_run = exc   # nothing of a run to clean here: the temporary folders alone, if any
     plan = clean.plan(program, tag, branch=args.branch, journal=args.journal)
     keeps = [f"  {k}" if k.startswith("note:") else f"  keeps {k}" for k in plan.keeps]
+    if no_run and plan.empty:
+        raise no_run
     if plan.empty:
         print("\n".join([f"nothing to remove for tag '{tag}'", *keeps]))
         return 0
-    print(f"autoloop clean: tag '{tag}' — will remove:")
+    what = f"tag '{tag}'" if tag else f"no run here ({no_run})"
+    print(f"autoloop clean: {what} — will remove:")
     if plan.branch_head:
         print(f"  branch {plan.branch} (at {plan.branch_head[:12]}; its kept commits stay reachable only "
               "if merged elsewhere)")
     for p in [*plan.trees, *map(_shown, [*plan.journal, *plan.state])]:
         print(f"  {p}")
+    if plan.temps:
+        print(f"  {clean.temps_text(plan.temps)}")
     for k in keeps:
         print(k)
     if not args.yes:
@@ -494,7 +505,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
             print("nothing removed")
             return 1
     clean.remove(program, plan)
-    print(f"removed; `autoloop run {args.program} --tag {tag}` {plan.after}")
+    print(f"removed; `autoloop run {args.program} --tag {tag}` {plan.after}" if tag else "removed")
     return 0
 
 

@@ -9,21 +9,22 @@ spending tokens), the data paths, the guards and the verifier (measured once, on
 from __future__ import annotations
 
 import os
-import tempfile
 from itertools import chain
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator, Literal
 
 from autoloop import envs
+from autoloop.clean import temps_text
 from autoloop.errors import AutoloopError, UsageError
 from autoloop.generators.base import preflight_context
+from autoloop.generators.command import last_line
 from autoloop.hints import missing_scripts, placeholders, plain, unmatched_allowed
 from autoloop.loop import Run, RunOptions
 from autoloop.numbers import num, seconds
-from autoloop.program import Program
+from autoloop.program import Program, data_problem
 from autoloop.sandbox import SandboxUnavailable
 from autoloop.gitrun import git, head_has
+from autoloop.walk import left_behind, temp_tree
 
 State = Literal["ok", "warn", "FAIL"]
 NAMES_SHOWN = 5
@@ -53,6 +54,9 @@ def diagnose(program: Program, tag: str = "doctor") -> Iterator[Check]:
     for line in unmatched_allowed(program):
         yield Check("program", "warn", line)
     head = yield from _git(run)
+    temps = left_behind()
+    if temps:   # (not a problem: a run does not mind them)
+        yield Check("temp", "warn", f"{temps_text(temps)}: `autoloop clean` removes them")
     data = list(_data(program, head))
     failed = head is None
     for check in chain([_sandbox(run)], _generator(run), data):  # streamed: preflights are slow
@@ -73,7 +77,7 @@ def diagnose(program: Program, tag: str = "doctor") -> Iterator[Check]:
     elif missing:
         yield Check("verifier", "FAIL", "not measured: a file its commands run is missing (above)")
     elif any(c.blocks for c in data):
-        yield Check("verifier", "FAIL", "not measured: a data path is missing")
+        yield Check("verifier", "FAIL", "not measured: its data is not in place (above)")
     else:
         yield from _measure(run, head)
 
@@ -139,8 +143,7 @@ def _generator(run: Run) -> Iterator[Check]:
     status = getattr(generator, "auth_status", None)
     if status is None:
         return
-    with tempfile.TemporaryDirectory(prefix="autoloop-doctor-") as tmp:
-        scratch = Path(tmp)
+    with temp_tree("doctor") as scratch:
         ctx = preflight_context(run.program, scratch, env=envs.generator_env(run.env(0)),
                                 run_marker=run.marker, wrap=run.guard.wrap(scratch, workdir=scratch))
         try:
@@ -161,23 +164,14 @@ def _sdk_key(run: Run, kind: str) -> Check:
 
 def _data(program: Program, head: str | None) -> Iterator[Check]:
     for i, d in enumerate(program.data):
-        line = program.lines.get(f"data[{i}].path", program.lines.get(f"data[{i}]", 1))
-        where = f"{program.path.name}:{line}: data[{i}]"
-        if not d.source.exists():
-            yield Check("data", "FAIL", f"{where}.path: {d.source} does not exist; fix the path or create it")
-        elif not os.access(d.source, os.R_OK):
-            yield Check("data", "FAIL", f"{where}.path: {d.source} is not readable by you")
-        elif head and git(program.repo_root, "ls-tree", "--name-only", head, "--", d.target, check=False).strip():
-            yield Check("data", "FAIL", f"{where}.as: {d.target!r} is a path of the repository at {head[:12]}; "
-                                        "choose a place the repository does not use")
-        else:
-            yield Check("data", "ok", f"{d.source} appears read-only at {d.target}")
+        problem = data_problem(program, i, head)
+        yield Check("data", "FAIL", problem) if problem else \
+            Check("data", "ok", f"{d.source} appears read-only at {d.target}")
 
 
 def _last_line(text: str, shown: str = "") -> str:
     """`; it said: LINE`, unless the check's text already quotes that line."""
-    lines = plain(text).strip().splitlines()
-    last = lines[-1][:SAID_CHARS].strip() if lines else ""
+    last = last_line(plain(text), SAID_CHARS)
     return f"; it said: {last}" if last and last not in shown else ""
 
 

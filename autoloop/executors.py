@@ -3,7 +3,8 @@ measuring one candidate at a time (`parallel.verify` of them); the baseline and 
 check use lane 0, so every number of a run is measured on the same kind of machine.
 `local`: lane k is the verification trees 2k (B) and 2k+1 (A) beside the run's own. `ray`: a
 lane ships the commit as a tar (a Ray object, put once per commit) to a task that runs the same
-steps in a temporary folder (autoloop.ray_task); its output's tails come back as local logs."""
+steps in a temporary folder (autoloop.ray_task), sandboxed there as a local measurement is; its
+output's tails come back as local logs."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from autoloop import proc, ray_task
 from autoloop.errors import ConfigError, Interrupted, UsageError
 from autoloop.hardening import Guardrails
 from autoloop.program import Program
+from autoloop.sandbox import checkout_keep
+from autoloop.specs import SandboxSpec
 from autoloop.verify import Measurement, measure, steps, summarize
 from autoloop.workspace import Workspace
 
@@ -58,6 +61,8 @@ class LocalLane:
 
 
 class LocalExecutor:
+    unsandboxed: str | None = None   # the measurements are sandboxed as the generator is
+
     def __init__(self, ws: Workspace, lanes: int, guard: Guardrails) -> None:
         self.lanes = [LocalLane(ws, k, guard) for k in range(lanes)]
 
@@ -118,6 +123,8 @@ class RayExecutor:
         self._cancelled = False
         self._ray: Any = None
         self._task: Any = None
+        self.sandbox: SandboxSpec | None = None    # what every measurement on a node runs in
+        self.unsandboxed: str | None = None        # why, under `sandbox: auto`, none does
 
     def start(self) -> None:
         import ray
@@ -132,17 +139,32 @@ class RayExecutor:
             kw.update(num_cpus=max(1, math.ceil(cpus * len(self.lanes))), include_dashboard=False)
         else:
             kw["address"] = address
-        try:
-            ray.init(**kw)
-        except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
-            where = self.program.lines.get("parallel.address") or self.program.lines.get("parallel", 1)
-            raise UsageError(f"{self.program.path.name}:{where}: parallel.address: cannot start or reach "
-                             f"Ray ({address or 'local instance'}): {type(exc).__name__}: "
-                             f"{' '.join(str(exc).split())[:300]}") from None
-        self._ray = ray
         opts = {"max_retries": 0, **{k: v for k, v in (("num_cpus", self.spec.num_cpus),
                                                         ("num_gpus", self.spec.num_gpus)) if v is not None}}
+        try:
+            ray.init(**kw)
+            self._ray = ray
+            self._sandbox_on_nodes(ray.remote(ray_task.probe).options(**opts))
+        except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
+            raise UsageError(f"{self.program.path.name}:{self.program.line('parallel.address')}: parallel.address: cannot start or reach "
+                             f"Ray ({address or 'local instance'}): {type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())[:300]}") from None
         self._task = ray.remote(ray_task.run_steps).options(**opts)
+
+    def _sandbox_on_nodes(self, probe: Any) -> None:
+        """Under `auto` the answer of one node decides for the whole run: a sandbox for every
+        measurement (on a node that cannot make one the measurement then crashes, saying why), or
+        none, said as a local run says it. `bwrap` needs one everywhere, without asking first."""
+        p = self.program
+        if p.sandbox.kind == "none":
+            return
+        wanted = dataclasses.replace(p.sandbox, kind="bwrap", network=p.verifier.network)
+        if p.sandbox.kind == "auto":
+            host, why = self._ray.get(probe.remote(wanted, dict(self.spec.worker_env(0))))
+            if why is not None:
+                self.unsandboxed = f"on the Ray node {host}: {why}"
+                return
+        self.sandbox = wanted
 
     def lane(self, k: int) -> RayLane:
         return self.lanes[k]
@@ -160,7 +182,8 @@ class RayExecutor:
 
     def call(self, archive_ref: Any, todo: list[proc.Step],
              env: dict[str, str]) -> ray_task.RemoteReply | str:   # or why there is no reply
-        ref = self._task.remote(archive_ref, todo, env, REMOTE_TAIL_BYTES)
+        checkout = (str(self.program.repo_root), tuple(map(str, checkout_keep(self.program))))
+        ref = self._task.remote(archive_ref, todo, env, REMOTE_TAIL_BYTES, self.sandbox, checkout)
         with self._lock:
             self._running.add(ref)
         try:

@@ -13,7 +13,6 @@ import json
 import math
 import os
 import statistics
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,13 +22,15 @@ from autoloop import proc
 from autoloop import stats
 from autoloop.envs import git_scrubbed
 from autoloop.errors import AutoloopError, UsageError
-from autoloop.numbers import num as fmt, plain_pct, signed_pct
-from autoloop.program import Program
+from autoloop.numbers import num as fmt, plain_pct, share, signed_pct
+from autoloop.hardening import link_data
+from autoloop.program import Program, check_data
 from autoloop.ratchet import orientation
 from autoloop.sandbox import Confinement, tree_box
 from autoloop.verify import measure, sandbox_outside_run, steps
-from autoloop.walk import remove_tree
+from autoloop.walk import remove_tree, temp_dir
 from autoloop.gitrun import git
+from autoloop.measured_files import protected_paths
 from autoloop.workspace import Worktree
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BASE_BROKEN = 0, 1, 2, 3
@@ -55,10 +56,11 @@ class GateStats:
 def compare(base: Sequence[float], head: Sequence[float], direction: str, level: float = 0.95) -> GateStats:
     """Head against base with the same statistics the ratchet's paired rule uses."""
     better = stats.compare(base, head, direction, level=level)
-    worse = stats.compare(base, head, "maximize" if direction == "minimize" else "minimize", level=level)
+    # head worse is the same test on the gains turned around
+    p_worse = stats.signed_rank_p([-g for g in stats.gains(base, head, direction, better.scale)])
     return GateStats(n=better.n, scale=better.scale, change_pct=better.change_pct,
                   ci_pct=better.change_ci_pct, ci_level=better.ci.level,
-                  p_better=better.p, p_worse=worse.p)
+                  p_better=better.p, p_worse=p_worse)
 
 
 @dataclass
@@ -127,8 +129,6 @@ def resolve(repo: Path, ref: str) -> str:
 def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: int = 6,
              tolerance_pct: float = 2.0, alpha: float = 0.05, require_improvement: bool = False,
              guards: bool = False, log: Callable[[str], None] = lambda line: None) -> GateResult:
-    from autoloop.loop import protected_paths
-
     repo = program.repo_root
     base, head = resolve(repo, base_ref), resolve(repo, head_ref)
     res = GateResult(program, base_ref, head_ref, base, head, pairs, tolerance_pct, alpha, require_improvement)
@@ -136,6 +136,8 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
     judge = set(protected_paths(program)) - {p for p in program.protected if p != program.rel_path}
     res.judge_changed = sorted(p for p in changed if p and p in judge)
     common = Path(repo / git(repo, "rev-parse", "--git-common-dir").strip()).resolve()
+    for commit in (base, head):
+        check_data(program, commit)                  # as `run` and `verify` do, before anything
     bwrap, warning = sandbox_outside_run(program)   # refuses as `run` does, before any temp folder
     if warning:
         log(f"WARNING: {warning}")
@@ -143,7 +145,7 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
     marker = proc.new_marker()
     env = {**git_scrubbed(os.environ), "AUTOLOOP_GATE": "1"}
     t0 = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix="autoloop-gate-"))
+    tmp = temp_dir("gate")
     trees = {side: Worktree(repo, common, tmp / side) for side in commits}
 
     def box(side: str) -> Confinement | None:
@@ -152,11 +154,15 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
         scratch = tmp / "scratch" / side
         return tree_box(bwrap, program, trees[side].path, common, scratch, env.get("PATH", ""))
 
+    def checkout(side: str) -> Path:
+        path = trees[side].checkout(commits[side])  # pristine: reset and cleaned every run
+        link_data(program, path)                     # the data, where a run's measurement finds it
+        return path
+
     try:
         if guards:
             for side in ("base", "head"):
-                problem = _run_guards(program, trees[side].checkout(commits[side]), env, tmp / f"guards-{side}",
-                                      marker, box(side))
+                problem = _run_guards(program, checkout(side), env, tmp / f"guards-{side}", marker, box(side))
                 if problem:
                     if side == "base":
                         raise BaseBroken(f"the base ({base[:12]}) fails a guard: {problem}")
@@ -170,7 +176,7 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
             res.order.append(order)
             got: dict[str, float] = {}
             for side in order:
-                path = trees[side].checkout(commits[side])  # pristine: reset and cleaned every run
+                path = checkout(side)
                 log_dir = tmp / "logs" / f"pair-{i + 1:02d}-{side}"
                 log_dir.mkdir(parents=True)
                 m = measure(program, cwd=path, env=env, log_dir=log_dir, marker=marker, with_guards=False,
@@ -249,7 +255,7 @@ def markdown(res: GateResult) -> str:
               f"| min … max | {_range(res.base_values)} | {_range(res.head_values)} |",
               f"| runs | {len(res.base_values)} | {len(res.head_values)} |", ""]
     if s is not None:
-        ci = "–" if s.ci_pct is None else f"{signed_pct(s.ci_pct[0])} … {signed_pct(s.ci_pct[1])} ({s.ci_level * 100:.0f}%)"
+        ci = "–" if s.ci_pct is None else f"{signed_pct(s.ci_pct[0])} … {signed_pct(s.ci_pct[1])} ({share(s.ci_level)})"
         lines += ["| | |", "| --- | --- |",
                   f"| change, head vs base | {signed_pct(s.change_pct)} (Hodges–Lehmann) |",
                   f"| confidence interval | {ci} |",

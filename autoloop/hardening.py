@@ -17,10 +17,10 @@ from typing import Callable, Iterator, Mapping, Sequence
 from filelock import FileLock, Timeout
 
 from autoloop import editable, envs, proc
-from autoloop.errors import ConfigError, RepoStateError, RunFailure
+from autoloop.errors import RepoStateError, RunFailure
 from autoloop.journal import Journal
 from autoloop.measured_files import commands_by_name, interpreters, named_interpreters
-from autoloop.program import Program
+from autoloop.program import Program, check_data
 from autoloop.pycache import ProvenCache
 from autoloop.sandbox import Bwrap, Confinement, checkout_keep, probed, tree_box
 from autoloop.scope_rules import IMPLICIT_FILES, module_shadow_regex
@@ -47,6 +47,7 @@ class Guardrails:
         self.sandbox = Bwrap(program.sandbox) if program.sandbox.kind in ("bwrap", "auto") else None
         # why this run has no sandbox (None: it has one), said in the header, journal and report
         self.unsandboxed: str | None = "sandbox: none in program.md" if self.sandbox is None else None
+        self._elsewhere: str | None = None
         lim = program.resources
         self.limits = proc.Limits(file_bytes=int(lim.max_disk_mb * MB), disk_bytes=int(lim.max_disk_mb * MB),
                                   disk_path=ws.path.parent, processes=lim.max_processes)
@@ -71,20 +72,16 @@ class Guardrails:
 
     # ---- before anything changes ---------------------------------------------------------------
 
-    def preflight(self) -> None:
+    def preflight(self, elsewhere: str | None = None) -> None:
+        """`elsewhere`: why the executor's measurements run unsandboxed (a Ray node's answer)."""
         p, root = self.program, self.ws.repo_root
-        self.sandbox, self.unsandboxed = probed(p)
-        if self.sandbox is None:
-            editable.refuse(p, self.unsandboxed or "")
+        self.sandbox, why = probed(p)
+        if self.sandbox is None or elsewhere:
+            editable.refuse(p, why or elsewhere or "")
+        self._elsewhere = elsewhere
+        self.unsandboxed = "; ".join(w for w in (why, elsewhere) if w) or None
         start = self.ws.branch_head() or self.ws.head()
-        for i, d in enumerate(p.data):
-            if not d.source.exists():
-                line = p.lines.get(f"data[{i}].path", p.lines.get(f"data[{i}]", 1))
-                raise ConfigError(f"{p.path.name}:{line}: data[{i}].path: {str(d.source)!r} does not exist")
-            if git(root, "ls-tree", "--name-only", start, "--", d.target, check=False).strip():
-                line = p.lines.get(f"data[{i}].as", p.lines.get(f"data[{i}]", 1))
-                raise ConfigError(f"{p.path.name}:{line}: data[{i}].as: {d.target!r} is a path of the "
-                                  f"repository at {start[:12]}; data needs a place the repository does not use")
+        check_data(p, start)
         links = [line.split("\t", 1)[-1] for line in git(root, "ls-tree", "-r", start, check=False).splitlines()
                  if line.startswith("160000 ")]
         if links:
@@ -125,10 +122,10 @@ class Guardrails:
         outside = [*self._sites, self._own, *self._data, *self._programs(base)]
         for t in outside:
             t.carried = True
-        if self.sandbox is not None and self.program.parallel.executor != "ray":
-            # No sandboxed command can write there (Ray's measurements run unsandboxed): walking
-            # them every cycle would only cost time. Verification trees stay: a measurement may
-            # write its own tree, and their pictures spare a walk per measurement.
+        if self.sandbox is not None and self._elsewhere is None:
+            # No sandboxed command can write there: walking them every cycle would only cost
+            # time. Verification trees stay: a measurement may write its own tree, and their
+            # pictures spare a walk per measurement.
             outside = [t for t in outside if self._reachable(t.root)]
         self.gen_watch = Watch([*verify, *outside])
         self.verify_watch = Watch(outside)
@@ -307,7 +304,7 @@ class Guardrails:
         self._local.measuring = None
         self._local.pictured = False
         try:
-            self._link_data(tree.path)
+            link_data(self.program, tree.path)
             # the tree was reset to the commit (not cleaned): a picture of it shows what git
             # clean would remove, and is then the proof that it holds exactly the commit
             saved = self._unchanged.pop(tree.path, None)
@@ -319,7 +316,7 @@ class Guardrails:
                 picture = {rel: st for rel, st in picture.items() if rel not in removed and not rel.startswith(under)}
             if tree.differs_from(commit, picture):
                 tree.checkout(commit)  # something raced our checkout: once more, then no more
-                self._link_data(tree.path)
+                link_data(self.program, tree.path)
                 bad = tree.differs_from(commit)
                 if bad:
                     raise Tampered("the verification tree does not hold the candidate: " + ", ".join(bad[:5]))
@@ -447,15 +444,6 @@ class Guardrails:
             self._verify_captured = False
         return problems
 
-    def _link_data(self, tree: Path) -> None:
-        for d in self.program.data:
-            link = tree / d.target
-            if link.is_symlink() and os.readlink(link) == str(d.source):
-                continue
-            remove_tree(link, quiet=True)
-            link.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(d.source, link)
-
     def check_keep(self, commit: str, measured: str) -> None:
         """The commit about to become the incumbent has exactly the tree that was measured."""
         if self.ws.tree_of(commit) != self.ws.tree_of(measured):
@@ -465,6 +453,17 @@ class Guardrails:
     def raise_if_fatal(self) -> None:
         if self.fatal:
             raise RunFailure(self.fatal)
+
+
+def link_data(program: Program, tree: Path) -> None:
+    """Each `data:` source appears at its place in `tree` (a link; one already there is kept)."""
+    for d in program.data:
+        link = tree / d.target
+        if link.is_symlink() and os.readlink(link) == str(d.source):
+            continue
+        remove_tree(link, quiet=True)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(d.source, link)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

@@ -6,7 +6,6 @@ whether a finding is a warning, part of a crash lesson or a refusal.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import shlex
@@ -15,7 +14,9 @@ from pathlib import Path
 from typing import Callable
 
 from autoloop.errors import ConfigError
-from autoloop.measured_files import all_words, command_heads
+from autoloop.executables import all_words, command_heads
+from autoloop.frontmatter import closest
+from autoloop.measured_files import measured_commands
 from autoloop.walk import under
 from autoloop.program import Program
 
@@ -129,8 +130,7 @@ def unmatched_allowed(program: Program) -> list[str]:
     sub = program.state_dir.relative_to(root).as_posix()
     out = []
     for i, entry in enumerate(program.allowed):
-        line = program.lines.get(f"allowed[{i}]", program.lines.get("allowed", 1))
-        head = f"{program.path.name}:{line}: allowed entry '{entry}'"
+        head = f"{program.path.name}:{program.line(f'allowed[{i}]')}: allowed entry '{entry}'"
         tail = ("changes to the files you mean would be refused as violations; paths are relative "
                 "to the repository root")
         folder = _literal_folder(entry)
@@ -182,8 +182,8 @@ def placeholders(program: Program) -> list[str]:
         out.append(f"{name}:{line}: the instructions still hold the template's placeholder "
                    f"'{first}…': write what the generator should know about the project")
     cmd = program.verifier.command
-    script = _script(cmd)
-    if script in _TEMPLATE_SCRIPTS and not (program.repo_root / script).exists():
+    script = next((rel for rel in _scripts(cmd) if rel in _TEMPLATE_SCRIPTS), "")
+    if script and not (program.repo_root / script).exists():
         line = program.lines.get("verifier.command", 1)
         out.append(f"{name}:{line}: verifier.command is still the template's placeholder "
                    f"'{cmd}' ({script} does not exist): put the command that prints "
@@ -209,26 +209,15 @@ def missing_scripts(program: Program, committed: Callable[[str], bool | None]) -
     `./measure.sh`, `bash eval.sh`) that neither the checkout nor HEAD has: every measurement
     would fail on it, after the guards have run, so it is refused before anything runs.
     `committed(rel)` says whether HEAD has the file (None: no HEAD to ask)."""
-    commands = [("verifier.command", program.verifier.command)]
-    commands += [(f"guards[{i}].command", g.command) for i, g in enumerate(program.guards)]
-    if program.holdout is not None:
-        commands.append(("holdout.command", program.holdout.command))
     linked = [str(d.target).rstrip("/") for d in program.data]   # only in the measured tree
     out = []
-    for key, cmd in commands:
-        # only the first command of the line: a later one may run what an earlier one makes
-        # (`make && ./build/bench`, `python gen.py > b.py && python b.py`)
-        words = list(takewhile(lambda w: not set(w) <= _OPERATOR, all_words(cmd)))
-        heads = [h for h in command_heads(cmd) if h in words]
-        if "cd" in heads or "pushd" in heads:
-            continue   # the script is relative to another folder: not ours to resolve
-        for rel in _scripts(heads, words):
+    for key, cmd in measured_commands(program):
+        for rel in _scripts(cmd):
             if os.path.lexists(program.repo_root / rel):   # a dangling link is there too
                 continue
             if committed(rel) is not False or any(under(rel, t) for t in linked):
                 continue
-            line = program.lines.get(key) or program.lines.get(key.split("[")[0], 1)
-            out.append(f"{program.path.name}:{line}: {key} runs {rel}, which is neither in your "
+            out.append(f"{program.path.name}:{program.line(key)}: {key} runs {rel}, which is neither in your "
                        f"checkout nor in HEAD{_did_you_mean(program, rel)}; commands run from the "
                        f"repository root")
     return out
@@ -243,9 +232,15 @@ def refuse_missing_scripts(program: Program) -> None:
         raise ConfigError("\n".join(found))
 
 
-def _scripts(heads: list[str], words: list[str]) -> list[str]:
-    """Relative script paths a command line starts: a head with a `/` (`./run.sh`), or the
-    first argument of an interpreter head (`python bench/run.py`, not `python -m x`)."""
+def _scripts(command: str) -> list[str]:
+    """Relative script paths the first command of a line starts: a head with a `/` (`./run.sh`),
+    or the first argument of an interpreter head (`python bench/run.py`, not `python -m x`)."""
+    # only the first command of the line: a later one may run what an earlier one makes
+    # (`make && ./build/bench`, `python gen.py > b.py && python b.py`)
+    words = list(takewhile(lambda w: not set(w) <= _OPERATOR, all_words(command)))
+    heads = [h for h in command_heads(command) if h in words]
+    if "cd" in heads or "pushd" in heads:
+        return []   # the script is relative to another folder: not ours to resolve
     out = [h for h in heads if "/" in h]
     for prev, w in zip(words, words[1:]):
         if prev in heads and _INTERPRETERS.fullmatch(os.path.basename(prev)) \
@@ -262,15 +257,5 @@ def _did_you_mean(program: Program, rel: str) -> str:
         # program.md in a subfolder, the path written from there
         return f" (did you mean {sub}/{rel}? paths are not relative to {sub}/ where {program.path.name} is)"
     folder, _, name = rel.rpartition("/")
-    near = difflib.get_close_matches(name, _names(root / folder), n=1, cutoff=0.6)
-    return f" (did you mean {(folder + '/' if folder else '') + near[0]}?)" if near else ""
-
-
-def _script(command: str) -> str:
-    """The file a command runs: `./measure.sh` -> measure.sh, `python bench/run.py` -> bench/run.py."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return ""
-    return next((w.removeprefix("./") for w in words[:3] if w.endswith((".sh", ".py"))
-                 or w.startswith("./")), "")
+    near = closest(name, _names(root / folder))
+    return f" (did you mean {(folder + '/' if folder else '') + near}?)" if near else ""

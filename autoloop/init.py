@@ -7,12 +7,12 @@ instead of at a syntax error.
 
 from __future__ import annotations
 
-import difflib
 import shlex
 from importlib import resources
 from pathlib import Path
 
 from autoloop.errors import UsageError
+from autoloop.frontmatter import closest
 
 # name -> one line for `autoloop init --list`, in the order listed
 TEMPLATES: dict[str, str] = {
@@ -26,8 +26,8 @@ TEMPLATES: dict[str, str] = {
 def template_text(name: str) -> str:
     """The template's text; UsageError (with a did-you-mean) for an unknown name."""
     if name not in TEMPLATES:
-        close = difflib.get_close_matches(name, list(TEMPLATES), n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
+        close = closest(name, list(TEMPLATES))
+        hint = f"did you mean '{close}'? " if close else ""
         raise UsageError(f"unknown template '{name}'; {hint}choose one of: {', '.join(TEMPLATES)}")
     return resources.files("autoloop").joinpath("templates", f"{name}.md").read_text(encoding="utf-8")
 

@@ -28,6 +28,8 @@ STATUSES = ("baseline", "keep", "discard", "crash", "guard_fail", "violation", "
 # samples are in the cycle record's `stats`.
 STATS_COLUMNS = ("rule", "pairs", "effect_pct", "ci_low_pct", "ci_high_pct", "p_value",
                  "p_confirm", "median_ratio", "noise_pct", "holdout", "samples")
+# what a run, `verify` and `gate` say when they measure without a sandbox ({}: why not)
+UNSANDBOXED = "not sandboxed: {}; these attacks are only detected, see README (Not covered)"
 TSV_COLUMNS = ("cycle", "commit", "metric", "status", "description", "best", "delta_pct",
                "duration_s", "cost_usd", "lesson") + STATS_COLUMNS
 _TSV_HEAD = ("\t".join(TSV_COLUMNS) + "\n").encode()
@@ -404,7 +406,7 @@ def not_sandboxed(records: Iterable[Record]) -> list[str]:
     out: list[str] = []
     for r in records:
         why = r.get("unsandboxed") if r.get("t") == "start" else None
-        line = f"not sandboxed: {one_line(why)}; these attacks are only detected, see README (Not covered)"
+        line = UNSANDBOXED.format(one_line(why))
         if why and line not in out:
             out.append(line)
     return out

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +21,9 @@ from autoloop.executors import LocalExecutor
 from autoloop.generators.base import Generator, preflight_context
 from autoloop.generators.registry import make_generator
 from autoloop.hardening import Guardrails, Tampered
-from autoloop.journal import Journal, Record
+from autoloop.journal import UNSANDBOXED, Journal, Record
 from autoloop.decide.end import final_estimate, final_text, needs_scipy
-# all_words, protected_paths and uncommitted_warnings are imported from here by verify_head/gate
-from autoloop.measured_files import all_words, protected_paths, uncommitted_warnings, verifier_fingerprint  # noqa: F401
+from autoloop.measured_files import protected_paths, uncommitted_warnings, verifier_fingerprint
 from autoloop.numbers import num as fmt
 from autoloop.persist import restore_persisted_journal
 from autoloop.program import Program
@@ -36,6 +34,7 @@ from autoloop.scope_rules import ScopeRules
 from autoloop.steps.verify import checked
 from autoloop.facts import best_measured
 from autoloop.gitrun import thaw_outer_config
+from autoloop.walk import temp_tree
 from autoloop.workspace import VERIFY_SLOTS, Workspace
 
 BACKOFF_MAX_S = 60.0
@@ -115,7 +114,7 @@ class Run:
         try:
             # before any generator exists: a same-uid debugger must not attach to the judge
             trust.undumpable()
-            self.guard.preflight()
+            self.guard.preflight(executor.unsandboxed)
             generator = self.state.generator_factory(self.program.generator, self.program)
             # Beside the worktree, outside the repository: a refused run leaves no trace in it.
             lock_path = self.ws.path.with_name(self.ws.path.name + ".lock")
@@ -151,8 +150,7 @@ class Run:
         if check is None:
             return None
         marker = proc.new_marker()   # its own: what the check leaves running dies, and nothing else
-        with tempfile.TemporaryDirectory(prefix="autoloop-preflight-") as tmp:
-            scratch = Path(tmp)
+        with temp_tree("preflight") as scratch:
             ctx = preflight_context(self.program, scratch, env=envs.generator_env(self.env(0)),
                                     run_marker=marker, wrap=self.guard.wrap(scratch, workdir=scratch))
             try:
@@ -225,8 +223,7 @@ class Run:
         self.journal.render(self.program.goal)
         if guard.unsandboxed:
             # once, loudly: the journal's head and `autoloop log` / the report say it too
-            self.opt.report("warning", {"message": f"not sandboxed: {guard.unsandboxed}; these "
-                                                   "attacks are only detected, see README (Not covered)"})
+            self.opt.report("warning", {"message": UNSANDBOXED.format(guard.unsandboxed)})
         # what autoloop imports later is loaded before any generator could plant or patch it;
         # whether numpy/scipy are needed a fresh run learns at cycle 0 (_run looks again then)
         trust.preload(statistics=needs_scipy(self.program, self.journal.cycles()),

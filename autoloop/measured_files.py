@@ -5,72 +5,17 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
 from autoloop.errors import ConfigError
-from autoloop.executables import shebang_interpreter
+from autoloop.executables import all_words, command_heads, shebang_interpreter
 from autoloop.globs import PathRules
 from autoloop.program import Program
 from autoloop.workspace import Workspace
 
-_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
-_SHELL_C = re.compile(r"-[a-zA-Z]*c[a-zA-Z]*")   # -c, -lc, -ec, -exc ...
-_OPERATOR = frozenset(";|&()<>")
 _PYTHON = re.compile(r"python[0-9.]*")
-_ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
-_LAUNCHERS = frozenset({"env", "exec", "uv", "run"})   # they start the word after them
-
-
-def _split(command: str) -> list[str]:
-    try:
-        lex = shlex.shlex(command, posix=True, punctuation_chars=True)
-        lex.whitespace_split = True
-        return list(lex)
-    except ValueError:
-        return command.split()
-
-
-def _walk(command: str, depth: int = 4) -> list[tuple[str, bool]]:
-    """(word, starts a command) for the words of a command line and, recursively, of the command
-    string a shell or `eval` is given, shell operators split off."""
-    words = _split(command)
-    out: list[tuple[str, bool]] = []
-    head, shell = True, False
-    for i, w in enumerate(words):
-        if set(w) <= _OPERATOR:
-            out.append((w, False))
-            head, shell = True, False          # the next command starts
-            continue
-        starts = head and not _ASSIGN.fullmatch(w)
-        out.append((w, starts))
-        if starts:
-            head = w in _LAUNCHERS
-        if os.path.basename(w) in _SHELLS or w == "eval":
-            shell = True
-            if w == "eval" and depth > 0:
-                out += _walk(" ".join(words[i + 1:]), depth - 1)
-        elif shell and depth > 0 and i > 0 and _SHELL_C.fullmatch(words[i - 1]):
-            out += _walk(w, depth - 1)
-    return out
-
-
-def all_words(command: str) -> list[str]:
-    """Every word of a command line, inside `bash -c '… score.py'` too, and `--opt=value` values:
-    a path named anywhere in it is a path it may run. Code given to an interpreter (`python -c
-    "…"`) is not a command line and is not split."""
-    out: list[str] = []
-    for w, _ in _walk(command):
-        out += [w, w.split("=", 1)[1]] if w.startswith("-") and "=" in w else [w]
-    return out
-
-
-def command_heads(command: str) -> list[str]:
-    """The programs a command line starts: the first word of each of its commands (and of the
-    word after `env`/`exec`/`uv run`, past VAR=value), also inside `sh -c '…'`."""
-    return [w for w, starts in _walk(command) if starts]
 
 
 def _commands(program: Program) -> list[str]:
@@ -116,16 +61,22 @@ def _shebang_python(script: str) -> str | None:
     return str(exe) if exe and exe.is_absolute() and _PYTHON.fullmatch(exe.name) else None
 
 
+def measured_commands(program: Program) -> list[tuple[str, str]]:
+    """(key, command line) of the verifier, each guard and the holdout; `program.line(key)` is
+    the line to send a user to."""
+    out = [("verifier.command", program.verifier.command)]
+    out += [(f"guards[{i}].command", g.command) for i, g in enumerate(program.guards)]
+    if program.holdout is not None:
+        out.append(("holdout.command", program.holdout.command))
+    return out
+
+
 def command_files(program: Program) -> list[tuple[str, str]]:
     """(key, repo-relative path) of each file of the checkout that the verifier, a guard or the
     holdout names on its command line (`python -m evaluate` names evaluate.py or its package)."""
     out: list[tuple[str, str]] = []
     root = program.repo_root.resolve()
-    commands = [("verifier.command", program.verifier.command)]
-    commands += [(f"guards[{i}]", g.command) for i, g in enumerate(program.guards)]
-    if program.holdout is not None:
-        commands.append(("holdout.command", program.holdout.command))
-    for key, cmd in commands:
+    for key, cmd in measured_commands(program):
         words = all_words(cmd)
         for prev, w in zip(["", *words], words):
             candidate = program.repo_root / w
@@ -151,9 +102,8 @@ def protected_paths(program: Program) -> dict[str, str]:
     editable = PathRules(program.allowed, program.forbidden)
     for key, rel in command_files(program):
         if editable.allows(rel):
-            line = program.lines.get(key) or program.lines.get(key.split("[")[0], 1)
             raise ConfigError(
-                f"{program.path.name}:{line}: {key} runs {rel}, which 'allowed' lets the "
+                f"{program.path.name}:{program.line(key)}: {key} runs {rel}, which 'allowed' lets the "
                 f"generator change, so it could rewrite its own judge; keep the measurement in "
                 f"a file the generator cannot edit (e.g. prepare.py) and allow only what it tunes")
         out.setdefault(rel, "used by the verifier")

@@ -10,8 +10,8 @@ import errno
 import os
 from pathlib import Path
 
-from autoloop.errors import RepoStateError, UsageError
-from autoloop.gitrun import run as run_git
+from autoloop.errors import ConfigError, RepoStateError, UsageError
+from autoloop.gitrun import git, run as run_git
 from autoloop.schema import known_keys, parse_program
 from autoloop.specs import (GENERATOR_KINDS, MAX_WORKERS, AcceptSpec, Amount, DataSpec, Direction,
                             GeneratorSpec, GuardSpec, HoldoutSpec, LimitSpec, ParallelSpec,
@@ -21,7 +21,7 @@ from autoloop.specs import (GENERATOR_KINDS, MAX_WORKERS, AcceptSpec, Amount, Da
 __all__ = ["GENERATOR_KINDS", "MAX_WORKERS", "AcceptSpec", "Amount", "DataSpec", "Direction",
            "GeneratorSpec", "GuardSpec", "HoldoutSpec", "LimitSpec", "ParallelSpec", "PriceSpec",
            "Program", "ResourcesSpec", "Rule", "SandboxSpec", "StopSpec", "VerifierSpec",
-           "guard_name", "known_keys", "load_program", "parse_program"]
+           "check_data", "data_problem", "guard_name", "known_keys", "load_program", "parse_program"]
 
 
 def load_program(path: Path) -> Program:
@@ -38,6 +38,28 @@ def load_program(path: Path) -> Program:
     # git reports the top level with symlinks resolved; resolve ours so one is under the other.
     path = path.resolve()
     return parse_program(source, path, _git_toplevel(path))
+
+
+def data_problem(program: Program, i: int, head: str | None) -> str | None:
+    """What stops data[i] from appearing read-only in a tree of `head` (None: nothing), as one
+    `program.md:LINE: key: ...` line; `head` None (no commit yet) skips the collision check."""
+    d = program.data[i]
+    where = f"{program.path.name}:{program.line(f'data[{i}].path')}: data[{i}].path"
+    if not d.source.exists():
+        return f"{where}: {str(d.source)!r} does not exist; fix the path or create it"
+    if not os.access(d.source, os.R_OK):
+        return f"{where}: {str(d.source)!r} is not readable by you; fix its permissions or the path"
+    if head and git(program.repo_root, "ls-tree", "--name-only", head, "--", d.target, check=False).strip():
+        return (f"{program.path.name}:{program.line(f'data[{i}].as')}: data[{i}].as: {d.target!r} is a path of the repository at "
+                f"{head[:12]}; choose a place the repository does not use")
+    return None
+
+
+def check_data(program: Program, head: str | None) -> None:
+    """ConfigError naming the first data entry `data_problem` refuses."""
+    problem = next(filter(None, (data_problem(program, i, head) for i in range(len(program.data)))), None)
+    if problem:
+        raise ConfigError(problem)
 
 
 def _git_toplevel(path: Path) -> Path:

@@ -1,7 +1,9 @@
 """The body of one remote verification (executor: ray). On a Ray worker autoloop arrives as a
-runtime_env py_module and psutil is Ray's vendored copy: only autoloop.proc and the standard
-library are imported. The commit's tar is unpacked into a fresh temporary folder and the steps
-run there through proc; each result comes back with the tails of its output.
+runtime_env py_module and psutil is Ray's vendored copy: only autoloop.proc, autoloop.sandbox
+(which reads no program.md) and the standard library are imported. The commit's tar is unpacked
+into a fresh temporary folder and the steps run there through proc, in a bubblewrap sandbox made
+here for this node's paths when the run asks for one; each result comes back with the tails of
+its output.
 """
 
 from __future__ import annotations
@@ -10,11 +12,17 @@ import io
 import os
 import socket
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import Mapping, NamedTuple, Sequence
 
 from autoloop import proc
+from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable
+from autoloop.specs import SandboxSpec
+from autoloop.walk import temp_tree
+
+# A worker process answers for its node once per bwrap and network setting: Ray reuses workers,
+# and a probe is a bubblewrap start of its own.
+_probed: dict[tuple[str, bool], str | None] = {}
 
 
 class RemoteRun(NamedTuple):
@@ -29,10 +37,38 @@ class RemoteReply(NamedTuple):
     runs: list[RemoteRun]
 
 
-def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str],
-              tail_bytes: int) -> RemoteReply:
-    with tempfile.TemporaryDirectory(prefix="autoloop-verify-") as root:
-        tree, logs = Path(root, "tree"), Path(root, "logs")
+def probe(sandbox: SandboxSpec, env: Mapping[str, str]) -> tuple[str, str | None]:
+    """(this node's name, why `sandbox` cannot be made here or None); bwrap is looked up on the
+    PATH the measurements get (the node's own, or the one `env` ships)."""
+    return socket.gethostname(), _why_not(Bwrap(sandbox, path={**os.environ, **env}.get("PATH")))
+
+
+def _why_not(bwrap: Bwrap) -> str | None:
+    key = (bwrap.exe, bwrap.spec.network)
+    if key not in _probed:
+        try:
+            bwrap.probe()
+            _probed[key] = None
+        except SandboxUnavailable as exc:
+            _probed[key] = str(exc)
+    return _probed[key]
+
+
+def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str], tail_bytes: int,
+              sandbox: SandboxSpec | None = None,
+              checkout: tuple[str, Sequence[str]] | None = None) -> RemoteReply | str:
+    """With `sandbox` (its `network` is the measurement's), every step runs in one, or none runs
+    and the answer is why none can be made here. `checkout`: the user's checkout path and what
+    stays visible in it (its venvs); where that path exists on this node (a local Ray instance,
+    a shared file system) the candidate is shown there too, as a local measurement does, so an
+    editable install pointing into the checkout imports the candidate."""
+    env = {**os.environ, **env}
+    bwrap = None if sandbox is None else Bwrap(sandbox, path=env.get("PATH"))
+    why = None if bwrap is None else _why_not(bwrap)
+    if why is not None:
+        return f"{socket.gethostname()} cannot make the sandbox every measurement of this run needs: {why}"
+    with temp_tree("verify") as root:
+        tree, logs, scratch = root / "tree", root / "logs", root / "tmp"
         tree.mkdir()
         with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
             # our own tar of a git tree: relative paths free of '..' already
@@ -40,7 +76,16 @@ def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str]
                 tar.extractall(tree, filter="fully_trusted")
             else:
                 tar.extractall(tree)
-        results = proc.run_steps(steps, cwd=tree, env={**os.environ, **env}, log_dir=logs,
+        box = None
+        if bwrap is not None:
+            # its temp files on disk (the sandbox's own /tmp is memory), gone with the task
+            scratch.mkdir()
+            env.update(TMPDIR=str(scratch), TMP=str(scratch), TEMP=str(scratch))
+            writable = (scratch, *(Path(os.path.expanduser(w)) for w in bwrap.spec.writable))
+            at = Path(checkout[0]) if checkout is not None and os.path.isdir(checkout[0]) else None
+            box = Confinement(bwrap, tree=tree, checkout=at, writable=writable, network=bwrap.spec.network,
+                              path=env.get("PATH", ""), keep=tuple(map(Path, checkout[1])) if at and checkout else ())
+        results = proc.run_steps(steps, cwd=tree, env=env, log_dir=logs, wrap=None if box is None else box.argv,
                                  marker=env.get(proc.MARKER_VAR) or proc.new_marker())
         return RemoteReply(socket.gethostname(), [
             RemoteRun(r, _tail(r.stdout_path, tail_bytes), _tail(r.stderr_path, tail_bytes),

@@ -15,13 +15,16 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
 from autoloop.errors import ConfigError
-from autoloop.measured_files import all_words
-from autoloop.program import Program, SandboxSpec
+from autoloop.executables import all_words
 from autoloop.proc import run_captured
+from autoloop.specs import SandboxSpec
 from autoloop.walk import inside, under
+
+if TYPE_CHECKING:   # a Ray node imports this module: nothing that reads program.md
+    from autoloop.program import Program
 
 _DAEMON_DIRS = ("/run/user", "/run/dbus", "/run/containerd", "/run/podman", "/run/docker", "/var/run/dbus")
 _DAEMON_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock", "/run/podman/podman.sock")
@@ -41,9 +44,9 @@ class SandboxUnavailable(Exception):
 
 
 class Bwrap:
-    def __init__(self, spec: SandboxSpec, *, executable: str | None = None) -> None:
+    def __init__(self, spec: SandboxSpec, *, executable: str | None = None, path: str | None = None) -> None:
         self.spec = spec
-        self.exe = executable or shutil.which("bwrap") or ""
+        self.exe = executable or shutil.which("bwrap", path=path) or ""   # path: PATH (default ours)
 
     def probe(self) -> None:
         """Raise SandboxUnavailable unless a sandbox like the generator's can be made here."""

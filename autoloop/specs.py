@@ -176,6 +176,13 @@ class Program:
     source: bytes = b""                 # the exact bytes read, to detect and undo tampering
     lines: Mapping[str, int] = field(default_factory=dict)  # dotted key -> line, for later messages
 
+    def line(self, key: str) -> int:
+        """The line of the dotted `key`, else of the nearest key that holds it (a guard written
+        as a plain string has no `guards[0].command`: it is on the line of `guards[0]`)."""
+        while key and key not in self.lines:
+            key = key[:max(key.rfind("."), key.rfind("["), 0)]
+        return self.lines.get(key, 1)
+
     @property
     def rel_path(self) -> str:
         return self.path.relative_to(self.repo_root).as_posix()

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from autoloop import editable, proc
+from autoloop.journal import UNSANDBOXED
 from autoloop.hints import missing_path_hint, near_miss, plain, root_hint, uncommitted_module_hint
 from autoloop.metric import GuardResult, Measurement, MetricError, parse_metric
 from autoloop.program import HoldoutSpec, Program, VerifierSpec
@@ -70,7 +71,7 @@ def sandbox_outside_run(program: Program) -> tuple[Bwrap | None, str | None]:
     bwrap, why = probed(program)
     if bwrap is None:
         editable.refuse(program, why or "")
-    return bwrap, why and f"not sandboxed: {why}; these attacks are only detected, see README (Not covered)"
+    return bwrap, why and UNSANDBOXED.format(why)
 
 
 def failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> str:

@@ -5,17 +5,16 @@ program checks as `run`. Nothing of the checkout changes, and its temporary fold
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoloop import envs, proc
-from autoloop.errors import ConfigError
-from autoloop.loop import protected_paths, uncommitted_warnings
-from autoloop.program import Program
+from autoloop.hardening import link_data
+from autoloop.measured_files import protected_paths, uncommitted_warnings
+from autoloop.program import Program, check_data
 from autoloop.sandbox import tree_box
 from autoloop.verify import Measurement, measure, sandbox_outside_run
-from autoloop.sentinel import remove_tree
+from autoloop.walk import remove_tree, temp_dir
 from autoloop.workspace import Workspace, Worktree
 
 
@@ -34,11 +33,9 @@ def check(program: Program) -> tuple[Workspace, str]:
     ws.check_state()
     protected_paths(program)   # a verifier the generator could edit is refused, as by `run`
     sandbox_outside_run(program)   # refuses what `run` does before its baseline
-    for i, d in enumerate(program.data):
-        if not d.source.exists():
-            line = program.lines.get(f"data[{i}].path", program.lines.get(f"data[{i}]", 1))
-            raise ConfigError(f"{program.path.name}:{line}: data[{i}].path: {str(d.source)!r} does not exist")
-    return ws, ws.head()
+    head = ws.head()
+    check_data(program, head)
+    return ws, head
 
 
 def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
@@ -46,14 +43,11 @@ def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
     warnings = uncommitted_warnings(program, ws, commit)
     bwrap, warning = sandbox_outside_run(program)
     warnings += [warning] if warning else []
-    tmp = Path(tempfile.mkdtemp(prefix="autoloop-verify-"))
+    tmp = temp_dir("verify")
     tree = Worktree(program.repo_root, ws.common_dir, tmp / "tree")
     try:
         tree.open(commit)
-        for d in program.data:
-            link = tree.path / d.target
-            link.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(d.source, link)
+        link_data(program, tree.path)
         log_dir = tmp / "logs"
         log_dir.mkdir()
         with envs.measurement_env(os.environ, parent=tmp / "scratch") as env:

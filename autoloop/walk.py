@@ -1,16 +1,19 @@
-"""Trees on disk as lstat reports them: one walker, one entry type, one stat-keyed cache and one
-way to delete a tree, for everything in autoloop that looks at files."""
+"""Trees on disk as lstat reports them: one walker, one entry type, one stat-keyed cache, one way
+to delete a tree and one to make a temporary one, for everything in autoloop that looks at files."""
 
 from __future__ import annotations
 
 import gc
 import os
+import re
 import shutil
 import stat
 import sys
+import tempfile
+from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable, Collection, Generic, NamedTuple, TypeVar
+from typing import Any, Callable, Collection, Generic, Iterator, NamedTuple, TypeVar
 
 # Timestamps tick coarsely (a jiffy on Linux; seconds on some filesystems): a file changed this
 # close to the moment it was read may change again without its stat data changing.
@@ -19,6 +22,8 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _KINDS = {stat.S_IFREG: "f", stat.S_IFDIR: "d", stat.S_IFLNK: "l"}
 _S_IFMT, _S_IFDIR = 0o170000, stat.S_IFDIR   # as constants: used once per entry of every walk
 T = TypeVar("T")
+# temp_dir's names: autoloop-KIND-PID-START- and mkdtemp's random letters
+_TEMP_NAME = re.compile(r"autoloop-[a-z-]+?-(\d+)-(\d+)-[a-z0-9_]+")
 
 
 class Entry(NamedTuple):
@@ -201,3 +206,46 @@ def inside(path: str | Path, root: str | Path) -> bool:
 def under(path: str, root: str) -> bool:
     """`inside` for paths already resolved (no system calls: the sandbox asks thousands of times)."""
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def temp_dir(kind: str) -> Path:
+    """A fresh 0700 folder in the temp directory, named after `kind` and this process (pid and
+    start time), so that once the process is gone, killed or not, `left_behind` finds it."""
+    return Path(tempfile.mkdtemp(prefix=f"autoloop-{kind}-{os.getpid()}-{_started(os.getpid())}-"))
+
+
+@contextmanager
+def temp_tree(kind: str) -> Iterator[Path]:
+    """`temp_dir`, removed on the way out."""
+    path = temp_dir(kind)
+    try:
+        yield path
+    finally:
+        remove_tree(path, quiet=True)
+
+
+def _started(pid: int) -> int:
+    """Seconds from boot to the start of `pid`: unlike its start on the wall clock, unmoved by a
+    clock set or stepped by NTP while it runs (psutil reads both against the same boot time)."""
+    import psutil
+    return int(psutil.Process(pid).create_time() - psutil.boot_time())
+
+
+def left_behind() -> list[Path]:
+    """This user's `temp_dir` folders whose process is gone: its pid runs nothing, or a process
+    started at another time (the pid was reused). A process psutil cannot read counts as alive."""
+    import psutil
+    found = []
+    for rel, path, st in walk(tempfile.gettempdir(), top_only=True, ordered=True):
+        m = _TEMP_NAME.fullmatch(rel)
+        if m is None or st.st_mode & _S_IFMT != _S_IFDIR or st.st_uid != os.getuid():
+            continue
+        try:   # a second of slack: the boot time can read a second off (it keeps, never deletes)
+            gone = abs(_started(int(m[1])) - int(m[2])) > 1
+        except psutil.NoSuchProcess:
+            gone = True
+        except psutil.Error:
+            gone = False
+        if gone:
+            found.append(Path(path))
+    return found

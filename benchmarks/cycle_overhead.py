@@ -64,6 +64,8 @@ def _summarize(rows: list[dict], args: argparse.Namespace, large: bool, target: 
     if args.before:
         print(f"before ({args.before}) per cycle: {summary([r['before'] * 1000 for r in rows])} ms;"
               f"  speed-up before / now: {summary([r['speedup'] for r in rows])}")
+        print(f"CPU time (user + system, autoloop and its children, whole invocations) before / now: "
+              f"{summary([r['cpu_speedup'] for r in rows])}")
     print(f"RATIO autoloop / baseline:   {summary(ratio)}   target ≤ {target:g}×")
     ok = statistics.median(ratio) <= target
     if large:

@@ -201,9 +201,9 @@ class Bench:
         env = self.env if pythonpath is None else dict(self.env, PYTHONPATH=pythonpath)
         cmd = (wrapper or [python, "-m", "autoloop"]) + ["run", "program.md", "--tag", tag,
                                                          "--cycles", str(cycles)]
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _children_cpu()
         res = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
         if res.returncode != 0:
             raise SystemExit(f"autoloop failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
         ledger = [json.loads(x) for x in (repo / ".autoloop" / tag / "ledger.jsonl").read_text().splitlines()]
@@ -213,8 +213,8 @@ class Bench:
         for c in mine:
             statuses[c["status"]] = statuses.get(c["status"], 0) + 1
         ts = [r["ts"] for r in mine]
-        return {"intervals": [b - a for a, b in zip(ts, ts[1:])], "wall": wall, "statuses": statuses,
-                "stdout": res.stdout, "stderr": res.stderr}
+        return {"intervals": [b - a for a, b in zip(ts, ts[1:])], "wall": wall, "cpu": cpu,
+                "statuses": statuses, "stdout": res.stdout, "stderr": res.stderr}
 
     def baseline(self, cycles: int) -> dict:
         per_cycle, self._base_best = self._shell_cycles("baseline.sh", self.base, self._base_next, cycles,
@@ -269,6 +269,14 @@ def _make_repo(repo: Path, files: int, per_dir: int, env: dict[str, str], gen_cm
     git("repack", "-adq")   # as any cloned repository is: objects in a pack, not 100k loose files
 
 
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of every finished child and its waited-for descendants: the
+    invocation's own work, which a busy machine slows down far less than its wall time."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def summary(values: list[float]) -> str:
     """median [min – max] of a list of ratios or times."""
     return f"{statistics.median(values):.2f} [{min(values):.2f} – {max(values):.2f}]"
@@ -298,7 +306,9 @@ def interleaved(bench: Bench, rounds: int, cycles: int, report=print, before: st
             o = bench.autoloop(cycles, repo=old_repo, pythonpath=before)
             row["before"] = statistics.mean(o["intervals"])
             row["speedup"] = row["before"] / a_cycle
-            extra = f";  before {row['before'] * 1000:7.1f} (×{row['speedup']:.2f})"
+            row["cpu_speedup"] = o["cpu"] / a["cpu"]    # whole invocations, start-up included
+            extra = (f";  before {row['before'] * 1000:7.1f} (×{row['speedup']:.2f}, "
+                     f"CPU ×{row['cpu_speedup']:.2f})")
         rows.append(row)
         report(f"  round {r + 1}/{rounds}: autoloop {a_cycle * 1000:7.1f}  baseline {i['per_cycle'] * 1000:7.1f}"
                f"  in-place {b['per_cycle'] * 1000:7.1f} ms/cycle;  ratio {a_cycle / i['per_cycle']:.2f}"

@@ -122,3 +122,45 @@ def test_unsandboxed_gate_refuses_an_editable_install_like_run(editable):
     assert err.startswith("none.md:") and "points into your checkout" in err, res.stderr
     assert "Traceback" not in res.stderr
     assert git(p.repo, "worktree", "list", env=p.env) == trees
+
+
+def _ray_program(p, name: str, extra: str = "") -> None:
+    text = (p.repo / "program.md").read_text()
+    head, sep, body = text[4:].partition("---\n")
+    (p.repo / name).write_text("---\n" + head + "parallel:\n  executor: ray\n" + extra + sep + body)
+    git(p.repo, "add", name, env=p.env)
+    git(p.repo, "commit", "-q", "-m", name, env=p.env)
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
+def test_ray_measurements_measure_the_candidate_through_the_editable_install(editable, tmp_path):
+    # a local Ray instance's node is this machine: the candidate unpacked there is shown at the
+    # checkout's path too, or the verifier would import the checkout's VALUE = 10 every time
+    pytest.importorskip("ray")
+    p = editable
+    _ray_program(p, "ray.md")
+    res = p.cli("run", "ray.md", "--tag", "ray1", "--cycles", "1", timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    rows = [r.split("\t") for r in (p.repo / "results.tsv").read_text().splitlines()[1:]]
+    assert [(r[3], r[2]) for r in rows[-2:]] == [("baseline", "10"), ("keep", "5")], rows
+    assert (p.repo / "src" / "mypkg" / "__init__.py").read_text() == "VALUE = 10\n"
+
+
+@pytest.mark.ray
+def test_unsandboxed_ray_measurements_refuse_an_editable_install_like_run(editable, tmp_path):
+    # the node cannot make a sandbox (no bwrap on the PATH its measurements get): nothing would
+    # bind the candidate at the checkout's path, so the run refuses as an unsandboxed one does
+    pytest.importorskip("ray")
+    p = editable
+    nobin = tmp_path / "nobin"
+    nobin.mkdir()
+    _ray_program(p, "raynone.md", f"  env:\n    - {{PATH: {nobin}}}\n")
+    head = git(p.repo, "rev-parse", "HEAD", env=p.env)
+    res = p.cli("run", "raynone.md", "--tag", "ray2", "--cycles", "1", timeout=300)
+    assert res.returncode == 2, res.stdout + res.stderr[-3000:]
+    err = res.stderr.strip().splitlines()[-1]
+    assert err.startswith("raynone.md:") and "points into your checkout" in err, res.stderr
+    assert "on the Ray node" in err and "Traceback" not in res.stderr
+    assert git(p.repo, "branch", "--list", "autoloop/ray2", env=p.env) == ""
+    assert git(p.repo, "rev-parse", "HEAD", env=p.env) == head

@@ -130,6 +130,37 @@ def test_pairs_that_can_never_reach_alpha_are_refused(tmp_path, args, never):
     assert git(repo, "worktree", "list", "--porcelain", env=env).count("worktree ") == 1
 
 
+def test_gate_measures_with_the_data_linked_in_as_a_run_does(tmp_path):
+    data = tmp_path / "datasets" / "d1"
+    data.mkdir(parents=True)
+    (data / "offset.txt").write_text("1000\n")
+    score = "print('score:', float(open('value.txt').read()) + float(open('data/offset.txt').read()))\n"
+    prog = PROGRAM.replace(f"{PY} bench.py", f"{PY} score.py").replace("seconds", "score")
+    prog = prog.replace("verifier:", f"data: [{{path: {data}, as: data}}]\nverifier:")
+    repo, env = make_repo(tmp_path, {"program.md": prog, "score.py": score, "value.txt": "100"})
+    base = git(repo, "rev-parse", "HEAD", env=env)
+    commit(repo, env, {"value.txt": "90"}, "head")
+    res = gate(repo, env, "--base", base, "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = json.loads(res.stdout)
+    assert out["base"]["values"] == [1100.0] * 6 and out["head"]["values"] == [1090.0] * 6, out
+    assert not (repo / "data").exists()
+
+
+def test_gate_refuses_data_whose_place_the_head_uses(tmp_path):
+    data = tmp_path / "d"
+    data.mkdir()
+    prog = PROGRAM.replace("verifier:", f"data: [{{path: {data}, as: data}}]\nverifier:")
+    repo, env = make_repo(tmp_path, {"program.md": prog, "bench.py": "print('seconds: 1')\n"})
+    base = git(repo, "rev-parse", "HEAD", env=env)
+    (repo / "data").mkdir()
+    commit(repo, env, {"data/x.txt": "mine"}, "head uses data/")
+    res = gate(repo, env, "--base", base)
+    assert res.returncode == 2 and res.stdout == "", res.stdout + res.stderr
+    assert "data[0].as: 'data' is a path of the repository at" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+
 def test_head_whose_verifier_crashes_fails(tmp_path):
     repo, env, base = _det_repo(tmp_path, "100", "not a number")
     res = gate(repo, env, "--base", base)

@@ -44,7 +44,7 @@ def test_templates_do_not_protect_their_own_allowed_files(make_repo, name: str) 
                       "bench/run.py": "", "measure.sh": "", "src/a.py": ""})
     program = load_program(repo / "program.md")
     rules = PathRules(program.allowed, program.forbidden, program.protected)
-    from autoloop.loop import protected_paths   # the loop's own notion of the verifier's files
+    from autoloop.measured_files import protected_paths   # the loop's own notion of the verifier's files
     named = set(protected_paths(program)) - set(program.protected)
     assert not [path for path in named if rules.allows(path)]
 

@@ -220,6 +220,13 @@ def test_lessons_say_better_or_worse(improvement, step, text):
 
 # ---- autoloop clean ------------------------------------------------------------------------------
 
+def _private_tmp(p) -> None:
+    """clean also removes what autoloop processes that are gone left in the temp directory: the
+    test's own, not the machine's."""
+    (p.base / "tmpdir").mkdir()
+    p.env["TMPDIR"] = str(p.base / "tmpdir")
+
+
 def _worktrees(p) -> list[str]:
     out = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=p.repo, env=p.env,
                          capture_output=True, text=True, check=True).stdout
@@ -229,6 +236,7 @@ def _worktrees(p) -> list[str]:
 def test_clean_asks_then_removes_worktrees_and_state_but_keeps_branch_and_journal(tmp_path):
     p = make_project(tmp_path, {1: 'hyp("first"); W("val.txt", "30")'}, guards=False)
     assert p.run("--cycles", "1").returncode == 0
+    _private_tmp(p)
     cache = tmp_path / "home" / ".cache" / "autoloop" / "worktrees"
     assert len(_worktrees(p)) > 1 and any(cache.iterdir())
     refused = p.cli("clean", "program.md", "--tag", p.tag)           # no terminal, no --yes
@@ -255,6 +263,7 @@ def test_clean_of_a_tag_whose_baseline_failed_says_it_starts_afresh(tmp_path):
     # afresh" (and, after removing, that the run "resumes it"): it starts afresh from HEAD
     p = make_project(tmp_path, {1: 'hyp("first"); W("val.txt", "30")'}, guards=False,
                      files={"val.txt": "none\n"})
+    _private_tmp(p)
     assert p.run("--cycles", "1").returncode == 1           # no score: the baseline fails
     res = p.cli("clean", "program.md", "--tag", p.tag, "--yes")
     assert res.returncode == 0, res.stderr
@@ -277,6 +286,7 @@ def test_clean_of_a_tag_whose_baseline_failed_says_it_starts_afresh(tmp_path):
 def test_clean_branch_and_journal_lets_the_tag_start_afresh(tmp_path):
     p = make_project(tmp_path, {1: 'hyp("first"); W("val.txt", "30")'}, guards=False)
     assert p.run("--cycles", "1").returncode == 0
+    _private_tmp(p)
     res = p.cli("clean", "program.md", "--tag", p.tag, "--yes", "--branch", "--journal")
     assert res.returncode == 0, res.stderr
     assert "starts the tag afresh" in res.stdout

@@ -919,3 +919,25 @@ def test_a_script_a_command_runs_that_is_nowhere_is_found(make_repo, tmp_path: P
     assert all(ln.startswith("program.md:5: verifier.command runs ") for ln in found)
     assert missing_scripts(program, lambda rel: True) == []       # HEAD has it: measured fine
     assert missing_scripts(program, lambda rel: None) == []       # no HEAD to ask: not ours to say
+
+
+def test_a_guard_problem_names_the_line_of_its_command(make_repo) -> None:
+    """A guard written as a string is one line; written as a mapping, its command has its own:
+    both the missing-script and the judge-under-allowed messages send the user there."""
+    from autoloop.errors import ConfigError
+    from autoloop.hints import missing_scripts
+    from autoloop.measured_files import protected_paths
+    from autoloop.program import load_program
+
+    repo = make_repo({"program.md": (
+        "---\ngoal: g\nallowed: [a.py, g.py]\n"
+        "verifier: {command: python s.py, metric: s, direction: minimize}\n"
+        "guards:\n  - python gone1.py\n  - name: lint\n    command: python gone2.py\n---\nbody\n"),
+        "s.py": "", "g.py": ""})
+    program = load_program(repo / "program.md")
+    found = missing_scripts(program, lambda rel: False)
+    assert [ln.split(", which")[0] for ln in found] == [
+        "program.md:6: guards[0].command runs gone1.py", "program.md:8: guards[1].command runs gone2.py"]
+    (repo / "program.md").write_text((repo / "program.md").read_text().replace("gone2.py", "g.py"))
+    with pytest.raises(ConfigError, match=r"^program\.md:8: guards\[1\]\.command runs g\.py, which 'allowed'"):
+        protected_paths(load_program(repo / "program.md"))

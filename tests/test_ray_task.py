@@ -1,15 +1,22 @@
 """The body of a remote verification (autoloop.ray_task), run here as a plain function: no Ray
-needed. It unpacks a tar, runs the steps through proc and brings back tails of their output."""
+needed. It unpacks a tar, runs the steps through proc (in a sandbox when asked) and brings back
+tails of their output."""
 
 from __future__ import annotations
 
 import io
 import os
+import socket
+import sys
 import tarfile
 import time
 
+import pytest
+
 from autoloop import proc
-from autoloop.ray_task import run_steps
+from autoloop.ray_task import probe, run_steps
+from autoloop.sandbox import Bwrap
+from autoloop.specs import SandboxSpec
 
 
 def archive(files: dict[str, str]) -> bytes:
@@ -67,3 +74,49 @@ def test_the_timeout_kills_the_remote_tree_and_what_it_left() -> None:
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not alive(pid)
+
+
+def _sandbox(**kw) -> SandboxSpec:
+    return SandboxSpec(kind="bwrap", **kw)
+
+
+needs_bwrap = pytest.mark.skipif(Bwrap(SandboxSpec()).exe == "", reason="bubblewrap is not installed")
+
+
+@needs_bwrap
+def test_a_sandboxed_remote_run_writes_only_its_tree_and_temp_folder(tmp_path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    marker = f"/tmp/autoloop-ray-task-{os.getpid()}"
+    script = (f"touch {outside}/planted; touch {marker}; touch $TMPDIR/t && echo tmpdir-ok; "
+              "touch made && echo tree-ok")
+    steps = [proc.Step("plant", script, 30, True),
+             proc.Step("verifier", f"test -e {marker} && echo seen || echo fresh", 30, False)]
+    reply = run_steps(archive({"a": ""}), steps, {}, 1 << 20, _sandbox())
+    assert not isinstance(reply, str), reply
+    assert reply.runs[0].stdout.decode().split() == ["tmpdir-ok", "tree-ok"]
+    assert reply.runs[1].stdout == b"fresh\n"      # each command its own /tmp
+    assert not (outside / "planted").exists() and not os.path.exists(marker)
+
+
+@needs_bwrap
+def test_the_network_of_a_sandboxed_remote_run_is_closed_unless_asked_for() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        port = listener.getsockname()[1]
+        code = ("import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), 5).close(); print('open')\n"
+                "except OSError:\n    print('closed')\n" % port)
+        step = [proc.Step("verifier", f"{sys.executable} net.py", 30, False)]
+        said = [run_steps(archive({"net.py": code}), step, {}, 1 << 20, _sandbox(network=net)).runs[0].stdout
+                for net in (False, True)]
+    assert said == [b"closed\n", b"open\n"]
+
+
+def test_a_node_without_bwrap_runs_nothing_and_says_why(tmp_path) -> None:
+    marker = tmp_path / "ran"
+    reply = run_steps(archive({"a": ""}), [proc.Step("verifier", f"touch {marker}", 30, False)],
+                      {"PATH": str(tmp_path)}, 1 << 20, _sandbox())
+    assert isinstance(reply, str) and "bwrap is not installed" in reply and socket.gethostname() in reply
+    assert not marker.exists()
+    assert probe(_sandbox(), {"PATH": str(tmp_path)})[1] == reply.split(": ", 1)[1]

@@ -11,6 +11,9 @@
 from __future__ import annotations
 
 import json
+import re
+
+import pytest
 
 from tests.scripts.e2e import git, kill_marked, make_project
 
@@ -159,3 +162,33 @@ def test_verify_refuses_what_run_refuses(tmp_path):
     assert run.returncode == 2 and verify.returncode == 2, (run.stderr, verify.stderr)
     assert "program.md:" in verify.stderr and "score.py" in verify.stderr
     assert verify.stderr.strip().splitlines()[-1] == run.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("what", ["missing", "in the repository"])
+def test_run_verify_and_doctor_refuse_a_bad_data_entry_with_one_message(tmp_path, what):
+    """One check of `data:` for all three: the same line, naming the key to fix."""
+    data = tmp_path / "data"
+    data.mkdir()
+    source, target, key = ((tmp_path / "nope", "data", "data[0].path") if what == "missing" else
+                           (data, "score.py", "data[0].as"))
+    p = _project(tmp_path / "p", extra=f"data: [{{path: {source}, as: {target}}}]\nsandbox: none")
+    run = p.run("--cycles", "1")
+    verify = p.cli("verify", "program.md")
+    doctor = p.cli("doctor", "program.md")
+    assert (run.returncode, verify.returncode, doctor.returncode) == (2, 2, 1), (run.stderr, verify.stderr)
+    said = run.stderr.strip().splitlines()[-1]
+    assert re.search(rf"program\.md:\d+: {re.escape(key)}: ", said) and "Traceback" not in run.stderr, said
+    assert verify.stderr.strip().splitlines()[-1] == said
+    assert any(ln.split()[:2] == ["FAIL", "data"] and ln.endswith(said) for ln in doctor.stdout.splitlines())
+
+
+def test_verify_measures_with_the_data_linked_in_as_a_run_does(tmp_path):
+    data = tmp_path / "datasets" / "d1"
+    data.mkdir(parents=True)
+    (data / "offset.txt").write_text("2\n")
+    score = "offset = float(open('data/offset.txt').read())\nprint(f\"score: {float(open('val.txt').read()) + offset}\")\n"
+    p = make_project(tmp_path / "p", {}, files={"score.py": score}, extra=f"data: [{{path: {data}, as: data}}]")
+    verify = p.cli("verify", "program.md")
+    assert verify.returncode == 0, verify.stderr
+    assert "score: 42.25" in verify.stdout, verify.stdout
+    assert not (p.repo / "data").exists()        # linked only into verify's private tree

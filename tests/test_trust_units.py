@@ -13,7 +13,7 @@ import pytest
 
 from autoloop import proc, trust
 from autoloop.journal import escape_controls, quote_path
-from autoloop.loop import all_words
+from autoloop.executables import all_words
 from autoloop.scope_rules import library_shadow
 from autoloop.gitrun import freeze_outer_config, git, git_env, thaw_outer_config
 

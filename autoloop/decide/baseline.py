@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 from autoloop import stats as st
 from autoloop.decide.core import (Baseline, Pairs, Sample, Session, baseline_secondaries,
                                   first_measurement, measure_pairs, median, series, values)
-from autoloop.numbers import num as fmt
+from autoloop.numbers import num as fmt, share
 from autoloop.specs import Amount, Direction, Program
 
 TARGET_POWER = 0.8         # "4 times in 5": the chance of a keep the proposals aim for
@@ -51,7 +51,7 @@ def propose(pair_sd: float, scale: st.Scale, direction: Direction, reference: fl
             "min_effect_set": list(min_effect),   # (value, relative): what the warning names
             "kept_at_gain": kept, "runs_per_keep": runs, "seconds_per_run": seconds,
             "minutes_per_keep": None if seconds is None else runs * seconds / 60.0,
-            "noise_pct": (math.exp(pair_sd / math.sqrt(2)) - 1) * 100 if log else None}
+            "noise_pct": st.change_pct(pair_sd / math.sqrt(2), "log") if log else None}
 
 
 def _round_up(x: float) -> str:   # a min_effect a person would type: 2 digits, rounded up
@@ -80,8 +80,8 @@ def proposal_text(prop: Mapping[str, Any], scale: str, name: str) -> str:
     # a proposal stored by an older run has no min_effect_set: name the key alone
     now = f"{Amount(*prop['min_effect_set'])} (accept.min_effect)" if "min_effect_set" in prop else "accept.min_effect"
     return (f"your verifier's noise is {noise}: a real gain of {now} is detected only "
-            f"{prop['power_at_min_effect'] * 100:.0f}% of the time. Gains of {_proposed(prop, scale, 'gain')} "
-            f"or more are kept {prop['kept_at_gain'] * 100:.0f}% of the time with accept.min_effect: "
+            f"{share(prop['power_at_min_effect'])} of the time. Gains of {_proposed(prop, scale, 'gain')} "
+            f"or more are kept {share(prop['kept_at_gain'])} of the time with accept.min_effect: "
             f"{_proposed(prop, scale, 'min_effect')} ({_cost_text(prop)}): set it, or make the "
             "verifier steadier (README: 'Noisy metrics').")
 
@@ -134,7 +134,7 @@ def calibrate_strict(session: Session, program: Program) -> Baseline:
         rec["proposal"] = prop
         warning += (f" With it and min_effect: {_proposed(prop, scale, 'min_effect')}, gains of "
                     f"{_proposed(prop, scale, 'gain')} or more would be kept "
-                    f"{prop['kept_at_gain'] * 100:.0f}% of the time ({_cost_text(prop)}).")
+                    f"{share(prop['kept_at_gain'])} of the time ({_cost_text(prop)}).")
         rec["warning"] = warning
     return Baseline(metric, first_measurement(session), problem, rec, warning=warning)
 
@@ -160,7 +160,7 @@ def calibrate_paired(session: Session, program: Program) -> Baseline:
     rec.update(scale=scale, noise_sd=sd, deterministic=deterministic,
                min_gain=st.threshold(m.value, m.relative, scale, v.direction, metric),
                seconds_per_run=_mean_seconds(pairs.runs),
-               noise_pct=(math.exp(sd / math.sqrt(2)) - 1) * 100 if scale == "log" else None,
+               noise_pct=st.change_pct(sd / math.sqrt(2), "log") if scale == "log" else None,
                step=sd / math.sqrt(acc.pairs))
     warning = note = None
     if deterministic:

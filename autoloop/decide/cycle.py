@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 from autoloop import stats as st
 from autoloop.decide.core import (History, Pairs, Sample, Session, Verdict, check_limits,
                                   first_measurement, measure_pairs, median, series, values)
-from autoloop.numbers import formatter, num as fmt, pct, signed_pct
+from autoloop.numbers import formatter, num as fmt, pct, share, signed_pct
 from autoloop.ratchet import better, gain_of, orientation
 from autoloop.specs import HoldoutSpec, Program
 
@@ -95,7 +95,7 @@ def ci_text(c: st.Comparison, name: str) -> str:
         body, ci = f"{c.change:+.4g}", " … ".join(f"{x:+.4g}" for x in c.change_ci)
     if c.n == 1:
         return f"{name} {body} (one pair, no CI)"
-    return f"{name} {body} ({c.ci.level * 100:.0f}% CI {ci})"
+    return f"{name} {body} ({share(c.ci.level)} CI {ci})"
 
 
 def calibration_noise(history: History) -> tuple[list[float], str | None]:

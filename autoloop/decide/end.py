@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping
 from autoloop import stats as st
 from autoloop.decide.core import History, Session, measure_pairs
 from autoloop.decide.cycle import ci_text, comparison_text, holdout_batch
-from autoloop.numbers import exact
+from autoloop.numbers import exact, signed_pct
 from autoloop.ratchet import orientation
 from autoloop.specs import Direction, Program
 
@@ -85,7 +85,7 @@ def final_text(rec: Mapping[str, Any], name: str) -> str:
         return f"re-measure of best vs start failed: {rec['error']}" + _cost(rec)
     if rec.get("deterministic") and "change" in rec and not rec.get("holdout"):
         p = rec.get("change_pct")
-        body = f"{name} {p:+.2f}%" if p is not None else f"{name} {rec['change']:+.4g}"
+        body = f"{name} {signed_pct(p)}" if p is not None else f"{name} {rec['change']:+.4g}"
         how = ("the best measured once more, the start as in cycle 0" if rec.get("reused")
                else f"{len(rec['a'])} identical pairs")
         return f"re-measured best vs start: {body} (deterministic: {how}){_cost(rec)}"
@@ -104,13 +104,10 @@ def final_text(rec: Mapping[str, Any], name: str) -> str:
 
 
 def _deterministic_pair(a: float, b: float, direction: Direction) -> dict[str, Any]:
-    pct_: float | None
-    if a > 0 and b > 0:
-        change, scale, pct_ = math.log(b / a), "log", (b / a - 1.0) * 100.0
-    else:
-        change, scale, pct_ = b - a, "diff", ((b - a) / abs(a) * 100.0 if a else None)
+    scale = st.pick_scale([a, b])
+    change = st.changes([a], [b], scale)[0]
     gain = orientation(direction) * change
-    return {"n": 1, "scale": scale, "change": change, "effect": gain, "change_pct": pct_,
+    return {"n": 1, "scale": scale, "change": change, "effect": gain, "change_pct": st.change_pct(change, scale, a),
             "median_a": a, "median_b": b, "improved": gain > 0}
 
 

@@ -12,7 +12,6 @@ import os
 import re
 import shlex
 import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping, Sequence
@@ -23,7 +22,7 @@ from autoloop.executables import needed_paths
 from autoloop.generators.base import GenContext, Proposal, hypothesis_of
 from autoloop.generators.command import CommandGenerator, last_line, run_short, written_hypothesis
 from autoloop.generators.llm_common import cost_usd
-from autoloop.walk import remove_tree
+from autoloop.walk import remove_tree, temp_dir
 
 _MAX_NOTES = 20
 _NOTE_LEN = 200
@@ -50,7 +49,7 @@ class AgentState:
 
 def private_state(state: AgentState, environ: Mapping[str, str]) -> Path:
     """A fresh private copy of the agent's state (0700, removed when autoloop exits)."""
-    root = Path(tempfile.mkdtemp(prefix="autoloop-agent-state-"))
+    root = temp_dir("agent-state")
     atexit.register(remove_tree, root, quiet=True)
     source = Path(environ.get(state.env) or os.path.expanduser(state.home))
     listed = source.is_dir() and not source.is_symlink()

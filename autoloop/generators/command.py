@@ -7,7 +7,6 @@ import os
 import re
 import shlex
 import shutil
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, NamedTuple
@@ -18,6 +17,7 @@ from autoloop.executables import needed_paths
 from autoloop.generators.base import MAX_HYPOTHESIS, GenContext, Proposal, hypothesis_in
 from autoloop.numbers import exact as fmt
 from autoloop.program import GeneratorSpec, Program
+from autoloop.walk import temp_tree
 
 _SCAN_LIMIT = 16 << 20
 _LINE_LIMIT = 64 << 10
@@ -43,9 +43,9 @@ class Said(NamedTuple):
 def run_short(ctx: GenContext, argv: list[str], timeout: float = 120.0) -> Said:
     """Run `argv` as a cycle runs the generator (sandboxed when it is), stdin closed."""
     command = ctx.wrap(argv) if ctx.wrap is not None else argv
-    with tempfile.TemporaryDirectory(prefix="autoloop-preflight-") as tmp:
+    with temp_tree("preflight") as tmp:
         res = proc.run(command, cwd=ctx.workdir, env=dict(ctx.env), timeout=timeout,
-                       log_stem=Path(tmp) / "preflight", stdin=None, marker=ctx.run_marker)
+                       log_stem=tmp / "preflight", stdin=None, marker=ctx.run_marker)
         return Said(res, res.stdout_tail(8000), res.stderr_tail(2000))
 
 
@@ -159,11 +159,11 @@ class CommandGenerator:
         if res.exit_code in _CANNOT_START:
             raise FatalGeneratorError(
                 f"the generator {_show(run_argv)[:200]} {_CANNOT_START[res.exit_code]} (exit "
-                f"{res.exit_code}): {(res.stderr_tail(500).strip().splitlines() or [''])[-1][:200]}; "
+                f"{res.exit_code}): {last_line(res.stderr_tail(500))}; "
                 "fix generator.command (autoloop doctor checks it)")
         if not res.ok:
-            tail = [ln for ln in (res.stderr_tail(2000) or res.stdout_tail(2000)).splitlines() if ln.strip()]
-            raise GeneratorError(f"generator {res.describe()}" + (f": {tail[-1][:200]}" if tail else ""))
+            tail = last_line(res.stderr_tail(2000) or res.stdout_tail(2000))
+            raise GeneratorError(f"generator {res.describe()}" + (f": {tail}" if tail else ""))
         proposal = Proposal(hypothesis=self.hypothesis(ctx, res), transcript=res.stdout_path)
         self.read_report(res, proposal)
         return proposal

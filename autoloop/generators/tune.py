@@ -8,7 +8,6 @@ from the ledger every cycle, so resume and parallel workers need no state.
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import math
 import re
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from autoloop.errors import ConfigError, FatalGeneratorError
+from autoloop.frontmatter import closest
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.generators.tune_engine import Engine, Observation, Param, Suggestion, Value, canonical
 from autoloop.globs import PathRules
@@ -128,8 +128,8 @@ def _parse_one(key: str, literal: str, spec: str) -> tuple[Value, Param, str]:
     flags = match.group("flags").split()
     for flag in flags:
         if flag not in _FLAGS:
-            close = difflib.get_close_matches(flag, _FLAGS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            close = closest(flag, _FLAGS)
+            hint = f" (did you mean {close!r}?)" if close else ""
             raise ValueError(f"unknown scale {flag!r}{hint}; expected int, float, log or linear")
     for one, other in (("int", "float"), ("log", "linear")):
         if one in flags and other in flags:
