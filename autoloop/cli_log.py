@@ -40,11 +40,13 @@ def cmd_log(args: argparse.Namespace) -> int:
     views = [CycleRecord.of(row.record) for row in f.rows]
     judged = [c for c in views if c.pooled]
     against = "vs (in cycle)" if judged else "best before"
-    head = f"{'cycle':>5}  {'status':<10} {name[:12]:>12} {against:>13} {'change':>8}  "
+    # paired, the change is the test's estimate over the pairs, not the one between the medians
+    change = "est. change" if judged else "change"
+    head = f"{'cycle':>5}  {'status':<10} {name[:12]:>12} {against:>13} {change:>{len(change)}}  "
     print(head + "hypothesis")
     for c, row in zip(views, f.rows):
         line = (f"{c.cycle:>5}  {c.status:<10} {fmt(c.metric) or '-':>12} "
-                f"{fmt(row.vs, '') :>13} {signed_pct(row.change, ''):>8}  ")
+                f"{fmt(row.vs, '') :>13} {signed_pct(row.change, ''):>{len(change)}}  ")
         print(_cut(line + " ".join(c.hypothesis.split()), width))
         if c.status != "baseline":
             print(_cut(" " * len(head) + "→ " + " ".join(c.lesson.split()), width))

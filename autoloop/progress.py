@@ -121,8 +121,11 @@ class Progress:
         self.last = f"#{c.cycle} {c.status} {metric}"
         cell = f"{c.status:<10}"
         vs, change = in_cycle(data, self.best)
-        # what the row was judged on: the incumbent measured beside it (paired) or the best
-        against = (f"vs {fmt(vs):>10} {signed_pct(change, ''):>8}" if c.pooled is not None else
+        # what the row was judged on: the incumbent measured beside it (paired) or the best.
+        # Paired, the % is the test's estimate over the pairs, not the change between the two
+        # medians shown: labelled, or a reader takes it for that
+        est = "" if change is None else f"est. {signed_pct(change)}"
+        against = (f"vs {fmt(vs):>10} {est:>13}" if c.pooled is not None else
                    f"best {fmt(self.best if self.direction else c.best):>10}")
         head = (f"cycle {c.cycle:>4}  {cell} {self.metric} {metric:>10}  "
                 f"{against}  {seconds(c.duration_s):>7}  ") + ("[you] " if c.by_human else "")

@@ -154,10 +154,11 @@ def _row(rec: Mapping[str, Any], vs: float | None, change: float | None, fmt: Fm
     who = ' <span class="small">(your decision)</span>' if c.by_human else ""
     commit = f'<div class="small">{_e(c.commit[:10])}</div>' if c.status == "keep" else ""
     tokens = f"<div class=small>{count(c.tokens)} tok</div>" if c.tokens else ""
+    est = "est. " if c.pooled is not None and change is not None else ""   # paired: not the medians' change
     return (f'<tr id="c{c.cycle}"><td class="n">{c.cycle}</td><td><span class="badge" style="background:'
             f'{STATUS_COLORS.get(c.status, "#000")}">{_e(c.status)}</span>{who}{commit}</td>'
             f'<td class="n">{_e(fmt(c.metric, ""))}</td>'
-            f'<td class="n">{_e(fmt(vs, ""))}<div class="small">{_e(signed_pct(change, ""))}</div></td>'
+            f'<td class="n">{_e(fmt(vs, ""))}<div class="small">{est}{_e(signed_pct(change, ""))}</div></td>'
             f'<td>{_e(" ".join(c.hypothesis.split()))}</td><td class="lesson">{_e(" ".join(c.lesson.split()))}</td>'
             f'<td class="small">{_e(ds)}</td><td class="n">{"" if c.cost_usd is None else usd(c.cost_usd)}{tokens}'
             f'</td><td class="n">{seconds(c.duration_s)}</td></tr>')

@@ -199,6 +199,16 @@ def test_end_of_run_record_log_and_final_line(sim) -> None:
     log = run_cli("log", "--tag", "t", cwd=repo)
     assert finals[0]["text"] in log.stdout
     assert "**End-of-run check** (after cycle 1)" in (repo / "experiments.md").read_text()
+    # the cycle's % is the paired test's estimate, not the change between the two medians shown
+    # beside it: progress and log label it so
+    pooled = cycles(repo)[1]["stats"]["pooled"]
+    est = signed_pct(pooled["change_pct"])
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith("cycle    1  keep"))
+    assert re.search(rf"vs +{re.escape(formatter([])(pooled['median_a']))} +est\. {re.escape(est)} ", row), row
+    lines = log.stdout.splitlines()
+    head = next(ln for ln in lines if ln.startswith("cycle  status"))
+    assert "vs (in cycle) est. change  hypothesis" in head, head
+    assert re.search(rf"^    1  keep .* {re.escape(est)}  ", next(ln for ln in lines if ln.startswith("    1  keep")))
 
 
 def test_end_of_run_with_a_deterministic_verifier_takes_one_run(sim) -> None:
