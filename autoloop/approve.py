@@ -48,6 +48,7 @@ class Review:
     guards: tuple[GuardResult, ...]
     recommendation: str | None     # the ratchet's status (after only): keep, discard, crash, guard_fail
     verdict: str                   # the ratchet's result line (with its statistics when it has any)
+    change: str | None = None      # paired: the change the verdict states (the estimate over the pairs)
 
     @property
     def keepable(self) -> bool:
@@ -71,20 +72,28 @@ def stages(mode: str) -> frozenset[str]:
     return frozenset(("before", "after")) if mode == "both" else frozenset((mode,))
 
 
-def human_outcome(review: Review, decision: Decision, ratchet_lesson: str | None) -> tuple[str, str, str]:
+def human_outcome(review: Review, decision: Decision, ratchet_lesson: str | None,
+                  feedback: str | None = None) -> tuple[str, str, str]:
     """The (status, lesson, result) recorded for a person's decision. Statuses stay within the
     contract's set: a skipped or quit candidate is a `discard`, a discarded crash stays a
-    `crash`, and only a measured candidate that passed its guards can be kept."""
+    `crash`, and only a measured candidate that passed its guards can be kept. `feedback`: a
+    paired cycle's coarse change, what its lesson tells the generator instead of the numbers."""
     note = " ".join(decision.note.split())
-    measured = "" if review.metric is None else \
-        f": {review.metric_name} {fmt(review.best)} → {fmt(review.metric)}{_pct(review.best, review.metric)}"
+    if review.metric is None:
+        measured = ""
+    elif review.change is not None:
+        # the change the ratchet's verdict states, not the one between the two medians
+        measured = f": {review.change} against the incumbent measured beside it"
+    else:
+        measured = f": {review.metric_name} {fmt(review.best)} → {fmt(review.metric)}{_pct(review.best, review.metric)}"
+    told = f": {feedback}" if feedback and measured else measured
     rec = review.recommendation
     if review.when == "before" or decision.action in ("skip", "verify"):
         why = ("not verified: the person quit the run before verifying it" if decision.action == "quit"
                else "skipped by the person before verification")
         return "discard", note or why, f"discard (the person's decision): {why}"
     if decision.action == "keep" and review.keepable:
-        lesson = f"kept by the person{measured}" + ("" if rec == "keep" else f" (the ratchet said {rec})")
+        lesson = f"kept by the person{told}" + ("" if rec == "keep" else f" (the ratchet said {rec})")
         return "keep", note or lesson, f"keep (the person's decision; the ratchet said {rec}){measured}"
     # discard, quit, or a keep that cannot be honoured
     status = rec if rec in ("crash", "guard_fail") else "discard"
@@ -94,7 +103,7 @@ def human_outcome(review: Review, decision: Decision, ratchet_lesson: str | None
         why = "discarded by the person although the ratchet would have kept it"
     else:
         why = ratchet_lesson or "discarded by the person"
-    return status, note or (why + measured if rec == "keep" else why), \
+    return status, note or (why + told if rec == "keep" else why), \
         f"{status} (the person's decision; the ratchet said {rec}){measured or ': ' + review.verdict}"
 
 
@@ -202,8 +211,11 @@ class TerminalReviewer:
             self._line(f"{r.metric_name}: {self._c(_RED, 'no metric')}  (incumbent {fmt(r.best)})")
         else:
             shade = _GREEN if r.recommendation == "keep" else _YELLOW
+            # paired, the two are medians and the change is the verdict's estimate under them:
+            # a % between the medians here would be a second, different change
+            how = " (medians of this cycle's pairs)" if r.change is not None else _pct(r.best, r.metric)
             self._line(f"{r.metric_name}: {self._c(shade, fmt(r.metric))} vs incumbent "
-                       f"{fmt(r.best)}{_pct(r.best, r.metric)}  ({r.direction})")
+                       f"{fmt(r.best)}{how}  ({r.direction})")
         rec = r.recommendation or "?"
         self._line(self._c(_BOLD, "Ratchet recommends: ") + self._c(_GREEN if rec == "keep" else _YELLOW, rec)
                    + f"  — {r.verdict}")

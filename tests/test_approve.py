@@ -9,6 +9,7 @@ import pexpect
 import pytest
 
 from autoloop.approve import Decision, Review, human_outcome, stages
+from autoloop.numbers import pct, signed_pct
 from autoloop.verify import GuardResult
 from tests.scripts.e2e import PY, git, make_project, repo_state
 
@@ -103,8 +104,11 @@ def test_paired_review_compares_with_the_incumbent_measured_beside_it(tmp_path):
     p = make_project(tmp_path, {1: 'W("val.txt", "30")'}, verifier=f"{PY} {script}", guards=False,
                      extra="accept: {rule: paired, pairs: 6, final_pairs: 0}")
     child = spawn(p, "--approve", "--cycles", "1")
-    child.expect(r"score: (\S+) vs incumbent (\S+) \(([-+][\d.]+)%\)")
+    # the two medians, with no % between them: the change is the verdict's, on the next line
+    child.expect(r"score: (\S+) vs incumbent (\S+) \(medians of this cycle's pairs\)")
     shown_b, shown_a = float(child.match.group(1)), float(child.match.group(2))
+    child.expect(r"Ratchet recommends: keep\s+— keep: score ([-+][\d.]+%) ")
+    stated = child.match.group(1)
     child.expect(r"> ")
     child.send("d")
     child.expect(pexpect.EOF)
@@ -114,9 +118,57 @@ def test_paired_review_compares_with_the_incumbent_measured_beside_it(tmp_path):
     pooled = cyc[1]["stats"]["pooled"]
     assert shown_a == pytest.approx(pooled["median_a"]) and shown_b == pytest.approx(pooled["median_b"])
     assert shown_a != pytest.approx(cyc[0]["metric"])   # the drift moved it: the test can tell
+    assert stated == signed_pct(pooled["change_pct"]) != signed_pct(pct(shown_a, shown_b))
     # the person decided, and the record still holds every run it was shown (it held none)
     assert cyc[1]["decided_by"] == "human" and cyc[1]["recommendation"] == "keep"
     assert all(b["a"] and b["b"] for b in cyc[1]["stats"]["batches"])
+
+
+NOISY_PY = """import os, pathlib, random
+count = pathlib.Path(os.environ["E2E_OUT"]) / "runs"
+n = int(count.read_text()) if count.exists() else 0
+count.write_text(str(n + 1))
+print("score:", round(float(open("val.txt").read()) * (1 + 0.03 * random.Random(n).gauss(0, 1)), 4))
+"""
+
+
+def test_a_paired_cycle_kept_by_the_person_states_the_verdicts_change(tmp_path):
+    """A person keeps a paired cycle the ratchet discarded: the commit message, the result and the
+    progress line under it must state the change the verdict states (the estimate over the
+    pairs), not stored best → candidate median, nor the change between the two medians (on a
+    noisy verifier, seeded by its run count, all three differ)."""
+    script = tmp_path / "noisy.py"
+    script.write_text(NOISY_PY)
+    p = make_project(tmp_path, {1: 'W("val.txt", "40.5")'}, verifier=f"{PY} {script}", guards=False,
+                     extra="accept: {rule: paired, pairs: 6, final_pairs: 0}")
+    start = git(p.repo, "rev-parse", "HEAD", env=p.env)
+    child = spawn(p, "--approve", "--cycles", "1")
+    child.expect(r"Ratchet recommends: discard\s+— discard: (score .+?), LR=")
+    stated = child.match.group(1)            # the change the verdict states
+    child.expect(r"> ")
+    child.send("k")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    out = child.before
+    cyc = ledger_cycles(p)
+    pooled = cyc[1]["stats"]["pooled"]
+    assert cyc[1]["status"] == "keep" and cyc[1]["recommendation"] == "discard"
+    verdict_change = signed_pct(pooled["change_pct"])
+    assert stated.startswith(f"score {verdict_change} (")
+    others = {signed_pct(pct(cyc[0]["metric"], cyc[1]["metric"])),            # stored best → median
+              signed_pct(pct(pooled["median_a"], pooled["median_b"]))}        # median → median
+    assert verdict_change not in others        # the drift makes them differ: the test can tell
+    (commit,) = p.branch_commits(start)
+    message = p.message(commit)
+    assert f"{stated}, estimated over {pooled['n']} pairs against the incumbent measured beside it" in message
+    assert not any(o in message for o in others), message
+    assert cyc[1]["result"] == (f"keep (the person's decision; the ratchet said discard): {stated} "
+                                "against the incumbent measured beside it")
+    # the generator is told the coarse change, as for any paired cycle
+    assert cyc[1]["lesson"] == f"kept by the person: {cyc[1]['feedback']} (the ratchet said discard)"
+    row = next(ln for ln in out.splitlines() if ln.startswith("cycle    1  keep"))
+    assert f" est. {verdict_change} " in row and not any(o in row for o in others), row
 
 
 def test_approve_before_skips_without_measuring(tmp_path):

@@ -116,6 +116,14 @@ def test_paired_keeps_a_real_gain_and_commits_it(sim) -> None:
     assert statuses(repo) == ["keep", "keep"]
     message = git(repo, "log", "-1", "--format=%B", "autoloop/t")
     assert "Measured: score" in message and re.search(r"LR=[0-9.e+]+", message)
+    # the change it states is the verdict's (the estimate over the pairs), not stored best → median
+    c = cycles(repo)[2]
+    pooled, fmt = c["stats"]["pooled"], formatter([])
+    ci = pct_interval(pooled["change_ci_pct"], pooled["ci_level"])
+    assert message.splitlines()[2] == (
+        f"score {signed_pct(pooled['change_pct'])} ({ci}), estimated over {pooled['n']} pairs against the "
+        f"incumbent measured beside it (medians {fmt(pooled['median_a'])} → {fmt(c['metric'])})")
+    assert f"score {signed_pct(pooled['change_pct'])} ({ci})" in c["result"]
 
 
 def test_paired_confirmation_test_is_recorded(sim) -> None:

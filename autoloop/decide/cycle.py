@@ -98,6 +98,18 @@ def ci_text(c: st.Comparison, name: str) -> str:
     return f"{name} {body} ({share(c.ci.level)} CI {ci})"
 
 
+def stated_change(stats: Mapping[str, Any], name: str) -> str | None:
+    """A paired cycle's change as its verdict states it (`score -14.01% (75% CI …)`, the
+    estimate over all its pairs), from its ledger stats; None for any other rule. What is quoted
+    beside the verdict (a commit message, a person's decision) must not be the change between
+    two medians, which the estimate is not."""
+    if not isinstance(stats.get("pooled"), dict):
+        return None
+    batches = stats.get("batches") or []
+    a, b = [x for t in batches for x in t["a"]], [x for t in batches for x in t["b"]]
+    return ci_text(st.compare(a, b, stats["direction"]), name)
+
+
 def calibration_noise(history: History) -> tuple[list[float], str | None]:
     """Mean-0 draws of the pair noise and their scale ([], None without): the calibration's A/A
     changes, then each later paired test's Helmert contrasts (free of the candidate's effect),

@@ -9,6 +9,7 @@ from typing import Any
 
 from autoloop.approve import Review, human_outcome
 from autoloop.cycle import Cycle, Outcome, Round, RunState, violation
+from autoloop.decide.cycle import stated_change
 from autoloop.errors import Interrupted
 from autoloop.measure import judge_one
 from autoloop.numbers import num as fmt
@@ -62,7 +63,8 @@ def review(state: RunState, when: str, c: Cycle, rnd: Round, outcome: Outcome | 
     m = outcome.measurement if outcome is not None else None
     # a paired cycle was judged against the incumbent measured beside it, as progress and log
     # show it: its stored value would give a change the verdict under it contradicts
-    pooled = (outcome.extra.get("stats") or {}).get("pooled") if outcome is not None else None
+    stats = (outcome.extra.get("stats") or {}) if outcome is not None else {}
+    pooled = stats.get("pooled")
     against = pooled["median_a"] if isinstance(pooled, dict) and pooled.get("median_a") is not None \
         else state.best
     rv = Review(when=when, cycle=c.n, hypothesis=c.proposal.hypothesis, incumbent=rnd.incumbent,
@@ -70,7 +72,8 @@ def review(state: RunState, when: str, c: Cycle, rnd: Round, outcome: Outcome | 
                 diff=state.ws.diff_text(rnd.incumbent, c.candidate), metric_name=v.label,
                 direction=v.direction, best=against, metric=None if outcome is None else outcome.metric,
                 guards=() if m is None else m.guards, recommendation=None if outcome is None else outcome.status,
-                verdict="" if outcome is None else outcome.result)
+                verdict="" if outcome is None else outcome.result,
+                change=stated_change(stats, v.label))
     state.in_python = True   # Ctrl-C at the prompt abandons the cycle at once
     try:
         if state.signal is not None:
@@ -80,7 +83,8 @@ def review(state: RunState, when: str, c: Cycle, rnd: Round, outcome: Outcome | 
         state.in_python = False
     if decision.action == "verify":
         return None
-    status, lesson, result = human_outcome(rv, decision, None if outcome is None else outcome.lesson)
+    status, lesson, result = human_outcome(rv, decision, None if outcome is None else outcome.lesson,
+                                           None if outcome is None else outcome.extra.get("feedback"))
     # the judge's fields (a paired cycle's samples and statistics, its coarse feedback) describe
     # the measurement, whoever decided: the ledger keeps them, and tune reads side A from them
     return Outcome(status, lesson, result, metric=None if outcome is None else outcome.metric,

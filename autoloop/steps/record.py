@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from autoloop.cycle import Cycle, Round, RunState
+from autoloop.decide.cycle import stated_change
 from autoloop.journal import Record, escape_controls
 from autoloop.memory import near_duplicate
 from autoloop.numbers import num as fmt, pct, signed_pct
@@ -59,9 +60,17 @@ def _message(state: RunState, c: Cycle) -> str:
     subject = f"autoloop cycle {c.n}: {hyp}"
     if len(subject) > SUBJECT_MAX:
         subject = subject[:SUBJECT_MAX - 1] + "…"
-    d = pct(state.best, o.metric)
-    change = f" ({signed_pct(d)})" if d is not None else ""
-    return (f"{subject}\n\n{state.program.verifier.label}: {fmt(state.best)} → {fmt(o.metric)}{change}\n"
+    name, stats = state.program.verifier.label, o.extra.get("stats") or {}
+    stated = stated_change(stats, name)
+    if stated is not None:
+        # the verdict's change, whoever kept it: the stored best → this median would be another
+        pooled = stats["pooled"]
+        line = (f"{stated}, estimated over {pooled['n']} pairs against the incumbent measured beside it "
+                f"(medians {fmt(pooled['median_a'])} → {fmt(o.metric)})")
+    else:
+        d = pct(state.best, o.metric)
+        line = f"{name}: {fmt(state.best)} → {fmt(o.metric)}" + (f" ({signed_pct(d)})" if d is not None else "")
+    return (f"{subject}\n\n{line}\n"
             + (f"Measured: {o.extra['note']}\n" if o.extra.get("note") else "")
             + f"Hypothesis: {hyp}\nCycle: {c.n}\nRun: {state.ws.branch}\n")
 
