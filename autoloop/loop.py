@@ -425,7 +425,10 @@ class Run:
                 "skipped": (f"skipped — about {need:.0f}s of re-measurement would not fit in the "
                             f"{left:.0f}s left of --max-minutes"), "estimate_s": round(need, 1)}
         else:
-            self.opt.report("phase", {"cycle": cycles[-1]["cycle"], "phase": "final check"})
+            # announced only when it measures: with nothing kept (the start's tree) or
+            # final_pairs 0, end_of_run skips it and the final line says so
+            if self.program.accept.final_pairs > 0 and state.ws.tree_of(start) != state.ws.tree_of(state.incumbent):
+                self.opt.report("phase", {"cycle": cycles[-1]["cycle"], "phase": "final check"})
             log_dir = state.log_dir(0, f"final-{int(time.time() * 1000)}")
             try:
                 rec = checked(state, lambda: state.judge.final(start, state.incumbent, log_dir, self.env(0), cycles))

@@ -29,7 +29,7 @@ LESSON_INDENT = " " * 12
 # Phases that take minutes with nothing else printed: a plain log (`> run.log`, nohup) would
 # stay empty through a baseline measured several times, or an end-of-run check of 40 runs
 SLOW_PHASES = {"baseline": "measuring the starting commit (guards, then the verifier) …",
-               "final check": "end-of-run check (the best re-measured against the start, when one was kept) …"}
+               "final check": "end-of-run check: re-measuring the best against the start …"}
 
 
 def use_color(stream: IO[str], env: Mapping[str, str] | None = None) -> bool:

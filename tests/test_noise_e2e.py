@@ -259,7 +259,8 @@ def test_end_of_run_skips_measuring_when_nothing_was_kept(sim) -> None:
     res = run(repo, env, 1)
     final = [r for r in ledger(repo) if r["t"] == "final"][0]
     assert "nothing was kept" in final["skipped"] and final["change_pct"] == 0.0
-    assert "nothing was kept" in res.stdout
+    assert "not re-measured: nothing was kept" in res.stdout
+    assert "end-of-run check" not in res.stdout, res.stdout    # nothing measured, nothing announced
 
 
 def test_no_end_of_run_check_on_interrupt(sim) -> None:
@@ -447,7 +448,7 @@ def test_a_resume_that_keeps_nothing_reuses_the_end_of_run_check(sim) -> None:
     assert (again["a"], again["b"], again["change_pct"]) == (first[0]["a"], first[0]["b"], first[0]["change_pct"])
     assert again["text"].startswith("end-of-run check: reused from ") and again["text"] in res.stdout
     assert again["text"].endswith("6 pairs") and "verifier run" not in again["text"], again["text"]
-    assert "end-of-run check (the best" not in res.stdout, res.stdout   # no re-measurement started
+    assert "end-of-run check: re-measuring" not in res.stdout, res.stdout   # no re-measurement started
     # the verifier ran only for cycle 2's batch, not once for the end
     batches = cycles(repo)[2]["stats"]["batches"]
     assert int(runs_file.read_text()) - before == sum(len(b["a"]) + len(b["b"]) for b in batches)

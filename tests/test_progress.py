@@ -48,7 +48,7 @@ def test_plain_log_says_when_the_end_of_run_check_starts():
     p("cycle", CYCLE1)
     p("phase", {"cycle": 1, "phase": "final check"})
     p.close()
-    assert out.getvalue().splitlines()[-1] == "cycle    1  end-of-run check (the best re-measured against the start, when one was kept) …"
+    assert out.getvalue().splitlines()[-1] == "cycle    1  end-of-run check: re-measuring the best against the start …"
 
 
 def test_ci_timestamps_and_phase_lines():

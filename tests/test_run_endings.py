@@ -125,7 +125,9 @@ def test_nothing_kept_is_said_once(tmp_path) -> None:
     res = p.run("--cycles", "1")
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("nothing was kept") == 1, res.stdout
-    assert "final      re-measured: nothing was kept: the best is the starting code\n" in res.stdout
+    assert "final      not re-measured: nothing was kept: the best is the starting code\n" in res.stdout
+    # nothing is measured at the end, so no line announces a re-measurement
+    assert "end-of-run check" not in res.stdout, res.stdout
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith("stopped: "))
     assert line.startswith(SUMMARY.format(reason="max_cycles reached (1 cycle)", best="40.25") + ", gain 0%; 0 kept"), line
     assert line.endswith(f"branch {p.branch()} at {git(p.repo, 'rev-parse', p.branch(), env=p.env)[:12]}"), line

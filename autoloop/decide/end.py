@@ -80,7 +80,7 @@ def _cost(rec: Mapping[str, Any]) -> str:
 
 def final_text(rec: Mapping[str, Any], name: str) -> str:
     if rec.get("skipped"):
-        return f"re-measured: {rec['skipped']}"
+        return f"not re-measured: {rec['skipped']}"
     if rec.get("error"):
         return f"re-measure of best vs start failed: {rec['error']}" + _cost(rec)
     if rec.get("deterministic") and "change" in rec and not rec.get("holdout"):
