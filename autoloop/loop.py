@@ -125,7 +125,8 @@ class Run:
             except Timeout:
                 raise LockedError(f"another autoloop run holds tag '{self.opt.tag}' in this repository "
                                   f"(lock {lock_path}); wait for it or use another --tag") from None
-            old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+            old = {sig: signal.signal(sig, self._on_signal) for sig in proc.STOP_SIGNALS
+                   if sig != signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN}  # nohup
             try:
                 # under the lock: a run refused for the lock must not start (or kill) anything
                 self.preflight_generator(generator)

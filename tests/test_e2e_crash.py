@@ -322,8 +322,11 @@ def test_other_tag_runs_concurrently(tmp_path):
 # Ctrl-C and SIGTERM
 
 
+# SIGHUP: the terminal or ssh session the run was started from went away (the kernel signals
+# its foreground group, as Ctrl-C does)
 SIGNAL_CASES = [(signal.SIGINT, "generator"), (signal.SIGINT, "verifier"),
-                (signal.SIGTERM, "generator"), (signal.SIGTERM, "verifier")]
+                (signal.SIGTERM, "generator"), (signal.SIGTERM, "verifier"),
+                (signal.SIGHUP, "generator"), (signal.SIGHUP, "verifier")]
 
 
 @pytest.fixture(scope="module", params=SIGNAL_CASES, ids=lambda c: f"{c[0].name}-{c[1]}")
@@ -339,8 +342,8 @@ def interrupted(request, tmp_path_factory):
         _await(marker.exists, proc)
         time.sleep(0.2)
         t0 = time.monotonic()
-        if sig == signal.SIGINT:
-            os.killpg(proc.pid, signal.SIGINT)     # like Ctrl-C: the terminal signals the group
+        if sig in (signal.SIGINT, signal.SIGHUP):
+            os.killpg(proc.pid, sig)               # like Ctrl-C or a hangup: the terminal signals the group
         else:
             proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
@@ -402,6 +405,24 @@ def test_interrupt_journal_consistent(interrupted):
 def test_interrupt_branch_has_only_resumed_keeps(interrupted):
     p, s = interrupted
     assert len(p.branch_commits(s["start"])) == 2
+
+
+def test_a_nohup_run_goes_on_through_a_hangup(tmp_path):
+    """`nohup autoloop run ... &`: the hangup stays ignored, the run ends on its own stop."""
+    p = make_project(tmp_path, {1: 'W("val.txt", "30"); (OUT / "gen-started").write_text(""); time.sleep(1)'})
+    proc = subprocess.Popen([PY, "-m", "autoloop", "run", "program.md", "--tag", p.tag, "--cycles", "2"],
+                            cwd=p.repo, env=p.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        _await((p.out / "gen-started").exists, proc)
+        os.killpg(proc.pid, signal.SIGHUP)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep", "no_change"], p.rows()
 
 
 def test_double_ctrl_c_still_restores_the_worktree(tmp_path):
