@@ -23,6 +23,17 @@ from tests.scripts.e2e import (random_moves_plan, PY, SCRIPTS, alive, assert_jou
 PIDS_SEEN = "sandbox: none"
 
 
+def _signal_when(pred, proc, sig: int, timeout: float = 30) -> tuple[str, str]:
+    """Once pred() holds, signal the run's group as a terminal would; its (stdout, stderr)."""
+    try:
+        _await(pred, proc)
+        os.killpg(proc.pid, sig)
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def _await(pred, proc, timeout: float = 60, interval: float = 0.02) -> None:
     """Wait for pred() while the run `proc` is alive; on failure show what the run printed."""
     if wait_for(lambda: pred() or proc.poll() is not None, timeout, interval) and pred():
@@ -410,17 +421,8 @@ def test_interrupt_branch_has_only_resumed_keeps(interrupted):
 def test_a_nohup_run_goes_on_through_a_hangup(tmp_path):
     """`nohup autoloop run ... &`: the hangup stays ignored, the run ends on its own stop."""
     p = make_project(tmp_path, {1: 'W("val.txt", "30"); (OUT / "gen-started").write_text(""); time.sleep(1)'})
-    proc = subprocess.Popen([PY, "-m", "autoloop", "run", "program.md", "--tag", p.tag, "--cycles", "2"],
-                            cwd=p.repo, env=p.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
-    try:
-        _await((p.out / "gen-started").exists, proc)
-        os.killpg(proc.pid, signal.SIGHUP)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    proc = p.popen("--cycles", "2", nohup=True)
+    _, err = _signal_when((p.out / "gen-started").exists, proc, signal.SIGHUP, timeout=60)
     assert proc.returncode == 0, err
     assert [r["status"] for r in p.rows()] == ["baseline", "keep", "no_change"], p.rows()
 
@@ -459,13 +461,7 @@ def test_interrupt_during_baseline(tmp_path):
     (p.repo / "val.txt").write_text("slow\n")
     git(p.repo, "commit", "-qam", "slow baseline", env=p.env)
     proc = p.popen("--cycles", "1")
-    try:
-        _await((p.out / "verifier-started").exists, proc)
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _, err = _signal_when((p.out / "verifier-started").exists, proc, signal.SIGINT)
     kill_marked(p.env)
     assert proc.returncode == 130, err
     assert_valid_ledger(p)
