@@ -318,7 +318,7 @@ class Run:
     def _journal_start(self, incumbent: str) -> None:   # one per invocation; the first marks the branch ours
         rec = {"t": "start", "tag": self.opt.tag, "program": self.program.rel_path,
                "verifier": verifier_fingerprint(self.program), "incumbent": incumbent,
-               "worktree": str(self.ws.path), "sandbox": "none" if self.guard.unsandboxed else "bwrap"}
+               "worktree": str(self.ws.path), "sandbox": "none" if self.guard.sandbox is None else "bwrap"}
         if self.guard.unsandboxed:
             rec["unsandboxed"] = self.guard.unsandboxed
         self.journal.append(rec)
