@@ -173,7 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _leaving() -> None:
     # all is put back: one more Ctrl-C must not break the way out (filelock's exit handlers)
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    from autoloop.proc import STOP_SIGNALS
+
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
 
 

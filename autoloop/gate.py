@@ -193,7 +193,9 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
                 got[side] = m.metric
                 (res.base_values if side == "base" else res.head_values).append(m.metric)
             log(f"pair {i + 1}/{pairs} ({' then '.join(order)}): base {fmt(got['base'])}, head {fmt(got['head'])}")
-        res.stats = compare(res.base_values, res.head_values, program.verifier.direction)
+        # the interval that agrees with the one-sided tests at alpha: it leaves out 0 exactly when
+        # one of them is significant (1 - 2 alpha, 90% at the default 0.05)
+        res.stats = compare(res.base_values, res.head_values, program.verifier.direction, level=1 - 2 * alpha)
         _judge(res)
         return res
     finally:

@@ -125,7 +125,8 @@ class Run:
             except Timeout:
                 raise LockedError(f"another autoloop run holds tag '{self.opt.tag}' in this repository "
                                   f"(lock {lock_path}); wait for it or use another --tag") from None
-            old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+            old = {sig: signal.signal(sig, self._on_signal) for sig in proc.STOP_SIGNALS
+                   if sig != signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN}  # nohup
             try:
                 # under the lock: a run refused for the lock must not start (or kill) anything
                 self.preflight_generator(generator)
@@ -317,7 +318,7 @@ class Run:
     def _journal_start(self, incumbent: str) -> None:   # one per invocation; the first marks the branch ours
         rec = {"t": "start", "tag": self.opt.tag, "program": self.program.rel_path,
                "verifier": verifier_fingerprint(self.program), "incumbent": incumbent,
-               "worktree": str(self.ws.path), "sandbox": "none" if self.guard.unsandboxed else "bwrap"}
+               "worktree": str(self.ws.path), "sandbox": "none" if self.guard.sandbox is None else "bwrap"}
         if self.guard.unsandboxed:
             rec["unsandboxed"] = self.guard.unsandboxed
         self.journal.append(rec)

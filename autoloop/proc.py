@@ -41,6 +41,9 @@ KILL_GRACE_S = 3.0
 SETTLE_S = 0.3
 SWEEP_S = 10.0           # the longest a leftover sweep goes on (a fork loop respawning)
 _DEAD = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+# What stops a run the way Ctrl-C does: SIGHUP too, sent when the terminal or ssh session the run
+# was started from goes away (a nohup'd run ignores it, and keeps ignoring it).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 
 # The commands running now, for a signal handler to stop, and those it stopped (`interrupted`,
@@ -288,9 +291,9 @@ def run_captured(args: Sequence[str], *, cwd: Path | str | None = None, input: b
     """subprocess.run(args, capture_output=True, input=input) for autoloop's own short commands
     (git, a query of an interpreter), registered so no leftover sweep takes them for an orphan.
     Raises OSError when it cannot start and TimeoutExpired after killing it. `shielded`: in a
-    session of its own, SIGINT/SIGTERM blocked across the spawn (see gitrun.run)."""
+    session of its own, the STOP_SIGNALS blocked across the spawn (see gitrun.run)."""
     with _starting():
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if shielded else None
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS)) if shielded else None
         try:
             child = subprocess.Popen(list(args), cwd=cwd, env=None if env is None else dict(env),
                                      start_new_session=shielded,

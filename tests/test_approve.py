@@ -348,3 +348,20 @@ def test_stages():
 def test_keep_lesson_says_it_overruled_the_ratchet():
     _, lesson, _ = human_outcome(_review(rec="discard", metric=45.0), Decision("keep"), None)
     assert re.search(r"ratchet said discard", lesson)
+
+
+def test_a_closed_terminal_at_the_prompt_stops_the_run_cleanly(tmp_path):
+    """The ssh session drops while the run waits for the person: the hangup stops it as Ctrl-C
+    would — the candidate undone, the journal closed — and the next run goes on from there."""
+    p = make_project(tmp_path, PLAN)
+    start = git(p.repo, "rev-parse", "HEAD", env=p.env)
+    child = spawn(p, "--approve", "--cycles", "3")
+    child.expect(r"\[k\]eep.*> ")
+    child.close(force=False)          # the terminal goes away: the kernel sends SIGHUP
+    recs = [json.loads(line) for line in p.ledger_path().read_text().splitlines()]
+    assert recs[-1]["t"] == "end" and "interrupted" in recs[-1]["reason"], recs[-1]
+    assert git(p.worktree(), "status", "--porcelain", "--untracked-files=all", env=p.env) == ""
+    assert p.branch_head() == start
+    res = p.run("--cycles", "1")
+    assert res.returncode == 0, res.stderr
+    assert "unfinished" not in res.stdout + res.stderr

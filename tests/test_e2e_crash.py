@@ -23,6 +23,17 @@ from tests.scripts.e2e import (random_moves_plan, PY, SCRIPTS, alive, assert_jou
 PIDS_SEEN = "sandbox: none"
 
 
+def _signal_when(pred, proc, sig: int, timeout: float = 30) -> tuple[str, str]:
+    """Once pred() holds, signal the run's group as a terminal would; its (stdout, stderr)."""
+    try:
+        _await(pred, proc)
+        os.killpg(proc.pid, sig)
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def _await(pred, proc, timeout: float = 60, interval: float = 0.02) -> None:
     """Wait for pred() while the run `proc` is alive; on failure show what the run printed."""
     if wait_for(lambda: pred() or proc.poll() is not None, timeout, interval) and pred():
@@ -322,8 +333,11 @@ def test_other_tag_runs_concurrently(tmp_path):
 # Ctrl-C and SIGTERM
 
 
+# SIGHUP: the terminal or ssh session the run was started from went away (the kernel signals
+# its foreground group, as Ctrl-C does)
 SIGNAL_CASES = [(signal.SIGINT, "generator"), (signal.SIGINT, "verifier"),
-                (signal.SIGTERM, "generator"), (signal.SIGTERM, "verifier")]
+                (signal.SIGTERM, "generator"), (signal.SIGTERM, "verifier"),
+                (signal.SIGHUP, "generator"), (signal.SIGHUP, "verifier")]
 
 
 @pytest.fixture(scope="module", params=SIGNAL_CASES, ids=lambda c: f"{c[0].name}-{c[1]}")
@@ -339,8 +353,8 @@ def interrupted(request, tmp_path_factory):
         _await(marker.exists, proc)
         time.sleep(0.2)
         t0 = time.monotonic()
-        if sig == signal.SIGINT:
-            os.killpg(proc.pid, signal.SIGINT)     # like Ctrl-C: the terminal signals the group
+        if sig in (signal.SIGINT, signal.SIGHUP):
+            os.killpg(proc.pid, sig)               # like Ctrl-C or a hangup: the terminal signals the group
         else:
             proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
@@ -404,6 +418,15 @@ def test_interrupt_branch_has_only_resumed_keeps(interrupted):
     assert len(p.branch_commits(s["start"])) == 2
 
 
+def test_a_nohup_run_goes_on_through_a_hangup(tmp_path):
+    """`nohup autoloop run ... &`: the hangup stays ignored, the run ends on its own stop."""
+    p = make_project(tmp_path, {1: 'W("val.txt", "30"); (OUT / "gen-started").write_text(""); time.sleep(1)'})
+    proc = p.popen("--cycles", "2", nohup=True)
+    _, err = _signal_when((p.out / "gen-started").exists, proc, signal.SIGHUP, timeout=60)
+    assert proc.returncode == 0, err
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep", "no_change"], p.rows()
+
+
 def test_double_ctrl_c_still_restores_the_worktree(tmp_path):
     """The impatient user: Ctrl-C twice in quick succession during the generator."""
     for attempt, gap in enumerate((0.005, 0.015, 0.002, 0.01, 0.02)):
@@ -438,13 +461,7 @@ def test_interrupt_during_baseline(tmp_path):
     (p.repo / "val.txt").write_text("slow\n")
     git(p.repo, "commit", "-qam", "slow baseline", env=p.env)
     proc = p.popen("--cycles", "1")
-    try:
-        _await((p.out / "verifier-started").exists, proc)
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _, err = _signal_when((p.out / "verifier-started").exists, proc, signal.SIGINT)
     kill_marked(p.env)
     assert proc.returncode == 130, err
     assert_valid_ledger(p)

@@ -91,6 +91,8 @@ def test_equal_head_passes_with_exit_0(tmp_path):
     assert out["passed"] is True and out["exit_code"] == 0
     assert len(out["base"]["values"]) == len(out["head"]["values"]) == 8
     assert out["order"][0] == ["base", "head"] and out["order"][1] == ["head", "base"]
+    # the interval of level 1 - 2 alpha (as near as 8 pairs allow): the one-sided tests' dual
+    assert out["ci_level"] == pytest.approx(1 - 2 * 2 / 256)
 
 
 def _det_repo(tmp_path, base_value: str, head_value: str, *, head_files: dict | None = None):
@@ -252,6 +254,16 @@ def test_compare_log_scale_change_and_interval():
     assert s.ci_pct[0] <= 10.0 + 1e-9 <= s.ci_pct[1] + 1e-9
     assert s.p_worse == pytest.approx(1 / 64)
     assert s.ci_level == pytest.approx(1 - 2 / 64)
+
+
+def test_the_gates_interval_agrees_with_its_one_sided_test():
+    # five pairs clearly better, one a little worse: significant at 0.05 (p = 2/64)
+    base, head = [100.0] * 6, [90.0, 91.0, 92.0, 93.0, 94.0, 100.5]
+    s = compare(base, head, "minimize", level=0.9)
+    assert s.p_better == pytest.approx(2 / 64)
+    assert s.ci_pct[1] < 0, s.ci_pct                  # the whole interval is better
+    # the 95% interval would hold 0 beside that p-value: the contradiction the trial saw
+    assert compare(base, head, "minimize").ci_pct[1] > 0
 
 
 def test_compare_direction():

@@ -150,12 +150,14 @@ class Project:
     def run(self, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return self.cli("run", "program.md", "--tag", self.tag, *extra, timeout=timeout)
 
-    def popen(self, *extra: str) -> subprocess.Popen[str]:
-        """Start a run in its own session (so a test can signal it like a terminal would)."""
+    def popen(self, *extra: str, nohup: bool = False) -> subprocess.Popen[str]:
+        """Start a run in its own session (so a test can signal it like a terminal would);
+        `nohup`: with hangups ignored, as `nohup autoloop run ...` starts it."""
         return subprocess.Popen([PY, "-m", "autoloop", "run", "program.md", "--tag", self.tag, *extra],
                                 cwd=self.repo, env=self.env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True,
+                                preexec_fn=(lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else None)
 
     # ---- reading what the run wrote --------------------------------------------------------
 
