@@ -230,7 +230,7 @@ def test_a_file_named_inside_a_guards_shell_string_is_protected(tmp_path):
                      files={"check.py": "import sys\nsys.exit(0)\n", "src/score.py": SCORE_PY})
     res, before, originals, left = _run(p)
     assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
-    assert re.search(r"program\.md:\d+: guards\[0\] runs check\.py", res.stderr), res.stderr
+    assert re.search(r"program\.md:\d+: guards\[0\]\.command runs check\.py", res.stderr), res.stderr
     assert not (p.repo / "results.tsv").exists()
 
 
