@@ -115,7 +115,7 @@ def check_pairs(pairs: int, alpha: float, require_improvement: bool = False) -> 
         raise UsageError(f"--pairs {pairs} can never reach --alpha {alpha:g} (the smallest p-value of "
                          f"{pairs} pairs is {0.5 ** pairs:g}), so this gate could never "
                          f"{'pass' if require_improvement else 'fail'}; use "
-                         f"--pairs {need + 1} or more ({need} only passes a verdict when every pair agrees)")
+                         f"--pairs {need + 1} or more (with {need}, only pairs that all agree can be significant)")
 
 
 def resolve(repo: Path, ref: str) -> str:
