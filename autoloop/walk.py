@@ -4,6 +4,7 @@ to delete a tree and one to make a temporary one, for everything in autoloop tha
 from __future__ import annotations
 
 import gc
+import hashlib
 import os
 import re
 import shutil
@@ -22,8 +23,8 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _KINDS = {stat.S_IFREG: "f", stat.S_IFDIR: "d", stat.S_IFLNK: "l"}
 _S_IFMT, _S_IFDIR = 0o170000, stat.S_IFDIR   # as constants: used once per entry of every walk
 T = TypeVar("T")
-# temp_dir's names: autoloop-KIND-PID-START- and mkdtemp's random letters
-_TEMP_NAME = re.compile(r"autoloop-[a-z-]+?-(\d+)-(\d+)-[a-z0-9_]+")
+# temp_dir's names: autoloop-KIND-PID-START-WHERE- and mkdtemp's random letters
+_TEMP_NAME = re.compile(r"autoloop-[a-z-]+?-(\d+)-(\d+)-([0-9a-f]{8})-[a-z0-9_]+")
 
 
 class Entry(NamedTuple):
@@ -209,9 +210,22 @@ def under(path: str, root: str) -> bool:
 
 
 def temp_dir(kind: str) -> Path:
-    """A fresh 0700 folder in the temp directory, named after `kind` and this process (pid and
-    start time), so that once the process is gone, killed or not, `left_behind` finds it."""
-    return Path(tempfile.mkdtemp(prefix=f"autoloop-{kind}-{os.getpid()}-{_started(os.getpid())}-"))
+    """A fresh 0700 folder in the temp directory, named after `kind` and this process (pid, start
+    time, and where those mean something), so that once the process is gone, killed or not,
+    `left_behind` finds it."""
+    pid = os.getpid()
+    return Path(tempfile.mkdtemp(prefix=f"autoloop-{kind}-{pid}-{_started(pid)}-{_pid_space()}-"))
+
+
+def _pid_space() -> str:
+    """This boot of this machine and this PID namespace, in 8 hex digits: a temp directory shared
+    with another container or host holds folders whose pids are not ours to look up."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        space = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        boot, space = "", 0
+    return hashlib.blake2b(f"{boot}:{space}".encode(), digest_size=4).hexdigest()
 
 
 @contextmanager
@@ -238,7 +252,7 @@ def left_behind() -> list[Path]:
     found = []
     for rel, path, st in walk(tempfile.gettempdir(), top_only=True, ordered=True):
         m = _TEMP_NAME.fullmatch(rel)
-        if m is None or st.st_mode & _S_IFMT != _S_IFDIR or st.st_uid != os.getuid():
+        if m is None or m[3] != _pid_space() or st.st_mode & _S_IFMT != _S_IFDIR or st.st_uid != os.getuid():
             continue
         try:   # a second of slack: the boot time can read a second off (it keeps, never deletes)
             gone = abs(_started(int(m[1])) - int(m[2])) > 1

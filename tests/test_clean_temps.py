@@ -53,12 +53,15 @@ def test_clean_removes_the_folders_of_gone_processes_and_nothing_else(tmp_path: 
         _kill9(dead)
         assert dead_dir.name.startswith(f"autoloop-verify-{dead.pid}-")
         # the live holder's pid with another start time: its owner was an earlier process
-        start = int(live_dir.name.split("-")[4])
-        reused = tmp / f"autoloop-gate-{live.pid}-{start - 5}-abcd1234"
+        start, here = int(live_dir.name.split("-")[4]), live_dir.name.split("-")[5]
+        reused = tmp / f"autoloop-gate-{live.pid}-{start - 5}-{here}-abcd1234"
         reused.mkdir()
         # what clean must leave: a folder of an older autoloop (no owner in its name), someone
-        # else's folder, and a link and a file named like a dead process's folder
-        keep = [tmp / "autoloop-verify-k3j_x9q2", tmp / "pytest-of-someone", tmp / "target"]
+        # else's folder, a dead pid's folder made in another container or boot (its pid means
+        # nothing here), and a link and a file named like a dead process's folder
+        other = "00000000" if here != "00000000" else "11111111"
+        keep = [tmp / "autoloop-verify-k3j_x9q2", tmp / "pytest-of-someone", tmp / "target",
+                tmp / f"autoloop-verify-{dead.pid}-{start - 5}-{other}-abcd1234"]
         for p in keep:
             p.mkdir()
         dead_name = dead_dir.name.rsplit("-", 1)[0]
@@ -102,7 +105,7 @@ def test_clean_of_a_tag_takes_a_killed_verify_and_keeps_a_live_siblings_folder(t
         verify.wait()
         kill_marked(p.env)
         left = [x for x in tmp.iterdir() if x != live_dir]
-        assert [re.sub(r"-\d+-\w+$", "", x.name) for x in left] == [f"autoloop-verify-{verify.pid}"], left
+        assert [re.sub(r"-\d+-[0-9a-f]{8}-\w+$", "", x.name) for x in left] == [f"autoloop-verify-{verify.pid}"], left
         (p.repo / "val.txt").write_text("40\n")          # a verifier that answers, for doctor and run
         git(p.repo, "commit", "-qam", "a score", env=p.env)
         # doctor mentions it (a warning: its exit code stays) and changes nothing
