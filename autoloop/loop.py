@@ -426,13 +426,13 @@ class Run:
                 "skipped": (f"skipped — about {need:.0f}s of re-measurement would not fit in the "
                             f"{left:.0f}s left of --max-minutes"), "estimate_s": round(need, 1)}
         else:
-            # announced only when it measures: with nothing kept (the start's tree) or
-            # final_pairs 0, end_of_run skips it and the final line says so
-            if self.program.accept.final_pairs > 0 and state.ws.tree_of(start) != state.ws.tree_of(state.incumbent):
-                self.opt.report("phase", {"cycle": cycles[-1]["cycle"], "phase": "final check"})
             log_dir = state.log_dir(0, f"final-{int(time.time() * 1000)}")
+            # announced only when it measures (end_of_run skips it with nothing kept or
+            # final_pairs 0, and the final line says so)
+            announce = lambda: self.opt.report("phase", {"cycle": cycles[-1]["cycle"], "phase": "final check"})  # noqa: E731
             try:
-                rec = checked(state, lambda: state.judge.final(start, state.incumbent, log_dir, self.env(0), cycles))
+                rec = checked(state, lambda: state.judge.final(start, state.incumbent, log_dir, self.env(0), cycles,
+                                                               announce))
             except Tampered as exc:
                 # nothing is kept or undone at this point; the re-measurement just does not count
                 rec = {"start": start, "best": state.incumbent, "skipped": f"not trustworthy: {exc}"[:300]}

@@ -115,10 +115,11 @@ class Judge:
         return cycle.judge_strict(session, self.program, best, secondary, holdout)
 
     def final(self, start: str, best: str, log_dir: Path, env: Mapping[str, str],
-              history: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+              history: Sequence[Mapping[str, Any]] = (),
+              announce: Callable[[], None] = lambda: None) -> dict[str, Any]:
         def sessions(both: bool) -> tuple[Session, Session | None]:
             main, hold = self._runners(start, best, env, log_dir, need_a=both)
             return Session(main, guards=False), Session(hold, guards=False) if hold is not None else None
 
         return end.end_of_run(self.program, history, start, best,
-                              lambda: bool(self.ws.tree_of(start) == self.ws.tree_of(best)), sessions)
+                              lambda: bool(self.ws.tree_of(start) == self.ws.tree_of(best)), sessions, announce)

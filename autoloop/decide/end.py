@@ -42,15 +42,18 @@ def final_check(session: Session, program: Program, holdout: Session | None = No
 
 def end_of_run(program: Program, history: History, start: str, best: str,
                unchanged: Callable[[], bool],
-               sessions: Callable[[bool], tuple[Session, Session | None]]) -> dict[str, Any]:
+               sessions: Callable[[bool], tuple[Session, Session | None]],
+               announce: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """The end-of-run record: skipped, the best measured once more (a verifier cycle 0 showed
-    deterministic), or final_check. `sessions(both)`: the best's (and start's), the holdout's."""
+    deterministic), or final_check. `sessions(both)`: the best's (and start's), the holdout's;
+    `announce()`: called once, only when something is going to be measured."""
     t0 = time.monotonic()
     rec: dict[str, Any] = {"start": start, "best": best}
     if program.accept.final_pairs == 0:
         return {**rec, "skipped": "accept.final_pairs is 0"}
     if unchanged():
         return {**rec, "skipped": NOTHING_KEPT, "change_pct": 0.0}
+    announce()
     runs = 0
     if calibration(history).get("deterministic") and program.holdout is None:
         # cycle 0 measured the starting commit twice, identically: it is not measured again. The
