@@ -121,3 +121,29 @@ def test_a_failed_command_has_no_time(tmp_path: Path) -> None:
     assert r.exit_code == 3 and r.wall_s is not None   # proc times it; verify makes it a crash
     r = proc.run("sleep 5", cwd=tmp_path, env=dict(os.environ), timeout=0.2, log_stem=tmp_path / "log")
     assert r.timed_out and r.wall_s is None and r.cpu_s is None
+
+
+def test_a_ray_task_times_on_the_node_and_counts_the_daemon(tmp_path: Path) -> None:
+    """autoloop.ray_task.run_steps, the body a Ray worker runs (here as a plain function): the
+    node's own proc takes the time, in a sandbox that keeps its namespace's init to reap."""
+    import io
+    import tarfile
+
+    from autoloop.ray_task import run_steps
+
+    _box(tmp_path, reap=True)   # skips where no sandbox can be made
+    (tmp_path / "w").mkdir()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = BURNER.encode()
+        info = tarfile.TarInfo("burn.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    pidfile = tmp_path / "w" / "daemon.pid"
+    step = proc.Step("verifier", f"{sys.executable} burn.py {pidfile}", 60, False)
+    reply = run_steps(buf.getvalue(), [step], {}, 1 << 20,
+                      sandbox=SandboxSpec(kind="bwrap", writable=(str(tmp_path / "w"),)), reap=True)
+    assert not isinstance(reply, str), reply
+    r = reply.runs[0].result
+    assert r.exit_code == 0, reply.runs[0].stderr
+    assert r.cpu_s is not None and r.cpu_s >= 0.4 and r.wall_s is not None
