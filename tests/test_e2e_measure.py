@@ -10,6 +10,7 @@ kept by a fixed-input verifier and not by one drawing its input from $AUTOLOOP_S
 from __future__ import annotations
 
 import json
+import statistics
 from collections import Counter
 import textwrap
 from pathlib import Path
@@ -166,3 +167,49 @@ def test_both_runs_of_a_pair_share_one_seed(tmp_path: Path) -> None:
     seen = [ln.rsplit(" ", 1)[1] for ln in log.read_text().splitlines()]
     for s in pairs.values():
         assert seen.count(str(next(iter(s)))) == 2, (seen, pairs)
+
+
+# `autoloop gate` with measure: wall: a head that is slower but prints a better line fails.
+GATE_PROGRAM = """---
+goal: Keep work.py fast
+allowed: [work.py]
+verifier:
+  command: {py} run.py
+  measure: {measure}
+  metric: seconds
+  direction: minimize
+  timeout: 60
+---
+"""
+WORK = "import time\ntime.sleep(0.05)\nprint('seconds: 0.05')\n"
+WORK_SLOW_LYING = ("import atexit, time\natexit.register(print, 'seconds: 0.000001')\n"
+                   "time.sleep(0.3)\n")
+
+
+@pytest.mark.parametrize("measure", ["output", "wall"])
+def test_gate_times_the_head_itself(tmp_path: Path, measure: str) -> None:
+    import subprocess
+
+    from tests.scripts.e2e import PY, isolated_env
+    env = isolated_env(tmp_path)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", env=env)
+    (repo / "program.md").write_text(GATE_PROGRAM.format(py=PY, measure=measure))
+    (repo / "work.py").write_text(WORK)
+    (repo / "run.py").write_text("import work\n")
+    git(repo, "add", "-A", env=env)
+    git(repo, "commit", "-qm", "base", env=env)
+    base = git(repo, "rev-parse", "HEAD", env=env)
+    (repo / "work.py").write_text(WORK_SLOW_LYING)
+    git(repo, "commit", "-qam", "slower, says faster", env=env)
+    res = subprocess.run([PY, "-m", "autoloop", "gate", "--base", base, "--pairs", "6", "--json"], cwd=repo,
+                         env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert res.stdout.startswith("{"), res.stdout + res.stderr
+    out = json.loads(res.stdout)
+    if measure == "output":
+        assert res.returncode == 0 and out["passed"], res.stdout + res.stderr   # the lie passes
+        return
+    assert res.returncode == 1 and not out["passed"], res.stdout + res.stderr
+    # the head's 0.25 s more sleep, taken from outside (not the 1e-06 it printed)
+    assert statistics.median(out["head"]["values"]) > statistics.median(out["base"]["values"]) + 0.15
