@@ -10,6 +10,7 @@ kept by a fixed-input verifier and not by one drawing its input from $AUTOLOOP_S
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections import Counter
 import textwrap
@@ -213,3 +214,19 @@ def test_gate_times_the_head_itself(tmp_path: Path, measure: str) -> None:
     assert res.returncode == 1 and not out["passed"], res.stdout + res.stderr
     # the head's 0.25 s more sleep, taken from outside (not the 1e-06 it printed)
     assert statistics.median(out["head"]["values"]) > statistics.median(out["base"]["values"]) + 0.15
+
+
+def test_verify_and_doctor_show_the_time_autoloop_took(tmp_path: Path) -> None:
+    # the benchmark burns 0.2 s of CPU and claims a microsecond
+    bench = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2:\n    pass\n"
+             "print('seconds: 0.000001')\n")
+    p = _project(tmp_path, "verify", {}, {"bench.py": bench, "src/lib.py": SLOW_LIB})
+    _with_measure(p, "cpu")
+    for cmd in ("verify", "doctor"):
+        r = p.cli(cmd, timeout=300)
+        line = next((ln for ln in r.stdout.splitlines() if "seconds" in ln and "minimize" in ln), "")
+        assert line and "0.000001" not in line and "1e-06" not in line, (cmd, r.stdout + r.stderr)
+        found = re.search(r"seconds(?::| =) ([0-9][0-9.e+-]*)", line)   # verify: "seconds: X", doctor: "seconds = X"
+        assert found, line
+        value = float(found.group(1))
+        assert value >= 0.15, line
