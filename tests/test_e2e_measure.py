@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
+import sys
 from collections import Counter
 import textwrap
 from pathlib import Path
@@ -230,3 +231,23 @@ def test_verify_and_doctor_show_the_time_autoloop_took(tmp_path: Path) -> None:
         assert found, line
         value = float(found.group(1))
         assert value >= 0.15, line
+
+
+def test_wall_with_limits_and_a_holdout(tmp_path: Path) -> None:
+    """The time from outside; limits still read from the verifier's output, a holdout from its."""
+    bench = BENCH + "print(f'peak_mb: {lib.PEAK}')\n"
+    plan = {1: f'W("src/lib.py", {FAST_LIB + "PEAK = 20" + chr(10)!r})',   # faster, over the limit
+            2: f'W("src/lib.py", {FAST_LIB + "PEAK = 10" + chr(10)!r})'}   # faster, within it
+    p = make_project(tmp_path / "limits", plan, files={"bench.py": bench, "src/lib.py": SLOW_LIB + "PEAK = 10\n",
+                                                        "hold.py": "print('acc: 1')\n"},
+                     verifier="{py} bench.py", metric="seconds", guards=False, allowed='["src/**"]',
+                     vtimeout=60, stop="max_cycles: 2",
+                     extra=ACCEPT + "\nlimits:\n  - {metric: peak_mb, max_increase: 10%}\n"
+                           "holdout:\n  command: {py} hold.py\n  metric: acc\n  direction: maximize\n".replace(
+                               "{py}", sys.executable))
+    _with_measure(p, "wall")
+    r = p.run("--cycles", "2", timeout=600)
+    assert r.returncode == 0, r.stderr + r.stdout
+    st = p.statuses()
+    assert st[1] != "keep" and st[2] == "keep", (st, p.experiments())
+    assert "peak_mb" in p.experiments()
