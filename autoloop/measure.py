@@ -60,7 +60,7 @@ class LaneRunner:
         p = self.program
         run = p if self.spec is None else dataclasses.replace(p, verifier=self.spec, guards=())
         m = self.lane.measure(run, side, env=self.env, log_dir=d, marker=self.marker,
-                              with_guards=with_guards)
+                              with_guards=with_guards, holdout=self.spec is not None)
         self.check_signal()
         return sample(m, side, label, p if self.spec is None else None)   # a holdout: no limits
 
