@@ -113,3 +113,33 @@ def test_private_labels_never_written_by_the_run(scored):
         assert LABELS not in f.read_text(errors="replace"), f
     for r in p.records():
         assert LABELS not in json.dumps(r)
+
+
+HOLDOUT_PY = '''\
+import sys
+from pathlib import Path
+import model
+labels = [int(v) for v in open(sys.argv[1]).read().split()]
+Path(sys.argv[2], "holdout-private.txt").write_text("read")
+print(f"acc: {sum(model.predict(x) == y for x, y in enumerate(labels)) / len(labels):.4f}")
+'''
+
+
+def test_the_holdout_reads_private_paths(tmp_path):
+    private = tmp_path / "private"
+    private.mkdir()
+    labels = private / "labels.txt"
+    labels.write_text(LABELS)
+    out = tmp_path / "out"
+    extra = (f"private: [{private}]\nsandbox: {{writable: [{tmp_path / 'records'}, {out}]}}\n"
+             f"holdout: {{command: {PY} holdout.py {labels} {out}, metric: acc}}\naccept: {{final_pairs: 3}}")
+    p = make_project(tmp_path, {1: 'W("model.py", "def predict(x):\\n    return int(x % 6 == 0)\\n")'},
+                     guards=False, metric="acc", direction="maximize", allowed="[model.py, helpers.py]",
+                     files={"model.py": MODEL_PY, "helpers.py": HELPERS_PY, "produce.py": PRODUCE_PY,
+                            "score.py": SCORE_PY, "holdout.py": HOLDOUT_PY},
+                     verifier=f"{PY} produce.py {labels} {out}\n  score: {PY} score.py {labels}", extra=extra)
+    res = p.run("--cycles", "1", timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert p.statuses()[1] == "keep"
+    assert (out / "holdout-private.txt").read_text() == "read"
+    assert (out / "command-private.txt").read_text() in ("PermissionError", "FileNotFoundError")
