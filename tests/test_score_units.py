@@ -72,3 +72,42 @@ def test_the_score_gets_the_commands_seed_and_its_own_temp(make_repo, tmp_path: 
     (tree.path / "conftest.py").write_text("planted\n")
     assert scorer(env, output, tmp_path / "logs", proc.new_marker()).ok
     assert (tree.path / "score.py").read_text() == "x = 1\n" and not (tree.path / "conftest.py").exists()
+
+
+def test_private_paths_are_unreadable_in_every_box_but_the_scores(make_repo, tmp_path: Path) -> None:
+    """Outside /tmp (which the sandboxes replace anyway): a folder and a file beside the tests."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    import pytest
+
+    from autoloop.sandbox import probed, tree_box
+    from tests.test_sandbox import PROBLEM
+
+    if PROBLEM is not None:
+        pytest.skip(PROBLEM)
+    outside = Path(tempfile.mkdtemp(prefix="private-", dir=Path(__file__).resolve().parent))
+    try:
+        (outside / "labels").mkdir()
+        (outside / "labels" / "y.txt").write_text("secret\n")
+        (outside / "key.txt").write_text("secret\n")
+        repo = make_repo({"model.py": "x = 1\n"})
+        text = TEXT.replace("---\ngoal", f"---\nprivate: [{outside / 'labels'}, {outside / 'key.txt'}]\ngoal")
+        p = parse_program(text, repo / "program.md", repo)
+        bwrap, why = probed(p)
+        assert bwrap is not None, why
+        read = f"cat {outside / 'labels' / 'y.txt'}; cat {outside / 'key.txt'}"
+
+        def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+        generator = run(bwrap.argv(read, workdir=repo))
+        command = run(tree_box(bwrap, p, repo, repo / ".git", tmp_path / "s1").argv(read))
+        score = run(tree_box(bwrap, p, repo, repo / ".git", tmp_path / "s2", show_private=True).argv(read))
+        for res in (generator, command):
+            assert "secret" not in res.stdout
+            assert res.stderr.count("Permission denied") == 2, res.stderr
+        assert score.stdout == "secret\nsecret\n", score.stderr
+    finally:
+        shutil.rmtree(outside)
