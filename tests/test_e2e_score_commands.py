@@ -74,3 +74,16 @@ def test_candidate_code_cannot_change_the_score_tree(tmp_path: Path, sandbox: st
     rows = {int(r["cycle"]): r for r in p.rows()}
     assert rows[1]["status"] != "keep", rows[1]
     assert float(rows[1]["metric"] or 0.65) == pytest.approx(0.65)
+
+
+def test_parallel_lanes_share_the_score_tree(tmp_path: Path) -> None:
+    p = project(tmp_path, plan={1: 'W("model.py", "def predict(x):\\n    return int(x % 6 == 0)\\n")',
+                                2: 'W("helpers.py", "def accuracy(preds, labels):\\n    return 1.0\\n")'})
+    text = (p.repo / "program.md").read_text().replace("\n---\n", "\nparallel: {workers: 2}\n---\n", 1)
+    (p.repo / "program.md").write_text(text)
+    git(p.repo, "commit", "-qam", "two workers")
+    res = p.run("--cycles", "2", timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = {int(r["cycle"]): r for r in p.rows()}
+    assert rows[1]["status"] == "keep" and float(rows[1]["metric"]) == pytest.approx(0.85), rows
+    assert rows[2]["status"] != "keep" and float(rows[2]["metric"] or 0.65) == pytest.approx(0.65), rows
