@@ -99,6 +99,13 @@ def test_cheats_change_nothing_and_a_real_gain_is_kept(scored):
     assert float(rows[3]["metric"]) == pytest.approx(0.85)   # x % 6 == 0 misses 3, 9 and 15
 
 
+def test_the_end_of_run_check_is_scored_too(scored):
+    p, _, _ = scored
+    finals = [json.loads(line) for line in p.ledger_lines() if line and json.loads(line).get("t") == "final"]
+    if "accept:" not in (p.repo / "program.md").read_text():   # strict: final_pairs left at its default
+        assert finals and finals[-1]["b"] == [pytest.approx(0.85)] and finals[-1]["a"] == [pytest.approx(0.65)]
+
+
 def test_private_labels_hidden_from_generator_and_command(scored):
     p, _, out = scored
     assert (out / "command-private.txt").read_text() in ("PermissionError", "FileNotFoundError")
