@@ -87,3 +87,8 @@ def test_parallel_lanes_share_the_score_tree(tmp_path: Path) -> None:
     rows = {int(r["cycle"]): r for r in p.rows()}
     assert rows[1]["status"] == "keep" and float(rows[1]["metric"]) == pytest.approx(0.85), rows
     assert rows[2]["status"] != "keep" and float(rows[2]["metric"] or 0.65) == pytest.approx(0.65), rows
+    assert any(line.endswith(".score") for line in git(p.repo, "worktree", "list").splitlines()[1:]
+               for line in [line.split()[0]])
+    res = p.cli("clean", "program.md", "--tag", "t1", "--yes")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert len(git(p.repo, "worktree", "list").splitlines()) == 1   # the score's tree went too
