@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
@@ -23,7 +22,7 @@ from autoloop.errors import ConfigError
 from autoloop.executables import all_words
 from autoloop.proc import run_captured
 from autoloop.specs import SandboxSpec
-from autoloop.walk import inside, under
+from autoloop.walk import inside, remove_tree, temp_dir, under
 
 if TYPE_CHECKING:   # a Ray node imports this module: nothing that reads program.md
     from autoloop.program import Program
@@ -196,13 +195,15 @@ _UNREADABLE: list[str] = []
 
 
 def _unreadable_file() -> str:
-    """An empty file of mode 000, made once per process and removed at its exit."""
+    """An empty file of mode 000, made once per process and removed at its exit (in a temp_dir:
+    `autoloop clean` finds it when the process was killed first)."""
     if not _UNREADABLE:
-        fd, name = tempfile.mkstemp(prefix="autoloop-hidden-")
-        os.close(fd)
+        folder = temp_dir("hidden")
+        name = folder / "unreadable"
+        name.touch()
         os.chmod(name, 0)
-        atexit.register(lambda: os.path.exists(name) and os.unlink(name))
-        _UNREADABLE.append(name)
+        atexit.register(remove_tree, folder, quiet=True)
+        _UNREADABLE.append(str(name))
     return _UNREADABLE[0]
 
 
