@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import stat
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -13,7 +14,7 @@ from autoloop.hints import missing_path_hint, near_miss, plain, root_hint, uncom
 from autoloop.metric import GuardResult, Measurement, MetricError, parse_metric
 from autoloop.program import HoldoutSpec, Program, VerifierSpec
 from autoloop.sandbox import Bwrap, Confinement, failure_hint, probed
-from autoloop.walk import remove_tree
+from autoloop.walk import remove_tree, walk
 
 OUTPUT_VAR = "AUTOLOOP_OUTPUT"   # the folder `verifier.command` writes and `score` reads
 # `verifier.score` run on the command's output: (env, output folder, log_dir, marker) → its result
@@ -60,16 +61,28 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
         with_output = {**env, OUTPUT_VAR: str(output)}
         results += run(todo[-1:], with_output)
         if results[-1].ok:
-            score = scorer(with_output, output, log_dir, marker)
+            odd = not_plain_files(output)
+            score = scorer(with_output, output, log_dir, marker) if not odd else (
+                f"not run: ${OUTPUT_VAR} holds {odd}, not a regular file or folder; the command must "
+                "write plain files there (a link could point the score at what the candidate cannot read)")
     return summarize(program, todo, results, box, verifier, score)
+
+
+def not_plain_files(folder: Path) -> str | None:
+    """The first entry under `folder` that is neither a regular file nor a folder (a symbolic
+    link to a private answer key, a fifo that would hang the score), or None."""
+    for rel, _, st in walk(str(folder), ordered=True):
+        if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            return rel
+    return None
 
 
 def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[proc.ProcResult],
               box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None,
-              score: proc.ProcResult | None = None) -> Measurement:
+              score: proc.ProcResult | str | None = None) -> Measurement:
     """The results of `todo` (up to the first failing guard) as a Measurement; with `score`
-    (the result of `verifier.score`) the metric is its, or with `measure: wall|cpu` its exit is
-    a correctness check."""
+    (the result of `verifier.score`, or why it was not run) the metric is its, or with
+    `measure: wall|cpu` its exit is a correctness check."""
     spec = verifier or program.verifier
     scored = spec.score is not None and spec.measure == "output"
     if score is not None and not scored:
@@ -102,9 +115,9 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
 
 
 def _score_metric(spec: VerifierSpec | HoldoutSpec, guards: tuple[GuardResult, ...],
-                  score: proc.ProcResult | None, box: Confinement | None, total: float) -> Measurement:
-    if score is None:
-        return Measurement(None, guards, "verifier.score did not run", None, total)
+                  score: proc.ProcResult | str | None, box: Confinement | None, total: float) -> Measurement:
+    if score is None or isinstance(score, str):
+        return Measurement(None, guards, f"verifier.score {score or 'did not run'}", None, total)
     stem, total = score.stdout_path.with_suffix(""), total + score.duration_s
     if not score.ok:
         return Measurement(None, guards, "verifier.score: " + failure_summary(score, box), stem, total)
@@ -115,10 +128,16 @@ def _score_metric(spec: VerifierSpec | HoldoutSpec, guards: tuple[GuardResult, .
         return Measurement(None, guards, f"verifier.score: {exc}{hint}", stem, total)
 
 
-def _checked(m: Measurement, score: proc.ProcResult, box: Confinement | None) -> Measurement:
+def _checked(m: Measurement, score: proc.ProcResult | str, box: Confinement | None) -> Measurement:
     """`measure: wall|cpu`: the score checks the command's results; failing, the cycle is a guard_fail."""
+    if m.metric is None:
+        return m
+    if isinstance(score, str):
+        assert m.log_stem is not None
+        failed = GuardResult("score", False, score, m.log_stem, 0.0)
+        return Measurement(None, (*m.guards, failed), None, None, m.duration_s)
     total = m.duration_s + score.duration_s
-    if m.metric is None or score.ok:
+    if score.ok:
         return dataclasses.replace(m, duration_s=total)
     failed = GuardResult("score", False, failure_summary(score, box), score.stdout_path.with_suffix(""),
                          score.duration_s)

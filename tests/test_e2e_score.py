@@ -47,6 +47,9 @@ print(f"acc: {accuracy(preds, labels):.4f}")
 '''
 LABELS = " ".join(str(int(x % 3 == 0)) for x in range(20))   # 7 ones: predicting 0 scores 0.65
 
+SWAP = ("import atexit, os, sys\ndef _swap():\n    p = os.path.join(os.environ['AUTOLOOP_OUTPUT'], 'preds.txt')\n"
+        "    os.remove(p)\n    os.symlink(sys.argv[1], p)\natexit.register(_swap)\n"
+        "def predict(x):\n    return int(x % 6 == 0)\n")
 CHEATS = {
     # a metric line at exit and a fake answers file next to the predictions
     1: '''W("model.py", "import atexit\\natexit.register(print, 'acc: 1.0')\\n"
@@ -63,6 +66,8 @@ CHEATS = {
         (OUT / "generator-private.txt").write_text(seen)
         W("model.py", "def predict(x):\\n    return int(x % 6 == 0)\\n")
     ''',
+    # at exit, the predictions become a link to the labels (their path is on the command line)
+    4: f'W("model.py", {SWAP!r})',
 }
 
 
@@ -84,7 +89,7 @@ def scored(request, tmp_path_factory):
                             "score.py": SCORE_PY},
                      verifier=f"{PY} produce.py {labels} {out}\n  score: {PY} score.py {labels}",
                      extra=extra)
-    res = p.run("--cycles", "3", timeout=300)
+    res = p.run("--cycles", "4", timeout=300)
     return p, res, out
 
 
@@ -97,6 +102,8 @@ def test_cheats_change_nothing_and_a_real_gain_is_kept(scored):
     assert rows[2]["status"] != "keep" and float(rows[2]["metric"] or 0.65) == pytest.approx(0.65)
     assert rows[3]["status"] == "keep", rows[3]
     assert float(rows[3]["metric"]) == pytest.approx(0.85)   # x % 6 == 0 misses 3, 9 and 15
+    assert rows[4]["status"] == "crash" and rows[4]["metric"] == "", rows[4]
+    assert "$AUTOLOOP_OUTPUT holds preds.txt, not a regular file" in p.experiments()
 
 
 def test_the_end_of_run_check_is_scored_too(scored):

@@ -49,6 +49,8 @@ def test_with_wall_or_cpu_a_failing_score_is_a_guard_fail(tmp_path: Path) -> Non
     assert "wrong answer" in m.failed_guard.detail
     passed = summarize(p, todo, [command], score=ran(tmp_path, "score", "exit 0"))
     assert passed.guards_ok and passed.metric is not None
+    linked = summarize(p, todo, [command], score="not run: $AUTOLOOP_OUTPUT holds a link")
+    assert linked.failed_guard is not None and linked.failed_guard.detail.endswith("holds a link")
 
 
 def test_the_score_gets_the_commands_seed_and_its_own_temp(make_repo, tmp_path: Path) -> None:
