@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import stat
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -58,22 +59,30 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
         output = output or Path(env["TMPDIR"]).parent / "output"
         remove_tree(output, quiet=True)
         output.mkdir(parents=True)
+        made = os.lstat(output)
         with_output = {**env, OUTPUT_VAR: str(output)}
         results += run(todo[-1:], with_output)
         if results[-1].ok:
-            odd = not_plain_files(output)
+            odd = not_plain(output, made)
             score = scorer(with_output, output, log_dir, marker) if not odd else (
-                f"not run: ${OUTPUT_VAR} holds {odd}, not a regular file or folder; the command must "
-                "write plain files there (a link could point the score at what the candidate cannot read)")
+                f"not run: ${OUTPUT_VAR} {odd}; the command must write plain files into the folder "
+                "(a link could point the score at what the candidate cannot read)")
     return summarize(program, todo, results, box, verifier, score)
 
 
-def not_plain_files(folder: Path) -> str | None:
-    """The first entry under `folder` that is neither a regular file nor a folder (a symbolic
-    link to a private answer key, a fifo that would hang the score), or None."""
+def not_plain(folder: Path, made: os.stat_result) -> str | None:
+    """What makes `folder` (made as `made`) more than regular files and folders, or None: the
+    folder replaced (by a link to a private folder), or an entry that is a symbolic link (to a
+    private answer key) or a fifo (that would hang the score)."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) != (made.st_dev, made.st_ino):
+        return "was replaced"
     for rel, _, st in walk(str(folder), ordered=True):
         if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-            return rel
+            return f"holds {rel}, not a regular file or folder"
     return None
 
 

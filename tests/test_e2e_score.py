@@ -103,7 +103,7 @@ def test_cheats_change_nothing_and_a_real_gain_is_kept(scored):
     assert rows[3]["status"] == "keep", rows[3]
     assert float(rows[3]["metric"]) == pytest.approx(0.85)   # x % 6 == 0 misses 3, 9 and 15
     assert rows[4]["status"] == "crash" and rows[4]["metric"] == "", rows[4]
-    assert "$AUTOLOOP_OUTPUT holds preds.txt, not a regular file" in p.experiments()
+    assert "$AUTOLOOP_OUTPUT holds preds.txt, not a regular file or folder" in p.experiments()
 
 
 def test_the_end_of_run_check_is_scored_too(scored):

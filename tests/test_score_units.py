@@ -113,3 +113,28 @@ def test_private_paths_are_unreadable_in_every_box_but_the_scores(make_repo, tmp
         assert score.stdout == "secret\nsecret\n", score.stderr
     finally:
         shutil.rmtree(outside)
+
+
+def test_output_that_is_more_than_plain_files(tmp_path: Path) -> None:
+    from autoloop.verify import not_plain
+
+    out = tmp_path / "output"
+    out.mkdir()
+    made = os.lstat(out)
+    (out / "sub").mkdir()
+    (out / "sub" / "preds.txt").write_text("1\n")
+    assert not_plain(out, made) is None
+    os.symlink("/etc/hostname", out / "sub" / "labels.txt")
+    assert not_plain(out, made) == "holds sub/labels.txt, not a regular file or folder"
+    (out / "sub" / "labels.txt").unlink()
+    os.mkfifo(out / "pipe")
+    assert not_plain(out, made) == "holds pipe, not a regular file or folder"
+    # the folder itself swapped for a link to another (a private one)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.rename(out, tmp_path / "gone")
+    os.symlink(elsewhere, out)
+    assert not_plain(out, made) == "was replaced"
+    out.unlink()
+    out.mkdir()   # a new folder at the same place is not the one the command was given
+    assert not_plain(out, made) == "was replaced"
