@@ -259,10 +259,12 @@ def probed(program: Program) -> tuple[Bwrap | None, str | None]:
             where = f"{program.path.name}:{program.lines.get('sandbox', 1)}"
             raise ConfigError(f"{where}: sandbox: {exc}") from None
         if program.private:
-            # without a sandbox every process could read them: refused, not said
+            # without a sandbox every process could read them: refused, not said (and
+            # `sandbox: none`, the probe's usual way out, is refused with private too)
+            why = re.sub(r"[;,]? *(or )?use sandbox: none( to run without one)?", "", str(exc))
             raise ConfigError(f"{program.path.name}:{program.line('private')}: private: needs a sandbox to keep "
                               f"these paths from the generator and the candidate's code, and none can be "
-                              f"made here ({exc}); make bubblewrap work, or remove private") from None
+                              f"made here ({why}); make bubblewrap work, or remove private") from None
         return None, str(exc)
     return box, None
 

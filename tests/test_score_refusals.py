@@ -84,7 +84,8 @@ def test_private_where_no_sandbox_can_be_made(make_repo, tmp_path: Path) -> None
     env = {"PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}"}
     msg = refused(repo, env=env)
     assert msg.startswith("program.md:9: private: needs a sandbox") and "bwrap is not installed" in msg
-    assert "make bubblewrap work, or remove private" in msg
+    assert msg.endswith("apt-get install bubblewrap; Fedora: dnf install bubblewrap)); make bubblewrap work, "
+                        "or remove private"), msg
 
 
 def test_score_naming_a_file_the_generator_may_change(make_repo) -> None:
