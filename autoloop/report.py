@@ -15,7 +15,7 @@ from importlib.resources import files
 from string import Template
 from typing import Any, Mapping, Sequence
 
-from autoloop.facts import Facts, rows as judged_rows
+from autoloop.facts import Facts, rows as judged_rows, running_bests
 from autoloop.journal import CycleRecord
 from autoloop.ratchet import better, orientation
 from autoloop.numbers import (Fmt, count, formatter, pct_interval, run_values, seconds, share, sig,
@@ -57,7 +57,8 @@ def positions(cycles: Sequence[Mapping[str, Any]], direction: str) -> dict[int, 
     its own median drifts with the machine, and it was not better beyond the noise."""
     pos: dict[int, float] = {}
     best: float | None = None
-    for rec, _, change in judged_rows(cycles):
+    ordered = sorted(cycles, key=lambda r: int(r.get("cycle", 0)))
+    for (rec, _, change), after in zip(judged_rows(ordered), running_bests(ordered, direction)):
         c = CycleRecord.of(rec)
         if c.metric is not None:
             y = float(c.metric)
@@ -66,7 +67,7 @@ def positions(cycles: Sequence[Mapping[str, Any]], direction: str) -> dict[int, 
                 if better(direction, y, best):
                     y = best
             pos[c.cycle] = y
-        best = float(c.best) if c.best is not None else best
+        best = after
     return pos
 
 
@@ -76,7 +77,11 @@ def chart(cycles: Sequence[Mapping[str, Any]], metric: str, direction: str, fmt:
     views = sorted((CycleRecord.of(c) for c in cycles), key=lambda c: c.cycle)
     n_max = max((c.cycle for c in views), default=0)
     pos = positions(cycles, direction)
-    bests = [float(c.best) for c in views if c.best is not None]
+    # the running best is the ratchet's (facts.running_bests): a person's kept regression is
+    # drawn as its own dot, never as the line
+    running = running_bests(sorted(cycles, key=lambda r: int(r.get("cycle", 0))), direction)
+    best_at = {c.cycle: b for c, b in zip(views, running)}
+    bests = [b for b in running if b is not None]
     if bests:
         # one wild discard (a learning rate of 3.0) must not squash the run's path into a line:
         # a point past half the run's span beyond the worst best sits on that edge
@@ -117,8 +122,8 @@ def chart(cycles: Sequence[Mapping[str, Any]], metric: str, direction: str, fmt:
             f'y2="{bottom + STRIP * 0.3:.1f}" class="strip"/>']
     pts: list[tuple[float, float]] = []       # the running best as a step line
     for c in views:
-        if c.best is not None:
-            xx, yy = x(c.cycle), y(float(c.best))
+        if best_at.get(c.cycle) is not None:
+            xx, yy = x(c.cycle), y(float(best_at[c.cycle]))
             if pts and abs(pts[-1][1] - yy) > 1e-9:
                 pts.append((xx, pts[-1][1]))
             pts.append((xx, yy))
