@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from autoloop.errors import UsageError
+from autoloop.wording import plural
 
 PIPE_WIDTH = 120          # a `| less` reader still sees whole words
 MIN_WIDTH = 60
@@ -77,8 +78,9 @@ def cmd_log(args: argparse.Namespace) -> int:
     print(f"trend      {s.trend}")
     if views[0].stats.get("warning"):
         print(f"warning    {views[0].stats['warning']}")
-    for fin in journal.finals():
-        # the run's headline gain, with its interval and cost: never cut
+    for fin in journal.finals()[-1:]:
+        # the run's headline gain, with its interval and cost: never cut. Only the latest: a
+        # resumed run's earlier check ("not re-measured: nothing was kept") is no longer true
         print(f"final      (after cycle {fin.get('after_cycle')}) {fin.get('text', '')}")
     if s.cost_usd or s.tokens:
         parts = [usd(s.cost_usd) if s.cost_usd else "no price known"]
@@ -119,7 +121,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         out = out / ("report.html" if args.format == "html" else "report.md")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
-    print(f"wrote {out} ({f.cycles_total} cycles)")
+    print(f"wrote {out} ({plural(f.cycles_total, 'cycle')})")
     return 0
 
 

@@ -169,6 +169,12 @@ def _row(rec: Mapping[str, Any], vs: float | None, change: float | None, fmt: Fm
             f'</td><td class="n">{seconds(c.duration_s)}</td></tr>')
 
 
+def _count(after_baseline: int, rows: int) -> str:
+    """The table's heading counts as the CYCLES card does (after the baseline), and says so when
+    the baseline's row is there too."""
+    return f"{after_baseline} after the baseline" if rows > after_baseline else str(after_baseline)
+
+
 def render(f: Facts, *, generated: str | None = None) -> str:
     s, fmt, gain = f.summary, f.fmt, f.headline_gain_pct
     improved = gain is not None and orientation(f.direction) * gain > 0
@@ -204,6 +210,6 @@ def render(f: Facts, *, generated: str | None = None) -> str:
         goal += f'<p class="bad">No cycle was measured: the baseline was aborted ({_e(f.aborted)}).</p>'
     page = Template(files("autoloop").joinpath("report.html").read_text(encoding="utf-8"))
     return page.substitute(
-        tag=_e(f.tag), metric=_e(f.metric), goal=goal, cards=card_html, legend=legend, count=len(cycles),
+        tag=_e(f.tag), metric=_e(f.metric), goal=goal, cards=card_html, legend=legend, count=_count(s.cycles, len(cycles)),
         chart=chart(cycles, f.metric, f.direction, fmt), when=_e(generated or _dt.datetime.now().strftime("%Y-%m-%d %H:%M")),
         rows="\n".join(_row(*row, fmt) for row in f.rows))

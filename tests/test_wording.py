@@ -215,3 +215,45 @@ def test_the_progress_line_shows_the_ratchets_best():
     for rec in _overruled()[:3]:
         p("cycle", rec)
     assert "best 100 " in p.status_line() + " "
+
+
+# ---- display traps --------------------------------------------------------------------------
+
+
+def test_log_shows_only_the_latest_end_of_run_check(tmp_path):
+    """Stopped with nothing kept, resumed, kept: the first check's "not re-measured: nothing was
+    kept" is no longer true and must not stand beside the new one."""
+    recs = [{"t": "cycle", "cycle": 0, "status": "baseline", "metric": 10.0, "best": 10.0, "hypothesis": ""},
+            {"t": "cycle", "cycle": 1, "status": "discard", "metric": 11.0, "best": 10.0, "hypothesis": "a",
+             "delta_pct": 10.0, "lesson": "discarded", "result": "discard"},
+            {"t": "final", "after_cycle": 1, "skipped": "nothing was kept: the best is the starting code",
+             "text": "not re-measured: nothing was kept: the best is the starting code"},
+            {"t": "cycle", "cycle": 2, "status": "keep", "metric": 9.0, "best": 9.0, "hypothesis": "b",
+             "delta_pct": -10.0, "lesson": "kept", "result": "keep", "commit": "c" * 40},
+            {"t": "final", "after_cycle": 2, "deterministic": True, "change": -1.0, "change_pct": -10.0,
+             "a": [10.0, 10.0], "b": [9.0, 9.0], "text": "re-measured best vs start: val_loss -10.00%"}]
+    log = _log(tmp_path, recs)
+    finals = [ln for ln in log.splitlines() if ln.startswith("final ")]
+    assert finals == ["final      (after cycle 2) re-measured best vs start: val_loss -10.00%"], log
+
+
+def test_report_counts_its_cycles_as_its_card_does():
+    recs = [{"t": "cycle", "cycle": 0, "status": "baseline", "metric": 10.0, "best": 10.0, "hypothesis": ""}]
+    recs += [{"t": "cycle", "cycle": i, "status": "discard", "metric": 11.0, "best": 10.0, "hypothesis": "x",
+              "delta_pct": 10.0} for i in range(1, 10)]
+    html = render(facts(recs, tag="t", goal="g", metric="m", direction="minimize"), generated="now")
+    card = html[html.index('<div class="k">cycles</div>'):].split("</div>")[1]
+    assert card.endswith(">9")
+    assert "<h2>Cycles (9 after the baseline)</h2>" in html
+
+
+def test_one_pair_and_one_cycle_are_singular():
+    # decided on a single pair (a +50% candidate against calibrated noise of 1%)
+    v = cycle.judge_paired(session(Fake(const(1.0, 1.5))), program(PAIRED), {}, noise_step=0.01,
+                           noise_scale="log", noise=[0.01, -0.01, 0.005, -0.004] * 5)
+    assert len(v.stats["batches"][0]["a"]) == 1
+    assert "1 pairs" not in v.result + v.lesson and "(1 pair)" in v.result and "after 1 pair:" in v.result
+    trend = summarize([{"cycle": 0, "status": "baseline", "metric": 4.0, "best": 4.0},
+                       {"cycle": 1, "status": "crash", "metric": None, "best": 4.0}], "minimize").trend
+    assert trend == "the last cycle: 0 kept, best 4 → 4 (0%)"
+    assert wording.plural(1, "pair") == "1 pair" and wording.plural(0, "pair") == "0 pairs"
