@@ -21,6 +21,7 @@ from autoloop.cli_log import cmd_log
 from autoloop.decide import cycle
 from autoloop.decide.core import Session
 from autoloop.facts import facts, summarize
+from autoloop.journal import Journal
 from autoloop.numbers import plain_pct, signed_pct
 from autoloop.progress import Progress
 from autoloop.report import chart, render
@@ -87,6 +88,15 @@ def _log(tmp: Path, records: list[dict[str, Any]]) -> str:
     return out.getvalue()
 
 
+def _tsv(tmp: Path) -> dict[int, dict[str, str]]:
+    """results.tsv rendered from the ledger _log wrote, by cycle."""
+    j = Journal(tmp, "t")
+    j.load()
+    j.render("g")
+    head, *rows = (tmp / "results.tsv").read_text().splitlines()
+    return {int(r.split("\t")[0]): dict(zip(head.split("\t"), r.split("\t"))) for r in rows}
+
+
 def _progress(rec: dict[str, Any]) -> str:
     out = io.StringIO()
     p = Progress(out, "val_loss", direction="minimize")
@@ -111,6 +121,7 @@ def test_every_text_of_every_status_and_rule_states_one_change_noise_and_verdict
     rules = {label for label, _ in verdicts}
     assert rules == {"strict", "repeats", "paired", "holdout"}
     log = _log(tmp_path, records)
+    tsv = _tsv(tmp_path)
     html = render(facts(records, tag="t", goal="g", metric="val_loss", direction="minimize"), generated="now")
     seen_better_discard = False
     for rec in records[1:]:
@@ -125,6 +136,9 @@ def test_every_text_of_every_status_and_rule_states_one_change_noise_and_verdict
         said = signed_pct(change)
         for text in (rec["result"], line, log_row, row):
             assert said in text, (status, said, text)
+        assert float(tsv[n]["delta_pct"]) == pytest.approx(change, abs=0.006)
+        if noise is not None:
+            assert float(tsv[n]["noise_pct"]) == pytest.approx(noise, abs=0.0006), tsv[n]
         if status in ("keep", "discard"):
             assert said in rec["lesson"], (said, rec["lesson"])
         # no other signed % than the verdict's in what the generator reads
