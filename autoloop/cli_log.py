@@ -81,7 +81,11 @@ def cmd_log(args: argparse.Namespace) -> int:
     for fin in journal.finals()[-1:]:
         # the run's headline gain, with its interval and cost: never cut. Only the latest: a
         # resumed run's earlier check ("not re-measured: nothing was kept") is no longer true
-        print(f"final      (after cycle {fin.get('after_cycle')}) {fin.get('text', '')}")
+        text = str(fin.get("text", ""))
+        if fin is f.head_final:   # it measured a person's keep: theirs, not the ratchet's best
+            text = text.replace("re-measured best vs start",
+                                "re-measured the branch head (a person's keep) vs start", 1)
+        print(f"final      (after cycle {fin.get('after_cycle')}) {text}")
     if s.cost_usd or s.tokens:
         parts = [usd(s.cost_usd) if s.cost_usd else "no price known"]
         if s.cost_per_keep is not None:

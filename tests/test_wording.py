@@ -213,6 +213,7 @@ def test_a_persons_kept_regression_is_never_the_best_or_the_gain(tmp_path):
     log = _log(tmp_path, recs)
     assert re.search(r"^best\s+100\b", log, re.M) and not re.search(r"^best\s+95\b", log, re.M), log
     assert re.search(r"^gain\s+0%", log, re.M), log
+    assert "re-measured the branch head (a person's keep) vs start" in log and "re-measured best" not in log
 
 
 def test_the_chart_never_draws_a_persons_keep_as_the_running_best():
