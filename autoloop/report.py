@@ -210,6 +210,7 @@ def render(f: Facts, *, generated: str | None = None) -> str:
         goal += f'<p class="bad">No cycle was measured: the baseline was aborted ({_e(f.aborted)}).</p>'
     page = Template(files("autoloop").joinpath("report.html").read_text(encoding="utf-8"))
     return page.substitute(
-        tag=_e(f.tag), metric=_e(f.metric), goal=goal, cards=card_html, legend=legend, count=_count(s.cycles, len(cycles)),
+        tag=_e(f.tag), metric=_e(f.metric), goal=goal, cards=card_html, legend=legend,
+        count=_count(s.cycles, len(cycles)),
         chart=chart(cycles, f.metric, f.direction, fmt), when=_e(generated or _dt.datetime.now().strftime("%Y-%m-%d %H:%M")),
         rows="\n".join(_row(*row, fmt) for row in f.rows))
