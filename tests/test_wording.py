@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from autoloop import wording
+from autoloop.approve import Decision, Review, human_outcome
 from autoloop.cli_log import cmd_log
 from autoloop.decide import cycle
 from autoloop.decide.core import Session
@@ -70,6 +71,18 @@ def _verdicts() -> list[tuple[str, cycle.Verdict]]:
     return out
 
 
+def _by_person(v: cycle.Verdict, n: int, action: str) -> dict[str, Any]:
+    """The record of a person's decision (approve mode) on a paired verdict."""
+    pooled = v.stats["pooled"]
+    review = Review(when="after", cycle=n, hypothesis=f"h{n}", incumbent="a" * 40, candidate="b" * 40,
+                    files=("x",), diffstat="", diff="", metric_name="val_loss", direction="minimize",
+                    best=pooled["median_a"], metric=v.metric, guards=(), recommendation=v.status,
+                    verdict=v.result, change=cycle.stated_change(v.stats, "val_loss"))
+    status, lesson, result = human_outcome(review, Decision(action), v.lesson, v.feedback)
+    return {**_judged(v, n, 1.0), "status": status, "lesson": lesson, "result": result,
+            "decided_by": "human", "recommendation": v.status, "best": 1.0}
+
+
 def _others(n: int) -> list[dict[str, Any]]:
     """The statuses no rule judges: their texts state no change."""
     return [{"t": "cycle", "cycle": n + i, "status": s, "metric": None, "best": 1.0, "hypothesis": f"h{n + i}",
@@ -115,6 +128,9 @@ def test_every_text_of_every_status_and_rule_states_one_change_noise_and_verdict
     records = [{"t": "cycle", "cycle": 0, "status": "baseline", "metric": 1.0, "best": 1.0,
                 "hypothesis": "", "lesson": "", "result": "", "stats": {"kind": "calibration"}}]
     records += [_judged(v, i + 1, 1.0) for i, (_, v) in enumerate(verdicts)]
+    worse = cycle.judge_paired(session(Fake(const(1.0, 1.1))), program(PAIRED), {})
+    better = cycle.judge_paired(session(Fake(const(1.0, 0.9))), program(PAIRED), {})
+    records += [_by_person(worse, len(records), "keep"), _by_person(better, len(records) + 1, "discard")]
     records += _others(len(records))
     statuses = {r["status"] for r in records}
     assert statuses >= {"baseline", "keep", "discard", "crash", "guard_fail", "violation", "no_change", "gen_error"}
@@ -147,6 +163,11 @@ def test_every_text_of_every_status_and_rule_states_one_change_noise_and_verdict
             figure = f"noise ±{plain_pct(noise)}"
             assert figure in rec["result"] and (status == "guard_fail" or figure in rec["lesson"]), rec
             assert len(set(re.findall(r"noise ±[\d.]+%", rec["lesson"] + rec["result"]))) == 1
+        if rec.get("decided_by") == "human":
+            # the person's decision is theirs, the measurement's words are the ratchet's
+            assert f"the ratchet said {rec['recommendation']}" in rec["lesson"] + rec["result"], rec
+            assert wording.record_words(rec, "minimize") in rec["lesson"], rec
+            continue
         if status == "keep":
             assert rec["lesson"].startswith("kept:") and not any(w in rec["lesson"] for w in BAD_FOR_KEEP), rec
             assert "better" in wording.record_words(rec, "minimize")
