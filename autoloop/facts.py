@@ -12,6 +12,7 @@ from autoloop.journal import STATUSES, not_sandboxed
 from autoloop.numbers import (count, digits_for, formatter, num, pct, pct_interval, run_values,
                               share, signed_pct, usd)
 from autoloop.ratchet import better
+from autoloop.wording import pooled, stated_pct
 
 MAX_KEPT = 30     # kept changes listed in the Markdown
 
@@ -267,12 +268,13 @@ def gain_text(f: Facts) -> str:
 def in_cycle(c: Mapping[str, Any], best_before: float | None) -> tuple[float | None, float | None]:
     """(the value a cycle was judged against, its change in %): the incumbent re-measured in
     the same batch for a paired cycle, else the best before the cycle."""
-    pooled = (c.get("stats") or {}).get("pooled") if isinstance(c.get("stats"), dict) else None
-    if isinstance(pooled, dict) and pooled.get("median_a") is not None:
-        return pooled.get("median_a"), pooled.get("change_pct")
+    p = pooled(c)
+    if p is not None and p.get("median_a") is not None:
+        return p.get("median_a"), stated_pct(c)
     if c.get("status") == "baseline":
         return None, None
-    return best_before, c.get("delta_pct", pct(best_before, c.get("metric")))
+    # the change the verdict states (wording.stated_pct); an old record without one: computed
+    return best_before, stated_pct(c) if "delta_pct" in c else pct(best_before, c.get("metric"))
 
 
 def rows(cycles: Sequence[Mapping[str, Any]]) -> list[Row]:
