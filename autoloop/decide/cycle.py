@@ -237,6 +237,7 @@ def judge_paired(session: Session, program: Program,
     own = st.noise_sd(st.gains(a, b, direction, pooled.scale)) / math.sqrt(pooled.n) if pooled.n > 1 else 0.0
     sd = max(noise_step or 0.0, own) if noise_scale in (None, pooled.scale) and pooled.median_a else own
     step = stats["step_pct"] = st.change_pct(sd, pooled.scale, pooled.median_a) if sd and sd > 0 else None
+
     def words(status: str) -> str:
         # the one wording of this change (autoloop.wording), as log, report and commit quote it
         return wording.change_words(pooled.change_pct, step, pooled.n, direction, status)
@@ -246,7 +247,9 @@ def judge_paired(session: Session, program: Program,
                      for i, t in enumerate(tests))
     sizes = "+".join(str(len(t.pairs.a)) for t in tests)
     ratio = f", median ratio {pooled.median_ratio:.4g}" if pooled.median_ratio is not None else ""
-    numbers = f"{stated_change(stats, name)}, {evid}{ratio} ({sizes} {'pair' if sizes == '1' else 'pairs'})"
+    # no % without a reference (a median of 0): the change in the metric's units
+    stated = stated_change(stats, name) or ci_text(pooled, name)
+    numbers = f"{stated}, {evid}{ratio} ({sizes} {'pair' if sizes == '1' else 'pairs'})"
     base = dict(stats=stats, measurement=first_measurement(session), delta_pct=pooled.change_pct, feedback=feedback)
     metric = median(b)
 
