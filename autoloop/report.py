@@ -15,7 +15,7 @@ from importlib.resources import files
 from string import Template
 from typing import Any, Mapping, Sequence
 
-from autoloop.facts import Facts, rows as judged_rows, running_bests
+from autoloop.facts import Facts, overruled_keep, rows as judged_rows, running_bests
 from autoloop.journal import CycleRecord
 from autoloop.ratchet import better, orientation
 from autoloop.numbers import (Fmt, count, formatter, pct_interval, run_values, seconds, share, sig,
@@ -54,7 +54,8 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 def positions(cycles: Sequence[Mapping[str, Any]], direction: str) -> dict[int, float]:
     """Where each measured cycle is drawn. A paired cycle is drawn at its change (against the
     incumbent re-measured beside it) from the running best, never better than it unless kept:
-    its own median drifts with the machine, and it was not better beyond the noise."""
+    its own median drifts with the machine, and it was not better beyond the noise. A keep a person
+    made against the ratchet is drawn so too."""
     pos: dict[int, float] = {}
     best: float | None = None
     ordered = sorted(cycles, key=lambda r: int(r.get("cycle", 0)))
@@ -62,7 +63,9 @@ def positions(cycles: Sequence[Mapping[str, Any]], direction: str) -> dict[int, 
         c = CycleRecord.of(rec)
         if c.metric is not None:
             y = float(c.metric)
-            if c.pooled is not None and c.status != "keep" and change is not None and best is not None:
+            # a person's keep against the ratchet is drawn as a discard would be: not below the best
+            kept = c.status == "keep" and not overruled_keep(rec)
+            if c.pooled is not None and not kept and change is not None and best is not None:
                 y = best * (1 + change / 100.0)
                 if better(direction, y, best):
                     y = best

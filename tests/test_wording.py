@@ -25,7 +25,7 @@ from autoloop.facts import facts, summarize
 from autoloop.journal import Journal
 from autoloop.numbers import plain_pct, signed_pct
 from autoloop.progress import Progress
-from autoloop.report import chart, render
+from autoloop.report import chart, positions, render
 from tests.test_decide import PAIRED, Fake, const, noisy, program, session
 from tests.test_program import prog
 from tests.engine_fixture import engine  # noqa: F401 (fixture)
@@ -243,6 +243,9 @@ def test_the_chart_never_draws_a_persons_keep_as_the_running_best():
     assert path is not None
     ys = {float(pt.split(",")[1]) for pt in re.findall(r"[\d.]+,[\d.]+", path.group(1))}
     assert len(ys) == 1      # the ratchet's best stayed at the baseline's 100 all along
+    # the person's keep (+0.39% against the incumbent beside it) is drawn at its change from
+    # the running best, not at its drifted median below it
+    assert positions(_overruled()[:3], "minimize")[1] == pytest.approx(100.39)
 
 
 def test_the_progress_line_shows_the_ratchets_best():
