@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 from autoloop.facts import Facts, facts, markdown
 from autoloop.journal import Journal
 from autoloop.numbers import seconds
+from autoloop.wording import plural
 
 EXIT_MEANING = {0: "stopped", 1: "failed", 2: "refused", 130: "interrupted"}
 RECENT_CYCLES = 3     # the budget keeps room for the slowest of these
@@ -118,7 +119,8 @@ class Outcome:
         if self.facts is None:
             return (f"### autoloop run `{self.tag}`\n\n" + "| | |\n| --- | --- |\n"
                     + "".join(f"| {k} | {v} |\n" for k, v in extra))
-        extra.insert(0, ("this job", f"{self.cycles_run} cycles in {seconds(time.monotonic() - self.started)}"))
+        took = seconds(time.monotonic() - self.started)
+        extra.insert(0, ("this job", f"{plural(self.cycles_run, 'cycle')} in {took}"))
         return markdown(self.facts, extra_rows=extra)
 
 

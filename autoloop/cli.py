@@ -332,7 +332,8 @@ def _standing(run: Any) -> str:
     """`score: baseline 109.04 → best 100.86, gain -25.77% (95% CI …), re-measured; 3 kept` —
     from the ledger through facts, the same numbers `log`, the report and --json show."""
     from autoloop.ci import facts_of
-    from autoloop.facts import gain_text, overruled_keep
+    from autoloop.facts import gain_text
+    from autoloop.numbers import signed_pct
 
     label = run.program.verifier.label
     f = facts_of(run.program, run.opt.tag, run.journal.records)
@@ -340,10 +341,11 @@ def _standing(run: Any) -> str:
     if s.baseline is None:
         return f"{label}: no baseline measured"
     gain = f", gain {gain_text(f)}" if f.headline_gain_pct is not None else ""
-    if f.remeasured_pct is not None and any(overruled_keep(c) for c in run.journal.cycles()):
+    if f.head_final is not None:
         # the end-of-run check measured the branch head, which a person kept against the
         # ratchet: its gain is not the best's
-        gain = f"; the branch head (a person's keep) re-measured against the start: {gain_text(f)}"
+        gain += ("; the branch head (a person's keep) re-measured against the start: "
+                 f"{signed_pct(f.head_final.get('change_pct'))}")
     return f"{label}: baseline {f.fmt(s.baseline)} → best {f.fmt(s.best)}{gain}; {s.kept} kept in total"
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from autoloop.errors import UsageError
+from autoloop.wording import plural
 
 PIPE_WIDTH = 120          # a `| less` reader still sees whole words
 MIN_WIDTH = 60
@@ -77,9 +78,14 @@ def cmd_log(args: argparse.Namespace) -> int:
     print(f"trend      {s.trend}")
     if views[0].stats.get("warning"):
         print(f"warning    {views[0].stats['warning']}")
-    for fin in journal.finals():
-        # the run's headline gain, with its interval and cost: never cut
-        print(f"final      (after cycle {fin.get('after_cycle')}) {fin.get('text', '')}")
+    for fin in journal.finals()[-1:]:
+        # the run's headline gain, with its interval and cost: never cut. Only the latest: a
+        # resumed run's earlier check ("not re-measured: nothing was kept") is no longer true
+        text = str(fin.get("text", ""))
+        if fin is f.head_final:   # it measured a person's keep: theirs, not the ratchet's best
+            text = text.replace("re-measured best vs start",
+                                "re-measured the branch head (a person's keep) vs start", 1)
+        print(f"final      (after cycle {fin.get('after_cycle')}) {text}")
     if s.cost_usd or s.tokens:
         parts = [usd(s.cost_usd) if s.cost_usd else "no price known"]
         if s.cost_per_keep is not None:
@@ -119,7 +125,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         out = out / ("report.html" if args.format == "html" else "report.md")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
-    print(f"wrote {out} ({f.cycles_total} cycles)")
+    print(f"wrote {out} ({plural(f.cycles_total, 'cycle')})")
     return 0
 
 

@@ -12,6 +12,7 @@ from autoloop.journal import STATUSES, not_sandboxed
 from autoloop.numbers import (count, digits_for, formatter, num, pct, pct_interval, run_values,
                               share, signed_pct, usd)
 from autoloop.ratchet import better
+from autoloop.wording import pooled, stated_pct
 
 MAX_KEPT = 30     # kept changes listed in the Markdown
 
@@ -56,23 +57,34 @@ def overruled_keep(cycle: Mapping[str, Any]) -> bool:
             and cycle.get("recommendation") != "keep")
 
 
+def running_bests(cycles: Sequence[Mapping[str, Any]], direction: str) -> list[float | None]:
+    """The one definition of "best" (the card, `log`, the progress and stop lines, the chart's
+    running best): after each cycle, the best metric the ratchet measured: the baseline's, moved
+    by every keep the ratchet decided when it is better. A keep a person made against the
+    ratchet (approve mode) is theirs, never the best."""
+    out: list[float | None] = []
+    best: float | None = None
+    for c in cycles:
+        m = c.get("metric")
+        if isinstance(m, (int, float)) and (c.get("status") == "baseline" or (
+                c.get("status") == "keep" and not overruled_keep(c))) \
+                and (best is None or better(direction, m, best)):
+            best = float(m)
+        out.append(best)
+    return out
+
+
 def best_measured(cycles: Sequence[Mapping[str, Any]], direction: str,
                   incumbent: float | None) -> float | None:
-    """What a run may call its best: the incumbent's metric, unless a person kept a regression
-    (approve mode), then the best metric measured at the baseline or a keep."""
-    if incumbent is None or not any(overruled_keep(c) for c in cycles):
-        return incumbent
-    best = summarize(cycles, direction).best
-    return best if best is not None and better(direction, best, incumbent) else incumbent
+    """What a run may call its best (running_bests; the incumbent's metric before any cycle)."""
+    bests = running_bests(cycles, direction)
+    return bests[-1] if bests and bests[-1] is not None else incumbent
 
 
 def summarize(cycles: Sequence[Mapping[str, Any]], direction: str, recent: int = 10) -> Summary:
     baseline = next((c.get("metric") for c in cycles if c["status"] == "baseline"), None)
-    best = baseline
-    for c in cycles:
-        m = c.get("metric")
-        if c["status"] == "keep" and m is not None and (best is None or better(direction, m, best)):
-            best = m
+    bests = running_bests(cycles, direction)
+    best = bests[-1] if bests else None
     done = [c for c in cycles if c["cycle"] > 0]
     counts = Counter(c["status"] for c in done)
     gen = [c.get("gen") or {} for c in done]
@@ -80,20 +92,22 @@ def summarize(cycles: Sequence[Mapping[str, Any]], direction: str, recent: int =
         cycles=len(done), baseline=baseline, best=best, gain_pct=pct(baseline, best),
         kept=counts["keep"], keep_rate=counts["keep"] / len(done) if done else None,
         by_status={k: counts[k] for k in dict.fromkeys([*STATUSES[1:], *counts]) if counts[k]},
-        trend=_trend(cycles, done[-recent:]),
+        trend=_trend(cycles, done[-recent:], bests),
         cost_usd=sum(g.get("cost_usd") or 0.0 for g in gen),
         tokens=sum((g.get("tokens_in") or 0) + (g.get("tokens_out") or 0) for g in gen))
 
 
-def _trend(cycles: Sequence[Mapping[str, Any]], window: Sequence[Mapping[str, Any]]) -> str:
+def _trend(cycles: Sequence[Mapping[str, Any]], window: Sequence[Mapping[str, Any]],
+           bests: Sequence[float | None]) -> str:
     if not window:
         return "no cycles yet"
-    before = [c for c in cycles if c["cycle"] < window[0]["cycle"]]
-    start, end = (before[-1].get("best") if before else None), window[-1].get("best")
+    before = sum(1 for c in cycles if c["cycle"] < window[0]["cycle"])
+    start, end = (bests[before - 1] if before else None), bests[-1]
     keeps = sum(1 for c in window if c["status"] == "keep")
     d, fmt = pct(start, end), formatter([start, end])
     moved = f", best {fmt(start)} → {fmt(end)} ({signed_pct(d)})" if d is not None else ""
-    return f"last {len(window)} cycles: {keeps} kept{moved}"
+    last = "the last cycle" if len(window) == 1 else f"last {len(window)} cycles"
+    return f"{last}: {keeps} kept{moved}"
 
 
 @dataclass(frozen=True)
@@ -128,6 +142,9 @@ class Facts:
     digits: int                             # significant digits that tell this run's values apart
     paired: bool                            # some cycle was judged on paired measurements
     aborted: str | None                     # why no cycle was measured (an aborted baseline)
+    # the end-of-run re-measurement of a branch head a person kept against the ratchet: it is
+    # theirs, not the best's gain (`final` is None then)
+    head_final: Mapping[str, Any] | None = None
 
     @property
     def cycles_total(self) -> int:
@@ -221,7 +238,10 @@ def facts(records: Sequence[Mapping[str, Any]], *, tag: str, goal: str, metric: 
             final = r
             ci = None if r.get("deterministic") else _pair(r.get("change_ci_pct"))
             gain_ci, level = (ci, r.get("ci_level")) if ci is not None else (None, None)
-    return Facts(tag=tag, goal=goal, metric=metric, direction=direction,
+    head_final = None
+    if final is not None and any(overruled_keep(c) for c in cycles):
+        head_final, final, gain_ci, level = final, None, None, None
+    return Facts(tag=tag, goal=goal, metric=metric, direction=direction, head_final=head_final,
                  summary=summarize(cycles, direction), rows=tuple(judged),
                  kept=tuple(_kept(row) for row in judged if row.record["status"] == "keep"),
                  gain_ci_pct=gain_ci, gain_ci_level=level, final=final,
@@ -248,12 +268,13 @@ def gain_text(f: Facts) -> str:
 def in_cycle(c: Mapping[str, Any], best_before: float | None) -> tuple[float | None, float | None]:
     """(the value a cycle was judged against, its change in %): the incumbent re-measured in
     the same batch for a paired cycle, else the best before the cycle."""
-    pooled = (c.get("stats") or {}).get("pooled") if isinstance(c.get("stats"), dict) else None
-    if isinstance(pooled, dict) and pooled.get("median_a") is not None:
-        return pooled.get("median_a"), pooled.get("change_pct")
+    p = pooled(c)
+    if p is not None and p.get("median_a") is not None:
+        return p.get("median_a"), stated_pct(c)
     if c.get("status") == "baseline":
         return None, None
-    return best_before, c.get("delta_pct", pct(best_before, c.get("metric")))
+    # the change the verdict states (wording.stated_pct); an old record without one: computed
+    return best_before, stated_pct(c) if "delta_pct" in c else pct(best_before, c.get("metric"))
 
 
 def rows(cycles: Sequence[Mapping[str, Any]]) -> list[Row]:

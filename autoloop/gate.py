@@ -32,6 +32,7 @@ from autoloop.verify import SEED_VAR, measure, new_seed, sandbox_outside_run, st
 from autoloop.walk import remove_tree, temp_dir
 from autoloop.gitrun import git
 from autoloop.measured_files import protected_paths
+from autoloop.wording import plural
 from autoloop.workspace import Worktree
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BASE_BROKEN = 0, 1, 2, 3
@@ -241,7 +242,7 @@ def _judge(res: GateResult) -> None:
         elif s.p_better <= res.alpha:
             why = f"better ({change}, p = {s.p_better:.3g})"
         elif 0.5 ** s.n > res.alpha:
-            why = (f"inconclusive ({change}): {s.n} pairs can never reach α = {res.alpha:g}; "
+            why = (f"inconclusive ({change}): {plural(s.n, 'pair')} can never reach α = {res.alpha:g}; "
                    f"use --pairs {math.ceil(math.log2(1 / res.alpha)) + 1} or more")
         else:
             why = f"no significant difference ({change})"

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from autoloop.errors import UsageError
 from autoloop.numbers import MIN_DIGITS, Fmt, digits_for, formatter, num, run_values
 from autoloop.walk import remove_tree
+from autoloop.wording import noise_pct
 
 Record = dict[str, Any]
 
@@ -394,7 +395,8 @@ def _stats_cells(c: CycleRecord) -> list[str]:
         _num(batches[0].get("p")) if batches else "",
         _num(batches[1].get("p")) if len(batches) > 1 else "",
         num(pooled.get("median_ratio")),
-        _num(stats.get("noise_pct"), ".3f"),
+        # the calibration's noise per run; a judged cycle's, the noise its lesson states
+        _num(stats.get("noise_pct") if stats.get("kind") == "calibration" else noise_pct({"stats": stats}), ".3f"),
         holdout,
         _samples_text(c),
     ]

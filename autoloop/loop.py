@@ -35,6 +35,7 @@ from autoloop.steps.verify import checked
 from autoloop.facts import best_measured
 from autoloop.gitrun import thaw_outer_config
 from autoloop.walk import temp_tree
+from autoloop.wording import plural
 from autoloop.workspace import VERIFY_SLOTS, Workspace
 
 BACKOFF_MAX_S = 60.0
@@ -477,7 +478,7 @@ class Run:
         if stop.patience is not None:
             streak = next((i for i, c in enumerate(reversed(cycles)) if c["status"] == "keep"), len(cycles))
             if streak >= stop.patience:
-                return f"patience exhausted ({streak} cycles without a keep)"
+                return f"patience exhausted ({plural(streak, 'cycle')} without a keep)"
         if stop.max_cost_usd is not None:
             costs = [c.get("gen", {}).get("cost_usd") or 0.0 for c in cycles]
             spent, next_cost = sum(costs), max(costs[-10:], default=0.0)

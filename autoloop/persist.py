@@ -15,6 +15,7 @@ from autoloop.errors import RepoStateError
 from autoloop.gitrun import GitError, git, git_bytes
 from autoloop.journal import atomic_write
 from autoloop.objects import Entry, derive
+from autoloop.wording import plural
 from autoloop.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def save(ws: Workspace, journal: Journal, program: Program, incumbent: str) -> s
     cycles = journal.cycles()
     last = cycles[-1]["cycle"] if cycles else 0
     kept = sum(1 for c in cycles if c["status"] == "keep")
-    message = (f"autoloop: journal of run {journal.tag} ({last} cycles, {kept} kept)\n\n"
+    message = (f"autoloop: journal of run {journal.tag} ({plural(last, 'cycle')}, {kept} kept)\n\n"
                f"The run's ledger and journal, so that the next job resumes with full memory.\n"
                f"autoloop moves the branch back to the parent when it resumes.\n\n"
                f"{TRAILER}: {journal.tag}\n{PARENT_TRAILER}: {incumbent}\n")

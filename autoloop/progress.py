@@ -15,10 +15,9 @@ import threading
 import time
 from typing import IO, Any, Callable, Mapping
 
-from autoloop.facts import in_cycle, overruled_keep
+from autoloop.facts import in_cycle, running_bests
 from autoloop.journal import CycleRecord
 from autoloop.numbers import formatter, hms, pct, run_values, seconds, signed_pct, usd
-from autoloop.ratchet import better
 
 COLORS = {"keep": "\x1b[32m", "baseline": "\x1b[34m", "discard": "\x1b[33m", "crash": "\x1b[31m",
           "guard_fail": "\x1b[31m", "violation": "\x1b[35m", "no_change": "\x1b[2m", "gen_error": "\x1b[31m"}
@@ -64,7 +63,7 @@ class Progress:
         self.baseline: float | None = None
         self.best: float | None = None
         self.direction = direction      # known: "best" never shows a regression a person kept
-        self._overruled = False
+        self._cycles: list[Mapping[str, Any]] = []
         self.last = ""
         self.cost = 0.0
         self._values: list[float] = []
@@ -108,25 +107,26 @@ class Progress:
         c = CycleRecord.of(data)
         if c.status == "baseline":
             self.baseline = c.metric
-        self._overruled = self._overruled or overruled_keep(data)
-        # the record's best is the incumbent's metric; once a person kept a regression, the
-        # column keeps showing the best measured and moves only when a cycle beats it
-        if c.best is not None and not (self._overruled and self.direction and self.best is not None
-                                       and not better(self.direction, c.best, self.best)):
-            self.best = c.best
+        before = self.best
+        self._cycles.append(data)
+        # "best" as log and the report define it (facts.running_bests): the ratchet's, never a
+        # regression a person kept; without a direction, the record's
+        best = running_bests(self._cycles, self.direction)[-1] if self.direction else c.best
+        self.best = best if best is not None else self.best
         self.cost += c.cost_usd or 0.0
         self._values += run_values([data])
         fmt = self.fmt = formatter(self._values)
         metric = fmt(c.metric) or "-"
         self.last = f"#{c.cycle} {c.status} {metric}"
         cell = f"{c.status:<10}"
-        vs, change = in_cycle(data, self.best)
+        vs, change = in_cycle(data, before)
         # what the row was judged on: the incumbent measured beside it (paired) or the best.
         # Paired, the % is the test's estimate over the pairs, not the change between the two
         # medians shown: labelled, or a reader takes it for that
         est = "" if change is None else f"est. {signed_pct(change)}"
+        # a strict cycle's change is the one its lesson, log and report state
         against = (f"vs {fmt(vs):>10} {est:>13}" if c.pooled is not None else
-                   f"best {fmt(self.best if self.direction else c.best):>10}")
+                   f"best {fmt(self.best if self.direction else c.best):>10} {signed_pct(change, ''):>8}")
         head = (f"cycle {c.cycle:>4}  {cell} {self.metric} {metric:>10}  "
                 f"{against}  {seconds(c.duration_s):>7}  ") + ("[you] " if c.by_human else "")
         room = max(20, _width() - len(head) - 1) if self.live else PLAIN_HYPOTHESIS

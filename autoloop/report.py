@@ -15,7 +15,7 @@ from importlib.resources import files
 from string import Template
 from typing import Any, Mapping, Sequence
 
-from autoloop.facts import Facts, rows as judged_rows
+from autoloop.facts import Facts, overruled_keep, rows as judged_rows, running_bests
 from autoloop.journal import CycleRecord
 from autoloop.ratchet import better, orientation
 from autoloop.numbers import (Fmt, count, formatter, pct_interval, run_values, seconds, share, sig,
@@ -54,19 +54,23 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 def positions(cycles: Sequence[Mapping[str, Any]], direction: str) -> dict[int, float]:
     """Where each measured cycle is drawn. A paired cycle is drawn at its change (against the
     incumbent re-measured beside it) from the running best, never better than it unless kept:
-    its own median drifts with the machine, and it was not better beyond the noise."""
+    its own median drifts with the machine, and it was not better beyond the noise. A keep a person
+    made against the ratchet is drawn so too."""
     pos: dict[int, float] = {}
     best: float | None = None
-    for rec, _, change in judged_rows(cycles):
+    ordered = sorted(cycles, key=lambda r: int(r.get("cycle", 0)))
+    for (rec, _, change), after in zip(judged_rows(ordered), running_bests(ordered, direction)):
         c = CycleRecord.of(rec)
         if c.metric is not None:
             y = float(c.metric)
-            if c.pooled is not None and c.status != "keep" and change is not None and best is not None:
+            # a person's keep against the ratchet is drawn as a discard would be: not below the best
+            kept = c.status == "keep" and not overruled_keep(rec)
+            if c.pooled is not None and not kept and change is not None and best is not None:
                 y = best * (1 + change / 100.0)
                 if better(direction, y, best):
                     y = best
             pos[c.cycle] = y
-        best = float(c.best) if c.best is not None else best
+        best = after
     return pos
 
 
@@ -76,7 +80,11 @@ def chart(cycles: Sequence[Mapping[str, Any]], metric: str, direction: str, fmt:
     views = sorted((CycleRecord.of(c) for c in cycles), key=lambda c: c.cycle)
     n_max = max((c.cycle for c in views), default=0)
     pos = positions(cycles, direction)
-    bests = [float(c.best) for c in views if c.best is not None]
+    # the running best is the ratchet's (facts.running_bests): a person's kept regression is
+    # drawn as its own dot, never as the line
+    running = running_bests(sorted(cycles, key=lambda r: int(r.get("cycle", 0))), direction)
+    best_at = {c.cycle: b for c, b in zip(views, running)}
+    bests = [b for b in running if b is not None]
     if bests:
         # one wild discard (a learning rate of 3.0) must not squash the run's path into a line:
         # a point past half the run's span beyond the worst best sits on that edge
@@ -117,8 +125,8 @@ def chart(cycles: Sequence[Mapping[str, Any]], metric: str, direction: str, fmt:
             f'y2="{bottom + STRIP * 0.3:.1f}" class="strip"/>']
     pts: list[tuple[float, float]] = []       # the running best as a step line
     for c in views:
-        if c.best is not None:
-            xx, yy = x(c.cycle), y(float(c.best))
+        if best_at.get(c.cycle) is not None:
+            xx, yy = x(c.cycle), y(float(best_at[c.cycle]))
             if pts and abs(pts[-1][1] - yy) > 1e-9:
                 pts.append((xx, pts[-1][1]))
             pts.append((xx, yy))
@@ -164,6 +172,12 @@ def _row(rec: Mapping[str, Any], vs: float | None, change: float | None, fmt: Fm
             f'</td><td class="n">{seconds(c.duration_s)}</td></tr>')
 
 
+def _count(after_baseline: int, rows: int) -> str:
+    """The table's heading counts as the CYCLES card does (after the baseline), and says so when
+    the baseline's row is there too."""
+    return f"{after_baseline} after the baseline" if rows > after_baseline else str(after_baseline)
+
+
 def render(f: Facts, *, generated: str | None = None) -> str:
     s, fmt, gain = f.summary, f.fmt, f.headline_gain_pct
     improved = gain is not None and orientation(f.direction) * gain > 0
@@ -199,6 +213,7 @@ def render(f: Facts, *, generated: str | None = None) -> str:
         goal += f'<p class="bad">No cycle was measured: the baseline was aborted ({_e(f.aborted)}).</p>'
     page = Template(files("autoloop").joinpath("report.html").read_text(encoding="utf-8"))
     return page.substitute(
-        tag=_e(f.tag), metric=_e(f.metric), goal=goal, cards=card_html, legend=legend, count=len(cycles),
+        tag=_e(f.tag), metric=_e(f.metric), goal=goal, cards=card_html, legend=legend,
+        count=_count(s.cycles, len(cycles)),
         chart=chart(cycles, f.metric, f.direction, fmt), when=_e(generated or _dt.datetime.now().strftime("%Y-%m-%d %H:%M")),
         rows="\n".join(_row(*row, fmt) for row in f.rows))

@@ -24,6 +24,7 @@ from autoloop.specs import (GENERATOR_KINDS, MAX_WORKERS, AcceptSpec, Amount, Da
                             GeneratorSpec, GuardSpec, HoldoutSpec, LimitSpec, ParallelSpec,
                             PriceSpec, Program, ResourcesSpec, SandboxSpec, StopSpec, VerifierSpec,
                             guard_name)
+from autoloop.wording import plural
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PERCENT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*")
@@ -254,7 +255,7 @@ def _build_accept(p: Reader, values: dict[str, Any], at: At) -> AcceptSpec:
         need = next(n for n in range(2, 64) if _reachable(n, spec.alpha))
         same = "(even when every pair shows the same gain)"
         if "pairs" in values:
-            p.fail_key("accept.pairs", f"{spec.pairs} pairs can never reach alpha "
+            p.fail_key("accept.pairs", f"{plural(spec.pairs, 'pair')} can never reach alpha "
                                        f"{spec.alpha:g} {same}; use at least {need} pairs")
         p.fail_key("accept.alpha", f"{spec.alpha:g} is out of reach of {spec.pairs} pairs {same}; "
                                    f"set accept.pairs to at least {need}")

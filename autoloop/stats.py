@@ -191,20 +191,6 @@ def strict_phantom(run_sd: float, repeats: int, candidates: int) -> float:
     return statistics.NormalDist().inv_cdf((n - 0.375) / (n + 0.25)) * run_sd * eff / math.sqrt(repeats)
 
 
-def coarse_pct(value: float | None, step: float | None) -> str:
-    """`value`% rounded to the noise `step`%, and ≈0 within one step: the generator learns
-    direction and size, not noise."""
-    if value is None:
-        return "?"
-    if not step or step <= 0 or not math.isfinite(step):
-        return f"{value:+.2g}%"
-    step = float(f"{step:.1g}")            # one significant digit
-    rounded = round(value / step) * step if abs(value) >= step else 0   # within one step: noise
-    if rounded == 0:
-        return f"≈0% (noise ±{step:g}%)"
-    return f"≈{float(f'{rounded:.3g}'):+g}% (noise ±{step:g}%)"
-
-
 # ---- the sequential paired test ---------------------------------------------------------------
 # Gains x_i ~ N(μ, σ²), σ unknown; the calibration's A/A changes c_j are extra mean-0 draws. The
 # test of μ = 0 against μ = δσ uses only the direction of (c, x) (free of σ), so its likelihood

@@ -9,7 +9,7 @@ import pexpect
 import pytest
 
 from autoloop.approve import Decision, Review, human_outcome, stages
-from autoloop.numbers import pct, signed_pct
+from autoloop.numbers import pct, plain_pct, signed_pct
 from autoloop.verify import GuardResult
 from tests.scripts.e2e import PY, git, make_project, repo_state
 
@@ -161,7 +161,8 @@ def test_a_paired_cycle_kept_by_the_person_states_the_verdicts_change(tmp_path):
     assert verdict_change not in others        # the drift makes them differ: the test can tell
     (commit,) = p.branch_commits(start)
     message = p.message(commit)
-    assert f"{stated}, estimated over {pooled['n']} pairs against the incumbent measured beside it" in message
+    assert f"{stated}; estimated against the incumbent measured beside it" in message
+    assert f"noise ±{plain_pct(cyc[1]['stats']['step_pct'])} over {pooled['n']} pairs" in stated
     assert not any(o in message for o in others), message
     assert cyc[1]["result"] == (f"keep (the person's decision; the ratchet said discard): {stated} "
                                 "against the incumbent measured beside it")

@@ -12,6 +12,7 @@ import pytest
 from autoloop import stats as st
 from autoloop.decide import baseline as cal, core, cycle, end
 from autoloop.decide.core import Sample, Session
+from autoloop.numbers import plain_pct, signed_pct
 from tests.test_program import parse, prog
 
 
@@ -156,11 +157,13 @@ def test_paired_metric_is_the_candidates_median() -> None:
                                                  "minimize").median_b)
 
 
-def test_paired_lesson_is_coarse() -> None:
+def test_paired_lesson_states_the_verdicts_change_and_noise() -> None:
     fake = Fake(noisy(1.0, 0.95, 0.002, seed=3))
     v = cycle.judge_paired(session(fake), program(PAIRED), {}, noise_step=0.01, noise_scale="log")
     assert v.status == "keep"
-    assert "better by ≈5%" in v.lesson and "noise ±1%" in v.lesson
+    change = signed_pct(v.stats["pooled"]["change_pct"])
+    assert v.lesson.startswith(f"kept: {change}, better (noise ±")
+    assert change in v.result and f"noise ±{plain_pct(v.stats['step_pct'])}" in v.lesson
     assert v.feedback is not None and v.feedback in v.lesson
     # no raw sample leaks into what the generator is told
     for x in v.stats["batches"][0]["b"]:
@@ -178,7 +181,7 @@ def test_paired_lesson_states_this_cycles_noise_when_it_exceeds_the_calibrations
     assert v.stats["step_pct"] == pytest.approx(own_pct) and own_pct > 5
     lo, hi = v.stats["pooled"]["change_ci_pct"]
     assert lo < 0 < hi                                    # the CI says: no evidence either way
-    assert v.feedback is not None and v.feedback.startswith("no change beyond the noise"), v.feedback
+    assert v.feedback is not None and "by less than the noise" in v.feedback, v.feedback
 
 
 def test_paired_stops_a_no_op_early() -> None:
@@ -663,9 +666,10 @@ def _measured(metric: float | None, error: str | None = None, guard: str | None 
 
 @pytest.mark.parametrize("metric, status, result, lesson", [
     (39.5, "keep", "keep: val_loss 40.25 → 39.5 (-1.86%)", "kept: val_loss 40.25 → 39.5 (-1.86%)"),
-    (40.25, "discard", "discard: val_loss 40.25 ties best 40.25", "discarded: 40.25 ties best 40.25"),
-    (41.0, "discard", "discard: val_loss 41 is worse than best 40.25",
-     "discarded: 41 is worse than best 40.25"),
+    (40.25, "discard", "discard: val_loss 40.25 ties best 40.25 (0%)", "discarded: 40.25 ties best 40.25 (0%)"),
+    # a discard states its change as the result, log and report do
+    (41.0, "discard", "discard: val_loss 41 is worse than best 40.25 (+1.86%)",
+     "discarded: 41 is worse than best 40.25 (+1.86%)"),
     (40.2500001, "discard", "discard: val_loss 40.2500001 is worse than best 40.25",
      "discarded: 40.2500001 is worse than best 40.25"),
 ])

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from autoloop.numbers import formatter, pct_interval, signed_pct
+from autoloop.numbers import formatter, pct_interval, plain_pct, signed_pct
 
 from tests.conftest import git, run_cli
 
@@ -120,10 +120,13 @@ def test_paired_keeps_a_real_gain_and_commits_it(sim) -> None:
     c = cycles(repo)[2]
     pooled, fmt = c["stats"]["pooled"], formatter([])
     ci = pct_interval(pooled["change_ci_pct"], pooled["ci_level"])
+    # and its noise, as its lesson states it (autoloop.wording)
+    noise = f"noise ±{plain_pct(c['stats']['step_pct'])} over {pooled['n']} pairs"
     assert message.splitlines()[2] == (
-        f"score {signed_pct(pooled['change_pct'])} ({ci}), estimated over {pooled['n']} pairs against the "
+        f"score {signed_pct(pooled['change_pct'])} ({ci}), {noise}; estimated against the "
         f"incumbent measured beside it (medians {fmt(pooled['median_a'])} → {fmt(c['metric'])})")
-    assert f"score {signed_pct(pooled['change_pct'])} ({ci})" in c["result"]
+    assert f"score {signed_pct(pooled['change_pct'])} ({ci}), {noise}" in c["result"]
+    assert noise in c["lesson"] and "Verdict: kept by the ratchet" in message
 
 
 def test_paired_confirmation_test_is_recorded(sim) -> None:

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from autoloop.facts import facts, gain_text, markdown
-from autoloop.decide.cycle import change_words
+from autoloop.wording import change_words
 from autoloop.report import positions, render
 from tests.scripts.e2e import PY, make_project
 
@@ -211,12 +211,15 @@ def test_chart_never_draws_a_discard_better_than_the_running_best():
     assert pos[2] == pytest.approx(109.03999999999999 * 1.01)
 
 
-@pytest.mark.parametrize("improvement,step,text", [
-    (-53.6, None, "worse by 54%"), (-53.6, 2.0, "worse by ≈54% (noise ±2%)"),
-    (2.1, 0.4, "better by ≈2% (noise ±0.4%)"), (0.1, 1.0, "no change beyond the noise (≈0%, noise ±1%)"),
-    (0.0, None, "no change (0%)")])
-def test_lessons_say_better_or_worse(improvement, step, text):
-    assert change_words(improvement, step) == text
+@pytest.mark.parametrize("change,step,pairs,status,text", [
+    (53.6, None, None, "discard", "+53.60%, worse"), (53.6, 2.0, 8, "discard", "+53.60%, worse (noise ±2.00% over 8 pairs)"),
+    (-2.1, 0.4, 1, "discard", "-2.10%, better (noise ±0.40% over 1 pair)"),
+    (-0.1, 1.0, 6, "discard", "-0.10%, better by less than the noise (noise ±1.00% over 6 pairs)"),
+    (0.0, None, None, "discard", "0%, no change"),
+    # a keep was judged better by its rule: never "no change" or "worse" beside it
+    (-99.51, 1000.0, 4, "keep", "-99.51%, better (noise ±1000.00% over 4 pairs)")])
+def test_lessons_say_better_or_worse(change, step, pairs, status, text):
+    assert change_words(change, step, pairs, "minimize", status) == text
 
 
 # ---- autoloop clean ------------------------------------------------------------------------------

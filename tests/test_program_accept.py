@@ -99,7 +99,7 @@ ERRORS: list[tuple[str, str]] = [
      "program.md:10: accept.pairs: 4 pairs can never reach alpha 0.005 (even when every pair "
      "shows the same gain); use at least 6 pairs"),
     ("accept:\n  rule: paired\n  pairs: 1\n  alpha: 0.5",
-     "program.md:10: accept.pairs: 1 pairs can never reach alpha 0.5 (even when every pair "
+     "program.md:10: accept.pairs: 1 pair can never reach alpha 0.5 (even when every pair "
      "shows the same gain); use at least 2 pairs"),
     ("accept:\n  rule: paired\n  alpha: 0.000000000001",
      "program.md:10: accept.alpha: 1e-12 is out of reach of 16 pairs (even when every pair "

@@ -37,7 +37,8 @@ def test_plain_lines_without_a_terminal():
     # the baseline may take minutes (measured twice or more): a log file says what is going on
     assert lines[0] == "cycle    0  measuring the starting commit (guards, then the verifier) …"
     assert lines[1].startswith("cycle    0  baseline")
-    assert re.match(r"cycle    1  keep\s+score\s+30\s+best\s+30\s+1\.5s  lower it", lines[2])
+    # its change, as its lesson, log and report state it
+    assert re.match(r"cycle    1  keep\s+score\s+30\s+best\s+30\s+-25\.00%\s+1\.5s  lower it", lines[2]), lines[2]
     assert lines[4].strip() == "crash: exit 1"
     assert len(lines) == 5          # the quick phases (generate) get no line of their own
 

@@ -213,12 +213,12 @@ def test_trend_over_the_recent_window() -> None:
 
 def test_trend_with_fewer_cycles_than_the_window() -> None:
     cyc = [rec(0, "baseline", 4.0, 4.0), rec(1, "keep", 3.0, 3.0)]
-    assert summarize(cyc, "minimize", recent=10).trend == "last 1 cycles: 1 kept, best 4 → 3 (-25.00%)"
+    assert summarize(cyc, "minimize", recent=10).trend == "the last cycle: 1 kept, best 4 → 3 (-25.00%)"
 
 
 def test_trend_without_best_values() -> None:
     cyc = [rec(0, "baseline", None, None), rec(1, "crash")]
-    assert summarize(cyc, "minimize").trend == "last 1 cycles: 0 kept"
+    assert summarize(cyc, "minimize").trend == "the last cycle: 0 kept"
 
 
 def test_summary_is_frozen() -> None:

@@ -255,20 +255,6 @@ def test_strict_phantom_is_the_expected_luckiest_draw() -> None:
     assert st.strict_phantom(0.03, 4, 100) == pytest.approx(st.strict_phantom(0.03, 1, 100) * 1.2533 / 2)
 
 
-# ---- coarse feedback ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("value, step, text", [
-    (-2.34, 0.8, "≈-2.4% (noise ±0.8%)"),
-    (0.3, 1.1, "≈0% (noise ±1%)"),
-    (3.7, 2.0, "≈+4% (noise ±2%)"),
-    (1.234, None, "+1.2%"),
-    (None, 1.0, "?"),
-])
-def test_coarse_pct(value, step, text) -> None:
-    assert st.coarse_pct(value, step) == text
-
-
 def test_enumeration_helper_is_right() -> None:
     # the independent reference used above: 2^n patterns, symmetric
     for n in range(1, 8):

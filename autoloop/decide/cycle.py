@@ -6,11 +6,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from autoloop import stats as st
+from autoloop import stats as st, wording
 from autoloop.decide.core import (History, Pairs, Sample, Session, Verdict, check_limits,
                                   first_measurement, measure_pairs, median, series, values)
 from autoloop.numbers import formatter, num as fmt, pct, share, signed_pct
-from autoloop.ratchet import better, gain_of, orientation
+from autoloop.ratchet import better, gain_of
 from autoloop.specs import HoldoutSpec, Program
 
 HOLDOUT_PAIRS = 8          # a fixed batch for the held-out verifier after a keep (min p 1/256)
@@ -69,7 +69,11 @@ def judge_strict(session: Session, program: Program, best: float,
         why = f"{shown} is better than best {f(best)} by less than min_effect {acc.min_effect}"
     else:
         why = f"{shown} is worse than best {f(best)}"
-    return Verdict("discard", value, f"discard: {name} {why}", f"discarded: {why}", stats, **base)
+    # its change as the result, log and report state it (a float-noise difference rounds to 0%,
+    # which beside "worse" would read as a contradiction: left out)
+    said = gain_txt if value == best or gain_txt != " (0%)" else ""
+    return Verdict("discard", value, f"discard: {name} {why}{said}", f"discarded: {why}{said}",
+                   stats, **base)
 
 
 def _holdout_strict(session: Session, program: Program, verdict: Verdict) -> None:
@@ -100,14 +104,20 @@ def ci_text(c: st.Comparison, name: str) -> str:
 
 def stated_change(stats: Mapping[str, Any], name: str) -> str | None:
     """A paired cycle's change as its verdict states it (`score -14.01% (75% CI …)`, the
-    estimate over all its pairs), from its ledger stats; None for any other rule. What is quoted
-    beside the verdict (a commit message, a person's decision) must not be the change between
-    two medians, which the estimate is not."""
-    if not isinstance(stats.get("pooled"), dict):
+    estimate over all its pairs), read from its ledger stats; None for any other rule. What is
+    quoted beside the verdict (a commit message, a person's decision) must not be the change
+    between two medians, which the estimate is not."""
+    p = stats.get("pooled")
+    if not isinstance(p, dict) or p.get("change_pct") is None:
         return None
-    batches = stats.get("batches") or []
-    a, b = [x for t in batches for x in t["a"]], [x for t in batches for x in t["b"]]
-    return ci_text(st.compare(a, b, stats["direction"]), name)
+    body = signed_pct(p["change_pct"])
+    noise = wording.noise_text(wording.noise_pct({"stats": stats}), p.get("n"))
+    noise = f", {noise}" if noise else ""
+    if p.get("n") == 1 or not p.get("change_ci_pct"):
+        return f"{name} {body} (one pair, no CI){noise}"
+    ci = " … ".join(signed_pct(x) for x in p["change_ci_pct"])
+    level = f"{share(p['ci_level'])} CI" if p.get("ci_level") is not None else "CI"
+    return f"{name} {body} ({level} {ci}){noise}"
 
 
 def calibration_noise(history: History) -> tuple[list[float], str | None]:
@@ -227,37 +237,50 @@ def judge_paired(session: Session, program: Program,
     own = st.noise_sd(st.gains(a, b, direction, pooled.scale)) / math.sqrt(pooled.n) if pooled.n > 1 else 0.0
     sd = max(noise_step or 0.0, own) if noise_scale in (None, pooled.scale) and pooled.median_a else own
     step = stats["step_pct"] = st.change_pct(sd, pooled.scale, pooled.median_a) if sd and sd > 0 else None
-    improvement = None if pooled.change_pct is None else orientation(direction) * pooled.change_pct
-    feedback = stats["feedback"] = change_words(improvement, step)
+
+    def words(status: str) -> str:
+        # the one wording of this change (autoloop.wording), as log, report and commit quote it
+        return wording.change_words(pooled.change_pct, step, pooled.n, direction, status)
+
+    feedback = stats["feedback"] = words("discard")
     evid = ", ".join(f"{'confirm ' if i else ''}LR={math.exp(t.log_lr[-1]):.3g}"
                      for i, t in enumerate(tests))
     sizes = "+".join(str(len(t.pairs.a)) for t in tests)
     ratio = f", median ratio {pooled.median_ratio:.4g}" if pooled.median_ratio is not None else ""
-    numbers = f"{ci_text(pooled, name)}, {evid}{ratio} ({sizes} pairs)"
+    # no % without a reference (a median of 0): the change in the metric's units
+    stated = stated_change(stats, name) or ci_text(pooled, name)
+    numbers = f"{stated}, {evid}{ratio} ({sizes} {'pair' if sizes == '1' else 'pairs'})"
     base = dict(stats=stats, measurement=first_measurement(session), delta_pct=pooled.change_pct, feedback=feedback)
     metric = median(b)
 
     if problem:
         return Verdict("guard_fail", metric, f"guard_fail: {problem}; {numbers}", problem, **base)
     first = tests[0]
+    n_first = wording.plural(len(first.pairs.a), "pair")
     if not first.ok:
         if first.decision == "discard":
-            why = (f"stopped after {len(first.pairs.a)} pairs: the evidence fell to {st.FUTILITY:g} "
+            why = (f"stopped after {n_first}: the evidence fell to {st.FUTILITY:g} "
                    "(no improvement beyond the noise)")
+            short = f"the evidence fell to {st.FUTILITY:g} after {n_first}"
         elif first.decision == "undecided":
-            why = (f"undecided after {len(first.pairs.a)} pairs (LR between {st.FUTILITY:g} and "
+            why = (f"undecided after {n_first} (LR between {st.FUTILITY:g} and "
                    f"{1 / acc.alpha:g}): any real gain is smaller than the noise lets these pairs show")
+            short = f"undecided after {n_first}"
         else:
-            why = f"significant, but the effect is below min_effect {acc.min_effect}"
-        lesson = (f"discarded: {feedback}, below min_effect {acc.min_effect}" if first.decision == "keep"
-                  else f"discarded: {feedback}{', not beyond the noise' if feedback.startswith('better') else ''}")
+            why = short = f"significant, but the effect is below min_effect {acc.min_effect}"
+        # a discard that looked better says why it was not kept; one that was not needs no reason
+        lesson = (f"discarded: {feedback}; not kept: {short}" if first.decision == "keep"
+                  or wording.direction_word(pooled.change_pct, direction) == "better"
+                  else f"discarded: {feedback}")
         return Verdict("discard", metric, f"discard: {numbers}; {why}", lesson, **base)
     if acc.confirm and not tests[1].ok:
-        why = f"the confirmation test ended in {tests[1].decision} after {len(tests[1].pairs.a)} pairs"
+        why = (f"the confirmation test ended in {tests[1].decision} after "
+               f"{wording.plural(len(tests[1].pairs.a), 'pair')}")
         return Verdict("discard", metric, f"discard: {numbers}; first test passed, {why}",
-                       f"discarded: looked better at first, not confirmed; {feedback}", **base)
+                       f"discarded: {feedback}; not kept: looked better at first, not confirmed", **base)
     confirmed = ", confirmed" if acc.confirm else ""
-    verdict = Verdict("keep", metric, f"keep: {numbers}", f"kept: {feedback}{confirmed}",
+    kept = stats["feedback"] = base["feedback"] = words("keep")
+    verdict = Verdict("keep", metric, f"keep: {numbers}", f"kept: {kept}{confirmed}",
                       note=numbers, **base)
     if holdout is not None:
         assert program.holdout is not None
@@ -270,20 +293,6 @@ def judge_paired(session: Session, program: Program,
                 "" if rec["improved"] else " did not improve: possible overfitting to the verifier")
         verdict.stats["holdout"] = rec
     return verdict
-
-
-def change_words(improvement: float | None, step: float | None) -> str:
-    """What the generator is told a change did (`improvement` > 0: better), in words that cannot
-    be misread: `better by ≈2% (noise ±0.4%)`, `no change beyond the noise (≈0%, noise ±1%)`."""
-    if improvement is None:
-        return "change unknown"
-    text = st.coarse_pct(abs(improvement), step)
-    if improvement == 0:
-        return "no change (0%)"
-    if text.startswith("≈0%"):
-        return f"no change beyond the noise ({text.replace(' (', ', ', 1)}"
-    text = text.replace("+", "", 1)
-    return f"better by {text}" if improvement > 0 else f"worse by {text}"
 
 
 def holdout_batch(session: Session, h: HoldoutSpec, n: int, alpha: float, prefix: str = "h") -> dict[str, Any]:

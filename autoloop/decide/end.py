@@ -12,6 +12,7 @@ from autoloop.decide.cycle import ci_text, comparison_text, holdout_batch
 from autoloop.numbers import exact, signed_pct
 from autoloop.ratchet import orientation
 from autoloop.specs import Direction, Program
+from autoloop.wording import plural
 
 FINAL_ALPHA = 0.05     # the end-of-run check describes a finished run: it decides nothing
 NOTHING_KEPT = "nothing was kept: the best is the starting code"   # an end-of-run check skipped
@@ -96,7 +97,7 @@ def final_text(rec: Mapping[str, Any], name: str) -> str:
     if rec.get("deterministic"):
         body = f"{ci_text(c, name).split(' (')[0]} (deterministic: {c.n} identical pairs)"
     else:
-        body = f"{ci_text(c, name)}, p={c.p:.3g}, {c.n} pairs"
+        body = f"{ci_text(c, name)}, p={c.p:.3g}, {plural(c.n, 'pair')}"
     text = f"re-measured best vs start: {body}"
     hold = rec.get("holdout")
     if hold and "error" not in hold:

@@ -12,6 +12,7 @@ from autoloop.decide.cycle import stated_change
 from autoloop.journal import Record, escape_controls
 from autoloop.memory import near_duplicate
 from autoloop.numbers import num as fmt, pct, signed_pct
+from autoloop.wording import decided
 
 SUBJECT_MAX = 100
 
@@ -65,13 +66,14 @@ def _message(state: RunState, c: Cycle) -> str:
     if stated is not None:
         # the verdict's change, whoever kept it: the stored best → this median would be another
         pooled = stats["pooled"]
-        line = (f"{stated}, estimated over {pooled['n']} pairs against the incumbent measured beside it "
+        line = (f"{stated}; estimated against the incumbent measured beside it "
                 f"(medians {fmt(pooled['median_a'])} → {fmt(o.metric)})")
     else:
         d = pct(state.best, o.metric)
         line = f"{name}: {fmt(state.best)} → {fmt(o.metric)}" + (f" ({signed_pct(d)})" if d is not None else "")
     return (f"{subject}\n\n{line}\n"
             + (f"Measured: {o.extra['note']}\n" if o.extra.get("note") else "")
+            + f"Verdict: {decided(o.status, o.decided_by, o.recommendation)}\n"
             + f"Hypothesis: {hyp}\nCycle: {c.n}\nRun: {state.ws.branch}\n")
 
 
