@@ -352,7 +352,9 @@ def _newcomer_checks(program: Any, tag: str | None = None) -> list[str]:
     `allowed` entries, to print once the run is past its checks (not on every resume)."""
     from autoloop import hints
     from autoloop.journal import Journal, has_baseline
+    from autoloop.workspace import require_commit
 
+    require_commit(program.repo_root)   # else a missing script reads as the template's placeholder
     hints.refuse_placeholders(program)
     hints.refuse_missing_scripts(program)
     if tag is not None and has_baseline(Journal(program.state_dir, tag).ledger):

@@ -183,8 +183,9 @@ def placeholders(program: Program) -> list[str]:
                    f"'{first}…': write what the generator should know about the project")
     cmd = program.verifier.command
     script = next((rel for rel in _scripts(cmd) if rel in _TEMPLATE_SCRIPTS), "")
-    if script and not (program.repo_root / script).exists():
-        line = program.lines.get("verifier.command", 1)
+    line = program.lines.get("verifier.command", 1)
+    # the template's line still carries its EDIT note: else the command is the user's own
+    if script and "EDIT" in text.split("\n")[line - 1] and not (program.repo_root / script).exists():
         out.append(f"{name}:{line}: verifier.command is still the template's placeholder "
                    f"'{cmd}' ({script} does not exist): put the command that prints "
                    f"'{program.verifier.label}: NUMBER'")

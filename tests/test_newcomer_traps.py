@@ -1,0 +1,46 @@
+"""A newcomer's path, as tried on a real project: each message says what is wrong in the user's
+words and what to do (issue 25), run through the real CLI on real repositories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import git, run_cli
+
+PROGRAM = """\
+---
+goal: Lower the time
+allowed: [a.py]
+verifier:
+  command: {command}
+  metric: {metric}
+  direction: minimize
+---
+Make a.py faster.
+"""
+
+
+def write(repo: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+
+
+def test_verify_without_a_commit_says_so_not_that_the_command_is_a_placeholder(make_repo) -> None:
+    repo = make_repo({"a.py": "x = 1\n", "program.md": PROGRAM.format(
+        command="python3 bench/run.py", metric="seconds")}, commit=False)
+    res = run_cli("verify", "program.md", cwd=repo)
+    assert res.returncode == 2, res.stderr
+    assert "the repository has no commit yet" in res.stderr
+    assert "commit your files first: git add -A && git commit -m start" in res.stderr
+    assert "placeholder" not in res.stderr
+
+
+def test_a_users_own_missing_script_is_not_called_the_templates_placeholder(make_repo) -> None:
+    repo = make_repo({"a.py": "x = 1\n", "program.md": PROGRAM.format(
+        command="python3 bench/run.py", metric="seconds")})
+    res = run_cli("verify", "program.md", cwd=repo)
+    assert res.returncode == 2, res.stderr
+    assert "placeholder" not in res.stderr
+    assert ("program.md:5: verifier.command runs bench/run.py, which is neither in your checkout "
+            "nor in HEAD") in res.stderr
