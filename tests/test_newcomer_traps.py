@@ -44,3 +44,21 @@ def test_a_users_own_missing_script_is_not_called_the_templates_placeholder(make
     assert "placeholder" not in res.stderr
     assert ("program.md:5: verifier.command runs bench/run.py, which is neither in your checkout "
             "nor in HEAD") in res.stderr
+
+
+def test_a_missing_generator_script_is_called_missing_not_unexecutable(make_repo) -> None:
+    repo = make_repo({"a.py": "x = 1\n", "score.py": "print('seconds: 1')\n", "program.md": PROGRAM.format(
+        command="python3 score.py", metric="seconds").replace(
+        "---\nMake", "generator: {kind: command, command: ./agent.sh}\n---\nMake")})
+    res = run_cli("run", "program.md", "--tag", "t", "--cycles", "1", cwd=repo)
+    assert res.returncode != 0
+    assert ("generator.command: no such file ./agent.sh (neither in your checkout nor in HEAD; paths "
+            "are relative to the repository root); fix generator.command, or create and commit the "
+            "script") in res.stderr, res.stderr
+    assert "chmod" not in res.stderr and "bwrap" not in res.stderr
+    absolute = repo / "nowhere" / "agent.sh"
+    (repo / "program.md").write_text((repo / "program.md").read_text().replace("./agent.sh", str(absolute)))
+    git(repo, "commit", "-qam", "absolute")
+    res = run_cli("run", "program.md", "--tag", "u", "--cycles", "1", cwd=repo)
+    assert f"generator.command: no such file {absolute}; fix generator.command" in res.stderr, res.stderr
+    assert "chmod" not in res.stderr
