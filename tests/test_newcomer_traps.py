@@ -62,3 +62,28 @@ def test_a_missing_generator_script_is_called_missing_not_unexecutable(make_repo
     res = run_cli("run", "program.md", "--tag", "u", "--cycles", "1", cwd=repo)
     assert f"generator.command: no such file {absolute}; fix generator.command" in res.stderr, res.stderr
     assert "chmod" not in res.stderr
+
+
+def test_a_wrong_metric_name_gets_a_did_you_mean_from_what_the_verifier_printed(make_repo) -> None:
+    repo = make_repo({"a.py": "x = 1\n", "score.py": "print('warming up')\nprint('seconds: 0.42')\n",
+                      "program.md": PROGRAM.format(command="python3 score.py", metric="secs")})
+    res = run_cli("verify", "program.md", cwd=repo)
+    assert res.returncode == 1, res.stderr
+    assert ("no line 'secs: NUMBER' in the verifier's output; it printed 'seconds: 0.42' — did you "
+            "mean verifier.metric: seconds (program.md:6)?") in res.stdout, res.stdout
+
+
+def test_a_verifier_that_printed_nothing_is_told_so_with_its_stderr(make_repo) -> None:
+    repo = make_repo({"a.py": "x = 1\n", "quiet.py": "", "noisy.py":
+                      "import sys\nprint('reading config.toml', file=sys.stderr)\n"
+                      "print('no workload given', file=sys.stderr)\n",
+                      "program.md": PROGRAM.format(command="python3 quiet.py", metric="seconds")})
+    res = run_cli("verify", "program.md", cwd=repo)
+    assert res.returncode == 1, res.stderr
+    assert ("no line 'seconds: NUMBER' in the verifier's output; it printed nothing on stdout (nor "
+            "anything on stderr)") in res.stdout, res.stdout
+    (repo / "program.md").write_text(PROGRAM.format(command="python3 noisy.py", metric="seconds"))
+    git(repo, "commit", "-qam", "noisy")
+    res = run_cli("verify", "program.md", cwd=repo)
+    assert ("no line 'seconds: NUMBER' in the verifier's output; it printed nothing on stdout; its "
+            "stderr ends with 'no workload given'") in res.stdout, res.stdout
