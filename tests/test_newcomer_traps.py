@@ -87,3 +87,21 @@ def test_a_verifier_that_printed_nothing_is_told_so_with_its_stderr(make_repo) -
     res = run_cli("verify", "program.md", cwd=repo)
     assert ("no line 'seconds: NUMBER' in the verifier's output; it printed nothing on stdout; its "
             "stderr ends with 'no workload given'") in res.stdout, res.stdout
+
+
+def test_a_resumed_tag_with_its_patience_spent_says_how_to_go_on(make_repo) -> None:
+    program = PROGRAM.format(command="python3 score.py", metric="seconds").replace(
+        "---\nMake", "generator: {kind: command, command: ./gen.sh}\nstop:\n  patience: 2\n---\nMake")
+    repo = make_repo({"a.py": "x = 1\n", "score.py": "import a\nprint(f'seconds: {a.x}')\n",
+                      "gen.sh": "#!/bin/sh\necho 'x = 9' > a.py\necho 'Hypothesis: nine'\n",
+                      "program.md": program, ".gitignore": "__pycache__/\n"}, commit=False)
+    (repo / "gen.sh").chmod(0o755)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "start")
+    first = run_cli("run", "program.md", "--tag", "t", "--cycles", "5", cwd=repo)
+    assert "patience exhausted (2 cycles without a keep)" in first.stdout + first.stderr
+    assert "to go on" not in first.stdout + first.stderr        # this run used the patience
+    again = run_cli("run", "program.md", "--tag", "t", "--cycles", "50", cwd=repo)
+    said = again.stdout + again.stderr
+    assert ("patience exhausted (2 cycles without a keep) before this run started: to go on, raise "
+            "stop.patience (2, program.md:10), or start afresh with a new --tag") in said, said
