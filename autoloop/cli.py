@@ -480,6 +480,10 @@ def cmd_clean(args: argparse.Namespace) -> int:
         if args.tag or args.branch or args.journal:
             raise
         no_run = exc   # nothing of a run to clean here: the temporary folders alone, if any
+    if args.yes and not args.tag and tag is not None:
+        # with no one to read the listing, a guessed tag's worktrees and logs must not go
+        raise UsageError(f"clean --yes needs the tag named: add --tag {tag} (the most recent run "
+                         "here), or leave out --yes to see the listing first")
     plan = clean.plan(program, tag, branch=args.branch, journal=args.journal)
     keeps = [f"  {k}" if k.startswith("note:") else f"  keeps {k}" for k in plan.keeps]
     if no_run and plan.empty:

@@ -105,3 +105,39 @@ def test_a_resumed_tag_with_its_patience_spent_says_how_to_go_on(make_repo) -> N
     said = again.stdout + again.stderr
     assert ("patience exhausted (2 cycles without a keep) before this run started: to go on, raise "
             "stop.patience (2, program.md:10), or start afresh with a new --tag") in said, said
+
+
+def _two_runs(make_repo) -> Path:
+    """Tag 'a' keeps one commit; tag 'b' (the most recent) keeps none and renders the journal."""
+    program = PROGRAM.format(command="python3 score.py", metric="seconds").replace(
+        "---\nMake", "generator: {kind: command, command: ./gen.sh}\n---\nMake")
+    repo = make_repo({"a.py": "x = 5\n", "score.py": "import a\nprint(f'seconds: {a.x}')\n",
+                      "gen.sh": "#!/bin/sh\necho 'x = 1' > a.py\necho 'Hypothesis: one'\n",
+                      "program.md": program, ".gitignore": "__pycache__/\n"}, commit=False)
+    (repo / "gen.sh").chmod(0o755)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "start")
+    assert run_cli("run", "program.md", "--tag", "a", "--cycles", "1", cwd=repo).returncode == 0
+    (repo / "gen.sh").write_text("#!/bin/sh\necho 'x = 9' > a.py\necho 'Hypothesis: nine'\n")
+    git(repo, "commit", "-qam", "a worse generator")
+    assert run_cli("run", "program.md", "--tag", "b", "--cycles", "1", cwd=repo).returncode == 0
+    return repo
+
+
+def test_clean_yes_without_a_tag_removes_nothing_and_listings_say_what_is_true(make_repo) -> None:
+    repo = _two_runs(make_repo)
+    logs = sorted(p.relative_to(repo) for p in (repo / ".autoloop").rglob("*"))
+    res = run_cli("clean", "program.md", "--yes", cwd=repo)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert ("clean --yes needs the tag named: add --tag b (the most recent run here), or leave out "
+            "--yes to see the listing first") in res.stderr
+    assert sorted(p.relative_to(repo) for p in (repo / ".autoloop").rglob("*")) == logs
+    res = run_cli("clean", "program.md", "--tag", "a", "--yes", cwd=repo)
+    assert res.returncode == 0, res.stderr
+    # experiments.md and results.tsv are b's (rendered last), not a's
+    assert "keeps the journal (.autoloop/a/ledger.jsonl): --journal removes it" in res.stdout, res.stdout
+    assert "keeps branch autoloop/a at " in res.stdout and "(with 1 kept commit)" in res.stdout
+    res = run_cli("clean", "program.md", "--tag", "b", "--yes", cwd=repo)
+    assert ("keeps the journal (.autoloop/b/ledger.jsonl, experiments.md, results.tsv): --journal "
+            "removes it") in res.stdout, res.stdout
+    assert "(nothing kept on it)" in res.stdout and "kept commits" not in res.stdout, res.stdout
