@@ -115,7 +115,7 @@ def _pct(old: float | None, new: float | None) -> str:
 _GREEN, _RED, _YELLOW, _BOLD, _DIM, _CYAN, _RESET = ("\x1b[32m", "\x1b[31m", "\x1b[33m", "\x1b[1m",
                                                      "\x1b[2m", "\x1b[36m", "\x1b[0m")
 _LABELS = {"keep": "[k]eep", "discard": "[d]iscard", "verify": "[y] verify", "skip": "[s]kip"}
-_HELP_COMMON = ("v  view the full diff (through $PAGER when set)",
+_HELP_COMMON = ("v  view the full diff (through $PAGER when set; q leaves it)",
                 "n  write a note; it becomes the cycle's lesson (what the generator learns)",
                 "q  quit: this candidate is not kept, the journal is closed, the run ends (exit 0)")
 
@@ -276,8 +276,12 @@ class TerminalReviewer:
                 self._line(self._diff_line(ln))
             if i + step >= len(lines):
                 break
-            self.out.write(self._c(_DIM, f"-- {i + step}/{len(lines)} lines: space/enter more, q stop -- "))
+            self.out.write(self._c(_DIM, f"-- {i + step}/{len(lines)} lines: space/enter more, q back "
+                                         "to the choices -- "))
             self.out.flush()
             if self._key() in ("q", ""):
-                break
-        self._line(self._c(_DIM, "(end of diff)"))
+                return
+        # a key ends the view, so the `q` that leaves a pager is not read as "quit the run"
+        self.out.write(self._c(_DIM, "(end of diff) -- any key goes back to the choices -- "))
+        self.out.flush()
+        self._key()

@@ -4,6 +4,7 @@ the results. So do the temporary folders of any autoloop process of this user th
 
 from __future__ import annotations
 
+import json
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,11 +51,15 @@ def plan(program: Program | None, tag: str | None, *, branch: bool = False, jour
         if j.dir.is_dir():
             p.state.append(j.dir)
     elif j.ledger.exists():
-        p.keeps.append(f"the journal ({_rel(program, j.ledger)}, experiments.md, results.tsv): --journal removes it")
+        # experiments.md and results.tsv are this tag's only when its run rendered them last
+        shown = [_rel(program, j.ledger), *(x.name for x in _rendered_for(j, tag))]
+        p.keeps.append(f"the journal ({', '.join(shown)}): --journal removes it")
     if branch:
         p.branch_head = head
     elif head is not None:
-        p.keeps.append(f"branch {ws.branch} at {head[:12]} with the kept commits: --branch removes it")
+        kept = _kept(j.ledger)
+        what = f"with {kept} kept commit{'s' * (kept != 1)}" if kept else "nothing kept on it"
+        p.keeps.append(f"branch {ws.branch} at {head[:12]} ({what}): --branch removes it")
     branch_gone = branch or head is None
     # a ledger without a measured baseline is not resumed: such a tag starts afresh from HEAD
     journal_gone = journal or not has_baseline(j.ledger)
@@ -82,6 +87,24 @@ def _rendered_for(j: Journal, tag: str) -> list[Path]:
     except OSError:
         return []
     return [j.experiments, j.results] if head.endswith(f"run `autoloop/{tag}`") else []
+
+
+def _kept(ledger: Path) -> int:
+    """Keeps in the ledger, read only (loading would mend a torn line: the run's job, under its lock)."""
+    try:
+        with open(ledger, "rb") as f:
+            cycles = [line for line in f if line.startswith(b'{"t":"cycle"')]
+    except OSError:
+        return 0
+    return sum(_status(line) == "keep" for line in cycles)
+
+
+def _status(line: bytes) -> object:
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None            # a torn last line
+    return rec.get("status") if isinstance(rec, dict) else None
 
 
 def _rel(program: Program, path: Path) -> str:

@@ -354,7 +354,9 @@ def _newcomer_checks(program: Any, tag: str | None = None) -> list[str]:
     `allowed` entries, to print once the run is past its checks (not on every resume)."""
     from autoloop import hints
     from autoloop.journal import Journal, has_baseline
+    from autoloop.workspace import require_commit
 
+    require_commit(program.repo_root)   # else a missing script reads as the template's placeholder
     hints.refuse_placeholders(program)
     hints.refuse_missing_scripts(program)
     if tag is not None and has_baseline(Journal(program.state_dir, tag).ledger):
@@ -480,6 +482,10 @@ def cmd_clean(args: argparse.Namespace) -> int:
         if args.tag or args.branch or args.journal:
             raise
         no_run = exc   # nothing of a run to clean here: the temporary folders alone, if any
+    if args.yes and not args.tag and tag is not None:
+        # with no one to read the listing, a guessed tag's worktrees and logs must not go
+        raise UsageError(f"clean --yes needs the tag named: add --tag {tag} (the most recent run "
+                         "here), or leave out --yes to see the listing first")
     plan = clean.plan(program, tag, branch=args.branch, journal=args.journal)
     keeps = [f"  {k}" if k.startswith("note:") else f"  keeps {k}" for k in plan.keeps]
     if no_run and plan.empty:

@@ -49,7 +49,21 @@ def _yaml_advice(exc: yaml.MarkedYAMLError, mark: Any) -> str:
         shown = token.group(0) if token else "*…"
         return (f"'{shown}' must be quoted: YAML reads a value starting with '*' as a reference; "
                 f"write \"{shown}\"")
+    if problem == "could not find expected ':'" and exc.context_mark is mark:
+        m = re.match(r"^\s*(?:-\s+)?([\w.-]+):(\S.*?)\s*$", text)
+        if m:
+            return (f"a space is needed after the colon of '{m.group(1)}': write "
+                    f"'{m.group(1)}: {m.group(2)}'")
     if problem == "mapping values are not allowed here":
+        key = re.match(r"^(\s*)([\w.-]+):(\s|$)", text)
+        up = next((i for i in range(mark.line - 1, -1, -1) if lines[i].strip()), None)
+        above = re.match(r"^(\s*)(?:-\s+)?([\w.-]+):\s*\S", lines[up]) if up is not None else None
+        if key and above and mark.column == len(key.group(1)) + len(key.group(2)) \
+                and len(key.group(1)) > len(above.group(1)):
+            # the key's own colon: the line is read as more of the value of the key above it
+            return (f"'{key.group(2)}' is indented too far: YAML reads it as part of the value of "
+                    f"'{above.group(2)}' on line {up + _OFFSET}; start it in the same column as "
+                    f"'{above.group(2)}'")
         m = re.match(r"^(\s*(?:-\s+)?[\w.-]+:\s+)(.*?)\s*$", text)
         if m and m.group(2):
             value = m.group(2)
@@ -138,6 +152,8 @@ class Reader:
 
     def yaml_fail(self, exc: yaml.MarkedYAMLError) -> NoReturn:
         mark = exc.problem_mark or exc.context_mark
+        if exc.problem == "could not find expected ':'" and exc.context_mark:
+            mark = exc.context_mark     # the key missing its ': ', not the line the scan gave up on
         message = exc.problem or exc.context or "cannot be read"
         if exc.problem and exc.context:
             # an unclosed `[` or `{` is found lines later, where the parser gave up: name the

@@ -36,9 +36,21 @@ _TEMPLATE_SCRIPTS = {"measure.sh", "prepare.py", "bench/run.py"}
 _NEAR_METRIC = re.compile(r"^\s*(?:METRIC\s+)?([A-Za-z0-9_./-]+)\s*[:=]\s*(.*?)\s*$")
 
 
-def near_miss(output: str, name: str) -> str:
+def near_miss(output: str, name: str, stderr: str = "", key: str = "verifier.metric",
+              where: str = "") -> str:
     """When no `NAME: NUMBER` line was found: the last line that nearly is one, quoted, with
-    what to change (`; it printed 'Score: 5' (line 3): ...`), else ""."""
+    what to change (`; it printed 'Score: 5' (line 3): ...`); that it printed nothing (and how
+    its stderr ends); or a line whose name is close (`did you mean KEY: seconds?`); else ""."""
+    if not plain(output).strip():
+        err = [ln.strip() for ln in plain(stderr).splitlines() if ln.strip()]
+        said = f"; its stderr ends with {err[-1][:160]!r}" if err else " (nor anything on stderr)"
+        return f"; it printed nothing on stdout{said}"
+    numbered: dict[str, str] = {}
+    for line in output.splitlines():
+        m = _NEAR_METRIC.match(plain(line))
+        if m and re.fullmatch(_NUMBER, m.group(2)):
+            numbered[m.group(1)] = line.strip()[:120]
+    near = closest(name, [n for n in numbered if n.lower() != name.lower()])
     for line in reversed(output.splitlines()):
         m = _NEAR_METRIC.match(line)
         if not m or m.group(1).lower() != name.lower():
@@ -56,6 +68,8 @@ def near_miss(output: str, name: str) -> str:
                     f"the number alone (put a unit in the name, e.g. {name}_{_unit(rest)}), or "
                     f"set verifier.pattern to a regular expression whose group is the number")
         return f"{where}: {value!r} is not a number; print {expected}"
+    if near is not None:
+        return f"; it printed {numbered[near]!r} — did you mean {key}: {near}{f' ({where})' if where else ''}?"
     return ""
 
 
@@ -183,8 +197,9 @@ def placeholders(program: Program) -> list[str]:
                    f"'{first}…': write what the generator should know about the project")
     cmd = program.verifier.command
     script = next((rel for rel in _scripts(cmd) if rel in _TEMPLATE_SCRIPTS), "")
-    if script and not (program.repo_root / script).exists():
-        line = program.lines.get("verifier.command", 1)
+    line = program.lines.get("verifier.command", 1)
+    # the template's line still carries its EDIT note: else the command is the user's own
+    if script and "EDIT" in text.split("\n")[line - 1] and not (program.repo_root / script).exists():
         out.append(f"{name}:{line}: verifier.command is still the template's placeholder "
                    f"'{cmd}' ({script} does not exist): put the command that prints "
                    f"'{program.verifier.label}: NUMBER'")

@@ -477,6 +477,12 @@ class Run:
         cycles = [c for c in self.journal.cycles() if c["cycle"] > 0]
         if stop.patience is not None:
             streak = next((i for i, c in enumerate(reversed(cycles)) if c["status"] == "keep"), len(cycles))
+            if streak >= stop.patience and ran == 0:
+                # a resumed tag whose patience was spent earlier: this run can do nothing
+                where = f"{self.program.path.name}:{self.program.line('stop.patience')}"
+                return (f"patience exhausted ({streak} cycles without a keep) before this run "
+                        f"started: to go on, raise stop.patience ({stop.patience}, {where}), or "
+                        "start afresh with a new --tag")
             if streak >= stop.patience:
                 return f"patience exhausted ({plural(streak, 'cycle')} without a keep)"
         if stop.max_cost_usd is not None:

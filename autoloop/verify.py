@@ -137,7 +137,10 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
             try:
                 return Measurement(parse_metric(res.stdout_path, spec), tuple(guards), None, stem, total)
             except MetricError as exc:
-                hint = near_miss(res.stdout_tail(), spec.metric) if spec.metric and spec.pattern is None else ""
+                key = "verifier.metric" if spec is program.verifier else "holdout.metric"
+                hint = near_miss(res.stdout_tail(), spec.metric, res.stderr_tail(), key,
+                                 f"{program.path.name}:{program.line(key)}") \
+                    if spec.metric and spec.pattern is None else ""
                 return Measurement(None, tuple(guards), str(exc) + hint, stem, total)
     return Measurement(None, tuple(guards), "the verifier did not run", None, total)
 

@@ -95,9 +95,7 @@ class Workspace(Worktree):
         """Refuse repositories we cannot work on safely."""
         if git(self.repo_root, "rev-parse", "--is-bare-repository").strip() == "true":
             raise RepoStateError(f"{self.repo_root}: a bare repository has no work tree to run in")
-        if not git(self.repo_root, "rev-parse", "--verify", "-q", "HEAD", check=False).strip():
-            raise RepoStateError(f"{self.repo_root}: the repository has no commit yet: the baseline is a commit, so "
-                                 "commit your files first: git add -A && git commit -m start")
+        require_commit(self.repo_root)
         for marker in ("MERGE_HEAD", "REBASE_HEAD", "CHERRY_PICK_HEAD", "rebase-merge", "rebase-apply"):
             if (self.common_dir / marker).exists():
                 raise RepoStateError(f"{self.repo_root}: a merge or rebase is in progress; finish it first")
@@ -321,3 +319,10 @@ def _remove_empty_parents(root: Path, paths: Iterable[str]) -> set[str]:
         if not os.path.lexists(full):
             removed.add(rel)
     return removed
+
+
+def require_commit(repo_root: Path) -> None:
+    """RepoStateError when the repository has no commit: nothing can be measured or kept yet."""
+    if not git(repo_root, "rev-parse", "--verify", "-q", "HEAD", check=False).strip():
+        raise RepoStateError(f"{repo_root}: the repository has no commit yet: the baseline is a commit, so "
+                             "commit your files first: git add -A && git commit -m start")

@@ -1,6 +1,7 @@
 """`tune` against Optuna's TPE and random search, side by side: best metric after 10, 20, 40 cycles.
 
-    python benchmarks/tune_search.py                      # 5 seeds, all four objectives
+    python benchmarks/tune_search.py                      # 5 seeds, the choosing family (below)
+    python benchmarks/tune_search.py --family heldout --seeds 100 --jobs 2 --methods tune "Optuna TPE"
     python benchmarks/tune_search.py --seeds 5 --objectives valley mixed
     python benchmarks/tune_search.py --cli 2              # + 2 seeds of tune through `autoloop run`
     python benchmarks/tune_search.py --import-cost        # what `import optuna` costs a tune run
@@ -11,6 +12,11 @@ Objectives (each a params.py with `# tune:` markers and a score.py verifier):
   mixed       benchmarks/tune_objectives/mixed: int, float log, int log and two categoricals
   valley      benchmarks/tune_objectives/valley: Rosenbrock's narrow curved valley, two floats
   noisy       benchmarks/tune_objectives/noisy: a run time with 2% noise per measurement
+These four are the choosing family: tune's start design and switch to TPE were picked on them.
+The held-out family (--family heldout: hyper, banana, logvalley, plateau, rugged, spread,
+noisytime, noisysteps; benchmarks/tune_objectives/heldout/README.md) judges that pick. With more
+than one objective a last table averages the family (each objective divided by its scale) and
+gives every method's paired difference from Optuna TPE on the same seeds.
 
 In-process (the default), `tune` is its proposal engine (autoloop.generators.tune: the space
 parsed from the markers, the ledger's observations, the same Engine the generator calls) fed
@@ -123,10 +129,11 @@ def quickstart() -> Objective:
     return Objective("quickstart", folder / "train.py", score)
 
 
-def synthetic(name: str) -> Objective:
-    module = _load(OBJ / name / "score.py", f"obj_{name}")
+def synthetic(folder: str, name: str | None = None) -> Objective:
+    name = name or folder
+    module = _load(OBJ / folder / "score.py", f"obj_{name}")
     noisy = getattr(module, "noisy", None)
-    return Objective(name, OBJ / name / "params.py", lambda v: module.objective(**v), noisy)
+    return Objective(name, OBJ / folder / "params.py", lambda v: module.objective(**v), noisy)
 
 
 OBJECTIVES: dict[str, Callable[[], Objective]] = {
@@ -135,6 +142,12 @@ OBJECTIVES: dict[str, Callable[[], Objective]] = {
     "valley": lambda: synthetic("valley"),
     "noisy": lambda: synthetic("noisy"),
 }
+# The choosing family is what tune's settings were picked on; the held-out family (written
+# before any result on it was seen, benchmarks/tune_objectives/heldout/README.md) judges them.
+HELDOUT = ("hyper", "banana", "logvalley", "plateau", "rugged", "spread", "noisytime", "noisysteps")
+for _name in HELDOUT:
+    OBJECTIVES[_name] = lambda name=_name: synthetic(f"heldout/{name}", name)
+FAMILIES = {"choosing": ("quickstart", "mixed", "valley", "noisy"), "heldout": HELDOUT}
 
 
 # --------------------------------------------------------------------------- methods
@@ -369,7 +382,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--first-seed", type=int, default=0, help="seeds FIRST..FIRST+SEEDS-1 (fresh seeds check a choice)")
-    ap.add_argument("--objectives", nargs="+", default=list(OBJECTIVES), choices=list(OBJECTIVES))
+    ap.add_argument("--objectives", nargs="+", choices=list(OBJECTIVES))
+    ap.add_argument("--family", choices=list(FAMILIES), default="choosing",
+                    help="the objectives when --objectives is not given: choosing (tune's settings "
+                         "were picked on these) or heldout (they judge the pick)")
     ap.add_argument("--cli", type=int, default=0, metavar="K", help="also run K seeds through `autoloop run`")
     ap.add_argument("--cli-objectives", nargs="+", default=["quickstart", "noisy"], choices=list(OBJECTIVES))
     ap.add_argument("--cli-only", action="store_true", help="only the `autoloop run` rows")
@@ -387,11 +403,13 @@ def main() -> int:
         return 0
     columns = args.columns
     n = max(columns)
+    objectives = args.objectives or list(FAMILIES[args.family])
     print(f"best metric after N cycles, mean over seeds {args.first_seed}..{args.first_seed + args.seeds - 1}"
           " (lower is better)\n")
     print("| objective | method | " + " | ".join(f"after {c}" for c in columns) + " | s |")
     print("|---|---|" + "---|" * (len(columns) + 1))
-    for name in args.objectives:
+    results: dict[str, dict[str, list[list[float]]]] = {}
+    for name in objectives:
         obj = OBJECTIVES[name]()
         extra = {f"tune, {spec}": _engine_variant(spec) for spec in args.engine}
         chosen = {k: v for k, v in METHODS.items() if k in args.methods}
@@ -399,6 +417,7 @@ def main() -> int:
         for method, fn in methods.items():
             t0 = time.monotonic()
             curves = _curves(fn, obj, range(args.first_seed, args.first_seed + args.seeds), n, args.jobs)
+            results.setdefault(name, {})[method] = curves
             print(f"| {name} | {method} | " + " | ".join(_cell([c[col - 1] for c in curves]) for col in columns)
                   + f" | {time.monotonic() - t0:.0f} |", flush=True)
         if args.cli and name in args.cli_objectives:
@@ -408,7 +427,38 @@ def main() -> int:
             secs = sum(s for _, s in runs)
             print(f"| {name} | tune via `autoloop run` (seeds 0..{args.cli - 1}) | "
                   + " | ".join(f"{v:.4g}" for v in cells) + f" | {secs:.0f} |", flush=True)
+    if len(results) > 1 and not args.cli_only:
+        family(results, columns)
     return 0
+
+
+def family(results: dict[str, dict[str, list[list[float]]]], columns: list[int]) -> None:
+    """The family at a glance: each objective's values divided by its scale (the mean of every
+    method at the first column, so no method sets its own yardstick), averaged over objectives
+    seed by seed; and every method's paired difference from Optuna TPE on the same seeds."""
+    methods = list(next(iter(results.values())))
+    scale = {name: statistics.fmean(c[columns[0] - 1] for curves in by.values() for c in curves) or 1.0
+             for name, by in results.items()}
+
+    def per_seed(method: str, col: int) -> list[float]:
+        seeds = len(next(iter(results.values()))[method])
+        return [statistics.fmean(by[method][s][col - 1] / scale[name] for name, by in results.items())
+                for s in range(seeds)]
+
+    print("\nthe family: each objective divided by its scale, then averaged over objectives (lower is better)\n")
+    print("| method | " + " | ".join(f"after {c}" for c in columns) + " |")
+    print("|---|" + "---|" * len(columns))
+    for method in methods:
+        print(f"| {method} | " + " | ".join(_cell(per_seed(method, c)) for c in columns) + " |")
+    if "Optuna TPE" not in methods:
+        return
+    print("\n| method − Optuna TPE (same seeds) | " + " | ".join(f"after {c}" for c in columns) + " |")
+    print("|---|" + "---|" * len(columns))
+    for method in methods:
+        if method != "Optuna TPE":
+            cells = [_cell([a - b for a, b in zip(per_seed(method, c), per_seed("Optuna TPE", c))])
+                     for c in columns]
+            print(f"| {method} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

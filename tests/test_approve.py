@@ -60,6 +60,7 @@ def test_decisions_are_applied_and_journaled_as_the_persons(tmp_path):
     child.expect(r"> ")
     child.send("v")
     child.expect(r"\(end of diff\)")
+    child.send("q")                                     # leaves the view, not the run
     child.expect(r"> ")
     child.send("q")
     child.expect("stopped: quit by the person")
@@ -225,6 +226,25 @@ def test_pager_env_is_used_for_the_full_diff(tmp_path):
     child.close()
     assert child.exitstatus == 0
     assert "+30" in marker.read_text()
+
+
+def test_q_in_the_diff_view_leaves_the_view_not_the_run(tmp_path):
+    long = "\n".join(f"line {i}" for i in range(120))
+    for name, plan in (("short", {1: 'hyp("short"); W("val.txt", "30")'}),     # q at its end
+                       ("long", {1: f'hyp("long"); W("val.txt", "30"); W("notes.txt", {long!r})'})):
+        p = make_project(tmp_path / name, plan)
+        child = spawn(p, "--approve", "--cycles", "1")
+        child.expect(r"> ")
+        child.send("v")
+        child.expect(r"(end of diff|lines: space/enter more)")
+        child.send("q")
+        child.expect(r"> ")
+        child.send("k")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0, child.before
+        assert "quit by the person" not in child.before
+        assert [r["status"] for r in p.rows()] == ["baseline", "keep"]
 
 
 def test_long_diff_is_cut_on_screen(tmp_path):

@@ -335,6 +335,17 @@ YAML_ERRORS = [
     ("---\ngoal: \"unclosed\n---\n",
      "program.md:2: invalid YAML: found unexpected end of stream "
      "(while scanning a quoted scalar)"),
+    # a newcomer's slips: an over-indented key is not a value to quote, `key:value` lacks a space
+    ("---\ngoal: g\nallowed: [a.py]\nverifier:\n  command: python3 b.py\n    metric: seconds\n---\n",
+     "program.md:6: 'metric' is indented too far: YAML reads it as part of the value of 'command' on "
+     "line 5; start it in the same column as 'command' (YAML: mapping values are not allowed here)"),
+    ("---\ngoal: g\n  allowed: [a.py]\n---\n",
+     "program.md:3: 'allowed' is indented too far: YAML reads it as part of the value of 'goal' on "
+     "line 2; start it in the same column as 'goal' (YAML: mapping values are not allowed here)"),
+    ("---\ngoal: g\nallowed: [a.py]\nverifier:\n  command: python3 b.py\n  metric:seconds\n"
+     "  direction: minimize\n---\n",
+     "program.md:6: a space is needed after the colon of 'metric': write 'metric: seconds' "
+     "(YAML: could not find expected ':' (while scanning a simple key))"),
 ]
 
 

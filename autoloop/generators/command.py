@@ -14,6 +14,7 @@ from typing import Iterator, NamedTuple
 from autoloop import proc
 from autoloop.errors import ConfigError, FatalGeneratorError, GeneratorError
 from autoloop.executables import needed_paths
+from autoloop.gitrun import head_has
 from autoloop.generators.base import MAX_HYPOTHESIS, GenContext, Proposal, hypothesis_in
 from autoloop.numbers import exact as fmt
 from autoloop.program import GeneratorSpec, Program
@@ -109,10 +110,16 @@ class CommandGenerator:
         words = shlex.split(self.spec.command or "")
         relative = "/" in words[0] and not os.path.isabs(words[0])
         if relative and not os.path.lexists(exe):
-            return
+            if head_has(self.program.repo_root, os.path.normpath(words[0])) is not False:
+                return   # HEAD's tree has it: the cycle's work tree will
+            raise FatalGeneratorError(f"generator.command: no such file {words[0]} (neither in your "
+                                      "checkout nor in HEAD; paths are relative to the repository "
+                                      "root); fix generator.command, or create and commit the script")
         if not os.path.isabs(exe):
             raise FatalGeneratorError(f"generator.command: {words[0]} not found on PATH; install it, "
                                       "or name it by its full path")
+        if not os.path.exists(exe):
+            raise FatalGeneratorError(f"generator.command: no such file {exe}; fix generator.command")
         if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
             raise FatalGeneratorError(f"generator.command: {exe} is not an executable file; "
                                       "fix generator.command or chmod +x it")
@@ -158,7 +165,7 @@ class CommandGenerator:
             raise FatalGeneratorError(f"cannot run the generator {_show(argv)}: {res.start_error}")
         if res.exit_code in _CANNOT_START:
             raise FatalGeneratorError(
-                f"the generator {_show(run_argv)[:200]} {_CANNOT_START[res.exit_code]} (exit "
+                f"the generator {_show(argv)[:200]} {_CANNOT_START[res.exit_code]} (exit "
                 f"{res.exit_code}): {last_line(res.stderr_tail(500))}; "
                 "fix generator.command (autoloop doctor checks it)")
         if not res.ok:

@@ -19,7 +19,8 @@ from autoloop.ratchet import orientation
 Value = float | str
 Config = Mapping[str, Value]
 
-# Points before TPE models the space (Optuna's default: 10), chosen with benchmarks/tune_search.py.
+# Points before TPE models the space (Optuna's default: 10): picked with benchmarks/tune_search.py
+# on its choosing family, judged on the held-out family (`--family heldout`, docs: tune).
 N_STARTUP = 5
 # Measured points TPE may propose before tune takes a random unmeasured one (ints, categoricals).
 _RETRIES = 24
