@@ -137,35 +137,43 @@ def calibration_noise(history: History) -> tuple[list[float], str | None]:
 @dataclass
 class Sequential:   # one sequential test; ok: a keep with an effect of at least min_effect
     pairs: Pairs
-    log_lr: list[float]
+    log_lr: list[float]          # log e-value of the keep side after each pair
+    log_futility: list[float]    # ... and of the futility side (a gain of delta ruled out)
     decision: str          # keep | discard | undecided (the most pairs, no boundary reached)
     noise_n: int
+    delta: float
+    at_floor: bool = False       # delta is min_effect: a futility discard says "below min_effect"
     ok: bool = False
 
 
 def sequential_test(session: Session, program: Program, prefix: str,
                     noise: Sequence[float], noise_scale: str | None) -> Sequential:
-    """ABBA pairs until autoloop.stats' likelihood ratio reaches 1/alpha (keep) or beta
-    (discard), or accept.pairs pairs."""
+    """ABBA pairs until autoloop.stats' rank e-value reaches 1/alpha (keep) or its futility side
+    1/beta (discard), or accept.pairs pairs. The futility side rules out DESIGN_EFFECT robust
+    pair noises (the calibration's, when on this scale), at least min_effect; fixed after the
+    first pair (its incumbent run is min_effect's reference on the difference scale)."""
     acc, direction = program.accept, program.verifier.direction
-    evidence: list[float] = []
-    used: list[int] = []
+    trail: list[tuple[float, float]] = []
+    used: list[float] = []
 
-    def lr(a: list[float], b: list[float]) -> float:
+    def step(a: list[float], b: list[float]) -> str:
         scale = st.pick_scale(a, b)
-        draws = list(noise) if noise_scale == scale else []
-        used.append(len(draws))
-        evidence.append(st.sequential_log_lr(st.gains(a, b, direction, scale), draws))
-        return evidence[-1]
+        if not used:
+            draws = list(noise) if noise_scale == scale else []
+            m = acc.min_effect
+            floor = st.threshold(m.value, m.relative, scale, direction, a[0])
+            used.extend([len(draws), st.design_delta(st.robust_scale(draws), floor), floor])
+        up, down = st.rank_evidence(a, b, direction, scale, used[1])
+        trail[:] = list(zip(up, down))
+        return st.sequential_decide(up[-1], acc.alpha, down[-1])
 
-    pairs = measure_pairs(session, acc.pairs, prefix,
-                          lambda a, b: st.sequential_decide(lr(a, b), acc.alpha) != "continue")
+    pairs = measure_pairs(session, acc.pairs, prefix, lambda a, b: step(a, b) != "continue")
+    d = step(pairs.a, pairs.b) if pairs.a else "continue"
     if pairs.failure is not None:
-        return Sequential(pairs, evidence, "discard", used[-1] if used else 0)
-    if len(evidence) < len(pairs.a):          # measure_pairs does not ask after the last pair
-        lr(pairs.a, pairs.b)
-    d = st.sequential_decide(evidence[-1], acc.alpha)
-    return Sequential(pairs, evidence, "undecided" if d == "continue" else d, used[-1])
+        d = "discard"
+    return Sequential(pairs, [u for u, _ in trail], [f for _, f in trail],
+                      "undecided" if d == "continue" else d, int(used[0]) if used else 0,
+                      used[1] if used else 0.0, bool(used) and used[1] <= used[2])
 
 
 def judge_paired(session: Session, program: Program,
@@ -176,8 +184,8 @@ def judge_paired(session: Session, program: Program,
     least min_effect; with confirm a fresh second test must keep too (false keeps <= alpha²)."""
     v, acc = program.verifier, program.accept
     name, direction = v.label, v.direction
-    stats: dict[str, Any] = {"rule": "paired", "test": "sequential", "alpha": acc.alpha,
-                             "beta": st.FUTILITY, "design_effect": st.DESIGN_EFFECT,
+    stats: dict[str, Any] = {"rule": "paired", "test": "sequential", "evidence": "ranks",
+                             "alpha": acc.alpha, "beta": st.FUTILITY, "design_effect": st.DESIGN_EFFECT,
                              "pairs": acc.pairs, "confirm": acc.confirm,
                              "min_effect": str(acc.min_effect), "direction": direction,
                              "batches": []}
@@ -199,8 +207,9 @@ def judge_paired(session: Session, program: Program,
                                 direction, c.median_a)
         t.ok = t.decision == "keep" and c.effect >= min_gain and c.effect > 0
         stats["batches"].append({**rec, "passed": t.ok, **c.as_record(), "threshold": min_gain,
-                                 "log_lr": t.log_lr, "decision": t.decision, "noise_n": t.noise_n,
-                                 "bounds": [math.log(st.FUTILITY), math.log(1.0 / acc.alpha)]})
+                                 "log_lr": t.log_lr, "log_futility": t.log_futility, "delta": t.delta,
+                                 "decision": t.decision, "noise_n": t.noise_n,
+                                 "bounds": [math.log(1.0 / st.FUTILITY), math.log(1.0 / acc.alpha)]})
         tests.append(t)
         return None
 
@@ -223,8 +232,8 @@ def judge_paired(session: Session, program: Program,
     stats["pooled"] = pooled.as_record()
     # The noise the lesson states is the larger of the calibration's and this cycle's own: a
     # machine busier than at calibration must not read "better by 5% (noise ±5%)" beside a 95% CI
-    # of -24…+17%.
-    own = st.noise_sd(st.gains(a, b, direction, pooled.scale)) / math.sqrt(pooled.n) if pooled.n > 1 else 0.0
+    # of -24…+17%. Both robust (MAD): a burst in one run must not read as the noise of all.
+    own = st.robust_scale(st.gains(a, b, direction, pooled.scale)) / math.sqrt(pooled.n) if pooled.n > 1 else 0.0
     sd = max(noise_step or 0.0, own) if noise_scale in (None, pooled.scale) and pooled.median_a else own
     step = stats["step_pct"] = st.change_pct(sd, pooled.scale, pooled.median_a) if sd and sd > 0 else None
     improvement = None if pooled.change_pct is None else orientation(direction) * pooled.change_pct
@@ -242,14 +251,18 @@ def judge_paired(session: Session, program: Program,
     first = tests[0]
     if not first.ok:
         if first.decision == "discard":
-            why = (f"stopped after {len(first.pairs.a)} pairs: the evidence fell to {st.FUTILITY:g} "
-                   "(no improvement beyond the noise)")
+            ruled = st.change_pct(first.delta, pooled.scale, pooled.median_a)
+            gain = f"{ruled:.2g}%" if ruled is not None else f"{first.delta:.3g}"
+            why = (f"stopped after {len(first.pairs.a)} pairs: a gain of {gain} or more is ruled out "
+                   f"(evidence {1 / st.FUTILITY:g} against it; no improvement beyond the noise)")
         elif first.decision == "undecided":
-            why = (f"undecided after {len(first.pairs.a)} pairs (LR between {st.FUTILITY:g} and "
-                   f"{1 / acc.alpha:g}): any real gain is smaller than the noise lets these pairs show")
+            why = (f"undecided after {len(first.pairs.a)} pairs (LR below {1 / acc.alpha:g}): any real "
+                   "gain is smaller than the noise lets these pairs show")
         else:
             why = f"significant, but the effect is below min_effect {acc.min_effect}"
-        lesson = (f"discarded: {feedback}, below min_effect {acc.min_effect}" if first.decision == "keep"
+        below = first.decision == "keep" or (first.decision == "discard" and first.at_floor
+                                             and feedback.startswith("better"))
+        lesson = (f"discarded: {feedback}, below min_effect {acc.min_effect}" if below
                   else f"discarded: {feedback}{', not beyond the noise' if feedback.startswith('better') else ''}")
         return Verdict("discard", metric, f"discard: {numbers}; {why}", lesson, **base)
     if acc.confirm and not tests[1].ok:
