@@ -231,17 +231,6 @@ MAD_SD = 1.4826          # a normal's SD per median absolute deviation
 BURST_SDS = 5.0          # a value this many robust SDs from the median is a burst
 
 
-def helmert(xs: Sequence[float]) -> list[float]:
-    """The k - 1 Helmert contrasts of k values: orthonormal and free of their common mean (the
-    later tests' share of the noise draws the futility side's delta is scaled by)."""
-    out, total = [], 0.0
-    for j, x in enumerate(xs, start=1):
-        if j > 1:
-            out.append((total - (j - 1) * x) / math.sqrt(j * (j - 1)))
-        total += x
-    return out
-
-
 def robust_scale(xs: Sequence[float]) -> float:
     """The spread of `xs` as a normal's SD: the median absolute deviation about their median,
     then again without the values beyond BURST_SDS of those (a third of the values can be

@@ -391,13 +391,3 @@ def test_robust_scale_and_outliers_ignore_bursts() -> None:
     assert st.robust_scale(xs) < 0.03 < st.noise_sd(xs)
     assert sorted(st.outliers(xs, st.robust_scale(xs))) == [-0.38, 0.4]
     assert st.robust_scale([]) == 0.0 and st.outliers([0.1], 0.0) == []
-
-
-def test_helmert_contrasts_are_orthonormal_and_free_of_the_mean() -> None:
-    xs = [0.3, -1.2, 2.5, 0.7, 0.1]
-    h = st.helmert(xs)
-    assert len(h) == 4
-    # orthonormal: the sum of squares about the mean is kept exactly
-    mean = sum(xs) / len(xs)
-    assert sum(x * x for x in h) == pytest.approx(sum((x - mean) ** 2 for x in xs))
-    assert st.helmert([x + 10.0 for x in xs]) == pytest.approx(h)

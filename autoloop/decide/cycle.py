@@ -111,9 +111,10 @@ def stated_change(stats: Mapping[str, Any], name: str) -> str | None:
 
 
 def calibration_noise(history: History) -> tuple[list[float], str | None]:
-    """Mean-0 draws of the pair noise and their scale ([], None without): the calibration's A/A
-    changes, then each later paired test's Helmert contrasts (free of the candidate's effect),
-    so a lucky calibration is outvoted as the run goes on."""
+    """Draws of the pair noise about 0 and their scale ([], None without): the calibration's A/A
+    changes, then each later paired test's changes less their median (free of the candidate's
+    effect; a Helmert contrast would spread one burst over every contrast after it), so a lucky
+    calibration is outvoted as the run goes on. Only their robust spread is used."""
     draws: list[float] = []
     scale = None
     for c in history:
@@ -130,7 +131,9 @@ def calibration_noise(history: History) -> tuple[list[float], str | None]:
             for b in s.get("batches") or []:
                 a_, b_ = b.get("a") or [], b.get("b") or []
                 if len(a_) == len(b_) >= 2 and st.pick_scale(a_, b_) == scale:
-                    draws.extend(st.helmert(st.changes(a_, b_, scale)))
+                    ch = st.changes(a_, b_, scale)
+                    mid = median(ch)
+                    draws.extend(x - mid for x in ch)
     return draws[-NOISE_DRAWS:], scale
 
 
@@ -167,7 +170,21 @@ def sequential_test(session: Session, program: Program, prefix: str,
         trail[:] = list(zip(up, down))
         return st.sequential_decide(up[-1], acc.alpha, down[-1])
 
-    pairs = measure_pairs(session, acc.pairs, prefix, lambda a, b: step(a, b) != "continue")
+    def effect_ok(a: list[float], b: list[float]) -> bool:
+        # a keep also needs the effect (judge_paired's check): while it is not there the test
+        # goes on (the bound holds at any stopping time), so a run of bursts on the candidate
+        # side costs pairs, not the verdict
+        scale = st.pick_scale(a, b)
+        g = st.gains(a, b, direction, scale)
+        m = acc.min_effect
+        return (median(g) >= st.threshold(m.value, m.relative, scale, direction, median(a))
+                and st.hodges_lehmann(g) > 0)
+
+    def stop(a: list[float], b: list[float]) -> bool:
+        d = step(a, b)
+        return d == "discard" or (d == "keep" and effect_ok(a, b))
+
+    pairs = measure_pairs(session, acc.pairs, prefix, stop)
     d = step(pairs.a, pairs.b) if pairs.a else "continue"
     if pairs.failure is not None:
         d = "discard"
@@ -205,8 +222,11 @@ def judge_paired(session: Session, program: Program,
         c = st.compare(t.pairs.a, t.pairs.b, direction)
         min_gain = st.threshold(acc.min_effect.value, acc.min_effect.relative, c.scale,
                                 direction, c.median_a)
-        t.ok = t.decision == "keep" and c.effect >= min_gain and c.effect > 0
-        stats["batches"].append({**rec, "passed": t.ok, **c.as_record(), "threshold": min_gain,
+        # min_effect against the median pair gain: the Hodges-Lehmann estimate breaks down once
+        # ~30% of the pairs hold a burst, the median only at half
+        mid = median(st.gains(t.pairs.a, t.pairs.b, direction, c.scale))
+        t.ok = t.decision == "keep" and mid >= min_gain and c.effect > 0
+        stats["batches"].append({**rec, "passed": t.ok, **c.as_record(), "threshold": min_gain, "median_gain": mid,
                                  "log_lr": t.log_lr, "log_futility": t.log_futility, "delta": t.delta,
                                  "decision": t.decision, "noise_n": t.noise_n,
                                  "bounds": [math.log(1.0 / st.FUTILITY), math.log(1.0 / acc.alpha)]})
