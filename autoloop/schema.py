@@ -234,9 +234,11 @@ def _build_generator(p: Reader, values: dict[str, Any], at: At) -> GeneratorSpec
 
 
 def _reachable(pairs: int, alpha: float) -> bool:
-    """Can the sequential test keep after `pairs` pairs at level `alpha` (equal gains, no noise)?"""
+    """Can the sequential test keep after `pairs` pairs at level `alpha` (every candidate run
+    better than every incumbent run)?"""
     from autoloop import stats
-    return pairs >= 2 and stats.sequential_log_lr([1.0] * pairs, []) >= math.log(1.0 / alpha)
+    up, _ = stats.rank_evidence([2.0] * pairs, [1.0] * pairs, "minimize", "log")
+    return pairs >= 2 and up[-1] >= math.log(1.0 / alpha)
 
 
 def _build_accept(p: Reader, values: dict[str, Any], at: At) -> AcceptSpec:

@@ -192,113 +192,169 @@ def strict_phantom(run_sd: float, repeats: int, candidates: int) -> float:
 
 
 # ---- the sequential paired test ---------------------------------------------------------------
-# Gains x_i ~ N(μ, σ²), σ unknown; the calibration's A/A changes c_j are extra mean-0 draws. The
-# test of μ = 0 against μ = δσ uses only the direction of (c, x) (free of σ), so its likelihood
-# ratio (Wijsman) LR_n = exp(-n δ²/2) · I(N, δu) / I(N, 0), u = Σx / sqrt(Σc² + Σx²), N = m + n,
-# I(N, a) = ∫_0^∞ s^(N-1) exp(-s²/2 + a s) ds, is a mean-1 martingale under μ = 0 whatever σ.
-# Ville's inequality: it EVER reaches 1/alpha with chance <= alpha, so stopping at 1/alpha (keep)
-# or beta (discard) holds false keeps <= alpha at any stopping time, no correction for looking
-# after every pair; symmetrically a gain of δσ is discarded with chance <= beta (Wald's SPRT).
+# The runs of one test, in the order they were measured (B1 A1 A2 B2 B3 A3 ...), are ranked as
+# they come. When the change does nothing and the noise of every run is drawn alike (ANY shape:
+# bursts, heavy tails, skew), the runs are exchangeable and each new run lands in each of the k
+# slots among the k - 1 before it with chance 1/k (Rényi's sequential ranks: independent of the
+# ranks before). Each run's factor q(slot) / p0(slot) bets on where it lands: a candidate's run
+# above the incumbent's runs, an incumbent's run below the candidate's. q is chosen from the ranks
+# so far (a tilt of the null toward the good side, and a sharper copy of the pattern seen so far),
+# so the product of the factors is a nonnegative martingale with mean 1 under the null. Ville's
+# inequality: it EVER reaches 1/alpha with chance <= alpha, so keeping there holds false keeps
+# <= alpha at any stopping time, for any noise distribution, no correction for looking after every
+# pair. The same test on the candidate's runs made worse by `delta` (the futility side) bets they
+# land low: reaching 1/beta rules out a gain of delta or more (chance <= beta when the gain is at
+# least delta, the noise again of any shape) and discards. Only ranks enter, so one burst moves a
+# run to an end slot and costs one factor; and a factor is at most k / (slots in its gap) (about 2
+# a run), so no single pair ever decides.
 
-DESIGN_EFFECT = 1.5      # the alternative, in units of one pair's noise: gains this big are decided fastest
-FUTILITY = 0.05          # beta: the most a gain of DESIGN_EFFECT σ is ever discarded by the test
+DESIGN_EFFECT = 1.2      # delta of the futility side, in robust pair-noise units (tuned, see noise.py)
+FUTILITY = 0.05          # beta: the most a gain of delta (or more) is ever discarded by the test
+RANK_TILT = 6.0          # how sharply the tilt bets on the good side
+RANK_STAKE = 0.75        # the part of the evidence the tilt stakes on each run (the rest sits still)
+RANK_URN = 0.05          # pseudo-count of the sharper copy of the pattern so far (1 would be the null)
+MAD_SD = 1.4826          # a normal's SD per median absolute deviation
+BURST_SDS = 5.0          # a value this many robust SDs from the median is a burst
 
 
-def helmert(xs: Sequence[float]) -> list[float]:
-    """The k - 1 Helmert contrasts of k values: orthonormal and free of their common mean, so
-    independent N(μ, σ²) draws give independent N(0, σ²) ones."""
-    out, total = [], 0.0
-    for j, x in enumerate(xs, start=1):
-        if j > 1:
-            out.append((total - (j - 1) * x) / math.sqrt(j * (j - 1)))
-        total += x
+def robust_scale(xs: Sequence[float]) -> float:
+    """The spread of `xs` as a normal's SD: the median absolute deviation about their median,
+    then again without the values beyond BURST_SDS of those (a third of the values can be
+    bursts of any size without moving it much; the MAD alone would grow by half)."""
+    if len(xs) < 2:
+        return abs(float(xs[0])) if xs else 0.0
+    m = statistics.median(xs)
+    first = MAD_SD * float(statistics.median(abs(x - m) for x in xs))
+    bulk = [x for x in xs if abs(x - m) <= BURST_SDS * first]
+    if first <= 0 or len(bulk) < 2 or len(bulk) == len(xs):
+        return first
+    m = statistics.median(bulk)
+    return MAD_SD * float(statistics.median(abs(x - m) for x in bulk))
+
+
+def outliers(xs: Sequence[float], scale: float, k: float = BURST_SDS) -> list[float]:
+    """The values more than `k` robust SDs (`scale`) from the median: the bursts."""
+    if not xs or scale <= 0:
+        return []
+    m = statistics.median(xs)
+    return [x for x in xs if abs(x - m) > k * scale]
+
+
+def run_order(a: Sequence[float], b: Sequence[float]) -> list[tuple[str, float]]:
+    """The runs of ABBA pairs in the order they were measured: B1 A1, A2 B2, B3 A3, ..."""
+    out: list[tuple[str, float]] = []
+    for i, (x, y) in enumerate(zip(a, b)):
+        out += [("B", y), ("A", x)] if i % 2 == 0 else [("A", x), ("B", y)]
     return out
 
 
-def _log_integral(n_total: int, a: float) -> float:
-    """log I(N, a) = log(Γ(N) e^(a²/4) D_-N(-a)) (D: scipy's parabolic cylinder function);
-    integrated numerically around its peak where that underflows."""
-    from scipy.special import gammaln, pbdv
-    d, _ = pbdv(-float(n_total), -a)
-    if d > 0 and math.isfinite(d):
-        return float(gammaln(n_total)) + a * a / 4.0 + math.log(d)
-    return _log_integral_quad(n_total, a)
+def _rank_factors(before: Sequence[tuple[str, float]], side: str, y: float, high: bool) -> tuple[float, float]:
+    """(tilt, urn) factors of a run valued `y` (oriented: larger is better) of `side` after the
+    runs `before`; `high`: the bet is that it lands above the other side's runs."""
+    import bisect
+    other = sorted(v for s, v in before if s != side)
+    same = [v for s, v in before if s == side]
+    m, n = len(other), len(same)
+    if m == 0:
+        return 1.0, 1.0
+    k = m + n + 1
+    counts = [0] * (m + 1)               # the gaps between the other side's runs
+    for v in same:
+        counts[bisect.bisect_left(other, v)] += 1
+    p0 = [(c + 1) / k for c in counts]   # the null: each of the k slots alike
+    sign = 1.0 if high else -1.0
+    w = [math.exp(sign * RANK_TILT * (j / m - 0.5)) for j in range(m + 1)]
+    z = sum(p * x for p, x in zip(p0, w))
+    # a value tied with runs of the other side could be in any gap it touches: spread evenly
+    gaps = range(bisect.bisect_left(other, y), bisect.bisect_right(other, y) + 1)
+    tilt = sum(1.0 - RANK_STAKE + RANK_STAKE * w[g] / z for g in gaps) / len(gaps)
+    centre = sum(j * c for j, c in enumerate(counts)) / n / m if n else 0.5
+    if n == 0 or (centre <= 0.5 if high else centre >= 0.5):
+        return tilt, 1.0                 # the pattern so far is not on the good side: no bet
+    urn = sum(((counts[g] + RANK_URN) / (n + RANK_URN * (m + 1))) / p0[g] for g in gaps) / len(gaps)
+    return tilt, urn
 
 
-def _log_integral_quad(n_total: int, a: float) -> float:
-    from scipy import integrate
-    top = (a + math.sqrt(a * a + 4.0 * (n_total - 1))) / 2.0
-
-    def f(s: float) -> float:
-        return (n_total - 1) * math.log(s) - s * s / 2.0 + a * s if s > 0 else -math.inf
-
-    peak = f(top) if top > 0 else 0.0
-    lo, hi = max(top - 12.0, 0.0), top + 12.0
-    val, _ = integrate.quad(lambda s: math.exp(f(s) - peak) if s > 0 else 0.0, lo, hi,
-                            points=[top] if lo < top < hi else None, limit=200)
-    return peak + math.log(val)
-
-
-def _log_integral_zero(n_total: int) -> float:
-    from scipy.special import gammaln
-    return (n_total / 2.0 - 1.0) * math.log(2.0) + float(gammaln(n_total / 2.0))
-
-
-def sequential_log_lr(g: Sequence[float], noise: Sequence[float], delta: float = DESIGN_EFFECT) -> float:
-    """log LR_n of the gains `g` given the mean-zero `noise` draws (see the comment above)."""
-    n = len(g)
-    if n == 0:
-        return 0.0
-    q = sum(x * x for x in noise) + sum(x * x for x in g)
-    if q <= 0:
-        return 0.0            # every draw exactly 0: nothing to tell the hypotheses apart
-    u = sum(g) / math.sqrt(q)
-    total = len(noise) + n
-    return -n * delta * delta / 2.0 + _log_integral(total, delta * u) - _log_integral_zero(total)
+def rank_evidence(a: Sequence[float], b: Sequence[float], direction: str, scale: Scale,
+                  delta: float = 0.0) -> tuple[list[float], list[float]]:
+    """log of the keep side's and the futility side's e-values after each pair (see above):
+    the candidate's runs better than the incumbent's; a gain of `delta` (on `scale`, oriented)
+    ruled out."""
+    s = orientation(direction)
+    ys = [(side, s * (math.log(v) if scale == "log" else v)) for side, v in run_order(a, b)]
+    keep, fut = [1.0, 1.0], [1.0, 1.0]
+    up: list[float] = []
+    down: list[float] = []
+    seen: list[tuple[str, float]] = []
+    shifted: list[tuple[str, float]] = []
+    for i, (side, y) in enumerate(ys):
+        yd = y - delta if side == "B" else y
+        keep = [e * f for e, f in zip(keep, _rank_factors(seen, side, y, side == "B"))]
+        fut = [e * f for e, f in zip(fut, _rank_factors(shifted, side, yd, side != "B"))]
+        seen.append((side, y))
+        shifted.append((side, yd))
+        if i % 2 == 1:     # the two components held half each: their mean is the e-value
+            up.append(math.log(sum(keep) / 2))
+            down.append(math.log(sum(fut) / 2))
+    return up, down
 
 
 @dataclass(frozen=True)
 class Step:   # the sequential test after n pairs
     n: int
-    log_lr: float
+    log_lr: float          # log e-value of the keep side
+    log_futility: float    # ... and of the futility side
     decision: Literal["keep", "discard", "continue"]
 
 
-def sequential_decide(log_lr: float, alpha: float, beta: float = FUTILITY) -> Literal["keep", "discard", "continue"]:
+def sequential_decide(log_lr: float, alpha: float, log_futility: float = -math.inf,
+                      beta: float = FUTILITY) -> Literal["keep", "discard", "continue"]:
     if log_lr >= math.log(1.0 / alpha):
         return "keep"
-    if log_lr <= math.log(beta):
+    if log_futility >= math.log(1.0 / beta):
         return "discard"
     return "continue"
 
 
-def sequential_path(g: Sequence[float], noise: Sequence[float], alpha: float,
-                    beta: float = FUTILITY, delta: float = DESIGN_EFFECT) -> list[Step]:
-    """The test after each pair of `g`, up to and including the first decision."""
+def sequential_path(a: Sequence[float], b: Sequence[float], direction: str, alpha: float,
+                    delta: float = 0.0, beta: float = FUTILITY) -> list[Step]:
+    """The test after each pair, up to and including the first decision."""
+    scale = pick_scale(a, b)
+    up, down = rank_evidence(a, b, direction, scale, delta)
     out: list[Step] = []
-    for n in range(1, len(g) + 1):
-        lr = sequential_log_lr(g[:n], noise, delta)
-        d = sequential_decide(lr, alpha, beta)
-        out.append(Step(n, lr, d))
-        if d != "continue":
+    for n, (u, d) in enumerate(zip(up, down), start=1):
+        out.append(Step(n, u, d, sequential_decide(u, alpha, d, beta)))
+        if out[-1].decision != "continue":
             break
     return out
 
 
-def sequential_runs(effect: float, sd: float, alpha: float, max_pairs: int, noise_n: int,
-                    min_gain: float = 0.0, beta: float = FUTILITY, delta: float = DESIGN_EFFECT,
-                    reps: int = 400, seed: int = 12345) -> tuple[float, float]:
-    """(chance of a keep, median verifier runs) at a true gain `effect` and pair noise `sd`,
-    simulated with a fixed seed."""
+def design_delta(pair_scale: float, min_gain: float) -> float:
+    """The gain the futility side rules out: DESIGN_EFFECT robust pair noises, at least min_effect."""
+    return max(min_gain, DESIGN_EFFECT * pair_scale)
+
+
+def bursty_runs(rng: Any, n: int, cv: float, burst_rate: float, burst: float) -> Any:
+    """`n` run factors: exp(cv N(0, 1)) (positive at any noise), and with chance `burst_rate` a
+    burst of +`burst`."""
+    np = _np()
+    x = np.exp(cv * rng.standard_normal(n))
+    return x * np.where(rng.random(n) < burst_rate, 1.0 + burst, 1.0)
+
+
+def sequential_runs(effect: float, run_cv: float, alpha: float, max_pairs: int, min_gain: float = 0.0,
+                    delta: float = 0.0, burst_rate: float = 0.0, burst: float = 0.0,
+                    beta: float = FUTILITY, reps: int = 400, seed: int = 12345) -> tuple[float, float]:
+    """(chance of a keep, median verifier runs) at a true gain `effect` (log scale) on a verifier
+    with `run_cv` noise a run and bursts, simulated with a fixed seed."""
     np = _np()
     rng = np.random.default_rng(seed)
     keeps, runs = 0, []
     for _ in range(reps):
-        noise = list(sd * rng.standard_normal(noise_n))
-        g = list(effect + sd * rng.standard_normal(max_pairs))
-        path = sequential_path(g, noise, alpha, beta, delta)
-        last = path[-1]
-        if last.decision == "keep" and hodges_lehmann(g[:last.n]) >= min_gain:
+        a = list(100.0 * bursty_runs(rng, max_pairs, run_cv, burst_rate, burst))
+        b = list(100.0 * math.exp(-effect) * bursty_runs(rng, max_pairs, run_cv, burst_rate, burst))
+        last = sequential_path(a, b, "minimize", alpha, delta, beta)[-1]
+        if last.decision == "keep" and hodges_lehmann(gains(a[:last.n], b[:last.n], "minimize", "log")) >= min_gain:
             keeps += 1
         runs.append(2 * last.n)
     return keeps / reps, float(np.median(runs))

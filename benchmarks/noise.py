@@ -6,6 +6,7 @@ a simulated verifier: a tiny Python script whose score is
     100 * (1 - gain) ** (number of `GAIN` lines in work.py)
         * (1 + drift * sin(2 pi run / period + phase))       # slow drift of the machine
         * (1 + cv * N(0, 1))                                   # run-to-run noise
+        * (1 + burst * U(0.5, 1.5) in a share --burst-rate of the runs)   # bursts
 
 with its noise drawn from a seed and a run counter kept outside the tree (so every run of the
 benchmark is reproducible). The generator appends one line to work.py per cycle: a comment
@@ -13,6 +14,11 @@ benchmark is reproducible). The generator appends one line to work.py per cycle:
 
     python benchmarks/noise.py                  # the table in the README (a few minutes, 2 cores)
     python benchmarks/noise.py --noop-cycles 30 --gain-cycles 15    # a quicker look
+    python benchmarks/noise.py --rules paired --noop-cv 0.01 --gain 0.05 --burst-rate 0.15 --burst 0.4
+                                                # heavy-tailed: 15% of runs are bursts of ~+40%
+
+For thousands of candidates on many noise shapes (the bound on false keeps), the rule alone in
+process: benchmarks/noise_shapes.py.
 
 Reported per scenario: candidates and keeps, the keep rate with its 95% interval (the false-keep
 rate for no-op changes, the power for real gains), the gain the run reports (stored baseline →
@@ -53,7 +59,12 @@ period, gain = float(os.environ["NOISE_PERIOD"]), float(os.environ["NOISE_GAIN"]
 gains = open("work.py").read().count("GAIN")
 value = 100.0 * (1 - gain) ** gains
 value *= 1 + drift * math.sin(2 * math.pi * n / period + phase)
-value *= 1 + cv * rng.gauss(0, 1)
+if os.environ.get("NOISE_DIST") == "t3":     # Student t, 3 degrees of freedom: heavy tails
+    value *= math.exp(cv * rng.gauss(0, 1) / math.sqrt(rng.gammavariate(1.5, 1 / 1.5)))
+else:
+    value *= 1 + cv * rng.gauss(0, 1)
+if rng.random() < float(os.environ.get("NOISE_BURST_RATE") or 0):   # another job, a GC pause
+    value *= 1 + float(os.environ["NOISE_BURST"]) * rng.uniform(0.5, 1.5)
 print(f"score: {value:.6f}")
 """
 
@@ -130,7 +141,8 @@ def run_scenario(s: Scenario, args: argparse.Namespace) -> Outcome:
         env.update(HOME=str(tmp), XDG_CACHE_HOME=str(tmp / "cache"), GIT_CONFIG_NOSYSTEM="1",
                    GIT_CONFIG_GLOBAL=str(tmp / "gitconfig"), NOISE_STATE=str(tmp / "state" / "runs"),
                    NOISE_SEED=str(s.seed), NOISE_CV=str(s.cv), NOISE_DRIFT=str(s.drift),
-                   NOISE_PERIOD=str(args.period), NOISE_GAIN=str(args.gain), NOISE_KIND=s.kind)
+                   NOISE_PERIOD=str(args.period), NOISE_GAIN=str(args.gain), NOISE_KIND=s.kind,
+                   NOISE_BURST_RATE=str(args.burst_rate), NOISE_BURST=str(args.burst), NOISE_DIST=args.dist)
         (tmp / "gitconfig").write_text("[user]\n\tname = bench\n\temail = bench@example.com\n")
 
         def git(*a: str) -> None:
@@ -312,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--period", type=float, default=300, help="drift period in verifier runs (300)")
     ap.add_argument("--gain", type=float, default=0.02, help="size of a real gain (0.02)")
     ap.add_argument("--final-pairs", type=int, default=20, help="end-of-run pairs (20)")
+    ap.add_argument("--burst-rate", type=float, default=0.0, help="share of runs that are bursts (0)")
+    ap.add_argument("--burst", type=float, default=0.4, help="a burst's size, times U(0.5, 1.5) (0.4)")
+    ap.add_argument("--dist", default="gauss", choices=["gauss", "t3"], help="the noise's shape (gauss)")
     ap.add_argument("--rules", default="strict,paired",
                     help="rules to compare: strict, paired (its defaults), paired-once, paired-confirm")
     ap.add_argument("--runs", type=int, default=3, help="independent runs per scenario (3)")
@@ -331,9 +346,11 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         done = dict(zip(order, pool.map(lambda s: run_scenario(s, args), order)))
     outcomes = [done[s] for s in scenarios]
+    bursts = (f", bursts in {args.burst_rate * 100:g}% of runs of ~+{args.burst * 100:g}%"
+              if args.burst_rate else "") + (", Student t3 noise" if args.dist == "t3" else "")
     print(f"autoloop noise benchmark: {args.runs} runs per scenario (seeds {args.seed}.."
           f"{args.seed + args.runs - 1}), drift period {args.period:g} verifier runs, end-of-run "
-          f"check {args.final_pairs} pairs; {time.monotonic() - t0:.0f}s in all\n")
+          f"check {args.final_pairs} pairs{bursts}; {time.monotonic() - t0:.0f}s in all\n")
     print(table(outcomes, args))
     print()
     print(summary(outcomes, args))

@@ -473,3 +473,21 @@ def test_an_end_of_run_check_is_reused_only_for_the_same_best_start_and_check() 
     assert reusable_final([{**rec, "check": None}], "s", "b", check) is None    # an older ledger's
     assert reusable_final([{**rec, "skipped": "budget"}], "s", "b", check) is None
     assert reusable_final([{**rec, "error": "B1: exit 1"}], "s", "b", check) is None
+
+
+def test_paired_keeps_real_gains_through_bursts(sim) -> None:
+    """Issue 24's run: 1% noise and bursts of +40% in 15% of the runs; cycle 1 a real 5% gain
+    whose first candidate run is a burst, cycles 2-5 no-ops, cycle 6 a real gain on top. The
+    Gaussian rule kept neither gain (cycle 1 was decided on that one pair); both are kept, no
+    no-op is, and the calibration states the bursts apart from the noise."""
+    repo, env = sim("accept:\n  rule: paired\n  final_pairs: 0\n", cv=0.01, seed=3)
+    # the calibration is 16 pairs (runs 0-31): run 32 is cycle 1's first candidate run
+    env.update(SIM_BURST_RATE="0.15", SIM_BURSTS="32", SIM_GAIN_CYCLES="1,6")
+    res = run(repo, env, 6)
+    assert res.returncode == 0, res.stderr
+    cs = cycles(repo)
+    assert [c["status"] for c in cs[1:]] == ["keep", "discard", "discard", "discard", "discard", "keep"], \
+        [c.get("result") for c in cs[1:]]
+    assert cs[1]["stats"]["batches"][0]["b"][0] > 130       # the burst it was kept through
+    s = cs[0]["stats"]
+    assert s["noise_pct"] < 2 and s["burst_rate"] > 0.05 and 30 < s["burst_pct"] < 50

@@ -103,7 +103,7 @@ ERRORS: list[tuple[str, str]] = [
      "shows the same gain); use at least 2 pairs"),
     ("accept:\n  rule: paired\n  alpha: 0.000000000001",
      "program.md:10: accept.alpha: 1e-12 is out of reach of 16 pairs (even when every pair "
-     "shows the same gain); set accept.pairs to at least 27"),
+     "shows the same gain); set accept.pairs to at least 25"),
     ("accept:\n  rule: paired\n  confirm: 1",
      "program.md:10: accept.confirm: expected true or false, got 1"),
     ("accept:\n  rule: paired\n  confirm: maybe",

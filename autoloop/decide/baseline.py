@@ -20,15 +20,22 @@ def _mean_seconds(runs: Sequence[Sample]) -> float | None:
 
 
 def propose(pair_sd: float, scale: st.Scale, direction: Direction, reference: float, *, alpha: float,
-            pairs: int, confirm: bool, min_effect: tuple[float, bool], noise_n: int,
-            seconds: float | None) -> dict[str, Any]:
+            pairs: int, confirm: bool, min_effect: tuple[float, bool], seconds: float | None,
+            burst_rate: float = 0.0, burst: float = 0.0) -> dict[str, Any]:
     """What the sequential paired rule does at this noise, simulated: how often a real gain of
-    min_effect is kept, and the smallest gain kept 4 times in 5 with its cost in runs (and time)."""
+    min_effect is kept, and the smallest gain kept 4 times in 5 with its cost in runs (and time).
+    `pair_sd` is the robust noise of a pair (log scale, or in units on the difference scale,
+    simulated as the same share of `reference`); bursts (`burst_rate` of the runs, `burst` their
+    relative size) are simulated too: they cost pairs, not a wrong verdict."""
     max_pairs = max(pairs, 2)
     min_gain = st.threshold(*min_effect, scale, direction, reference)
+    unit = 1.0 if scale == "log" else abs(reference) or 1.0     # the simulation is in log units
+    run_cv = pair_sd / unit / math.sqrt(2)
+    delta = st.design_delta(pair_sd, min_gain) / unit
 
     def keep_rate(g: float, floor: float) -> tuple[float, float]:
-        p, runs = st.sequential_runs(g, pair_sd, alpha, max_pairs, noise_n, floor, reps=200)
+        p, runs = st.sequential_runs(g / unit, run_cv, alpha, max_pairs, floor / unit, delta,
+                                     burst_rate, burst, reps=100)
         return (p * p, 2 * runs) if confirm else (p, runs)
 
     # the test's own detection (floor 0): a true gain of exactly min_effect clears a min_effect
@@ -37,7 +44,7 @@ def propose(pair_sd: float, scale: st.Scale, direction: Direction, reference: fl
     lo, hi = 0.0, 4.0 * pair_sd + min_gain
     if keep_rate(hi, 0.0)[0] < TARGET_POWER:
         hi *= 2
-    for _ in range(7):
+    for _ in range(6):
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if keep_rate(mid, 0.0)[0] >= TARGET_POWER else (mid, hi)
     # the min_effect proposed: half that gain, so the floor costs it little (it is kept as often
@@ -51,7 +58,8 @@ def propose(pair_sd: float, scale: st.Scale, direction: Direction, reference: fl
             "min_effect_set": list(min_effect),   # (value, relative): what the warning names
             "kept_at_gain": kept, "runs_per_keep": runs, "seconds_per_run": seconds,
             "minutes_per_keep": None if seconds is None else runs * seconds / 60.0,
-            "noise_pct": st.change_pct(pair_sd / math.sqrt(2), "log") if log else None}
+            "noise_pct": st.change_pct(pair_sd / math.sqrt(2), "log") if log else None,
+            "burst_rate": burst_rate, "burst_pct": burst * 100.0}
 
 
 def _round_up(x: float) -> str:   # a min_effect a person would type: 2 digits, rounded up
@@ -74,9 +82,17 @@ def _cost_text(prop: Mapping[str, Any]) -> str:
     return cost
 
 
+def burst_text(rate: float | None, size_pct: float | None) -> str:
+    """`; 15% of runs are bursts of ~+40%` (empty without bursts)."""
+    if not rate or size_pct is None:
+        return ""
+    return f"; {rate * 100:.2g}% of runs are bursts of ~{size_pct:+.2g}%"
+
+
 def proposal_text(prop: Mapping[str, Any], scale: str, name: str) -> str:
     per_run = float(f"{prop['pair_sd'] / math.sqrt(2):.3g}")
     noise = f"{prop['noise_pct']:.2g}% per run" if scale == "log" else f"±{fmt(per_run)} {name} per run"
+    noise += burst_text(prop.get("burst_rate"), prop.get("burst_pct"))
     # a proposal stored by an older run has no min_effect_set: name the key alone
     now = f"{Amount(*prop['min_effect_set'])} (accept.min_effect)" if "min_effect_set" in prop else "accept.min_effect"
     return (f"your verifier's noise is {noise}: a real gain of {now} is detected only "
@@ -84,6 +100,18 @@ def proposal_text(prop: Mapping[str, Any], scale: str, name: str) -> str:
             f"or more are kept {share(prop['kept_at_gain'])} of the time with accept.min_effect: "
             f"{_proposed(prop, scale, 'min_effect')} ({_cost_text(prop)}): set it, or make the "
             "verifier steadier (README: 'Noisy metrics').")
+
+
+def _bursts(runs: Sequence[float], scale: st.Scale, pair_sd: float) -> dict[str, Any]:
+    """The runs of one commit more than stats.BURST_SDS robust run noises from their median: their
+    share (`burst_rate`) and median size (`burst_pct`, % of the median; None without any)."""
+    xs = [math.log(x) for x in runs] if scale == "log" else list(runs)
+    out = st.outliers(xs, pair_sd / math.sqrt(2))
+    mid = median(xs)
+    size = median([x - mid for x in out]) if out else None
+    pct = None if size is None else (st.change_pct(size, "log") if scale == "log"
+                                     else st.change_pct(size, "diff", median(runs)))
+    return {"burst_rate": len(out) / len(xs) if xs else 0.0, "burst_pct": pct}
 
 
 def _run_problem(failure: Sample, is_first: bool) -> str:
@@ -130,7 +158,7 @@ def calibrate_strict(session: Session, program: Program) -> Baseline:
         m = acc.min_effect
         prop = propose(sd * math.sqrt(2), scale, v.direction, metric, alpha=0.005, pairs=16,
                        confirm=False, min_effect=(m.value, m.relative) if m.value else (1.0, True),
-                       noise_n=16, seconds=_mean_seconds(runs))
+                       seconds=_mean_seconds(runs))
         rec["proposal"] = prop
         warning += (f" With it and min_effect: {_proposed(prop, scale, 'min_effect')}, gains of "
                     f"{_proposed(prop, scale, 'gain')} or more would be kept "
@@ -154,22 +182,26 @@ def calibrate_paired(session: Session, program: Program) -> Baseline:
     metric = median(pairs.a + pairs.b)
     rec["secondary"], problem = baseline_secondaries(program.limits, pairs.runs)
     scale = st.pick_scale(pairs.a, pairs.b)
-    sd = st.noise_sd(st.changes(pairs.a, pairs.b, scale))
+    changes = st.changes(pairs.a, pairs.b, scale)
+    # the noise is the spread of the bulk (MAD), the bursts are counted apart: one +40% run must
+    # not read as "13% noise" and advise a min_effect no real gain reaches
+    sd, bursts = st.robust_scale(changes), _bursts(pairs.a + pairs.b, scale, st.robust_scale(changes))
     deterministic = len(set(pairs.a + pairs.b)) == 1
     m = acc.min_effect
-    rec.update(scale=scale, noise_sd=sd, deterministic=deterministic,
+    rec.update(scale=scale, noise_sd=st.noise_sd(changes), noise_robust=sd, deterministic=deterministic,
                min_gain=st.threshold(m.value, m.relative, scale, v.direction, metric),
                seconds_per_run=_mean_seconds(pairs.runs),
                noise_pct=st.change_pct(sd / math.sqrt(2), "log") if scale == "log" else None,
-               step=sd / math.sqrt(acc.pairs))
+               step=sd / math.sqrt(acc.pairs), **bursts)
     warning = note = None
     if deterministic:
         note = ("the verifier looks deterministic (identical values for the same commit); "
                 "accept.rule: paired only costs time here")
     elif sd > 0:
         prop = propose(sd, scale, v.direction, metric, alpha=acc.alpha, pairs=acc.pairs,
-                       confirm=acc.confirm, min_effect=(m.value, m.relative), noise_n=len(pairs.a),
-                       seconds=_mean_seconds(pairs.runs))
+                       confirm=acc.confirm, min_effect=(m.value, m.relative),
+                       seconds=_mean_seconds(pairs.runs), burst_rate=bursts["burst_rate"],
+                       burst=(bursts["burst_pct"] or 0.0) / 100.0)
         rec["proposal"], rec["detectable"] = prop, prop["gain"]
         if prop["power_at_min_effect"] < TARGET_POWER:
             warning = proposal_text(prop, scale, v.label)

@@ -121,9 +121,10 @@ def stated_change(stats: Mapping[str, Any], name: str) -> str | None:
 
 
 def calibration_noise(history: History) -> tuple[list[float], str | None]:
-    """Mean-0 draws of the pair noise and their scale ([], None without): the calibration's A/A
-    changes, then each later paired test's Helmert contrasts (free of the candidate's effect),
-    so a lucky calibration is outvoted as the run goes on."""
+    """Draws of the pair noise about 0 and their scale ([], None without): the calibration's A/A
+    changes, then each later paired test's changes less their median (free of the candidate's
+    effect; a Helmert contrast would spread one burst over every contrast after it), so a lucky
+    calibration is outvoted as the run goes on. Only their robust spread is used."""
     draws: list[float] = []
     scale = None
     for c in history:
@@ -140,42 +141,66 @@ def calibration_noise(history: History) -> tuple[list[float], str | None]:
             for b in s.get("batches") or []:
                 a_, b_ = b.get("a") or [], b.get("b") or []
                 if len(a_) == len(b_) >= 2 and st.pick_scale(a_, b_) == scale:
-                    draws.extend(st.helmert(st.changes(a_, b_, scale)))
+                    ch = st.changes(a_, b_, scale)
+                    mid = median(ch)
+                    draws.extend(x - mid for x in ch)
     return draws[-NOISE_DRAWS:], scale
 
 
 @dataclass
 class Sequential:   # one sequential test; ok: a keep with an effect of at least min_effect
     pairs: Pairs
-    log_lr: list[float]
+    log_lr: list[float]          # log e-value of the keep side after each pair
+    log_futility: list[float]    # ... and of the futility side (a gain of delta ruled out)
     decision: str          # keep | discard | undecided (the most pairs, no boundary reached)
     noise_n: int
+    delta: float
+    at_floor: bool = False       # delta is min_effect: a futility discard says "below min_effect"
     ok: bool = False
 
 
 def sequential_test(session: Session, program: Program, prefix: str,
                     noise: Sequence[float], noise_scale: str | None) -> Sequential:
-    """ABBA pairs until autoloop.stats' likelihood ratio reaches 1/alpha (keep) or beta
-    (discard), or accept.pairs pairs."""
+    """ABBA pairs until autoloop.stats' rank e-value reaches 1/alpha (keep) or its futility side
+    1/beta (discard), or accept.pairs pairs. The futility side rules out DESIGN_EFFECT robust
+    pair noises (the calibration's, when on this scale), at least min_effect; fixed after the
+    first pair (its incumbent run is min_effect's reference on the difference scale)."""
     acc, direction = program.accept, program.verifier.direction
-    evidence: list[float] = []
-    used: list[int] = []
+    trail: list[tuple[float, float]] = []
+    used: list[float] = []
 
-    def lr(a: list[float], b: list[float]) -> float:
+    def step(a: list[float], b: list[float]) -> str:
         scale = st.pick_scale(a, b)
-        draws = list(noise) if noise_scale == scale else []
-        used.append(len(draws))
-        evidence.append(st.sequential_log_lr(st.gains(a, b, direction, scale), draws))
-        return evidence[-1]
+        if not used:
+            draws = list(noise) if noise_scale == scale else []
+            m = acc.min_effect
+            floor = st.threshold(m.value, m.relative, scale, direction, a[0])
+            used.extend([len(draws), st.design_delta(st.robust_scale(draws), floor), floor])
+        up, down = st.rank_evidence(a, b, direction, scale, used[1])
+        trail[:] = list(zip(up, down))
+        return st.sequential_decide(up[-1], acc.alpha, down[-1])
 
-    pairs = measure_pairs(session, acc.pairs, prefix,
-                          lambda a, b: st.sequential_decide(lr(a, b), acc.alpha) != "continue")
+    def effect_ok(a: list[float], b: list[float]) -> bool:
+        # a keep also needs the effect (judge_paired's check): while it is not there the test
+        # goes on (the bound holds at any stopping time), so a run of bursts on the candidate
+        # side costs pairs, not the verdict
+        scale = st.pick_scale(a, b)
+        g = st.gains(a, b, direction, scale)
+        m = acc.min_effect
+        return (median(g) >= st.threshold(m.value, m.relative, scale, direction, median(a))
+                and st.hodges_lehmann(g) > 0)
+
+    def stop(a: list[float], b: list[float]) -> bool:
+        d = step(a, b)
+        return d == "discard" or (d == "keep" and effect_ok(a, b))
+
+    pairs = measure_pairs(session, acc.pairs, prefix, stop)
+    d = step(pairs.a, pairs.b) if pairs.a else "continue"
     if pairs.failure is not None:
-        return Sequential(pairs, evidence, "discard", used[-1] if used else 0)
-    if len(evidence) < len(pairs.a):          # measure_pairs does not ask after the last pair
-        lr(pairs.a, pairs.b)
-    d = st.sequential_decide(evidence[-1], acc.alpha)
-    return Sequential(pairs, evidence, "undecided" if d == "continue" else d, used[-1])
+        d = "discard"
+    return Sequential(pairs, [u for u, _ in trail], [f for _, f in trail],
+                      "undecided" if d == "continue" else d, int(used[0]) if used else 0,
+                      used[1] if used else 0.0, bool(used) and used[1] <= used[2])
 
 
 def judge_paired(session: Session, program: Program,
@@ -186,8 +211,8 @@ def judge_paired(session: Session, program: Program,
     least min_effect; with confirm a fresh second test must keep too (false keeps <= alpha²)."""
     v, acc = program.verifier, program.accept
     name, direction = v.label, v.direction
-    stats: dict[str, Any] = {"rule": "paired", "test": "sequential", "alpha": acc.alpha,
-                             "beta": st.FUTILITY, "design_effect": st.DESIGN_EFFECT,
+    stats: dict[str, Any] = {"rule": "paired", "test": "sequential", "evidence": "ranks",
+                             "alpha": acc.alpha, "beta": st.FUTILITY, "design_effect": st.DESIGN_EFFECT,
                              "pairs": acc.pairs, "confirm": acc.confirm,
                              "min_effect": str(acc.min_effect), "direction": direction,
                              "batches": []}
@@ -207,10 +232,14 @@ def judge_paired(session: Session, program: Program,
         c = st.compare(t.pairs.a, t.pairs.b, direction)
         min_gain = st.threshold(acc.min_effect.value, acc.min_effect.relative, c.scale,
                                 direction, c.median_a)
-        t.ok = t.decision == "keep" and c.effect >= min_gain and c.effect > 0
-        stats["batches"].append({**rec, "passed": t.ok, **c.as_record(), "threshold": min_gain,
-                                 "log_lr": t.log_lr, "decision": t.decision, "noise_n": t.noise_n,
-                                 "bounds": [math.log(st.FUTILITY), math.log(1.0 / acc.alpha)]})
+        # min_effect against the median pair gain: the Hodges-Lehmann estimate breaks down once
+        # ~30% of the pairs hold a burst, the median only at half
+        mid = median(st.gains(t.pairs.a, t.pairs.b, direction, c.scale))
+        t.ok = t.decision == "keep" and mid >= min_gain and c.effect > 0
+        stats["batches"].append({**rec, "passed": t.ok, **c.as_record(), "threshold": min_gain, "median_gain": mid,
+                                 "log_lr": t.log_lr, "log_futility": t.log_futility, "delta": t.delta,
+                                 "decision": t.decision, "noise_n": t.noise_n,
+                                 "bounds": [math.log(1.0 / st.FUTILITY), math.log(1.0 / acc.alpha)]})
         tests.append(t)
         return None
 
@@ -233,8 +262,8 @@ def judge_paired(session: Session, program: Program,
     stats["pooled"] = pooled.as_record()
     # The noise the lesson states is the larger of the calibration's and this cycle's own: a
     # machine busier than at calibration must not read "better by 5% (noise ±5%)" beside a 95% CI
-    # of -24…+17%.
-    own = st.noise_sd(st.gains(a, b, direction, pooled.scale)) / math.sqrt(pooled.n) if pooled.n > 1 else 0.0
+    # of -24…+17%. Both robust (MAD): a burst in one run must not read as the noise of all.
+    own = st.robust_scale(st.gains(a, b, direction, pooled.scale)) / math.sqrt(pooled.n) if pooled.n > 1 else 0.0
     sd = max(noise_step or 0.0, own) if noise_scale in (None, pooled.scale) and pooled.median_a else own
     step = stats["step_pct"] = st.change_pct(sd, pooled.scale, pooled.median_a) if sd and sd > 0 else None
 
@@ -259,12 +288,15 @@ def judge_paired(session: Session, program: Program,
     n_first = wording.plural(len(first.pairs.a), "pair")
     if not first.ok:
         if first.decision == "discard":
-            why = (f"stopped after {n_first}: the evidence fell to {st.FUTILITY:g} "
-                   "(no improvement beyond the noise)")
-            short = f"the evidence fell to {st.FUTILITY:g} after {n_first}"
+            ruled = st.change_pct(first.delta, pooled.scale, pooled.median_a)
+            gain = f"{ruled:.2g}%" if ruled is not None else f"{first.delta:.3g}"
+            why = (f"stopped after {n_first}: a gain of {gain} or more is ruled out "
+                   f"(evidence {1 / st.FUTILITY:g} against it; no improvement beyond the noise)")
+            short = (f"below min_effect {acc.min_effect}" if first.at_floor
+                     else f"a gain of {gain} or more is ruled out after {n_first}")
         elif first.decision == "undecided":
-            why = (f"undecided after {n_first} (LR between {st.FUTILITY:g} and "
-                   f"{1 / acc.alpha:g}): any real gain is smaller than the noise lets these pairs show")
+            why = (f"undecided after {n_first} (LR below {1 / acc.alpha:g}): any real "
+                   "gain is smaller than the noise lets these pairs show")
             short = f"undecided after {n_first}"
         else:
             why = short = f"significant, but the effect is below min_effect {acc.min_effect}"
