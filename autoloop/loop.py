@@ -368,6 +368,9 @@ class Run:
             self.journal.append({"t": "abort", "cycle": 0, "reason": problem.splitlines()[0]})
             raise RunFailure(problem)
         name, metric = self.program.verifier.label, b.metric
+        if m is not None and any(g.tests for g in m.guards):
+            # what a candidate's guards must still pass, kept in the ledger for a resumed run
+            b.stats["guard_tests"] = {g.name: g.tests.as_dict() for g in m.guards if g.tests}
         rec = {"t": "cycle", "cycle": 0, "status": "baseline", "metric": metric, "best": metric,
                "commit": incumbent, "parent": incumbent, "hypothesis": "baseline: the starting commit, unchanged",
                "result": f"{name} = {fmt(metric)} (commit {incumbent[:12]})",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from autoloop import editable, proc
+from autoloop import editable, proc, testcount
 from autoloop.journal import UNSANDBOXED
 from autoloop.hints import missing_path_hint, near_miss, plain, root_hint, uncommitted_module_hint
 from autoloop.metric import GuardResult, Measurement, MetricError, parse_metric
@@ -50,7 +50,8 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
             failure_summary(res, box) + root_hint(program, said) + uncommitted_module_hint(program, said) \
             + missing_path_hint(program, said)
         if step.guard:
-            guards.append(GuardResult(step.name, res.ok, why or res.describe(), stem, res.duration_s))
+            guards.append(GuardResult(step.name, res.ok, why or res.describe(), stem, res.duration_s,
+                                      testcount.parse([res.stdout_path, res.stderr_path])))
             if why:
                 return Measurement(None, tuple(guards), None, None, total)
         elif why:
