@@ -48,7 +48,7 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
         said = "" if res.ok else res.stderr_tail() + "\n" + res.stdout_tail()
         why = None if res.ok else \
             failure_summary(res, box) + root_hint(program, said) + uncommitted_module_hint(program, said) \
-            + missing_path_hint(program, said)
+            + missing_path_hint(program, said, box is not None)
         if step.guard:
             guards.append(GuardResult(step.name, res.ok, why or res.describe(), stem, res.duration_s,
                                       testcount.parse([res.stdout_path, res.stderr_path])))
