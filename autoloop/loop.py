@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from filelock import FileLock, Timeout
 
-from autoloop import envs, proc, trust
+from autoloop import envs, proc, reads, trust
 from autoloop.approve import Reviewer
 from autoloop.cycle import Cycle, Reporter, RunState
 from autoloop.errors import Interrupted, LockedError, RepoStateError, RunFailure, UsageError
@@ -385,10 +385,25 @@ class Run:
         self.journal.render(self.program.goal)
         state.incumbent, state.baseline, state.best = incumbent, metric, metric
         self.opt.report("cycle", rec)
+        self._record_reads(incumbent, log_dir)
         if b.warning:
             self.opt.report("warning", {"cycle": 0, "message": b.warning})
         if b.note:
             self.opt.report("note", {"cycle": 0, "message": b.note})
+
+    def _record_reads(self, incumbent: str, log_dir: Path) -> None:
+        """Once a run, before cycle 1: which files of the tree the guards and the verifier read
+        (autoloop.reads), in the ledger, and what that says, as warnings."""
+        state = self.state
+        lane = state.executor.lane(0)
+        lane.prepare({"B": incumbent})
+        got = checked(state, lambda: lane.record_reads(self.program, "B", env=self.env(0),
+                                                       log_dir=log_dir / "reads", marker=self.marker))
+        said = reads.warnings(self.program, got, self.guard.protected)
+        self.journal.append({"t": "reads", "cycle": 0, **got.as_dict(), "warnings": said})
+        self.journal.render(self.program.goal)
+        for line in said:
+            self.opt.report("warning", {"cycle": 0, "message": line})
 
     def final_estimate_s(self) -> float | None:
         """The end-of-run check's most seconds: its runs at the baseline's time a run (guards
