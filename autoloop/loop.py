@@ -163,12 +163,15 @@ class Run:
         state = self.state
         incumbent = self.open(lock_path)
         started = time.monotonic()
-        if not self.journal.cycles():
+        fresh = not self.journal.cycles()
+        if fresh:
             self._baseline(incumbent)
             trust.preload(statistics=needs_scipy(self.program, self.journal.cycles()),
                           generator_kind=self.program.generator.kind)
         ran = 0
         try:
+            if fresh:   # inside: a Ctrl-C while tracing ends the run as one in a cycle does
+                self._record_reads(incumbent, state.log_dir(0), started)
             while not (reason := self._stop_reason(ran, started)):
                 limit = self.opt.cycles if self.opt.cycles is not None else self.program.stop.max_cycles
                 recs = run_round(state, state.workers if limit is None else max(1, min(state.workers, limit - ran)))
@@ -385,16 +388,27 @@ class Run:
         self.journal.render(self.program.goal)
         state.incumbent, state.baseline, state.best = incumbent, metric, metric
         self.opt.report("cycle", rec)
-        self._record_reads(incumbent, log_dir)
         if b.warning:
             self.opt.report("warning", {"cycle": 0, "message": b.warning})
         if b.note:
             self.opt.report("note", {"cycle": 0, "message": b.note})
 
-    def _record_reads(self, incumbent: str, log_dir: Path) -> None:
+    def _record_reads(self, incumbent: str, log_dir: Path, started: float) -> None:
         """Once a run, before cycle 1: which files of the tree the guards and the verifier read
-        (autoloop.reads), in the ledger, and what that says, as warnings."""
+        (autoloop.reads), in the ledger, and what that says, as warnings. Not where it would take
+        more than a tenth of what is left of a time budget: cycles are what a budget is for."""
         state = self.state
+        need = 1.5 * (self._per_run_s() or 0.0) + 0.5   # strace's share, the probe
+        stop = self.program.stop.max_minutes
+        left = [x for x in (self.opt.time_left(), None if stop is None else
+                            stop * 60 - (time.monotonic() - started)) if x is not None]
+        if left and need > min(left) / 10:
+            note = (f"which files the measurements read was not recorded: it takes about "
+                    f"{need:.0f} s, more than a tenth of the {min(left):.0f} s left of the time budget "
+                    "(`autoloop doctor` records it)")
+            self.journal.append({"t": "reads", "cycle": 0, "how": "", "steps": {}, "note": note, "warnings": []})
+            self.opt.report("note", {"cycle": 0, "message": note})
+            return
         lane = state.executor.lane(0)
         lane.prepare({"B": incumbent})
         got = checked(state, lambda: lane.record_reads(self.program, "B", env=self.env(0),
@@ -405,9 +419,8 @@ class Run:
         for line in said:
             self.opt.report("warning", {"cycle": 0, "message": line})
 
-    def final_estimate_s(self) -> float | None:
-        """The end-of-run check's most seconds: its runs at the baseline's time a run (guards
-        included, so on the safe side); None: nothing to go by."""
+    def _per_run_s(self) -> float | None:
+        """The baseline's seconds a run (its guards spread over its runs); None: no baseline."""
         base = next((c for c in self.journal.cycles() if c["status"] == "baseline"), None)
         if base is None or not base.get("duration_s"):
             return None
@@ -415,7 +428,14 @@ class Run:
         warm = st.get("warmup")
         warm_n = sum(len(v or []) for v in warm.values()) if isinstance(warm, dict) else len(warm or [])
         runs = len(st.get("runs") or []) + len(st.get("a") or []) + len(st.get("b") or []) + warm_n
-        per_run = float(base["duration_s"]) / max(1, runs)
+        return float(base["duration_s"]) / max(1, runs)
+
+    def final_estimate_s(self) -> float | None:
+        """The end-of-run check's most seconds: its runs at the baseline's time a run (guards
+        included, so on the safe side); None: nothing to go by."""
+        per_run = self._per_run_s()
+        if per_run is None:
+            return None
         return per_run * final_estimate(self.program, self.journal.cycles())["runs"] + 1.0  # + checkout and proof
 
     def _final_check(self) -> dict[str, Any] | None:
