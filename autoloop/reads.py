@@ -29,7 +29,11 @@ TRACE_ENV = "AUTOLOOP_READS_FILE"
 SYSCALLS = "open,openat,openat2,execve"
 _SHOWN = 5
 # `123 openat(AT_FDCWD</t>, "x.py", O_RDONLY|O_CLOEXEC) = 3</t/x.py>`; `execve("/t/run", ...) = 0`
-_OPENED = re.compile(r'^\d+\s+open(?:at2?)?\(.*?"(?:[^"\\]|\\.)*",\s*([A-Z_|]+).*\)\s*=\s*\d+<([^>]+)>\s*$')
+_OPENED = re.compile(r'^\d+\s+open(?:at2?)?\(.*?"(?:[^"\\]|\\.)*",\s*\{?(?:flags=)?([A-Z_|]+).*\)\s*=\s*\d+<([^>]+)>\s*$')
+# with -f a call another process interrupts is split: `12 openat(..., O_RDONLY <unfinished ...>`
+# then `12 <... openat resumed>) = 3</t/x.py>`
+_UNFINISHED = re.compile(r'^(\d+)\s+open(?:at2?)?\(.*?"(?:[^"\\]|\\.)*",\s*\{?(?:flags=)?([A-Z_|]+).*<unfinished \.\.\.>\s*$')
+_RESUMED = re.compile(r'^(\d+)\s+<\.\.\. open(?:at2?)? resumed>.*\)\s*=\s*\d+<([^>]+)>\s*$')
 _EXECVE = re.compile(r'^\d+\s+execve\("((?:[^"\\]|\\.)*)",.*\)\s*=\s*0\s*$')
 _TESTISH_DIRS = {"tests", "test", "testing"}
 _TESTISH_MODULES = {"test_tools", "testing", "conftest"}
@@ -120,11 +124,20 @@ def opened(trace_file: Path, how: str, cwd: str) -> list[str]:
     if how != "strace":
         return [ln for ln in text.splitlines() if ln.startswith("/")]
     out: list[str] = []
+    pending: dict[str, str] = {}    # pid -> the flags of its unfinished open
     for line in text.splitlines():
         m = _OPENED.match(line)
+        flags, path = (m.group(1), m.group(2)) if m else (None, None)
+        m = None if m else _UNFINISHED.match(line)
         if m:
-            if "O_WRONLY" not in m.group(1) and "O_DIRECTORY" not in m.group(1):
-                out.append(m.group(2))
+            pending[m.group(1)] = m.group(2)
+            continue
+        m = None if flags else _RESUMED.match(line)
+        if m:
+            flags, path = pending.pop(m.group(1), ""), m.group(2)
+        if flags is not None and path is not None:
+            if "O_WRONLY" not in flags and "O_DIRECTORY" not in flags:
+                out.append(path)
             continue
         m = _EXECVE.match(line)
         if m:

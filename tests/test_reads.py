@@ -41,6 +41,19 @@ def test_strace_records_what_a_command_opened_for_reading(tmp_path: Path) -> Non
     assert "out.txt" not in got and "t.trace" not in got   # written, not read
 
 
+def test_calls_strace_split_between_processes_are_joined(tmp_path: Path) -> None:
+    # with -f, a call another process interrupts is printed in two lines; timing decides when,
+    # so the case is written out as strace 6 prints it
+    trace = tmp_path / "t.trace"
+    trace.write_text('12 openat(AT_FDCWD</t>, "a.py", O_RDONLY|O_CLOEXEC <unfinished ...>\n'
+                     '13 openat(AT_FDCWD</t>, "w.txt", O_WRONLY|O_CREAT|O_TRUNC, 0666 <unfinished ...>\n'
+                     '13 <... openat resumed>) = 4</t/w.txt>\n'
+                     '12 <... openat resumed>) = 3</t/a.py>\n'
+                     '12 openat2(AT_FDCWD</t>, "b.py", {flags=O_RDONLY, resolve=0}, 24) = 3</t/b.py>\n'
+                     '12 openat(AT_FDCWD</t>, "c.py", O_RDONLY) = -1 ENOENT (No such file or directory)\n')
+    assert opened(trace, "strace", "/t") == ["/t/a.py", "/t/b.py"]
+
+
 def test_what_looks_like_test_code() -> None:
     assert all(map(looks_like_test, ["test_x.py", "a/x_test.py", "conftest.py", "tests/data.json", "pkg/testing/u.py",
                              "markdown/test_tools.py", "pkg/testing.py"]))
