@@ -124,3 +124,14 @@ def test_without_strace_python_reads_are_recorded_by_an_audit_hook(tmp_path: Pat
     assert "reads: recorded by audit hook (Python only)" in r.stdout, r.stdout
     assert "strace is missing or refused here" in r.stdout
     assert "the verifier read none of the files `allowed: [lib.py]` covers (recorded by audit hook" in r.stderr
+
+
+def test_a_tight_time_budget_is_not_spent_on_the_read_record(tmp_path: Path) -> None:
+    # 3 s in all: a traced pass of the guards and the verifier would take a large share of it
+    p = make_project(tmp_path / "p", {"*": 'W("val.txt", "30")'}, stop="max_minutes: 0.05")
+    r = p.run(timeout=120)
+    assert r.returncode == 0, r.stderr
+    rec = next(json.loads(x) for x in p.ledger_lines() if x and json.loads(x)["t"] == "reads")
+    assert rec["how"] == "" and rec["steps"] == {}
+    assert "not recorded: it takes about" in rec["note"] and "of the time budget" in rec["note"]
+    assert "`autoloop doctor` records it" in r.stderr + r.stdout
