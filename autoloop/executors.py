@@ -59,13 +59,13 @@ class LocalLane:
                            with_guards=with_guards, after_step=self.guard.after_step,
                            box=self.guard.confine(tree.path, menv))
 
-    def record_reads(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
+    def record_reads(self, program: Program, commit: str, *, env: Mapping[str, str], log_dir: Path,
                      marker: str) -> reads.Reads:
-        """The guards and the verifier once more on `side`'s commit, traced (autoloop.reads)."""
-        tree, commit = self.trees[side], self.commits[side]
-        if side not in self._checked_out:
-            tree.checkout(commit, clean=False)
-            self._checked_out.add(side)
+        """The guards and the verifier once more on `commit` (in tree B), traced (autoloop.reads)."""
+        self.prepare({"B": commit})
+        tree = self.trees["B"]
+        tree.checkout(commit, clean=False)   # measuring() cleans it
+        self._checked_out.add("B")
         with self.guard.measuring(tree, commit, env) as menv:
             box = self.guard.confine(tree.path, menv)
             return reads.record(program, cwd=tree.path, env=menv, scratch=Path(menv["TMPDIR"]),
@@ -100,7 +100,7 @@ class RayLane:
     def prepare(self, sides: Mapping[str, str]) -> None:
         self.refs = {side: self.ex.put(commit) for side, commit in sides.items()}
 
-    def record_reads(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
+    def record_reads(self, program: Program, commit: str, *, env: Mapping[str, str], log_dir: Path,
                      marker: str) -> reads.Reads:
         return reads.Reads("", note="not recorded: the measurements run on Ray nodes")
 

@@ -410,8 +410,7 @@ class Run:
             self.opt.report("note", {"cycle": 0, "message": note})
             return
         lane = state.executor.lane(0)
-        lane.prepare({"B": incumbent})
-        got = checked(state, lambda: lane.record_reads(self.program, "B", env=self.env(0),
+        got = checked(state, lambda: lane.record_reads(self.program, incumbent, env=self.env(0),
                                                        log_dir=log_dir / "reads", marker=self.marker))
         said = reads.warnings(self.program, got, self.guard.protected)
         self.journal.append({"t": "reads", "cycle": 0, **got.as_dict(), "warnings": said})
