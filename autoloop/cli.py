@@ -410,7 +410,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     print(f"verifying {program.repo_root} at HEAD {head[:12]}: what a run's baseline measures "
           "(committed files only, in a private tree; nothing is changed)", flush=True)
     res = verify_head(program, ws, head)
-    for line in res.warnings:
+    for line in res.warnings + res.read_warnings:
         print(f"autoloop: WARNING: {line}", file=sys.stderr)
     m = res.measurement
     for g in m.guards:
@@ -426,6 +426,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return 1
     v = program.verifier
     print(f"{v.label}: {num(m.metric)}  ({v.direction}, {seconds(m.verifier_s)})")
+    if res.files_read is not None:
+        print(f"reads: {res.files_read.summary()}")
     return 0
 
 

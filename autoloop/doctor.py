@@ -182,6 +182,10 @@ def _measure(run: Run, head: str) -> Iterator[Check]:
     res = verify_head(run.program, run.ws, head)
     for warning in res.warnings:
         yield Check("checkout", "warn", warning)
+    if res.files_read is not None:
+        yield Check("reads", "ok", res.files_read.summary())
+    for warning in res.read_warnings:
+        yield Check("reads", "warn", warning)
     m = res.measurement
     for g in m.guards:
         said = "" if g.ok else _last_line(res.guard_tails.get(g.name) or "", g.detail)

@@ -78,8 +78,19 @@ def message(program: Program, found: Sequence[Installation], why: str) -> str:
             f"installation points into your checkout: {shown}. The verifier and guards would import your "
             "checkout's files instead of each candidate's, so every cycle would measure the same "
             "code. Fix: run where bubblewrap works (sandbox: auto binds the candidate at your "
-            "checkout's path), or install the package without -e (pip install .) or uninstall "
-            "it from that environment")
+            f"checkout's path), or uninstall it from that environment and have the commands import "
+            f"from the tree they run in (`PYTHONPATH={_path_entry(program, found[0])} python …`, or "
+            "`python -m …` from the repository root). Not `pip install .`: the verifier would import "
+            "that installed copy, the same in every cycle")
+
+
+def _path_entry(program: Program, found: Installation) -> str:
+    """The folder, relative to the root, that puts on sys.path what `found` made importable: a
+    .pth line or an egg-link names it; a setuptools finder maps a package to its own folder."""
+    finder = found.where.name.startswith("__editable__") and found.where.suffix == ".py"
+    target = os.path.dirname(found.target) if finder else found.target
+    rel = os.path.relpath(target, os.path.realpath(program.repo_root))
+    return "." if rel in (".", "") or rel.startswith("..") else rel
 
 
 def pointers(site: Path) -> list[Pointer]:

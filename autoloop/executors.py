@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import autoloop
-from autoloop import proc, ray_task
+from autoloop import proc, ray_task, reads
 from autoloop.errors import ConfigError, Interrupted, UsageError
 from autoloop.hardening import Guardrails
 from autoloop.program import Program
@@ -64,6 +64,19 @@ class LocalLane:
                            box=self.guard.confine(tree.path, menv, show_private=holdout),
                            scorer=None if holdout else self.scorer(), seed=seed)
 
+    def record_reads(self, program: Program, commit: str, *, env: Mapping[str, str], log_dir: Path,
+                     marker: str) -> reads.Reads:
+        """The guards and the verifier once more on `commit` (in tree B), traced (autoloop.reads)."""
+        self.prepare({"B": commit})
+        tree = self.trees["B"]
+        tree.checkout(commit, clean=False)   # measuring() cleans it
+        self._checked_out.add("B")
+        with self.guard.measuring(tree, commit, env) as menv:
+            box = self.guard.confine(tree.path, menv)
+            return reads.record(program, cwd=tree.path, env=menv, scratch=Path(menv["TMPDIR"]),
+                                log_dir=log_dir, marker=marker, wrap=None if box is None else box.argv,
+                                where=reads.roots(tree.path, None if box is None else box.checkout))
+
 
 class LocalExecutor:
     unsandboxed: str | None = None   # the measurements are sandboxed as the generator is
@@ -106,6 +119,10 @@ class RayLane:
 
     def prepare(self, sides: Mapping[str, str]) -> None:
         self.refs = {side: self.ex.put(commit) for side, commit in sides.items()}
+
+    def record_reads(self, program: Program, commit: str, *, env: Mapping[str, str], log_dir: Path,
+                     marker: str) -> reads.Reads:
+        return reads.Reads("", note="not recorded: the measurements run on Ray nodes")
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
                 marker: str, with_guards: bool, seed: int | None = None,

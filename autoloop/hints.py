@@ -30,6 +30,12 @@ _NO_MODULE = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
 # `/bin/sh: 1: .venv/bin/python: not found`, `bash: ./run.sh: No such file or directory`
 _SHELL_MISSING = re.compile(r"^\S*sh: (?:line )?\d*:? ?([^\s:/][^\s:]*): "
                             r"(?:not found|No such file or directory)$", re.MULTILINE)
+# `[Errno 2] No such file or directory: '/dev/shm/x'`, `cat: /tmp/x: No such file or directory`,
+# `can't open file '/tmp/x/bench.py'`: an absolute path a command could not find
+_ABS_MISSING = re.compile(r"(?:No such file or directory: |can't open file )'(/[^'\n]+)'"
+                          r"|(?:^|[\s'\"])(/[^\s:'\"]+): (?:No such file or directory|cannot open)", re.MULTILINE)
+# what a measurement sandbox replaces with its own, empty folders
+_SANDBOX_EMPTY = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 # what `autoloop init` writes and a person must replace (see autoloop/templates/*.md)
 _PLACEHOLDER_BODY = re.compile(r"^EDIT:", re.MULTILINE)
 _TEMPLATE_SCRIPTS = {"measure.sh", "prepare.py", "bench/run.py"}
@@ -108,9 +114,13 @@ def uncommitted_module_hint(program: Program, output: str) -> str:
     return ""
 
 
-def missing_path_hint(program: Program, output: str) -> str:
-    """The shell could not find a relative path the checkout has (an ignored `.venv/`): say
-    which, and the two fixes (else "")."""
+def missing_path_hint(program: Program, output: str, sandboxed: bool = False) -> str:
+    """The shell could not find a relative path the checkout has (an ignored `.venv/`), or, in
+    a sandbox, an absolute path that exists outside it: say which, and the fixes (else "")."""
+    if sandboxed:
+        hidden = _hidden_path(program, output)
+        if hidden:
+            return hidden
     for rel in dict.fromkeys(reversed(_SHELL_MISSING.findall(output))):
         path = program.repo_root / rel
         if rel.startswith(("../", "~")) or not path.exists():
@@ -118,6 +128,24 @@ def missing_path_hint(program: Program, output: str) -> str:
         return (f" ({rel} is in your checkout, but measurements run in a tree of the committed "
                 f"files, which does not have it: commit it, or name it by its absolute path "
                 f"{shlex.quote(str(path))})")
+    return ""
+
+
+def _hidden_path(program: Program, output: str) -> str:
+    """An absolute path the sandboxed command could not find but that exists here: the sandbox
+    hides it. `data:` is how a measurement reads something outside the repository."""
+    for m in reversed(list(_ABS_MISSING.finditer(output))):
+        path = m.group(1) or m.group(2)
+        if not os.path.exists(path) or under(path, str(program.repo_root)):
+            continue
+        empty = next((d for d in _SANDBOX_EMPTY if under(path, d)), None)
+        why = (f"the measurement sandbox has its own, empty {empty}" if empty else
+               "the measurement sandbox does not show it (a `private:` path is readable only by "
+               "`score` and `holdout`)")
+        folder = os.path.dirname(path) or path
+        return (f" ({path} exists outside the sandbox, but {why}: list its folder under `data:` "
+                f"(`- {{path: {folder}, as: data/{os.path.basename(folder) or 'input'}}}`) and read it "
+                "from there, or add it to `sandbox.writable` if the command must write there)")
     return ""
 
 

@@ -35,7 +35,7 @@ TSV_COLUMNS = ("cycle", "commit", "metric", "status", "description", "best", "de
                "duration_s", "cost_usd", "lesson") + STATS_COLUMNS
 _TSV_HEAD = ("\t".join(TSV_COLUMNS) + "\n").encode()
 MAX_CHANGED_SHOWN = 10
-INDEXED = ("cycle", "final", "start")
+INDEXED = ("cycle", "final", "start", "reads")
 
 
 @dataclass(frozen=True)
@@ -261,7 +261,7 @@ class Journal:
             r.sections += b"\n" + _bytes("\n".join(_section(c, r.fmt)))
             r.rows += _bytes(_tsv_row(c, r.fmt) + "\n")
         r.count, r.last = len(cycles), cycles[-1] if cycles else None
-        notes = not_sandboxed(self._of["start"])
+        notes = not_sandboxed(self._of["start"]) + [w for r in self._of["reads"] for w in r.get("warnings") or ()]
         head = _experiments_head(self.tag, goal, self._of["final"], r.fmt, notes)
         return _bytes(head) + bytes(r.sections), _TSV_HEAD + bytes(r.rows)
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from filelock import FileLock, Timeout
 
-from autoloop import envs, proc, trust
+from autoloop import envs, proc, reads, trust
 from autoloop.approve import Reviewer
 from autoloop.cycle import Cycle, Reporter, RunState
 from autoloop.errors import Interrupted, LockedError, RepoStateError, RunFailure, UsageError
@@ -164,12 +164,15 @@ class Run:
         state = self.state
         incumbent = self.open(lock_path)
         started = time.monotonic()
-        if not self.journal.cycles():
+        fresh = not self.journal.cycles()
+        if fresh:
             self._baseline(incumbent)
             trust.preload(statistics=needs_scipy(self.program, self.journal.cycles()),
                           generator_kind=self.program.generator.kind)
         ran = 0
         try:
+            if fresh:   # inside: a Ctrl-C while tracing ends the run as one in a cycle does
+                self._record_reads(incumbent, state.log_dir(0), started)
             while not (reason := self._stop_reason(ran, started)):
                 limit = self.opt.cycles if self.opt.cycles is not None else self.program.stop.max_cycles
                 recs = run_round(state, state.workers if limit is None else max(1, min(state.workers, limit - ran)))
@@ -374,6 +377,9 @@ class Run:
             self.journal.append({"t": "abort", "cycle": 0, "reason": problem.splitlines()[0]})
             raise RunFailure(problem)
         name, metric = self.program.verifier.label, b.metric
+        if m is not None and any(g.tests for g in m.guards):
+            # what a candidate's guards must still pass, kept in the ledger for a resumed run
+            b.stats["guard_tests"] = {g.name: g.tests.as_dict() for g in m.guards if g.tests}
         rec = {"t": "cycle", "cycle": 0, "status": "baseline", "metric": metric, "best": metric,
                "commit": incumbent, "parent": incumbent, "hypothesis": "baseline: the starting commit, unchanged",
                "result": f"{name} = {fmt(metric)} (commit {incumbent[:12]})",
@@ -393,9 +399,33 @@ class Run:
         if b.note:
             self.opt.report("note", {"cycle": 0, "message": b.note})
 
-    def final_estimate_s(self) -> float | None:
-        """The end-of-run check's most seconds: its runs at the baseline's time a run (guards
-        included, so on the safe side); None: nothing to go by."""
+    def _record_reads(self, incumbent: str, log_dir: Path, started: float) -> None:
+        """Once a run, before cycle 1: which files of the tree the guards and the verifier read
+        (autoloop.reads), in the ledger, and what that says, as warnings. Not where it would take
+        more than a tenth of what is left of a time budget: cycles are what a budget is for."""
+        state = self.state
+        need = 1.5 * (self._per_run_s() or 0.0) + 0.5   # strace's share, the probe
+        stop = self.program.stop.max_minutes
+        left = [x for x in (self.opt.time_left(), None if stop is None else
+                            stop * 60 - (time.monotonic() - started)) if x is not None]
+        if left and need > min(left) / 10:
+            note = (f"which files the measurements read was not recorded: it takes about "
+                    f"{need:.0f} s, more than a tenth of the {min(left):.0f} s left of the time budget "
+                    "(`autoloop doctor` records it)")
+            self.journal.append({"t": "reads", "cycle": 0, "how": "", "steps": {}, "note": note, "warnings": []})
+            self.opt.report("note", {"cycle": 0, "message": note})
+            return
+        lane = state.executor.lane(0)
+        got = checked(state, lambda: lane.record_reads(self.program, incumbent, env=self.env(0),
+                                                       log_dir=log_dir / "reads", marker=self.marker))
+        said = reads.warnings(self.program, got, self.guard.protected)
+        self.journal.append({"t": "reads", "cycle": 0, **got.as_dict(), "warnings": said})
+        self.journal.render(self.program.goal)
+        for line in said:
+            self.opt.report("warning", {"cycle": 0, "message": line})
+
+    def _per_run_s(self) -> float | None:
+        """The baseline's seconds a run (its guards spread over its runs); None: no baseline."""
         base = next((c for c in self.journal.cycles() if c["status"] == "baseline"), None)
         if base is None or not base.get("duration_s"):
             return None
@@ -403,7 +433,14 @@ class Run:
         warm = st.get("warmup")
         warm_n = sum(len(v or []) for v in warm.values()) if isinstance(warm, dict) else len(warm or [])
         runs = len(st.get("runs") or []) + len(st.get("a") or []) + len(st.get("b") or []) + warm_n
-        per_run = float(base["duration_s"]) / max(1, runs)
+        return float(base["duration_s"]) / max(1, runs)
+
+    def final_estimate_s(self) -> float | None:
+        """The end-of-run check's most seconds: its runs at the baseline's time a run (guards
+        included, so on the safe side); None: nothing to go by."""
+        per_run = self._per_run_s()
+        if per_run is None:
+            return None
         return per_run * final_estimate(self.program, self.journal.cycles())["runs"] + 1.0  # + checkout and proof
 
     def _final_check(self) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from autoloop.decide import baseline as calibrate, cycle, end
 from autoloop.executors import LocalLane, RayLane
 from autoloop.program import Program, VerifierSpec
 from autoloop.metric import Measurement, MetricError, parse_metric
+from autoloop.testcount import TestCount, baseline_counts, shortfall
 from autoloop.verify import new_seed
 
 
@@ -39,6 +40,18 @@ def sample(m: Measurement, side: str, label: str, program: Program | None = None
     return Sample(side, label, m.metric, m.error, None, secondary, m, m.duration_s)
 
 
+def enforce_counts(m: Measurement, base: Mapping[str, TestCount]) -> Measurement:
+    """`m` with its first guard whose test counts fall short of the starting commit's (`base`,
+    testcount.baseline_counts) failed, naming the counts; the guards after it are dropped, as if
+    the measurement had stopped there (a failing guard stops it)."""
+    for i, g in enumerate(m.guards):
+        why = shortfall(base.get(g.name), g.tests) if g.ok else None
+        if why is not None:
+            failed = dataclasses.replace(g, ok=False, detail=why)
+            return dataclasses.replace(m, guards=(*m.guards[:i], failed), metric=None, error=None)
+    return m
+
+
 def judge_one(program: Program, m: Measurement, best: float) -> Verdict:
     """Contract §5 on the one measurement the plain path made: the decide step's strict rule."""
     return cycle.judge_strict(Session(lambda side, label, _: sample(m, side, label)), program, best, {})
@@ -61,6 +74,7 @@ class LaneRunner:
     # `seeds` is what each run got, by label, for the ledger
     pair_seeds: dict[str, int] = dataclasses.field(default_factory=dict)
     seeds: dict[str, int] = dataclasses.field(default_factory=dict)
+    tests: Mapping[str, TestCount] = dataclasses.field(default_factory=dict)   # the baseline's counts
 
     def __call__(self, side: str, label: str, with_guards: bool) -> Sample:
         if self.first_log_dir is not None:
@@ -75,6 +89,8 @@ class LaneRunner:
         m = self.lane.measure(run, side, env=self.env, log_dir=d, marker=self.marker,
                               with_guards=with_guards, seed=seed, holdout=self.spec is not None)
         self.check_signal()
+        if with_guards:
+            m = enforce_counts(m, self.tests)
         return sample(m, side, label, p if self.spec is None else None)   # a holdout: no limits
 
 
@@ -131,6 +147,7 @@ class Judge:
         self._seeds = []
         main, hold = self._runners(incumbent, candidate, env, log_dir,
                                    need_a=paired or self.program.holdout is not None)
+        main.tests = baseline_counts(history)
         session, holdout = Session(main), Session(hold, guards=False) if hold is not None else None
         secondary = end.baseline_secondary(history)
         if paired:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator, Protocol
 
+from autoloop.testcount import TestCount
+
 _BLOCK = 1 << 16
 _PATTERN_WINDOW = 8 << 20    # a `pattern:` verifier's output is scanned in blocks of this size
 _PATTERN_OVERLAP = 64 << 10  # ... re-reading this much of each block's end with the next
@@ -38,6 +40,7 @@ class GuardResult:
     detail: str          # "exit 0", "exit 1: AssertionError ...", "timed out after 120s"
     log_stem: Path
     duration_s: float
+    tests: TestCount | None = None   # the test runner's summary in its output (autoloop.testcount)
 
 
 @dataclass(frozen=True)

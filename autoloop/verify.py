@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from autoloop import editable, proc
+from autoloop import editable, proc, testcount
 from autoloop.errors import RunFailure
 from autoloop.journal import UNSANDBOXED
 from autoloop.hints import missing_path_hint, near_miss, plain, root_hint, uncommitted_module_hint
@@ -117,9 +117,10 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
         said = "" if res.ok else res.stderr_tail() + "\n" + res.stdout_tail()
         why = None if res.ok else \
             failure_summary(res, box) + root_hint(program, said) + uncommitted_module_hint(program, said) \
-            + missing_path_hint(program, said)
+            + missing_path_hint(program, said, box is not None)
         if step.guard:
-            guards.append(GuardResult(step.name, res.ok, why or res.describe(), stem, res.duration_s))
+            guards.append(GuardResult(step.name, res.ok, why or res.describe(), stem, res.duration_s,
+                                      testcount.parse([res.stdout_path, res.stderr_path])))
             if why:
                 return Measurement(None, tuple(guards), None, None, total)
         elif why:

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoloop import envs, proc
+from autoloop import envs, proc, reads
 from autoloop.hardening import link_data
 from autoloop.measured_files import protected_paths, uncommitted_warnings
 from autoloop.program import Program, check_data
@@ -26,6 +26,8 @@ class Verified:
     warnings: list[str] = field(default_factory=list)
     guard_tails: dict[str, str] = field(default_factory=dict)   # failing guard -> its output's tail
     verifier_tail: str = ""                                     # when there is no metric
+    files_read: reads.Reads | None = None                       # what it read (a measured HEAD)
+    read_warnings: list[str] = field(default_factory=list)      # what that says (reads.warnings)
 
 
 def check(program: Program) -> tuple[Workspace, str]:
@@ -60,9 +62,16 @@ def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
                                                        Path(env["TMPDIR"]).parent, env.get("PATH", ""))
             m = measure(program, cwd=tree.path, env=env, log_dir=log_dir, marker=proc.new_marker(), box=box,
                         scorer=scorer)
+            got, said = None, []
+            if m.guards_ok and m.metric is not None:
+                got = reads.record(program, cwd=tree.path, env=env, scratch=Path(env["TMPDIR"]),
+                                   log_dir=log_dir, marker=proc.new_marker(),
+                                   wrap=None if box is None else box.argv,
+                                   where=reads.roots(tree.path, None if box is None else box.checkout))
+                said = reads.warnings(program, got, protected_paths(program))
         tails = {g.name: _tail(g.log_stem) for g in m.guards if not g.ok}
         no_metric = "" if m.metric is not None or m.log_stem is None else _tail(m.log_stem)
-        return Verified(commit, m, warnings, tails, no_metric)
+        return Verified(commit, m, warnings, tails, no_metric, got, said)
     finally:
         for t in (tree, score_tree):
             t._discard()   # also unregisters it from the repository (git worktree prune)

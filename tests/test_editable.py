@@ -6,6 +6,7 @@ sandbox the run refuses before the baseline (exit 2) naming the installation and
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,7 +78,9 @@ def test_unsandboxed_run_refuses_an_editable_install_into_the_checkout(editable)
     err = res.stderr.strip()
     assert err.startswith("none.md:"), err
     assert "points into your checkout" in err and str(p.repo) in err, err
-    assert "pip install ." in err and "sandbox: auto" in err, err
+    assert "sandbox: auto" in err and "`PYTHONPATH=src python …`" in err, err
+    # a non-editable install is no fix: the verifier would import that copy in every cycle
+    assert "Not `pip install .`" in err, err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     # nothing changed: no branch, no journal, the checkout as it was
     assert git(p.repo, "branch", "--list", "autoloop/n1", env=p.env) == ""
@@ -164,3 +167,24 @@ def test_unsandboxed_ray_measurements_refuse_an_editable_install_like_run(editab
     assert "on the Ray node" in err and "Traceback" not in res.stderr
     assert git(p.repo, "branch", "--list", "autoloop/ray2", env=p.env) == ""
     assert git(p.repo, "rev-parse", "HEAD", env=p.env) == head
+
+
+def test_following_the_unsandboxed_advice_measures_each_candidate(editable):
+    # last in this module: it uninstalls the package. The advice the refusal gives, followed
+    # word for word: uninstall, and the verifier's Python finds the package at the path it names
+    p = editable
+    err = p.cli("run", "none.md", "--tag", "n4", "--cycles", "1").stderr
+    entry = re.search(r"`PYTHONPATH=(\S+) python …`", err)
+    assert entry, err
+    py = re.search(r"verifier:\n  command: (\S+) score.py", (p.repo / "none.md").read_text()).group(1)
+    res = subprocess.run([py, "-m", "pip", "uninstall", "-y", "-q", "mypkg"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    text = (p.repo / "none.md").read_text().replace(f"command: {py} score.py",
+                                                     f"command: PYTHONPATH={entry.group(1)} {py} score.py")
+    (p.repo / "advised.md").write_text(text)
+    git(p.repo, "add", "advised.md", env=p.env)
+    git(p.repo, "commit", "-q", "-m", "the advice followed", env=p.env)
+    res = p.cli("run", "advised.md", "--tag", "n4", "--cycles", "1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    # the candidate's VALUE = 5 was measured, not an installed copy's 10
+    assert [(r["status"], r["metric"]) for r in p.rows()] == [("baseline", "10"), ("keep", "5")]

@@ -10,8 +10,9 @@ from typing import Callable, TypeVar
 from autoloop.cycle import Cycle, Outcome, Round, RunState, file_changes, violation
 from autoloop.hardening import Tampered
 from autoloop.journal import Record
-from autoloop.measure import Judge
+from autoloop.measure import Judge, enforce_counts
 from autoloop.steps.decide import review
+from autoloop.testcount import baseline_counts
 
 T = TypeVar("T")
 
@@ -73,8 +74,9 @@ def _candidate(state: RunState, c: Cycle, rnd: Round, history: list[Record], lan
         if state.judge.plain:
             # contract §5: one measurement of the candidate against the stored incumbent
             lane.prepare({"B": c.candidate})
-            c.measurement = lane.measure(state.program, "B", env=c.env, log_dir=c.log_dir, marker=c.marker,
-                                         with_guards=True)
+            c.measurement = enforce_counts(
+                lane.measure(state.program, "B", env=c.env, log_dir=c.log_dir, marker=c.marker,
+                             with_guards=True), baseline_counts(history))
         else:
             # noise-aware: repeats, paired batches against a re-measured incumbent
             judge = Judge(state.program, ws, c.marker, state.check_signal, lane)
