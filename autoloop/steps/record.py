@@ -99,5 +99,6 @@ def _record(state: RunState, c: Cycle, rnd: Round, commit: str | None) -> dict[s
                    for g in (o.measurement.guards if o.measurement else ())],
         "log_dir": str(c.log_dir),
         **({"worker": c.worker, "round": rnd.n0} if state.parallel else {}),
+        **({"node": c.node} if c.node else {}),
         **o.extra,
     }

@@ -1,0 +1,127 @@
+"""Ray's own output kept out of the terminal (executor: ray): its C++ log lines (written straight
+to file descriptor 2), the error messages its driver thread prints to sys.stdout (a dead raylet's
+last 20 log lines) and its Python loggers all go to one file, .autoloop/<tag>/ray.log; autoloop's
+own lines keep the terminal. And a refusal in one line: Ray's reason, and what to set for it."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Mapping, TextIO
+
+from autoloop.hints import plain
+
+_lock = threading.Lock()
+_saved: dict[str, Any] = {}      # what restore() puts back
+
+AUTH_HINT = ("the cluster uses token authentication: set RAY_AUTH_MODE=token and give autoloop the "
+             "cluster's token (RAY_AUTH_TOKEN, or its file in RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)")
+_AUTH_SIGNS = ("InvalidAuthToken", "AuthenticationError", "UNAUTHENTICATED", "token authentication")
+# How long a driver waits for a GCS that does not answer (Ray's default is a minute of retries)
+GCS_WAIT_S = "8"
+
+
+def init(ray: Any, kw: Mapping[str, Any], log_path: Path) -> None:
+    """ray.init(**kw) with everything Ray prints sent to `log_path` from here until restore()."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    _divert(log_path)
+    os.environ.setdefault("RAY_gcs_rpc_server_connect_timeout_s", GCS_WAIT_S)
+    ray.init(**kw)
+    _quiet_driver_thread(log_path)
+
+
+def _divert(log_path: Path) -> None:
+    with _lock:
+        if _saved:
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        terminal = os.dup(2)
+        os.dup2(log_fd, 2)          # C++ writes to fd 2: into the log
+        os.close(log_fd)
+        # autoloop's own messages (print(..., file=sys.stderr)) keep the terminal
+        stream = io.TextIOWrapper(io.FileIO(terminal, "w", closefd=True), write_through=True,
+                                  encoding=sys.stderr.encoding or "utf-8", errors="backslashreplace")
+        _saved.update(stderr=sys.stderr, fd=os.dup(terminal), stream=stream)
+        sys.stderr = stream
+        for name in ("ray", "ray.data", "ray.tune"):
+            logger = logging.getLogger(name)
+            _saved.setdefault("loggers", []).append((logger, list(logger.handlers), logger.propagate))
+            logger.handlers = [logging.StreamHandler(_Appender(log_path))]
+            logger.propagate = False
+
+
+class _Appender(io.TextIOBase):
+    """A text sink that appends each write to the log file (opened per write: cheap at Ray's rate)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, s: str) -> int:
+        try:
+            with open(self.path, "a", encoding="utf-8", errors="backslashreplace") as f:
+                f.write(s)
+        except OSError:
+            pass
+        return len(s)
+
+
+def _quiet_driver_thread(log_path: Path) -> None:
+    """Ray's driver prints the errors the cluster publishes (a dead raylet's state dump) to
+    sys.stdout, between the table's rows: into the log instead."""
+    try:
+        from ray._private import worker
+    except ImportError:
+        return
+    sink: TextIO = _Appender(log_path)   # type: ignore[assignment]
+
+    def to_log(data: Mapping[str, Any], ignore_prefix: bool = False) -> None:
+        for line in data.get("lines") or ():
+            sink.write(f"[{data.get('pid', 'ray')}] {line}\n")
+
+    if hasattr(worker, "print_to_stdstream"):
+        _saved.setdefault("printer", worker.print_to_stdstream)
+        worker.print_to_stdstream = to_log
+
+
+def restore() -> None:
+    """Put fd 2, sys.stderr, Ray's loggers and its printer back (after ray.shutdown)."""
+    with _lock:
+        if not _saved:
+            return
+        sys.stderr.flush()
+        os.dup2(_saved["fd"], 2)
+        os.close(_saved["fd"])
+        sys.stderr = _saved["stderr"]
+        _saved["stream"].close()
+        for logger, handlers, propagate in _saved.get("loggers", ()):
+            logger.handlers, logger.propagate = handlers, propagate
+        if "printer" in _saved:
+            from ray._private import worker
+
+            worker.print_to_stdstream = _saved["printer"]
+        _saved.clear()
+
+
+def reason(exc: BaseException, log_path: Path | None = None) -> str:
+    """Ray's reason for `exc` in one clean line (terminal escapes and newlines gone), and for a
+    token refusal what to set; Ray's log is read for the reason its exception leaves out."""
+    text = " ".join(plain(str(exc)).split())
+    said = text
+    if log_path is not None:
+        try:
+            with open(log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 65536))
+                said += f.read().decode("utf-8", "replace")
+        except OSError:
+            pass
+    line = f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+    if any(sign in said for sign in _AUTH_SIGNS):
+        line += f"; {AUTH_HINT}"
+    return line
