@@ -126,6 +126,10 @@ class RayLane:
             results.append(dataclasses.replace(run.result, stdout_path=out, stderr_path=err))
         return summarize(program, todo, results)
 
+    def lose(self, exc: NodeLost) -> None:   # its node failed under a measurement: never again
+        self.ex.lose(exc)
+        self.node = None
+
     def where(self) -> dict[str, str] | None:
         """The ledger's record of the node the current comparison ran on."""
         return None if self.node is None else {"ray_node": self.node.id, "host": self.node.host}
