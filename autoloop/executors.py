@@ -275,9 +275,19 @@ class RayExecutor:
         return node
 
     def lose(self, exc: NodeLost) -> None:
+        """Never use the node of `exc` again; ClusterLost when no node is left to measure on."""
         if exc.node_id is not None:
             with self._lock:
                 self.lost[exc.node_id] = exc.host or "?"
+        if self.one_node and self.home is not None and self.home.id in self.lost:
+            self.place(self.lanes[0])   # raises, saying why a strict run cannot move
+        try:
+            left = [n for n in self.nodes() if n["NodeID"] not in self.lost]
+        except Exception as e:
+            raise ClusterLost(f"the Ray cluster does not answer: {rayout.reason(e, self.log_path)}") from None
+        if not left:
+            raise ClusterLost(f"no node of the Ray cluster is left that can measure (lost: "
+                              f"{', '.join(f'{h} ({i[:12]})' for i, h in sorted(self.lost.items()))})")
 
     def _sandbox_on_nodes(self, probe: Any) -> None:
         """Under `auto` the answer of one node decides for the whole run: a sandbox for every

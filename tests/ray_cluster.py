@@ -8,6 +8,8 @@ stops every Ray on the machine."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,7 +53,8 @@ class Cluster:
 
     @classmethod
     def start(cls, nodes: list[Mapping[str, str]], *, env: Mapping[str, str] | None = None) -> "Cluster":
-        """One node per entry (its extra environment); the first is the head. 1 CPU each."""
+        """One node per entry (its extra environment; `RESOURCES` in it: the node's custom Ray
+        resources as JSON); the first is the head. 1 CPU each."""
         # short: Ray's socket paths under it must stay within the 107 bytes of a unix socket name
         root = Path(tempfile.mkdtemp(prefix="alray-", dir="/tmp"))
         c = cls(root, node_python(root))
@@ -62,21 +65,32 @@ class Cluster:
         except BaseException:
             c.stop()
             raise
-        c.wait_nodes(len(nodes))
+        c.wait_nodes(len(nodes), {**base, **nodes[0]})
         return c
+
+    def restart(self, i: int, env: Mapping[str, str]) -> None:
+        """Node `i` again (after it was killed), in a fresh temp folder of its own."""
+        self._node(i, {**os.environ, **env})
 
     def _node(self, i: int, env: Mapping[str, str]) -> None:
         d = self.root / f"n{i}"
+        while d.exists():
+            d = d.with_name(d.name + "x")   # a restarted node: its old folder keeps its logs
         d.mkdir()
-        self.dirs.append(d)
+        if i < len(self.dirs):
+            self.dirs[i] = d
+        else:
+            self.dirs.append(d)
         args = [str(self.python), "-c", "from ray.scripts.scripts import main; main()", "start",
                 "--num-cpus=1", "--num-gpus=0", f"--temp-dir={d}", "--disable-usage-stats",
                 f"--object-store-memory={100 << 20}", "--block"]
+        if env.get("RESOURCES"):
+            args.append(f"--resources={env['RESOURCES']}")
         if i == 0:
             args += ["--head", "--port=0", "--include-dashboard=false"]
         else:
             args += [f"--address={self.address}"]
-        log = open(self.root / f"n{i}.log", "wb")
+        log = open(self.root / f"{d.name}.log", "wb")
         self.procs.append(subprocess.Popen(args, env=dict(env), stdout=log, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.root))
         log.close()
@@ -114,7 +128,7 @@ class Cluster:
                 cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if name in cmd and any(str(d) in cmd for d in dirs):
+            if name in cmd and any(re.search(re.escape(str(d)) + r"(/|\s|$)", cmd) for d in dirs):
                 out.append(int(entry.name))
         return out
 
@@ -149,6 +163,7 @@ class Cluster:
                     os.killpg(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _cmd(pid: int) -> str:
