@@ -307,6 +307,24 @@ class RayExecutor:
     def lane(self, k: int) -> RayLane:
         return self.lanes[k]
 
+    def node_facts(self, timeout: float = 120.0) -> list[tuple[dict[str, Any], ray_task.NodeFacts | str]]:
+        """Every live node (Ray's record) with what it says of itself (Ray and Python versions,
+        bubblewrap), or why it did not answer: `autoloop doctor`'s view of the cluster."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        wanted = dataclasses.replace(self.program.sandbox, kind="bwrap", network=self.program.verifier.network)
+        fn = self._ray.remote(ray_task.facts)
+        nodes = [n for n in self._ray.nodes() if n.get("Alive")]
+        refs = [fn.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            n["NodeID"], soft=False)).remote(wanted, dict(self.spec.worker_env(0))) for n in nodes]
+        out: list[tuple[dict[str, Any], ray_task.NodeFacts | str]] = []
+        for n, ref in zip(nodes, refs):
+            try:
+                out.append((n, self._ray.get(ref, timeout=timeout)))
+            except Exception as exc:
+                out.append((n, rayout.reason(exc, self.log_path)))
+        return out
+
     def put(self, commit: str) -> Any:
         with self._lock:
             ref = self._cache.get(commit)

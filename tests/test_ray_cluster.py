@@ -93,16 +93,13 @@ def test_every_pair_stays_on_one_node_of_a_mixed_cluster(cluster, tmp_path):
     p = _project(tmp_path, cluster.address)
     res = p.run("--cycles", "4", timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert f"verifying on Ray at {cluster.address}: 2 nodes, 2 CPUs, 0 GPUs, sandboxed on the nodes" in res.stderr
-    start = next(r for r in _ledger(p) if r["t"] == "start")
-    assert start["verifying"].startswith(f"verifying on Ray at {cluster.address}: 2 nodes"), start
     cycles = {r["cycle"]: r for r in _ledger(p) if r["t"] == "cycle"}
+    for n in range(5):   # one node per comparison (the calibration's pairs too)
+        assert len(_runs_nodes(p, n)) == 1, (n, _runs_nodes(p, n))
     nodes = {}
-    for n in range(5):
-        # one node per comparison, the one the ledger names (the calibration's pairs too)
+    for n in range(5):   # the one the ledger names
         node = cycles[n].get("node") or cycles[n]["stats"]["node"]
         assert set(node) == {"ray_node", "host"}, node
-        assert len(_runs_nodes(p, n)) == 1, (n, _runs_nodes(p, n))
         nodes[n] = node["ray_node"]
     assert len(set(nodes.values())) == 2, nodes            # and the rounds used both nodes
     # within-node pairs: the no-ops read as nothing, the 5% gain as 5%, whatever the node
@@ -112,6 +109,9 @@ def test_every_pair_stays_on_one_node_of_a_mixed_cluster(cluster, tmp_path):
     assert abs(cycles[2]["delta_pct"] + 5.0) < 2.0, cycles[2]
     final = next(r for r in _ledger(p) if r["t"] == "final")
     assert "node" in final and abs(final["change_pct"] + 5.0) < 2.0, final
+    assert f"verifying on Ray at {cluster.address}: 2 nodes, 2 CPUs, 0 GPUs, sandboxed on the nodes" in res.stderr
+    start = next(r for r in _ledger(p) if r["t"] == "start")
+    assert start["verifying"].startswith(f"verifying on Ray at {cluster.address}: 2 nodes"), start
 
 
 def test_no_node_left_to_measure_stops_the_run_cleanly(cluster, tmp_path):
