@@ -208,6 +208,7 @@ class RayExecutor:
             self._ray = ray
             self._sandbox_on_nodes(ray.remote(ray_task.probe).options(**opts))
         except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
+            self.close()
             raise UsageError(f"{self.program.path.name}:{self.program.line('parallel.address')}: parallel.address: "
                              f"cannot start or reach Ray ({address or 'local instance'}): "
                              f"{rayout.reason(exc, self.log_path)}") from None

@@ -29,8 +29,18 @@ def init(ray: Any, kw: Mapping[str, Any], log_path: Path) -> None:
     """ray.init(**kw) with everything Ray prints sent to `log_path` from here until restore()."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     _divert(log_path)
-    os.environ.setdefault("RAY_gcs_rpc_server_connect_timeout_s", GCS_WAIT_S)
-    ray.init(**kw)
+    # read once, by the driver's core worker as it starts: not left for the verifiers' environment
+    own = "RAY_gcs_rpc_server_connect_timeout_s" not in os.environ
+    if own:
+        os.environ["RAY_gcs_rpc_server_connect_timeout_s"] = GCS_WAIT_S
+    try:
+        ray.init(**kw)
+    except BaseException:
+        restore()
+        raise
+    finally:
+        if own:
+            os.environ.pop("RAY_gcs_rpc_server_connect_timeout_s", None)
     _quiet_driver_thread(log_path)
 
 

@@ -114,6 +114,34 @@ def test_every_pair_stays_on_one_node_of_a_mixed_cluster(cluster, tmp_path):
     assert start["verifying"].startswith(f"verifying on Ray at {cluster.address}: 2 nodes"), start
 
 
+def test_a_strict_run_measures_everything_on_its_baselines_node(cluster, tmp_path):
+    """The strict rule compares with a stored number: only comparable on the node that made it."""
+    p = _project(tmp_path, cluster.address, rule="strict")
+    res = p.run("--cycles", "4", timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    cycles = {r["cycle"]: r for r in _ledger(p) if r["t"] == "cycle"}
+    assert len({n for c in range(5) for n in _runs_nodes(p, c)}) == 1, cycles
+    assert len({cycles[c]["node"]["ray_node"] for c in range(1, 5)}) == 1, cycles
+    assert [cycles[n]["status"] for n in (1, 2, 3, 4)].count("keep") >= 1
+
+
+def test_doctor_reports_each_node_against_the_driver(cluster, tmp_path):
+    import platform
+
+    import ray
+
+    p = _project(tmp_path, cluster.address, rule="strict")
+    res = p.cli("doctor", "program.md", timeout=300)
+    lines = res.stdout.splitlines()
+    assert any(ln.startswith("ok    ray ") and f"verifying on Ray at {cluster.address}: 2 nodes" in ln
+               for ln in lines), res.stdout + res.stderr
+    nodes = [ln for ln in lines if ln.startswith("ok    ray node ")]
+    assert len(nodes) == 2, res.stdout
+    for ln in nodes:
+        assert f"Ray {ray.__version__}, Python {platform.python_version()}, bubblewrap makes a sandbox there" in ln
+    assert not (p.repo / ".autoloop").exists()      # doctor writes nothing in the checkout
+
+
 def test_no_node_left_to_measure_stops_the_run_cleanly(cluster, tmp_path):
     """Only n1 has the `bench` resource the run asks for: once its raylet is killed no node can
     measure, and the run stops as an interruption does, with exit 4; nothing is blamed."""
@@ -131,7 +159,7 @@ def test_no_node_left_to_measure_stops_the_run_cleanly(cluster, tmp_path):
     # the branch at its last keep (the start here: round 1 was undone), the checkout untouched
     assert git(p.repo, "rev-parse", "HEAD", env=p.env) == start
     assert git(p.repo, "status", "--porcelain", env=p.env) == ""
-    assert "state-dump" not in res.stdout + res.stderr
+    assert "Raylet is terminated" not in res.stdout + res.stderr
     cluster.restart(1, N1)
     cluster.wait_nodes(2)
 
@@ -150,9 +178,11 @@ def test_a_node_killed_mid_run_is_not_the_candidates_fault(cluster, tmp_path):
     about = [ln for ln in (res.stdout + res.stderr).splitlines() if "Ray node" in ln]
     assert len(about) == 1 and about[0].endswith("; measuring again"), about
     assert lost[0]["ray_node"][:12] in about[0]
-    # Ray's dump of the dead raylet went to the run's Ray log, not between the table's rows
-    assert "state-dump" not in res.stdout + res.stderr
-    assert "state-dump" in (p.repo / ".autoloop" / p.tag / "ray.log").read_text()
+    # Ray's dump of the dead raylet (its last log lines) went to the run's Ray log, not between
+    # the table's rows
+    dump = "Raylet is terminated"
+    assert dump not in res.stdout + res.stderr and "state-dump" not in res.stdout + res.stderr
+    assert dump in (p.repo / ".autoloop" / p.tag / "ray.log").read_text()
     # the re-measured cycle's runs all came from the node that survived
     again = int(lost[0]["during"].split()[1].rstrip("'s"))
     assert _runs_nodes(p, again) == {"n0"}
