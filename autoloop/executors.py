@@ -383,7 +383,8 @@ class RayExecutor:
 
     def close(self) -> None:
         if self._ray is not None:
-            self._ray.shutdown()
+            with rayout.quiet(self.log_path):
+                self._ray.shutdown()
             self._ray = None
         rayout.restore()
 

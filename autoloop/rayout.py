@@ -1,17 +1,18 @@
 """Ray's own output kept out of the terminal (executor: ray): its C++ log lines (written straight
-to file descriptor 2), the error messages its driver thread prints to sys.stdout (a dead raylet's
-last 20 log lines) and its Python loggers all go to one file, .autoloop/<tag>/ray.log; autoloop's
-own lines keep the terminal. And a refusal in one line: Ray's reason, and what to set for it."""
+to file descriptor 2 while it connects and shuts down), the error messages its driver thread
+prints to sys.stdout (a dead raylet's last 20 log lines) and its Python loggers all go to one
+file, .autoloop/<tag>/ray.log; autoloop's own lines keep the terminal. And a refusal in one line: Ray's reason, and what to set for it."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Mapping, TextIO
+from typing import Any, Iterator, Mapping, TextIO
 
 from autoloop.hints import plain
 
@@ -26,15 +27,17 @@ GCS_WAIT_S = "8"
 
 
 def init(ray: Any, kw: Mapping[str, Any], log_path: Path) -> None:
-    """ray.init(**kw) with everything Ray prints sent to `log_path` from here until restore()."""
+    """ray.init(**kw), its output into `log_path`; Ray's loggers and its driver's printed errors
+    go there too until restore()."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    _divert(log_path)
+    _loggers(log_path)
     # read once, by the driver's core worker as it starts: not left for the verifiers' environment
     own = "RAY_gcs_rpc_server_connect_timeout_s" not in os.environ
     if own:
         os.environ["RAY_gcs_rpc_server_connect_timeout_s"] = GCS_WAIT_S
     try:
-        ray.init(**kw)
+        with quiet(log_path):
+            ray.init(**kw)
     except BaseException:
         restore()
         raise
@@ -44,21 +47,30 @@ def init(ray: Any, kw: Mapping[str, Any], log_path: Path) -> None:
     _quiet_driver_thread(log_path)
 
 
-def _divert(log_path: Path) -> None:
+@contextlib.contextmanager
+def quiet(log_path: Path | None) -> Iterator[None]:
+    """File descriptor 2 into `log_path` meanwhile: Ray's C++ side writes its log lines there
+    (a refused connection, every second, for as long as it retries). Only around Ray's own
+    calls: anything holding sys.stderr (a progress line) keeps the terminal."""
+    if log_path is None:
+        yield
+        return
+    sys.stderr.flush()
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    terminal = os.dup(2)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    try:
+        yield
+    finally:
+        os.dup2(terminal, 2)
+        os.close(terminal)
+
+
+def _loggers(log_path: Path) -> None:
     with _lock:
         if _saved:
             return
-        sys.stdout.flush()
-        sys.stderr.flush()
-        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        terminal = os.dup(2)
-        os.dup2(log_fd, 2)          # C++ writes to fd 2: into the log
-        os.close(log_fd)
-        # autoloop's own messages (print(..., file=sys.stderr)) keep the terminal
-        stream = io.TextIOWrapper(io.FileIO(terminal, "w", closefd=True), write_through=True,
-                                  encoding=sys.stderr.encoding or "utf-8", errors="backslashreplace")
-        _saved.update(stderr=sys.stderr, fd=os.dup(terminal), stream=stream)
-        sys.stderr = stream
         for name in ("ray", "ray.data", "ray.tune"):
             logger = logging.getLogger(name)
             _saved.setdefault("loggers", []).append((logger, list(logger.handlers), logger.propagate))
@@ -100,15 +112,8 @@ def _quiet_driver_thread(log_path: Path) -> None:
 
 
 def restore() -> None:
-    """Put fd 2, sys.stderr, Ray's loggers and its printer back (after ray.shutdown)."""
+    """Put Ray's loggers and its printer back (after ray.shutdown)."""
     with _lock:
-        if not _saved:
-            return
-        sys.stderr.flush()
-        os.dup2(_saved["fd"], 2)
-        os.close(_saved["fd"])
-        sys.stderr = _saved["stderr"]
-        _saved["stream"].close()
         for logger, handlers, propagate in _saved.get("loggers", ()):
             logger.handlers, logger.propagate = handlers, propagate
         if "printer" in _saved:

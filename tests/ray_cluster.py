@@ -59,6 +59,9 @@ class Cluster:
         root = Path(tempfile.mkdtemp(prefix="alray-", dir="/tmp"))
         c = cls(root, node_python(root))
         base = {k: v for k, v in (env or os.environ).items() if not k.startswith("RAY_ADDRESS")}
+        # a shared test machine's memory is not the cluster's: Ray's monitor would kill our
+        # tasks for what other processes use
+        base.setdefault("RAY_memory_monitor_refresh_ms", "0")
         try:
             for i, extra in enumerate(nodes):
                 c._node(i, {**base, **extra})

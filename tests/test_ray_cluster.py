@@ -180,6 +180,8 @@ def test_a_node_killed_mid_run_is_not_the_candidates_fault(cluster, tmp_path):
     assert lost[0]["ray_node"][:12] in about[0]
     # Ray's dump of the dead raylet (its last log lines) went to the run's Ray log, not between
     # the table's rows
+    stray = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("autoloop: ")]
+    assert not stray, stray                                    # no line of Ray's own
     dump = "Raylet is terminated"
     assert dump not in res.stdout + res.stderr and "state-dump" not in res.stdout + res.stderr
     assert dump in (p.repo / ".autoloop" / p.tag / "ray.log").read_text()
