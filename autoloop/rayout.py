@@ -22,8 +22,7 @@ _saved: dict[str, Any] = {}      # what restore() puts back
 AUTH_HINT = ("the cluster uses token authentication: set RAY_AUTH_MODE=token and give autoloop the "
              "cluster's token (RAY_AUTH_TOKEN, or its file in RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)")
 _AUTH_SIGNS = ("InvalidAuthToken", "AuthenticationError", "UNAUTHENTICATED", "token authentication")
-# How long a driver waits for a GCS that does not answer (Ray's default is a minute of retries)
-GCS_WAIT_S = "8"
+CONNECT_RETRIES = 5   # a second apart
 
 
 def init(ray: Any, kw: Mapping[str, Any], log_path: Path) -> None:
@@ -31,10 +30,14 @@ def init(ray: Any, kw: Mapping[str, Any], log_path: Path) -> None:
     go there too until restore()."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     _loggers(log_path)
-    # read once, by the driver's core worker as it starts: not left for the verifiers' environment
-    own = "RAY_gcs_rpc_server_connect_timeout_s" not in os.environ
-    if own:
-        os.environ["RAY_gcs_rpc_server_connect_timeout_s"] = GCS_WAIT_S
+    # Ray asks a GCS that refuses it (a missing token) 20 times, a second apart, before it says
+    # so: fewer, unless the person chose (RAY_NUM_REDIS_GET_RETRIES); a GCS that answers at all
+    # answers the first time
+    from ray._private import ray_constants
+
+    retries = getattr(ray_constants, "NUM_REDIS_GET_RETRIES", None)
+    if retries is not None and "RAY_NUM_REDIS_GET_RETRIES" not in os.environ:
+        ray_constants.NUM_REDIS_GET_RETRIES = min(retries, CONNECT_RETRIES)
     try:
         with quiet(log_path):
             ray.init(**kw)
@@ -42,8 +45,8 @@ def init(ray: Any, kw: Mapping[str, Any], log_path: Path) -> None:
         restore()
         raise
     finally:
-        if own:
-            os.environ.pop("RAY_gcs_rpc_server_connect_timeout_s", None)
+        if retries is not None:
+            ray_constants.NUM_REDIS_GET_RETRIES = retries
     _quiet_driver_thread(log_path)
 
 

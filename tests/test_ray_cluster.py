@@ -204,7 +204,8 @@ def test_token_auth_is_refused_in_one_line_that_says_what_to_set(tmp_path):
         assert len(lines) == 1, res.stderr
         assert "cannot start or reach Ray" in lines[0] and "RAY_AUTH_MODE=token" in lines[0], lines
         assert "RAY_AUTH_TOKEN" in lines[0]
-        assert took < 30, took
+        assert took < 20, took      # Ray alone retried for 20 s
+        print(f"\ntoken refusal: exit 2 after {took:.1f} s")
         p = _project(tmp_path / "with", c.address, rule="strict", plan={1: 'W("val.txt", "95")'})
         p.env.update(auth)
         res = p.run("--cycles", "1", timeout=300)
