@@ -30,12 +30,13 @@ def init(ray: Any, kw: Mapping[str, Any], log_path: Path) -> None:
     go there too until restore()."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     _loggers(log_path)
-    # Ray asks a GCS that refuses it (a missing token) 20 times, a second apart, before it says
-    # so: fewer, unless the person chose (RAY_NUM_REDIS_GET_RETRIES); a GCS that answers at all
-    # answers the first time
+    # Ray asks a running cluster's GCS that refuses it (a missing token) 20 times, a second
+    # apart, before it says so: fewer, unless the person chose (RAY_NUM_REDIS_GET_RETRIES); a
+    # running GCS that answers at all answers the first time. (A private instance's GCS is
+    # still starting: it keeps Ray's patience.)
     from ray._private import ray_constants
 
-    retries = getattr(ray_constants, "NUM_REDIS_GET_RETRIES", None)
+    retries = getattr(ray_constants, "NUM_REDIS_GET_RETRIES", None) if kw.get("address") else None
     if retries is not None and "RAY_NUM_REDIS_GET_RETRIES" not in os.environ:
         ray_constants.NUM_REDIS_GET_RETRIES = min(retries, CONNECT_RETRIES)
     try:
