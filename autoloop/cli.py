@@ -1,6 +1,6 @@
 """Command line. The only place that prints or picks exit codes (with cli_log, its `log` and
 `report`): 0 stopped on a stop condition / success, 1 could not go on, 2 bad usage or input,
-130 interrupted."""
+4 no Ray node can measure any more (stopped as an interruption is), 130 interrupted."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from autoloop import __version__
-from autoloop.errors import AutoloopError, ConfigError, Interrupted, UsageError
+from autoloop.errors import AutoloopError, ClusterLost, ConfigError, Interrupted, UsageError
 from autoloop.walk import calm_gc
 
 EXIT_USAGE = 2
@@ -144,6 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return exc.exit_code
+    except ClusterLost as exc:
+        _leaving()
+        print(f"autoloop: stopped: {exc}; the work tree is back at the incumbent and the journal is whole",
+              file=sys.stderr)
+        return exc.exit_code
     except Interrupted:
         _leaving()
         print("autoloop: interrupted; the work tree is back at the incumbent and the journal is whole",
@@ -262,6 +267,8 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
             if on_budget:
                 reason = (f"--max-minutes budget reached ({args.max_minutes:g} min); the cycle in "
                           "progress was stopped")
+            elif isinstance(exc, ClusterLost):
+                reason = f"no Ray node can measure ({exc})"
             elif isinstance(exc, (Interrupted, KeyboardInterrupt)):
                 reason = "interrupted"
             else:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from autoloop import proc
-from autoloop.errors import Interrupted
+from autoloop.errors import Interrupted, NodeLost
 from autoloop.approve import Reviewer
 from autoloop.executors import LocalExecutor, RayExecutor, make_executor
 from autoloop.generators.base import Generator, Proposal
@@ -31,6 +31,7 @@ Reporter = Callable[[str, Mapping[str, Any]], None]
 # After Ctrl-C, how long a round waits for its workers to notice before it cleans up anyway
 # (commands die at once; an SDK call in flight cannot be interrupted from another thread).
 STOP_GRACE_S = 15.0
+_RECORDING = threading.Lock()   # node_lost records come from the workers' threads
 
 
 @dataclass
@@ -72,6 +73,7 @@ class Cycle:   # one candidate: worker `worker`'s cycle `n`, from generation to 
     stat: Callable[[], str] | None = None    # the candidate's diffstat, read when recorded
     measurement: Measurement | None = None   # the strict rule's one measurement
     verdict: Any = None                      # the noise-aware judge's verdict
+    node: dict[str, str] | None = None       # the Ray node every run of its measurement ran on
     outcome: Outcome | None = None
 
 
@@ -116,12 +118,21 @@ class RunState:   # everything the steps share; only the main thread changes the
     @cached_property
     def executor(self) -> LocalExecutor | RayExecutor:
         # made at first use: `doctor` builds a Run without ever measuring through it
-        return make_executor(self.program, self.ws, self.lanes, self.guard)
+        return make_executor(self.program, self.ws, self.lanes, self.guard, self.journal.dir)
+
+    def node_lost(self, exc: NodeLost, during: str, attempt: int) -> None:
+        """A Ray node failed under a measurement: one line to the person, one ledger record; the
+        measurement runs again elsewhere (autoloop.measure)."""
+        who = f"Ray node {exc.host or '?'} ({(exc.node_id or '?')[:12]})"
+        self.report("warning", {"message": f"{who} lost during {during}; measuring again"})
+        with _RECORDING:
+            self.journal.append({"t": "node_lost", "during": during, "ray_node": exc.node_id, "host": exc.host,
+                                 "attempt": attempt, "error": str(exc)[:500]})
 
     @cached_property
     def judge(self) -> Judge:
         # baseline and end-of-run check through lane 0: every number of the run from one place
-        return Judge(self.program, self.ws, self.marker, self.check_signal, self.executor.lane(0))
+        return Judge(self.program, self.ws, self.marker, self.check_signal, self.executor.lane(0), self.node_lost)
 
     def check_signal(self) -> None:
         if self.signal is not None:

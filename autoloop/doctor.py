@@ -59,7 +59,8 @@ def diagnose(program: Program, tag: str = "doctor") -> Iterator[Check]:
         yield Check("temp", "warn", f"{temps_text(temps)}: `autoloop clean` removes them")
     data = list(_data(program, head))
     failed = head is None
-    for check in chain([_sandbox(run)], _generator(run), data):  # streamed: preflights are slow
+    cluster = _ray(run) if program.parallel.executor == "ray" else iter(())
+    for check in chain([_sandbox(run)], cluster, _generator(run), data):  # streamed: preflights are slow
         failed = failed or check.blocks
         yield check
     if not failed:
@@ -120,6 +121,48 @@ def _sandbox(run: Run) -> Check:
     except SandboxUnavailable as exc:
         return Check("sandbox", "FAIL", f"sandbox: {kind}: {exc}")
     return Check("sandbox", "ok", f"bubblewrap ({sandbox.exe}) makes a sandbox here")
+
+
+def _ray(run: Run) -> Iterator[Check]:
+    """The cluster `executor: ray` measures on: its size, and each node's Ray and Python against
+    this driver's (Ray refuses a mismatch) and its bubblewrap."""
+    from autoloop.executors import make_executor
+
+    with temp_tree("doctor-ray") as logs:   # Ray's own output: doctor writes nothing in the checkout
+        yield from _cluster(run, make_executor(run.program, run.ws, 1, run.guard, logs))
+
+
+def _cluster(run: Run, ex: Any) -> Iterator[Check]:
+    import platform
+
+    import ray
+
+    try:
+        ex.start()
+    except AutoloopError as exc:
+        yield Check("ray", "FAIL", str(exc))
+        return
+    try:
+        yield Check("ray", "ok", ex.description)
+        here = (ray.__version__, platform.python_version())
+        for node, facts in ex.node_facts():
+            name = f"ray node {node.get('NodeName') or '?'} ({str(node.get('NodeID'))[:12]})"
+            if isinstance(facts, str):
+                yield Check(name, "FAIL", f"did not answer: {facts}")
+                continue
+            problems = [f"Ray {facts.ray} (here {here[0]})"] if facts.ray != here[0] else []
+            if facts.python.rsplit(".", 1)[0] != here[1].rsplit(".", 1)[0]:
+                problems.append(f"Python {facts.python} (here {here[1]})")
+            box = "bubblewrap makes a sandbox there" if facts.bwrap is None else f"no sandbox there: {facts.bwrap}"
+            detail = f"{facts.host}: Ray {facts.ray}, Python {facts.python}, {box}"
+            if problems:
+                yield Check(name, "FAIL", f"{detail}; Ray needs the driver's versions: {', '.join(problems)}")
+            elif facts.bwrap is not None and run.program.sandbox.kind != "none":
+                yield Check(name, "FAIL" if run.program.sandbox.kind == "bwrap" else "warn", detail)
+            else:
+                yield Check(name, "ok", detail)
+    finally:
+        ex.close()
 
 
 def _generator(run: Run) -> Iterator[Check]:

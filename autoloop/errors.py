@@ -52,3 +52,20 @@ class Interrupted(AutoloopError):
     """Ctrl-C or SIGTERM: the current cycle was abandoned and the incumbent restored."""
 
     exit_code = 130
+
+
+class NodeLost(AutoloopError):
+    """A Ray node (or the worker, the object or the runtime env on it) failed under a
+    measurement: the infrastructure's fault, never the candidate's verdict. The measurement
+    runs again elsewhere (autoloop.measure)."""
+
+    def __init__(self, message: str, node_id: str | None, host: str | None) -> None:
+        super().__init__(message)
+        self.node_id, self.host = node_id, host
+
+
+class ClusterLost(Interrupted):
+    """No node can measure any more (every node lost, the cluster gone, the retries spent): the
+    run stops as an interruption does (the cycle undone, the journal closed), with its own code."""
+
+    exit_code = 4

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import autoloop
-from autoloop import proc, ray_task, reads
-from autoloop.errors import ConfigError, Interrupted, UsageError
+from autoloop import proc, ray_task, rayout, reads
+from autoloop.errors import ClusterLost, ConfigError, Interrupted, NodeLost, UsageError
+from autoloop.hints import plain
 from autoloop.hardening import Guardrails
 from autoloop.program import Program
 from autoloop.sandbox import checkout_keep
@@ -51,6 +52,9 @@ class LocalLane:
         self.commits = dict(sides)
         self._checked_out = set()
 
+    def where(self) -> dict[str, str] | None:   # this machine: nothing to say per run
+        return None
+
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
                 marker: str, with_guards: bool, seed: int | None = None,
                 holdout: bool = False) -> Measurement:
@@ -80,6 +84,7 @@ class LocalLane:
 
 class LocalExecutor:
     unsandboxed: str | None = None   # the measurements are sandboxed as the generator is
+    description = ""                 # nothing to add to the start line
 
     def __init__(self, ws: Workspace, lanes: int, guard: Guardrails) -> None:
         self.ws, self.guard = ws, guard
@@ -105,6 +110,9 @@ class LocalExecutor:
     def lane(self, k: int) -> LocalLane:
         return self.lanes[k]
 
+    def lose(self, exc: NodeLost) -> None:   # never raised here: a local lane has no node to lose
+        pass
+
     def cancel(self) -> None:
         proc.stop_current()   # the signal handler did this already; harmless twice
 
@@ -113,12 +121,19 @@ class LocalExecutor:
 
 
 class RayLane:
-    def __init__(self, ex: RayExecutor) -> None:
-        self.ex = ex
+    """One comparison at a time, on one node: `prepare` starts a comparison (a cycle's
+    measurement, the calibration, the end-of-run check), its first run goes to the node the
+    executor picks, and every further run of it is pinned there (NodeAffinitySchedulingStrategy,
+    soft=False): a pair never mixes two machines' speeds."""
+
+    def __init__(self, ex: RayExecutor, k: int) -> None:
+        self.ex, self.k = ex, k
         self.refs: dict[str, Any] = {}
+        self.node: Node | None = None      # where the current comparison runs
 
     def prepare(self, sides: Mapping[str, str]) -> None:
         self.refs = {side: self.ex.put(commit) for side, commit in sides.items()}
+        self.node = self.ex.place(self)
 
     def record_reads(self, program: Program, commit: str, *, env: Mapping[str, str], log_dir: Path,
                      marker: str) -> reads.Reads:
@@ -136,19 +151,53 @@ class RayLane:
         shipped[proc.MARKER_VAR] = marker
         seed = new_seed() if seed is None else seed
         shipped[SEED_VAR] = str(seed)
-        reply = self.ex.call(self.refs[side], todo, shipped, reap=program.verifier.measure == "cpu")
+        assert self.node is not None
+        reply = self.ex.call(self.refs[side], todo, shipped, self.node, reap=program.verifier.measure == "cpu")
         if isinstance(reply, str):
-            return Measurement(None, (), f"ray: {reply}", None, 0.0, seed)
+            return Measurement(None, (), f"ray: {plain(reply)}", None, 0.0, seed)
         log_dir.mkdir(parents=True, exist_ok=True)
         results = []
         for step, run in zip(todo, reply.runs):
             stem = log_dir / step.log_name
             out, err = stem.with_name(stem.name + ".out"), stem.with_name(stem.name + ".err")
             out.write_bytes(run.stdout)
-            err.write_bytes(run.stderr + f"\n[autoloop: ran on {reply.host}; "
+            err.write_bytes(run.stderr + f"\n[autoloop: ran on {reply.host} (Ray node {reply.node_id}); "
                             f"{run.stdout_size} bytes of stdout in all]\n".encode())
             results.append(dataclasses.replace(run.result, stdout_path=out, stderr_path=err))
         return dataclasses.replace(summarize(program, todo, results), seed=seed)
+
+    def lose(self, exc: NodeLost) -> None:   # its node failed under a measurement: never again
+        self.ex.lose(exc)
+        self.node = None
+
+    def where(self) -> dict[str, str] | None:
+        """The ledger's record of the node the current comparison ran on."""
+        return None if self.node is None else {"ray_node": self.node.id, "host": self.node.host}
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    id: str
+    host: str
+
+
+def _infrastructure(exc: BaseException) -> bool:
+    """A failure of the cluster, not of the candidate: its node or worker died, its object or
+    its owner was lost, its runtime env could not be set up, its pinned node vanished."""
+    from ray import exceptions as rx
+
+    kinds = tuple(k for k in (getattr(rx, n, None) for n in INFRA_ERRORS) if isinstance(k, type))
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, kinds):
+            return True
+        seen = getattr(seen, "cause", None) if isinstance(seen, rx.RayTaskError) else None
+    return False
+
+
+INFRA_ERRORS = ("NodeDiedError", "WorkerCrashedError", "ObjectLostError", "OwnerDiedError",
+                "ObjectFetchTimedOutError", "ObjectReconstructionFailedError", "RuntimeEnvSetupError",
+                "TaskUnschedulableError", "LocalRayletDiedError", "RaySystemError", "ActorDiedError")
 
 
 class RayExecutor:
@@ -156,7 +205,7 @@ class RayExecutor:
         self.program, self.ws, self.guard = program, ws, guard
         self.spec = program.parallel
         self.hint_keys = frozenset(k for env in self.spec.env for k in env)
-        self.lanes = [RayLane(self) for _ in range(lanes)]
+        self.lanes = [RayLane(self, k) for k in range(lanes)]
         self._cache: dict[str, Any] = {}           # commit -> ObjectRef of its tar
         self._lock = threading.Lock()
         self._running: set[Any] = set()
@@ -165,6 +214,14 @@ class RayExecutor:
         self._task: Any = None
         self.sandbox: SandboxSpec | None = None    # what every measurement on a node runs in
         self.unsandboxed: str | None = None        # why, under `sandbox: auto`, none does
+        self.lost: dict[str, str] = {}             # node id -> host: nodes that failed a measurement
+        # the strict rule compares with a stored number: it is only comparable on the node that
+        # measured it, so every measurement of a strict run stays on the baseline's node
+        self.home: Node | None = None
+        self.one_node = program.accept.rule != "paired"
+        self.description = ""                      # the start line's "verifying on Ray at ...: N nodes, ..."
+        self.log_path: Path | None = None          # Ray's own output (autoloop.rayout)
+        self.log_dir = program.state_dir / ".autoloop"   # the run's own folder, once known
 
     def start(self) -> None:
         import ray
@@ -179,17 +236,99 @@ class RayExecutor:
             kw.update(num_cpus=max(1, math.ceil(cpus * len(self.lanes))), include_dashboard=False)
         else:
             kw["address"] = address
-        opts = {"max_retries": 0, **{k: v for k, v in (("num_cpus", self.spec.num_cpus),
-                                                        ("num_gpus", self.spec.num_gpus)) if v is not None}}
+        opts: dict[str, Any] = {"max_retries": 0, **{k: v for k, v in (
+            ("num_cpus", self.spec.num_cpus), ("num_gpus", self.spec.num_gpus),
+            ("accelerator_type", self.spec.accelerator_type)) if v is not None}}
+        if self.spec.resources:
+            opts["resources"] = dict(self.spec.resources)
+        self._opts = opts
+        self.log_path = self.log_dir / "ray.log"
         try:
-            ray.init(**kw)
+            rayout.init(ray, kw, self.log_path)
             self._ray = ray
             self._sandbox_on_nodes(ray.remote(ray_task.probe).options(**opts))
         except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
-            raise UsageError(f"{self.program.path.name}:{self.program.line('parallel.address')}: parallel.address: cannot start or reach "
-                             f"Ray ({address or 'local instance'}): {type(exc).__name__}: "
-                             f"{' '.join(str(exc).split())[:300]}") from None
-        self._task = ray.remote(ray_task.run_steps).options(**opts)
+            self.close()
+            raise UsageError(f"{self.program.path.name}:{self.program.line('parallel.address')}: parallel.address: "
+                             f"cannot start or reach Ray ({address or 'local instance'}): "
+                             f"{rayout.reason(exc, self.log_path)}") from None
+        self._task = ray.remote(ray_task.run_steps)
+        nodes = self.nodes()
+        if not nodes:
+            raise UsageError(f"{self.program.path.name}:{self.program.line('parallel')}: parallel: no node of the "
+                             f"Ray cluster has what a verification task asks for ({self._asks()})")
+        self.description = self._describe(nodes, address)
+
+    def _asks(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in self._needs().items())
+
+    def _needs(self) -> dict[str, float]:
+        needs = {"CPU": 1.0 if self.spec.num_cpus is None else self.spec.num_cpus}
+        if self.spec.num_gpus:
+            needs["GPU"] = self.spec.num_gpus
+        if self.spec.accelerator_type is not None:
+            needs[f"accelerator_type:{self.spec.accelerator_type}"] = 0.001
+        needs.update(self.spec.resources)
+        return needs
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """The live nodes that can run a verification task, by Ray's own account."""
+        needs = self._needs()
+        return [n for n in self._ray.nodes()
+                if n.get("Alive") and all((n.get("Resources") or {}).get(k, 0.0) >= v for k, v in needs.items())]
+
+    def _describe(self, nodes: list[dict[str, Any]], address: str | None) -> str:
+        every = [n for n in self._ray.nodes() if n.get("Alive")]
+        cpus = sum((n.get("Resources") or {}).get("CPU", 0.0) for n in every)
+        gpus = sum((n.get("Resources") or {}).get("GPU", 0.0) for n in every)
+        at = f"at {address}" if address is not None else "(a private local instance)"
+        fit = "" if len(nodes) == len(every) else f" ({len(nodes)} of them fit parallel:)"
+        box = "sandboxed on the nodes" if self.sandbox is not None else "not sandboxed"
+        return (f"verifying on Ray {at}: {len(every)} node{'s' * (len(every) != 1)}{fit}, "
+                f"{cpus:g} CPU{'s' * (cpus != 1)}, {gpus:g} GPU{'s' * (gpus != 1)}, {box}")
+
+    def place(self, lane: RayLane) -> Node:
+        """The node of a lane's next comparison: for the strict rule the baseline's; else the
+        live fitting node with the fewest of our lanes on it (rounds spread over the cluster),
+        never one that failed a measurement. ClusterLost when there is none."""
+        with self._lock:
+            if self.one_node and self.home is not None:
+                if self.home.id in self.lost:
+                    raise ClusterLost(f"Ray node {self.home.host} ({self.home.id[:12]}), where every measurement of "
+                                      "this accept.rule: strict run is compared, was lost; the stored numbers are "
+                                      "not comparable on another node (accept.rule: paired measures on any)")
+                return self.home
+        try:
+            fit = [n for n in self.nodes() if n["NodeID"] not in self.lost]
+        except Exception as exc:   # the cluster itself is gone (its GCS does not answer)
+            raise ClusterLost(f"the Ray cluster does not answer: {rayout.reason(exc, self.log_path)}") from None
+        if not fit:
+            raise ClusterLost("no node of the Ray cluster is left that can measure"
+                              + (f" ({len(self.lost)} lost: {', '.join(sorted(set(self.lost.values())))})"
+                                 if self.lost else ""))
+        with self._lock:
+            busy = {id(other): other.node.id for other in self.lanes if other is not lane and other.node is not None}
+            load = {n["NodeID"]: sum(1 for v in busy.values() if v == n["NodeID"]) for n in fit}
+            pick = min(fit, key=lambda n: (load[n["NodeID"]], (fit.index(n) - lane.k) % len(fit)))
+            node = Node(pick["NodeID"], str(pick.get("NodeName") or pick.get("NodeManagerHostname") or "?"))
+            if self.one_node and self.home is None:
+                self.home = node
+        return node
+
+    def lose(self, exc: NodeLost) -> None:
+        """Never use the node of `exc` again; ClusterLost when no node is left to measure on."""
+        if exc.node_id is not None:
+            with self._lock:
+                self.lost[exc.node_id] = exc.host or "?"
+        if self.one_node and self.home is not None and self.home.id in self.lost:
+            self.place(self.lanes[0])   # raises, saying why a strict run cannot move
+        try:
+            left = [n for n in self.nodes() if n["NodeID"] not in self.lost]
+        except Exception as e:
+            raise ClusterLost(f"the Ray cluster does not answer: {rayout.reason(e, self.log_path)}") from None
+        if not left:
+            raise ClusterLost(f"no node of the Ray cluster is left that can measure (lost: "
+                              f"{', '.join(f'{h} ({i[:12]})' for i, h in sorted(self.lost.items()))})")
 
     def _sandbox_on_nodes(self, probe: Any) -> None:
         """Under `auto` the answer of one node decides for the whole run: a sandbox for every
@@ -209,6 +348,24 @@ class RayExecutor:
     def lane(self, k: int) -> RayLane:
         return self.lanes[k]
 
+    def node_facts(self, timeout: float = 120.0) -> list[tuple[dict[str, Any], ray_task.NodeFacts | str]]:
+        """Every live node (Ray's record) with what it says of itself (Ray and Python versions,
+        bubblewrap), or why it did not answer: `autoloop doctor`'s view of the cluster."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        wanted = dataclasses.replace(self.program.sandbox, kind="bwrap", network=self.program.verifier.network)
+        fn = self._ray.remote(ray_task.facts)
+        nodes = [n for n in self._ray.nodes() if n.get("Alive")]
+        refs = [fn.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            n["NodeID"], soft=False)).remote(wanted, dict(self.spec.worker_env(0))) for n in nodes]
+        out: list[tuple[dict[str, Any], ray_task.NodeFacts | str]] = []
+        for n, ref in zip(nodes, refs):
+            try:
+                out.append((n, self._ray.get(ref, timeout=timeout)))
+            except Exception as exc:
+                out.append((n, rayout.reason(exc, self.log_path)))
+        return out
+
     def put(self, commit: str) -> Any:
         with self._lock:
             ref = self._cache.get(commit)
@@ -221,9 +378,16 @@ class RayExecutor:
         return ref
 
     def call(self, archive_ref: Any, todo: list[proc.Step], env: dict[str, str],
-             reap: bool = False) -> ray_task.RemoteReply | str:   # or why there is no reply
+             node: Node, reap: bool = False) -> ray_task.RemoteReply | str:   # or why there is no reply
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         checkout = (str(self.program.repo_root), tuple(map(str, checkout_keep(self.program))))
-        ref = self._task.remote(archive_ref, todo, env, REMOTE_TAIL_BYTES, self.sandbox, checkout, reap)
+        pinned = self._task.options(**self._opts,
+                                    scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False))
+        try:
+            ref = pinned.remote(archive_ref, todo, env, REMOTE_TAIL_BYTES, self.sandbox, checkout, reap)
+        except Exception as exc:   # the archive's object is gone, the cluster does not answer
+            raise NodeLost(rayout.reason(exc, self.log_path), node.id, node.host) from None
         with self._lock:
             self._running.add(ref)
         try:
@@ -236,8 +400,13 @@ class RayExecutor:
             try:
                 return self._ray.get(ref)
             except Exception as exc:
-                # the task or its node died: the candidate's run is a crash, not the run's end
-                return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                if self._cancelled:
+                    raise Interrupted("interrupted") from None
+                why = rayout.reason(exc, self.log_path)
+                if _infrastructure(exc):
+                    raise NodeLost(why, node.id, node.host) from None
+                # anything else the task raised: the candidate's run is a crash, saying why
+                return why
         finally:
             with self._lock:
                 self._running.discard(ref)
@@ -254,12 +423,14 @@ class RayExecutor:
 
     def close(self) -> None:
         if self._ray is not None:
-            self._ray.shutdown()
+            with rayout.quiet(self.log_path):
+                self._ray.shutdown()
             self._ray = None
+        rayout.restore()
 
 
-def make_executor(program: Program, ws: Workspace, lanes: int,
-                  guard: Guardrails) -> LocalExecutor | RayExecutor:
+def make_executor(program: Program, ws: Workspace, lanes: int, guard: Guardrails,
+                  log_dir: Path | None = None) -> LocalExecutor | RayExecutor:
     """The executor program.md asks for; ConfigError (exit 2) before anything changes when it
     cannot work here."""
     refuse_on_ray(program)
@@ -270,5 +441,8 @@ def make_executor(program: Program, ws: Workspace, lanes: int,
             line = program.lines.get("parallel.executor", 1)
             raise ConfigError(f"{program.path.name}:{line}: parallel.executor: ray is not installed "
                               f"in this Python; {RAY_EXTRA}") from None
-        return RayExecutor(program, ws, lanes, guard)
+        ex = RayExecutor(program, ws, lanes, guard)
+        if log_dir is not None:
+            ex.log_dir = log_dir
+        return ex
     return LocalExecutor(ws, lanes, guard)

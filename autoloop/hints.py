@@ -26,6 +26,7 @@ _MISSING = re.compile(r"can't open file|No such file or directory|: not found|co
 # CSI (colours, cursor moves) and OSC (titles, links) sequences: test runners that force colour
 # (pytest's `addopts = --color=yes`) put them in the line a lesson or `doctor` quotes
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _NO_MODULE = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
 # `/bin/sh: 1: .venv/bin/python: not found`, `bash: ./run.sh: No such file or directory`
 _SHELL_MISSING = re.compile(r"^\S*sh: (?:line )?\d*:? ?([^\s:/][^\s:]*): "
@@ -85,8 +86,10 @@ def _unit(text: str) -> str:
 
 
 def plain(text: str) -> str:
-    """`text` without terminal escape sequences: what a one-line summary quotes."""
-    return _ESCAPES.sub("", text)
+    """`text` without terminal escape sequences and the other control characters (bell,
+    backspace, carriage return...; newlines and tabs stay): text from outside (a verifier's
+    output, Ray's errors) as a lesson, the ledger or the next prompt may quote it."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))
 
 
 def uncommitted_module_hint(program: Program, output: str) -> str:

@@ -16,7 +16,7 @@ from filelock import FileLock, Timeout
 from autoloop import envs, proc, reads, trust
 from autoloop.approve import Reviewer
 from autoloop.cycle import Cycle, Reporter, RunState
-from autoloop.errors import Interrupted, LockedError, RepoStateError, RunFailure, UsageError
+from autoloop.errors import ClusterLost, Interrupted, LockedError, RepoStateError, RunFailure, UsageError
 from autoloop.executors import LocalExecutor
 from autoloop.generators.base import Generator, preflight_context
 from autoloop.generators.registry import make_generator
@@ -179,9 +179,10 @@ class Run:
                 ran += len(recs)
                 self._backoff(recs[-1])
             final = self._final_check()
-        except Interrupted:
+        except Interrupted as exc:
             state.restoring = True  # from here on only the way out: a further Ctrl-C waits
-            self.journal.append({"t": "end", "reason": "interrupted", "cycles_run": ran})
+            why = f"no Ray node can measure: {exc}" if isinstance(exc, ClusterLost) else "interrupted"
+            self.journal.append({"t": "end", "reason": why, "cycles_run": ran})
             raise
         self.ws.reset_hard(state.incumbent)
         self.journal.append({"t": "end", "reason": reason, "cycles_run": ran})
@@ -231,6 +232,8 @@ class Run:
         state.sentinel = ws.watch_git(extra=extra)
         guard.start(state.sentinel, lock_path, slots)
         self.journal.render(self.program.goal)
+        if state.executor.description:   # where the measurements run, before anything is measured
+            self.opt.report("note", {"cycle": 0, "message": state.executor.description})
         if guard.unsandboxed:
             # once, loudly: the journal's head and `autoloop log` / the report say it too
             self.opt.report("warning", {"message": UNSANDBOXED.format(guard.unsandboxed)})
@@ -330,6 +333,8 @@ class Run:
                "worktree": str(self.ws.path), "sandbox": "none" if self.guard.sandbox is None else "bwrap"}
         if self.guard.unsandboxed:
             rec["unsandboxed"] = self.guard.unsandboxed
+        if self.state.executor.description:
+            rec["verifying"] = self.state.executor.description
         self.journal.append(rec)
 
     def _incumbent_from(self, cycles: list[Record]) -> str | None:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from autoloop.decide.core import Baseline, Sample, Session, Verdict
 from autoloop.decide import baseline as calibrate, cycle, end
+from autoloop.errors import ClusterLost, NodeLost
 from autoloop.executors import LocalLane, RayLane
+from autoloop.hints import plain
 from autoloop.program import Program, VerifierSpec
 from autoloop.metric import Measurement, MetricError, parse_metric
 from autoloop.testcount import TestCount, baseline_counts, shortfall
@@ -21,6 +23,29 @@ from autoloop.verify import new_seed
 def pair_key(label: str) -> str:
     """The runs of one pair share this ("B3"/"A3" → "3", "cB2"/"cA2" → "c2"): and their seed."""
     return re.sub(r"[AB](?=\d+$)", "", label)
+
+
+T = TypeVar("T")
+OnLost = Callable[[NodeLost, str, int], None]     # (what failed, "cycle 5's measurement", attempt)
+# A measurement cut short by a lost node runs again, whole, at most this many times: a cluster
+# losing node after node is not a run to go on with
+MAX_REMEASURE = 3
+
+
+def again_elsewhere(lane: LocalLane | RayLane, during: str, on_lost: OnLost, measurement: Callable[[], T]) -> T:
+    """`measurement()` (every run of one comparison), run again from its start on another node
+    when its node fails under it: the candidate's verdict comes only from its verifier's
+    outcome. ClusterLost when it keeps failing or no node is left."""
+    for attempt in range(1, MAX_REMEASURE + 2):
+        try:
+            return measurement()
+        except NodeLost as exc:
+            lane.lose(exc)
+            if attempt > MAX_REMEASURE:
+                raise ClusterLost(f"{during} lost its Ray node {attempt} times (the last, "
+                                  f"{exc.host} ({(exc.node_id or '?')[:12]}): {exc}); stopping") from None
+            on_lost(exc, during, attempt)
+    raise AssertionError("unreachable")
 
 
 def sample(m: Measurement, side: str, label: str, program: Program | None = None) -> Sample:
@@ -37,7 +62,9 @@ def sample(m: Measurement, side: str, label: str, program: Program | None = None
                 secondary[lim.label] = parse_metric(out, lim)
             except (MetricError, OSError):
                 secondary[lim.label] = None
-    return Sample(side, label, m.metric, m.error, None, secondary, m, m.duration_s)
+    # text from outside (a crash's last line, Ray's error): no terminal escape reaches a record
+    return Sample(side, label, m.metric, None if m.error is None else plain(m.error), None, secondary, m,
+                  m.duration_s)
 
 
 def enforce_counts(m: Measurement, base: Mapping[str, TestCount]) -> Measurement:
@@ -98,9 +125,10 @@ class Judge:
     """The loop's view: baseline, cycle and end-of-run measurements through one lane."""
 
     def __init__(self, program: Program, ws: Any, marker: str,
-                 check_signal: Callable[[], None], lane: LocalLane | RayLane) -> None:
+                 check_signal: Callable[[], None], lane: LocalLane | RayLane,
+                 on_lost: OnLost = lambda exc, during, attempt: None) -> None:
         self.program, self.ws, self.marker = program, ws, marker
-        self.check_signal, self.lane = check_signal, lane
+        self.check_signal, self.lane, self.on_lost = check_signal, lane, on_lost
         self._seeds: list[dict[str, int]] = []   # of the runners of the call going on
 
     @property
@@ -135,14 +163,27 @@ class Judge:
         paired = self.program.accept.rule == "paired"
         self._seeds = []
         # the first run logs where a single-run baseline always has (log_dir/verifier.*)
-        main, _ = self._runners(commit, commit, env, log_dir, first_log_dir=log_dir, need_a=paired)
         rule = calibrate.calibrate_paired if paired else calibrate.calibrate_strict
-        b = rule(Session(main), self.program)
-        self._with_seeds(b.stats)
-        return b
+
+        def measured() -> Baseline:
+            self._seeds = []
+            main, _ = self._runners(commit, commit, env, log_dir, first_log_dir=log_dir, need_a=paired)
+            b = rule(Session(main), self.program)
+            if self.lane.where() is not None:   # every run of the calibration on this one node
+                b.stats["node"] = self.lane.where()
+            self._with_seeds(b.stats)
+            return b
+
+        return again_elsewhere(self.lane, "the baseline's measurement", self.on_lost, measured)
 
     def cycle(self, candidate: str, incumbent: str, best: float, log_dir: Path,
-              env: Mapping[str, str], history: Sequence[Mapping[str, Any]]) -> Verdict:
+              env: Mapping[str, str], history: Sequence[Mapping[str, Any]],
+              during: str = "a cycle's measurement") -> Verdict:
+        return again_elsewhere(self.lane, during, self.on_lost,
+                               lambda: self._cycle(candidate, incumbent, best, log_dir, env, history))
+
+    def _cycle(self, candidate: str, incumbent: str, best: float, log_dir: Path,
+               env: Mapping[str, str], history: Sequence[Mapping[str, Any]]) -> Verdict:
         paired = self.program.accept.rule == "paired"
         self._seeds = []
         main, hold = self._runners(incumbent, candidate, env, log_dir,
@@ -169,7 +210,19 @@ class Judge:
             main, hold = self._runners(start, best, env, log_dir, need_a=both)
             return Session(main, guards=False), Session(hold, guards=False) if hold is not None else None
 
-        result = end.end_of_run(self.program, history, start, best,
-                                lambda: bool(self.ws.tree_of(start) == self.ws.tree_of(best)), sessions, announce)
-        self._with_seeds(result)
-        return result
+        said: list[bool] = []
+
+        def once() -> None:   # a check measured again after a lost node is announced once
+            if not said:
+                said.append(True)
+                announce()
+
+        def measured() -> dict[str, Any]:
+            self._seeds = []
+            rec = end.end_of_run(self.program, history, start, best,
+                                 lambda: bool(self.ws.tree_of(start) == self.ws.tree_of(best)), sessions, once)
+            self._with_seeds(rec)
+            where = self.lane.where()
+            return rec if where is None or rec.get("skipped") else {**rec, "node": where}
+
+        return again_elsewhere(self.lane, "the end-of-run check", self.on_lost, measured)

@@ -35,12 +35,41 @@ class RemoteRun(NamedTuple):
 class RemoteReply(NamedTuple):
     host: str
     runs: list[RemoteRun]
+    node_id: str = ""         # Ray's id of the node: the next run of the same comparison is pinned to it
+
+
+class NodeFacts(NamedTuple):   # what `autoloop doctor` says of each node
+    node_id: str
+    host: str
+    ray: str
+    python: str
+    bwrap: str | None          # why no sandbox can be made there (None: it can)
+
+
+def node_id() -> str:
+    """This node's Ray id ("" when not called in a Ray task: the tests call run_steps directly)."""
+    try:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""
+    except Exception:   # no Ray here at all, or a runtime context without a node
+        return ""
+
+
+def facts(sandbox: SandboxSpec, env: Mapping[str, str]) -> NodeFacts:
+    import platform
+
+    import ray
+
+    return NodeFacts(node_id(), socket.gethostname(), ray.__version__, platform.python_version(),
+                     _why_not(Bwrap(sandbox, path={**os.environ, **env}.get("PATH"))))
 
 
 def probe(sandbox: SandboxSpec, env: Mapping[str, str]) -> tuple[str, str | None]:
     """(this node's name, why `sandbox` cannot be made here or None); bwrap is looked up on the
     PATH the measurements get (the node's own, or the one `env` ships)."""
-    return socket.gethostname(), _why_not(Bwrap(sandbox, path={**os.environ, **env}.get("PATH")))
+    f = facts(sandbox, env)
+    return f.host, f.bwrap
 
 
 def _why_not(bwrap: Bwrap) -> str | None:
@@ -91,7 +120,7 @@ def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str]
                                  marker=env.get(proc.MARKER_VAR) or proc.new_marker())
         return RemoteReply(socket.gethostname(), [
             RemoteRun(r, _tail(r.stdout_path, tail_bytes), _tail(r.stderr_path, tail_bytes),
-                      r.stdout_path.stat().st_size) for r in results])
+                      r.stdout_path.stat().st_size) for r in results], node_id())
 
 
 def _tail(path: Path, limit: int) -> bytes:

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from autoloop import proc
 from autoloop.cycle import Cycle, Round, RunState
-from autoloop.errors import Interrupted
+from autoloop.errors import ClusterLost, Interrupted
 from autoloop.journal import Record
 from autoloop.steps.decide import decide
 from autoloop.steps.generate import generate
@@ -48,7 +48,8 @@ def start_round(state: RunState, k: int) -> Round:
 def abort(state: RunState, incumbent: str, cycles: Sequence[Cycle], exc: BaseException) -> None:
     """Leave no trace of an unfinished round (cut short by `exc`): every tree back at the
     incumbent, the ledger says each of its cycles was abandoned."""
-    reason = "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt)) else \
+    reason = "no Ray node can measure" if isinstance(exc, ClusterLost) else \
+        "interrupted" if isinstance(exc, (Interrupted, KeyboardInterrupt)) else \
         f"internal error: {type(exc).__name__}: {exc}"
     state.restoring = True   # a further Ctrl-C must not cut this short
     try:

@@ -180,6 +180,22 @@ def _worker_envs(p: Reader, node: yaml.Node, at: At) -> tuple[Mapping[str, str],
     return tuple(out)
 
 
+def _ray_resources(p: Reader, node: yaml.Node, at: At) -> Mapping[str, float]:
+    """Ray's custom resources one verification task asks for: NAME: amount (`{fast_disk: 1}`)."""
+    if not isinstance(node, yaml.MappingNode) or not node.value:
+        p.expected(at, "a mapping of Ray resource names to amounts, e.g. {bench_node: 1}", p.value(node))
+    out: dict[str, float] = {}
+    for name, key, value_node in p.pairs(node, at):
+        if name in ("CPU", "GPU", "memory", "object_store_memory") or name.startswith(("node:", "accelerator_type:")):
+            p.fail(key.line, f"{key.key}: {name} is not a custom resource; use parallel.num_cpus, "
+                             "parallel.num_gpus or parallel.accelerator_type")
+        value = p.value(value_node)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            p.expected(key, "a number > 0", value)
+        out[name] = float(value)
+    return types.MappingProxyType(out)
+
+
 # ---------------------------------------------------------------------------- checks across keys
 
 def _into(cls: Callable[..., Any]) -> Build:
@@ -276,7 +292,8 @@ def _build_parallel(p: Reader, values: dict[str, Any], at: At) -> ParallelSpec:
         p.fail_key("parallel.env", f"{len(values['env'])} entries for {workers} workers; give one "
                                    "per worker (worker i uses entry i)")
     if values.get("executor") != "ray":
-        _only_with(p, values, ("address", "num_cpus", "num_gpus"), "parallel", "executor: ray")
+        _only_with(p, values, ("address", "num_cpus", "num_gpus", "accelerator_type", "resources"),
+                   "parallel", "executor: ray")
     return ParallelSpec(**values)
 
 
@@ -424,6 +441,7 @@ _PARALLEL = Section({
     "executor": one_of(("local", "ray")), "address": _LINE,
     "num_cpus": number("a number >= 0 (CPUs per verification task)", least=0),
     "num_gpus": number("a number >= 0 (GPUs per verification task)", least=0),
+    "accelerator_type": _LINE, "resources": _ray_resources,
     "env": _worker_envs,
 }, _build_parallel)
 

@@ -115,6 +115,8 @@ class ParallelSpec:   # `workers` generators propose from one incumbent, `verify
     address: str | None = None         # ray: "auto", "ray://host:10001"; none: a private instance
     num_cpus: float | None = None      # ray: resources one verification task asks for
     num_gpus: float | None = None
+    accelerator_type: str | None = None      # ray: only nodes of this kind ("A100"; Ray's accelerator_type)
+    resources: Mapping[str, float] = field(default_factory=dict)   # ray: custom resources a task asks for
     # resource hints: worker i's generator and verifications get env[i % len(env)] on top of ours
     env: tuple[Mapping[str, str], ...] = ()
 

@@ -104,5 +104,6 @@ def _record(state: RunState, c: Cycle, rnd: Round, commit: str | None) -> dict[s
         **({"seed": o.measurement.seed} if o.measurement is not None and o.measurement.seed is not None
            and "stats" not in o.extra else {}),
         **({"worker": c.worker, "round": rnd.n0} if state.parallel else {}),
+        **({"node": c.node} if c.node else {}),
         **o.extra,
     }

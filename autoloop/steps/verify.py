@@ -10,7 +10,8 @@ from typing import Callable, TypeVar
 from autoloop.cycle import Cycle, Outcome, Round, RunState, file_changes, violation
 from autoloop.hardening import Tampered
 from autoloop.journal import Record
-from autoloop.measure import Judge, enforce_counts
+from autoloop.metric import Measurement
+from autoloop.measure import Judge, again_elsewhere, enforce_counts
 from autoloop.steps.decide import review
 from autoloop.testcount import baseline_counts
 
@@ -71,17 +72,22 @@ def _candidate(state: RunState, c: Cycle, rnd: Round, history: list[Record], lan
         state.check_signal()
         c.measured = True
         lane = state.executor.lane(lane_id)
+        during = f"cycle {c.n}'s measurement"
         if state.judge.plain:
             # contract §5: one measurement of the candidate against the stored incumbent
-            lane.prepare({"B": c.candidate})
-            c.measurement = enforce_counts(
-                lane.measure(state.program, "B", env=c.env, log_dir=c.log_dir, marker=c.marker,
-                             with_guards=True), baseline_counts(history))
+            def plain() -> Measurement:
+                assert c.candidate is not None
+                lane.prepare({"B": c.candidate})
+                return enforce_counts(lane.measure(state.program, "B", env=c.env, log_dir=c.log_dir,
+                                                   marker=c.marker, with_guards=True), baseline_counts(history))
+
+            c.measurement = again_elsewhere(lane, during, state.node_lost, plain)
         else:
             # noise-aware: repeats, paired batches against a re-measured incumbent
-            judge = Judge(state.program, ws, c.marker, state.check_signal, lane)
+            judge = Judge(state.program, ws, c.marker, state.check_signal, lane, state.node_lost)
             assert rnd.best_before is not None
-            c.verdict = judge.cycle(c.candidate, incumbent, rnd.best_before, c.log_dir, c.env, history)
+            c.verdict = judge.cycle(c.candidate, incumbent, rnd.best_before, c.log_dir, c.env, history, during)
+        c.node = lane.where()
         state.check_signal()
     except Tampered as exc:        # a step changed what was being measured
         c.outcome = violation([str(exc)], c.files)
