@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from autoloop import envs, proc
 from autoloop.hardening import link_data
@@ -38,8 +39,12 @@ def check(program: Program) -> tuple[Workspace, str]:
     return ws, head
 
 
-def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
-    """Guards and verifier on `commit` in a private tree that is removed afterwards."""
+def verify_head(program: Program, ws: Workspace, commit: str,
+                plant: Callable[[Path], None] | None = None,
+                collect: Callable[[Path], None] | None = None) -> Verified:
+    """Guards and verifier on `commit` in a private tree that is removed afterwards. `plant(tree)`
+    changes the tree before it is measured and `collect(tree)` reads it after (`doctor --probe`:
+    a reward hack tried in a throwaway tree, never on a branch)."""
     warnings = uncommitted_warnings(program, ws, commit)
     bwrap, warning = sandbox_outside_run(program)
     warnings += [warning] if warning else []
@@ -48,6 +53,8 @@ def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
     try:
         tree.open(commit)
         link_data(program, tree.path)
+        if plant is not None:
+            plant(tree.path)
         log_dir = tmp / "logs"
         log_dir.mkdir()
         with envs.measurement_env(os.environ, parent=tmp / "scratch") as env:
@@ -55,6 +62,8 @@ def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
             box = None if bwrap is None else tree_box(bwrap, program, tree.path, ws.common_dir,
                                                        Path(env["TMPDIR"]).parent, env.get("PATH", ""))
             m = measure(program, cwd=tree.path, env=env, log_dir=log_dir, marker=proc.new_marker(), box=box)
+        if collect is not None:
+            collect(tree.path)
         tails = {g.name: _tail(g.log_stem) for g in m.guards if not g.ok}
         no_metric = "" if m.metric is not None or m.log_stem is None else _tail(m.log_stem)
         return Verified(commit, m, warnings, tails, no_metric)
