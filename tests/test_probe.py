@@ -1,0 +1,69 @@
+"""`autoloop doctor --probe`: the reward hacks tried against the program's own verifier in a
+throwaway tree. A verifier that reads the number the candidate's process prints is reported
+fooled (exit 1) with the setting that closes each hole; the sealed setup (`measure: cpu` and a
+seeded `score`) holds against every hack (exit 0). Nothing of the repository changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.scripts.e2e import git, repo_state
+from tests.scripts.sealed import SPEED_FILES, make, ml_files, ml_program, speed_program
+
+PROBE_TIMEOUT = 900
+
+
+def _lines(out: str) -> dict[str, tuple[str, str]]:
+    """class -> (fooled|held|skip, the rest of its line)."""
+    found = {}
+    for line in out.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) == 3 and parts[0] in ("fooled", "held", "skip"):
+            found[parts[1]] = (parts[0], parts[2])
+    return found
+
+
+def _probe(tmp_path: Path, files: dict[str, str], program: str) -> tuple[int, dict[str, tuple[str, str]], str]:
+    p = make(tmp_path / "p", files, program)
+    before = repo_state(p.repo, p.env)
+    res = p.cli("doctor", "--probe", timeout=PROBE_TIMEOUT)
+    out = res.stdout + res.stderr
+    assert repo_state(p.repo, p.env) == before, "the probe changed the repository"
+    worktrees = git(p.repo, "worktree", "list", "--porcelain", env=p.env).count("worktree ")
+    assert worktrees == 1, f"the probe left worktrees behind:\n{out}"
+    return res.returncode, _lines(res.stdout), out
+
+
+def test_output_mode_is_fooled_and_each_fix_is_named(tmp_path: Path) -> None:
+    code, lines, out = _probe(tmp_path, SPEED_FILES,
+                              speed_program("output", allowed='[lib.py, "tests/**"]'))
+    assert code == 1, out
+    assert "planted in lib.py" in out
+    for name in ("atexit", "exit-0", "stdout", "signal"):
+        assert lines[name][0] == "fooled" and "fix: measure: cpu (or wall) with a `score`" in lines[name][1], out
+    for name in ("patched-clock", "sys-modules"):
+        assert lines[name][0] == "fooled" and "fix: measure: cpu (or wall)" in lines[name][1], out
+    # the benchmark's input is fixed: answers remembered for it pass
+    assert lines["special-cased-input"][0] == "fooled" and "$AUTOLOOP_SEED" in lines["special-cased-input"][1], out
+    # tests/helpers.py is the generator's to change: the tests then pass with lib.py broken
+    state, detail = lines["test-helper"]
+    assert state == "fooled" and "fix: forbidden: [tests/__init__.py, tests/helpers.py, tests/test_lib.py]" in detail, out
+    # the sandbox gives each measurement its own /tmp and a read-only home: nothing survives
+    assert lines["cached-results"][0] == "held", out
+    assert lines["read-answers"][0] == "skip", out
+    assert out.rstrip().endswith("a run could keep them")
+
+
+def test_forbidden_test_helpers_leave_nothing_to_weaken(tmp_path: Path) -> None:
+    code, lines, out = _probe(tmp_path, SPEED_FILES, speed_program("output", forbidden='["tests/**"]',
+                                                                   allowed='[lib.py, "tests/**"]'))
+    assert code == 1, out
+    assert lines["test-helper"][0] == "skip" and "covers no test helper" in lines["test-helper"][1], out
+
+
+def test_unsandboxed_results_cached_across_measurements_fool_it(tmp_path: Path) -> None:
+    code, lines, out = _probe(tmp_path, SPEED_FILES, speed_program("output", sandbox="sandbox: none\n"))
+    assert code == 1, out
+    assert lines["cached-results"][0] == "fooled", out
+    assert "$AUTOLOOP_SEED" in lines["cached-results"][1]
+    assert not list(Path("/tmp").glob("autoloop-probe-*")), "the probe left its cache in /tmp"
