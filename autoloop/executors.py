@@ -22,7 +22,7 @@ from autoloop.hardening import Guardrails
 from autoloop.program import Program
 from autoloop.sandbox import checkout_keep
 from autoloop.specs import SandboxSpec
-from autoloop.verify import Measurement, measure, steps, summarize
+from autoloop.verify import SEED_VAR, Measurement, measure, new_seed, steps, summarize
 from autoloop.workspace import Workspace
 
 # Output brought back from a remote run: enough for any metric line and a failure's last words.
@@ -49,7 +49,7 @@ class LocalLane:
         self._checked_out = set()
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
-                marker: str, with_guards: bool) -> Measurement:
+                marker: str, with_guards: bool, seed: int | None = None) -> Measurement:
         tree, commit = self.trees[side], self.commits[side]
         if side not in self._checked_out:
             tree.checkout(commit, clean=False)   # measuring() cleans it
@@ -57,7 +57,7 @@ class LocalLane:
         with self.guard.measuring(tree, commit, env) as menv:
             return measure(program, cwd=tree.path, env=menv, log_dir=log_dir, marker=marker,
                            with_guards=with_guards, after_step=self.guard.after_step,
-                           box=self.guard.confine(tree.path, menv))
+                           box=self.guard.confine(tree.path, menv), seed=seed)
 
 
 class LocalExecutor:
@@ -88,7 +88,7 @@ class RayLane:
         self.refs = {side: self.ex.put(commit) for side, commit in sides.items()}
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
-                marker: str, with_guards: bool) -> Measurement:
+                marker: str, with_guards: bool, seed: int | None = None) -> Measurement:
         # a fresh folder unpacked from the commit on the node for every run: nothing to re-prove
         # there; here, the places the guardrails watch must still not change meanwhile
         self.ex.guard.capture_outside()
@@ -96,9 +96,11 @@ class RayLane:
         # the node's own environment, plus ours that mean something there: not our PATH or HOME
         shipped = {k: val for k, val in env.items() if k.startswith("AUTOLOOP_") or k in self.ex.hint_keys}
         shipped[proc.MARKER_VAR] = marker
-        reply = self.ex.call(self.refs[side], todo, shipped)
+        seed = new_seed() if seed is None else seed
+        shipped[SEED_VAR] = str(seed)
+        reply = self.ex.call(self.refs[side], todo, shipped, reap=program.verifier.measure == "cpu")
         if isinstance(reply, str):
-            return Measurement(None, (), f"ray: {reply}", None, 0.0)
+            return Measurement(None, (), f"ray: {reply}", None, 0.0, seed)
         log_dir.mkdir(parents=True, exist_ok=True)
         results = []
         for step, run in zip(todo, reply.runs):
@@ -108,7 +110,7 @@ class RayLane:
             err.write_bytes(run.stderr + f"\n[autoloop: ran on {reply.host}; "
                             f"{run.stdout_size} bytes of stdout in all]\n".encode())
             results.append(dataclasses.replace(run.result, stdout_path=out, stderr_path=err))
-        return summarize(program, todo, results)
+        return dataclasses.replace(summarize(program, todo, results), seed=seed)
 
 
 class RayExecutor:
@@ -180,10 +182,10 @@ class RayExecutor:
                 self._cache[commit] = ref
         return ref
 
-    def call(self, archive_ref: Any, todo: list[proc.Step],
-             env: dict[str, str]) -> ray_task.RemoteReply | str:   # or why there is no reply
+    def call(self, archive_ref: Any, todo: list[proc.Step], env: dict[str, str],
+             reap: bool = False) -> ray_task.RemoteReply | str:   # or why there is no reply
         checkout = (str(self.program.repo_root), tuple(map(str, checkout_keep(self.program))))
-        ref = self._task.remote(archive_ref, todo, env, REMOTE_TAIL_BYTES, self.sandbox, checkout)
+        ref = self._task.remote(archive_ref, todo, env, REMOTE_TAIL_BYTES, self.sandbox, checkout, reap)
         with self._lock:
             self._running.add(ref)
         try:

@@ -27,7 +27,7 @@ from autoloop.hardening import link_data
 from autoloop.program import Program, check_data
 from autoloop.ratchet import orientation
 from autoloop.sandbox import Confinement, tree_box
-from autoloop.verify import measure, sandbox_outside_run, steps
+from autoloop.verify import measure, new_seed, sandbox_outside_run, steps
 from autoloop.walk import remove_tree, temp_dir
 from autoloop.gitrun import git
 from autoloop.measured_files import protected_paths
@@ -175,12 +175,13 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
             order = ("base", "head") if i % 2 == 0 else ("head", "base")
             res.order.append(order)
             got: dict[str, float] = {}
+            seed = new_seed()   # one $AUTOLOOP_SEED for both sides of the pair
             for side in order:
                 path = checkout(side)
                 log_dir = tmp / "logs" / f"pair-{i + 1:02d}-{side}"
                 log_dir.mkdir(parents=True)
                 m = measure(program, cwd=path, env=env, log_dir=log_dir, marker=marker, with_guards=False,
-                            box=box(side))
+                            box=box(side), seed=seed)
                 if m.metric is None:
                     tail = proc.read_tail(log_dir / "verifier.err", 600).strip() or \
                         proc.read_tail(log_dir / "verifier.out", 600).strip()

@@ -5,6 +5,7 @@ the incumbent (or the start), every run a fresh process."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -13,6 +14,12 @@ from autoloop.decide import baseline as calibrate, cycle, end
 from autoloop.executors import LocalLane, RayLane
 from autoloop.program import Program, VerifierSpec
 from autoloop.metric import Measurement, MetricError, parse_metric
+from autoloop.verify import new_seed
+
+
+def pair_key(label: str) -> str:
+    """The runs of one pair share this ("B3"/"A3" → "3", "cB2"/"cA2" → "c2"): and their seed."""
+    return re.sub(r"[AB](?=\d+$)", "", label)
 
 
 def sample(m: Measurement, side: str, label: str, program: Program | None = None) -> Sample:
@@ -50,6 +57,10 @@ class LaneRunner:
     check_signal: Callable[[], None]
     spec: VerifierSpec | None = None
     first_log_dir: Path | None = None
+    # $AUTOLOOP_SEED by pair (pair_key): drawn at a pair's first run, the same for its second;
+    # `seeds` is what each run got, by label, for the ledger
+    pair_seeds: dict[str, int] = dataclasses.field(default_factory=dict)
+    seeds: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def __call__(self, side: str, label: str, with_guards: bool) -> Sample:
         if self.first_log_dir is not None:
@@ -59,8 +70,10 @@ class LaneRunner:
             d.mkdir(parents=True, exist_ok=True)
         p = self.program
         run = p if self.spec is None else dataclasses.replace(p, verifier=self.spec, guards=())
+        seed = self.pair_seeds.setdefault(pair_key(label), new_seed())
+        self.seeds[label] = seed
         m = self.lane.measure(run, side, env=self.env, log_dir=d, marker=self.marker,
-                              with_guards=with_guards)
+                              with_guards=with_guards, seed=seed)
         self.check_signal()
         return sample(m, side, label, p if self.spec is None else None)   # a holdout: no limits
 
@@ -72,6 +85,7 @@ class Judge:
                  check_signal: Callable[[], None], lane: LocalLane | RayLane) -> None:
         self.program, self.ws, self.marker = program, ws, marker
         self.check_signal, self.lane = check_signal, lane
+        self._seeds: list[dict[str, int]] = []   # of the runners of the call going on
 
     @property
     def plain(self) -> bool:
@@ -90,19 +104,31 @@ class Judge:
         spec = None if h is None else VerifierSpec(command=h.command, direction=h.direction,
                                                    metric=h.metric, pattern=h.pattern,
                                                    timeout=h.timeout)
-        hold = None if spec is None else dataclasses.replace(main, spec=spec, first_log_dir=None)
+        hold = None if spec is None else dataclasses.replace(main, spec=spec, first_log_dir=None,
+                                                             pair_seeds={}, seeds={})
+        self._seeds += [main.seeds] if hold is None else [main.seeds, hold.seeds]
         return main, hold
+
+    def _with_seeds(self, stats: dict[str, Any]) -> None:
+        """Each run's $AUTOLOOP_SEED into the ledger record's stats (holdout runs' labels start with h)."""
+        seeds = {k: v for d in self._seeds for k, v in d.items()}
+        if seeds:
+            stats["seeds"] = seeds
 
     def baseline(self, commit: str, log_dir: Path, env: Mapping[str, str]) -> Baseline:
         paired = self.program.accept.rule == "paired"
+        self._seeds = []
         # the first run logs where a single-run baseline always has (log_dir/verifier.*)
         main, _ = self._runners(commit, commit, env, log_dir, first_log_dir=log_dir, need_a=paired)
         rule = calibrate.calibrate_paired if paired else calibrate.calibrate_strict
-        return rule(Session(main), self.program)
+        b = rule(Session(main), self.program)
+        self._with_seeds(b.stats)
+        return b
 
     def cycle(self, candidate: str, incumbent: str, best: float, log_dir: Path,
               env: Mapping[str, str], history: Sequence[Mapping[str, Any]]) -> Verdict:
         paired = self.program.accept.rule == "paired"
+        self._seeds = []
         main, hold = self._runners(incumbent, candidate, env, log_dir,
                                    need_a=paired or self.program.holdout is not None)
         session, holdout = Session(main), Session(hold, guards=False) if hold is not None else None
@@ -110,16 +136,23 @@ class Judge:
         if paired:
             cal = end.calibration(history)
             noise, noise_scale = cycle.calibration_noise(history)
-            return cycle.judge_paired(session, self.program, secondary, cal.get("step"),
-                                      noise_scale or cal.get("scale"), holdout, noise)
-        return cycle.judge_strict(session, self.program, best, secondary, holdout)
+            v = cycle.judge_paired(session, self.program, secondary, cal.get("step"),
+                                   noise_scale or cal.get("scale"), holdout, noise)
+        else:
+            v = cycle.judge_strict(session, self.program, best, secondary, holdout)
+        self._with_seeds(v.stats)
+        return v
 
     def final(self, start: str, best: str, log_dir: Path, env: Mapping[str, str],
               history: Sequence[Mapping[str, Any]] = (),
               announce: Callable[[], None] = lambda: None) -> dict[str, Any]:
+        self._seeds = []
+
         def sessions(both: bool) -> tuple[Session, Session | None]:
             main, hold = self._runners(start, best, env, log_dir, need_a=both)
             return Session(main, guards=False), Session(hold, guards=False) if hold is not None else None
 
-        return end.end_of_run(self.program, history, start, best,
-                              lambda: bool(self.ws.tree_of(start) == self.ws.tree_of(best)), sessions, announce)
+        result = end.end_of_run(self.program, history, start, best,
+                                lambda: bool(self.ws.tree_of(start) == self.ws.tree_of(best)), sessions, announce)
+        self._with_seeds(result)
+        return result

@@ -47,6 +47,7 @@ class Measurement:
     error: str | None            # why there is no metric (crash), or None
     log_stem: Path | None        # the verifier's log (<stem>.out / <stem>.err)
     duration_s: float
+    seed: int | None = None      # $AUTOLOOP_SEED of this measurement
 
     @property
     def verifier_s(self) -> float:

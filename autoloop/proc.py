@@ -71,6 +71,9 @@ class ProcResult:
     timeout_s: float | None = None  # the limit that applied
     start_error: str | None = None  # why the command could not be started at all
     over_limit: str | None = None   # the resource limit it broke, in words
+    # timed here, out of the command's reach (verifier.measure); None unless it ended by itself
+    wall_s: float | None = None     # from the start until its last process had ended
+    cpu_s: float | None = None      # user+system CPU of every process of its tree (see _Adopting)
 
     @property
     def ok(self) -> bool:
@@ -144,7 +147,7 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
                 _running[proc.pid] = marker
         try:
             try:
-                over = _wait(proc, timeout, watch)
+                over = _wait(proc, timeout, watch, adopting)
             except subprocess.TimeoutExpired:
                 timed_out = True
             except BaseException:
@@ -156,6 +159,7 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
             ended = proc.returncode is not None and not timed_out and not interrupted and over is None
             left = _settled(adopting.live) if ended else 0
             _kill_group(proc)
+            done_at = time.monotonic()   # nothing of the tree runs now, unless `left` says so
             with _current_lock:
                 _running.pop(proc.pid, None)
                 if proc.pid in _stopped:
@@ -168,6 +172,8 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
             if ended:
                 _count(max(left, marked))
             leftovers = max(left, killed) + marked
+            if left or killed or marked:
+                done_at = time.monotonic()   # what it left running ended only now
         # nothing of the command runs any more: the log paths must hold what it wrote through
         # the descriptors we gave it (a file renamed over them is put back)
         for f, path in ((out, out_path), (err, err_path)):
@@ -177,8 +183,11 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
     if over is None and watch is not None:
         over = watch.check()   # what it wrote just before it ended counts too
     code = None if (timed_out or interrupted or over) else proc.returncode
+    # Without the subreaper, orphans went to init: neither their end nor their CPU reached us.
+    timed = code is not None and adopting.working and adopting.accounted
     return ProcResult(code, timed_out, interrupted, time.monotonic() - started, out_path, err_path,
-                      leftovers, timeout, over_limit=over)
+                      leftovers, timeout, over_limit=over,
+                      wall_s=done_at - started if timed else None, cpu_s=adopting.cpu if timed else None)
 
 
 def run_steps(steps: Iterable[Step], *, cwd: Path, env: Mapping[str, str], log_dir: Path,
@@ -198,13 +207,14 @@ def run_steps(steps: Iterable[Step], *, cwd: Path, env: Mapping[str, str], log_d
     return results
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float | None, watch: rlimits.DiskWatch | None) -> str | None:
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None, watch: rlimits.DiskWatch | None,
+          adopting: _Adopting) -> str | None:
     """Wait for the child; returns why `watch` cut it short (None when it ended by itself).
     Popen.wait(timeout) polls with sleeps of up to 50 ms, a noticeable share of a fast cycle; a
-    pidfd wakes us the moment the child exits."""
+    pidfd wakes us the moment the child exits. Reaped with wait4: its rusage goes to `adopting`."""
     deadline = None if timeout is None else time.monotonic() + timeout
     fd = None
-    if hasattr(os, "pidfd_open") and (timeout is not None or watch is not None):
+    if hasattr(os, "pidfd_open"):
         try:
             fd = os.pidfd_open(proc.pid)
         except OSError:
@@ -214,15 +224,12 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float | None, watch: rlimits.D
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             tick = left if watch is None else min(rlimits.DISK_TICK_S, rlimits.DISK_TICK_S if left is None else left)
             if fd is not None:
-                done = bool(select.select([fd], [], [], tick)[0])
+                done = bool(select.select([fd], [], [], tick)[0]) and _reaped_main(proc, adopting, block=True)
             else:
-                try:
-                    proc.wait(timeout=tick)
-                    done = True
-                except subprocess.TimeoutExpired:
-                    done = False
+                done = _reaped_main(proc, adopting, block=False)
+                if not done:
+                    time.sleep(0.005 if tick is None else min(0.005, tick))
             if done:
-                proc.wait()
                 return None
             why = watch.check() if watch is not None else None
             if why is not None:
@@ -232,6 +239,21 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float | None, watch: rlimits.D
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def _reaped_main(proc: subprocess.Popen[bytes], adopting: _Adopting, *, block: bool) -> bool:
+    """Reap the command's own process with wait4 (Popen.wait would lose its rusage)."""
+    try:
+        pid, status, usage = os.wait4(proc.pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:   # reaped elsewhere: its usage is lost
+        adopting.accounted = False
+        proc.wait()
+        return True
+    if pid == 0:
+        return False
+    adopting.cpu += usage.ru_utime + usage.ru_stime
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return True
 
 
 # ---- orphans: the subreaper ------------------------------------------------------------------
@@ -319,10 +341,16 @@ def run_captured(args: Sequence[str], *, cwd: Path | str | None = None, input: b
 class _Adopting:
     """While a command runs, orphans of its tree become our children (subreaper); afterwards,
     every child of ours that was not there before and is not a command still running is a
-    leftover, killed with its whole subtree."""
+    leftover, killed with its whole subtree.
+
+    `cpu` sums the rusage of all we reap (wait4): the command's process and every orphan we
+    adopt, each with what it reaped (a sandbox's PID-namespace init: all its namespace). Lost:
+    what the kernel reaps unasked (a parent ignoring SIGCHLD, a dying namespace's init)."""
 
     def __init__(self, marker: str) -> None:
         self.marker = marker
+        self.cpu = 0.0
+        self.accounted = True   # False once a process of the tree was reaped where we cannot see
 
     def __enter__(self) -> _Adopting:
         global _reaper_users, _reaper_was_set
@@ -352,7 +380,7 @@ class _Adopting:
         new = []
         for pid in self._new():
             if _zombie(pid):
-                _reap(pid, time.monotonic())
+                self.cpu += _reap(pid, time.monotonic())
             else:
                 new.append(pid)
         return sum(1 for p in _subtree(new) if not _zombie(p.pid)) if new else 0
@@ -367,12 +395,24 @@ class _Adopting:
             for p in victims:
                 with suppress(psutil.Error):
                     p.send_signal(signal.SIGSTOP)
+            # a PID namespace's init (Confinement.reap) is spared a moment: it reaps what we kill
+            # below it (their CPU reaches us through it) and ends; killed, its CPU tally is lost
+            inits = [p for p in victims if p.pid in new and _namespace_init(p.pid)]
             for p in victims:
-                killed += not _zombie(p.pid)
-                with suppress(psutil.Error):
-                    p.send_signal(signal.SIGKILL)
+                if p not in inits:
+                    killed += not _zombie(p.pid)
+                    with suppress(psutil.Error):
+                        p.send_signal(signal.SIGKILL)
+            if inits:
+                for p in inits:
+                    with suppress(psutil.Error):
+                        p.send_signal(signal.SIGCONT)
+                _settled(lambda: sum(1 for p in inits if not _zombie(p.pid)))
+                for p in inits:
+                    with suppress(psutil.Error):
+                        p.send_signal(signal.SIGKILL)
             for pid in new:
-                _reap(pid, deadline)
+                self.cpu += _reap(pid, deadline)
         return killed
 
     def __exit__(self, *exc: object) -> None:
@@ -417,6 +457,16 @@ def _subtree(roots: list[int]) -> list[psutil.Process]:
     return out
 
 
+def _namespace_init(pid: int) -> bool:
+    """Is `pid` the first process (pid 1) of a PID namespace of its own?"""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            ids = next((ln for ln in f if ln.startswith("NSpid:")), "").split()[1:]
+    except OSError:
+        return False
+    return len(ids) > 1 and ids[-1] == "1"
+
+
 def _zombie(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() in _DEAD
@@ -438,15 +488,18 @@ def _settled(count: Callable[[], int]) -> int:
     return n
 
 
-def _reap(pid: int, deadline: float) -> None:
-    """Collect an adopted child's exit status (it is ours now: nobody else will)."""
+def _reap(pid: int, deadline: float) -> float:
+    """Collect an adopted child's exit status (it is ours now: nobody else will); returns the
+    CPU seconds it and what it reaped used."""
     while True:
         try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
+            done, _, usage = os.wait4(pid, os.WNOHANG)
         except ChildProcessError:
-            return
-        if done or time.monotonic() >= deadline:
-            return
+            return 0.0
+        if done:
+            return usage.ru_utime + usage.ru_stime
+        if time.monotonic() >= deadline:
+            return 0.0
         time.sleep(0.002)
 
 

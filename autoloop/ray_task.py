@@ -56,12 +56,13 @@ def _why_not(bwrap: Bwrap) -> str | None:
 
 def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str], tail_bytes: int,
               sandbox: SandboxSpec | None = None,
-              checkout: tuple[str, Sequence[str]] | None = None) -> RemoteReply | str:
+              checkout: tuple[str, Sequence[str]] | None = None, reap: bool = False) -> RemoteReply | str:
     """With `sandbox` (its `network` is the measurement's), every step runs in one, or none runs
     and the answer is why none can be made here. `checkout`: the user's checkout path and what
     stays visible in it (its venvs); where that path exists on this node (a local Ray instance,
     a shared file system) the candidate is shown there too, as a local measurement does, so an
-    editable install pointing into the checkout imports the candidate."""
+    editable install pointing into the checkout imports the candidate. `reap`: see
+    Confinement.reap (verifier.measure: cpu); wall and cpu are taken here, on the node, by proc."""
     env = {**os.environ, **env}
     bwrap = None if sandbox is None else Bwrap(sandbox, path=env.get("PATH"))
     why = None if bwrap is None else _why_not(bwrap)
@@ -84,7 +85,8 @@ def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str]
             writable = (scratch, *(Path(os.path.expanduser(w)) for w in bwrap.spec.writable))
             at = Path(checkout[0]) if checkout is not None and os.path.isdir(checkout[0]) else None
             box = Confinement(bwrap, tree=tree, checkout=at, writable=writable, network=bwrap.spec.network,
-                              path=env.get("PATH", ""), keep=tuple(map(Path, checkout[1])) if at and checkout else ())
+                              path=env.get("PATH", ""), keep=tuple(map(Path, checkout[1])) if at and checkout else (),
+                              reap=reap)
         results = proc.run_steps(steps, cwd=tree, env=env, log_dir=logs, wrap=None if box is None else box.argv,
                                  marker=env.get(proc.MARKER_VAR) or proc.new_marker())
         return RemoteReply(socket.gethostname(), [

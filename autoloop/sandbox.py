@@ -117,6 +117,8 @@ class Bwrap:
     def measurement_argv(self, command: str, *, box: Confinement) -> list[str]:
         """`command` (a shell string) run as a measurement: see Confinement."""
         args = [self.exe, *self._base(box.network)]
+        if box.reap:
+            args.remove("--die-with-parent")
         for name in _devices():
             args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
         args += ["--tmpfs", "/dev/shm", *self._readable(box.network, box.path, box.readable, command)]
@@ -159,6 +161,11 @@ class Confinement:
     git: GitLink | None = None
     network: bool = False
     path: str = ""             # the command's PATH: its folders stay readable behind a private /tmp
+    # verifier.measure: cpu. The namespace's init outlives the command's first process while
+    # others run, reaping each (their CPU reaches autoloop through it; proc kills them, not the
+    # kernel, which reaps a dying namespace without a tally). A killed autoloop's measurement
+    # then lives on until the marker sweep finds it.
+    reap: bool = False
 
     def argv(self, command: str) -> list[str]:
         return self.bwrap.measurement_argv(command, box=self)
@@ -233,6 +240,7 @@ def tree_box(bwrap: Bwrap, program: Program, tree: Path, common_dir: Path, scrat
     return Confinement(bwrap, tree=tree, checkout=root, writable=tuple(writable), readable=tuple(readable),
                        keep=checkout_keep(program) if keep is None else keep, git=git,
                        protect=() if git else (".git",), network=program.verifier.network,
+                       reap=program.verifier.measure == "cpu",
                        path=os.environ.get("PATH", "") if path is None else path)
 
 

@@ -178,6 +178,20 @@ def _only_with(p: Reader, values: dict[str, Any], keys: tuple[str, ...], section
             p.fail_key(f"{section}.{key}", f"only used with {section}.{setting}")
 
 
+def _build_verifier(p: Reader, values: dict[str, Any], at: At) -> VerifierSpec:
+    how = values.get("measure", "output")
+    if how == "output":
+        return _metric_or_pattern("the metric's name, e.g. val_loss", VerifierSpec)(p, values, at)
+    # timed from outside: the output is not read, `metric` only names the number
+    if "pattern" in values:
+        p.fail_key("verifier.pattern", f"not read with verifier.measure: {how} (autoloop times the "
+                                       "command itself); remove it and name the number with metric:")
+    if values.get("direction") == "maximize":
+        p.fail_key("verifier.direction", f"must be minimize with verifier.measure: {how} (fewer "
+                                         "seconds is better); measure: output reads a number to maximize")
+    return VerifierSpec(**{"metric": "seconds", **values})
+
+
 def _build_limit(p: Reader, values: dict[str, Any], at: At) -> LimitSpec:
     _metric_or_pattern("a name in the verifier's output, e.g. peak_mem_mb")(p, values, at)
     exactly_one(p, values, at, ("max_increase", "max_decrease"),
@@ -319,8 +333,8 @@ _GUARD = Section({"name": matching(r"[A-Za-z0-9][A-Za-z0-9_.-]*",
 _VERIFIER = Section({
     "command": _TEXT, "metric": _METRIC, "pattern": _regex_with_group, "direction": _DIRECTION,
     "timeout": _SECONDS, "repeats": at_least(1), "network": boolean,
-}, _metric_or_pattern("the metric's name, e.g. val_loss", VerifierSpec),
-    required={"command", "direction"})
+    "measure": one_of(("output", "wall", "cpu")),
+}, _build_verifier, required={"command", "direction"})
 
 _ACCEPT = Section({
     "rule": one_of(("strict", "paired")), "min_effect": _amount(below_pct=100),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import secrets
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -11,6 +13,14 @@ from autoloop.hints import missing_path_hint, near_miss, plain, root_hint, uncom
 from autoloop.metric import GuardResult, Measurement, MetricError, parse_metric
 from autoloop.program import HoldoutSpec, Program, VerifierSpec
 from autoloop.sandbox import Bwrap, Confinement, failure_hint, probed
+
+SEED_VAR = "AUTOLOOP_SEED"
+
+
+def new_seed() -> int:
+    """A fresh $AUTOLOOP_SEED, drawn here in autoloop's process (after the generator finished):
+    nothing the candidate saw before predicts it."""
+    return secrets.randbits(63)
 
 
 def steps(program: Program, with_guards: bool = True,
@@ -24,16 +34,19 @@ def steps(program: Program, with_guards: bool = True,
 
 def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Path, marker: str,
             with_guards: bool = True, after_step: Callable[[str], None] | None = None,
-            box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None) -> Measurement:
+            box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None,
+            seed: int | None = None) -> Measurement:
     """Run the guards (stopping at the first failure), then the verifier (or `verifier`: the
     holdout). `after_step(name)` is called after each (it may raise, to void the measurement).
-    With `box`, each runs in that sandbox; its output still goes to files opened outside it."""
+    With `box`, each runs in that sandbox; its output still goes to files opened outside it.
+    Every step sees $AUTOLOOP_SEED: `seed` (both sides of a pair pass the same), else a fresh one."""
     todo = steps(program, with_guards, verifier)
     after = None if after_step is None else \
         (lambda s: after_step(f"guard '{s.name}'" if s.guard else "the verifier"))
-    results = proc.run_steps(todo, cwd=cwd, env=env, log_dir=log_dir, marker=marker,
+    seed = new_seed() if seed is None else seed
+    results = proc.run_steps(todo, cwd=cwd, env={**env, SEED_VAR: str(seed)}, log_dir=log_dir, marker=marker,
                              wrap=None if box is None else box.argv, after=after)
-    return summarize(program, todo, results, box, verifier)
+    return dataclasses.replace(summarize(program, todo, results, box, verifier), seed=seed)
 
 
 def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[proc.ProcResult],
@@ -55,6 +68,12 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
                 return Measurement(None, tuple(guards), None, None, total)
         elif why:
             return Measurement(None, tuple(guards), why, stem, total)
+        elif spec.measure != "output":
+            # timed from outside: nothing the command printed is read for the metric
+            value = res.wall_s if spec.measure == "wall" else res.cpu_s
+            why = None if value is not None else \
+                f"autoloop could not account for every process of the verifier (measure: {spec.measure})"
+            return Measurement(value, tuple(guards), why, stem, total)
         else:
             try:
                 return Measurement(parse_metric(res.stdout_path, spec), tuple(guards), None, stem, total)

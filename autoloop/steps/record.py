@@ -98,6 +98,9 @@ def _record(state: RunState, c: Cycle, rnd: Round, commit: str | None) -> dict[s
         "guards": [{"name": g.name, "ok": g.ok, "detail": g.detail}
                    for g in (o.measurement.guards if o.measurement else ())],
         "log_dir": str(c.log_dir),
+        # the plain rule's one run; noise-aware verdicts carry each run's in stats.seeds
+        **({"seed": o.measurement.seed} if o.measurement is not None and o.measurement.seed is not None
+           and "stats" not in o.extra else {}),
         **({"worker": c.worker, "round": rnd.n0} if state.parallel else {}),
         **o.extra,
     }
