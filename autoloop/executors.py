@@ -13,7 +13,7 @@ import logging
 import math
 import threading
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import autoloop
 from autoloop import proc, ray_task
@@ -21,6 +21,7 @@ from autoloop.errors import ConfigError, Interrupted, UsageError
 from autoloop.hardening import Guardrails
 from autoloop.program import Program
 from autoloop.sandbox import checkout_keep
+from autoloop.score import Scorer, refuse_on_ray
 from autoloop.specs import SandboxSpec
 from autoloop.verify import SEED_VAR, Measurement, measure, new_seed, steps, summarize
 from autoloop.workspace import Workspace
@@ -34,9 +35,11 @@ class LocalLane:
     """Two verification trees; every run through the guardrails (a tree proven to hold exactly
     the commit, a scrubbed environment, checks after each step)."""
 
-    def __init__(self, ws: Workspace, k: int, guard: Guardrails) -> None:
+    def __init__(self, ws: Workspace, k: int, guard: Guardrails,
+                 scorer: Callable[[], Scorer | None] = lambda: None) -> None:
         self.trees = {"B": ws.verify_tree(2 * k), "A": ws.verify_tree(2 * k + 1)}
         self.guard = guard
+        self.scorer = scorer
         self.commits: dict[str, str] = {}
         self._checked_out: set[str] = set()
 
@@ -49,7 +52,7 @@ class LocalLane:
         self._checked_out = set()
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
-                marker: str, with_guards: bool, seed: int | None = None) -> Measurement:
+                marker: str, with_guards: bool, seed: int | None = None, holdout: bool = False) -> Measurement:
         tree, commit = self.trees[side], self.commits[side]
         if side not in self._checked_out:
             tree.checkout(commit, clean=False)   # measuring() cleans it
@@ -57,14 +60,30 @@ class LocalLane:
         with self.guard.measuring(tree, commit, env) as menv:
             return measure(program, cwd=tree.path, env=menv, log_dir=log_dir, marker=marker,
                            with_guards=with_guards, after_step=self.guard.after_step,
-                           box=self.guard.confine(tree.path, menv), seed=seed)
+                           box=self.guard.confine(tree.path, menv, show_private=holdout),
+                           scorer=None if holdout else self.scorer(), seed=seed)
 
 
 class LocalExecutor:
     unsandboxed: str | None = None   # the measurements are sandboxed as the generator is
 
     def __init__(self, ws: Workspace, lanes: int, guard: Guardrails) -> None:
-        self.lanes = [LocalLane(ws, k, guard) for k in range(lanes)]
+        self.ws, self.guard = ws, guard
+        self.lanes = [LocalLane(ws, k, guard, self.scorer) for k in range(lanes)]
+        self._scorer: Scorer | None = None
+        self._lock = threading.Lock()
+
+    def scorer(self) -> Scorer | None:
+        """The one Scorer of the run's start commit (guard.start_commit), made at its first use."""
+        p = self.guard.program
+        if p.verifier.score is None:
+            return None
+        with self._lock:
+            if self._scorer is None:
+                assert self.guard.start_commit is not None, "the run's start commit is set in Run.open"
+                self._scorer = Scorer(p, self.ws.score_tree(), self.guard.start_commit, self.guard.sandbox,
+                                      self.guard.scratch / "score")
+            return self._scorer
 
     def start(self) -> None:
         pass
@@ -88,7 +107,7 @@ class RayLane:
         self.refs = {side: self.ex.put(commit) for side, commit in sides.items()}
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
-                marker: str, with_guards: bool, seed: int | None = None) -> Measurement:
+                marker: str, with_guards: bool, seed: int | None = None, holdout: bool = False) -> Measurement:
         # a fresh folder unpacked from the commit on the node for every run: nothing to re-prove
         # there; here, the places the guardrails watch must still not change meanwhile
         self.ex.guard.capture_outside()
@@ -224,6 +243,7 @@ def make_executor(program: Program, ws: Workspace, lanes: int,
                   guard: Guardrails) -> LocalExecutor | RayExecutor:
     """The executor program.md asks for; ConfigError (exit 2) before anything changes when it
     cannot work here."""
+    refuse_on_ray(program)
     if program.parallel.executor == "ray":
         try:   # an import, not a lookup: a broken install counts as absent
             import ray  # noqa: F401

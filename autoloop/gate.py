@@ -27,6 +27,7 @@ from autoloop.hardening import link_data
 from autoloop.program import Program, check_data
 from autoloop.ratchet import orientation
 from autoloop.sandbox import Confinement, tree_box
+from autoloop.score import Scorer
 from autoloop.verify import measure, new_seed, sandbox_outside_run, steps
 from autoloop.walk import remove_tree, temp_dir
 from autoloop.gitrun import git
@@ -147,6 +148,9 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
     t0 = time.monotonic()
     tmp = temp_dir("gate")
     trees = {side: Worktree(repo, common, tmp / side) for side in commits}
+    # both sides scored by the base's score, in a tree neither side's command can write
+    scorer = None if program.verifier.score is None else \
+        Scorer(program, Worktree(repo, common, tmp / "score"), base, bwrap, tmp / "score-scratch")
 
     def box(side: str) -> Confinement | None:
         if bwrap is None:
@@ -181,7 +185,7 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
                 log_dir = tmp / "logs" / f"pair-{i + 1:02d}-{side}"
                 log_dir.mkdir(parents=True)
                 m = measure(program, cwd=path, env=env, log_dir=log_dir, marker=marker, with_guards=False,
-                            box=box(side), seed=seed)
+                            box=box(side), seed=seed, scorer=scorer, output=tmp / "scratch" / side / "output")
                 if m.metric is None:
                     tail = proc.read_tail(log_dir / "verifier.err", 600).strip() or \
                         proc.read_tail(log_dir / "verifier.out", 600).strip()

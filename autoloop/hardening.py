@@ -44,10 +44,11 @@ class Guardrails:
                  protected: Mapping[str, str]) -> None:
         self.program, self.ws, self.journal = program, ws, journal
         self.protected = dict(protected)
-        self.sandbox = Bwrap(program.sandbox) if program.sandbox.kind in ("bwrap", "auto") else None
+        self.sandbox = Bwrap(program.sandbox, private=program.private) if program.sandbox.kind in ("bwrap", "auto") else None
         # why this run has no sandbox (None: it has one), said in the header, journal and report
         self.unsandboxed: str | None = "sandbox: none in program.md" if self.sandbox is None else None
         self._elsewhere: str | None = None
+        self.start_commit: str | None = None   # the commit the run started from (its baseline): the score's tree
         lim = program.resources
         self.limits = proc.Limits(file_bytes=int(lim.max_disk_mb * MB), disk_bytes=int(lim.max_disk_mb * MB),
                                   disk_path=ws.path.parent, processes=lim.max_processes)
@@ -289,13 +290,19 @@ class Guardrails:
 
     # ---- a measurement --------------------------------------------------------------------------
 
-    def confine(self, tree: Path, env: Mapping[str, str]) -> Confinement | None:
+    def confine(self, tree: Path, env: Mapping[str, str], show_private: bool = False) -> Confinement | None:
         """The sandbox a command measuring `tree` runs in (None: none), with `env` from
-        measuring(): its scratch folder is the only place outside the tree it may write."""
+        measuring(): its scratch folder is the only place outside the tree it may write.
+        `show_private`: the holdout, which reads program.md's `private` paths."""
         if self.sandbox is None:
             return None
         return tree_box(self.sandbox, self.program, tree, self.ws.common_dir, Path(env["TMPDIR"]).parent,
-                        path=env.get("PATH", ""), keep=getattr(self, "_keep", ()))
+                        path=env.get("PATH", ""), keep=getattr(self, "_keep", ()), show_private=show_private)
+
+    @property
+    def scratch(self) -> Path:
+        """Where measurements' scratch folders are made (beside the run's tree)."""
+        return self._scratch
 
     @contextmanager
     def measuring(self, tree: Worktree, commit: str, base_env: Mapping[str, str]) -> Iterator[dict[str, str]]:

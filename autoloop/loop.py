@@ -203,6 +203,11 @@ class Run:
         for line in uncommitted_warnings(self.program, ws, incumbent):
             self.opt.report("warning", {"cycle": 0, "message": line})
         ws.open(incumbent)
+        # the score's tree (autoloop.score) holds the commit the run started from, made before
+        # the watch of git's files starts
+        guard.start_commit = next((c.get("commit") for c in self.journal.cycles() if c["status"] == "baseline"), incumbent)
+        if self.program.verifier.score is not None:
+            ws.score_tree().open(guard.start_commit)
         # lane k measures in slots 2k (and 2k+1 for the incumbent, unless the rule is plain)
         sides = (0,) if state.judge.plain else (0, 1)
         slots = max(VERIFY_SLOTS, 2 * state.lanes)

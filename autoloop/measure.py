@@ -73,7 +73,7 @@ class LaneRunner:
         seed = self.pair_seeds.setdefault(pair_key(label), new_seed())
         self.seeds[label] = seed
         m = self.lane.measure(run, side, env=self.env, log_dir=d, marker=self.marker,
-                              with_guards=with_guards, seed=seed)
+                              with_guards=with_guards, seed=seed, holdout=self.spec is not None)
         self.check_signal()
         return sample(m, side, label, p if self.spec is None else None)   # a holdout: no limits
 

@@ -19,7 +19,8 @@ _PYTHON = re.compile(r"python[0-9.]*")
 
 
 def _commands(program: Program) -> list[str]:
-    return [program.verifier.command, *(g.command for g in program.guards)]
+    score = [program.verifier.score] if program.verifier.score else []
+    return [program.verifier.command, *score, *(g.command for g in program.guards)]
 
 
 def named_interpreters(program: Program) -> list[str]:
@@ -65,6 +66,8 @@ def measured_commands(program: Program) -> list[tuple[str, str]]:
     """(key, command line) of the verifier, each guard and the holdout; `program.line(key)` is
     the line to send a user to."""
     out = [("verifier.command", program.verifier.command)]
+    if program.verifier.score is not None:
+        out.append(("verifier.score", program.verifier.score))
     out += [(f"guards[{i}].command", g.command) for i, g in enumerate(program.guards)]
     if program.holdout is not None:
         out.append(("holdout.command", program.holdout.command))

@@ -8,11 +8,13 @@ measurement only what its Confinement says. (The SDK generators write only throu
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
@@ -44,9 +46,11 @@ class SandboxUnavailable(Exception):
 
 
 class Bwrap:
-    def __init__(self, spec: SandboxSpec, *, executable: str | None = None, path: str | None = None) -> None:
+    def __init__(self, spec: SandboxSpec, *, executable: str | None = None, path: str | None = None,
+                 private: Sequence[Path] = ()) -> None:
         self.spec = spec
         self.exe = executable or shutil.which("bwrap", path=path) or ""   # path: PATH (default ours)
+        self.private = tuple(private)   # program.md `private`: hidden from the generator
 
     def probe(self) -> None:
         """Raise SandboxUnavailable unless a sandbox like the generator's can be made here."""
@@ -110,6 +114,7 @@ class Bwrap:
         extra = [os.path.expanduser(w) for w in self.spec.writable]
         rw = dict.fromkeys(os.path.realpath(p) for p in [workdir, *writable, *(w for w in extra if os.path.exists(w))])
         args += [a for real in rw for a in ("--bind", real, real)]
+        args += hide(self.private)
         args += ["--chdir", os.path.realpath(workdir), "--setenv", "TMPDIR", "/tmp",
                  "--setenv", "TMP", "/tmp", "--setenv", "TEMP", "/tmp", "--"]
         return [*args, "/bin/sh", "-c", command] if isinstance(command, str) else [*args, *command]
@@ -125,12 +130,13 @@ class Bwrap:
         if box.git is not None:
             args += ["--ro-bind", str(box.git.folder), GIT_IN_SANDBOX]
         tree = where = os.path.realpath(box.tree)
-        args += ["--bind", tree, tree]
+        bind = "--bind" if box.tree_writable else "--ro-bind"
+        args += [bind, tree, tree]
         if box.checkout is not None and os.path.realpath(box.checkout) != tree:
             # The candidate at your checkout's path too: an editable install's finder or .pth,
             # pytest's rootdir, a tool that found the project by absolute path now resolve to it.
             where = os.path.realpath(box.checkout)
-            args += ["--bind", tree, where]
+            args += [bind, tree, where]
             args += [a for real in map(os.path.realpath, box.keep) if os.path.exists(real) for a in ("--ro-bind", real, real)]
         for p in box.writable:
             real = os.path.realpath(os.path.expanduser(str(p)))
@@ -143,6 +149,12 @@ class Bwrap:
                 args += [a for t in at for a in ("--ro-bind", src, os.path.join(t, rel))]
         if box.git is not None:
             args += [a for t in at for a in ("--ro-bind", str(box.git.link), os.path.join(t, ".git"))]
+        # last, so that no writable or readable bind above can undo them
+        args += [a for real in map(os.path.realpath, box.read_only) for a in ("--ro-bind", real, real)]
+        if box.show_private:
+            args += [a for real in map(os.path.realpath, box.private) for a in ("--ro-bind", real, real)]
+        else:
+            args += hide(box.private)
         return [*args, "--chdir", where, "--", "/bin/sh", "-c", command]
 
 
@@ -166,9 +178,39 @@ class Confinement:
     # kernel, which reaps a dying namespace without a tally). A killed autoloop's measurement
     # then lives on until the marker sweep finds it.
     reap: bool = False
+    tree_writable: bool = True             # False: the score's tree of the start commit
+    read_only: tuple[Path, ...] = ()       # bound read-only over everything (the score's $AUTOLOOP_OUTPUT)
+    private: tuple[Path, ...] = ()         # program.md `private`: hidden unless `show_private`
+    show_private: bool = False             # the score and the holdout read them
 
     def argv(self, command: str) -> list[str]:
         return self.bwrap.measurement_argv(command, box=self)
+
+
+def hide(paths: Sequence[Path]) -> list[str]:
+    """bwrap arguments that make each path unreadable: a folder becomes an empty one nobody may
+    enter, a file one nobody may read (no capability in the sandbox overrides the mode)."""
+    args: list[str] = []
+    for real in map(os.path.realpath, paths):
+        if os.path.isdir(real):
+            args += ["--perms", "0000", "--tmpfs", real]
+        elif os.path.lexists(real):
+            args += ["--ro-bind", _unreadable_file(), real]
+    return args
+
+
+_UNREADABLE: list[str] = []
+
+
+def _unreadable_file() -> str:
+    """An empty file of mode 000, made once per process and removed at its exit."""
+    if not _UNREADABLE:
+        fd, name = tempfile.mkstemp(prefix="autoloop-hidden-")
+        os.close(fd)
+        os.chmod(name, 0)
+        atexit.register(lambda: os.path.exists(name) and os.unlink(name))
+        _UNREADABLE.append(name)
+    return _UNREADABLE[0]
 
 
 _READ_ONLY = re.compile(r"Read-only file system|EROFS|\[Errno 30\]")
@@ -215,21 +257,28 @@ def probed(program: Program) -> tuple[Bwrap | None, str | None]:
     `auto` and `none`; ConfigError (exit 2) when `sandbox: bwrap` cannot be made."""
     if program.sandbox.kind == "none":
         return None, "sandbox: none in program.md"
-    box = Bwrap(program.sandbox)
+    box = Bwrap(program.sandbox, private=program.private)
     try:
         box.probe()
     except SandboxUnavailable as exc:
         if program.sandbox.kind == "bwrap":
             where = f"{program.path.name}:{program.lines.get('sandbox', 1)}"
             raise ConfigError(f"{where}: sandbox: {exc}") from None
+        if program.private:
+            # without a sandbox every process could read them: refused, not said
+            raise ConfigError(f"{program.path.name}:{program.line('private')}: private: needs a sandbox to keep "
+                              f"these paths from the generator and the candidate's code, and none can be "
+                              f"made here ({exc}); make bubblewrap work, or remove private") from None
         return None, str(exc)
     return box, None
 
 
 def tree_box(bwrap: Bwrap, program: Program, tree: Path, common_dir: Path, scratch: Path,
-             path: str | None = None, keep: tuple[Path, ...] | None = None) -> Confinement:
+             path: str | None = None, keep: tuple[Path, ...] | None = None, *,
+             show_private: bool = False) -> Confinement:
     """A measurement of `tree` (a private worktree: a run's, `verify`'s, `gate`'s) writing only
-    the tree and `scratch`; `keep` defaults to checkout_keep(program)."""
+    the tree and `scratch`; `keep` defaults to checkout_keep(program). `private` stays hidden
+    unless `show_private` (the holdout)."""
     scratch.mkdir(parents=True, exist_ok=True)
     git = git_link(tree, scratch, common_dir)
     root = program.repo_root
@@ -241,7 +290,8 @@ def tree_box(bwrap: Bwrap, program: Program, tree: Path, common_dir: Path, scrat
                        keep=checkout_keep(program) if keep is None else keep, git=git,
                        protect=() if git else (".git",), network=program.verifier.network,
                        reap=program.verifier.measure == "cpu",
-                       path=os.environ.get("PATH", "") if path is None else path)
+                       path=os.environ.get("PATH", "") if path is None else path,
+                       private=program.private, show_private=show_private)
 
 
 def checkout_keep(program: Program) -> tuple[Path, ...]:

@@ -89,6 +89,28 @@ def _host_paths(p: Reader, node: yaml.Node, at: At) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _private(root: Path) -> Check:
+    """Paths outside the repository (`~` allowed) that must exist: only `score` and `holdout`
+    see them, so one inside the repository would be readable through its history anyway."""
+
+    def check(p: Reader, node: yaml.Node, at: At) -> tuple[Path, ...]:
+        out = []
+        for (where, _), value in zip(p.items(node, at), _host_paths(p, node, at)):
+            full = Path(os.path.expanduser(value)).resolve()
+            if full.is_relative_to(root.resolve()):
+                p.fail(where.line, f"{where.key}: {value!r} is inside the repository, where the generator "
+                                   "can read it (and its git history); move it outside the repository")
+            if root.resolve().is_relative_to(full):
+                p.fail(where.line, f"{where.key}: {value!r} holds the repository, which would be hidden "
+                                   "from every process; name the folder of the private files instead")
+            if not full.exists():
+                p.fail(where.line, f"{where.key}: {value!r} does not exist; create it or fix the path")
+            out.append(full)
+        return tuple(out)
+
+    return check
+
+
 def _args(p: Reader, node: yaml.Node, at: At) -> tuple[str, ...]:
     """A list of strings, or one string split the way a shell would."""
     value = p.value(node)
@@ -262,6 +284,9 @@ def _build_program(p: Reader, values: dict[str, Any], at: At) -> dict[str, Any]:
                                        "measures accept.pairs incumbent/candidate pairs instead)")
     if "holdout" in values:
         values["holdout"] = HoldoutSpec(**{"direction": verifier.direction, **values["holdout"]})
+    if values.get("private") and values.get("sandbox", SandboxSpec()).kind == "none":
+        p.fail_key("private", "private paths are kept from the generator and the candidate's code by "
+                              "the sandbox, and sandbox is none; remove `sandbox: none` (or the private key)")
     editable = PathRules(values["allowed"], values.get("forbidden", ()))
     for i, d in enumerate(values.get("data", ())):
         if editable.allows(d.target) or editable.allows(d.target + "/x"):
@@ -332,7 +357,7 @@ _GUARD = Section({"name": matching(r"[A-Za-z0-9][A-Za-z0-9_.-]*",
 
 _VERIFIER = Section({
     "command": _TEXT, "metric": _METRIC, "pattern": _regex_with_group, "direction": _DIRECTION,
-    "timeout": _SECONDS, "repeats": at_least(1), "network": boolean,
+    "timeout": _SECONDS, "repeats": at_least(1), "network": boolean, "score": _TEXT,
     "measure": one_of(("output", "wall", "cpu")),
 }, _build_verifier, required={"command", "direction"})
 
@@ -399,5 +424,5 @@ def _program_section(repo_root: Path) -> Section:
         "holdout": _HOLDOUT, "sandbox": _SANDBOX, "resources": _RESOURCES,
         "data": ListOf(_DATA, "a list of {path: ..., as: ...}", "a mapping {path, as} or a "
                        "repo-relative path", scalar=_data_short, each=_data_item(repo_root)),
-        "parallel": _PARALLEL,
+        "parallel": _PARALLEL, "private": _private(repo_root),
     }, _build_program, required={"goal", "allowed", "verifier"})

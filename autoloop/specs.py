@@ -26,7 +26,8 @@ class VerifierSpec:
     timeout: float = 600.0
     repeats: int = 1                   # strict rule: runs per side, the median of them decides
     network: bool = False              # measurements keep the network (sandboxed: off unless true)
-    measure: str = "output"            # output: read the metric; wall | cpu: autoloop times the command
+    measure: str = "output"            # output | wall | cpu: where the metric comes from
+    score: str | None = None           # run in the start commit's tree after `command` (contract §10)
 
     @property
     def label(self) -> str:
@@ -173,6 +174,7 @@ class Program:
     sandbox: SandboxSpec = field(default_factory=SandboxSpec)
     resources: ResourcesSpec = field(default_factory=ResourcesSpec)
     data: tuple[DataSpec, ...] = ()
+    private: tuple[Path, ...] = ()      # resolved paths outside the repo only `score` and `holdout` see
     body: str = ""
     source: bytes = b""                 # the exact bytes read, to detect and undo tampering
     lines: Mapping[str, int] = field(default_factory=dict)  # dotted key -> line, for later messages

@@ -8,11 +8,17 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from autoloop import editable, proc
+from autoloop.errors import RunFailure
 from autoloop.journal import UNSANDBOXED
 from autoloop.hints import missing_path_hint, near_miss, plain, root_hint, uncommitted_module_hint
 from autoloop.metric import GuardResult, Measurement, MetricError, parse_metric
 from autoloop.program import HoldoutSpec, Program, VerifierSpec
 from autoloop.sandbox import Bwrap, Confinement, failure_hint, probed
+from autoloop.walk import remove_tree
+
+OUTPUT_VAR = "AUTOLOOP_OUTPUT"   # the folder `verifier.command` writes and `score` reads
+# `verifier.score` run on the command's output: (env, output folder, log_dir, marker) → its result
+Score = Callable[[Mapping[str, str], Path, Path, str], proc.ProcResult]
 
 SEED_VAR = "AUTOLOOP_SEED"
 
@@ -35,24 +41,52 @@ def steps(program: Program, with_guards: bool = True,
 def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Path, marker: str,
             with_guards: bool = True, after_step: Callable[[str], None] | None = None,
             box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None,
+            scorer: Score | None = None, output: Path | None = None,
             seed: int | None = None) -> Measurement:
     """Run the guards (stopping at the first failure), then the verifier (or `verifier`: the
     holdout). `after_step(name)` is called after each (it may raise, to void the measurement).
     With `box`, each runs in that sandbox; its output still goes to files opened outside it.
+    With `verifier.score`, `scorer` runs it on what the command wrote to $AUTOLOOP_OUTPUT
+    (`output`, by default beside the measurement's TMPDIR: a folder its box may write).
     Every step sees $AUTOLOOP_SEED: `seed` (both sides of a pair pass the same), else a fresh one."""
     todo = steps(program, with_guards, verifier)
     after = None if after_step is None else \
         (lambda s: after_step(f"guard '{s.name}'" if s.guard else "the verifier"))
     seed = new_seed() if seed is None else seed
-    results = proc.run_steps(todo, cwd=cwd, env={**env, SEED_VAR: str(seed)}, log_dir=log_dir, marker=marker,
-                             wrap=None if box is None else box.argv, after=after)
-    return dataclasses.replace(summarize(program, todo, results, box, verifier), seed=seed)
+    env = {**env, SEED_VAR: str(seed)}
+
+    def run(part: Sequence[proc.Step], env: Mapping[str, str]) -> list[proc.ProcResult]:
+        return proc.run_steps(part, cwd=cwd, env=env, log_dir=log_dir, marker=marker,
+                              wrap=None if box is None else box.argv, after=after)
+
+    if (verifier or program.verifier).score is None:
+        return dataclasses.replace(summarize(program, todo, run(todo, env), box, verifier), seed=seed)
+    if scorer is None:   # never measure such a program from the command's own output
+        raise RunFailure("internal error: verifier.score is set but nothing can run it here")
+    results = run(todo[:-1], env)
+    score = None
+    if all(r.ok for r in results):
+        # an empty folder the guards (which run the candidate's code too) never saw
+        output = output or Path(env["TMPDIR"]).parent / "output"
+        remove_tree(output, quiet=True)
+        output.mkdir(parents=True)
+        with_output = {**env, OUTPUT_VAR: str(output)}
+        results += run(todo[-1:], with_output)
+        if results[-1].ok:
+            score = scorer(with_output, output, log_dir, marker)
+    return dataclasses.replace(summarize(program, todo, results, box, verifier, score), seed=seed)
 
 
 def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[proc.ProcResult],
-              box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None) -> Measurement:
-    """The results of `todo` (up to the first failing guard) as a Measurement."""
+              box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None,
+              score: proc.ProcResult | None = None) -> Measurement:
+    """The results of `todo` (up to the first failing guard) as a Measurement; with `score`
+    (the result of `verifier.score`) the metric is its, or with `measure: wall|cpu` its exit is
+    a correctness check."""
     spec = verifier or program.verifier
+    scored = spec.score is not None and spec.measure == "output"
+    if score is not None and not scored:
+        return _checked(summarize(program, todo, results, box, verifier), score, box)
     guards: list[GuardResult] = []
     total = 0.0
     for step, res in zip(todo, results):
@@ -68,6 +102,9 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
                 return Measurement(None, tuple(guards), None, None, total)
         elif why:
             return Measurement(None, tuple(guards), why, stem, total)
+        elif scored:
+            # the metric is the score's: the command's output, written by the candidate's code, is not read
+            return _score_metric(spec, tuple(guards), score, box, total)
         elif spec.measure != "output":
             # timed from outside: nothing the command printed is read for the metric
             value = res.wall_s if spec.measure == "wall" else res.cpu_s
@@ -81,6 +118,30 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
                 hint = near_miss(res.stdout_tail(), spec.metric) if spec.metric and spec.pattern is None else ""
                 return Measurement(None, tuple(guards), str(exc) + hint, stem, total)
     return Measurement(None, tuple(guards), "the verifier did not run", None, total)
+
+
+def _score_metric(spec: VerifierSpec | HoldoutSpec, guards: tuple[GuardResult, ...],
+                  score: proc.ProcResult | None, box: Confinement | None, total: float) -> Measurement:
+    if score is None:
+        return Measurement(None, guards, "verifier.score did not run", None, total)
+    stem, total = score.stdout_path.with_suffix(""), total + score.duration_s
+    if not score.ok:
+        return Measurement(None, guards, "verifier.score: " + failure_summary(score, box), stem, total)
+    try:
+        return Measurement(parse_metric(score.stdout_path, spec), guards, None, stem, total)
+    except MetricError as exc:
+        hint = near_miss(score.stdout_tail(), spec.metric) if spec.metric and spec.pattern is None else ""
+        return Measurement(None, guards, f"verifier.score: {exc}{hint}", stem, total)
+
+
+def _checked(m: Measurement, score: proc.ProcResult, box: Confinement | None) -> Measurement:
+    """`measure: wall|cpu`: the score checks the command's results; failing, the cycle is a guard_fail."""
+    total = m.duration_s + score.duration_s
+    if m.metric is None or score.ok:
+        return dataclasses.replace(m, duration_s=total)
+    failed = GuardResult("score", False, failure_summary(score, box), score.stdout_path.with_suffix(""),
+                         score.duration_s)
+    return Measurement(None, (*m.guards, failed), None, None, total)
 
 
 def sandbox_outside_run(program: Program) -> tuple[Bwrap | None, str | None]:

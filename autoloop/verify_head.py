@@ -14,6 +14,7 @@ from autoloop.hardening import link_data
 from autoloop.measured_files import protected_paths, uncommitted_warnings
 from autoloop.program import Program, check_data
 from autoloop.sandbox import tree_box
+from autoloop.score import Scorer
 from autoloop.verify import Measurement, measure, sandbox_outside_run
 from autoloop.walk import remove_tree, temp_dir
 from autoloop.workspace import Workspace, Worktree
@@ -50,6 +51,9 @@ def verify_head(program: Program, ws: Workspace, commit: str,
     warnings += [warning] if warning else []
     tmp = temp_dir("verify")
     tree = Worktree(program.repo_root, ws.common_dir, tmp / "tree")
+    # the score runs in a tree of its own: the one measured is the command's to write
+    score_tree = Worktree(program.repo_root, ws.common_dir, tmp / "score")
+    scorer = None if program.verifier.score is None else Scorer(program, score_tree, commit, bwrap, tmp / "score-scratch")
     try:
         tree.open(commit)
         link_data(program, tree.path)
@@ -61,14 +65,16 @@ def verify_head(program: Program, ws: Workspace, commit: str,
             # the same sandbox as a run's measurements (autoloop.sandbox)
             box = None if bwrap is None else tree_box(bwrap, program, tree.path, ws.common_dir,
                                                        Path(env["TMPDIR"]).parent, env.get("PATH", ""))
-            m = measure(program, cwd=tree.path, env=env, log_dir=log_dir, marker=proc.new_marker(), box=box)
+            m = measure(program, cwd=tree.path, env=env, log_dir=log_dir, marker=proc.new_marker(), box=box,
+                        scorer=scorer)
         if collect is not None:
             collect(tree.path)
         tails = {g.name: _tail(g.log_stem) for g in m.guards if not g.ok}
         no_metric = "" if m.metric is not None or m.log_stem is None else _tail(m.log_stem)
         return Verified(commit, m, warnings, tails, no_metric)
     finally:
-        tree._discard()   # also unregisters it from the repository (git worktree prune)
+        for t in (tree, score_tree):
+            t._discard()   # also unregisters it from the repository (git worktree prune)
         remove_tree(tmp)
 
 

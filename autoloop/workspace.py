@@ -76,6 +76,10 @@ class Workspace(Worktree):
                 tree._discard()
             del self._beside_trees[f".verify-{slot}"]   # one needed later is made afresh
 
+    def score_tree(self) -> Worktree:
+        """The tree of the run's start commit where `verifier.score` runs (autoloop.score)."""
+        return self._beside(".score")
+
     def gen_tree(self, worker: int) -> Worktree:
         """Worker `worker`'s tree in a parallel round (worker 0's is this run's own)."""
         return self if worker == 0 else self._beside(f".gen-{worker}")
@@ -85,6 +89,7 @@ class Workspace(Worktree):
         super().clear_stale_locks()
         for slot in range(VERIFY_SLOTS):
             self._beside(f".verify-{slot}").clear_stale_locks()
+        self.score_tree().clear_stale_locks()
 
     def check_state(self) -> None:
         """Refuse repositories we cannot work on safely."""
@@ -108,7 +113,7 @@ class Workspace(Worktree):
         parent = self.path.parent
         if not parent.is_dir():
             return []
-        rx = re.compile(re.escape(self.path.name) + r"(?:\.(?:verify|gen)-\d+|\.scratch|\.lock|\.gitconfig)?")
+        rx = re.compile(re.escape(self.path.name) + r"(?:\.(?:verify|gen)-\d+|\.score|\.scratch|\.lock|\.gitconfig)?")
         return sorted(p for p in parent.iterdir() if rx.fullmatch(p.name))
 
     def remove_leftovers(self) -> list[Path]:

@@ -375,11 +375,11 @@ UNKNOWN_KEYS = [
                       "'stop.max_cycles'?)"),
     ("zzz: 1", "program.md:8: unknown key 'zzz' (known keys: goal, allowed, forbidden, "
                "verifier, guards, generator, stop, accept, limits, holdout, sandbox, resources, data, "
-               "parallel)"),
+               "parallel, private)"),
     ("on: 1", "program.md:8: unknown key 'on' (known keys: goal, allowed, forbidden, verifier, "
-              "guards, generator, stop, accept, limits, holdout, sandbox, resources, data, parallel)"),
+              "guards, generator, stop, accept, limits, holdout, sandbox, resources, data, parallel, private)"),
     ("  zzz: 1", "program.md:8: unknown key 'verifier.zzz' (known keys under verifier: command, "
-                 "metric, pattern, direction, timeout, repeats, network, measure)"),
+                 "metric, pattern, direction, timeout, repeats, network, score, measure)"),
     ("generator:\n  modle: x", "program.md:9: unknown key 'generator.modle' (did you mean "
                                "'generator.model'?)"),
     ("generator:\n  price: {input: 1, ouput: 2}",
