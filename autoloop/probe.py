@@ -175,13 +175,19 @@ class _Prober:
         m = res.measurement
         if not m.guards_ok:
             g = m.failed_guard
-            return Finding(name, False, f"a guard failed ({g.name if g else '?'}: {g.detail if g else ''})"[:200])
+            return Finding(name, False, _short(f"guard {g.name if g else '?'} failed: {g.detail if g else ''}"))
         if m.metric is None:
-            return Finding(name, False, f"no metric: {m.error or 'none'}"[:200])
+            return Finding(name, False, _short(f"no metric: {m.error or 'none'}"))
         label = self.program.verifier.label
         if self.better(m.metric, base):
             return Finding(name, True, f"{label} {num(m.metric)} vs {num(base.median)} at baseline", fix)
         return Finding(name, False, f"{label} {num(m.metric)} vs {num(base.median)} at baseline")
+
+
+def _short(text: str, limit: int = 110) -> str:
+    """One line of a finding: the reason, not the temporary paths it names."""
+    text = re.sub(r"(/[^\s/:']+){3,}", "…", " ".join(text.split()))
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def fake_value(base: float, direction: str) -> float:
@@ -212,9 +218,11 @@ def probe(program: Program) -> Iterator[Baseline | Finding]:
 
 def _fixes(p: _Prober) -> dict[str, str]:
     """What closes each kind of hole, given what the program already sets."""
+    timed = p.program.verifier.direction == "minimize"   # wall/cpu time only ever falls
     if p.measure_mode == "output" and p.score is None:
         printed = "measure: cpu (or wall) with a `score` correctness check, or a `score` that " \
-                  "computes the metric from $AUTOLOOP_OUTPUT"
+                  "computes the metric from $AUTOLOOP_OUTPUT" if timed else \
+                  "a `score` that computes the metric from what the command writes to $AUTOLOOP_OUTPUT"
     elif p.score is None:
         printed = "a `score` correctness check: an early exit leaves no output to pass it"
     else:

@@ -5,10 +5,11 @@ seeded `score`) holds against every hack (exit 0). Nothing of the repository cha
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.scripts.e2e import git, repo_state
-from tests.scripts.sealed import SPEED_FILES, make, ml_files, ml_program, speed_program
+from tests.scripts.sealed import SPEED_FILES, make, ml_data, ml_files, ml_program, speed_program
 
 PROBE_TIMEOUT = 900
 
@@ -67,3 +68,23 @@ def test_unsandboxed_results_cached_across_measurements_fool_it(tmp_path: Path) 
     assert lines["cached-results"][0] == "fooled", out
     assert "$AUTOLOOP_SEED" in lines["cached-results"][1]
     assert not list(Path("/tmp").glob("autoloop-probe-*")), "the probe left its cache in /tmp"
+
+
+def test_sealed_speed_setup_holds_against_every_hack(tmp_path: Path) -> None:
+    """measure: cpu + a score that checks answers for inputs drawn from $AUTOLOOP_SEED."""
+    code, lines, out = _probe(tmp_path, SPEED_FILES, speed_program("cpu"))
+    assert code == 0, out
+    assert not [name for name, (state, _) in lines.items() if state == "fooled"], out
+    for name in ("atexit", "patched-clock", "sys-modules", "exit-0", "signal", "stdout", "sniffing",
+                 "special-cased-input", "cached-results"):
+        assert lines[name][0] == "held", out
+    assert out.rstrip().endswith("every hack tried was caught")
+
+
+def test_private_labels_are_out_of_the_candidates_reach(tmp_path: Path) -> None:
+    labels = tmp_path / "labels"
+    labels.mkdir()
+    (labels / "test_y.json").write_text(json.dumps(ml_data()[1]))
+    code, lines, out = _probe(tmp_path, ml_files(with_labels=False), ml_program("sealed", labels))
+    assert lines["read-answers"][0] == "held" and "none of 1 private path" in lines["read-answers"][1], out
+    assert code == 0, out
