@@ -555,7 +555,7 @@ def _shown(p: Path) -> str:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from autoloop.init import TEMPLATES, init_program
+    from autoloop.init import CHOICE, TEMPLATES, init_program
 
     if args.list:
         for name, desc in TEMPLATES.items():
@@ -563,7 +563,10 @@ def cmd_init(args: argparse.Namespace) -> int:
         return 0
     target = Path(args.path)
     steps = init_program(target, args.template)
-    print(f"wrote {target / 'program.md' if target.is_dir() else target}. Next:")
+    print(f"wrote {target / 'program.md' if target.is_dir() else target}.")
+    for line in CHOICE.get(args.template, ()):
+        print(f"  {line}")
+    print("Next:")
     for s in steps:
         print(f"  {s}")
     return 0

@@ -32,7 +32,7 @@ _SHELL_MISSING = re.compile(r"^\S*sh: (?:line )?\d*:? ?([^\s:/][^\s:]*): "
                             r"(?:not found|No such file or directory)$", re.MULTILINE)
 # what `autoloop init` writes and a person must replace (see autoloop/templates/*.md)
 _PLACEHOLDER_BODY = re.compile(r"^EDIT:", re.MULTILINE)
-_TEMPLATE_SCRIPTS = {"measure.sh", "prepare.py", "bench/run.py"}
+_TEMPLATE_SCRIPTS = {"measure.sh", "prepare.py", "bench/run.py", "bench/produce.py"}
 _NEAR_METRIC = re.compile(r"^\s*(?:METRIC\s+)?([A-Za-z0-9_./-]+)\s*[:=]\s*(.*?)\s*$")
 
 
@@ -185,9 +185,10 @@ def placeholders(program: Program) -> list[str]:
     script = next((rel for rel in _scripts(cmd) if rel in _TEMPLATE_SCRIPTS), "")
     if script and not (program.repo_root / script).exists():
         line = program.lines.get("verifier.command", 1)
+        does = f"prints '{program.verifier.label}: NUMBER'" if program.verifier.measure == "output" \
+            and program.verifier.score is None else "runs your code (see the comment beside it)"
         out.append(f"{name}:{line}: verifier.command is still the template's placeholder "
-                   f"'{cmd}' ({script} does not exist): put the command that prints "
-                   f"'{program.verifier.label}: NUMBER'")
+                   f"'{cmd}' ({script} does not exist): put the command that {does}")
     return out
 
 
