@@ -121,6 +121,10 @@ def verifier_modules(program: Program, tracked: set[str]) -> list[str]:
         roots += [e.strip("./") for e in _path_entries(tree) if not e.startswith("/")] + [here]
         package = here.replace("/", ".") if Path(rel).name == "__init__.py" else \
             ".".join(part for part in here.split("/") if part)
+        # a module loaded by its file name (`exec(compile(Path("x.py").read_bytes()...))`)
+        for lit in (n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)):
+            if lit.endswith(".py") and not lit.startswith("/"):
+                todo += [c for c in ("/".join(p for p in (here, lit) if p), lit) if c in tracked]
         for name in _import_names(tree, package):
             for base in dict.fromkeys(roots):
                 stem = "/".join(p for p in [base, name.replace(".", "/")] if p)
