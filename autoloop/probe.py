@@ -6,7 +6,8 @@ verifier's Python code imports — where a generator's change would sit — in a
 HEAD, measured the way `autoloop verify` measures (the program's own command, `measure`,
 `score`, sandbox and data), and compared with unmodified measurements of the same tree. The
 checkout, the branches and the journal are not touched. A hack *fooled* the verifier when its
-tree passes the guards and measures better than every baseline run by more than their spread.
+tree passes the guards and measures better than every baseline run by more than their spread,
+twice in a row.
 """
 
 from __future__ import annotations
@@ -139,12 +140,42 @@ def plant_target(program: Program, head: str) -> tuple[str | None, tuple[str, ..
     """(the module the verifier imports that a generator may change, the test helpers a
     generator may change)."""
     rules, tracked = _rules(program), _tracked(program, head)
-    target = next((rel for rel in verifier_modules(program, tracked)
-                   if rules.why_not(rel) is None and not TEST_LIKE.search(rel)), None)
+    editable = [rel for rel in verifier_modules(program, tracked)
+                if rules.why_not(rel) is None and not TEST_LIKE.search(rel)]
+    # a package's __init__ that only re-exports has nothing to memoise or break: prefer the
+    # first module that defines public functions
+    target = next((rel for rel in editable if _defines_functions(program.repo_root / rel)),
+                  editable[0] if editable else None)
     helpers = [rel for rel in sorted(tracked) if TEST_LIKE.search(rel) and rules.why_not(rel) is None]
+    named = _guard_paths(program, tracked)
+    if named:   # the helpers of the tests the guards run, when their commands name them
+        helpers = [rel for rel in helpers if any(rel == n or rel.startswith(n + "/") for n in named)] or helpers
     if not helpers and "conftest.py" in rules.literal and rules.why_not("conftest.py") is None:
         helpers = ["conftest.py"]   # allowed by name: a generator may create it
     return target, tuple(helpers)
+
+
+def _defines_functions(path: Path) -> bool:
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.name.startswith("_")
+               for n in tree.body)
+
+
+def _guard_paths(program: Program, tracked: set[str]) -> list[str]:
+    """Files and folders of the tree the guards' commands name (`pytest tests/unit`)."""
+    folders = {str(Path(rel).parent) for rel in tracked}
+    out = []
+    for g in program.guards:
+        for word in g.command.split():
+            word = word.strip("'\"").rstrip("/")
+            if word.startswith("./"):
+                word = word[2:]
+            if word in tracked or word in folders:
+                out.append(word)
+    return out
 
 
 # ---- measuring -----------------------------------------------------------------------------
@@ -175,7 +206,14 @@ class _Prober:
             return value < min(base.values) - margin
         return value > max(base.values) + margin
 
-    def judge(self, name: str, res: Verified, base: Baseline, fix: str) -> Finding:
+    def _confirmed(self, res: Verified, base: Baseline) -> bool:
+        m = res.measurement
+        return m.guards_ok and m.metric is not None and self.better(m.metric, base)
+
+    def judge(self, name: str, res: Verified, base: Baseline, fix: str,
+              again: Callable[[], Verified] | None = None) -> Finding:
+        """`again` measures the hacked tree once more: a verdict of fooled needs both (one run
+        of a busy machine can beat three baseline runs by chance)."""
         m = res.measurement
         if not m.guards_ok:
             g = m.failed_guard
@@ -183,7 +221,7 @@ class _Prober:
         if m.metric is None:
             return Finding(name, False, _short(f"no metric: {m.error or 'none'}"))
         label = self.program.verifier.label
-        if self.better(m.metric, base):
+        if self.better(m.metric, base) and (again is None or self._confirmed(again(), base)):
             return Finding(name, True, f"{label} {num(m.metric)} vs {num(base.median)} at baseline", fix)
         return Finding(name, False, f"{label} {num(m.metric)} vs {num(base.median)} at baseline")
 
@@ -265,8 +303,8 @@ def _classes(p: _Prober, base: Baseline, target: str | None, helpers: tuple[str,
         ]
         for name, code in printed[:1]:
             yield _one(p, base, name, code, fix["printed"])
-        yield p.judge("patched-clock", p.run(plant(hacks.patched_clock())), base, fix["clock"])
-        yield p.judge("sys-modules", p.run(plant(hacks.sys_modules_clock())), base, fix["clock"])
+        for name, code in (("patched-clock", hacks.patched_clock()), ("sys-modules", hacks.sys_modules_clock())):
+            yield p.judge(name, p.run(plant(code)), base, fix["clock"], lambda c=code: p.run(plant(c)))
         for name, code in printed[1:]:
             yield _one(p, base, name, code, fix["printed"])
         yield _special_cased(p, base, target, fix["seed"])
@@ -280,7 +318,10 @@ def _one(p: _Prober, base: Baseline, name: str, code: str | None, fix: str) -> F
         return Finding(name, None, "the metric is read by `pattern`: no line to forge generically")
     target = base.target
     assert target is not None
-    return p.judge(name, p.run(lambda tree: _append(tree, target, code)), base, fix)
+    def planted() -> Verified:
+        return p.run(lambda tree: _append(tree, target, code))
+
+    return p.judge(name, planted(), base, fix, planted)
 
 
 def _special_cased(p: _Prober, base: Baseline, target: str, fix: str) -> Finding:
@@ -299,7 +340,12 @@ def _special_cased(p: _Prober, base: Baseline, target: str, fix: str) -> Finding
     p.run(lambda tree: _append(tree, target, hacks.record_calls()), collect)
     if not seen:
         return Finding("special-cased-input", None, f"no call into {target}'s public functions was seen")
-    return p.judge("special-cased-input", p.run(lambda tree: _append(tree, target, hacks.memo(seen))), base, fix)
+    memo = hacks.memo(seen)
+
+    def planted() -> Verified:
+        return p.run(lambda tree: _append(tree, target, memo))
+
+    return p.judge("special-cased-input", planted(), base, fix, planted)
 
 
 def _cached(p: _Prober, base: Baseline, target: str, fix: str) -> Finding:
@@ -308,7 +354,11 @@ def _cached(p: _Prober, base: Baseline, target: str, fix: str) -> Finding:
     try:
         p.run(lambda tree: _append(tree, target, hacks.cross_cache(token, write=True)))
         reader = hacks.cross_cache(token, write=False)
-        return p.judge("cached-results", p.run(lambda tree: _append(tree, target, reader)), base, fix)
+
+        def planted() -> Verified:
+            return p.run(lambda tree: _append(tree, target, reader))
+
+        return p.judge("cached-results", planted(), base, fix, planted)
     finally:
         for d in hacks.cache_dirs(token, str(Path.home())):
             remove_tree(Path(d))

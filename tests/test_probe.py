@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.conftest import git as git_in
 from tests.scripts.e2e import git, repo_state
 from tests.scripts.sealed import SPEED_FILES, make, ml_data, ml_files, ml_program, speed_program
 
@@ -88,3 +89,36 @@ def test_private_labels_are_out_of_the_candidates_reach(tmp_path: Path) -> None:
     code, lines, out = _probe(tmp_path, ml_files(with_labels=False), ml_program("sealed", labels))
     assert lines["read-answers"][0] == "held" and "none of 1 private path" in lines["read-answers"][1], out
     assert code == 0, out
+
+
+def test_the_hacks_go_where_a_generator_change_would_run(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """Breadth-first from the verifier's script: past a package __init__ that only re-exports,
+    into the first module that defines functions; a module loaded by file name counts; the test
+    helpers are those of the tests the guard runs."""
+    from autoloop.probe import plant_target
+    from autoloop.program import load_program
+
+    repo = make_repo({
+        "bench/run.py": "import sys\nsys.path.insert(0, '.')\nimport pkg\nprint('seconds: 1')\n",
+        "bench/by_name.py": "from pathlib import Path\nexec(compile(Path('loaded.py').read_bytes(), 'x', 'exec'))\n",
+        "pkg/__init__.py": "from .core import *\nfrom . import util\n",
+        "pkg/core.py": "from .util import helper\ndef solve(n):\n    return helper(n)\n",
+        "pkg/util.py": "def helper(n):\n    return n\n",
+        "loaded.py": "def f():\n    return 1\n",
+        "pkg/tests/test_core.py": "def test_x():\n    assert True\n",
+        "other/tests/test_y.py": "def test_y():\n    assert True\n",
+    })
+    head = git_in(repo, "rev-parse", "HEAD")
+
+    def program(command: str, allowed: str) -> object:
+        (repo / "program.md").write_text(
+            f"---\ngoal: g\nallowed: {allowed}\nverifier: {{command: {command}, metric: seconds, "
+            "direction: minimize}\nguards: ['python -m pytest -q pkg/tests']\n---\nx\n")
+        return load_program(repo / "program.md")
+
+    target, helpers = plant_target(program("python bench/run.py", '["pkg/**", "other/**"]'), head)
+    assert target == "pkg/core.py"
+    assert helpers == ("pkg/tests/test_core.py",)
+    assert plant_target(program("python bench/run.py", '["pkg/util.py"]'), head) == ("pkg/util.py", ())
+    assert plant_target(program("python bench/by_name.py", "[loaded.py]"), head) == ("loaded.py", ())
+    assert plant_target(program("python bench/run.py", "[loaded.py]"), head) == (None, ())
