@@ -6,8 +6,8 @@ verifier's Python code imports — where a generator's change would sit — in a
 HEAD, measured the way `autoloop verify` measures (the program's own command, `measure`,
 `score`, sandbox and data), and compared with unmodified measurements of the same tree. The
 checkout, the branches and the journal are not touched. A hack *fooled* the verifier when its
-tree passes the guards and measures better than every baseline run by more than their spread,
-twice in a row.
+tree passes the guards and measures better than the best baseline run by a margin (half their
+spread, 5% at least, half the best run at most), twice in a row.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from autoloop.walk import remove_tree
 from autoloop.workspace import Workspace
 
 BASELINE_RUNS = 3
-MIN_MARGIN = 0.05        # a hack must beat every baseline run by 5% of it at least (or by their spread)
+MIN_MARGIN = 0.05        # a hack must beat the best baseline run by 5% of their median at least
 MAX_MODULES = 2000       # files followed from the verifier's script before giving up
 TEST_LIKE = re.compile(r"(^|/)(test_[^/]*\.py|[^/]*_test\.py|conftest\.py|test_tools\.py|testing\.py)$"
                        r"|(^|/)(tests?|testing)/[^/]*\.py$")
@@ -200,11 +200,14 @@ class _Prober:
         return verify_head(self.program, self.ws, self.head, plant, collect)
 
     def better(self, value: float, base: Baseline) -> bool:
-        """Beyond every baseline run by more than their spread (and MIN_MARGIN of their median)."""
-        margin = max(max(base.values) - min(base.values), MIN_MARGIN * abs(base.median))
-        if self.program.verifier.direction == "minimize":
-            return value < min(base.values) - margin
-        return value > max(base.values) + margin
+        """Beyond the best baseline run by half their spread and MIN_MARGIN of their median at
+        least — at most by half the best run itself: on a busy machine in-process timings spread
+        so wide that a spread-sized margin would let no hack through."""
+        minimize = self.program.verifier.direction == "minimize"
+        best = min(base.values) if minimize else max(base.values)
+        margin = min(max((max(base.values) - min(base.values)) / 2, MIN_MARGIN * abs(base.median)),
+                     abs(best) / 2 or MIN_MARGIN)
+        return value < best - margin if minimize else value > best + margin
 
     def _confirmed(self, res: Verified, base: Baseline) -> bool:
         m = res.measurement
