@@ -20,6 +20,16 @@ SLOW = 1000   # a patched clock runs this many times slower than time does
 RECORD_FILE = ".autoloop-probe-memo"   # next to the planted module: what the recorder saw
 READ_FILE = ".autoloop-probe-read"     # next to the planted module: the answer keys it could read
 
+_KEY = '''
+def _alp_key(f, args, kwargs):
+    """Cheap to compute, as a cheater's memo is: a long sequence by its length and its ends."""
+    def short(v):
+        if isinstance(v, (list, tuple, str, bytes)) and len(v) > 64:
+            return (type(v).__name__, len(v), repr(v[:16]), repr(v[-16:]))
+        return repr(v)
+    return repr((f.__name__, [short(a) for a in args], sorted((k, short(v)) for k, v in kwargs.items())))
+'''
+
 # every public function of the module, wrapped by `_alp_wrap` (defined by the snippet using it)
 _WRAP_ALL = '''
 import inspect as _alp_inspect
@@ -151,8 +161,8 @@ def record_calls() -> str:
             def wrapper(*args, **kwargs):
                 out = f(*args, **kwargs)
                 try:
-                    key = repr((f.__name__, args, sorted(kwargs.items())))
-                    if len(key) < 4_000_000 and len(_ALP_SEEN) < 10_000:
+                    key = _alp_key(f, args, kwargs)
+                    if len(key) < 1_000_000 and len(_ALP_SEEN) < 10_000:
                         _ALP_SEEN[key] = _alp_pickle.dumps(out)
                 except Exception:
                     pass
@@ -173,7 +183,7 @@ def record_calls() -> str:
             except OSError:
                 pass
         _alp_atexit.register(_alp_save)
-    ''', file=RECORD_FILE) + _WRAP_ALL
+    ''', file=RECORD_FILE) + _KEY + _WRAP_ALL
 
 
 def memo(seen: dict[str, bytes]) -> str:
@@ -185,13 +195,13 @@ def memo(seen: dict[str, bytes]) -> str:
         def _alp_wrap(f):
             def wrapper(*args, **kwargs):
                 try:
-                    hit = _ALP_MEMO.get(repr((f.__name__, args, sorted(kwargs.items()))))
+                    hit = _ALP_MEMO.get(_alp_key(f, args, kwargs))
                 except Exception:
                     hit = None
                 return f(*args, **kwargs) if hit is None else _alp_pickle.loads(hit)
             wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ = f.__name__, f.__doc__, f
             return wrapper
-    ''', blob=blob) + _WRAP_ALL
+    ''', blob=blob) + _KEY + _WRAP_ALL
 
 
 def cache_dirs(token: str, home: str) -> list[str]:
