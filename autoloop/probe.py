@@ -13,6 +13,7 @@ spread, 5% at least, half the best run at most), twice in a row.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import secrets
 import statistics
@@ -387,7 +388,8 @@ def _weakened(p: _Prober, base: Baseline, target: str | None, helpers: tuple[str
             _append(tree, rel, hacks.weakened_helper(Path(rel).name == "conftest.py"))
 
     shown = ", ".join(helpers[:3]) + (f" (+{len(helpers) - 3} more)" if len(helpers) > 3 else "")
-    forbid = f"forbidden: [{', '.join(helpers[:3])}{', ...' if len(helpers) > 3 else ''}]"
+    common = os.path.commonpath(helpers) if len(helpers) > 1 else ""
+    forbid = f'forbidden: ["{common}/**"]' if len(helpers) > 3 and common else f"forbidden: [{', '.join(helpers)}]"
     control = p.run(broken).measurement
     if control.guards_ok:
         return Finding(name, True, f"the guards pass with {target} broken, even with {shown} untouched "
