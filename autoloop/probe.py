@@ -225,9 +225,18 @@ class _Prober:
         if m.metric is None:
             return Finding(name, False, _short(f"no metric: {m.error or 'none'}"))
         label = self.program.verifier.label
-        if self.better(m.metric, base) and (again is None or self._confirmed(again(), base)):
-            return Finding(name, True, f"{label} {num(m.metric)} vs {num(base.median)} at baseline", fix)
-        return Finding(name, False, f"{label} {num(m.metric)} vs {num(base.median)} at baseline")
+        said = f"{label} {num(m.metric)} vs {num(base.median)} at baseline"
+        if not self.better(m.metric, base):
+            return Finding(name, False, said)
+        if again is None:
+            return Finding(name, True, said, fix)
+        second = again()
+        if self._confirmed(second, base):
+            return Finding(name, True, said, fix)
+        m2 = second.measurement
+        then = num(m2.metric) if m2.guards_ok and m2.metric is not None else \
+            (m2.failed_guard.name + " failed" if m2.failed_guard else m2.error or "no metric")
+        return Finding(name, False, _short(f"{said} once, then {then}: not confirmed"))
 
 
 def _short(text: str, limit: int = 110) -> str:

@@ -73,6 +73,8 @@ def signal_exit(line: str, delay: float) -> str:
         _alp_signal.signal(_alp_signal.SIGALRM, _alp_handler)
         _alp_signal.signal(_alp_signal.SIGTERM, _alp_handler)
         _alp_signal.setitimer(_alp_signal.ITIMER_REAL, {delay})
+        import atexit as _alp_atexit   # a run that ends first must not die of the alarm on its way out
+        _alp_atexit.register(_alp_signal.setitimer, _alp_signal.ITIMER_REAL, 0)
     ''', line=line, delay=delay)
 
 
