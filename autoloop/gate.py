@@ -28,7 +28,7 @@ from autoloop.program import Program, check_data
 from autoloop.ratchet import orientation
 from autoloop.sandbox import Confinement, tree_box
 from autoloop.score import Scorer
-from autoloop.verify import measure, new_seed, sandbox_outside_run, steps
+from autoloop.verify import SEED_VAR, measure, new_seed, sandbox_outside_run, steps
 from autoloop.walk import remove_tree, temp_dir
 from autoloop.gitrun import git
 from autoloop.measured_files import protected_paths
@@ -213,8 +213,8 @@ def _run_guards(program: Program, cwd: Path, env: dict[str, str], log_dir: Path,
                 box: Confinement | None) -> str:
     """The first failing guard and how it failed, or ""."""
     todo = [s for s in steps(program) if s.guard]
-    results = proc.run_steps(todo, cwd=cwd, env=env, log_dir=log_dir, marker=marker,
-                             wrap=None if box is None else box.argv)
+    results = proc.run_steps(todo, cwd=cwd, env={**env, SEED_VAR: str(new_seed())}, log_dir=log_dir,
+                             marker=marker, wrap=None if box is None else box.argv)
     return next((f"{s.name}: {r.describe()}" for s, r in zip(todo, results) if not r.ok), "")
 
 

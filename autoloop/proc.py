@@ -132,6 +132,7 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
             open(stdin or os.devnull, "rb") as inp, _Adopting(marker) as adopting:
         with _starting():   # registered before any leftover sweep of another thread can look
             try:
+                launched = time.monotonic()   # wall_s: from here, not from our own preparations
                 proc = subprocess.Popen(
                     command if shell else list(command), shell=shell, cwd=cwd,
                     env={**env, MARKER_VAR: marker}, stdin=inp, stdout=out, stderr=err,
@@ -187,7 +188,7 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
     timed = code is not None and adopting.working and adopting.accounted
     return ProcResult(code, timed_out, interrupted, time.monotonic() - started, out_path, err_path,
                       leftovers, timeout, over_limit=over,
-                      wall_s=done_at - started if timed else None, cpu_s=adopting.cpu if timed else None)
+                      wall_s=done_at - launched if timed else None, cpu_s=adopting.cpu if timed else None)
 
 
 def run_steps(steps: Iterable[Step], *, cwd: Path, env: Mapping[str, str], log_dir: Path,
