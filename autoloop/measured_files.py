@@ -131,4 +131,6 @@ def uncommitted_warnings(program: Program, ws: Workspace, commit: str) -> list[s
 
 def verifier_fingerprint(program: Program) -> dict[str, Any]:
     v = program.verifier
-    return {"command": v.command, "metric": v.metric, "pattern": v.pattern, "direction": v.direction}
+    # the score's key only when set: ledgers written before it existed still match
+    return {"command": v.command, "metric": v.metric, "pattern": v.pattern, "direction": v.direction,
+            **({"score": v.score} if v.score is not None else {})}

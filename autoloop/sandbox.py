@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
@@ -23,7 +22,7 @@ from autoloop.errors import ConfigError
 from autoloop.executables import all_words
 from autoloop.proc import run_captured
 from autoloop.specs import SandboxSpec
-from autoloop.walk import inside, under
+from autoloop.walk import inside, remove_tree, temp_dir, under
 
 if TYPE_CHECKING:   # a Ray node imports this module: nothing that reads program.md
     from autoloop.program import Program
@@ -203,13 +202,15 @@ _UNREADABLE: list[str] = []
 
 
 def _unreadable_file() -> str:
-    """An empty file of mode 000, made once per process and removed at its exit."""
+    """An empty file of mode 000, made once per process and removed at its exit (in a temp_dir:
+    `autoloop clean` finds it when the process was killed first)."""
     if not _UNREADABLE:
-        fd, name = tempfile.mkstemp(prefix="autoloop-hidden-")
-        os.close(fd)
+        folder = temp_dir("hidden")
+        name = folder / "unreadable"
+        name.touch()
         os.chmod(name, 0)
-        atexit.register(lambda: os.path.exists(name) and os.unlink(name))
-        _UNREADABLE.append(name)
+        atexit.register(remove_tree, folder, quiet=True)
+        _UNREADABLE.append(str(name))
     return _UNREADABLE[0]
 
 
@@ -265,10 +266,12 @@ def probed(program: Program) -> tuple[Bwrap | None, str | None]:
             where = f"{program.path.name}:{program.lines.get('sandbox', 1)}"
             raise ConfigError(f"{where}: sandbox: {exc}") from None
         if program.private:
-            # without a sandbox every process could read them: refused, not said
+            # without a sandbox every process could read them: refused, not said (and
+            # `sandbox: none`, the probe's usual way out, is refused with private too)
+            why = re.sub(r"[;,]? *(or )?use sandbox: none( to run without one)?", "", str(exc))
             raise ConfigError(f"{program.path.name}:{program.line('private')}: private: needs a sandbox to keep "
                               f"these paths from the generator and the candidate's code, and none can be "
-                              f"made here ({exc}); make bubblewrap work, or remove private") from None
+                              f"made here ({why}); make bubblewrap work, or remove private") from None
         return None, str(exc)
     return box, None
 

@@ -287,6 +287,7 @@ def _build_program(p: Reader, values: dict[str, Any], at: At) -> dict[str, Any]:
     if values.get("private") and values.get("sandbox", SandboxSpec()).kind == "none":
         p.fail_key("private", "private paths are kept from the generator and the candidate's code by "
                               "the sandbox, and sandbox is none; remove `sandbox: none` (or the private key)")
+    _private_apart(p, values)
     editable = PathRules(values["allowed"], values.get("forbidden", ()))
     for i, d in enumerate(values.get("data", ())):
         if editable.allows(d.target) or editable.allows(d.target + "/x"):
@@ -294,6 +295,20 @@ def _build_program(p: Reader, values: dict[str, Any], at: At) -> dict[str, Any]:
                    f"data[{i}].as: {d.target!r} is a path 'allowed' lets the generator "
                    "write; read-only data needs a place it cannot touch")
     return values
+
+
+def _private_apart(p: Reader, values: dict[str, Any]) -> None:
+    """A private path that overlaps a path the sandboxes bind writable, or a `data:` source that
+    every measurement reads, would be reachable from there."""
+    sandbox: SandboxSpec = values.get("sandbox", SandboxSpec())
+    shared = [(f"sandbox.writable '{w}'", Path(os.path.expanduser(w)).resolve()) for w in sandbox.writable]
+    shared += [(f"data[{i}].path '{d.source}'", d.source) for i, d in enumerate(values.get("data", ()))]
+    for i, path in enumerate(values.get("private", ())):
+        for what, other in shared:
+            if path.is_relative_to(other) or other.is_relative_to(path):
+                p.fail(p.lines.get(f"private[{i}]", p.lines["private"]),
+                       f"private[{i}]: '{path}' overlaps {what}, where the generator or the candidate's "
+                       "code can reach it; keep private paths apart from both")
 
 
 # ---------------------------------------------------------------------------- list items

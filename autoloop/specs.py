@@ -26,7 +26,7 @@ class VerifierSpec:
     timeout: float = 600.0
     repeats: int = 1                   # strict rule: runs per side, the median of them decides
     network: bool = False              # measurements keep the network (sandboxed: off unless true)
-    measure: str = "output"            # output | wall | cpu: where the metric comes from
+    measure: str = "output"            # output: read the metric; wall | cpu: autoloop times the command
     score: str | None = None           # run in the start commit's tree after `command` (contract §10)
 
     @property

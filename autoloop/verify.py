@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import secrets
+import stat
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -14,7 +16,7 @@ from autoloop.hints import missing_path_hint, near_miss, plain, root_hint, uncom
 from autoloop.metric import GuardResult, Measurement, MetricError, parse_metric
 from autoloop.program import HoldoutSpec, Program, VerifierSpec
 from autoloop.sandbox import Bwrap, Confinement, failure_hint, probed
-from autoloop.walk import remove_tree
+from autoloop.walk import remove_tree, walk
 
 OUTPUT_VAR = "AUTOLOOP_OUTPUT"   # the folder `verifier.command` writes and `score` reads
 # `verifier.score` run on the command's output: (env, output folder, log_dir, marker) → its result
@@ -70,19 +72,39 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
         output = output or Path(env["TMPDIR"]).parent / "output"
         remove_tree(output, quiet=True)
         output.mkdir(parents=True)
+        made = os.lstat(output)
         with_output = {**env, OUTPUT_VAR: str(output)}
         results += run(todo[-1:], with_output)
         if results[-1].ok:
-            score = scorer(with_output, output, log_dir, marker)
+            odd = not_plain(output, made)
+            score = scorer(with_output, output, log_dir, marker) if not odd else (
+                f"not run: ${OUTPUT_VAR} {odd}; the command must write plain files into the folder "
+                "(a link could point the score at what the candidate cannot read)")
     return dataclasses.replace(summarize(program, todo, results, box, verifier, score), seed=seed)
+
+
+def not_plain(folder: Path, made: os.stat_result) -> str | None:
+    """What makes `folder` (made as `made`) more than regular files and folders, or None: the
+    folder replaced (by a link to a private folder), or an entry that is a symbolic link (to a
+    private answer key) or a fifo (that would hang the score)."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) != (made.st_dev, made.st_ino):
+        return "was replaced"
+    for rel, _, st in walk(str(folder), ordered=True):
+        if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            return f"holds {rel}, not a regular file or folder"
+    return None
 
 
 def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[proc.ProcResult],
               box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None,
-              score: proc.ProcResult | None = None) -> Measurement:
+              score: proc.ProcResult | str | None = None) -> Measurement:
     """The results of `todo` (up to the first failing guard) as a Measurement; with `score`
-    (the result of `verifier.score`) the metric is its, or with `measure: wall|cpu` its exit is
-    a correctness check."""
+    (the result of `verifier.score`, or why it was not run) the metric is its, or with
+    `measure: wall|cpu` its exit is a correctness check."""
     spec = verifier or program.verifier
     scored = spec.score is not None and spec.measure == "output"
     if score is not None and not scored:
@@ -121,9 +143,9 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
 
 
 def _score_metric(spec: VerifierSpec | HoldoutSpec, guards: tuple[GuardResult, ...],
-                  score: proc.ProcResult | None, box: Confinement | None, total: float) -> Measurement:
-    if score is None:
-        return Measurement(None, guards, "verifier.score did not run", None, total)
+                  score: proc.ProcResult | str | None, box: Confinement | None, total: float) -> Measurement:
+    if score is None or isinstance(score, str):
+        return Measurement(None, guards, f"verifier.score {score or 'did not run'}", None, total)
     stem, total = score.stdout_path.with_suffix(""), total + score.duration_s
     if not score.ok:
         return Measurement(None, guards, "verifier.score: " + failure_summary(score, box), stem, total)
@@ -134,10 +156,16 @@ def _score_metric(spec: VerifierSpec | HoldoutSpec, guards: tuple[GuardResult, .
         return Measurement(None, guards, f"verifier.score: {exc}{hint}", stem, total)
 
 
-def _checked(m: Measurement, score: proc.ProcResult, box: Confinement | None) -> Measurement:
+def _checked(m: Measurement, score: proc.ProcResult | str, box: Confinement | None) -> Measurement:
     """`measure: wall|cpu`: the score checks the command's results; failing, the cycle is a guard_fail."""
+    if m.metric is None:
+        return m
+    if isinstance(score, str):
+        assert m.log_stem is not None
+        failed = GuardResult("score", False, score, m.log_stem, 0.0)
+        return Measurement(None, (*m.guards, failed), None, None, m.duration_s)
     total = m.duration_s + score.duration_s
-    if m.metric is None or score.ok:
+    if score.ok:
         return dataclasses.replace(m, duration_s=total)
     failed = GuardResult("score", False, failure_summary(score, box), score.stdout_path.with_suffix(""),
                          score.duration_s)

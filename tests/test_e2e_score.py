@@ -47,6 +47,9 @@ print(f"acc: {accuracy(preds, labels):.4f}")
 '''
 LABELS = " ".join(str(int(x % 3 == 0)) for x in range(20))   # 7 ones: predicting 0 scores 0.65
 
+SWAP = ("import atexit, os, sys\ndef _swap():\n    p = os.path.join(os.environ['AUTOLOOP_OUTPUT'], 'preds.txt')\n"
+        "    os.remove(p)\n    os.symlink(sys.argv[1], p)\natexit.register(_swap)\n"
+        "def predict(x):\n    return int(x % 6 == 0)\n")
 CHEATS = {
     # a metric line at exit and a fake answers file next to the predictions
     1: '''W("model.py", "import atexit\\natexit.register(print, 'acc: 1.0')\\n"
@@ -63,6 +66,8 @@ CHEATS = {
         (OUT / "generator-private.txt").write_text(seen)
         W("model.py", "def predict(x):\\n    return int(x % 6 == 0)\\n")
     ''',
+    # at exit, the predictions become a link to the labels (their path is on the command line)
+    4: f'W("model.py", {SWAP!r})',
 }
 
 
@@ -84,7 +89,7 @@ def scored(request, tmp_path_factory):
                             "score.py": SCORE_PY},
                      verifier=f"{PY} produce.py {labels} {out}\n  score: {PY} score.py {labels}",
                      extra=extra)
-    res = p.run("--cycles", "3", timeout=300)
+    res = p.run("--cycles", "4", timeout=300)
     return p, res, out
 
 
@@ -97,6 +102,15 @@ def test_cheats_change_nothing_and_a_real_gain_is_kept(scored):
     assert rows[2]["status"] != "keep" and float(rows[2]["metric"] or 0.65) == pytest.approx(0.65)
     assert rows[3]["status"] == "keep", rows[3]
     assert float(rows[3]["metric"]) == pytest.approx(0.85)   # x % 6 == 0 misses 3, 9 and 15
+    assert rows[4]["status"] == "crash" and rows[4]["metric"] == "", rows[4]
+    assert "$AUTOLOOP_OUTPUT holds preds.txt, not a regular file or folder" in p.experiments()
+
+
+def test_the_end_of_run_check_is_scored_too(scored):
+    p, _, _ = scored
+    finals = [json.loads(line) for line in p.ledger_lines() if line and json.loads(line).get("t") == "final"]
+    if "accept:" not in (p.repo / "program.md").read_text():   # strict: final_pairs left at its default
+        assert finals and finals[-1]["b"] == [pytest.approx(0.85)] and finals[-1]["a"] == [pytest.approx(0.65)]
 
 
 def test_private_labels_hidden_from_generator_and_command(scored):
@@ -113,3 +127,33 @@ def test_private_labels_never_written_by_the_run(scored):
         assert LABELS not in f.read_text(errors="replace"), f
     for r in p.records():
         assert LABELS not in json.dumps(r)
+
+
+HOLDOUT_PY = '''\
+import sys
+from pathlib import Path
+import model
+labels = [int(v) for v in open(sys.argv[1]).read().split()]
+Path(sys.argv[2], "holdout-private.txt").write_text("read")
+print(f"acc: {sum(model.predict(x) == y for x, y in enumerate(labels)) / len(labels):.4f}")
+'''
+
+
+def test_the_holdout_reads_private_paths(tmp_path):
+    private = tmp_path / "private"
+    private.mkdir()
+    labels = private / "labels.txt"
+    labels.write_text(LABELS)
+    out = tmp_path / "out"
+    extra = (f"private: [{private}]\nsandbox: {{writable: [{tmp_path / 'records'}, {out}]}}\n"
+             f"holdout: {{command: {PY} holdout.py {labels} {out}, metric: acc}}\naccept: {{final_pairs: 3}}")
+    p = make_project(tmp_path, {1: 'W("model.py", "def predict(x):\\n    return int(x % 6 == 0)\\n")'},
+                     guards=False, metric="acc", direction="maximize", allowed="[model.py, helpers.py]",
+                     files={"model.py": MODEL_PY, "helpers.py": HELPERS_PY, "produce.py": PRODUCE_PY,
+                            "score.py": SCORE_PY, "holdout.py": HOLDOUT_PY},
+                     verifier=f"{PY} produce.py {labels} {out}\n  score: {PY} score.py {labels}", extra=extra)
+    res = p.run("--cycles", "1", timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert p.statuses()[1] == "keep"
+    assert (out / "holdout-private.txt").read_text() == "read"
+    assert (out / "command-private.txt").read_text() in ("PermissionError", "FileNotFoundError")

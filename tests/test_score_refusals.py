@@ -84,7 +84,8 @@ def test_private_where_no_sandbox_can_be_made(make_repo, tmp_path: Path) -> None
     env = {"PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}"}
     msg = refused(repo, env=env)
     assert msg.startswith("program.md:9: private: needs a sandbox") and "bwrap is not installed" in msg
-    assert "make bubblewrap work, or remove private" in msg
+    assert msg.endswith("apt-get install bubblewrap; Fedora: dnf install bubblewrap)); make bubblewrap work, "
+                        "or remove private"), msg
 
 
 def test_score_naming_a_file_the_generator_may_change(make_repo) -> None:
@@ -105,3 +106,15 @@ def test_score_with_ray(make_repo) -> None:
                                        "ray yet (its tree and private paths stay on this machine); use "
                                        "parallel.executor: local")
     assert git(repo, "branch", "--list", "autoloop/*") == ""
+
+
+@pytest.mark.parametrize("other", ["sandbox: {writable: [WHERE]}\n", "data:\n  - {path: WHERE, as: data/x}\n"])
+def test_private_overlapping_what_the_boxes_reach(make_repo, tmp_path: Path, other: str) -> None:
+    (tmp_path / "shared" / "labels").mkdir(parents=True)
+    repo = make_repo(FILES)
+    (repo / "program.md").write_text(program(extra=other.replace("WHERE", str(tmp_path / "shared"))
+                                             + f"private: [{tmp_path / 'shared' / 'labels'}]\n"))
+    msg = refused(repo)
+    assert f"private[0]: '{tmp_path / 'shared' / 'labels'}' overlaps " in msg, msg
+    assert msg.endswith("where the generator or the candidate's code can reach it; keep private paths "
+                        "apart from both")
