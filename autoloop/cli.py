@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     command("verify", "measure HEAD as a run's baseline would (guards + metric); changes nothing", None)
     d = command("doctor", "check that a run could start: git, generator, sandbox, data, verifier", None)
     d.add_argument("--tag", default="doctor", help="the run tag to check against (default: doctor)")
+    d.add_argument("--probe", action="store_true",
+                   help="try the reward hacks that fit the program against its own verifier, in a throwaway "
+                        "tree; exit 1 if any fooled it")
     command("log", "the cycles of a run and its summary").add_argument(
         "--wide", action="store_true",
         help="print every hypothesis and lesson whole (default: cut with … to the terminal width)")
@@ -441,6 +444,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from autoloop.doctor import diagnose
 
+    if args.probe:
+        return _probe(load(args.program))
     failed = 0
     for check in diagnose(load(args.program), tag=args.tag):
         print(f"{check.state:<4}  {check.name:<{DOCTOR_NAME_WIDTH}}  {check.detail}", flush=True)
@@ -449,6 +454,37 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(f"doctor: {failed} problem{'s' if failed > 1 else ''}: a run would not start (or not get far)")
         return 1
     print("doctor: a run can start")
+    return 0
+
+
+def _probe(program: Any) -> int:
+    from autoloop.numbers import num, seconds
+    from autoloop.probe import Baseline, ProbeError, probe
+
+    v = program.verifier
+    mode = getattr(v, "measure", "output")
+    print(f"probe: reward hacks against {v.label} (measure: {mode}"
+          f"{', score' if getattr(v, 'score', None) else ''}), each in a throwaway tree of HEAD; "
+          "nothing of the checkout changes", flush=True)
+    fooled = 0
+    try:
+        for item in probe(program):
+            if isinstance(item, Baseline):
+                where = f"planted in {item.target}" if item.target else "no module to plant in"
+                print(f"baseline  {v.label} {' '.join(num(x) for x in item.values)} "
+                      f"({seconds(item.seconds)} a run); {where}", flush=True)
+                continue
+            state = "skip" if item.fooled is None else ("fooled" if item.fooled else "held")
+            fix = f" — fix: {item.fix}" if item.fooled else ""
+            print(f"{state:<6}  {item.name:<{DOCTOR_NAME_WIDTH + 5}}  {item.detail}{fix}", flush=True)
+            fooled += bool(item.fooled)
+    except ProbeError as exc:
+        print(f"probe: {exc}")
+        return 1
+    if fooled:
+        print(f"probe: {fooled} hack{'s' if fooled > 1 else ''} fooled the verifier: a run could keep them")
+        return 1
+    print("probe: every hack tried was caught")
     return 0
 
 
@@ -536,7 +572,7 @@ def _shown(p: Path) -> str:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from autoloop.init import TEMPLATES, init_program
+    from autoloop.init import CHOICE, TEMPLATES, init_program
 
     if args.list:
         for name, desc in TEMPLATES.items():
@@ -544,7 +580,10 @@ def cmd_init(args: argparse.Namespace) -> int:
         return 0
     target = Path(args.path)
     steps = init_program(target, args.template)
-    print(f"wrote {target / 'program.md' if target.is_dir() else target}. Next:")
+    print(f"wrote {target / 'program.md' if target.is_dir() else target}.")
+    for line in CHOICE.get(args.template, ()):
+        print(f"  {line}")
+    print("Next:")
     for s in steps:
         print(f"  {s}")
     return 0

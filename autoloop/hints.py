@@ -39,7 +39,7 @@ _ABS_MISSING = re.compile(r"(?:No such file or directory: |can't open file )'(/[
 _SANDBOX_EMPTY = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 # what `autoloop init` writes and a person must replace (see autoloop/templates/*.md)
 _PLACEHOLDER_BODY = re.compile(r"^EDIT:", re.MULTILINE)
-_TEMPLATE_SCRIPTS = {"measure.sh", "prepare.py", "bench/run.py"}
+_TEMPLATE_SCRIPTS = {"measure.sh", "prepare.py", "bench/run.py", "bench/produce.py"}
 _NEAR_METRIC = re.compile(r"^\s*(?:METRIC\s+)?([A-Za-z0-9_./-]+)\s*[:=]\s*(.*?)\s*$")
 
 
@@ -231,9 +231,10 @@ def placeholders(program: Program) -> list[str]:
     line = program.lines.get("verifier.command", 1)
     # the template's line still carries its EDIT note: else the command is the user's own
     if script and "EDIT" in text.split("\n")[line - 1] and not (program.repo_root / script).exists():
+        does = f"prints '{program.verifier.label}: NUMBER'" if program.verifier.measure == "output" \
+            and program.verifier.score is None else "runs your code (see the comment beside it)"
         out.append(f"{name}:{line}: verifier.command is still the template's placeholder "
-                   f"'{cmd}' ({script} does not exist): put the command that prints "
-                   f"'{program.verifier.label}: NUMBER'")
+                   f"'{cmd}' ({script} does not exist): put the command that {does}")
     return out
 
 

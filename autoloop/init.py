@@ -22,6 +22,18 @@ TEMPLATES: dict[str, str] = {
     "testpass": "raise the number of passing tests without touching the tests",
 }
 
+# why the template measures the way it does, printed by `autoloop init` (two lines each)
+CHOICE: dict[str, tuple[str, str]] = {
+    "speed": ("measure: cpu — autoloop times the benchmark from outside, so nothing the candidate's code "
+              "prints, patches or exits with is the number;",
+              "score re-checks every result for inputs drawn from $AUTOLOOP_SEED, so a fast wrong or "
+              "memorised answer is never kept. `autoloop doctor --probe` tries the known hacks."),
+    "ml": ("score — the metric comes from a separate process of the start commit reading the predictions, "
+           "so the training run cannot print or patch it;",
+           "private keeps the held-out labels from the generator and the training run. "
+           "`autoloop doctor --probe` tries the known hacks."),
+}
+
 
 def template_text(name: str) -> str:
     """The template's text; UsageError (with a did-you-mean) for an unknown name."""

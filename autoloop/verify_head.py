@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from autoloop import envs, proc, reads
 from autoloop.hardening import link_data
@@ -41,8 +42,12 @@ def check(program: Program) -> tuple[Workspace, str]:
     return ws, head
 
 
-def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
-    """Guards and verifier on `commit` in a private tree that is removed afterwards."""
+def verify_head(program: Program, ws: Workspace, commit: str,
+                plant: Callable[[Path], None] | None = None,
+                collect: Callable[[Path], None] | None = None) -> Verified:
+    """Guards and verifier on `commit` in a private tree that is removed afterwards. `plant(tree)`
+    changes the tree before it is measured and `collect(tree)` reads it after (`doctor --probe`:
+    a reward hack tried in a throwaway tree, never on a branch)."""
     warnings = uncommitted_warnings(program, ws, commit)
     bwrap, warning = sandbox_outside_run(program)
     warnings += [warning] if warning else []
@@ -54,6 +59,8 @@ def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
     try:
         tree.open(commit)
         link_data(program, tree.path)
+        if plant is not None:
+            plant(tree.path)
         log_dir = tmp / "logs"
         log_dir.mkdir()
         with envs.measurement_env(os.environ, parent=tmp / "scratch") as env:
@@ -63,12 +70,14 @@ def verify_head(program: Program, ws: Workspace, commit: str) -> Verified:
             m = measure(program, cwd=tree.path, env=env, log_dir=log_dir, marker=proc.new_marker(), box=box,
                         scorer=scorer)
             got, said = None, []
-            if m.guards_ok and m.metric is not None:
+            if m.guards_ok and m.metric is not None and plant is None:   # a probe's planted tree: not the user's
                 got = reads.record(program, cwd=tree.path, env=env, scratch=Path(env["TMPDIR"]),
                                    log_dir=log_dir, marker=proc.new_marker(),
                                    wrap=None if box is None else box.argv,
                                    where=reads.roots(tree.path, None if box is None else box.checkout))
                 said = reads.warnings(program, got, protected_paths(program))
+        if collect is not None:
+            collect(tree.path)
         tails = {g.name: _tail(g.log_stem) for g in m.guards if not g.ok}
         no_metric = "" if m.metric is not None or m.log_stem is None else _tail(m.log_stem)
         return Verified(commit, m, warnings, tails, no_metric, got, said)

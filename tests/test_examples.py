@@ -4,6 +4,8 @@ measure what they claim, and the quickstart really improves under `tune` with no
 from __future__ import annotations
 
 import csv
+import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -164,20 +166,49 @@ def primes_below(n):
 '''
 
 
-def test_perf_bench_and_guard_run(tmp_path: Path) -> None:
-    spec = load_program(EXAMPLES / "perf" / "program.md").verifier
-    bench = run_py(EXAMPLES / "perf" / "bench.py", cwd=tmp_path)
-    assert bench.returncode == 0, bench.stderr
-    slow = parse_metric_text(bench.stdout, spec)
+def _produce_and_score(folder: Path, tmp_path: Path, seed: int) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """produce.py's CPU seconds (as `measure: cpu` counts them) and score.py's result, one seed."""
+    out = tmp_path / f"out-{seed}-{time.time_ns()}"
+    out.mkdir()
+    env = {**os.environ, "AUTOLOOP_SEED": str(seed), "AUTOLOOP_OUTPUT": str(out)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res = subprocess.run([sys.executable, str(folder / "produce.py")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert res.returncode == 0, res.stderr
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    score = subprocess.run([sys.executable, str(EXAMPLES / "perf" / "score.py")], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+    return cpu, score
+
+
+def test_perf_produce_score_and_guard_run(tmp_path: Path) -> None:
+    program = load_program(EXAMPLES / "perf" / "program.md")
+    assert (program.verifier.measure, program.verifier.metric) == ("cpu", "seconds")
+    slow, score = _produce_and_score(EXAMPLES / "perf", tmp_path, 1)
+    assert score.returncode == 0, score.stdout + score.stderr
     check = run_py(EXAMPLES / "perf" / "check.py", cwd=tmp_path)
     assert check.returncode == 0, check.stdout + check.stderr
-    # A correct rewrite passes the guard and is much faster: there is something to find.
+    # A correct rewrite passes the score and the guard and is much faster: there is something to find.
     folder = tmp_path / "perf"
     shutil.copytree(EXAMPLES / "perf", folder)
     (folder / "slowstats.py").write_text(FAST_STATS)
     assert run_py(folder / "check.py", cwd=tmp_path).returncode == 0
-    fast = parse_metric_text(run_py(folder / "bench.py", cwd=tmp_path).stdout, spec)
-    assert fast < slow / 5
+    fast, score = _produce_and_score(folder, tmp_path, 2)
+    assert score.returncode == 0, score.stdout
+    assert fast < slow / 2
+
+
+def test_perf_score_refuses_answers_for_another_seed(tmp_path: Path) -> None:
+    """Results remembered from one measurement's inputs fail the next one's check."""
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "AUTOLOOP_OUTPUT": str(out)}
+    assert subprocess.run([sys.executable, str(EXAMPLES / "perf" / "produce.py")], cwd=tmp_path, timeout=120,
+                          env={**env, "AUTOLOOP_SEED": "5"}).returncode == 0
+    score = subprocess.run([sys.executable, str(EXAMPLES / "perf" / "score.py")], cwd=tmp_path, timeout=120,
+                           env={**env, "AUTOLOOP_SEED": "6"}, capture_output=True, text=True)
+    assert score.returncode == 1 and "expected" in score.stdout, score.stdout
 
 
 @pytest.mark.parametrize("old, new", [
@@ -203,6 +234,14 @@ def test_perf_autoloop_verify(example_repo) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     assert "guard correctness: pass" in res.stdout
     assert "seconds:" in res.stdout
+
+
+def test_perf_probe_finds_no_hack_that_fools_it(example_repo) -> None:
+    repo = example_repo("perf")
+    res = run_cli("doctor", "--probe", "examples/perf/program.md", cwd=repo, timeout=900)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "planted in examples/perf/slowstats.py" in res.stdout
+    assert "fooled" not in res.stdout
 
 
 # --------------------------------------------------------------------------- testpass

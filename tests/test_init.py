@@ -137,3 +137,17 @@ def test_the_timing_template_uses_the_paired_rule(make_repo) -> None:
     assert (accept.alpha, accept.pairs, accept.confirm) == (0.005, 16, False)
     # what its comments say the false-keep bound is, is the alpha it gets (it said 0.01)
     assert f"false keeps <= accept.alpha, {accept.alpha:g} by default" in template_text("speed")
+
+
+def test_sealed_templates_say_why_they_measure_that_way(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """speed times from outside and checks seeded answers; ml scores against private labels:
+    `init` says so in two lines, and the files parse with those keys."""
+    for name, words in (("speed", ("measure: cpu", "$AUTOLOOP_SEED")), ("ml", ("score", "private"))):
+        repo = make_repo({"README.md": "x\n"}, name=f"repo-{name}")
+        res = run_cli("init", "--template", name, cwd=repo)
+        assert res.returncode == 0, res.stderr
+        said = res.stdout.split("Next:")[0].splitlines()[1:]
+        assert len(said) == 2 and all(w in " ".join(said) for w in words), res.stdout
+        v = load_program(repo / "program.md").verifier
+        assert v.score is not None
+        assert v.measure == ("cpu" if name == "speed" else "output")

@@ -1,8 +1,8 @@
 """Text and number statistics, written the slow way: the file autoloop's generator may edit.
 
 Every function here is correct but needlessly slow (quadratic loops, repeated scans, trial
-division by every number). bench.py times them on a fixed workload; check.py compares their
-results with reference implementations. Make them fast without changing a single result.
+division by every number). autoloop times produce.py running them on seeded inputs; score.py
+and check.py compare their results with reference implementations. Make them fast without changing a single result.
 """
 
 from __future__ import annotations

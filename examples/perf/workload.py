@@ -1,4 +1,5 @@
-"""The fixed inputs both bench.py and check.py use; deterministic, standard library only."""
+"""The inputs produce.py, score.py and check.py use: drawn from a seed (produce.py and score.py
+get $AUTOLOOP_SEED, fresh for every measurement), deterministic, standard library only."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import random
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -33,6 +35,14 @@ def text(n_words: int, seed: int) -> str:
 def numbers(n: int, seed: int) -> list[int]:
     rng = random.Random(seed)
     return [rng.randint(-50, 150) for _ in range(n)]
+
+
+def inputs(seed: int) -> dict[str, Any]:
+    """One measurement's workload: a different text and list of numbers for every seed, the
+    same sizes (so the cost compares across seeds)."""
+    rng = random.Random(seed)
+    return {"text": text(4000, rng.randrange(2**32)), "k": 10,
+            "numbers": numbers(1200, rng.randrange(2**32)), "target": 100, "n": 2000}
 
 
 def load_target() -> ModuleType:
