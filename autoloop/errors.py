@@ -57,7 +57,7 @@ class Interrupted(AutoloopError):
 class NodeLost(AutoloopError):
     """A Ray node (or the worker, the object or the runtime env on it) failed under a
     measurement: the infrastructure's fault, never the candidate's verdict. The measurement
-    runs again elsewhere (autoloop.measure)."""
+    runs again elsewhere (autoloop.engine.measure)."""
 
     def __init__(self, message: str, node_id: str | None, host: str | None) -> None:
         super().__init__(message)

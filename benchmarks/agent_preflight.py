@@ -23,11 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoloop import envs, proc  # noqa: E402
+from autoloop.process import envs
+from autoloop.process import proc  # noqa: E402
 from autoloop.generators.base import preflight_context  # noqa: E402
 from autoloop.generators.registry import make_generator  # noqa: E402
-from autoloop.program import GeneratorSpec, Program, SandboxSpec, VerifierSpec  # noqa: E402
-from autoloop.sandbox import Bwrap  # noqa: E402
+from autoloop.program.reader import GeneratorSpec, Program, SandboxSpec, VerifierSpec  # noqa: E402
+from autoloop.isolation.sandbox import Bwrap  # noqa: E402
 
 
 def main() -> int:

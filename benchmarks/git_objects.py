@@ -1,5 +1,5 @@
 """Writing a candidate's objects (blob, trees along the changed path, commit): autoloop's own
-writer (autoloop.objects) vs pygit2 (libgit2) vs the git CLI (private index: update-index,
+writer (autoloop.git.objects) vs pygit2 (libgit2) vs the git CLI (private index: update-index,
 write-tree, commit-tree), side by side in one process, on 1k- and 100k-file trees.
 
     pip install pygit2        # only for this comparison; autoloop does not depend on it
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from autoloop.objects import ObjectStore, Trees, changed_entries, derive  # noqa: E402
+from autoloop.git.objects import ObjectStore, Trees, changed_entries, derive  # noqa: E402
 
 try:
     import pygit2
@@ -115,7 +115,7 @@ def bench(files: int, rounds: int, cycles: int, root: Path) -> None:
     t = time.perf_counter()
     repo, base, paths = make_repo(root, files)
     print(f"\n{files} files (made in {time.perf_counter() - t:.1f} s), {rounds} rounds x {cycles} cycles")
-    ways = {"autoloop.objects": by_hand, "pygit2": with_pygit2, "git CLI": with_git}
+    ways = {"autoloop.git.objects": by_hand, "pygit2": with_pygit2, "git CLI": with_git}
     setup: dict[str, list[float]] = {k: [] for k in ways}
     per: dict[str, list[float]] = {k: [] for k in ways}
     rng = random.Random(files)
@@ -131,10 +131,10 @@ def bench(files: int, rounds: int, cycles: int, root: Path) -> None:
             made[name] = [one(p) for p in picks]
             setup[name].append(t1 - t0)
             per[name].append((time.perf_counter() - t1) / cycles)
-        first = made["autoloop.objects"]
+        first = made["autoloop.git.objects"]
         for name, ids in made.items():
             if ids != first:
-                raise SystemExit(f"{name} wrote other commits than autoloop.objects")
+                raise SystemExit(f"{name} wrote other commits than autoloop.git.objects")
         for p in picks:
             git(repo, "checkout", "-q", "--", p)
     for name in ways:
@@ -163,7 +163,7 @@ def sha256(root: Path) -> None:
     repo, base, paths = make_repo(root, 3, "sha256")
     (repo / paths[0]).write_text("changed\n")
     want = None
-    for name, make in (("git CLI", with_git), ("autoloop.objects", by_hand), ("pygit2", with_pygit2)):
+    for name, make in (("git CLI", with_git), ("autoloop.git.objects", by_hand), ("pygit2", with_pygit2)):
         try:
             got = make(repo, base)(paths[0])
         except Exception as exc:  # noqa: BLE001 - reported, it is the finding

@@ -23,7 +23,7 @@ from harness import run_workload  # noqa: E402
 WORKLOAD = r"""
 import json, random, sys, tempfile, time
 from pathlib import Path
-from autoloop.journal import Journal
+from autoloop.journal.ledger import Journal
 n = int(sys.argv[1])
 rng = random.Random(1)
 with tempfile.TemporaryDirectory() as tmp:

@@ -1,5 +1,5 @@
 """What `verifier.measure: wall` and `cpu` cost per measurement over `output`: one verifier
-command (`echo 'seconds: 1'`) measured through autoloop.verify.measure, as a run measures it
+command (`echo 'seconds: 1'`) measured through autoloop.engine.verify.measure, as a run measures it
 (sandboxed the way tree_box builds a run's sandbox, or bare with --no-sandbox), the three
 settings in alternating batches so that all see the same machine load. Target: ≤ 2 ms over
 `output`.
@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from autoloop import proc  # noqa: E402
-from autoloop.program import load_program  # noqa: E402
-from autoloop.sandbox import Bwrap, SandboxUnavailable, tree_box  # noqa: E402
-from autoloop.verify import measure  # noqa: E402
+from autoloop.process import proc  # noqa: E402
+from autoloop.program.reader import load_program  # noqa: E402
+from autoloop.isolation.sandbox import Bwrap, SandboxUnavailable, tree_box  # noqa: E402
+from autoloop.engine.verify import measure  # noqa: E402
 
 MODES = ("output", "wall", "cpu")
 PROGRAM = """---

@@ -1,5 +1,5 @@
 """The paired rule on heavy-tailed noise, in process: the rule's own code (autoloop.decide: the
-calibration, then one judge_paired per candidate, exactly as autoloop.measure calls them) fed by a
+calibration, then one judge_paired per candidate, exactly as autoloop.engine.measure calls them) fed by a
 simulated verifier, so thousands of candidates give a tight bound on false keeps. No process is
 started, so the same script measures another version of autoloop by running it with that
 version first on PYTHONPATH:
@@ -15,7 +15,7 @@ size * U(0.5, 1.5)). Each simulated run of autoloop calibrates once (16 A/A pair
 `--candidates` candidates against the incumbent, the noise draws of the later tests added to the
 history as the real loop adds them.
 
-Tuned and judged apart: the rule's constants (autoloop.stats: RANK_TILT, RANK_STAKE, RANK_URN,
+Tuned and judged apart: the rule's constants (autoloop.decide.stats: RANK_TILT, RANK_STAKE, RANK_URN,
 DESIGN_EFFECT) were chosen on the TUNE family only (Gaussian 1% and 3%, bursts in 10% of runs of
 +30%); the JUDGE family (bursts 15%/+40% -- the issue's target --, 20%/+60%, 12%/+20%, Student t)
 was run only once the constants were fixed.
@@ -38,7 +38,7 @@ from scipy.stats import binomtest
 import autoloop
 from autoloop.decide import baseline as cal, cycle
 from autoloop.decide.core import Sample, Session
-from autoloop.program import parse_program
+from autoloop.program.reader import parse_program
 
 PROGRAM = """---
 goal: Lower the score

@@ -1,8 +1,8 @@
-"""Process tables by hand (/proc parsed as autoloop.proc did before issue 17) against psutil,
+"""Process tables by hand (/proc parsed as autoloop.process.proc did before issue 17) against psutil,
 side by side in one process, with N extra processes running (a tree of N sleepers under one
 shell, half of them carrying a marker in their environment, as a verifier's leftovers would).
 
-Three operations, each what autoloop.proc does after every command it runs:
+Three operations, each what autoloop.process.proc does after every command it runs:
   descendants  the whole subtree under one pid (the leftover sweep's victims)
   group        is any live process left in a process group (the grace wait after SIGTERM; the
                psutil side stops at the first live member, as proc does now; the by-hand side
@@ -31,7 +31,7 @@ import psutil
 MARKER_VAR = "AUTOLOOP_RUN_MARKER"
 
 
-# ---- by hand: the code autoloop.proc had before it used psutil ----------------------------------
+# ---- by hand: the code autoloop.process.proc had before it used psutil ----------------------------------
 
 def hand_table() -> dict[int, tuple[int, str, int]]:
     out: dict[int, tuple[int, str, int]] = {}

@@ -2,7 +2,7 @@
 
     python benchmarks/program_schema.py [--runs 15]
 
-Measures, each in a fresh interpreter, the import time of `autoloop.schema` (the reader with
+Measures, each in a fresh interpreter, the import time of `autoloop.program.schema` (the reader with
 PyYAML and its schema tables) and of `pydantic` plus a model of program.md's three required
 sections (what a pydantic reader would import before it could check anything); then the time
 to parse examples/quickstart/program.md with autoloop's reader, and what pydantic says for a
@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-IMPORT_OURS = "import autoloop.schema"
+IMPORT_OURS = "import autoloop.program.schema"
 IMPORT_PYDANTIC = """
 import yaml
 from typing import Literal
@@ -54,10 +54,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     runs = parser.parse_args().runs
     print(f"import, median of {runs} fresh interpreters:")
-    print(f"  autoloop.schema (with yaml)      {import_ms(IMPORT_OURS, runs):7.1f} ms")
+    print(f"  autoloop.program.schema (with yaml)      {import_ms(IMPORT_OURS, runs):7.1f} ms")
     print(f"  pydantic + a 3-section model     {import_ms(IMPORT_PYDANTIC, runs):7.1f} ms")
 
-    from autoloop.schema import parse_program
+    from autoloop.program.schema import parse_program
     program = ROOT / "examples" / "quickstart" / "program.md"
     source = program.read_bytes()
     t = time.perf_counter()

@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from autoloop.program import Program, VerifierSpec
-from autoloop.prompt import build_prompt
+from autoloop.program.reader import Program, VerifierSpec
+from autoloop.generators.prompt import build_prompt
 
 IDEAS = ["raise the learning rate", "lower the learning rate", "add weight decay", "use a wider hidden layer",
          "switch to cosine schedule", "increase batch size", "decrease batch size", "add dropout",

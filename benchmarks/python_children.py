@@ -1,7 +1,7 @@
 """How fast Python children start inside a measurement: a pytest guard's wall time run by hand
 in a checkout (as a person re-runs their tests: __pycache__ in place) against the same guard in
 an autoloop cycle (a fresh bytecode prefix per measurement, seeded from autoloop's own
-checked-hash cache — autoloop.pycache), side by side in one run. Target: ≤ 1.2×.
+checked-hash cache — autoloop.isolation.pycache), side by side in one run. Target: ≤ 1.2×.
 
     python benchmarks/python_children.py                      # tabulate-like synthetic project
     python benchmarks/python_children.py --sdist tabulate-0.9.0.tar.gz   # a real project

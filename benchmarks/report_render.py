@@ -21,8 +21,8 @@ from harness import run_workload  # noqa: E402
 
 WORKLOAD = r"""
 import inspect, json, random, sys, time
-from autoloop.facts import facts, markdown
-from autoloop.report import render
+from autoloop.journal.facts import facts, markdown
+from autoloop.commands.report import render
 n = int(sys.argv[1])
 rng = random.Random(1)
 recs, best = [{"t": "cycle", "cycle": 0, "status": "baseline", "metric": 100.0, "best": 100.0}], 100.0

@@ -1,5 +1,5 @@
-"""What the measurement sandbox adds to one command: `sh -c true` run through autoloop.proc
-as a measurement would run it, bare and inside the sandbox (autoloop.sandbox.Confinement,
+"""What the measurement sandbox adds to one command: `sh -c true` run through autoloop.process.proc
+as a measurement would run it, bare and inside the sandbox (autoloop.isolation.sandbox.Confinement,
 built the way a run builds it: a verification tree, its scratch, the checkout alias), in
 alternating batches so that both see the same machine load. Target: ≤ 15 ms per command on a
 quiet machine.
@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from autoloop import proc  # noqa: E402
-from autoloop.program import SandboxSpec  # noqa: E402
-from autoloop.sandbox import Bwrap, Confinement, SandboxUnavailable, git_link  # noqa: E402
+from autoloop.process import proc  # noqa: E402
+from autoloop.program.reader import SandboxSpec  # noqa: E402
+from autoloop.isolation.sandbox import Bwrap, Confinement, SandboxUnavailable, git_link  # noqa: E402
 
 
 def main() -> int:

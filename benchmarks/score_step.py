@@ -22,11 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from autoloop import envs, proc
-from autoloop.program import parse_program
-from autoloop.sandbox import probed, tree_box
-from autoloop.score import Scorer
-from autoloop.workspace import Worktree
+from autoloop.process import envs
+from autoloop.process import proc
+from autoloop.program.reader import parse_program
+from autoloop.isolation.sandbox import probed, tree_box
+from autoloop.engine.score import Scorer
+from autoloop.git.workspace import Worktree
 
 PROGRAM = ("---\ngoal: g\nallowed: [model.py]\nverifier:\n  command: {py} -c pass\n"
            "  score: {py} -c pass\n  metric: acc\n  direction: maximize\nprivate: [{private}]\n---\n")

@@ -1,5 +1,5 @@
-"""What one walk of a work tree costs: autoloop.snapshot.Snapshotter.take (lstat + content hash,
-hashes cached by stat identity) and autoloop.watch.StatTree.verification(...).take (lstat only),
+"""What one walk of a work tree costs: autoloop.disk.snapshot.Snapshotter.take (lstat + content hash,
+hashes cached by stat identity) and autoloop.disk.watch.StatTree.verification(...).take (lstat only),
 on a tree of N small files, cold (first walk) and warm (unchanged tree, the common case). With
 --against REV, REV's snapshot.py is timed too, in alternating rounds on the same tree, so both
 see the same machine load (issue 17: the one walker must be no slower than the ones it replaced).
@@ -22,9 +22,9 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from autoloop import snapshot  # noqa: E402
-from autoloop.walk import RACY_NS  # noqa: E402
-from autoloop.watch import StatTree  # noqa: E402
+from autoloop.disk import snapshot  # noqa: E402
+from autoloop.base.walk import RACY_NS  # noqa: E402
+from autoloop.disk.watch import StatTree  # noqa: E402
 
 _PER_FOLDER = 100
 
@@ -39,11 +39,11 @@ def make_tree(root: Path, files: int) -> None:
 
 def load_old(rev: str) -> types.ModuleType:
     """REV's snapshot.py as a module of its own (it imports only the standard library)."""
-    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:autoloop/snapshot.py"],
+    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:autoloop/disk/snapshot.py"],
                          check=True, capture_output=True, text=True).stdout
     mod = types.ModuleType(f"snapshot_{rev}")
     sys.modules[mod.__name__] = mod   # dataclasses look their module up
-    exec(compile(src, f"{rev}:autoloop/snapshot.py", "exec"), mod.__dict__)
+    exec(compile(src, f"{rev}:autoloop/disk/snapshot.py", "exec"), mod.__dict__)
     return mod
 
 

@@ -205,7 +205,7 @@ def ratchet(obj: Objective, seed: int, n: int, ask: Asker) -> list[float]:
     records it); `tune` reads the cycle records as the ledger holds them."""
     from autoloop.decide.core import Sample, Session
     from autoloop.decide.cycle import judge_paired
-    from autoloop.program import parse_program
+    from autoloop.program.reader import parse_program
 
     program = parse_program(PAIRED_PROGRAM, ROOT / "program.md", ROOT)
     rng = random.Random(f"noise:{seed}")

@@ -69,7 +69,7 @@ def program(base: dict[str, Any], key: str, value: Any) -> str:
 def outcomes(code: str, inputs: Path) -> list[str]:
     """Each input's outcome under the package at `code`, in a fresh interpreter."""
     script = ("import json, sys\nfrom pathlib import Path\nsys.path.insert(0, sys.argv[1])\n"
-              "from autoloop.schema import parse_program\nout = []\n"
+              "from autoloop.program.schema import parse_program\nout = []\n"
               "for text in json.loads(Path(sys.argv[2]).read_text()):\n"
               "    try:\n"
               "        parse_program(text, Path('/repo/program.md'), Path('/repo'))\n"
@@ -87,7 +87,7 @@ def main() -> int:
     ap.add_argument("--base", default="main", help="git ref to compare with (default main)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from autoloop.schema import known_keys
+    from autoloop.program.schema import known_keys
 
     texts = [program(b, k, v) for b, k, v in itertools.product(BASES, known_keys(), VALUES)]
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,9 +1,9 @@
-"""Check the package's shape against the limits issue 17 set.
+"""Check the package's shape: no module over 600 lines, no import cycles between modules, no
+imports of another module's private names; the package's size is reported.
 
-Prints one line per check and exits 1 when any fails, so CI and a person get the same answer:
-package lines, the largest modules, import cycles, imports of another module's private names,
-what the decide step and program.md's reader may import. Lines are physical lines of
-``autoloop/**/*.py`` (blank lines and docstrings included: what a reader scrolls through).
+Prints one line per check and exits 1 when any fails, so CI and a person get the same answer.
+Lines are physical lines of ``autoloop/**/*.py`` (blank lines and docstrings included: what a
+reader scrolls through). What each area may import is import-linter's job (`lint-imports`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,7 @@ import sys
 from pathlib import Path
 
 PACKAGE = "autoloop"
-MAX_PACKAGE_LINES = 10_000
 MAX_MODULE_LINES = 600
-# Modules that start processes: the decide step must import none of them, directly or not.
-PROCESS_MODULES = {"autoloop.proc", "subprocess", "multiprocessing", "autoloop.gitrun"}
-DECIDE_PREFIX = "autoloop.decide"
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -142,28 +138,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"       {detail}")
 
     total = sum(lines.values())
-    check(total <= MAX_PACKAGE_LINES, f"package: {total} lines in {len(lines)} modules "
-          f"(limit {MAX_PACKAGE_LINES})")
+    # the package's size is reported, not limited: it may grow by what new behaviour needs (the
+    # 10,000-line target was retired in issue 25); repetition is what `duplicates` looks for
+    print(f"info package: {total} lines in {len(lines)} modules")
     big = sorted((n for n in lines if lines[n] > MAX_MODULE_LINES), key=lambda n: -lines[n])
     check(not big, f"modules over {MAX_MODULE_LINES} lines: {len(big)}",
           [f"{n}: {lines[n]}" for n in big])
     cycles = find_cycles(graph)
     check(not cycles, f"import cycles: {len(cycles)}", [" ↔ ".join(c) for c in cycles])
     check(not private, f"imports of another module's private names: {len(private)}", private)
-    decide = [n for n in known if n == DECIDE_PREFIX or n.startswith(DECIDE_PREFIX + ".")]
-    bad_decide = []
-    for name in decide:
-        reach = reachable(everything, name) | everything[name]
-        for target in list(reach):
-            reach |= everything.get(target, set())
-        hits = sorted(reach & PROCESS_MODULES)
-        bad_decide += [f"{name} reaches {h}" for h in hits]
-    check(bool(decide) and not bad_decide,
-          f"decide step ({DECIDE_PREFIX}) starts no processes"
-          + ("" if decide else ": no such module"), bad_decide)
-    program_reach = reachable(graph, f"{PACKAGE}.program")
-    bad_program = sorted(n for n in program_reach if n.startswith(f"{PACKAGE}.generators"))
-    check(not bad_program, "program does not import the generators", bad_program)
+    # what each area may import (decide starts no process, program does not import the
+    # generators, the layers) is import-linter's: `lint-imports`, contracts in pyproject.toml
     return 1 if failures else 0
 
 

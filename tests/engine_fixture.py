@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from autoloop.cycle import Round, RunState
-from autoloop.gitrun import thaw_outer_config
-from autoloop.loop import Run, RunOptions
-from autoloop.program import load_program
-from autoloop.round import start_round
-from autoloop.steps.decide import decide
-from autoloop.steps.generate import generate
-from autoloop.steps.prepare import prepare
-from autoloop.steps.scope import scope
-from autoloop.steps.verify import verify
+from autoloop.engine.cycle import Round, RunState
+from autoloop.git.gitrun import thaw_outer_config
+from autoloop.engine.loop import Run, RunOptions
+from autoloop.program.reader import load_program
+from autoloop.engine.round import start_round
+from autoloop.engine.steps.decide import decide
+from autoloop.engine.steps.generate import generate
+from autoloop.engine.steps.prepare import prepare
+from autoloop.engine.steps.scope import scope
+from autoloop.engine.steps.verify import verify
 from tests.scripts.e2e import Project, make_project
 
 START_SCORE = 40.25    # val.txt of the project

@@ -278,7 +278,7 @@ def test_a_same_uid_process_cannot_read_autoloops_memory(tmp_path, undumpable):
     import time
     drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
     code = (f"import sys, time; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
-            "from autoloop import trust\n"
+            "from autoloop.engine import trust\n"
             f"ok = trust.undumpable() if {undumpable} else True\n"
             "print('ready', ok, flush=True); time.sleep(30)\n")
     target = subprocess.Popen([*drop, sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -59,7 +59,7 @@ def test_bad_hardening_key_refused(tmp_path, name, extra, line, words):
 
 def test_sandbox_with_an_in_process_generator_accepted(tmp_path):
     # anthropic/openai/tune run no subprocess generator; `bwrap` still sandboxes their measurements
-    from autoloop.program import parse_program
+    from autoloop.program.reader import parse_program
 
     for kind in ("anthropic", "tune"):
         text = _program("sandbox: bwrap", kind=kind)
@@ -69,7 +69,7 @@ def test_sandbox_with_an_in_process_generator_accepted(tmp_path):
 
 
 def test_sandbox_defaults_to_auto(tmp_path):
-    from autoloop.program import parse_program
+    from autoloop.program.reader import parse_program
 
     prog = parse_program(_program(""), tmp_path / "program.md", tmp_path)
     assert prog.sandbox.kind == "auto"

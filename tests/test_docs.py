@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from autoloop.program import known_keys, parse_program
+from autoloop.program.reader import known_keys, parse_program
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]

@@ -16,7 +16,7 @@ import pytest
 from tests.scripts.e2e import (random_moves_plan, PY, SCRIPTS, alive, assert_journal_consistent, assert_valid_ledger,
                                git, kill_marked, make_project, marked_pids, wait_for)
 
-# These tests follow the pids a command's tree records and check each is dead: autoloop.proc's
+# These tests follow the pids a command's tree records and check each is dead: autoloop.process.proc's
 # process-group, marker and subreaper nets, which are the fallback without a sandbox. Sandboxed,
 # recorded pids are those of the command's own PID namespace (meaningless outside it), and the
 # kernel kills the whole namespace: test_sandbox.py and test_measure_sandbox.py check that.

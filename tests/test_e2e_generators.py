@@ -619,7 +619,7 @@ def test_agent_driven_with_the_right_flags(agent_run):
         assert has("--json"), argv
         # inside autoloop's sandbox (the default where bubblewrap works) codex's own is off:
         # it cannot start there; unsandboxed, codex keeps its own
-        from tests.test_sandbox import PROBLEM
+        from tests.isolation.test_sandbox import PROBLEM
         assert has("--sandbox", "workspace-write" if PROBLEM else "danger-full-access"), argv
         assert has("--skip-git-repo-check"), argv
         assert has("--model", model) or has("-m", model), argv

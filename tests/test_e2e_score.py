@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.scripts.e2e import GEN, PY, make_project
-from tests.test_sandbox import PROBLEM
+from tests.isolation.test_sandbox import PROBLEM
 
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.scripts.e2e import PY, make_project
 from tests.test_e2e_score import HELPERS_PY, LABELS, MODEL_PY, PRODUCE_PY, SCORE_PY
-from tests.test_sandbox import PROBLEM
+from tests.isolation.test_sandbox import PROBLEM
 from tests.conftest import git
 
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from autoloop.numbers import formatter, pct_interval, plain_pct, signed_pct
+from autoloop.base.numbers import formatter, pct_interval, plain_pct, signed_pct
 
 from tests.conftest import git, run_cli
 
@@ -120,7 +120,7 @@ def test_paired_keeps_a_real_gain_and_commits_it(sim) -> None:
     c = cycles(repo)[2]
     pooled, fmt = c["stats"]["pooled"], formatter([])
     ci = pct_interval(pooled["change_ci_pct"], pooled["ci_level"])
-    # and its noise, as its lesson states it (autoloop.wording)
+    # and its noise, as its lesson states it (autoloop.decide.wording)
     noise = f"noise ±{plain_pct(c['stats']['step_pct'])} over {pooled['n']} pairs"
     assert message.splitlines()[2] == (
         f"score {signed_pct(pooled['change_pct'])} ({ci}), {noise}; estimated against the "
@@ -461,7 +461,7 @@ def test_a_resume_that_keeps_nothing_reuses_the_end_of_run_check(sim) -> None:
 
 
 def test_an_end_of_run_check_is_reused_only_for_the_same_best_start_and_check() -> None:
-    from autoloop.loop import reusable_final
+    from autoloop.engine.loop import reusable_final
 
     check = {"verifier": {"command": "v"}, "final_pairs": 6, "holdout": None}
     rec = {"t": "final", "ts": 1.0, "after_cycle": 3, "start": "s", "best": "b", "check": check,

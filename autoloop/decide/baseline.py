@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from autoloop import stats as st
+from autoloop.decide import stats as st
 from autoloop.decide.core import (Baseline, Pairs, Sample, Session, baseline_secondaries,
                                   first_measurement, measure_pairs, median, series, values)
-from autoloop.numbers import num as fmt, share
-from autoloop.specs import Amount, Direction, Program
+from autoloop.base.numbers import num as fmt, share
+from autoloop.base.specs import Amount, Direction, Program
 
 TARGET_POWER = 0.8         # "4 times in 5": the chance of a keep the proposals aim for
 

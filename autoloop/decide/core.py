@@ -6,8 +6,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from autoloop.numbers import num as fmt
-from autoloop.specs import LimitSpec
+from autoloop.base.numbers import num as fmt
+from autoloop.base.specs import LimitSpec
 
 History = Sequence[Mapping[str, Any]]      # the ledger's cycle records so far
 

@@ -6,12 +6,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from autoloop import stats as st, wording
+from autoloop.decide import stats as st
+from autoloop.decide import wording
 from autoloop.decide.core import (History, Pairs, Sample, Session, Verdict, check_limits,
                                   first_measurement, measure_pairs, median, series, values)
-from autoloop.numbers import formatter, num as fmt, pct, share, signed_pct
-from autoloop.ratchet import better, gain_of
-from autoloop.specs import HoldoutSpec, Program
+from autoloop.base.numbers import formatter, num as fmt, pct, share, signed_pct
+from autoloop.decide.ratchet import better, gain_of
+from autoloop.base.specs import HoldoutSpec, Program
 
 HOLDOUT_PAIRS = 8          # a fixed batch for the held-out verifier after a keep (min p 1/256)
 NOISE_DRAWS = 200          # the most noise draws a test leans on: the recent past, not all of it
@@ -161,7 +162,7 @@ class Sequential:   # one sequential test; ok: a keep with an effect of at least
 
 def sequential_test(session: Session, program: Program, prefix: str,
                     noise: Sequence[float], noise_scale: str | None) -> Sequential:
-    """ABBA pairs until autoloop.stats' rank e-value reaches 1/alpha (keep) or its futility side
+    """ABBA pairs until autoloop.decide.stats' rank e-value reaches 1/alpha (keep) or its futility side
     1/beta (discard), or accept.pairs pairs. The futility side rules out DESIGN_EFFECT robust
     pair noises (the calibration's, when on this scale), at least min_effect; fixed after the
     first pair (its incumbent run is min_effect's reference on the difference scale)."""
@@ -268,7 +269,7 @@ def judge_paired(session: Session, program: Program,
     step = stats["step_pct"] = st.change_pct(sd, pooled.scale, pooled.median_a) if sd and sd > 0 else None
 
     def words(status: str) -> str:
-        # the one wording of this change (autoloop.wording), as log, report and commit quote it
+        # the one wording of this change (autoloop.decide.wording), as log, report and commit quote it
         return wording.change_words(pooled.change_pct, step, pooled.n, direction, status)
 
     feedback = stats["feedback"] = words("discard")

@@ -6,13 +6,13 @@ import math
 import time
 from typing import Any, Callable, Mapping
 
-from autoloop import stats as st
+from autoloop.decide import stats as st
 from autoloop.decide.core import History, Session, measure_pairs
 from autoloop.decide.cycle import ci_text, comparison_text, holdout_batch
-from autoloop.numbers import exact, signed_pct
-from autoloop.ratchet import orientation
-from autoloop.specs import Direction, Program
-from autoloop.wording import plural
+from autoloop.base.numbers import exact, signed_pct
+from autoloop.decide.ratchet import orientation
+from autoloop.base.specs import Direction, Program
+from autoloop.decide.wording import plural
 
 FINAL_ALPHA = 0.05     # the end-of-run check describes a finished run: it decides nothing
 NOTHING_KEPT = "nothing was kept: the best is the starting code"   # an end-of-run check skipped

@@ -16,13 +16,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
-from autoloop import proc
+from autoloop.process import proc
 from autoloop.errors import FatalGeneratorError, GeneratorError
-from autoloop.executables import needed_paths
+from autoloop.process.executables import needed_paths
 from autoloop.generators.base import GenContext, Proposal, hypothesis_of
 from autoloop.generators.command import CommandGenerator, last_line, run_short, written_hypothesis
 from autoloop.generators.llm_common import cost_usd
-from autoloop.walk import remove_tree, temp_dir
+from autoloop.base.walk import remove_tree, temp_dir
 
 _MAX_NOTES = 20
 _NOTE_LEN = 200

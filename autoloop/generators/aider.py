@@ -6,12 +6,12 @@ import re
 import stat
 from pathlib import Path
 
-from autoloop import proc
+from autoloop.process import proc
 from autoloop.errors import FatalGeneratorError
 from autoloop.generators.agents import AgentGenerator, AgentReportError, read_output
 from autoloop.generators.base import GenContext, Proposal, hypothesis_in
 from autoloop.generators.llm_common import cost_usd
-from autoloop.walk import walk
+from autoloop.base.walk import walk
 
 _MAX_AIDER_FILES = 50
 _AIDER_COUNT = r"(\d[\d,]*(?:\.\d+)?[kKmM]?)"

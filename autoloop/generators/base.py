@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from autoloop.program import Program
+from autoloop.program.reader import Program
 
 _HYPOTHESIS = re.compile(r"\bHypothesis[\s*_`]*:(.*)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
@@ -33,7 +33,7 @@ class GenContext:
     timeout: float
     run_marker: str                 # value of AUTOLOOP_RUN_MARKER; lets us find leftover processes
     # a subprocess generator's command goes through `wrap` (the sandbox) and runs under
-    # `limits` (autoloop.proc.Limits)
+    # `limits` (autoloop.process.proc.Limits)
     wrap: Callable[[Any], Any] | None = None
     limits: Any = None
 

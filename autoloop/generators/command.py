@@ -11,14 +11,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from autoloop import proc
+from autoloop.process import proc
 from autoloop.errors import ConfigError, FatalGeneratorError, GeneratorError
-from autoloop.executables import needed_paths
-from autoloop.gitrun import head_has
+from autoloop.process.executables import needed_paths
+from autoloop.git.gitrun import head_has
 from autoloop.generators.base import MAX_HYPOTHESIS, GenContext, Proposal, hypothesis_in
-from autoloop.numbers import exact as fmt
-from autoloop.program import GeneratorSpec, Program
-from autoloop.walk import temp_tree
+from autoloop.base.numbers import exact as fmt
+from autoloop.program.reader import GeneratorSpec, Program
+from autoloop.base.walk import temp_tree
 
 _SCAN_LIMIT = 16 << 20
 _LINE_LIMIT = 64 << 10

@@ -16,8 +16,8 @@ from typing import IO, Any, ClassVar, Iterator, Mapping
 from autoloop.errors import AutoloopError, FatalGeneratorError, GeneratorError
 from autoloop.generators.base import GenContext, Proposal, hypothesis_of
 from autoloop.generators.edit_tool import TOOL_NAME, EditTool, tool_notes
-from autoloop.program import GeneratorSpec, PriceSpec, Program
-from autoloop.redact import Redactor
+from autoloop.program.reader import GeneratorSpec, PriceSpec, Program
+from autoloop.journal.redact import Redactor
 
 STREAM_ENV = "AUTOLOOP_LLM_STREAM"   # 0/false/no/off: plain (non-streaming) requests
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from autoloop.generators.base import Generator
-from autoloop.program import GeneratorSpec, Program
+from autoloop.program.reader import GeneratorSpec, Program
 
 # "module:factory"; each factory takes (GeneratorSpec, Program). The kinds program.md accepts
 # (GENERATOR_KINDS) are listed there, since program.md's reader must not import the generators.

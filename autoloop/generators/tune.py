@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from autoloop.errors import ConfigError, FatalGeneratorError
-from autoloop.frontmatter import closest
+from autoloop.program.frontmatter import closest
 from autoloop.generators.base import GenContext, Proposal
 from autoloop.generators.tune_engine import Engine, Observation, Param, Suggestion, Value, canonical
-from autoloop.globs import PathRules
-from autoloop.program import GeneratorSpec, Program
-from autoloop.walk import walk
+from autoloop.program.globs import PathRules
+from autoloop.program.reader import GeneratorSpec, Program
+from autoloop.base.walk import walk
 
 # Files larger than this are data, not code; scanning them would only slow every cycle down.
 _MAX_SCAN_BYTES = 2_000_000

@@ -14,7 +14,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from autoloop.ratchet import orientation
+from autoloop.decide.ratchet import orientation
 
 Value = float | str
 Config = Mapping[str, Value]

@@ -1,0 +1,432 @@
+"""`autoloop doctor --probe`: the reward hacks a candidate could try, tried against the user's own
+verifier before a night of cycles.
+
+Each hack is planted (autoloop.commands.probe_hacks) in a file that `allowed` covers and that the
+verifier's Python code imports — where a generator's change would sit — in a throwaway tree of
+HEAD, measured the way `autoloop verify` measures (the program's own command, `measure`,
+`score`, sandbox and data), and compared with unmodified measurements of the same tree. The
+checkout, the branches and the journal are not touched. A hack *fooled* the verifier when its
+tree passes the guards and measures better than the best baseline run by a margin (half their
+spread, 5% at least, half the best run at most), twice in a row.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import secrets
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from autoloop.commands import probe_hacks as hacks
+from autoloop.git.gitrun import git
+from autoloop.isolation.measured_files import command_files, protected_paths
+from autoloop.base.numbers import num
+from autoloop.program.reader import Program
+from autoloop.program.scope_rules import ScopeRules
+from autoloop.commands.verify import Verified, check, verify_head
+from autoloop.base.walk import remove_tree
+from autoloop.git.workspace import Workspace
+
+BASELINE_RUNS = 3
+MIN_MARGIN = 0.05        # a hack must beat the best baseline run by 5% of their median at least
+MAX_MODULES = 2000       # files followed from the verifier's script before giving up
+TEST_LIKE = re.compile(r"(^|/)(test_[^/]*\.py|[^/]*_test\.py|conftest\.py|test_tools\.py|testing\.py)$"
+                       r"|(^|/)(tests?|testing)/[^/]*\.py$")
+
+
+@dataclass(frozen=True)
+class Finding:
+    name: str            # the class: atexit, patched-clock, ...
+    fooled: bool | None  # None: not tried (it does not fit this program), `detail` says why
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    values: tuple[float, ...]
+    target: str | None        # where the hacks are planted
+    helpers: tuple[str, ...]  # test helpers the test-helper hack weakens
+    seconds: float            # how long the verifier took (the signal hack's timer is a fraction)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+
+class ProbeError(Exception):
+    """The baseline itself does not measure: nothing can be compared."""
+
+
+# ---- where to plant ------------------------------------------------------------------------
+
+
+def _rules(program: Program) -> ScopeRules:
+    return ScopeRules(program.allowed, program.forbidden, protected_paths(program))
+
+
+def _tracked(program: Program, head: str) -> set[str]:
+    return set(git(program.repo_root, "ls-tree", "-r", "--name-only", "-z", head).split("\0")) - {""}
+
+
+def _import_names(tree: ast.AST, package: str) -> Iterator[str]:
+    """Absolute module names an AST imports (each `from a import b` as both a and a.b)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                yield from (".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".") if package else []
+                up = up[:len(up) - node.level + 1] if node.level > 1 else up
+                base = ".".join([*up, base] if base else up)
+            if base:
+                parts = base.split(".")
+                yield from (".".join(parts[:i]) for i in range(1, len(parts) + 1))
+            yield from (f"{base}.{a.name}" if base else a.name for a in node.names if a.name != "*")
+
+
+def _path_entries(tree: ast.AST) -> Iterator[str]:
+    """Folders a script puts on sys.path (`sys.path.insert(0, "src")`)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("insert", "append") and node.args:
+            arg = node.args[-1]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                yield arg.value
+
+
+def verifier_modules(program: Program, tracked: set[str]) -> list[str]:
+    """Repository files the verifier's Python code imports, nearest first (breadth-first from the
+    scripts its command names), as repository-relative paths."""
+    root = program.repo_root
+    todo = [rel for key, rel in command_files(program) if key == "verifier.command" and rel.endswith(".py")]
+    roots = ["", "src"]
+    seen: list[str] = []
+    while todo and len(seen) < MAX_MODULES:
+        rel = todo.pop(0)
+        if rel in seen:
+            continue
+        seen.append(rel)
+        try:
+            tree = ast.parse((root / rel).read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        here = str(Path(rel).parent).replace("\\", "/")
+        here = "" if here == "." else here
+        roots += [e.strip("./") for e in _path_entries(tree) if not e.startswith("/")] + [here]
+        package = here.replace("/", ".") if Path(rel).name == "__init__.py" else \
+            ".".join(part for part in here.split("/") if part)
+        # a module loaded by its file name (`exec(compile(Path("x.py").read_bytes()...))`)
+        for lit in (n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)):
+            if lit.endswith(".py") and not lit.startswith("/"):
+                todo += [c for c in ("/".join(p for p in (here, lit) if p), lit) if c in tracked]
+        for name in _import_names(tree, package):
+            for base in dict.fromkeys(roots):
+                stem = "/".join(p for p in [base, name.replace(".", "/")] if p)
+                found = next((c for c in (f"{stem}.py", f"{stem}/__init__.py") if c in tracked), None)
+                if found:
+                    todo.append(found)
+                    break
+    return seen
+
+
+def plant_target(program: Program, head: str) -> tuple[str | None, tuple[str, ...]]:
+    """(the module the verifier imports that a generator may change, the test helpers a
+    generator may change)."""
+    rules, tracked = _rules(program), _tracked(program, head)
+    editable = [rel for rel in verifier_modules(program, tracked)
+                if rules.why_not(rel) is None and not TEST_LIKE.search(rel)]
+    # a package's __init__ that only re-exports has nothing to memoise or break: prefer the
+    # first module that defines public functions
+    target = next((rel for rel in editable if _defines_functions(program.repo_root / rel)),
+                  editable[0] if editable else None)
+    helpers = [rel for rel in sorted(tracked) if TEST_LIKE.search(rel) and rules.why_not(rel) is None]
+    named = _guard_paths(program, tracked)
+    if named:   # the helpers of the tests the guards run, when their commands name them
+        helpers = [rel for rel in helpers if any(rel == n or rel.startswith(n + "/") for n in named)] or helpers
+    if not helpers and "conftest.py" in rules.literal and rules.why_not("conftest.py") is None:
+        helpers = ["conftest.py"]   # allowed by name: a generator may create it
+    return target, tuple(helpers)
+
+
+def _defines_functions(path: Path) -> bool:
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.name.startswith("_")
+               for n in tree.body)
+
+
+def _guard_paths(program: Program, tracked: set[str]) -> list[str]:
+    """Files and folders of the tree the guards' commands name (`pytest tests/unit`)."""
+    folders = {str(Path(rel).parent) for rel in tracked}
+    out = []
+    for g in program.guards:
+        for word in g.command.split():
+            word = word.strip("'\"").rstrip("/")
+            if word.startswith("./"):
+                word = word[2:]
+            if word in tracked or word in folders:
+                out.append(word)
+    return out
+
+
+# ---- measuring -----------------------------------------------------------------------------
+
+
+def _append(tree: Path, rel: str, code: str) -> None:
+    path = tree / rel
+    old = path.read_text() if path.exists() else ""
+    path.write_text(old + ("" if old.endswith("\n") or not old else "\n") + code)
+
+
+class _Prober:
+    def __init__(self, program: Program, ws: Workspace, head: str) -> None:
+        self.program, self.ws, self.head = program, ws, head
+        v = program.verifier
+        self.measure_mode: str = getattr(v, "measure", "output") or "output"
+        self.score: str | None = getattr(v, "score", None)
+        self.private: tuple[str, ...] = tuple(str(p) for p in getattr(program, "private", ()) or ())
+
+    def run(self, plant: Callable[[Path], None] | None = None,
+            collect: Callable[[Path], None] | None = None) -> Verified:
+        return verify_head(self.program, self.ws, self.head, plant, collect)
+
+    def better(self, value: float, base: Baseline) -> bool:
+        """Beyond the best baseline run by half their spread and MIN_MARGIN of their median at
+        least — at most by half the best run itself: on a busy machine in-process timings spread
+        so wide that a spread-sized margin would let no hack through."""
+        minimize = self.program.verifier.direction == "minimize"
+        best = min(base.values) if minimize else max(base.values)
+        margin = min(max((max(base.values) - min(base.values)) / 2, MIN_MARGIN * abs(base.median)),
+                     abs(best) / 2 or MIN_MARGIN)
+        return value < best - margin if minimize else value > best + margin
+
+    def _confirmed(self, res: Verified, base: Baseline) -> bool:
+        m = res.measurement
+        return m.guards_ok and m.metric is not None and self.better(m.metric, base)
+
+    def judge(self, name: str, res: Verified, base: Baseline, fix: str,
+              again: Callable[[], Verified] | None = None) -> Finding:
+        """`again` measures the hacked tree once more: a verdict of fooled needs both (one run
+        of a busy machine can beat three baseline runs by chance)."""
+        m = res.measurement
+        if not m.guards_ok:
+            g = m.failed_guard
+            return Finding(name, False, _short(f"guard {g.name if g else '?'} failed: {g.detail if g else ''}"))
+        if m.metric is None:
+            return Finding(name, False, _short(f"no metric: {m.error or 'none'}"))
+        label = self.program.verifier.label
+        said = f"{label} {num(m.metric)} vs {num(base.median)} at baseline"
+        if not self.better(m.metric, base):
+            return Finding(name, False, said)
+        if again is None:
+            return Finding(name, True, said, fix)
+        second = again()
+        if self._confirmed(second, base):
+            return Finding(name, True, said, fix)
+        m2 = second.measurement
+        then = num(m2.metric) if m2.guards_ok and m2.metric is not None else \
+            (m2.failed_guard.name + " failed" if m2.failed_guard else m2.error or "no metric")
+        return Finding(name, False, _short(f"{said} once, then {then}: not confirmed"))
+
+
+def _short(text: str, limit: int = 110) -> str:
+    """One line of a finding: the reason, not the temporary paths it names."""
+    text = re.sub(r"(/[^\s/:']+){3,}", "…", " ".join(text.split()))
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def fake_value(base: float, direction: str) -> float:
+    """A forged metric far better than `base`."""
+    if direction == "minimize":
+        return base / hacks.SLOW if base > 0 else base - max(1.0, abs(base)) * hacks.SLOW
+    return base * hacks.SLOW if base > 0 else base + max(1.0, abs(base)) * hacks.SLOW
+
+
+def probe(program: Program) -> Iterator[Baseline | Finding]:
+    """The baseline, then one Finding per hack class, as each ends. ProbeError when the
+    baseline does not measure; ConfigError (via `check`) for what `run` would refuse."""
+    ws, head = check(program)
+    p = _Prober(program, ws, head)
+    target, helpers = plant_target(program, head)
+    runs = [p.run() for _ in range(BASELINE_RUNS)]
+    for res in runs:
+        m = res.measurement
+        if not m.guards_ok or m.metric is None:
+            g = m.failed_guard
+            why = f"guard {g.name}: {g.detail}" if g is not None else (m.error or "no metric")
+            raise ProbeError(f"HEAD does not measure ({why}); fix that first (`autoloop verify`)")
+    base = Baseline(tuple(r.measurement.metric for r in runs if r.measurement.metric is not None),
+                    target, helpers, statistics.median(r.measurement.verifier_s or 0.0 for r in runs))
+    yield base
+    yield from _classes(p, base, target, helpers)
+
+
+def _fixes(p: _Prober) -> dict[str, str]:
+    """What closes each kind of hole, given what the program already sets."""
+    timed = p.program.verifier.direction == "minimize"   # wall/cpu time only ever falls
+    if p.measure_mode == "output" and p.score is None:
+        printed = "measure: cpu (or wall) with a `score` correctness check, or a `score` that " \
+                  "computes the metric from $AUTOLOOP_OUTPUT" if timed else \
+                  "a `score` that computes the metric from what the command writes to $AUTOLOOP_OUTPUT"
+    elif p.score is None:
+        printed = "a `score` correctness check: an early exit leaves no output to pass it"
+    else:
+        printed = "a `score` that fails when an output is missing or wrong"
+    clock = "measure: cpu (or wall): autoloop times the command from outside"
+    if p.measure_mode != "output" or p.score is not None:
+        clock = "time the run from outside (measure: cpu or wall); a clock inside the candidate's process is its own"
+    return {"printed": printed, "clock": clock,
+            "seed": "a seeded input: draw the benchmark's input from $AUTOLOOP_SEED",
+            "cache": "a seeded input via $AUTOLOOP_SEED (and the sandbox: a private /tmp per measurement)"}
+
+
+def _classes(p: _Prober, base: Baseline, target: str | None, helpers: tuple[str, ...]) -> Iterator[Finding]:
+    program, v = p.program, p.program.verifier
+    fix = _fixes(p)
+    line = None
+    if v.metric is not None or p.measure_mode != "output" or p.score is not None:
+        line = f"{v.metric or 'metric'}: {fake_value(base.median, v.direction)!r}"
+    no_target = ("no file `allowed` covers is imported by the verifier's Python code "
+                 "(nothing a candidate changes runs in it)")
+    if target is None:
+        for name in ("atexit", "patched-clock", "sys-modules", "exit-0", "signal", "stdout",
+                     "sniffing", "special-cased-input", "cached-results"):
+            yield Finding(name, None, no_target)
+    else:
+        def plant(code: str) -> Callable[[Path], None]:
+            return lambda tree: _append(tree, target, code)
+
+        printed: list[tuple[str, str | None]] = [
+            ("atexit", line and hacks.atexit_print(line)),
+            ("exit-0", line and hacks.exit_zero(line)),
+            ("signal", line and hacks.signal_exit(line, max(0.002, min(0.2, base.seconds / 20)))),
+            ("stdout", v.metric and hacks.stdout_rewrite(v.metric, repr(fake_value(base.median, v.direction)))),
+            ("sniffing", line and hacks.sniff_exit(line, sorted({Path(rel).name for key, rel in command_files(program)
+                                                                 if key == "verifier.command"}))),
+        ]
+        for name, code in printed[:1]:
+            yield _one(p, base, name, code, fix["printed"])
+        for name, code in (("patched-clock", hacks.patched_clock()), ("sys-modules", hacks.sys_modules_clock())):
+            yield p.judge(name, p.run(plant(code)), base, fix["clock"], lambda c=code: p.run(plant(c)))
+        for name, code in printed[1:]:
+            yield _one(p, base, name, code, fix["printed"])
+        yield _special_cased(p, base, target, fix["seed"])
+        yield _cached(p, base, target, fix["cache"])
+    yield _weakened(p, base, target, helpers)
+    yield _answers(p, target)
+
+
+def _one(p: _Prober, base: Baseline, name: str, code: str | None, fix: str) -> Finding:
+    if not code:
+        return Finding(name, None, "the metric is read by `pattern`: no line to forge generically")
+    target = base.target
+    assert target is not None
+    def planted() -> Verified:
+        return p.run(lambda tree: _append(tree, target, code))
+
+    return p.judge(name, planted(), base, fix, planted)
+
+
+def _special_cased(p: _Prober, base: Baseline, target: str, fix: str) -> Finding:
+    """Record what the public functions were called with, then answer exactly those calls from
+    a table baked into the module (the memo a candidate writes after seeing the benchmark)."""
+    seen: dict[str, bytes] = {}
+
+    def collect(tree: Path) -> None:
+        import pickle
+
+        try:
+            seen.update(pickle.loads((tree / target).parent.joinpath(hacks.RECORD_FILE).read_bytes()))
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError):
+            pass
+
+    p.run(lambda tree: _append(tree, target, hacks.record_calls()), collect)
+    if not seen:
+        return Finding("special-cased-input", None, f"no call into {target}'s public functions was seen")
+    memo = hacks.memo(seen)
+
+    def planted() -> Verified:
+        return p.run(lambda tree: _append(tree, target, memo))
+
+    return p.judge("special-cased-input", planted(), base, fix, planted)
+
+
+def _cached(p: _Prober, base: Baseline, target: str, fix: str) -> Finding:
+    """Results written outside the tree by one measurement and read back by the next."""
+    token = f"autoloop-probe-{secrets.token_hex(6)}"
+    try:
+        p.run(lambda tree: _append(tree, target, hacks.cross_cache(token, write=True)))
+        reader = hacks.cross_cache(token, write=False)
+
+        def planted() -> Verified:
+            return p.run(lambda tree: _append(tree, target, reader))
+
+        return p.judge("cached-results", planted(), base, fix, planted)
+    finally:
+        for d in hacks.cache_dirs(token, str(Path.home())):
+            remove_tree(Path(d))
+
+
+def _weakened(p: _Prober, base: Baseline, target: str | None, helpers: tuple[str, ...]) -> Finding:
+    """The module broken (every public function raises) and the test helpers `allowed` covers
+    made to pass whatever happens: do the guards still pass?"""
+    name = "test-helper"
+    if not p.program.guards:
+        return Finding(name, None, "no guards")
+    if target is None:
+        return Finding(name, None, "no module of the verifier's to break")
+    if not helpers:
+        return Finding(name, None, "`allowed` covers no test helper (conftest.py, test_*.py, tests/, testing)")
+
+    def broken(tree: Path) -> None:
+        _append(tree, target, hacks.broken())
+
+    def weakened(tree: Path) -> None:
+        broken(tree)
+        for rel in helpers:
+            _append(tree, rel, hacks.weakened_helper(Path(rel).name == "conftest.py"))
+
+    shown = ", ".join(helpers[:3]) + (f" (+{len(helpers) - 3} more)" if len(helpers) > 3 else "")
+    common = os.path.commonpath(helpers) if len(helpers) > 1 else ""
+    forbid = f'forbidden: ["{common}/**"]' if len(helpers) > 3 and common else f"forbidden: [{', '.join(helpers)}]"
+    control = p.run(broken).measurement
+    if control.guards_ok:
+        return Finding(name, True, f"the guards pass with {target} broken, even with {shown} untouched "
+                                   "(they do not exercise it)", "a guard that tests it, or a `score` correctness check")
+    m = p.run(weakened).measurement
+    if m.guards_ok:
+        return Finding(name, True, f"the guards pass with {target} broken once {shown} no longer check", forbid)
+    g = m.failed_guard
+    return Finding(name, False, f"with {shown} weakened, {target} broken still fails guard {g.name if g else '?'}")
+
+
+def _answers(p: _Prober, target: str | None) -> Finding:
+    """The `private` answer keys, read from the candidate's code directly and through /proc."""
+    name = "read-answers"
+    if not p.private:
+        return Finding(name, None, "no `private` answer keys: the candidate can read whatever the verifier's "
+                                   "command can (keep labels or expected outputs in `private`)")
+    if target is None:
+        return Finding(name, None, "no module of the verifier's to read from")
+    got: list[str] = []
+
+    def collect(tree: Path) -> None:
+        try:
+            got.extend(x for x in (tree / target).parent.joinpath(hacks.READ_FILE).read_text().splitlines() if x)
+        except OSError:
+            pass
+
+    p.run(lambda tree: _append(tree, target, hacks.read_answers(list(p.private))), collect)
+    if got:
+        return Finding(name, True, f"candidate code read {got[0]}", "sandbox: bwrap (private paths need the sandbox)")
+    return Finding(name, False, f"none of {len(p.private)} private path(s) readable, directly or through /proc")

@@ -1,0 +1,308 @@
+"""What to do next, for the mistakes a newcomer makes: a metric line that almost matches, a path
+that only works from program.md's folder, an `allowed` entry that can match nothing, a template
+left as `autoloop init` wrote it. Pure functions of the program and of text; the callers decide
+whether a finding is a warning, part of a crash lesson or a refusal.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from itertools import takewhile
+from pathlib import Path
+from typing import Callable
+
+from autoloop.errors import ConfigError
+from autoloop.process.executables import all_words, command_heads
+from autoloop.program.frontmatter import closest
+from autoloop.isolation.measured_files import measured_commands
+from autoloop.base.walk import under
+from autoloop.program.reader import Program
+
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_MISSING = re.compile(r"can't open file|No such file or directory|: not found|command not found"
+                      r"|cannot find the path|ModuleNotFoundError")
+# CSI (colours, cursor moves) and OSC (titles, links) sequences: test runners that force colour
+# (pytest's `addopts = --color=yes`) put them in the line a lesson or `doctor` quotes
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_NO_MODULE = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
+# `/bin/sh: 1: .venv/bin/python: not found`, `bash: ./run.sh: No such file or directory`
+_SHELL_MISSING = re.compile(r"^\S*sh: (?:line )?\d*:? ?([^\s:/][^\s:]*): "
+                            r"(?:not found|No such file or directory)$", re.MULTILINE)
+# `[Errno 2] No such file or directory: '/dev/shm/x'`, `cat: /tmp/x: No such file or directory`,
+# `can't open file '/tmp/x/bench.py'`: an absolute path a command could not find
+_ABS_MISSING = re.compile(r"(?:No such file or directory: |can't open file )'(/[^'\n]+)'"
+                          r"|(?:^|[\s'\"])(/[^\s:'\"]+): (?:No such file or directory|cannot open)", re.MULTILINE)
+# what a measurement sandbox replaces with its own, empty folders
+_SANDBOX_EMPTY = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+# what `autoloop init` writes and a person must replace (see autoloop/commands/templates/*.md)
+_PLACEHOLDER_BODY = re.compile(r"^EDIT:", re.MULTILINE)
+_TEMPLATE_SCRIPTS = {"measure.sh", "prepare.py", "bench/run.py", "bench/produce.py"}
+_NEAR_METRIC = re.compile(r"^\s*(?:METRIC\s+)?([A-Za-z0-9_./-]+)\s*[:=]\s*(.*?)\s*$")
+
+
+def near_miss(output: str, name: str, stderr: str = "", key: str = "verifier.metric",
+              where: str = "") -> str:
+    """When no `NAME: NUMBER` line was found: the last line that nearly is one, quoted, with
+    what to change (`; it printed 'Score: 5' (line 3): ...`); that it printed nothing (and how
+    its stderr ends); or a line whose name is close (`did you mean KEY: seconds?`); else ""."""
+    if not plain(output).strip():
+        err = [ln.strip() for ln in plain(stderr).splitlines() if ln.strip()]
+        said = f"; its stderr ends with {err[-1][:160]!r}" if err else " (nor anything on stderr)"
+        return f"; it printed nothing on stdout{said}"
+    numbered: dict[str, str] = {}
+    for line in output.splitlines():
+        m = _NEAR_METRIC.match(plain(line))
+        if m and re.fullmatch(_NUMBER, m.group(2)):
+            numbered[m.group(1)] = line.strip()[:120]
+    near = closest(name, [n for n in numbered if n.lower() != name.lower()])
+    for line in reversed(output.splitlines()):
+        m = _NEAR_METRIC.match(line)
+        if not m or m.group(1).lower() != name.lower():
+            continue
+        key, value = m.group(1), m.group(2)
+        where = f"; it printed {line.strip()[:120]!r}"
+        expected = f"a line of the form '{name}: NUMBER'"
+        if key != name:
+            return (f"{where}: the name differs in case from verifier.metric '{name}' (names are "
+                    f"case-sensitive): print {expected}, or set verifier.metric: {key}")
+        lead = re.match(_NUMBER, value)
+        if lead and value[lead.end():].strip():
+            rest = value[lead.end():].strip()
+            return (f"{where}: '{rest}' after the number is not allowed: print {expected} with "
+                    f"the number alone (put a unit in the name, e.g. {name}_{_unit(rest)}), or "
+                    f"set verifier.pattern to a regular expression whose group is the number")
+        return f"{where}: {value!r} is not a number; print {expected}"
+    if near is not None:
+        return f"; it printed {numbered[near]!r} — did you mean {key}: {near}{f' ({where})' if where else ''}?"
+    return ""
+
+
+def _unit(text: str) -> str:
+    word = re.sub(r"[^A-Za-z0-9]+", "", text.split()[0]) if text.split() else ""
+    return {"": "value", "%": "pct"}.get(text.strip(), word or "pct")
+
+
+def plain(text: str) -> str:
+    """`text` without terminal escape sequences and the other control characters (bell,
+    backspace, carriage return...; newlines and tabs stay): text from outside (a verifier's
+    output, Ray's errors) as a lesson, the ledger or the next prompt may quote it."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))
+
+
+def uncommitted_module_hint(program: Program, output: str) -> str:
+    """`No module named 'pkg.mod'` for a file of the checkout git does not have (a generated
+    `_version.py`): measurements see only committed files; say which and how (else "")."""
+    from autoloop.git.gitrun import head_has
+
+    root = program.repo_root
+    for name in dict.fromkeys(reversed(_NO_MODULE.findall(output))):
+        rel = name.replace(".", "/")
+        for base in ("", "src/"):
+            for cand in (f"{base}{rel}.py", f"{base}{rel}/__init__.py"):
+                if not (root / cand).is_file():
+                    continue
+                if head_has(root, cand):
+                    # committed, so not a missing file: the Python that ran cannot see the root
+                    # (`python bench/run.py` puts bench/ on sys.path, not the repository root)
+                    return (f" ({cand} is committed, but the command's Python does not look for "
+                            f"modules at the repository root: install the project into the Python "
+                            f"the verifier uses (`pip install -e .`), or run it with the root on "
+                            f"its path (`PYTHONPATH=. python …`))")
+                return (f" ({cand} is in your checkout, but measurements see only the committed "
+                        f"files: commit it (`git add -f {cand}` if git ignores it), or have the "
+                        "command generate it)")
+    return ""
+
+
+def missing_path_hint(program: Program, output: str, sandboxed: bool = False) -> str:
+    """The shell could not find a relative path the checkout has (an ignored `.venv/`), or, in
+    a sandbox, an absolute path that exists outside it: say which, and the fixes (else "")."""
+    if sandboxed:
+        hidden = _hidden_path(program, output)
+        if hidden:
+            return hidden
+    for rel in dict.fromkeys(reversed(_SHELL_MISSING.findall(output))):
+        path = program.repo_root / rel
+        if rel.startswith(("../", "~")) or not path.exists():
+            continue
+        return (f" ({rel} is in your checkout, but measurements run in a tree of the committed "
+                f"files, which does not have it: commit it, or name it by its absolute path "
+                f"{shlex.quote(str(path))})")
+    return ""
+
+
+def _hidden_path(program: Program, output: str) -> str:
+    """An absolute path the sandboxed command could not find but that exists here: the sandbox
+    hides it. `data:` is how a measurement reads something outside the repository."""
+    for m in reversed(list(_ABS_MISSING.finditer(output))):
+        path = m.group(1) or m.group(2)
+        if not os.path.exists(path) or under(path, str(program.repo_root)):
+            continue
+        empty = next((d for d in _SANDBOX_EMPTY if under(path, d)), None)
+        why = (f"the measurement sandbox has its own, empty {empty}" if empty else
+               "the measurement sandbox does not show it (a `private:` path is readable only by "
+               "`score` and `holdout`)")
+        folder = os.path.dirname(path) or path
+        return (f" ({path} exists outside the sandbox, but {why}: list its folder under `data:` "
+                f"(`- {{path: {folder}, as: data/{os.path.basename(folder) or 'input'}}}`) and read it "
+                "from there, or add it to `sandbox.writable` if the command must write there)")
+    return ""
+
+
+def root_hint(program: Program, output: str) -> str:
+    """When a command failed on a missing file and program.md is not at the repository root:
+    commands run from the root, say so with the fix (else "")."""
+    if not _MISSING.search(output):
+        return ""
+    sub = program.state_dir.relative_to(program.repo_root).as_posix()
+    if sub in ("", "."):
+        return ""
+    return (f" (commands run from the repository root {program.repo_root}, not from {sub}/ where "
+            f"{program.path.name} is: write paths from the root, e.g. '{sub}/…', or start the "
+            f"command with 'cd {shlex.quote(sub)} && ')")
+
+
+def unmatched_allowed(program: Program) -> list[str]:
+    """`allowed` entries that look like mistakes, one message each with its line: a folder that
+    does not exist, or a name beside a program.md kept in a subfolder (paths are relative to the
+    root). Only the named folders are listed, never the whole checkout."""
+    from autoloop.program.globs import compile_pattern
+
+    root = program.repo_root
+    sub = program.state_dir.relative_to(root).as_posix()
+    out = []
+    for i, entry in enumerate(program.allowed):
+        head = f"{program.path.name}:{program.line(f'allowed[{i}]')}: allowed entry '{entry}'"
+        tail = ("changes to the files you mean would be refused as violations; paths are relative "
+                "to the repository root")
+        folder = _literal_folder(entry)
+        if folder:
+            if (root / folder).is_dir():
+                continue
+            if sub not in ("", ".") and (program.state_dir / folder).is_dir():
+                out.append(f"{head}: there is no folder '{folder}' at the repository root, only "
+                           f"'{sub}/{folder}': {tail}, did you mean '{sub}/{entry}'?")
+            else:
+                out.append(f"{head}: its folder '{folder}' does not exist: {tail}")
+            continue
+        if "**" in entry:
+            continue
+        rx = compile_pattern(entry)
+        if any(rx.fullmatch(name) for name in _names(root)):
+            continue
+        if sub not in ("", ".") and any(rx.fullmatch(name) for name in _names(program.state_dir)):
+            out.append(f"{head} matches no file at the repository root, only in {sub}/: {tail}, "
+                       f"did you mean '{sub}/{entry}'?")
+    return out
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def _literal_folder(pattern: str) -> str:
+    """`src/model/**/*.py` -> `src/model`; `model/` -> `model`; `train.py` -> ``."""
+    parts = pattern.split("/")
+    lit = takewhile(lambda part: not any(ch in part for ch in "*?["),
+                    parts if pattern.endswith("/") else parts[:-1])
+    return "/".join(part for part in lit if part)
+
+
+def placeholders(program: Program) -> list[str]:
+    """Template placeholders still in place, each `program.md:LINE: what to edit`."""
+    out = []
+    name = program.path.name
+    text = program.source.decode("utf-8", "replace")
+    m = _PLACEHOLDER_BODY.search(program.body)
+    if m:
+        body_start = text.find(program.body) if program.body else -1
+        line = text.count("\n", 0, body_start + m.start()) + 1 if body_start >= 0 else 1
+        first = program.body[m.start():].splitlines()[0][:70]
+        out.append(f"{name}:{line}: the instructions still hold the template's placeholder "
+                   f"'{first}…': write what the generator should know about the project")
+    cmd = program.verifier.command
+    script = next((rel for rel in _scripts(cmd) if rel in _TEMPLATE_SCRIPTS), "")
+    line = program.lines.get("verifier.command", 1)
+    # the template's line still carries its EDIT note: else the command is the user's own
+    if script and "EDIT" in text.split("\n")[line - 1] and not (program.repo_root / script).exists():
+        does = f"prints '{program.verifier.label}: NUMBER'" if program.verifier.measure == "output" \
+            and program.verifier.score is None else "runs your code (see the comment beside it)"
+        out.append(f"{name}:{line}: verifier.command is still the template's placeholder "
+                   f"'{cmd}' ({script} does not exist): put the command that {does}")
+    return out
+
+
+def refuse_placeholders(program: Program) -> None:
+    """ConfigError (exit 2, nothing run) when `autoloop init`'s placeholders are still there."""
+    found = placeholders(program)
+    if found:
+        raise ConfigError("\n".join(found + [f"edit {program.path.name} (every line marked EDIT), "
+                                              "then check it with `autoloop verify`"]))
+
+
+_OPERATOR = frozenset(";|&()<>")
+_INTERPRETERS = re.compile(r"(?:python[0-9.]*|sh|bash|dash|zsh)")
+_SHELL_SYNTAX = frozenset("$*?[{~`")
+
+
+def missing_scripts(program: Program, committed: Callable[[str], bool | None]) -> list[str]:
+    """`program.md:LINE: ...` for each script a measurement command runs (`python bench/run.py`,
+    `./measure.sh`, `bash eval.sh`) that neither the checkout nor HEAD has: every measurement
+    would fail on it, after the guards have run, so it is refused before anything runs.
+    `committed(rel)` says whether HEAD has the file (None: no HEAD to ask)."""
+    linked = [str(d.target).rstrip("/") for d in program.data]   # only in the measured tree
+    out = []
+    for key, cmd in measured_commands(program):
+        for rel in _scripts(cmd):
+            if os.path.lexists(program.repo_root / rel):   # a dangling link is there too
+                continue
+            if committed(rel) is not False or any(under(rel, t) for t in linked):
+                continue
+            out.append(f"{program.path.name}:{program.line(key)}: {key} runs {rel}, which is neither in your "
+                       f"checkout nor in HEAD{_did_you_mean(program, rel)}; commands run from the "
+                       f"repository root")
+    return out
+
+
+def refuse_missing_scripts(program: Program) -> None:
+    """ConfigError (exit 2, nothing run) when a measurement command runs a file that is not there."""
+    from autoloop.git.gitrun import head_has
+
+    found = missing_scripts(program, lambda rel: head_has(program.repo_root, rel))
+    if found:
+        raise ConfigError("\n".join(found))
+
+
+def _scripts(command: str) -> list[str]:
+    """Relative script paths the first command of a line starts: a head with a `/` (`./run.sh`),
+    or the first argument of an interpreter head (`python bench/run.py`, not `python -m x`)."""
+    # only the first command of the line: a later one may run what an earlier one makes
+    # (`make && ./build/bench`, `python gen.py > b.py && python b.py`)
+    words = list(takewhile(lambda w: not set(w) <= _OPERATOR, all_words(command)))
+    heads = [h for h in command_heads(command) if h in words]
+    if "cd" in heads or "pushd" in heads:
+        return []   # the script is relative to another folder: not ours to resolve
+    out = [h for h in heads if "/" in h]
+    for prev, w in zip(words, words[1:]):
+        if prev in heads and _INTERPRETERS.fullmatch(os.path.basename(prev)) \
+                and w.endswith((".py", ".sh")) and not w.startswith("-"):
+            out.append(w)
+    return [s.removeprefix("./") for s in dict.fromkeys(out)
+            if not os.path.isabs(s) and not _SHELL_SYNTAX & set(s)]
+
+
+def _did_you_mean(program: Program, rel: str) -> str:
+    root = program.repo_root
+    sub = program.state_dir.relative_to(root).as_posix()
+    if sub not in ("", ".") and (program.state_dir / rel).exists():
+        # program.md in a subfolder, the path written from there
+        return f" (did you mean {sub}/{rel}? paths are not relative to {sub}/ where {program.path.name} is)"
+    folder, _, name = rel.rpartition("/")
+    near = closest(name, _names(root / folder))
+    return f" (did you mean {(folder + '/' if folder else '') + near}?)" if near else ""

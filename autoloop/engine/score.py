@@ -1,0 +1,84 @@
+"""`verifier.score` (contract §10), the produce/score split: `verifier.command` runs the
+candidate's code and writes into $AUTOLOOP_OUTPUT; the score then runs as a process of its own in
+a tree of the commit the run started from — none of the candidate's files are there, so nothing
+it changed can run — with that folder read-only and the program's `private` paths readable, which
+no process running the candidate's code can read."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import threading
+from pathlib import Path
+from typing import Mapping
+
+from autoloop.process import envs
+from autoloop.process import proc
+from autoloop.errors import ConfigError
+from autoloop.isolation.hardening import Tampered, link_data
+from autoloop.program.reader import Program
+from autoloop.isolation.sandbox import Bwrap, tree_box
+from autoloop.base.walk import remove_tree
+from autoloop.git.workspace import Worktree
+
+LOG_NAME = "score"   # its logs: <log_dir>/score.out and .err
+
+
+class Scorer:
+    """Runs `verifier.score` in `tree`, a worktree held at `commit` (the run's start; `verify`'s
+    HEAD; `gate`'s base). Sandboxed, nothing can write that tree: no sandbox binds it writable,
+    the score's own binds it read-only, so it is made once. Unsandboxed, anything the candidate's
+    code ran as you could have written it, so it is made exactly the commit again before each score."""
+
+    def __init__(self, program: Program, tree: Worktree, commit: str, bwrap: Bwrap | None,
+                 scratch: Path) -> None:
+        self.program, self.tree, self.commit, self.bwrap = program, tree, commit, bwrap
+        self.scratch = scratch
+        self._lock = threading.Lock()
+        self._made = False
+
+    def _make(self) -> None:
+        with self._lock:
+            if self._made and self.bwrap is not None:
+                return
+            self.tree.checkout(self.commit)
+            link_data(self.program, self.tree.path)
+            bad = self.tree.differs_from(self.commit)
+            if bad:
+                raise Tampered("the score's tree does not hold the start commit: " + ", ".join(bad[:5]))
+            self._made = True
+
+    def __call__(self, env: Mapping[str, str], output: Path, log_dir: Path, marker: str) -> proc.ProcResult:
+        """`verifier.score` with the command's `env` (its $AUTOLOOP_* included: the same seed)
+        but fresh temp and bytecode folders: the command's, which its code could write, are not
+        the score's."""
+        self._make()
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix="score-", dir=self.scratch))
+        try:
+            senv = envs.scrubbed(env, scratch=scratch / "env")
+            senv.update({k: v for k, v in env.items() if k.startswith("AUTOLOOP_")})
+            command = self.program.verifier.score
+            assert command is not None
+            argv: str | list[str] = command
+            if self.bwrap is not None:
+                box = tree_box(self.bwrap, self.program, self.tree.path, self.tree.common_dir, scratch,
+                               path=senv.get("PATH", ""), show_private=True)
+                box = dataclasses.replace(box, tree_writable=False, read_only=(output,))
+                argv = box.argv(command)
+            return proc.run(argv, cwd=self.tree.path, env=senv, timeout=self.program.verifier.timeout,
+                            log_stem=log_dir / LOG_NAME, marker=marker)
+        finally:
+            remove_tree(scratch, quiet=True)
+
+
+def refuse_on_ray(program: Program) -> None:
+    """`score` and `private` need the start commit's tree and the private paths on this machine;
+    a Ray node has neither. ConfigError (exit 2) before anything starts."""
+    if program.parallel.executor != "ray":
+        return
+    for key, used in (("verifier.score", program.verifier.score is not None), ("private", bool(program.private))):
+        if used:
+            raise ConfigError(f"{program.path.name}:{program.line(key)}: {key} is not supported with "
+                              "parallel.executor: ray yet (its tree and private paths stay on this "
+                              "machine); use parallel.executor: local")

@@ -1,0 +1,205 @@
+"""Guards + verifier on a tree → a Measurement (the metric read by autoloop.engine.metric)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import stat
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from autoloop.isolation import editable
+from autoloop.process import proc
+from autoloop.engine import testcount
+from autoloop.errors import RunFailure
+from autoloop.journal.ledger import UNSANDBOXED
+from autoloop.engine.hints import missing_path_hint, near_miss, plain, root_hint, uncommitted_module_hint
+from autoloop.engine.metric import GuardResult, Measurement, MetricError, parse_metric
+from autoloop.program.reader import HoldoutSpec, Program, VerifierSpec
+from autoloop.isolation.sandbox import Bwrap, Confinement, failure_hint, probed
+from autoloop.base.walk import remove_tree, walk
+
+OUTPUT_VAR = "AUTOLOOP_OUTPUT"   # the folder `verifier.command` writes and `score` reads
+# `verifier.score` run on the command's output: (env, output folder, log_dir, marker) → its result
+Score = Callable[[Mapping[str, str], Path, Path, str], proc.ProcResult]
+
+SEED_VAR = "AUTOLOOP_SEED"
+
+
+def new_seed() -> int:
+    """A fresh $AUTOLOOP_SEED, drawn here in autoloop's process (after the generator finished):
+    nothing the candidate saw before predicts it."""
+    return secrets.randbits(63)
+
+
+def steps(program: Program, with_guards: bool = True,
+          verifier: VerifierSpec | HoldoutSpec | None = None) -> list[proc.Step]:
+    """What one measurement runs, in order: the guards (if asked), then the verifier (the
+    program's, or the given one: the holdout). Each command's timeout travels only in these."""
+    v = verifier or program.verifier
+    return [*(proc.Step(g.name, g.command, g.timeout, True) for g in (program.guards if with_guards else ())),
+            proc.Step("verifier", v.command, v.timeout, False)]
+
+
+def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Path, marker: str,
+            with_guards: bool = True, after_step: Callable[[str], None] | None = None,
+            box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None,
+            seed: int | None = None, scorer: Score | None = None, output: Path | None = None) -> Measurement:
+    """Run the guards (stopping at the first failure), then the verifier (or `verifier`: the
+    holdout). `after_step(name)` is called after each (it may raise, to void the measurement).
+    With `box`, each runs in that sandbox; its output still goes to files opened outside it.
+    Every step sees $AUTOLOOP_SEED: `seed` (both sides of a pair pass the same), else a fresh one;
+    the score of that measurement sees the same.
+    With `verifier.score`, `scorer` runs it on what the command wrote to $AUTOLOOP_OUTPUT
+    (`output`, by default beside the measurement's TMPDIR: a folder its box may write)."""
+    todo = steps(program, with_guards, verifier)
+    after = None if after_step is None else \
+        (lambda s: after_step(f"guard '{s.name}'" if s.guard else "the verifier"))
+    seed = new_seed() if seed is None else seed
+    env = {**env, SEED_VAR: str(seed)}
+
+    def run(part: Sequence[proc.Step], env: Mapping[str, str]) -> list[proc.ProcResult]:
+        return proc.run_steps(part, cwd=cwd, env=env, log_dir=log_dir, marker=marker,
+                              wrap=None if box is None else box.argv, after=after)
+
+    if (verifier or program.verifier).score is None:
+        return dataclasses.replace(summarize(program, todo, run(todo, env), box, verifier), seed=seed)
+    if scorer is None:   # never measure such a program from the command's own output
+        raise RunFailure("internal error: verifier.score is set but nothing can run it here")
+    results = run(todo[:-1], env)
+    score = None
+    if all(r.ok for r in results):
+        # an empty folder the guards (which run the candidate's code too) never saw
+        output = output or Path(env["TMPDIR"]).parent / "output"
+        remove_tree(output, quiet=True)
+        output.mkdir(parents=True)
+        made = os.lstat(output)
+        with_output = {**env, OUTPUT_VAR: str(output)}
+        results += run(todo[-1:], with_output)
+        if results[-1].ok:
+            odd = not_plain(output, made)
+            score = scorer(with_output, output, log_dir, marker) if not odd else (
+                f"not run: ${OUTPUT_VAR} {odd}; the command must write plain files into the folder "
+                "(a link could point the score at what the candidate cannot read)")
+    return dataclasses.replace(summarize(program, todo, results, box, verifier, score), seed=seed)
+
+
+def not_plain(folder: Path, made: os.stat_result) -> str | None:
+    """What makes `folder` (made as `made`) more than regular files and folders, or None: the
+    folder replaced (by a link to a private folder), or an entry that is a symbolic link (to a
+    private answer key) or a fifo (that would hang the score)."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) != (made.st_dev, made.st_ino):
+        return "was replaced"
+    for rel, _, st in walk(str(folder), ordered=True):
+        if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            return f"holds {rel}, not a regular file or folder"
+    return None
+
+
+def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[proc.ProcResult],
+              box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None,
+              score: proc.ProcResult | str | None = None) -> Measurement:
+    """The results of `todo` (up to the first failing guard) as a Measurement; with `score`
+    (the result of `verifier.score`, or why it was not run) the metric is its, or with
+    `measure: wall|cpu` its exit is a correctness check."""
+    spec = verifier or program.verifier
+    scored = spec.score is not None and spec.measure == "output"
+    if score is not None and not scored:
+        return _checked(summarize(program, todo, results, box, verifier), score, box)
+    guards: list[GuardResult] = []
+    total = 0.0
+    for step, res in zip(todo, results):
+        total += res.duration_s
+        stem = res.stdout_path.with_suffix("")
+        said = "" if res.ok else res.stderr_tail() + "\n" + res.stdout_tail()
+        why = None if res.ok else \
+            failure_summary(res, box) + root_hint(program, said) + uncommitted_module_hint(program, said) \
+            + missing_path_hint(program, said, box is not None)
+        if step.guard:
+            guards.append(GuardResult(step.name, res.ok, why or res.describe(), stem, res.duration_s,
+                                      testcount.parse([res.stdout_path, res.stderr_path])))
+            if why:
+                return Measurement(None, tuple(guards), None, None, total)
+        elif why:
+            return Measurement(None, tuple(guards), why, stem, total)
+        elif scored:
+            # the metric is the score's: the command's output, written by the candidate's code, is not read
+            return _score_metric(spec, tuple(guards), score, box, total)
+        elif spec.measure != "output":
+            # timed from outside: nothing the command printed is read for the metric
+            value = res.wall_s if spec.measure == "wall" else res.cpu_s
+            why = None if value is not None else \
+                f"autoloop could not account for every process of the verifier (measure: {spec.measure})"
+            return Measurement(value, tuple(guards), why, stem, total)
+        else:
+            try:
+                return Measurement(parse_metric(res.stdout_path, spec), tuple(guards), None, stem, total)
+            except MetricError as exc:
+                key = "verifier.metric" if spec is program.verifier else "holdout.metric"
+                hint = near_miss(res.stdout_tail(), spec.metric, res.stderr_tail(), key,
+                                 f"{program.path.name}:{program.line(key)}") \
+                    if spec.metric and spec.pattern is None else ""
+                return Measurement(None, tuple(guards), str(exc) + hint, stem, total)
+    return Measurement(None, tuple(guards), "the verifier did not run", None, total)
+
+
+def _score_metric(spec: VerifierSpec | HoldoutSpec, guards: tuple[GuardResult, ...],
+                  score: proc.ProcResult | str | None, box: Confinement | None, total: float) -> Measurement:
+    if score is None or isinstance(score, str):
+        return Measurement(None, guards, f"verifier.score {score or 'did not run'}", None, total)
+    stem, total = score.stdout_path.with_suffix(""), total + score.duration_s
+    if not score.ok:
+        return Measurement(None, guards, "verifier.score: " + failure_summary(score, box), stem, total)
+    try:
+        return Measurement(parse_metric(score.stdout_path, spec), guards, None, stem, total)
+    except MetricError as exc:
+        hint = near_miss(score.stdout_tail(), spec.metric) if spec.metric and spec.pattern is None else ""
+        return Measurement(None, guards, f"verifier.score: {exc}{hint}", stem, total)
+
+
+def _checked(m: Measurement, score: proc.ProcResult | str, box: Confinement | None) -> Measurement:
+    """`measure: wall|cpu`: the score checks the command's results; failing, the cycle is a guard_fail."""
+    if m.metric is None:
+        return m
+    if isinstance(score, str):
+        assert m.log_stem is not None
+        failed = GuardResult("score", False, score, m.log_stem, 0.0)
+        return Measurement(None, (*m.guards, failed), None, None, m.duration_s)
+    total = m.duration_s + score.duration_s
+    if score.ok:
+        return dataclasses.replace(m, duration_s=total)
+    failed = GuardResult("score", False, failure_summary(score, box), score.stdout_path.with_suffix(""),
+                         score.duration_s)
+    return Measurement(None, (*m.guards, failed), None, None, total)
+
+
+def sandbox_outside_run(program: Program) -> tuple[Bwrap | None, str | None]:
+    """The sandbox of `verify`'s and `gate`'s measurements and, when there is none, the warning
+    to give. ConfigError (exit 2) when `sandbox: bwrap` cannot be made or, with no sandbox, an
+    installation points into the checkout (editable.refuse, as `run` does before its baseline)."""
+    bwrap, why = probed(program)
+    if bwrap is None:
+        editable.refuse(program, why or "")
+    return bwrap, why and UNSANDBOXED.format(why)
+
+
+def failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> str:
+    """`exit 1: NameError: name 'x' is not defined`: the last meaningful line, for lessons;
+    in a sandbox, what to set when it failed for want of a writable path or the network."""
+    head = res.describe()
+    if res.timed_out or res.interrupted:
+        return head
+    hint = None
+    if box is not None:
+        hint = failure_hint(res.stderr_tail(4096) + "\n" + res.stdout_tail(4096), network=box.network)
+    suffix = f" (hint: {hint})" if hint else ""
+    for text in (res.stderr_tail(), res.stdout_tail()):
+        lines = [ln.strip() for ln in plain(text).splitlines() if ln.strip()]
+        if lines:
+            return f"{head}: {lines[-1][:200]}{suffix}"
+    return head + suffix

@@ -1,0 +1,139 @@
+"""autoloop's own bytecode cache (DESIGN.md §4, last bullet). A measurement's fresh, empty
+PYTHONPYCACHEPREFIX (no planted bytecode is read) made Python children 2–3× slower, so each
+starts as a copy of this cache: checked-hash `.pyc` files (PEP 552) that autoloop compiled with
+the measured interpreter, used by Python only when the imported source hashes to the recorded
+value. What a measurement writes only tells which sources to compile here anew."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from autoloop.process.proc import run_captured
+from autoloop.base.walk import walk
+
+# PREFIX/<source folder>/<name>.<cache tag>[.opt-N].pyc, and pytest's assertion-rewritten
+# <name>.<cache tag>-pytest-<version>.pyc (checked-hash since pytest 8.4; older ones: not imitated)
+_PYC = re.compile(r"(?P<name>[^.]+)\.(?P<tag>[a-z]+-\d+)(?P<pytest>-pytest-[0-9A-Za-z.+]+)?"
+                  r"(?:\.opt-(?P<opt>\d))?\.pyc")
+MAX_SOURCE_BYTES = 4 << 20      # a source larger than this is left to the measurement to compile
+MAX_PER_BATCH = 20_000
+_QUERY_TIMEOUT_S, _COMPILE_TIMEOUT_S = 30, 300
+
+# Run by the measured interpreter itself (its magic number, its cache tag), isolated (-I);
+# pytest's rewritten modules by pytest's own rewriter (no config), only for this pytest's own tag
+# and only when it writes checked-hash files.
+_COMPILE = r"""
+import io, json, os, py_compile, sys
+from pathlib import Path
+done = 0
+rw = None
+for src, cfile, opt, pytest_tag in json.load(sys.stdin):
+    try:
+        if pytest_tag:
+            if rw is None:
+                rw = False
+                import _pytest.assertion.rewrite as mod
+                probe = io.BytesIO()
+                mod._write_pyc_fp(probe, b"\0" * 16, compile("", "probe", "exec"))
+                if probe.getvalue()[4:8] == b"\x03\x00\x00\x00":   # checked-hash
+                    rw = mod
+            if not rw or not cfile.endswith("." + rw.PYTEST_TAG + rw.PYC_EXT):
+                continue
+            source_hash, co = rw._rewrite_test(Path(src), None)
+            if not isinstance(source_hash, bytes):
+                continue
+            os.makedirs(os.path.dirname(cfile), exist_ok=True)
+            tmp = f"{cfile}.{os.getpid()}"
+            with open(tmp, "wb") as fp:
+                rw._write_pyc_fp(fp, source_hash, co)
+            os.replace(tmp, cfile)
+        else:
+            py_compile.compile(src, cfile=cfile, dfile=src, doraise=True, optimize=opt,
+                               invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+        done += 1
+    except Exception:
+        pass
+print(done)
+"""
+
+_TAG_QUERY = "import sys; print(sys.implementation.cache_tag or '')"
+
+
+class ProvenCache:
+    """The cache under `root`, compiled by each of `interpreters` for its own cache tag."""
+
+    def __init__(self, root: Path, interpreters: Sequence[str], env: Mapping[str, str]) -> None:
+        self.root = root
+        self.env = dict(env)
+        self._by_tag: dict[str, str] = {}
+        for exe in interpreters:
+            tag = _run(exe, _TAG_QUERY, "", self.env, _QUERY_TIMEOUT_S).strip()
+            if tag and tag not in self._by_tag:
+                self._by_tag[tag] = exe
+        self._seeded: dict[Path, dict[str, tuple[int, int]]] = {}
+
+    @property
+    def usable(self) -> bool:
+        return bool(self._by_tag)
+
+    def seed(self, prefix: Path) -> None:
+        """Fill a measurement's fresh prefix with a copy of the cache, and remember what was copied."""
+        if self.root.is_dir():
+            shutil.copytree(self.root, prefix, dirs_exist_ok=True, symlinks=False,
+                            copy_function=shutil.copyfile)
+        self._seeded[prefix] = _files(prefix)
+
+    def learn(self, prefix: Path) -> int:
+        """After a measurement: compile, into the cache, the sources whose bytecode it had to
+        write itself (absent from the cache, or stale). Returns how many were compiled."""
+        before = self._seeded.pop(prefix, {})
+        todo: dict[str, list[list[object]]] = {}
+        for rel, ident in _files(prefix).items():
+            if before.get(rel) == ident:
+                continue          # the copy of ours, untouched
+            folder, _, name = rel.rpartition("/")
+            m = _PYC.fullmatch(name)
+            if m is None or m.group("tag") not in self._by_tag:
+                continue
+            # the prefix mirrors the source's folder (no __pycache__ level)
+            source = "/" + folder + "/" + m.group("name") + ".py"
+            try:
+                if os.stat(source).st_size > MAX_SOURCE_BYTES:
+                    continue
+            except OSError:
+                continue
+            todo.setdefault(m.group("tag"), []).append(
+                [source, str(self.root / rel), int(m.group("opt") or 0), bool(m.group("pytest"))])
+        compiled = 0
+        for tag, items in todo.items():
+            for i in range(0, len(items), MAX_PER_BATCH):
+                out = _run(self._by_tag[tag], _COMPILE, json.dumps(items[i:i + MAX_PER_BATCH]), self.env,
+                           _COMPILE_TIMEOUT_S).strip()
+                compiled += int(out) if out.isdigit() else 0
+        return compiled
+
+    def forget(self, prefix: Path) -> None:
+        self._seeded.pop(prefix, None)
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    """(inode, mtime) of every entry but folders under root, by relative path."""
+    return {rel: (st.st_ino, st.st_mtime_ns) for rel, _, st in walk(str(root))
+            if st is not None and not stat.S_ISDIR(st.st_mode)}
+
+
+def _run(exe: str, code: str, stdin: str, env: Mapping[str, str], timeout: float) -> str:
+    """The standard output of `code` run by `exe`, isolated, or "" when it failed."""
+    try:
+        res = run_captured([exe, "-I", "-c", code], cwd=Path("/"), env=dict(env), timeout=timeout,
+                           input=stdin.encode())
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return res.stdout.decode(errors="replace") if res.returncode == 0 else ""

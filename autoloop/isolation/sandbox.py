@@ -1,0 +1,323 @@
+"""bubblewrap sandboxes (Linux) for the generator and for measurements: the whole file system
+read-only (whatever its permissions say), a private /tmp and /var/tmp, a minimal /dev, their own
+/proc and PID namespace (what they leave running dies with them), a new session, no capabilities,
+no network unless asked for (and then no sockets of daemons that would start a process for them).
+The generator writes only its work tree, its cycle's log folder and `sandbox.writable`; a
+measurement only what its Confinement says. (The SDK generators write only through the edit tool.)
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
+
+from autoloop.errors import ConfigError
+from autoloop.process.executables import all_words
+from autoloop.process.proc import run_captured
+from autoloop.base.specs import SandboxSpec
+from autoloop.base.walk import inside, remove_tree, temp_dir, under
+
+if TYPE_CHECKING:   # a Ray node imports this module: nothing that reads program.md
+    from autoloop.program.reader import Program
+
+_DAEMON_DIRS = ("/run/user", "/run/dbus", "/run/containerd", "/run/podman", "/run/docker", "/var/run/dbus")
+_DAEMON_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock", "/run/podman/podman.sock")
+_PRIVATE = ("/tmp", "/var/tmp")
+_ACCELERATORS = ("dri", "kfd", "accel")     # and /dev/nvidia*: GPUs stay usable in measurements
+_PROBE_TIMEOUT_S = 30
+GIT_IN_SANDBOX = "/tmp/.autoloop-git"   # where a measurement sees the repository's git folder
+
+
+class GitLink(NamedTuple):
+    folder: Path   # the repository's git folder, shown read-only at GIT_IN_SANDBOX
+    link: Path     # a `.git` link file pointing there, shown as the tree's .git
+
+
+class SandboxUnavailable(Exception):
+    """bwrap is missing or cannot make a sandbox here; the message says why and what to do."""
+
+
+class Bwrap:
+    def __init__(self, spec: SandboxSpec, *, executable: str | None = None, path: str | None = None,
+                 private: Sequence[Path] = ()) -> None:
+        self.spec = spec
+        self.exe = executable or shutil.which("bwrap", path=path) or ""   # path: PATH (default ours)
+        self.private = tuple(private)   # program.md `private`: hidden from the generator
+
+    def probe(self) -> None:
+        """Raise SandboxUnavailable unless a sandbox like the generator's can be made here."""
+        if not sys.platform.startswith("linux"):
+            raise SandboxUnavailable("bwrap (bubblewrap) works on Linux only; use sandbox: none")
+        if not self.exe:
+            raise SandboxUnavailable("bwrap is not installed (not found on PATH); install bubblewrap "
+                                     "(Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
+                                     "bubblewrap) or use sandbox: none")
+        try:
+            res = run_captured([self.exe, *self._base(self.spec.network), "--", "/bin/sh", "-c", "exit 0"],
+                               timeout=_PROBE_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SandboxUnavailable(f"cannot run {self.exe}: {exc}") from None
+        if res.returncode != 0:
+            why = (res.stderr.decode(errors="replace").strip().splitlines() or [f"exit {res.returncode}"])[-1]
+            raise SandboxUnavailable(
+                f"bwrap cannot create a sandbox here ({why[:200]}); unprivileged user namespaces "
+                "may be disabled (sysctl kernel.unprivileged_userns_clone=1, or AppArmor's "
+                "kernel.apparmor_restrict_unprivileged_userns=0), or the container forbids them; "
+                "use sandbox: none to run without one")
+
+    def _base(self, network: bool) -> list[str]:
+        args = ["--die-with-parent", "--new-session", "--cap-drop", "ALL",
+                "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        args += [a for d in _PRIVATE if os.path.isdir(d) for a in ("--tmpfs", d)]
+        if not network:
+            return args + ["--unshare-net"] + (["--tmpfs", "/run"] if os.path.isdir("/run") else [])
+        hidden: list[str] = []
+        for d in map(os.path.realpath, _DAEMON_DIRS):
+            if os.path.isdir(d) and d not in hidden:
+                hidden.append(d)
+                args += ["--tmpfs", d]
+        for sock in map(os.path.realpath, _DAEMON_SOCKETS):
+            if os.path.exists(sock) and not any(inside(sock, d) for d in hidden):
+                hidden.append(sock)
+                args += ["--ro-bind", "/dev/null", sock]
+        return args
+
+    def _readable(self, network: bool, path: str, wanted: Iterable[Path], command: str | Sequence[str]) -> list[str]:
+        """Read-only binds of what a private /tmp (or /run) would hide but the command needs: the
+        Python running autoloop and its venv (CI makes venvs under /tmp), the PATH folders (a
+        venv's bin/ with its lib/ beside it), the folders of absolute paths the command names."""
+        hidden = [os.path.realpath(h) for h in (*_PRIVATE, *([] if network else ["/run"]))]
+        paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), *wanted,
+                 *(Path(d) for d in path.split(os.pathsep) if os.path.isabs(d)), *_named_folders(command)]
+        ro: list[str] = []
+        for p in [*paths, *(_venv_root(p) or p for p in paths)]:
+            real = os.path.realpath(p)
+            if os.path.exists(real) and any(under(real, h) for h in hidden) and not any(under(real, r) for r in ro):
+                ro.append(real)
+        return [a for real in sorted(ro, key=len) for a in ("--ro-bind", real, real)]
+
+    def argv(self, command: str | Sequence[str], *, workdir: Path, writable: Sequence[Path] = (),
+             readable: Sequence[Path] = (), network: bool | None = None) -> list[str]:
+        """The generator's `command` (a shell string or an argv) in the sandbox, cwd `workdir`.
+        `network` overrides `sandbox.network` (an agent preset's default when the key is unset)."""
+        net = self.spec.network if network is None else network
+        args = [self.exe, *self._base(net), *self._readable(net, os.environ.get("PATH", ""), readable, command)]
+        extra = [os.path.expanduser(w) for w in self.spec.writable]
+        rw = dict.fromkeys(os.path.realpath(p) for p in [workdir, *writable, *(w for w in extra if os.path.exists(w))])
+        args += [a for real in rw for a in ("--bind", real, real)]
+        args += hide(self.private)
+        args += ["--chdir", os.path.realpath(workdir), "--setenv", "TMPDIR", "/tmp",
+                 "--setenv", "TMP", "/tmp", "--setenv", "TEMP", "/tmp", "--"]
+        return [*args, "/bin/sh", "-c", command] if isinstance(command, str) else [*args, *command]
+
+    def measurement_argv(self, command: str, *, box: Confinement) -> list[str]:
+        """`command` (a shell string) run as a measurement: see Confinement."""
+        args = [self.exe, *self._base(box.network)]
+        if box.reap:
+            args.remove("--die-with-parent")
+        for name in _devices():
+            args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+        args += ["--tmpfs", "/dev/shm", *self._readable(box.network, box.path, box.readable, command)]
+        if box.git is not None:
+            args += ["--ro-bind", str(box.git.folder), GIT_IN_SANDBOX]
+        tree = where = os.path.realpath(box.tree)
+        bind = "--bind" if box.tree_writable else "--ro-bind"
+        args += [bind, tree, tree]
+        if box.checkout is not None and os.path.realpath(box.checkout) != tree:
+            # The candidate at your checkout's path too: an editable install's finder or .pth,
+            # pytest's rootdir, a tool that found the project by absolute path now resolve to it.
+            where = os.path.realpath(box.checkout)
+            args += [bind, tree, where]
+            args += [a for real in map(os.path.realpath, box.keep) if os.path.exists(real) for a in ("--ro-bind", real, real)]
+        for p in box.writable:
+            real = os.path.realpath(os.path.expanduser(str(p)))
+            if os.path.exists(real):
+                args += ["--bind", real, real]
+        at = dict.fromkeys([tree, where])
+        for rel in box.protect:
+            src = os.path.join(tree, rel)
+            if os.path.lexists(src) and not os.path.islink(src):
+                args += [a for t in at for a in ("--ro-bind", src, os.path.join(t, rel))]
+        if box.git is not None:
+            args += [a for t in at for a in ("--ro-bind", str(box.git.link), os.path.join(t, ".git"))]
+        # last, so that no writable or readable bind above can undo them
+        args += [a for real in map(os.path.realpath, box.read_only) for a in ("--ro-bind", real, real)]
+        if box.show_private:
+            args += [a for real in map(os.path.realpath, box.private) for a in ("--ro-bind", real, real)]
+        else:
+            args += hide(box.private)
+        return [*args, "--chdir", where, "--", "/bin/sh", "-c", command]
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """One measurement's sandbox: everything read-only but `tree` (the verification tree) and
+    `writable` (its scratch, `sandbox.writable`); the tree also appears at `checkout`, where the
+    command runs, with `keep` (venvs and data inside your checkout) read-only on top."""
+    bwrap: Bwrap
+    tree: Path
+    checkout: Path | None
+    writable: tuple[Path, ...] = ()
+    readable: tuple[Path, ...] = ()
+    keep: tuple[Path, ...] = ()
+    protect: tuple[str, ...] = ()          # in the tree, not writable (its .git link, a journal)
+    git: GitLink | None = None
+    network: bool = False
+    path: str = ""             # the command's PATH: its folders stay readable behind a private /tmp
+    # verifier.measure: cpu. The namespace's init outlives the command's first process while
+    # others run, reaping each (their CPU reaches autoloop through it; proc kills them, not the
+    # kernel, which reaps a dying namespace without a tally). A killed autoloop's measurement
+    # then lives on until the marker sweep finds it.
+    reap: bool = False
+    tree_writable: bool = True             # False: the score's tree of the start commit
+    read_only: tuple[Path, ...] = ()       # bound read-only over everything (the score's $AUTOLOOP_OUTPUT)
+    private: tuple[Path, ...] = ()         # program.md `private`: hidden unless `show_private`
+    show_private: bool = False             # the score and the holdout read them
+
+    def argv(self, command: str) -> list[str]:
+        return self.bwrap.measurement_argv(command, box=self)
+
+
+def hide(paths: Sequence[Path]) -> list[str]:
+    """bwrap arguments that make each path unreadable: a folder becomes an empty one nobody may
+    enter, a file one nobody may read (no capability in the sandbox overrides the mode)."""
+    args: list[str] = []
+    for real in map(os.path.realpath, paths):
+        if os.path.isdir(real):
+            args += ["--perms", "0000", "--tmpfs", real]
+        elif os.path.lexists(real):
+            args += ["--ro-bind", _unreadable_file(), real]
+    return args
+
+
+_UNREADABLE: list[str] = []
+
+
+def _unreadable_file() -> str:
+    """An empty file of mode 000, made once per process and removed at its exit (in a temp_dir:
+    `autoloop clean` finds it when the process was killed first)."""
+    if not _UNREADABLE:
+        folder = temp_dir("hidden")
+        name = folder / "unreadable"
+        name.touch()
+        os.chmod(name, 0)
+        atexit.register(remove_tree, folder, quiet=True)
+        _UNREADABLE.append(str(name))
+    return _UNREADABLE[0]
+
+
+_READ_ONLY = re.compile(r"Read-only file system|EROFS|\[Errno 30\]")
+_NO_NETWORK = re.compile(r"Temporary failure in name resolution|Name or service not known|"
+                         r"Could not resolve host|Network is unreachable|getaddrinfo|"
+                         r"\[Errno -[23]\]|\[Errno 101\]|No address associated with hostname")
+
+
+def failure_hint(output: str, *, network: bool) -> str | None:
+    """What to set when a sandboxed measurement failed for want of a writable path or the
+    network (read from the tail of its output), or None."""
+    m = _READ_ONLY.search(output)
+    if m is not None:
+        line = next((ln for ln in output.splitlines() if m.group(0) in ln), "")
+        path = re.search(r"'(/[^']+)'", line) or re.search(r"(/[^\s:'\"]+)", line)
+        where = f" ({path.group(1)})" if path else ""
+        return ("the measurement sandbox keeps everything but the verification tree and its temp "
+                f"folder read-only{where}; if the command must write there, add the path to "
+                "sandbox.writable")
+    if not network and _NO_NETWORK.search(output):
+        return "the measurement sandbox has no network; set verifier.network: true if it needs one"
+    return None
+
+
+def git_link(tree: Path, scratch: Path, common_dir: Path) -> GitLink | None:
+    """The candidate bound over your checkout hides the repository's .git there, so git in a
+    measurement finds it at GIT_IN_SANDBOX. None when the tree's .git is no link into `common_dir`."""
+    try:
+        text = (tree / ".git").read_text(errors="replace").strip()
+    except OSError:
+        return None
+    if not text.startswith("gitdir: "):
+        return None
+    admin = Path(text[len("gitdir: "):])
+    if admin.parent.name != "worktrees" or os.path.realpath(admin.parent.parent) != os.path.realpath(common_dir):
+        return None
+    link = scratch / "dotgit"
+    link.write_text(f"gitdir: {GIT_IN_SANDBOX}/worktrees/{admin.name}\n")
+    return GitLink(Path(os.path.realpath(common_dir)), link)
+
+
+def probed(program: Program) -> tuple[Bwrap | None, str | None]:
+    """The sandbox program.md asks for, probed: (bwrap, None), or (None, why there is none) for
+    `auto` and `none`; ConfigError (exit 2) when `sandbox: bwrap` cannot be made."""
+    if program.sandbox.kind == "none":
+        return None, "sandbox: none in program.md"
+    box = Bwrap(program.sandbox, private=program.private)
+    try:
+        box.probe()
+    except SandboxUnavailable as exc:
+        if program.sandbox.kind == "bwrap":
+            where = f"{program.path.name}:{program.lines.get('sandbox', 1)}"
+            raise ConfigError(f"{where}: sandbox: {exc}") from None
+        if program.private:
+            # without a sandbox every process could read them: refused, not said (and
+            # `sandbox: none`, the probe's usual way out, is refused with private too)
+            why = re.sub(r"[;,]? *(or )?use sandbox: none( to run without one)?", "", str(exc))
+            raise ConfigError(f"{program.path.name}:{program.line('private')}: private: needs a sandbox to keep "
+                              f"these paths from the generator and the candidate's code, and none can be "
+                              f"made here ({why}); make bubblewrap work, or remove private") from None
+        return None, str(exc)
+    return box, None
+
+
+def tree_box(bwrap: Bwrap, program: Program, tree: Path, common_dir: Path, scratch: Path,
+             path: str | None = None, keep: tuple[Path, ...] | None = None, *,
+             show_private: bool = False) -> Confinement:
+    """A measurement of `tree` (a private worktree: a run's, `verify`'s, `gate`'s) writing only
+    the tree and `scratch`; `keep` defaults to checkout_keep(program). `private` stays hidden
+    unless `show_private` (the holdout)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    git = git_link(tree, scratch, common_dir)
+    root = program.repo_root
+    readable = [d.source for d in program.data if not inside(d.source, root)]
+    if git is None or not inside(common_dir, root):
+        readable.append(common_dir)
+    writable = [scratch, *(Path(os.path.expanduser(w)) for w in program.sandbox.writable)]
+    return Confinement(bwrap, tree=tree, checkout=root, writable=tuple(writable), readable=tuple(readable),
+                       keep=checkout_keep(program) if keep is None else keep, git=git,
+                       protect=() if git else (".git",), network=program.verifier.network,
+                       reap=program.verifier.measure == "cpu",
+                       path=os.environ.get("PATH", "") if path is None else path,
+                       private=program.private, show_private=show_private)
+
+
+def checkout_keep(program: Program) -> tuple[Path, ...]:
+    """What stays visible read-only at your checkout's path in a measurement: virtual
+    environments at its top (`.venv/bin/python -m pytest`) and data kept inside it."""
+    root = program.repo_root
+    try:
+        venvs = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and (p / "pyvenv.cfg").is_file())
+    except OSError:
+        venvs = []
+    return (*venvs, *(d.source for d in program.data if inside(d.source, root)))
+
+
+def _devices() -> list[str]:
+    return sorted(n for n in os.listdir("/dev") if n.startswith("nvidia") or n in _ACCELERATORS)
+
+
+def _venv_root(p: Path) -> Path | None:
+    return next((d for d in (p, p.parent, p.parent.parent) if (d / "pyvenv.cfg").is_file()), None)
+
+
+def _named_folders(command: str | Sequence[str]) -> list[Path]:
+    """The folders of absolute paths the command names (`python /tmp/x/gen.py`, `--opt=/tmp/x`,
+    in `sh -c '…'`): a script under /tmp stays readable, with its neighbours, behind our /tmp."""
+    words = all_words(command) if isinstance(command, str) else list(command)
+    return [Path(w) if os.path.isdir(w) else Path(w).parent for w in words if os.path.isabs(w) and os.path.exists(w)]

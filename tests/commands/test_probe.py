@@ -1,0 +1,124 @@
+"""`autoloop doctor --probe`: the reward hacks tried against the program's own verifier in a
+throwaway tree. A verifier that reads the number the candidate's process prints is reported
+fooled (exit 1) with the setting that closes each hole; the sealed setup (`measure: cpu` and a
+seeded `score`) holds against every hack (exit 0). Nothing of the repository changes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import git as git_in
+from tests.scripts.e2e import git, repo_state
+from tests.scripts.sealed import SPEED_FILES, make, ml_data, ml_files, ml_program, speed_program
+
+PROBE_TIMEOUT = 900
+
+
+def _lines(out: str) -> dict[str, tuple[str, str]]:
+    """class -> (fooled|held|skip, the rest of its line)."""
+    found = {}
+    for line in out.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) == 3 and parts[0] in ("fooled", "held", "skip"):
+            found[parts[1]] = (parts[0], parts[2])
+    return found
+
+
+def _probe(tmp_path: Path, files: dict[str, str], program: str) -> tuple[int, dict[str, tuple[str, str]], str]:
+    p = make(tmp_path / "p", files, program)
+    before = repo_state(p.repo, p.env)
+    res = p.cli("doctor", "--probe", timeout=PROBE_TIMEOUT)
+    out = res.stdout + res.stderr
+    assert repo_state(p.repo, p.env) == before, "the probe changed the repository"
+    worktrees = git(p.repo, "worktree", "list", "--porcelain", env=p.env).count("worktree ")
+    assert worktrees == 1, f"the probe left worktrees behind:\n{out}"
+    return res.returncode, _lines(res.stdout), out
+
+
+def test_output_mode_is_fooled_and_each_fix_is_named(tmp_path: Path) -> None:
+    code, lines, out = _probe(tmp_path, SPEED_FILES,
+                              speed_program("output", allowed='[lib.py, "tests/**"]'))
+    assert code == 1, out
+    assert "planted in lib.py" in out
+    for name in ("atexit", "exit-0", "stdout", "signal"):
+        assert lines[name][0] == "fooled" and "fix: measure: cpu (or wall) with a `score`" in lines[name][1], out
+    for name in ("patched-clock", "sys-modules"):
+        assert lines[name][0] == "fooled" and "fix: measure: cpu (or wall)" in lines[name][1], out
+    # the benchmark's input is fixed: answers remembered for it pass
+    assert lines["special-cased-input"][0] == "fooled" and "$AUTOLOOP_SEED" in lines["special-cased-input"][1], out
+    # tests/helpers.py is the generator's to change: the tests then pass with lib.py broken
+    state, detail = lines["test-helper"]
+    assert state == "fooled" and "fix: forbidden: [tests/__init__.py, tests/helpers.py, tests/test_lib.py]" in detail, out
+    # the sandbox gives each measurement its own /tmp and a read-only home: nothing survives
+    assert lines["cached-results"][0] == "held", out
+    assert lines["read-answers"][0] == "skip", out
+    assert out.rstrip().endswith("a run could keep them")
+
+
+def test_forbidden_test_helpers_leave_nothing_to_weaken(tmp_path: Path) -> None:
+    code, lines, out = _probe(tmp_path, SPEED_FILES, speed_program("output", forbidden='["tests/**"]',
+                                                                   allowed='[lib.py, "tests/**"]'))
+    assert code == 1, out
+    assert lines["test-helper"][0] == "skip" and "covers no test helper" in lines["test-helper"][1], out
+
+
+def test_unsandboxed_results_cached_across_measurements_fool_it(tmp_path: Path) -> None:
+    code, lines, out = _probe(tmp_path, SPEED_FILES, speed_program("output", sandbox="sandbox: none\n"))
+    assert code == 1, out
+    assert lines["cached-results"][0] == "fooled", out
+    assert "$AUTOLOOP_SEED" in lines["cached-results"][1]
+    assert not list(Path("/tmp").glob("autoloop-probe-*")), "the probe left its cache in /tmp"
+
+
+def test_sealed_speed_setup_holds_against_every_hack(tmp_path: Path) -> None:
+    """measure: cpu + a score that checks answers for inputs drawn from $AUTOLOOP_SEED."""
+    code, lines, out = _probe(tmp_path, SPEED_FILES, speed_program("cpu"))
+    assert code == 0, out
+    assert not [name for name, (state, _) in lines.items() if state == "fooled"], out
+    for name in ("atexit", "patched-clock", "sys-modules", "exit-0", "signal", "stdout", "sniffing",
+                 "special-cased-input", "cached-results"):
+        assert lines[name][0] == "held", out
+    assert out.rstrip().endswith("every hack tried was caught")
+
+
+def test_private_labels_are_out_of_the_candidates_reach(tmp_path: Path) -> None:
+    labels = tmp_path / "labels"
+    labels.mkdir()
+    (labels / "test_y.json").write_text(json.dumps(ml_data()[1]))
+    code, lines, out = _probe(tmp_path, ml_files(with_labels=False), ml_program("sealed", labels))
+    assert lines["read-answers"][0] == "held" and "none of 1 private path" in lines["read-answers"][1], out
+    assert code == 0, out
+
+
+def test_the_hacks_go_where_a_generator_change_would_run(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """Breadth-first from the verifier's script: past a package __init__ that only re-exports,
+    into the first module that defines functions; a module loaded by file name counts; the test
+    helpers are those of the tests the guard runs."""
+    from autoloop.commands.probe import plant_target
+    from autoloop.program.reader import load_program
+
+    repo = make_repo({
+        "bench/run.py": "import sys\nsys.path.insert(0, '.')\nimport pkg\nprint('seconds: 1')\n",
+        "bench/by_name.py": "from pathlib import Path\nexec(compile(Path('loaded.py').read_bytes(), 'x', 'exec'))\n",
+        "pkg/__init__.py": "from .core import *\nfrom . import util\n",
+        "pkg/core.py": "from .util import helper\ndef solve(n):\n    return helper(n)\n",
+        "pkg/util.py": "def helper(n):\n    return n\n",
+        "loaded.py": "def f():\n    return 1\n",
+        "pkg/tests/test_core.py": "def test_x():\n    assert True\n",
+        "other/tests/test_y.py": "def test_y():\n    assert True\n",
+    })
+    head = git_in(repo, "rev-parse", "HEAD")
+
+    def program(command: str, allowed: str) -> object:
+        (repo / "program.md").write_text(
+            f"---\ngoal: g\nallowed: {allowed}\nverifier: {{command: {command}, metric: seconds, "
+            "direction: minimize}\nguards: ['python -m pytest -q pkg/tests']\n---\nx\n")
+        return load_program(repo / "program.md")
+
+    target, helpers = plant_target(program("python bench/run.py", '["pkg/**", "other/**"]'), head)
+    assert target == "pkg/core.py"
+    assert helpers == ("pkg/tests/test_core.py",)
+    assert plant_target(program("python bench/run.py", '["pkg/util.py"]'), head) == ("pkg/util.py", ())
+    assert plant_target(program("python bench/by_name.py", "[loaded.py]"), head) == ("loaded.py", ())
+    assert plant_target(program("python bench/run.py", "[loaded.py]"), head) == (None, ())

@@ -1,0 +1,134 @@
+"""autoloop's own bytecode cache (autoloop.isolation.pycache): what it holds is compiled by autoloop from
+the sources themselves, checked-hash, so nothing a measurement wrote into its prefix is ever
+read by the next one, and a stale entry is recompiled by Python rather than used. Real
+interpreters, real files; and a run through the CLI where every cycle's candidate module is
+what the verifier measures."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from autoloop.isolation.pycache import ProvenCache
+from tests.scripts.e2e import kill_marked, make_project
+
+PY = sys.executable
+
+
+def _import_value(prefix: Path, src_dir: Path) -> str:
+    """What `import helper; print(helper.VALUE)` prints with this bytecode prefix."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONPYCACHEPREFIX"] = str(prefix)
+    out = subprocess.run([PY, "-c", "import helper; print(helper.VALUE)"], cwd=src_dir, env=env,
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def _cache(tmp_path: Path) -> ProvenCache:
+    cache = ProvenCache(tmp_path / "cache", [PY], {"PATH": os.environ.get("PATH", "")})
+    assert cache.usable
+    return cache
+
+
+def _pyc_rel(src: Path) -> str:
+    tag = sys.implementation.cache_tag
+    return f"{str(src.parent).lstrip('/')}/{src.stem}.{tag}.pyc"
+
+
+def test_learnt_bytecode_is_compiled_from_the_source_not_copied(tmp_path: Path) -> None:
+    src_dir = tmp_path / "src"
+    src_dir.mkdir()
+    src = src_dir / "helper.py"
+    src.write_text("VALUE = 'real'\n")
+    cache = _cache(tmp_path)
+    prefix = tmp_path / "m1"
+    prefix.mkdir()
+    cache.seed(prefix)
+    assert _import_value(prefix, src_dir) == "real"
+    # a measurement plants bytecode for helper in its own prefix: an unchecked-hash pyc that
+    # says something else (Python would trust it over the source)
+    planted = prefix / _pyc_rel(src)
+    code = compile("VALUE = 'planted'\n", str(src), "exec")
+    import marshal
+    planted.write_bytes(importlib.util.MAGIC_NUMBER + b"\x01\x00\x00\x00" + b"\0" * 8 + marshal.dumps(code))
+    assert _import_value(prefix, src_dir) == "planted"          # the attack is real
+    assert cache.learn(prefix) >= 1       # helper, and the standard library a start imports
+    kept = (tmp_path / "cache" / _pyc_rel(src)).read_bytes()
+    assert kept[4:8] == b"\x03\x00\x00\x00"                   # checked-hash (PEP 552)
+    assert kept[8:16] == importlib.util.source_hash(src.read_bytes())
+    assert b"planted" not in kept
+    fresh = tmp_path / "m2"
+    fresh.mkdir()
+    cache.seed(fresh)
+    assert _import_value(fresh, src_dir) == "real"
+
+
+def test_a_stale_entry_is_recompiled_not_used(tmp_path: Path) -> None:
+    src_dir = tmp_path / "src"
+    src_dir.mkdir()
+    src = src_dir / "helper.py"
+    src.write_text("VALUE = 'one'\n")
+    cache = _cache(tmp_path)
+    p1 = tmp_path / "m1"
+    p1.mkdir()
+    cache.seed(p1)
+    assert _import_value(p1, src_dir) == "one"
+    assert cache.learn(p1) >= 1
+    src.write_text("VALUE = 'two'\n")      # same size; mtime does not matter to a checked pyc
+    p2 = tmp_path / "m2"
+    p2.mkdir()
+    cache.seed(p2)
+    assert _import_value(p2, src_dir) == "two"
+    assert cache.learn(p2) == 1            # Python rewrote it; the cache compiles the new bytes
+    p3 = tmp_path / "m3"
+    p3.mkdir()
+    cache.seed(p3)
+    assert _import_value(p3, src_dir) == "two"
+    assert cache.learn(p3) == 0            # nothing new: the seeded copy was used as it was
+
+
+def test_every_cycle_measures_its_own_candidate_module(tmp_path: Path) -> None:
+    """The verifier imports a module the generator edits each cycle: with bytecode carried
+    from measurement to measurement, each cycle still measures exactly its candidate."""
+    values = ["30", "35", "20", "25", "10"]
+    plan = {i + 1: f'W("src/model.py", "SCORE = {v}\\n")' for i, v in enumerate(values)}
+    p = make_project(tmp_path, plan, files={"src/model.py": "SCORE = 40.25\n",
+                                            "score.py": "import sys\nsys.path.insert(0, 'src')\n"
+                                                        "import model\nprint(f'score: {model.SCORE}')\n"},
+                     guards=False)
+    env_pyc = dict(p.env)
+    env_pyc.pop("PYTHONDONTWRITEBYTECODE", None)     # let measurements write (and so be learnt)
+    p.env = env_pyc
+    res = p.run("--cycles", str(len(values)))
+    kill_marked(p.env)
+    assert res.returncode == 0, res.stderr
+    rows = p.rows()
+    assert [(r["status"], float(r["metric"])) for r in rows] == [
+        ("baseline", 40.25), ("keep", 30.0), ("discard", 35.0), ("keep", 20.0), ("discard", 25.0), ("keep", 10.0)]
+
+
+PLANT_GUARD = '''\
+import importlib.util, marshal, os, sys
+# the guard runs the candidate's code: it may leave bytecode for a module the verifier imports
+path = os.path.abspath("src/model.py")
+pyc = importlib.util.cache_from_source(path)
+os.makedirs(os.path.dirname(pyc), exist_ok=True)
+code = compile("SCORE = -1000\\n", path, "exec")
+with open(pyc, "wb") as f:   # unchecked-hash: Python would trust it over the source
+    f.write(importlib.util.MAGIC_NUMBER + b"\\x01\\x00\\x00\\x00" + b"\\0" * 8 + marshal.dumps(code))
+'''
+
+
+def test_bytecode_a_guard_leaves_is_not_read_by_the_verifier(tmp_path: Path) -> None:
+    p = make_project(tmp_path, {1: 'W("src/model.py", "SCORE = 30\\n")'},
+                     files={"src/model.py": "SCORE = 40.25\n", "plant.py": PLANT_GUARD,
+                            "score.py": "import sys\nsys.path.insert(0, 'src')\n"
+                                        "import model\nprint(f'score: {model.SCORE}')\n"},
+                     guards=False, extra=f"guards:\n  - {{name: plant, command: {PY} plant.py}}")
+    res = p.run("--cycles", "1")
+    kill_marked(p.env)
+    assert res.returncode == 0, res.stderr
+    assert [(r["status"], float(r["metric"])) for r in p.rows()] == [("baseline", 40.25), ("keep", 30.0)]
