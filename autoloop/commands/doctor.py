@@ -121,7 +121,7 @@ def _sandbox(run: Run) -> Check:
     sandbox, kind = run.guard.sandbox, run.program.sandbox.kind
     if sandbox is None:
         return Check("sandbox", "warn", f"none (sandbox: {kind}): the generator runs as you, unconfined; "
-                                        "attacks are only detected (see README)")
+                                        "attacks are only detected (see docs/trust.md)")
     try:
         sandbox.probe()
     except SandboxUnavailable as exc:

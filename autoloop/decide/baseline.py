@@ -99,7 +99,7 @@ def proposal_text(prop: Mapping[str, Any], scale: str, name: str) -> str:
             f"{share(prop['power_at_min_effect'])} of the time. Gains of {_proposed(prop, scale, 'gain')} "
             f"or more are kept {share(prop['kept_at_gain'])} of the time with accept.min_effect: "
             f"{_proposed(prop, scale, 'min_effect')} ({_cost_text(prop)}): set it, or make the "
-            "verifier steadier (README: 'Noisy metrics').")
+            "verifier steadier (docs/noisy-metrics.md).")
 
 
 def _bursts(runs: Sequence[float], scale: st.Scale, pair_sd: float) -> dict[str, Any]:
@@ -153,7 +153,7 @@ def calibrate_strict(session: Session, program: Program) -> Baseline:
                    "change that does nothing is kept whenever its measurement comes out luckier "
                    "than the best so far: over 100 such changes expect several junk commits and "
                    f"a best {v.label} that reads about {seems} better than it is. Set "
-                   "accept.rule: paired (README: 'Noisy metrics').")
+                   "accept.rule: paired (docs/noisy-metrics.md).")
         # what the paired rule's defaults would do at this noise (its calibration: 16 pairs)
         m = acc.min_effect
         prop = propose(sd * math.sqrt(2), scale, v.direction, metric, alpha=0.005, pairs=16,

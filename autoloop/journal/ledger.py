@@ -30,7 +30,7 @@ STATUSES = ("baseline", "keep", "discard", "crash", "guard_fail", "violation", "
 STATS_COLUMNS = ("rule", "pairs", "effect_pct", "ci_low_pct", "ci_high_pct", "p_value",
                  "p_confirm", "median_ratio", "noise_pct", "holdout", "samples")
 # what a run, `verify` and `gate` say when they measure without a sandbox ({}: why not)
-UNSANDBOXED = "not sandboxed: {}; these attacks are only detected, see README (Not covered)"
+UNSANDBOXED = "not sandboxed: {}; these attacks are only detected, see docs/trust.md (Not covered)"
 TSV_COLUMNS = ("cycle", "commit", "metric", "status", "description", "best", "delta_pct",
                "duration_s", "cost_usd", "lesson") + STATS_COLUMNS
 _TSV_HEAD = ("\t".join(TSV_COLUMNS) + "\n").encode()
