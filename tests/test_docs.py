@@ -61,9 +61,17 @@ def test_the_docs_have_program_snippets() -> None:
 
 
 @pytest.mark.parametrize("where,body", snippets(), ids=[w for w, _ in snippets()])
-def test_every_program_snippet_parses(where: str, body: str, tmp_path: Path) -> None:
-    (tmp_path / "program.md").write_text(as_program(body))
-    parse_program(as_program(body), tmp_path / "program.md", tmp_path)
+def test_every_program_snippet_parses(where: str, body: str, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    # `private` paths must exist (outside the repository): made under a home of the test's own
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    private = yaml.safe_load(body).get("private") or []
+    for entry in [private] if isinstance(private, str) else private:
+        Path(entry).expanduser().mkdir(parents=True, exist_ok=True)
+    (repo / "program.md").write_text(as_program(body))
+    parse_program(as_program(body), repo / "program.md", repo)
 
 
 def test_mkdocs_build_is_strict_and_clean(tmp_path: Path) -> None:
