@@ -26,7 +26,7 @@ __all__ = ["GENERATOR_KINDS", "MAX_WORKERS", "AcceptSpec", "Amount", "DataSpec",
 
 def load_program(path: Path | str) -> Program:
     """Read and validate the program file at `path`, in the git repository that holds it."""
-    path = Path(path).expanduser()
+    path = Path(path).expanduser().absolute()
     try:
         # a FIFO or a device would block the read (or never end): only regular files
         if path.exists() and not path.is_dir() and not path.is_file():
