@@ -175,7 +175,8 @@ class Run:
         ran = 0
         try:
             if fresh:   # inside: a Ctrl-C while tracing ends the run as one in a cycle does
-                self._record_reads(incumbent, state.log_dir(0), started)
+                # beside the baseline's logs: state.log_dir(0) would set those aside as an aborted attempt
+                self._record_reads(incumbent, state.log_dir(0, "cycle-0000-reads"), started)
             while not (reason := self._stop_reason(ran, started)):
                 limit = self.opt.cycles if self.opt.cycles is not None else self.program.stop.max_cycles
                 recs = run_round(state, state.workers if limit is None else max(1, min(state.workers, limit - ran)))
@@ -425,7 +426,7 @@ class Run:
             return
         lane = state.executor.lane(0)
         got = checked(state, lambda: lane.record_reads(self.program, incumbent, env=self.env(0),
-                                                       log_dir=log_dir / "reads", marker=self.marker))
+                                                       log_dir=log_dir, marker=self.marker))
         said = reads.warnings(self.program, got, self.guard.protected)
         self.journal.append({"t": "reads", "cycle": 0, **got.as_dict(), "warnings": said})
         self.journal.render(self.program.goal)

@@ -106,7 +106,7 @@ def test_a_kept_regression_is_not_called_best(make_repo) -> None:
     out = seen.getvalue()
     line1 = next(line for line in out.splitlines() if line.startswith("cycle    1  keep"))
     assert re.search(r"best\s+1\s", line1), line1
-    assert re.search(r"baseline 1 → best 1[;\s]", out), out[-600:]
+    assert re.search(r"baseline 1 → best 1[,;\s]", out), out[-600:]
 
 
 def test_a_resumed_run_continues_the_same_search(make_repo) -> None:
