@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-from pathlib import Path
 from typing import Any
 
 from autoloop.errors import UsageError
@@ -114,7 +113,7 @@ def open_run(args: argparse.Namespace) -> tuple[Any, str, Any]:
     from autoloop.journal.ledger import Journal, run_of, run_programs
     from autoloop.program.reader import load_program
 
-    program = load_program(Path(args.program).expanduser().absolute())
+    program = load_program(args.program)
     state_dir, rel, tag = program.state_dir, program.rel_path, args.tag
     found = sorted((state_dir / ".autoloop").glob("*/ledger.jsonl"))
     if not tag:
