@@ -272,7 +272,8 @@ def test_a_same_uid_process_cannot_read_autoloops_memory(tmp_path, undumpable):
     """The kernel's own rule, as a same-uid generator meets it: without CAP_SYS_PTRACE, a
     non-dumpable process's /proc/PID/mem (what a debugger writes through) cannot be opened. Run
     as an unprivileged uid so root's capabilities do not blur it; the control case shows the
-    same open succeeds while the process is dumpable."""
+    same open succeeds while the process is dumpable. `-S`: that uid may not read the virtualenv
+    (CI's lives in a mode-700 folder), so `trust` must import with the standard library alone."""
     import subprocess
     import sys
     import time
@@ -281,7 +282,7 @@ def test_a_same_uid_process_cannot_read_autoloops_memory(tmp_path, undumpable):
             "from autoloop.engine import trust\n"
             f"ok = trust.undumpable() if {undumpable} else True\n"
             "print('ready', ok, flush=True); time.sleep(30)\n")
-    target = subprocess.Popen([*drop, sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    target = subprocess.Popen([*drop, sys.executable, "-S", "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert target.stdout.readline().split() == ["ready", "True"]
         probe = subprocess.run([*drop, sys.executable, "-c",

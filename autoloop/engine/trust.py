@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-from autoloop.process.rlimits import prctl
+from autoloop.process.kernel import prctl
 
 _PR_SET_DUMPABLE = 4
 _PR_GET_DUMPABLE = 3

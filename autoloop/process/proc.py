@@ -32,7 +32,7 @@ from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import psutil
 
-from autoloop.process import rlimits
+from autoloop.process import kernel, rlimits
 from autoloop.process.logfile import TAIL_BYTES, fresh_log, own_output, read_regular, read_tail  # noqa: F401 (re-exported)
 from autoloop.process.rlimits import Limits
 
@@ -266,7 +266,7 @@ _reaper_was_set = False
 
 def _is_subreaper() -> bool:
     value = ctypes.c_int(0)
-    return rlimits.prctl(_PR_GET_CHILD_SUBREAPER, value) == 0 and bool(value.value)
+    return kernel.prctl(_PR_GET_CHILD_SUBREAPER, value) == 0 and bool(value.value)
 
 
 # Children of run_captured (git, a short query) are never leftovers, even when one thread starts
@@ -359,7 +359,7 @@ class _Adopting:
             if _reaper_users == 0:
                 _reaper_was_set = _is_subreaper()
                 if not _reaper_was_set:
-                    rlimits.prctl(_PR_SET_CHILD_SUBREAPER, 1)
+                    kernel.prctl(_PR_SET_CHILD_SUBREAPER, 1)
             _reaper_users += 1
         self.working = _is_subreaper()   # without it the marker scan is the net
         self.before = set(_my_children())
@@ -421,7 +421,7 @@ class _Adopting:
         with _reaper_lock:
             _reaper_users -= 1
             if _reaper_users == 0 and not _reaper_was_set:
-                rlimits.prctl(_PR_SET_CHILD_SUBREAPER, 0)
+                kernel.prctl(_PR_SET_CHILD_SUBREAPER, 0)
 
 
 def _others(pid: int, marker: str) -> bool:

@@ -3,7 +3,6 @@ enforces (file size, process count) and what we watch (disk space), and how to s
 
 from __future__ import annotations
 
-import ctypes
 import os
 import resource
 import signal
@@ -81,12 +80,3 @@ def broken(limits: Limits, returncode: int | None, logs: Sequence[Path]) -> str 
     if any(size(p) >= limits.file_bytes for p in logs):
         return f"printed more than {limits.file_bytes >> 20} MB"   # Python ignores SIGXFSZ
     return None
-
-def prctl(option: int, arg: int | ctypes.c_int = 0) -> int | None:
-    """prctl(2) with one argument (a c_int is passed by pointer); None where there is none."""
-    try:
-        call = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None   # not Linux
-    value = ctypes.byref(arg) if isinstance(arg, ctypes.c_int) else ctypes.c_ulong(arg)
-    return int(call(option, value, 0, 0, 0))
