@@ -168,13 +168,12 @@ class Run:
         incumbent = self.open(lock_path)
         started = time.monotonic()
         fresh = not self.journal.cycles()
-        if fresh:
-            self._baseline(incumbent)
-            trust.preload(statistics=needs_scipy(self.program, self.journal.cycles()),
-                          generator_kind=self.program.generator.kind)
         ran = 0
-        try:
-            if fresh:   # inside: a Ctrl-C while tracing ends the run as one in a cycle does
+        try:   # the baseline inside too: a cluster lost (or a Ctrl-C) there still ends the ledger
+            if fresh:
+                self._baseline(incumbent)
+                trust.preload(statistics=needs_scipy(self.program, self.journal.cycles()),
+                              generator_kind=self.program.generator.kind)
                 # beside the baseline's logs: state.log_dir(0) would set those aside as an aborted attempt
                 self._record_reads(incumbent, state.log_dir(0, "cycle-0000-reads"), started)
             while not (reason := self._stop_reason(ran, started)):

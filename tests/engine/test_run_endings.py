@@ -131,3 +131,31 @@ def test_nothing_kept_is_said_once(tmp_path) -> None:
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith("stopped: "))
     assert line.startswith(SUMMARY.format(reason="max_cycles reached (1 cycle)", best="40.25") + ", gain 0%; 0 kept"), line
     assert line.endswith(f"branch {p.branch()} at {git(p.repo, 'rev-parse', p.branch(), env=p.env)[:12]}"), line
+
+
+def test_a_signal_during_the_baseline_still_ends_the_ledger(tmp_path) -> None:
+    """Interrupted before cycle 1 (a Ctrl-C, or the Ray cluster lost, which ends a run the same
+    way): the ledger still gets its `end` record, and the next run measures the baseline afresh."""
+    p = make_project(tmp_path, PLAN, files={"val.txt": "slow"})
+    proc = popen(p, "--cycles", "1")
+    try:
+        assert wait_for(lambda: (p.out / "verifier-started").exists() or proc.poll() is not None, 120, 0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_marked(p.env)
+    assert proc.returncode == 130, stderr
+    ledger = p.repo / ".autoloop" / p.tag / "ledger.jsonl"
+    recs = [json.loads(x) for x in ledger.read_text().splitlines()]
+    assert not [r for r in recs if r["t"] == "cycle"], recs
+    assert recs[-1] == {"t": "end", "reason": "interrupted", "cycles_run": 0} | {k: recs[-1][k] for k in recs[-1]
+                                                                                if k not in ("t", "reason", "cycles_run")}
+    (p.repo / "val.txt").write_text("40\n")
+    git(p.repo, "commit", "-qam", "a fast verifier", env=p.env)
+    again = popen(p, "--cycles", "1")
+    stdout, stderr = again.communicate(timeout=300)
+    assert again.returncode == 0, stderr
+    statuses = [r["status"] for r in (json.loads(x) for x in ledger.read_text().splitlines()) if r["t"] == "cycle"]
+    assert statuses[0] == "baseline" and len(statuses) == 2, statuses
