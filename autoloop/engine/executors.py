@@ -116,6 +116,9 @@ class LocalExecutor:
     def lose(self, exc: NodeLost) -> None:   # never raised here: a local lane has no node to lose
         pass
 
+    def resume_on(self, where: Mapping[str, str] | None) -> None:   # one machine: nothing to find
+        pass
+
     def cancel(self) -> None:
         proc.stop_current()   # the signal handler did this already; harmless twice
 
@@ -317,6 +320,27 @@ class RayExecutor:
             if self.one_node and self.home is None:
                 self.home = node
         return node
+
+    def resume_on(self, where: Mapping[str, str] | None) -> None:
+        """A resumed strict run goes on where its stored numbers were measured (`where`, the
+        baseline's node in the ledger): that node, or, since a restarted node comes back under a
+        new id, a fitting node on the same host. ClusterLost when neither is in the cluster."""
+        if not self.one_node or not where or not where.get("ray_node"):
+            return
+        try:
+            fit = self.nodes()
+        except Exception as exc:
+            raise ClusterLost(f"the Ray cluster does not answer: {rayout.reason(exc, self.log_path)}") from None
+        same = [n for n in fit if n["NodeID"] == where["ray_node"]] or \
+               [n for n in fit if where.get("host") in (n.get("NodeName"), n.get("NodeManagerHostname"))]
+        if not same:
+            raise ClusterLost(f"Ray node {where.get('host', '?')} ({where['ray_node'][:12]}), where this "
+                              "accept.rule: strict run's stored numbers were measured, is not in the cluster; "
+                              "they are not comparable on another node: bring that machine back, or start a new "
+                              "--tag (accept.rule: paired measures on any node)")
+        pick = same[0]
+        with self._lock:
+            self.home = Node(pick["NodeID"], str(pick.get("NodeName") or pick.get("NodeManagerHostname") or "?"))
 
     def lose(self, exc: NodeLost) -> None:
         """Never use the node of `exc` again; ClusterLost when no node is left to measure on."""

@@ -283,6 +283,9 @@ class Run:
                       "reason": "unfinished when autoloop stopped; rolled back"})
             rolled_back.append(pending["cycle"])
         expected = self._incumbent_from(j.cycles())
+        # a strict run's stored numbers are comparable only on the node that measured them
+        self.state.executor.resume_on(next(((c.get("stats") or {}).get("node") for c in j.cycles()
+                                            if c["status"] == "baseline"), None))
         if expected is not None and expected != head:
             raise RepoStateError(f"branch {ws.branch} is at {head[:12]} but the ledger's last kept "
                                  f"commit is {expected[:12]}; it was moved outside autoloop")

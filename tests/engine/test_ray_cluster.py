@@ -125,6 +125,28 @@ def test_a_strict_run_measures_everything_on_its_baselines_node(cluster, tmp_pat
     assert [cycles[n]["status"] for n in (1, 2, 3, 4)].count("keep") >= 1
 
 
+def test_a_resumed_strict_run_goes_on_where_its_numbers_were_measured(cluster, tmp_path):
+    """Resumed, a strict run measures on the baseline's node again; a ledger whose node is no
+    longer in the cluster stops the resume (exit 4) instead of comparing across machines."""
+    p = _project(tmp_path, cluster.address, rule="strict")
+    assert p.run("--cycles", "1", timeout=600).returncode == 0
+    assert p.run("--cycles", "2", timeout=600).returncode == 0
+    cycles = {r["cycle"]: r for r in _ledger(p) if r["t"] == "cycle"}
+    assert sorted(cycles) == [0, 1, 2, 3]
+    home = cycles[0]["stats"]["node"]
+    assert {cycles[c]["node"]["ray_node"] for c in (1, 2, 3)} == {home["ray_node"]}, cycles
+    assert len({n for c in range(4) for n in _runs_nodes(p, c)}) == 1
+    ledger = p.repo / ".autoloop" / p.tag / "ledger.jsonl"
+    gone = ledger.read_text().replace(home["ray_node"], "f" * len(home["ray_node"])) \
+        .replace(f'"host":"{home["host"]}"', '"host":"gone.example"')
+    ledger.write_text(gone)
+    res = p.run("--cycles", "1", timeout=600)
+    assert res.returncode == 4, res.stderr[-3000:]
+    said = [ln for ln in res.stderr.splitlines() if ln.startswith("autoloop: ")]
+    assert len(said) == 1 and "gone.example (ffffffffffff)" in said[0] and "new --tag" in said[0], res.stderr
+    assert [r["cycle"] for r in _ledger(p) if r["t"] == "cycle"] == [0, 1, 2, 3]
+
+
 def test_doctor_reports_each_node_against_the_driver(cluster, tmp_path):
     import platform
 
