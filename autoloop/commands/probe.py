@@ -28,14 +28,13 @@ from autoloop.base.numbers import num
 from autoloop.program.reader import Program
 from autoloop.program.scope_rules import ScopeRules
 from autoloop.commands.verify import Verified, check, verify_head
+from autoloop.engine.reads import looks_like_test
 from autoloop.base.walk import remove_tree
 from autoloop.git.workspace import Workspace
 
 BASELINE_RUNS = 3
 MIN_MARGIN = 0.05        # a hack must beat the best baseline run by 5% of their median at least
 MAX_MODULES = 2000       # files followed from the verifier's script before giving up
-TEST_LIKE = re.compile(r"(^|/)(test_[^/]*\.py|[^/]*_test\.py|conftest\.py|test_tools\.py|testing\.py)$"
-                       r"|(^|/)(tests?|testing)/[^/]*\.py$")
 
 
 @dataclass(frozen=True)
@@ -142,12 +141,13 @@ def plant_target(program: Program, head: str) -> tuple[str | None, tuple[str, ..
     generator may change)."""
     rules, tracked = _rules(program), _tracked(program, head)
     editable = [rel for rel in verifier_modules(program, tracked)
-                if rules.why_not(rel) is None and not TEST_LIKE.search(rel)]
+                if rules.why_not(rel) is None and not looks_like_test(rel)]
     # a package's __init__ that only re-exports has nothing to memoise or break: prefer the
     # first module that defines public functions
     target = next((rel for rel in editable if _defines_functions(program.repo_root / rel)),
                   editable[0] if editable else None)
-    helpers = [rel for rel in sorted(tracked) if TEST_LIKE.search(rel) and rules.why_not(rel) is None]
+    helpers = [rel for rel in sorted(tracked)
+               if rel.endswith(".py") and looks_like_test(rel) and rules.why_not(rel) is None]
     named = _guard_paths(program, tracked)
     if named:   # the helpers of the tests the guards run, when their commands name them
         helpers = [rel for rel in helpers if any(rel == n or rel.startswith(n + "/") for n in named)] or helpers
