@@ -16,8 +16,10 @@ _PR_SET_DUMPABLE = 4
 _PR_GET_DUMPABLE = 3
 
 # imported on first use elsewhere in autoloop (end of run, report, persistence): loaded up front
-_ALWAYS = ("autoloop.journal.ledger", "autoloop.journal.facts", "autoloop.commands.report", "autoloop.journal.persist",
-           "autoloop.commands.ci", "autoloop.decide.stats", "autoloop.commands.progress", "filelock", "json", "csv", "tempfile",
+# (the command that started the run has imported its own modules, `run`'s progress and CI hooks,
+# before the run began: this layer names none of them)
+_ALWAYS = ("autoloop.journal.ledger", "autoloop.journal.facts", "autoloop.journal.persist",
+           "autoloop.decide.stats", "filelock", "json", "csv", "tempfile",
            "shutil", "site", "html", "xml.sax.saxutils", "statistics", "encodings.idna")
 _STATISTICS = ("numpy", "scipy", "scipy.stats")
 _SDK = {"anthropic": ("anthropic",), "openai": ("openai",)}

@@ -122,7 +122,7 @@ def test_library_shadow_only_where_the_script_looks_first():
 
 def test_preload_loads_statistics_only_when_asked():
     code = ("import sys; from autoloop.engine import trust; trust.preload(statistics={s}); "
-            "print('scipy.stats' in sys.modules, 'autoloop.commands.report' in sys.modules)")
+            "print('scipy.stats' in sys.modules, 'autoloop.journal.facts' in sys.modules)")
     outs = [subprocess.run([sys.executable, "-c", code.format(s=s)], capture_output=True, text=True, check=True).stdout.split()
             for s in (False, True)]
     assert outs == [["False", "True"], ["True", "True"]]
