@@ -17,7 +17,7 @@ from autoloop.process import proc
 from autoloop.errors import ConfigError
 from autoloop.isolation.hardening import Tampered, link_data
 from autoloop.program.reader import Program
-from autoloop.isolation.sandbox import Bwrap, tree_box
+from autoloop.isolation.sandbox import Bwrap, make_mount_points, tree_box
 from autoloop.base.walk import remove_tree
 from autoloop.git.workspace import Worktree
 
@@ -43,6 +43,8 @@ class Scorer:
                 return
             self.tree.checkout(self.commit)
             link_data(self.program, self.tree.path)
+            if self.bwrap is not None:
+                make_mount_points(self.program, self.tree.path)
             bad = self.tree.differs_from(self.commit)
             if bad:
                 raise Tampered("the score's tree does not hold the start commit: " + ", ".join(bad[:5]))

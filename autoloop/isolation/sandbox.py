@@ -308,6 +308,25 @@ def checkout_keep(program: Program) -> tuple[Path, ...]:
     return (*venvs, *(d.source for d in program.data if inside(d.source, root)))
 
 
+def make_mount_points(program: Program, tree: Path) -> None:
+    """Empty stand-ins in `tree` for what `checkout_keep` binds there that git does not hold (a
+    gitignored `.venv`): bwrap makes a missing mount point itself, but not in a tree it binds
+    read-only (the score's), where the measurement then failed before it began."""
+    root = program.repo_root
+    for keep in checkout_keep(program):
+        try:
+            spot = tree / keep.relative_to(root)
+        except ValueError:
+            continue
+        if os.path.lexists(spot):
+            continue
+        if keep.is_dir():
+            spot.mkdir(parents=True, exist_ok=True)
+        else:
+            spot.parent.mkdir(parents=True, exist_ok=True)
+            spot.touch()
+
+
 def _devices() -> list[str]:
     return sorted(n for n in os.listdir("/dev") if n.startswith("nvidia") or n in _ACCELERATORS)
 

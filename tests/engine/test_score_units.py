@@ -138,3 +138,30 @@ def test_output_that_is_more_than_plain_files(tmp_path: Path) -> None:
     out.unlink()
     out.mkdir()   # a new folder at the same place is not the one the command was given
     assert not_plain(out, made) == "was replaced"
+
+
+def test_a_venv_inside_the_checkout_is_there_for_the_sandboxed_score(make_repo, tmp_path: Path) -> None:
+    """The getting-started layout: a gitignored `.venv/` at the top of the checkout. The score's
+    tree is bound read-only, so bwrap cannot make the venv's mount point there itself."""
+    import pytest
+
+    from autoloop.isolation.sandbox import probed
+    from tests.isolation.test_sandbox import PROBLEM
+
+    if PROBLEM is not None:
+        pytest.skip(PROBLEM)
+    repo = make_repo({".gitignore": ".venv/\n", "model.py": "x = 1\n"})
+    (repo / ".venv").mkdir()
+    (repo / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    p = dataclasses.replace(program(repo), verifier=dataclasses.replace(
+        program(repo).verifier, score="cat .venv/pyvenv.cfg && echo acc: 1"))
+    bwrap, why = probed(p)
+    assert bwrap is not None, why
+    tree = Worktree(repo, repo / ".git", tmp_path / "score-tree")
+    scorer = Scorer(p, tree, git(repo, "rev-parse", "HEAD"), bwrap, tmp_path / "scratch")
+    output = tmp_path / "output"
+    output.mkdir()
+    res = scorer({**os.environ, "AUTOLOOP_OUTPUT": str(output)}, output, tmp_path / "logs", proc.new_marker())
+    assert res.ok, res.stderr_path.read_text()
+    assert res.stdout_path.read_text() == "home = /usr/bin\nacc: 1\n"
+    assert git(repo, "status", "--porcelain") == ""
