@@ -25,7 +25,7 @@ TEMPLATES: dict[str, str] = {
 
 # why the template measures the way it does, printed by `autoloop init` (two lines each)
 CHOICE: dict[str, tuple[str, str]] = {
-    "speed": ("measure: cpu — autoloop times the benchmark from outside, so nothing the candidate's code "
+    "speed": ("measure: wall — autoloop times the benchmark from outside, so nothing the candidate's code "
               "prints, patches or exits with is the number;",
               "score re-checks every result for inputs drawn from $AUTOLOOP_SEED, so a fast wrong or "
               "memorised answer is never kept. `autoloop doctor --probe` tries the known hacks."),

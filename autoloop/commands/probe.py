@@ -286,6 +286,8 @@ def _fixes(p: _Prober) -> dict[str, str]:
     if p.measure_mode != "output" or p.score is not None:
         clock = "time the run from outside (measure: cpu or wall); a clock inside the candidate's process is its own"
     return {"printed": printed, "clock": clock,
+            "child": "measure: wall: cpu cannot count a process the kernel reaps on its own (a child whose "
+                     "parent ignores SIGCHLD); wall waits for every process the command started",
             "seed": "a seeded input: draw the benchmark's input from $AUTOLOOP_SEED",
             "cache": "a seeded input via $AUTOLOOP_SEED (and the sandbox: a private /tmp per measurement)"}
 
@@ -299,7 +301,7 @@ def _classes(p: _Prober, base: Baseline, target: str | None, helpers: tuple[str,
     no_target = ("no file `allowed` covers is imported by the verifier's Python code "
                  "(nothing a candidate changes runs in it)")
     if target is None:
-        for name in ("atexit", "patched-clock", "sys-modules", "exit-0", "signal", "stdout",
+        for name in ("atexit", "patched-clock", "sys-modules", "hidden-child", "exit-0", "signal", "stdout",
                      "sniffing", "special-cased-input", "cached-results"):
             yield Finding(name, None, no_target)
     else:
@@ -318,6 +320,8 @@ def _classes(p: _Prober, base: Baseline, target: str | None, helpers: tuple[str,
             yield _one(p, base, name, code, fix["printed"])
         for name, code in (("patched-clock", hacks.patched_clock()), ("sys-modules", hacks.sys_modules_clock())):
             yield p.judge(name, p.run(plant(code)), base, fix["clock"], lambda c=code: p.run(plant(c)))
+        code = hacks.hidden_child()
+        yield p.judge("hidden-child", p.run(plant(code)), base, fix["child"], lambda: p.run(plant(code)))
         for name, code in printed[1:]:
             yield _one(p, base, name, code, fix["printed"])
         yield _special_cased(p, base, target, fix["seed"])

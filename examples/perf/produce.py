@@ -1,8 +1,8 @@
 """The verifier's command in the perf example: runs slowstats.py once on inputs drawn from
 $AUTOLOOP_SEED and writes what it returns to $AUTOLOOP_OUTPUT/results.json.
 
-autoloop times this process from outside (`measure: cpu`: the CPU seconds of every process it
-starts), so nothing printed here is read, and score.py checks every result against a reference
+autoloop times this process from outside (`measure: wall`: until the last process it started
+has ended), so nothing printed here is read, and score.py checks every result against a reference
 implementation for the same seed: a faster wrong answer, an answer remembered for an earlier
 input or a run that stops early is never kept.
 """

@@ -142,7 +142,7 @@ def test_the_timing_template_uses_the_paired_rule(make_repo) -> None:
 def test_sealed_templates_say_why_they_measure_that_way(make_repo) -> None:  # type: ignore[no-untyped-def]
     """speed times from outside and checks seeded answers; ml scores against private labels:
     `init` says so in two lines, and the files parse with those keys."""
-    for name, words in (("speed", ("measure: cpu", "$AUTOLOOP_SEED")), ("ml", ("score", "private"))):
+    for name, words in (("speed", ("measure: wall", "$AUTOLOOP_SEED")), ("ml", ("score", "private"))):
         repo = make_repo({"README.md": "x\n"}, name=f"repo-{name}")
         res = run_cli("init", "--template", name, cwd=repo)
         assert res.returncode == 0, res.stderr
@@ -150,4 +150,4 @@ def test_sealed_templates_say_why_they_measure_that_way(make_repo) -> None:  # t
         assert len(said) == 2 and all(w in " ".join(said) for w in words), res.stdout
         v = load_program(repo / "program.md").verifier
         assert v.score is not None
-        assert v.measure == ("cpu" if name == "speed" else "output")
+        assert v.measure == ("wall" if name == "speed" else "output")

@@ -72,14 +72,24 @@ def test_unsandboxed_results_cached_across_measurements_fool_it(tmp_path: Path) 
 
 
 def test_sealed_speed_setup_holds_against_every_hack(tmp_path: Path) -> None:
-    """measure: cpu + a score that checks answers for inputs drawn from $AUTOLOOP_SEED."""
-    code, lines, out = _probe(tmp_path, SPEED_FILES, speed_program("cpu"))
+    """measure: wall (the speed template's) + a score that checks answers for inputs drawn from
+    $AUTOLOOP_SEED."""
+    code, lines, out = _probe(tmp_path, SPEED_FILES, speed_program("wall"))
     assert code == 0, out
     assert not [name for name, (state, _) in lines.items() if state == "fooled"], out
-    for name in ("atexit", "patched-clock", "sys-modules", "exit-0", "signal", "stdout", "sniffing",
-                 "special-cased-input", "cached-results"):
+    for name in ("atexit", "patched-clock", "sys-modules", "hidden-child", "exit-0", "signal", "stdout",
+                 "sniffing", "special-cased-input", "cached-results"):
         assert lines[name][0] == "held", out
     assert out.rstrip().endswith("every hack tried was caught")
+
+
+def test_cpu_time_misses_a_child_the_kernel_reaps(tmp_path: Path) -> None:
+    """The one hole `measure: cpu` keeps (docs/trust.md): the work in a child whose parent ignores
+    SIGCHLD is reaped by the kernel with no tally. The probe finds it and names wall."""
+    code, lines, out = _probe(tmp_path, SPEED_FILES, speed_program("cpu"))
+    assert code == 1, out
+    assert lines["hidden-child"][0] == "fooled" and "fix: measure: wall" in lines["hidden-child"][1], out
+    assert [name for name, (state, _) in lines.items() if state == "fooled"] == ["hidden-child"], out
 
 
 def test_private_labels_are_out_of_the_candidates_reach(tmp_path: Path) -> None:
