@@ -100,6 +100,10 @@ class CommandGenerator:
         readable, outer = needed_paths(exe, ctx.env.get("PATH")), ctx.wrap
         return replace(ctx, wrap=lambda command: outer(command, readable=readable))
 
+    def _refused(self, text: str) -> FatalGeneratorError:
+        """`text` at the key's line of program.md, as a bad value there is said."""
+        return FatalGeneratorError(f"{self.program.path.name}:{self.program.line('generator.command')}: {text}")
+
     def preflight(self, ctx: GenContext) -> None:
         """FatalGeneratorError unless the program can start (in the sandbox when there is one),
         before the baseline, so a run that could never propose anything stops at once."""
@@ -112,21 +116,21 @@ class CommandGenerator:
         if relative and not os.path.lexists(exe):
             if head_has(self.program.repo_root, os.path.normpath(words[0])) is not False:
                 return   # HEAD's tree has it: the cycle's work tree will
-            raise FatalGeneratorError(f"generator.command: no such file {words[0]} (neither in your "
+            raise self._refused(f"generator.command: no such file {words[0]} (neither in your "
                                       "checkout nor in HEAD; paths are relative to the repository "
                                       "root); fix generator.command, or create and commit the script")
         if not os.path.isabs(exe):
-            raise FatalGeneratorError(f"generator.command: {words[0]} not found on PATH; install it, "
+            raise self._refused(f"generator.command: {words[0]} not found on PATH; install it, "
                                       "or name it by its full path")
         if not os.path.exists(exe):
-            raise FatalGeneratorError(f"generator.command: no such file {exe}; fix generator.command")
+            raise self._refused(f"generator.command: no such file {exe}; fix generator.command")
         if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
-            raise FatalGeneratorError(f"generator.command: {exe} is not an executable file; "
+            raise self._refused(f"generator.command: {exe} is not an executable file; "
                                       "fix generator.command or chmod +x it")
         script = _script_operand(words)
         if script is not None and not (self.program.repo_root / script).exists():   # (/ keeps an absolute one)
             where = "" if os.path.isabs(script) else "in the repository; "
-            raise FatalGeneratorError(f"generator.command: {script} does not exist ({where}"
+            raise self._refused(f"generator.command: {script} does not exist ({where}"
                                       f"{os.path.basename(exe)} would fail every cycle); fix the path, "
                                       "or commit the script")
         ctx = self.sandboxed(ctx)

@@ -52,7 +52,7 @@ def test_a_missing_generator_script_is_called_missing_not_unexecutable(make_repo
         "---\nMake", "generator: {kind: command, command: ./agent.sh}\n---\nMake")})
     res = run_cli("run", "program.md", "--tag", "t", "--cycles", "1", cwd=repo)
     assert res.returncode != 0
-    assert ("generator.command: no such file ./agent.sh (neither in your checkout nor in HEAD; paths "
+    assert ("program.md:8: generator.command: no such file ./agent.sh (neither in your checkout nor in HEAD; paths "
             "are relative to the repository root); fix generator.command, or create and commit the "
             "script") in res.stderr, res.stderr
     assert "chmod" not in res.stderr and "bwrap" not in res.stderr
