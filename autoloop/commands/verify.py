@@ -124,6 +124,8 @@ def main(args: argparse.Namespace) -> int:
             print(res.verifier_tail)
         return 1
     v = program.verifier
+    if v.score is not None and v.measure != "output":   # with output the score's number is the metric
+        print(f"score: pass (`{v.score}` accepted every result)")
     print(f"{v.label}: {num(m.metric)}  ({v.direction}, {seconds(m.verifier_s)})")
     if res.files_read is not None:
         print(f"reads: {res.files_read.summary()}")

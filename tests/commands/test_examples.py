@@ -233,6 +233,7 @@ def test_perf_autoloop_verify(example_repo) -> None:
     res = run_cli("verify", "examples/perf/program.md", cwd=repo, timeout=240)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "guard correctness: pass" in res.stdout
+    assert "score: pass (`python3 examples/perf/score.py` accepted every result)" in res.stdout
     assert "seconds:" in res.stdout
 
 
