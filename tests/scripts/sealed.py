@@ -29,13 +29,13 @@ def solve(n):
         total += i * i
     return total
 '''
-# the honest optimisation: the closed form (far more than 20% faster)
+# the honest optimisation: the closed form (about 20 times faster on these inputs)
 LIB_FAST = '''\
 def solve(n):
     """The sum of i*i for i below n."""
     return (n - 1) * n * (2 * n - 1) // 6
 '''
-FIXED_INPUTS = (1_500_000, 1_750_000, 2_000_000)
+FIXED_INPUTS = (4_500_000, 5_250_000, 6_000_000)
 
 BENCH_OUTPUT = f'''\
 import sys, time
@@ -50,7 +50,7 @@ print(f"seconds: {{time.perf_counter() - t0:.6f}}")
 _SEEDED = '''\
 import os, random
 rng = random.Random(int(os.environ["AUTOLOOP_SEED"]))
-inputs = [rng.randrange(1_500_000, 2_000_000) for _ in range(3)]
+inputs = [rng.randrange(4_500_000, 6_000_000) for _ in range(3)]
 '''
 PRODUCE = _SEEDED + '''\
 import json, sys
@@ -144,9 +144,11 @@ def ml_files(with_labels: bool) -> dict[str, str]:
     return files
 
 
-# one measurement per side: a gain must be 20% to count (CPU time of a busy machine varies by
-# ~10% run to run, the interpreter's start-up included; the real gains here are several times that)
-STRICT = "accept: {min_effect: 20%, final_pairs: 0}\n"
+# one measurement per side: a gain must be 50% to count. CPU time of a busy machine is not only
+# jittery but bursty: CI (2 cores, loaded) measured the same commit at 0.666 s then 0.505 s, and a
+# do-nothing change at 0.441 s, -34% (kept under the 20% this once was). The loop is ~0.8 s of
+# CPU on an idle machine and the closed form ~0.04 s (start-up), so the real gain is ~-95%.
+STRICT = "accept: {min_effect: 50%, final_pairs: 0}\n"
 # the scripted generator records what it saw there (tests/scripts/gen_plan.py)
 WRITABLE = "sandbox:\n  writable: [{REC}]\n"
 
