@@ -37,6 +37,16 @@ def counts_match_tsv(p, out: dict, first_cycle: int) -> None:
     assert out["by_status_this_run"] == by_status
 
 
+def finish(p, proc: subprocess.Popen[str], timeout: float = 120) -> tuple[str, str]:
+    """The run's output once it ends by itself; nothing of it is left running after."""
+    try:
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_marked(p.env)
+
+
 def interrupt(p, proc: subprocess.Popen[str], sig: signal.Signals = signal.SIGINT) -> tuple[str, str]:
     """`sig` once the verifier of val.txt "slow" runs (to the session for SIGINT, as a terminal's
     Ctrl-C goes); the run's output."""
@@ -72,12 +82,7 @@ def test_a_signal_ends_with_the_summary_and_true_counts(tmp_path, sig: signal.Si
 def test_deadline_inside_a_cycle_ends_with_the_summary_and_the_journal_commit(tmp_path) -> None:
     p = make_project(tmp_path, PLAN)
     proc = popen(p, "--cycles", "6", "--max-minutes", "0.5", ci=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        kill_marked(p.env)
+    stdout, stderr = finish(p, proc)
     assert proc.returncode == 0, stderr
     out = json.loads(stdout)
     assert out["stop_reason"].startswith("--max-minutes budget reached")
@@ -95,12 +100,7 @@ def test_end_of_run_check_that_would_not_fit_is_skipped_and_said(tmp_path) -> No
                      verifier="{py} -c \"import time, runpy; time.sleep(1); runpy.run_path('score.py')\"",
                      extra="accept:\n  final_pairs: 6")
     proc = popen(p, "--cycles", "100", "--max-minutes", "0.3")
-    try:
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        kill_marked(p.env)
+    stdout, stderr = finish(p, proc)
     assert proc.returncode == 0, stderr
     out = json.loads(stdout)
     assert out["stop_reason"].startswith("--max-minutes budget")
