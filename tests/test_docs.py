@@ -74,16 +74,36 @@ def test_every_program_snippet_parses(where: str, body: str, tmp_path: Path,
     parse_program(as_program(body), repo / "program.md", repo)
 
 
+def _mkdocs_build(config: Path, site: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    # no -q: it lowers mkdocs' log level below WARNING, and --strict then counts no warning at
+    # all (a broken link or anchor passed)
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+                          capture_output=True, text=True, cwd=config.parent,
+                          env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1", "HOME": str(home)})
+
+
 def test_mkdocs_build_is_strict_and_clean(tmp_path: Path) -> None:
     pytest.importorskip("mkdocs", reason="mkdocs is in the test extra: pip install -e '.[test]'")
     pytest.importorskip("material", reason="mkdocs-material is in the test extra")
-    res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
-                          "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path / "site")],
-                         capture_output=True, text=True, cwd=ROOT,
-                         env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1", "HOME": str(tmp_path)})
+    res = _mkdocs_build(ROOT / "mkdocs.yml", tmp_path / "site", tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
+    assert "WARNING" not in res.stderr, res.stderr
     assert (tmp_path / "site" / "index.html").is_file()
     assert (tmp_path / "site" / "reference" / "index.html").is_file()
+
+
+def test_the_docs_build_fails_on_a_broken_link_or_anchor(tmp_path: Path) -> None:
+    """The same build of a copy of the docs with one broken link, then one broken anchor."""
+    pytest.importorskip("mkdocs", reason="mkdocs is in the test extra: pip install -e '.[test]'")
+    pytest.importorskip("material", reason="mkdocs-material is in the test extra")
+    for broken in ("[x](no-such-page.md)", "[x](reference.md#no-such-heading)"):
+        copy = tmp_path / broken.count("#").__str__()
+        shutil.copytree(ROOT / "docs", copy / "docs")
+        shutil.copy(ROOT / "mkdocs.yml", copy / "mkdocs.yml")
+        index = copy / "docs" / "index.md"
+        index.write_text(index.read_text() + f"\n{broken}\n")
+        res = _mkdocs_build(copy / "mkdocs.yml", copy / "site", tmp_path)
+        assert res.returncode != 0 and "WARNING" in res.stderr, (broken, res.stderr)
 
 
 def test_the_readme_fits_on_two_screens() -> None:
