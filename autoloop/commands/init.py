@@ -19,7 +19,7 @@ from autoloop.program.frontmatter import closest
 TEMPLATES: dict[str, str] = {
     "generic": "any project: one command prints `NAME: NUMBER`, one folder is editable",
     "ml": "ML training run, autoresearch-shaped: fixed time budget, one val_loss line",
-    "speed": "make code faster: a benchmark prints seconds, the test suite guards correctness",
+    "speed": "make code faster: autoloop times a benchmark from outside, a score checks its results",
     "testpass": "raise the number of passing tests without touching the tests",
 }
 
@@ -27,8 +27,9 @@ TEMPLATES: dict[str, str] = {
 CHOICE: dict[str, tuple[str, str]] = {
     "speed": ("measure: wall — autoloop times the benchmark from outside, so nothing the candidate's code "
               "prints, patches or exits with is the number;",
-              "score re-checks every result for inputs drawn from $AUTOLOOP_SEED, so a fast wrong or "
-              "memorised answer is never kept. `autoloop doctor --probe` tries the known hacks."),
+              "score re-checks every result for inputs drawn from $AUTOLOOP_SEED, so a fast wrong answer is never "
+              "kept and one memorised for earlier inputs misses, if the inputs rarely repeat. "
+              "`autoloop doctor --probe` tries the known hacks."),
     "ml": ("score — the metric comes from a separate process of the start commit reading the predictions, "
            "so the training run cannot print or patch it;",
            "private keeps the held-out labels from the generator and the training run. "

@@ -151,3 +151,17 @@ def test_sealed_templates_say_why_they_measure_that_way(make_repo) -> None:  # t
         v = load_program(repo / "program.md").verifier
         assert v.score is not None
         assert v.measure == ("wall" if name == "speed" else "output")
+
+
+def test_the_speed_template_keeps_test_files_anywhere_from_the_generator(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """A project keeps its tests beside its code (`pkg/tests/test_x.py`, `test_pkg.py` at the top,
+    `conftest.py`): a generator that may edit them can make the guard pass with broken code."""
+    from autoloop.program.scope_rules import ScopeRules
+
+    repo = make_repo({"README.md": "x\n"})
+    init_program(repo, "speed")
+    program = load_program(repo / "program.md")
+    rules = ScopeRules(("**",), program.forbidden, ())
+    for path in ("tests/test_a.py", "test_pkg.py", "pkg/tests/test_b.py", "conftest.py", "pkg/conftest.py"):
+        assert rules.why_not(path) is not None, path
+    assert rules.why_not("src/pkg/core.py") is None
