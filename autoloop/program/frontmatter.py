@@ -339,7 +339,10 @@ def one_of(options: Sequence[str]) -> Check:
             return value
         close = closest(value, options) if isinstance(value, str) else None
         hint = f" (did you mean {close!r}?)" if close else ""
-        p.fail(at.line, f"{at.key}: {show(value)} is not one of {', '.join(options)}{hint}")
+        shown = show(value)
+        if isinstance(value, bool) and isinstance(node, yaml.ScalarNode):   # `no`, `off`, `yes`: YAML 1.1 booleans
+            shown = f"{node.value!r} (YAML reads it as {shown})"
+        p.fail(at.line, f"{at.key}: {shown} is not one of {', '.join(options)}{hint}")
 
     return check
 

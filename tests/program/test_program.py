@@ -670,6 +670,9 @@ TOP_ERRORS = [
      "program.md:4: verifier.direction: 'up' is not one of minimize, maximize"),
     (doc(verifier="{command: c, metric: m, direction: }"),
      "program.md:4: verifier.direction: nothing is not one of minimize, maximize"),
+    # YAML 1.1 reads no/off/yes as booleans: the message quotes what the user typed
+    (doc(verifier="{command: c, metric: m, direction: no}"),
+     "program.md:4: verifier.direction: 'no' (YAML reads it as false) is not one of minimize, maximize"),
 ]
 
 
