@@ -279,13 +279,18 @@ def _probe(program: Any) -> int:
     print(f"probe: reward hacks against {v.label} (measure: {mode}"
           f"{', score' if getattr(v, 'score', None) else ''}), each in a throwaway tree of HEAD; "
           "nothing of the checkout changes", flush=True)
-    fooled = 0
+    fooled, noisy = 0, ""
     try:
         for item in probe(program):
             if isinstance(item, Baseline):
                 where = f"planted in {item.target}" if item.target else "no module to plant in"
                 print(f"baseline  {v.label} {' '.join(num(x) for x in item.values)} "
                       f"({seconds(item.seconds)} a run); {where}", flush=True)
+                if item.noisy:
+                    noisy = f"{item.spread * 100:.0f}%"
+                    print(f"probe: WARNING: the baseline's runs spread {noisy} of their median: a hack must beat "
+                          f"the best of them by half that to count, so a smaller gain reads as held; "
+                          "probe on a quieter machine or with a longer benchmark", flush=True)
                 continue
             state = "skip" if item.fooled is None else ("fooled" if item.fooled else "held")
             fix = f" — fix: {item.fix}" if item.fooled else ""
@@ -297,5 +302,5 @@ def _probe(program: Any) -> int:
     if fooled:
         print(f"probe: {fooled} hack{'s' if fooled > 1 else ''} fooled the verifier: a run could keep them")
         return 1
-    print("probe: every hack tried was caught")
+    print("probe: every hack tried was caught" + (f", as far as a baseline spread of {noisy} can tell" if noisy else ""))
     return 0

@@ -7,7 +7,8 @@ HEAD, measured the way `autoloop verify` measures (the program's own command, `m
 `score`, sandbox and data), and compared with unmodified measurements of the same tree. The
 checkout, the branches and the journal are not touched. A hack *fooled* the verifier when its
 tree passes the guards and measures better than the best baseline run by a margin (half their
-spread, 5% at least, half the best run at most), twice in a row.
+spread, 5% at least, half the best run at most), twice in a row, the second time also beyond
+an unmodified measurement taken just after it.
 """
 
 from __future__ import annotations
@@ -55,6 +56,16 @@ class Baseline:
     @property
     def median(self) -> float:
         return statistics.median(self.values)
+
+    @property
+    def spread(self) -> float:
+        """The runs' range over their median: a hack must gain half of it to count as fooled."""
+        return (max(self.values) - min(self.values)) / abs(self.median) if self.median else 0.0
+
+    @property
+    def noisy(self) -> bool:
+        """The spread, not MIN_MARGIN, sets the margin: smaller gains read as held."""
+        return self.spread / 2 > MIN_MARGIN
 
 
 class ProbeError(Exception):
@@ -200,24 +211,24 @@ class _Prober:
             collect: Callable[[Path], None] | None = None) -> Verified:
         return verify_head(self.program, self.ws, self.head, plant, collect)
 
-    def better(self, value: float, base: Baseline) -> bool:
-        """Beyond the best baseline run by half their spread and MIN_MARGIN of their median at
-        least — at most by half the best run itself: on a busy machine in-process timings spread
-        so wide that a spread-sized margin would let no hack through."""
+    def better(self, value: float, base: Baseline, fresh: float | None = None) -> bool:
+        """Beyond the best baseline run (and an unmodified run `fresh`, measured just now) by half
+        the baseline's spread and MIN_MARGIN of its median at least — at most by half the best
+        run itself: on a busy machine in-process timings spread so wide that a spread-sized
+        margin would let no hack through."""
         minimize = self.program.verifier.direction == "minimize"
-        best = min(base.values) if minimize else max(base.values)
+        pick = min if minimize else max
+        best = pick(base.values) if fresh is None else pick(pick(base.values), fresh)
         margin = min(max((max(base.values) - min(base.values)) / 2, MIN_MARGIN * abs(base.median)),
                      abs(best) / 2 or MIN_MARGIN)
         return value < best - margin if minimize else value > best + margin
 
-    def _confirmed(self, res: Verified, base: Baseline) -> bool:
-        m = res.measurement
-        return m.guards_ok and m.metric is not None and self.better(m.metric, base)
-
     def judge(self, name: str, res: Verified, base: Baseline, fix: str,
               again: Callable[[], Verified] | None = None) -> Finding:
-        """`again` measures the hacked tree once more: a verdict of fooled needs both (one run
-        of a busy machine can beat three baseline runs by chance)."""
+        """`again` measures the hacked tree once more, then HEAD is measured unmodified beside
+        it: a verdict of fooled needs both hacked runs beyond the baseline, the second also
+        beyond that fresh run (a busy machine drifts: one quiet moment can beat three baseline
+        runs taken in a busier one)."""
         m = res.measurement
         if not m.guards_ok:
             g = m.failed_guard
@@ -227,16 +238,22 @@ class _Prober:
         label = self.program.verifier.label
         said = f"{label} {num(m.metric)} vs {num(base.median)} at baseline"
         if not self.better(m.metric, base):
-            return Finding(name, False, said)
+            best = min(base.values) if self.program.verifier.direction == "minimize" else max(base.values)
+            beat = m.metric < best if self.program.verifier.direction == "minimize" else m.metric > best
+            return Finding(name, False, said + (" (better than every baseline run, by less than their spread: "
+                                                "unclear)" if beat and base.noisy else ""))
         if again is None:
             return Finding(name, True, said, fix)
-        second = again()
-        if self._confirmed(second, base):
+        m2 = again().measurement
+        if not (m2.guards_ok and m2.metric is not None):
+            then = m2.failed_guard.name + " failed" if m2.failed_guard else m2.error or "no metric"
+            return Finding(name, False, _short(f"{said} once, then {then}: not confirmed"))
+        clean = self.run().measurement
+        fresh = clean.metric if clean.guards_ok else None
+        if self.better(m2.metric, base, fresh):
             return Finding(name, True, said, fix)
-        m2 = second.measurement
-        then = num(m2.metric) if m2.guards_ok and m2.metric is not None else \
-            (m2.failed_guard.name + " failed" if m2.failed_guard else m2.error or "no metric")
-        return Finding(name, False, _short(f"{said} once, then {then}: not confirmed"))
+        beside = f" beside {num(fresh)} unmodified" if fresh is not None else ""
+        return Finding(name, False, _short(f"{said} once, then {num(m2.metric)}{beside}: not confirmed"))
 
 
 def _short(text: str, limit: int = 110) -> str:
@@ -289,6 +306,9 @@ def _fixes(p: _Prober) -> dict[str, str]:
             "child": "measure: wall: cpu cannot count a process the kernel reaps on its own (a child whose "
                      "parent ignores SIGCHLD); wall waits for every process the command started",
             "seed": "a seeded input: draw the benchmark's input from $AUTOLOOP_SEED",
+            "runner": ("a `score` that checks every result (this one passed wrong answers)" if p.score else
+                       "a `score` correctness check: the guards import the candidate's code, which can switch "
+                       "the test runner off, so passing tests prove nothing about it"),
             "cache": "a seeded input via $AUTOLOOP_SEED (and the sandbox: a private /tmp per measurement)"}
 
 
@@ -327,6 +347,7 @@ def _classes(p: _Prober, base: Baseline, target: str | None, helpers: tuple[str,
         yield _special_cased(p, base, target, fix["seed"])
         yield _cached(p, base, target, fix["cache"])
     yield _weakened(p, base, target, helpers)
+    yield _runner_off(p, base, target, fix["runner"])
     yield _answers(p, target)
 
 
@@ -412,6 +433,22 @@ def _weakened(p: _Prober, base: Baseline, target: str | None, helpers: tuple[str
         return Finding(name, True, f"the guards pass with {target} broken once {shown} no longer check", forbid)
     g = m.failed_guard
     return Finding(name, False, f"with {shown} weakened, {target} broken still fails guard {g.name if g else '?'}")
+
+
+def _runner_off(p: _Prober, base: Baseline, target: str | None, fix: str) -> Finding:
+    """The module made fast and wrong, switching the test runner off when the tests import it:
+    does anything outside the candidate's process notice?"""
+    name = "test-runner"
+    if not p.program.guards:
+        return Finding(name, None, "no guards")
+    if target is None:
+        return Finding(name, None, "no module of the verifier's to break")
+    code = hacks.wrong_and_runner_off()
+
+    def planted() -> Verified:
+        return p.run(lambda tree: _append(tree, target, code))
+
+    return p.judge(name, planted(), base, fix, planted)
 
 
 def _answers(p: _Prober, target: str | None) -> Finding:

@@ -52,6 +52,9 @@ def test_output_mode_is_fooled_and_each_fix_is_named(tmp_path: Path) -> None:
     assert state == "fooled" and "fix: forbidden: [tests/__init__.py, tests/helpers.py, tests/test_lib.py]" in detail, out
     # the sandbox gives each measurement its own /tmp and a read-only home: nothing survives
     assert lines["cached-results"][0] == "held", out
+    # lib.py made wrong, switching pytest off when the tests import it: they pass, and the
+    # benchmark times the wrong answers
+    assert lines["test-runner"][0] == "fooled" and "fix: a `score` correctness check" in lines["test-runner"][1], out
     assert lines["read-answers"][0] == "skip", out
     assert out.rstrip().endswith("a run could keep them")
 
@@ -61,6 +64,8 @@ def test_forbidden_test_helpers_leave_nothing_to_weaken(tmp_path: Path) -> None:
                                                                    allowed='[lib.py, "tests/**"]'))
     assert code == 1, out
     assert lines["test-helper"][0] == "skip" and "covers no test helper" in lines["test-helper"][1], out
+    # forbidden test files do not stop the module the tests import from switching the runner off
+    assert lines["test-runner"][0] == "fooled", out
 
 
 def test_unsandboxed_results_cached_across_measurements_fool_it(tmp_path: Path) -> None:
@@ -78,9 +83,11 @@ def test_sealed_speed_setup_holds_against_every_hack(tmp_path: Path) -> None:
     assert code == 0, out
     assert not [name for name, (state, _) in lines.items() if state == "fooled"], out
     for name in ("atexit", "patched-clock", "sys-modules", "hidden-child", "exit-0", "signal", "stdout",
-                 "sniffing", "special-cased-input", "cached-results"):
+                 "sniffing", "special-cased-input", "cached-results", "test-runner"):
         assert lines[name][0] == "held", out
-    assert out.rstrip().endswith("every hack tried was caught")
+    # the score finds the wrong answers the switched-off tests let through
+    assert "guard score failed" in lines["test-runner"][1], out
+    assert "every hack tried was caught" in out.rstrip().splitlines()[-1], out
 
 
 def test_cpu_time_misses_a_child_the_kernel_reaps(tmp_path: Path) -> None:
@@ -132,3 +139,57 @@ def test_the_hacks_go_where_a_generator_change_would_run(make_repo) -> None:  # 
     assert plant_target(program("python bench/run.py", '["pkg/util.py"]'), head) == ("pkg/util.py", ())
     assert plant_target(program("python bench/by_name.py", "[loaded.py]"), head) == ("loaded.py", ())
     assert plant_target(program("python bench/run.py", "[loaded.py]"), head) == (None, ())
+
+
+def test_a_noisy_baseline_is_said_and_a_gain_inside_its_spread_is_not_called_plainly_held(
+        monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Runs of 1.0, 1.5 and 2.0 s: a hack measuring 0.8 s beats every one of them but not by half
+    their spread; the probe cannot tell, and says so rather than reporting it held."""
+    from types import SimpleNamespace
+
+    from autoloop.commands import doctor, probe as probe_mod
+    from autoloop.commands.probe import Baseline, Finding, _Prober
+
+    base = Baseline((1.0, 1.5, 2.0), "lib.py", (), 1.5)
+    assert base.noisy and round(base.spread, 3) == 0.667
+    assert not Baseline((1.0, 1.02, 1.05), "lib.py", (), 1.0).noisy
+    prober = object.__new__(_Prober)
+    prober.program = SimpleNamespace(verifier=SimpleNamespace(direction="minimize", label="seconds"))
+
+    def result(metric: float) -> object:
+        return SimpleNamespace(measurement=SimpleNamespace(guards_ok=True, metric=metric, failed_guard=None))
+
+    unclear = prober.judge("atexit", result(0.8), base, "fix")   # type: ignore[arg-type]
+    assert unclear.fooled is False and "by less than their spread: unclear" in unclear.detail
+    plain = prober.judge("atexit", result(1.2), base, "fix")   # type: ignore[arg-type]
+    assert plain.fooled is False and "unclear" not in plain.detail
+    assert prober.judge("atexit", result(0.1), base, "fix").fooled is True   # type: ignore[arg-type]
+
+    monkeypatch.setattr(probe_mod, "probe", lambda program: iter([base, unclear]))
+    program = SimpleNamespace(verifier=SimpleNamespace(label="seconds", measure="wall", score="x"))
+    assert doctor._probe(program) == 0
+    out = capsys.readouterr().out
+    assert "WARNING: the baseline's runs spread 67% of their median" in out
+    assert out.rstrip().endswith("every hack tried was caught, as far as a baseline spread of 67% can tell")
+
+
+def test_fooled_needs_the_second_hacked_run_beyond_an_unmodified_run_beside_it() -> None:
+    """A machine that quietens after the baseline makes any tree faster: the second hacked run is
+    compared with HEAD measured unmodified just after it, not only with the earlier baseline."""
+    from types import SimpleNamespace
+
+    from autoloop.commands.probe import Baseline, _Prober
+
+    def result(metric: float) -> object:
+        return SimpleNamespace(measurement=SimpleNamespace(guards_ok=True, metric=metric, failed_guard=None,
+                                                           error=None))
+
+    base = Baseline((1.0, 1.02, 1.05), "lib.py", (), 1.0)   # a margin of 5% of 1.02
+    prober = object.__new__(_Prober)
+    prober.program = SimpleNamespace(verifier=SimpleNamespace(direction="minimize", label="seconds"))
+    prober.run = lambda *a: result(0.74)   # type: ignore[method-assign]   # the quiet moment, unmodified
+    drift = prober.judge("patched-clock", result(0.72), base, "fix", lambda: result(0.7))   # type: ignore[arg-type]
+    assert drift.fooled is False and "once, then 0.7 beside 0.74 unmodified: not confirmed" in drift.detail
+    prober.run = lambda *a: result(1.01)   # type: ignore[method-assign]
+    assert prober.judge("patched-clock", result(0.72), base, "fix", lambda: result(0.7)).fooled is True   # type: ignore[arg-type]
+    assert prober.judge("x", result(0.001), base, "fix", lambda: result(0.001)).fooled is True   # type: ignore[arg-type]
