@@ -305,7 +305,8 @@ def _fixes(p: _Prober) -> dict[str, str]:
     return {"printed": printed, "clock": clock,
             "child": "measure: wall: cpu cannot count a process the kernel reaps on its own (a child whose "
                      "parent ignores SIGCHLD); wall waits for every process the command started",
-            "seed": "a seeded input: draw the benchmark's input from $AUTOLOOP_SEED",
+            "seed": "a seeded input: draw the benchmark's input from $AUTOLOOP_SEED, from a space too large "
+                    "to repeat (answers recorded at one measurement passed at another)",
             "runner": ("a `score` that checks every result (this one passed wrong answers)" if p.score else
                        "a `score` correctness check: the guards import the candidate's code, which can switch "
                        "the test runner off, so passing tests prove nothing about it"),

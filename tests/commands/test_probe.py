@@ -47,6 +47,8 @@ def test_output_mode_is_fooled_and_each_fix_is_named(tmp_path: Path) -> None:
         assert lines[name][0] == "fooled" and "fix: measure: cpu (or wall)" in lines[name][1], out
     # the benchmark's input is fixed: answers remembered for it pass
     assert lines["special-cased-input"][0] == "fooled" and "$AUTOLOOP_SEED" in lines["special-cased-input"][1], out
+    # a seed is not enough when the inputs it draws repeat: the fix says so
+    assert "too large to repeat" in lines["special-cased-input"][1], out
     # tests/helpers.py is the generator's to change: the tests then pass with lib.py broken
     state, detail = lines["test-helper"]
     assert state == "fooled" and "fix: forbidden: [tests/__init__.py, tests/helpers.py, tests/test_lib.py]" in detail, out
