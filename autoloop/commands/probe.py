@@ -7,8 +7,8 @@ HEAD, measured the way `autoloop verify` measures (the program's own command, `m
 `score`, sandbox and data), and compared with unmodified measurements of the same tree. The
 checkout, the branches and the journal are not touched. A hack *fooled* the verifier when its
 tree passes the guards and measures better than the best baseline run by a margin (half their
-spread, 5% at least, half the best run at most), twice in a row, the second time also beyond
-an unmodified measurement taken just after it.
+spread, 5% at least, half the best run at most), three times in a row, the second and third
+each also beyond an unmodified measurement taken just after it.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ from autoloop.git.workspace import Workspace
 
 BASELINE_RUNS = 3
 MIN_MARGIN = 0.05        # a hack must beat the best baseline run by 5% of their median at least
+# hacked runs after the first, each beside an unmodified run: under a loaded CI machine (2 cores)
+# wall times swung 0.79-1.31 s and a do-nothing hack beat the baseline and one run beside it
+CONFIRMATIONS = 2
 MAX_MODULES = 2000       # files followed from the verifier's script before giving up
 
 
@@ -226,9 +229,9 @@ class _Prober:
     def judge(self, name: str, res: Verified, base: Baseline, fix: str,
               again: Callable[[], Verified] | None = None) -> Finding:
         """`again` measures the hacked tree once more, then HEAD is measured unmodified beside
-        it: a verdict of fooled needs both hacked runs beyond the baseline, the second also
-        beyond that fresh run (a busy machine drifts: one quiet moment can beat three baseline
-        runs taken in a busier one)."""
+        it, CONFIRMATIONS times: a verdict of fooled needs every hacked run beyond the baseline,
+        each after the first also beyond the fresh run beside it (a busy machine drifts: one
+        quiet moment can beat three baseline runs taken in a busier one)."""
         m = res.measurement
         if not m.guards_ok:
             g = m.failed_guard
@@ -244,16 +247,17 @@ class _Prober:
                                                 "unclear)" if beat and base.noisy else ""))
         if again is None:
             return Finding(name, True, said, fix)
-        m2 = again().measurement
-        if not (m2.guards_ok and m2.metric is not None):
-            then = m2.failed_guard.name + " failed" if m2.failed_guard else m2.error or "no metric"
-            return Finding(name, False, _short(f"{said} once, then {then}: not confirmed"))
-        clean = self.run().measurement
-        fresh = clean.metric if clean.guards_ok else None
-        if self.better(m2.metric, base, fresh):
-            return Finding(name, True, said, fix)
-        beside = f" beside {num(fresh)} unmodified" if fresh is not None else ""
-        return Finding(name, False, _short(f"{said} once, then {num(m2.metric)}{beside}: not confirmed"))
+        for _ in range(CONFIRMATIONS):
+            m2 = again().measurement
+            if not (m2.guards_ok and m2.metric is not None):
+                then = m2.failed_guard.name + " failed" if m2.failed_guard else m2.error or "no metric"
+                return Finding(name, False, _short(f"{said} once, then {then}: not confirmed"))
+            clean = self.run().measurement
+            fresh = clean.metric if clean.guards_ok else None
+            if not self.better(m2.metric, base, fresh):
+                beside = f" beside {num(fresh)} unmodified" if fresh is not None else ""
+                return Finding(name, False, _short(f"{said} once, then {num(m2.metric)}{beside}: not confirmed"))
+        return Finding(name, True, said, fix)
 
 
 def _short(text: str, limit: int = 110) -> str:
