@@ -214,14 +214,16 @@ class _Prober:
             collect: Callable[[Path], None] | None = None) -> Verified:
         return verify_head(self.program, self.ws, self.head, plant, collect)
 
+    def best(self, values: tuple[float, ...]) -> float:
+        return min(values) if self.program.verifier.direction == "minimize" else max(values)
+
     def better(self, value: float, base: Baseline, fresh: float | None = None) -> bool:
         """Beyond the best baseline run (and an unmodified run `fresh`, measured just now) by half
         the baseline's spread and MIN_MARGIN of its median at least — at most by half the best
         run itself: on a busy machine in-process timings spread so wide that a spread-sized
         margin would let no hack through."""
         minimize = self.program.verifier.direction == "minimize"
-        pick = min if minimize else max
-        best = pick(base.values) if fresh is None else pick(pick(base.values), fresh)
+        best = self.best(base.values) if fresh is None else self.best((*base.values, fresh))
         margin = min(max((max(base.values) - min(base.values)) / 2, MIN_MARGIN * abs(base.median)),
                      abs(best) / 2 or MIN_MARGIN)
         return value < best - margin if minimize else value > best + margin
@@ -241,8 +243,8 @@ class _Prober:
         label = self.program.verifier.label
         said = f"{label} {num(m.metric)} vs {num(base.median)} at baseline"
         if not self.better(m.metric, base):
-            best = min(base.values) if self.program.verifier.direction == "minimize" else max(base.values)
-            beat = m.metric < best if self.program.verifier.direction == "minimize" else m.metric > best
+            best = self.best(base.values)
+            beat = m.metric != best and self.best((best, m.metric)) == m.metric
             return Finding(name, False, said + (" (better than every baseline run, by less than their spread: "
                                                 "unclear)" if beat and base.noisy else ""))
         if again is None:
@@ -452,12 +454,7 @@ def _runner_off(p: _Prober, base: Baseline, target: str | None, fix: str) -> Fin
         return Finding(name, None, "no guards")
     if target is None:
         return Finding(name, None, "no module of the verifier's to break")
-    code = hacks.wrong_and_runner_off()
-
-    def planted() -> Verified:
-        return p.run(lambda tree: _append(tree, target, code))
-
-    return p.judge(name, planted(), base, fix, planted)
+    return _one(p, base, name, hacks.wrong_and_runner_off(), fix)
 
 
 def _answers(p: _Prober, target: str | None) -> Finding:
