@@ -253,3 +253,57 @@ def test_answer_key(tmp_path: Path, mode: str) -> None:
         assert st[2] == "keep" and float(metric[2]) > float(metric[0]), out
     else:
         assert st[1] == "keep" and float(metric[1]) == 1.0, out
+
+
+# ---- the guards hand the measurement its answers ---------------------------------------------
+
+# appended to lib.py: imported by the guard (pytest), it reads $AUTOLOOP_SEED, computes what the
+# benchmark will ask for with the slow code (the guard is not timed) and leaves the answers
+# everywhere a later step could look: the tree (an ignored file), $TMPDIR, /tmp, /dev/shm, the
+# home. Imported by the benchmark, it answers from them. With the guards sharing the
+# measurement's tree and seed, this was kept at about -90%.
+GUARD_LEAK = '''
+import json, os, sys
+_orig = solve
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_DIRS = [_HERE, os.environ.get("TMPDIR", "/tmp"), "/tmp", "/dev/shm", os.path.expanduser("~")]
+_NAME = ".TOKEN.json"
+if "pytest" in sys.modules and "AUTOLOOP_SEED" in os.environ:
+    import random
+    _rng = random.Random(int(os.environ["AUTOLOOP_SEED"]))
+    _table = {str(n): _orig(n) for n in [_rng.randrange(4_500_000, 6_000_000) for _ in range(3)]}
+    for _d in _DIRS:
+        try:
+            with open(os.path.join(_d, _NAME), "w") as _f:
+                json.dump(_table, _f)
+        except OSError:
+            pass
+_TABLE = {}
+for _d in _DIRS:
+    try:
+        with open(os.path.join(_d, _NAME)) as _f:
+            _TABLE.update(json.load(_f))
+    except (OSError, ValueError):
+        pass
+def solve(n):
+    got = _TABLE.get(str(n))
+    return got if got is not None else _orig(n)
+'''
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+@pytest.mark.parametrize("rule", ["strict", "paired"])
+def test_answers_left_by_the_guards_never_reach_the_measurement(tmp_path: Path, token: str, rule: str,
+                                                                 sandbox: str) -> None:
+    if sandbox == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    plan = {1: _append(GUARD_LEAK.replace("TOKEN", token)), 2: HONEST}
+    box = "" if sandbox == "bwrap" else "sandbox: none\n"   # "": the suite's default, sandboxed where it can be
+    program = speed_program("cpu", accept=PAIRED if rule == "paired" else "", sandbox=box, generator=GENERATOR)
+    try:
+        st, out = _run(tmp_path, program, plan, 2)
+    finally:
+        for d in (Path("/tmp"), Path("/dev/shm")):
+            (d / f".{token}.json").unlink(missing_ok=True)
+    assert st[1] == "discard", out
+    assert st[2] == "keep", out

@@ -167,7 +167,8 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
         if bwrap is None:
             return None
         scratch = tmp / "scratch" / side
-        return tree_box(bwrap, program, trees[side].path, common, scratch, env.get("PATH", ""))
+        tree = trees[side.removeprefix("guards-")].path
+        return tree_box(bwrap, program, tree, common, scratch, env.get("PATH", ""))
 
     def checkout(side: str) -> Path:
         path = trees[side].checkout(commits[side])  # pristine: reset and cleaned every run
@@ -177,7 +178,9 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
     try:
         if guards:
             for side in ("base", "head"):
-                problem = _run_guards(program, checkout(side), env, tmp / f"guards-{side}", marker, box(side))
+                # in a scratch of their own: nothing they leave there reaches the measurements
+                problem = _run_guards(program, checkout(side), env, tmp / f"guards-{side}", marker,
+                                      box(f"guards-{side}"))
                 if problem:
                     if side == "base":
                         raise BaseBroken(f"the base ({base[:12]}) fails a guard: {problem}")

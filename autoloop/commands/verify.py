@@ -17,7 +17,8 @@ from autoloop.engine import reads
 from autoloop.engine.score import Scorer
 from autoloop.engine.verify import Measurement, measure, sandbox_outside_run
 from autoloop.git.workspace import Workspace, Worktree
-from autoloop.isolation.hardening import link_data
+from autoloop.errors import RunFailure
+from autoloop.isolation.hardening import data_paths, link_data
 from autoloop.isolation.measured_files import protected_paths, uncommitted_warnings
 from autoloop.isolation.sandbox import tree_box
 from autoloop.process import envs, proc
@@ -72,7 +73,7 @@ def verify_head(program: Program, ws: Workspace, commit: str,
             box = None if bwrap is None else tree_box(bwrap, program, tree.path, ws.common_dir,
                                                        Path(env["TMPDIR"]).parent, env.get("PATH", ""))
             m = measure(program, cwd=tree.path, env=env, log_dir=log_dir, marker=proc.new_marker(), box=box,
-                        scorer=scorer)
+                        scorer=scorer, reseal=lambda: reseal(program, tree, commit))
             got, said = None, []
             if m.guards_ok and m.metric is not None and plant is None:   # a probe's planted tree: not the user's
                 got = reads.record(program, cwd=tree.path, env=env, scratch=Path(env["TMPDIR"]),
@@ -89,6 +90,15 @@ def verify_head(program: Program, ws: Workspace, commit: str,
         for t in (tree, score_tree):
             t._discard()   # also unregisters it from the repository (git worktree prune)
         remove_tree(tmp)
+
+
+def reseal(program: Program, tree: Worktree, commit: str) -> None:
+    """Between two steps: the tree exactly `commit` again, its data linked (as a run's are)."""
+    bad = tree.reseal(commit, data_paths(program))
+    link_data(program, tree.path)
+    if bad:
+        raise RunFailure(f"the measurement's tree could not be made {commit[:12]} again between two "
+                         f"steps: {', '.join(bad[:5])}")
 
 
 def _tail(stem: Path) -> str:

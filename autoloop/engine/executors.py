@@ -59,7 +59,7 @@ class LocalLane:
         return None
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
-                marker: str, with_guards: bool, seed: int | None = None,
+                marker: str, with_guards: bool, seed: int | Callable[[], int] | None = None,
                 holdout: bool = False) -> Measurement:
         tree, commit = self.trees[side], self.commits[side]
         if side not in self._checked_out:
@@ -69,7 +69,8 @@ class LocalLane:
             return measure(program, cwd=tree.path, env=menv, log_dir=log_dir, marker=marker,
                            with_guards=with_guards, after_step=self.guard.after_step,
                            box=self.guard.confine(tree.path, menv, show_private=holdout),
-                           scorer=None if holdout else self.scorer(), seed=seed)
+                           scorer=None if holdout else self.scorer(), seed=seed,
+                           reseal=lambda: self.guard.reseal(tree, commit))
 
     def record_reads(self, program: Program, commit: str, *, env: Mapping[str, str], log_dir: Path,
                      marker: str) -> reads.Reads:
@@ -146,31 +147,46 @@ class RayLane:
         return reads.Reads("", note="not recorded: the measurements run on Ray nodes")
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
-                marker: str, with_guards: bool, seed: int | None = None,
+                marker: str, with_guards: bool, seed: int | Callable[[], int] | None = None,
                 holdout: bool = False) -> Measurement:
-        # a fresh folder unpacked from the commit on the node for every run: nothing to re-prove
+        # a fresh folder unpacked from the commit on the node for every step: nothing to re-prove
         # there; here, the places the guardrails watch must still not change meanwhile
         self.ex.guard.capture_outside()
         todo = steps(program, with_guards)
         # the node's own environment, plus ours that mean something there: not our PATH or HOME
         shipped = {k: val for k, val in env.items() if k.startswith("AUTOLOOP_") or k in self.ex.hint_keys}
         shipped[proc.MARKER_VAR] = marker
-        seed = new_seed() if seed is None else seed
-        shipped[SEED_VAR] = str(seed)
         assert self.node is not None
-        reply = self.ex.call(self.refs[side], todo, shipped, self.node, reap=program.verifier.measure == "cpu")
-        if isinstance(reply, str):
-            return Measurement(None, (), f"ray: {plain(reply)}", None, 0.0, seed)
+        reap = program.verifier.measure == "cpu"
+        runs: list[ray_task.RemoteRun] = []
+        guards = [s for s in todo if s.guard]
+        if guards:
+            # the guards first, with a seed of their own: the measurement's is drawn once they
+            # have finished, so nothing they ran could know it (contract §11)
+            reply = self.ex.call(self.refs[side], guards, {**shipped, SEED_VAR: str(new_seed())}, self.node, reap)
+            if isinstance(reply, str):
+                return Measurement(None, (), f"ray: {plain(reply)}", None, 0.0)
+            runs += reply.runs
+        if len(runs) == len(guards) and all(r.result.ok for r in runs):
+            seed = seed() if callable(seed) else new_seed() if seed is None else seed
+            reply = self.ex.call(self.refs[side], todo[len(guards):], {**shipped, SEED_VAR: str(seed)},
+                                 self.node, reap)
+            if isinstance(reply, str):
+                return Measurement(None, (), f"ray: {plain(reply)}", None, 0.0, seed)
+            runs += reply.runs
+        else:
+            seed = None
         log_dir.mkdir(parents=True, exist_ok=True)
         results = []
-        for step, run in zip(todo, reply.runs):
+        for step, run in zip(todo, runs):
             stem = log_dir / step.log_name
             out, err = stem.with_name(stem.name + ".out"), stem.with_name(stem.name + ".err")
             out.write_bytes(run.stdout)
             err.write_bytes(run.stderr + f"\n[autoloop: ran on {reply.host} (Ray node {reply.node_id}); "
                             f"{run.stdout_size} bytes of stdout in all]\n".encode())
             results.append(dataclasses.replace(run.result, stdout_path=out, stderr_path=err))
-        return dataclasses.replace(summarize(program, todo, results), seed=seed)
+        m = summarize(program, todo, results)
+        return m if seed is None else dataclasses.replace(m, seed=seed)
 
     def lose(self, exc: NodeLost) -> None:   # its node failed under a measurement: never again
         self.ex.lose(exc)

@@ -97,7 +97,7 @@ class LaneRunner:
     check_signal: Callable[[], None]
     spec: VerifierSpec | None = None
     first_log_dir: Path | None = None
-    # $AUTOLOOP_SEED by pair (pair_key): drawn at a pair's first run, the same for its second;
+    # $AUTOLOOP_SEED by pair (pair_key): drawn at a pair's first verifier, the same for its second;
     # `seeds` is what each run got, by label, for the ledger
     pair_seeds: dict[str, int] = dataclasses.field(default_factory=dict)
     seeds: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -111,10 +111,13 @@ class LaneRunner:
             d.mkdir(parents=True, exist_ok=True)
         p = self.program
         run = p if self.spec is None else dataclasses.replace(p, verifier=self.spec, guards=())
-        seed = self.pair_seeds.setdefault(pair_key(label), new_seed())
-        self.seeds[label] = seed
+        key = pair_key(label)
+        # drawn when the run's verifier starts, after its guards: the pair's second run reuses it
         m = self.lane.measure(run, side, env=self.env, log_dir=d, marker=self.marker,
-                              with_guards=with_guards, seed=seed, holdout=self.spec is not None)
+                              with_guards=with_guards, holdout=self.spec is not None,
+                              seed=lambda: self.pair_seeds.setdefault(key, new_seed()))
+        if m.seed is not None:
+            self.seeds[label] = m.seed
         self.check_signal()
         if with_guards:
             m = enforce_counts(m, self.tests)

@@ -18,7 +18,7 @@ from typing import Mapping, NamedTuple, Sequence
 from autoloop.process import proc
 from autoloop.isolation.sandbox import Bwrap, Confinement, SandboxUnavailable
 from autoloop.base.specs import SandboxSpec
-from autoloop.base.walk import temp_tree
+from autoloop.base.walk import remove_tree, temp_tree
 
 # A worker process answers for its node once per bwrap and network setting: Ray reuses workers,
 # and a probe is a bubblewrap start of its own.
@@ -91,36 +91,50 @@ def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str]
     stays visible in it (its venvs); where that path exists on this node (a local Ray instance,
     a shared file system) the candidate is shown there too, as a local measurement does, so an
     editable install pointing into the checkout imports the candidate. `reap`: see
-    Confinement.reap (verifier.measure: cpu); wall and cpu are taken here, on the node, by proc."""
+    Confinement.reap (verifier.measure: cpu); wall and cpu are taken here, on the node, by proc.
+    Every step gets a tree unpacked afresh and temp folders of its own, so nothing one step
+    wrote reaches the next (contract §11)."""
     env = {**os.environ, **env}
     bwrap = None if sandbox is None else Bwrap(sandbox, path=env.get("PATH"))
     why = None if bwrap is None else _why_not(bwrap)
     if why is not None:
         return f"{socket.gethostname()} cannot make the sandbox every measurement of this run needs: {why}"
+    marker = env.get(proc.MARKER_VAR) or proc.new_marker()
+    results: list[proc.ProcResult] = []
     with temp_tree("verify") as root:
-        tree, logs, scratch = root / "tree", root / "logs", root / "tmp"
-        tree.mkdir()
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
-            # our own tar of a git tree: relative paths free of '..' already
-            if hasattr(tarfile, "fully_trusted_filter"):
-                tar.extractall(tree, filter="fully_trusted")
-            else:
-                tar.extractall(tree)
-        box = None
-        if bwrap is not None:
-            # its temp files on disk (the sandbox's own /tmp is memory), gone with the task
+        logs = root / "logs"
+        for i, step in enumerate(steps):
+            tree, scratch = root / f"tree-{i}", root / f"tmp-{i}"
+            tree.mkdir()
             scratch.mkdir()
-            env.update(TMPDIR=str(scratch), TMP=str(scratch), TEMP=str(scratch))
-            writable = (scratch, *(Path(os.path.expanduser(w)) for w in bwrap.spec.writable))
-            at = Path(checkout[0]) if checkout is not None and os.path.isdir(checkout[0]) else None
-            box = Confinement(bwrap, tree=tree, checkout=at, writable=writable, network=bwrap.spec.network,
-                              path=env.get("PATH", ""), keep=tuple(map(Path, checkout[1])) if at and checkout else (),
-                              reap=reap)
-        results = proc.run_steps(steps, cwd=tree, env=env, log_dir=logs, wrap=None if box is None else box.argv,
-                                 marker=env.get(proc.MARKER_VAR) or proc.new_marker())
+            _unpack(archive, tree)
+            # its temp files on disk (a sandbox's own /tmp is memory), gone with the step
+            step_env = {**env, "TMPDIR": str(scratch), "TMP": str(scratch), "TEMP": str(scratch)}
+            box = None
+            if bwrap is not None:
+                writable = (scratch, *(Path(os.path.expanduser(w)) for w in bwrap.spec.writable))
+                at = Path(checkout[0]) if checkout is not None and os.path.isdir(checkout[0]) else None
+                box = Confinement(bwrap, tree=tree, checkout=at, writable=writable, network=bwrap.spec.network,
+                                  path=step_env.get("PATH", ""),
+                                  keep=tuple(map(Path, checkout[1])) if at and checkout else (), reap=reap)
+            results += proc.run_steps([step], cwd=tree, env=step_env, log_dir=logs,
+                                      wrap=None if box is None else box.argv, marker=marker)
+            remove_tree(tree, quiet=True)
+            remove_tree(scratch, quiet=True)
+            if step.guard and not results[-1].ok:
+                break
         return RemoteReply(socket.gethostname(), [
             RemoteRun(r, _tail(r.stdout_path, tail_bytes), _tail(r.stderr_path, tail_bytes),
                       r.stdout_path.stat().st_size) for r in results], node_id())
+
+
+def _unpack(archive: bytes, tree: Path) -> None:
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+        # our own tar of a git tree: relative paths free of '..' already
+        if hasattr(tarfile, "fully_trusted_filter"):
+            tar.extractall(tree, filter="fully_trusted")
+        else:
+            tar.extractall(tree)
 
 
 def _tail(path: Path, limit: int) -> bytes:

@@ -45,44 +45,68 @@ def steps(program: Program, with_guards: bool = True,
 def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Path, marker: str,
             with_guards: bool = True, after_step: Callable[[str], None] | None = None,
             box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None,
-            seed: int | None = None, scorer: Score | None = None, output: Path | None = None) -> Measurement:
+            seed: int | Callable[[], int] | None = None, scorer: Score | None = None,
+            output: Path | None = None, reseal: Callable[[], None] | None = None) -> Measurement:
     """Run the guards (stopping at the first failure), then the verifier (or `verifier`: the
     holdout). `after_step(name)` is called after each (it may raise, to void the measurement).
     With `box`, each runs in that sandbox; its output still goes to files opened outside it.
-    Every step sees $AUTOLOOP_SEED: `seed` (both sides of a pair pass the same), else a fresh one;
-    the score of that measurement sees the same.
+
+    No step reaches the next (contract §11): before every step but the first, `reseal()` makes
+    the tree hold exactly the commit again (nothing untracked or ignored; it raises when it
+    cannot), and $TMPDIR is emptied. The guards get a $AUTOLOOP_SEED of their own; the
+    measurement's (`seed`, or `seed()` — both sides of a pair share one —, else a fresh one) is
+    drawn after the guards have finished, so nothing they ran could know it. The score of that
+    measurement sees the same.
     With `verifier.score`, `scorer` runs it on what the command wrote to $AUTOLOOP_OUTPUT
     (`output`, by default beside the measurement's TMPDIR: a folder its box may write)."""
     todo = steps(program, with_guards, verifier)
     after = None if after_step is None else \
         (lambda s: after_step(f"guard '{s.name}'" if s.guard else "the verifier"))
-    seed = new_seed() if seed is None else seed
-    env = {**env, SEED_VAR: str(seed)}
-
-    def run(part: Sequence[proc.Step], env: Mapping[str, str]) -> list[proc.ProcResult]:
-        return proc.run_steps(part, cwd=cwd, env=env, log_dir=log_dir, marker=marker,
-                              wrap=None if box is None else box.argv, after=after)
-
-    if (verifier or program.verifier).score is None:
-        return dataclasses.replace(summarize(program, todo, run(todo, env), box, verifier), seed=seed)
-    if scorer is None:   # never measure such a program from the command's own output
+    scored = (verifier or program.verifier).score is not None
+    if scored and scorer is None:   # never measure such a program from the command's own output
         raise RunFailure("internal error: verifier.score is set but nothing can run it here")
-    results = run(todo[:-1], env)
+    results: list[proc.ProcResult] = []
+    for i, step in enumerate(todo):
+        if i:
+            _fresh_start(env, reseal)
+        if step.guard:
+            step_env = {**env, SEED_VAR: str(new_seed())}
+        else:
+            seed = seed() if callable(seed) else new_seed() if seed is None else seed
+            step_env = {**env, SEED_VAR: str(seed)}
+        if not step.guard and scored:
+            # an empty folder the guards (which run the candidate's code too) never saw
+            output = output or Path(env["TMPDIR"]).parent / "output"
+            remove_tree(output, quiet=True)
+            output.mkdir(parents=True)
+            made = os.lstat(output)
+            step_env[OUTPUT_VAR] = str(output)
+        results += proc.run_steps([step], cwd=cwd, env=step_env, log_dir=log_dir, marker=marker,
+                                  wrap=None if box is None else box.argv, after=after)
+        if step.guard and not results[-1].ok:
+            break
+    if not todo or todo[-1].guard or len(results) < len(todo):
+        return summarize(program, todo, results, box, verifier)   # no verifier run: no seed drawn
+    assert isinstance(seed, int)
     score = None
-    if all(r.ok for r in results):
-        # an empty folder the guards (which run the candidate's code too) never saw
-        output = output or Path(env["TMPDIR"]).parent / "output"
-        remove_tree(output, quiet=True)
-        output.mkdir(parents=True)
-        made = os.lstat(output)
-        with_output = {**env, OUTPUT_VAR: str(output)}
-        results += run(todo[-1:], with_output)
-        if results[-1].ok:
-            odd = not_plain(output, made)
-            score = scorer(with_output, output, log_dir, marker) if not odd else (
-                f"not run: ${OUTPUT_VAR} {odd}; the command must write plain files into the folder "
-                "(a link could point the score at what the candidate cannot read)")
+    if scored and results[-1].ok:
+        assert output is not None and scorer is not None
+        odd = not_plain(output, made)
+        score = scorer(step_env, output, log_dir, marker) if not odd else (
+            f"not run: ${OUTPUT_VAR} {odd}; the command must write plain files into the folder "
+            "(a link could point the score at what the candidate cannot read)")
     return dataclasses.replace(summarize(program, todo, results, box, verifier, score), seed=seed)
+
+
+def _fresh_start(env: Mapping[str, str], reseal: Callable[[], None] | None) -> None:
+    """Between two steps of one measurement: the tree back to exactly its commit (`reseal`), and
+    an empty $TMPDIR: nothing one step wrote is there for the next."""
+    if reseal is not None:
+        reseal()
+    tmp = env.get("TMPDIR")
+    if tmp:
+        remove_tree(Path(tmp), quiet=True)
+        Path(tmp).mkdir(parents=True, exist_ok=True)
 
 
 def not_plain(folder: Path, made: os.stat_result) -> str | None:

@@ -8,7 +8,7 @@ import re
 import stat
 import time
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from autoloop.errors import RunFailure
 from autoloop.git.gitrun import GitError, git, nul_list
@@ -17,6 +17,7 @@ from autoloop.git.objects import Trees
 from autoloop.git.proof import TreeProof
 from autoloop.git.repomemo import RepoMemo, memo_for
 from autoloop.disk.snapshot import Change, Snapshot, Snapshotter, diff
+from autoloop.disk.watch import StatTree
 from autoloop.base.walk import Entry, StatCache, ident_of, remove_tree
 
 _HEAD_MAX = 200
@@ -204,6 +205,25 @@ class Worktree:
                 pass       # the proof that follows finds whatever could not go
             removed.add(rel)
         return removed
+
+    def reseal(self, commit: str, keep: frozenset[str] = frozenset(),
+               picture: Mapping[str, Entry] | None = None,
+               take: Callable[[], dict[str, Entry]] | None = None) -> list[str]:
+        """Between two steps of one measurement: everything here that `commit` does not track
+        goes (untracked and ignored alike, as `git clean -ffdx`; `keep`: the data links autoloop
+        made), tracked files a step changed are checked out again, and a walk then proves the
+        tree holds exactly `commit` and nothing more. `picture`: a walk just taken (the caller's
+        after-step check); `take`: how to walk (the caller's watch). Returns what is still wrong
+        (empty: sealed)."""
+        take = take or StatTree.verification(self.path).take
+        picture = take() if picture is None else picture
+        if self.differs_from(commit, picture):
+            self.checkout(commit)   # reset and clean: a formatter guard in `verify`, say
+            picture = take()
+        elif self.remove_untracked(picture, commit, keep):
+            picture = take()
+        extra = sorted(r for r in picture.keys() - self.tracked_names(commit).names() - keep if r)
+        return self.differs_from(commit, picture) + [f"{r} (left behind, could not be removed)" for r in extra[:5]]
 
     def snapshot(self) -> Snapshot:
         return self.snapshotter.take()

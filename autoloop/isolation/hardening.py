@@ -423,13 +423,19 @@ class Guardrails:
                 with self._warm_lock:
                     cache.seed(prefix)
 
+    def reseal(self, tree: Worktree, commit: str) -> None:
+        """Before the next step of a measurement: `tree` holds exactly `commit` again, proven
+        (Worktree.reseal), starting from the walk after_step just took. Raises Tampered when it
+        cannot be made so."""
+        watch = self._tree_watch(tree)
+        bad = tree.reseal(commit, self._data_paths(), watch.latest, watch.take)
+        self._local.pictured = True
+        if bad:
+            raise Tampered("the verification tree could not be made the candidate's commit again "
+                           "between two steps: " + ", ".join(bad[:5]))
+
     def _data_paths(self) -> frozenset[str]:
-        """The data links in a verification tree, and the folders above them."""
-        out: set[str] = set()
-        for d in self.program.data:
-            parts = d.target.strip("/").split("/")
-            out.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
-        return frozenset(out)
+        return data_paths(self.program)
 
     def after_verify(self) -> list[str]:
         """Everything a measurement could have reached that the generator's checks cover, again."""
@@ -462,6 +468,15 @@ class Guardrails:
     def raise_if_fatal(self) -> None:
         if self.fatal:
             raise RunFailure(self.fatal)
+
+
+def data_paths(program: Program) -> frozenset[str]:
+    """The data links in a verification tree, and the folders above them."""
+    out: set[str] = set()
+    for d in program.data:
+        parts = d.target.strip("/").split("/")
+        out.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return frozenset(out)
 
 
 def link_data(program: Program, tree: Path) -> None:
