@@ -8,7 +8,7 @@ import re
 import stat
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from autoloop.errors import RunFailure
 from autoloop.git.gitrun import GitError, git, nul_list
@@ -207,23 +207,25 @@ class Worktree:
         return removed
 
     def reseal(self, commit: str, keep: frozenset[str] = frozenset(),
-               picture: Mapping[str, Entry] | None = None,
-               take: Callable[[], dict[str, Entry]] | None = None) -> list[str]:
+               picture: Mapping[str, Entry] | None = None) -> list[str]:
         """Between two steps of one measurement: everything here that `commit` does not track
         goes (untracked and ignored alike, as `git clean -ffdx`; `keep`: the data links autoloop
-        made), tracked files a step changed are checked out again, and a walk then proves the
-        tree holds exactly `commit` and nothing more. `picture`: a walk just taken (the caller's
-        after-step check); `take`: how to walk (the caller's watch). Returns what is still wrong
-        (empty: sealed)."""
-        take = take or StatTree.verification(self.path).take
-        picture = take() if picture is None else picture
+        made), tracked files a step changed are checked out again, and the tree is proven to
+        hold exactly `commit` and nothing more. `picture`: a walk taken after the step ended
+        (the caller's after-step check; by then every process of the step is gone), else one is
+        taken. Returns what is still wrong (empty: sealed)."""
+        picture = StatTree.verification(self.path).take() if picture is None else picture
         if self.differs_from(commit, picture):
             self.checkout(commit)   # reset and clean: a formatter guard in `verify`, say
-            picture = take()
-        elif self.remove_untracked(picture, commit, keep):
-            picture = take()
-        extra = sorted(r for r in picture.keys() - self.tracked_names(commit).names() - keep if r)
-        return self.differs_from(commit, picture) + [f"{r} (left behind, could not be removed)" for r in extra[:5]]
+            picture = StatTree.verification(self.path).take()
+            removed: set[str] = set()
+        else:
+            removed = self.remove_untracked(picture, commit, keep)
+        # what was removed is looked at again, not assumed gone; the rest of the walk stands
+        left = sorted(r for r in removed if os.path.lexists(self.path / r))
+        extra = sorted(r for r in picture.keys() - self.tracked_names(commit).names() - keep - removed
+                       if r and not r.startswith(tuple(f"{d}/" for d in removed)))
+        return [f"{r} (left behind, could not be removed)" for r in [*left, *extra][:5]]
 
     def snapshot(self) -> Snapshot:
         return self.snapshotter.take()

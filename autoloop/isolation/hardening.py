@@ -427,9 +427,8 @@ class Guardrails:
         """Before the next step of a measurement: `tree` holds exactly `commit` again, proven
         (Worktree.reseal), starting from the walk after_step just took. Raises Tampered when it
         cannot be made so."""
-        watch = self._tree_watch(tree)
-        bad = tree.reseal(commit, self._data_paths(), watch.latest, watch.take)
-        self._local.pictured = True
+        # the walk after_step just took; the next after_step walks again for the generators' watch
+        bad = tree.reseal(commit, self._data_paths(), self._tree_watch(tree).latest)
         if bad:
             raise Tampered("the verification tree could not be made the candidate's commit again "
                            "between two steps: " + ", ".join(bad[:5]))
