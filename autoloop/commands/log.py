@@ -66,8 +66,10 @@ def main(args: argparse.Namespace) -> int:
     print()
     print(f"baseline   {fmt(s.baseline) or '-'}")
     print(f"best       {fmt(s.best) or '-'}" + (" (as measured against its incumbent)" if f.paired else ""))
-    print(f"gain       {gain_text(f) if f.headline_gain_pct is not None else '-'}")
-    if f.final is not None and s.gain_pct is not None and signed_pct(s.gain_pct) != signed_pct(f.headline_gain_pct):
+    print(f"gain       {gain_text(f) if f.headline_gain_pct is not None or f.refuted else '-'}")
+    if f.refuted:
+        print(f"           {f.refuted}" + (f"; {f.undone}" if f.undone else ""))
+    elif f.final is not None and s.gain_pct is not None and signed_pct(s.gain_pct) != signed_pct(f.headline_gain_pct):
         print(f"           (one-cycle medians baseline → best said {signed_pct(s.gain_pct)}; "
               "the re-measured gain is the one to quote)")
     rate = "-" if s.keep_rate is None else f"{share(s.keep_rate)} ({s.kept} of {s.cycles})"

@@ -67,7 +67,8 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return ticks
 
 
-def positions(cycles: Sequence[Mapping[str, Any]], direction: str) -> dict[int, float]:
+def positions(cycles: Sequence[Mapping[str, Any]], direction: str,
+              reset: Mapping[int, float | None] | None = None) -> dict[int, float]:
     """Where each measured cycle is drawn. A paired cycle is drawn at its change (against the
     incumbent re-measured beside it) from the running best, never better than it unless kept:
     its own median drifts with the machine, and it was not better beyond the noise. A keep a person
@@ -75,7 +76,7 @@ def positions(cycles: Sequence[Mapping[str, Any]], direction: str) -> dict[int, 
     pos: dict[int, float] = {}
     best: float | None = None
     ordered = sorted(cycles, key=lambda r: int(r.get("cycle", 0)))
-    for (rec, _, change), after in zip(judged_rows(ordered), running_bests(ordered, direction)):
+    for (rec, _, change), after in zip(judged_rows(ordered), running_bests(ordered, direction, reset)):
         c = CycleRecord.of(rec)
         if c.metric is not None:
             y = float(c.metric)
@@ -90,15 +91,17 @@ def positions(cycles: Sequence[Mapping[str, Any]], direction: str) -> dict[int, 
     return pos
 
 
-def chart(cycles: Sequence[Mapping[str, Any]], metric: str, direction: str, fmt: Fmt | None = None) -> str:
-    """The SVG chart (a string), one <circle class="mark"> per cycle."""
+def chart(cycles: Sequence[Mapping[str, Any]], metric: str, direction: str, fmt: Fmt | None = None,
+          reset: Mapping[int, float | None] | None = None) -> str:
+    """The SVG chart (a string), one <circle class="mark"> per cycle; `reset`: where a refuted
+    best was undone (facts.resets), the line goes back."""
     fmt = fmt or formatter(run_values(cycles), "–")
     views = sorted((CycleRecord.of(c) for c in cycles), key=lambda c: c.cycle)
     n_max = max((c.cycle for c in views), default=0)
-    pos = positions(cycles, direction)
+    pos = positions(cycles, direction, reset)
     # the running best is the ratchet's (facts.running_bests): a person's kept regression is
     # drawn as its own dot, never as the line
-    running = running_bests(sorted(cycles, key=lambda r: int(r.get("cycle", 0))), direction)
+    running = running_bests(sorted(cycles, key=lambda r: int(r.get("cycle", 0))), direction, reset)
     best_at = {c.cycle: b for c, b in zip(views, running)}
     bests = [b for b in running if b is not None]
     if bests:
@@ -199,10 +202,12 @@ def render(f: Facts, *, generated: str | None = None) -> str:
     improved = gain is not None and orientation(f.direction) * gain > 0
     gain_note = (pct_interval(f.gain_ci_pct, f.gain_ci_level) + " · " if f.gain_ci_pct else "") + (
         "best re-measured against the start" if f.remeasured_pct is not None else "baseline → best")
+    if f.refuted:
+        gain_note = "the end-of-run check did not confirm the best"
     cards = [
         ("baseline", fmt(s.baseline), f.metric, ""),
         ("best", fmt(s.best), f.direction + (", as measured against its incumbent" if f.paired else ""), ""),
-        ("gain", signed_pct(gain), gain_note, "good" if improved else ""),
+        ("gain", "none confirmed" if f.refuted else signed_pct(gain), gain_note, "good" if improved else ""),
         ("cycles", str(s.cycles), ", ".join(f"{k} {v}" for k, v in s.by_status.items()) or "none yet", ""),
         ("keep rate", "–" if s.keep_rate is None else share(s.keep_rate), f"{s.kept} kept", ""),
         # a generator that reports no cost (a `command`, `tune`) shows a dash, not "$0.00"
@@ -227,11 +232,14 @@ def render(f: Facts, *, generated: str | None = None) -> str:
     goal += "".join(f'<p class="sub"><strong>Warning:</strong> {_e(note)}</p>' for note in f.not_sandboxed)
     if f.aborted:
         goal += f'<p class="bad">No cycle was measured: the baseline was aborted ({_e(f.aborted)}).</p>'
+    if f.refuted:
+        goal += (f'<p class="bad">The end-of-run check did not confirm the best: {_e(f.refuted)}'
+                 + (f'; {_e(f.undone)}' if f.undone else "") + ".</p>")
     page = Template(files("autoloop.commands").joinpath("report.html").read_text(encoding="utf-8"))
     return page.substitute(
         tag=_e(f.tag), metric=_e(f.metric), goal=goal, cards=card_html, legend=legend,
         count=_count(s.cycles, len(cycles)),
-        chart=chart(cycles, f.metric, f.direction, fmt), when=_e(generated or _dt.datetime.now().strftime("%Y-%m-%d %H:%M")),
+        chart=chart(cycles, f.metric, f.direction, fmt, f.reset), when=_e(generated or _dt.datetime.now().strftime("%Y-%m-%d %H:%M")),
         rows="\n".join(_row(*row, fmt) for row in f.rows))
 
 

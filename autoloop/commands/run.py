@@ -135,8 +135,7 @@ def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
     # best = baseline) because nothing was kept
     why_not = (f"; {final['text']}" if final and final.get("text") and (final.get("skipped") or final.get("error"))
                and final.get("skipped") != NOTHING_KEPT else "")
-    print(f"stopped: {reason}. {_standing(run)}; branch autoloop/{tag} at {run.incumbent[:12]}{why_not}",
-          file=out)
+    print(f"stopped: {reason}. {_standing(run)}; {_branch(run, tag)}{why_not}", file=out)
     if reason == "interrupted" and resume:
         print(f"resume with: {resume}", file=out, flush=True)
 
@@ -159,6 +158,14 @@ def _resume_command(args: argparse.Namespace) -> str:
     return shlex.join(argv)
 
 
+def _branch(run: Any, tag: str) -> str:
+    """`branch autoloop/x at <commit>`, or where an undone best left it, and where that best is."""
+    from autoloop.commands.ci import facts_of
+
+    f = facts_of(run.program, tag, run.journal.records)
+    return f.undone if f.undone else f"branch autoloop/{tag} at {run.incumbent[:12]}"
+
+
 def _standing(run: Any) -> str:
     """`score: baseline 109.04 → best 100.86, gain -25.77% (95% CI …), re-measured; 3 kept` —
     from the ledger through facts, the same numbers `log`, the report and --json show."""
@@ -171,7 +178,8 @@ def _standing(run: Any) -> str:
     s = f.summary
     if s.baseline is None:
         return f"{label}: no baseline measured"
-    gain = f", gain {gain_text(f)}" if f.headline_gain_pct is not None else ""
+    gain = f", gain {gain_text(f)}" if f.headline_gain_pct is not None else \
+        f", no confirmed gain: {f.refuted}" if f.refuted else ""
     if f.head_final is not None:
         # the end-of-run check measured the branch head, which a person kept against the
         # ratchet: its gain is not the best's

@@ -75,6 +75,27 @@ def end_of_run(program: Program, history: History, start: str, best: str,
     return {**rec, "seconds": round(time.monotonic() - t0, 3)}
 
 
+def confirmed(rec: Mapping[str, Any]) -> bool | None:
+    """Did this end-of-run record confirm the best over the start? None: it measured nothing
+    that could say (skipped, failed, or an old record without the verdict)."""
+    if rec.get("skipped") or rec.get("error") or "improved" not in rec:
+        return None
+    return bool(rec["improved"])
+
+
+def refuted_text(rec: Mapping[str, Any], keeps: list[int], name: str) -> str:
+    """`cycle 1's keep did not hold: re-measured +3.64% against the start`: the keeps an
+    end-of-run check did not confirm, in words."""
+    who = (f"cycle {keeps[0]}'s keep" if len(keeps) == 1 else
+           f"the keeps of cycles {', '.join(map(str, keeps[:-1]))} and {keeps[-1]}" if keeps else "the best")
+    p = rec.get("change_pct")
+    change = signed_pct(p) if p is not None else "no change"
+    if (rec.get("effect") or 0.0) <= 0:
+        return f"{who} did not hold: {name} re-measured {change} against the start"
+    p_value = f", p = {rec['p']:.3g}" if isinstance(rec.get("p"), (int, float)) else ""
+    return f"{who} {'was' if len(keeps) < 2 else 'were'} not confirmed: {name} re-measured {change} against the start{p_value}"
+
+
 def _cost(rec: Mapping[str, Any]) -> str:
     if rec.get("verifier_runs") is None:
         return ""

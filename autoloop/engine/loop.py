@@ -25,7 +25,7 @@ from autoloop.generators.base import Generator, preflight_context
 from autoloop.generators.registry import make_generator
 from autoloop.isolation.hardening import Guardrails, Tampered
 from autoloop.journal.ledger import UNSANDBOXED, Journal, Record
-from autoloop.decide.end import final_estimate, final_text, needs_scipy
+from autoloop.decide.end import confirmed, final_estimate, final_text, needs_scipy, refuted_text
 from autoloop.isolation.measured_files import protected_paths, uncommitted_warnings, verifier_fingerprint
 from autoloop.base.numbers import num as fmt
 from autoloop.journal.persist import restore_persisted_journal
@@ -35,7 +35,7 @@ from autoloop.journal.redact import Redactor
 from autoloop.engine.round import abort, run_round
 from autoloop.program.scope_rules import ScopeRules
 from autoloop.engine.steps.verify import checked
-from autoloop.journal.facts import best_measured
+from autoloop.journal.facts import best_measured, resets
 from autoloop.git.gitrun import thaw_outer_config
 from autoloop.base.walk import temp_tree
 from autoloop.decide.wording import plural
@@ -192,7 +192,7 @@ class Run:
         self.opt.report("stop", {"reason": reason})
         cycles = self.journal.cycles()
         # "best" is the best measured: never a regression a person chose to keep (approve mode)
-        best = best_measured(cycles, self.program.verifier.direction, state.best)
+        best = best_measured(cycles, self.program.verifier.direction, state.best, resets(self.journal.records))
         return RunSummary(self.opt.tag, reason, ran, state.baseline, best, state.incumbent,
                           sum(1 for c in cycles if c["status"] == "keep"), final)
 
@@ -282,7 +282,11 @@ class Run:
             j.append({"t": "abort", "cycle": pending["cycle"],
                       "reason": "unfinished when autoloop stopped; rolled back"})
             rolled_back.append(pending["cycle"])
-        expected = self._incumbent_from(j.cycles())
+        expected = self._incumbent_from([r for r in j.records if r["t"] in ("cycle", "final")])
+        undo = next((f["undo"] for f in reversed(j.finals()) if f.get("undo")), None)
+        if undo is not None and expected == undo["to"] and head == undo["from"]:
+            self._undo(undo)   # the run stopped between its ledger record and the branch's move
+            head = undo["to"]
         # a strict run's stored numbers are comparable only on the node that measured them
         self.state.executor.resume_on(next(((c.get("stats") or {}).get("node") for c in j.cycles()
                                             if c["status"] == "baseline"), None))
@@ -343,11 +347,17 @@ class Run:
             rec["verifying"] = self.state.executor.description
         self.journal.append(rec)
 
-    def _incumbent_from(self, cycles: list[Record]) -> str | None:
+    def _incumbent_from(self, records: list[Record]) -> str | None:
+        """The incumbent and its numbers by the ledger: the last keep, or where the last undo of a
+        refuted best took the branch."""
         s = self.state
         commit = s.baseline = s.best = None
-        for c in cycles:
-            if c["status"] == "baseline":
+        for c in records:
+            if c["t"] == "final" and c.get("undo"):
+                commit, s.best = c["undo"]["to"], c["undo"]["best"]
+            elif c["t"] != "cycle":
+                continue
+            elif c["status"] == "baseline":
                 commit, s.baseline, s.best = c.get("commit"), c.get("metric"), c.get("metric")
             elif c["status"] == "keep":
                 commit, s.best = c.get("commit"), c.get("metric")
@@ -494,10 +504,42 @@ class Run:
             rec["check"] = check
         if "text" not in rec:
             rec["text"] = final_text(rec, self.program.verifier.label)
+        if confirmed(rec) is False and rec.get("best") not in (None, start) and rec.get("best") == state.incumbent:
+            # write-ahead: the plan is in the ledger before the branch moves (_attach finishes it)
+            rec["undo"] = self._undo_plan(cycles, start, state.incumbent, rec)
+            rec["text"] += f"; {rec['undo']['text']}"
         rec = self.journal.append({"t": "final", "after_cycle": cycles[-1]["cycle"], **rec})
+        if rec.get("undo"):
+            self._undo(rec["undo"])
         self.journal.render(self.program.goal)
         self.opt.report("final", rec)
         return rec
+
+    def _undo_plan(self, cycles: list[Record], start: str, tip: str, rec: dict[str, Any]) -> dict[str, Any]:
+        """The way back from a best the end-of-run check did not confirm: the branch returns to the
+        last commit a check confirmed (else the start) and the refuted ones stay reachable under
+        the tag's own ref. The keeps it names are those since that commit (or an earlier undo)."""
+        keeps = {c.get("commit"): c for c in cycles if c["status"] == "keep"}
+        back_to, best, since = start, self.state.baseline, 0
+        for f in reversed(self.journal.finals()):
+            if confirmed(f) and f.get("best") in keeps and f.get("best") != tip:
+                back_to, best, since = f["best"], keeps[f["best"]].get("metric"), keeps[f["best"]]["cycle"]
+                break
+        since = max([since, *(f.get("after_cycle", 0) for f in self.journal.finals() if f.get("undo"))])
+        refuted = [c["cycle"] for c in keeps.values() if c["cycle"] > since]
+        ref = self.ws.refuted_ref(cycles[-1]["cycle"])
+        where = "the starting commit" if back_to == start else f"cycle {since}'s keep, which a check confirmed"
+        said = refuted_text(rec, refuted, self.program.verifier.label)
+        back = f"branch {self.ws.branch} is back at {back_to[:12]} ({where}); the refuted commits stay at {ref}"
+        return {"from": tip, "to": back_to, "best": best, "cycles": refuted, "ref": ref, "said": said,
+                "back": back, "text": f"{said}; {back}"}
+
+    def _undo(self, plan: dict[str, Any]) -> None:
+        """Carry out an undo plan (again after a crash: each part is done only if still to do)."""
+        self.ws.pin(plan["ref"], plan["from"])
+        if self.ws.branch_head() == plan["from"]:
+            self.ws.advance(plan["to"], plan["from"], "autoloop: the end-of-run check did not confirm the best")
+        self.state.incumbent, self.state.best = plan["to"], plan["best"]
 
     def _check_fingerprint(self) -> dict[str, Any]:
         p = self.program

@@ -177,6 +177,15 @@ class Workspace(Worktree):
         git(self.repo_root, "update-ref", "-m", reason, self.ref, new, old)
         self._commits.update((new, old))
 
+    def refuted_ref(self, after_cycle: int) -> str:
+        """Where the commits an end-of-run check refuted stay reachable (no branch, no tag: out of
+        `git branch`'s sight; `autoloop clean` removes it with the tag)."""
+        return f"refs/autoloop/{self.tag}/refuted/{after_cycle}"
+
+    def pin(self, ref: str, commit: str) -> None:
+        """Make `ref` point at `commit` (made or moved)."""
+        git(self.repo_root, "update-ref", "-m", "autoloop: keep for inspection", ref, commit)
+
     def rewind(self, to: str, current: str) -> None:
         self.advance(to, current, "autoloop: roll back an unfinished cycle")
 

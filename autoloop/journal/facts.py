@@ -5,12 +5,13 @@ intervals are read from the records (`stats.change_ci_pct`, `gain_ci_pct`), neve
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from autoloop.journal.ledger import STATUSES, not_sandboxed
 from autoloop.base.numbers import (count, digits_for, formatter, num, pct, pct_interval, run_values,
                               share, signed_pct, usd)
+from autoloop.decide.end import confirmed, refuted_text
 from autoloop.decide.ratchet import better
 from autoloop.decide.wording import pooled, stated_pct
 
@@ -57,11 +58,20 @@ def overruled_keep(cycle: Mapping[str, Any]) -> bool:
             and cycle.get("recommendation") != "keep")
 
 
-def running_bests(cycles: Sequence[Mapping[str, Any]], direction: str) -> list[float | None]:
+def resets(records: Sequence[Mapping[str, Any]]) -> dict[int, float | None]:
+    """after cycle N → the best again: where an end-of-run check refuted the best and the
+    branch went back (a `final` record's `undo`)."""
+    return {int(r["after_cycle"]): r["undo"].get("best") for r in records
+            if r.get("t") == "final" and isinstance(r.get("undo"), dict) and isinstance(r.get("after_cycle"), int)}
+
+
+def running_bests(cycles: Sequence[Mapping[str, Any]], direction: str,
+                  reset: Mapping[int, float | None] | None = None) -> list[float | None]:
     """The one definition of "best" (the card, `log`, the progress and stop lines, the chart's
     running best): after each cycle, the best metric the ratchet measured: the baseline's, moved
-    by every keep the ratchet decided when it is better. A keep a person made against the
-    ratchet (approve mode) is theirs, never the best."""
+    by every keep the ratchet decided when it is better, and put back where an end-of-run check
+    refuted it (`reset`, from resets()). A keep a person made against the ratchet (approve mode)
+    is theirs, never the best."""
     out: list[float | None] = []
     best: float | None = None
     for c in cycles:
@@ -70,20 +80,23 @@ def running_bests(cycles: Sequence[Mapping[str, Any]], direction: str) -> list[f
                 c.get("status") == "keep" and not overruled_keep(c))) \
                 and (best is None or better(direction, m, best)):
             best = float(m)
+        if reset and c.get("cycle") in reset:
+            best = reset[c["cycle"]]
         out.append(best)
     return out
 
 
 def best_measured(cycles: Sequence[Mapping[str, Any]], direction: str,
-                  incumbent: float | None) -> float | None:
+                  incumbent: float | None, reset: Mapping[int, float | None] | None = None) -> float | None:
     """What a run may call its best (running_bests; the incumbent's metric before any cycle)."""
-    bests = running_bests(cycles, direction)
+    bests = running_bests(cycles, direction, reset)
     return bests[-1] if bests and bests[-1] is not None else incumbent
 
 
-def summarize(cycles: Sequence[Mapping[str, Any]], direction: str, recent: int = 10) -> Summary:
+def summarize(cycles: Sequence[Mapping[str, Any]], direction: str, recent: int = 10,
+              reset: Mapping[int, float | None] | None = None) -> Summary:
     baseline = next((c.get("metric") for c in cycles if c["status"] == "baseline"), None)
-    bests = running_bests(cycles, direction)
+    bests = running_bests(cycles, direction, reset)
     best = bests[-1] if bests else None
     done = [c for c in cycles if c["cycle"] > 0]
     counts = Counter(c["status"] for c in done)
@@ -145,17 +158,44 @@ class Facts:
     # the end-of-run re-measurement of a branch head a person kept against the ratchet: it is
     # theirs, not the best's gain (`final` is None then)
     head_final: Mapping[str, Any] | None = None
+    # after cycle N → the best again, where a refuted best was undone (resets())
+    reset: Mapping[int, float | None] = field(default_factory=dict)
 
     @property
     def cycles_total(self) -> int:
         return len(self.rows)
 
     @property
+    def confirmed(self) -> bool | None:
+        """Did the end-of-run check confirm the best over the start (None: nothing measured said)."""
+        return None if self.final is None else confirmed(self.final)
+
+    @property
+    def refuted(self) -> str | None:
+        """`cycle 1's keep did not hold: …; branch … is back at …`: the words for a best the
+        end-of-run check did not confirm (None when it did, or nothing was measured)."""
+        if self.final is None or self.confirmed is not False:
+            return None
+        undo = self.final.get("undo")
+        return str(undo["said"]) if isinstance(undo, dict) and undo.get("said") else \
+            refuted_text(self.final, [k.cycle for k in self.kept], self.metric)
+
+    @property
+    def undone(self) -> str | None:
+        """`branch autoloop/x is back at …; the refuted commits stay at …` (None: nothing undone)."""
+        undo = None if self.refuted is None or self.final is None else self.final.get("undo")
+        return str(undo["back"]) if isinstance(undo, dict) and undo.get("back") else None
+
+    @property
     def remeasured_pct(self) -> float | None:
         return None if self.final is None else self.final.get("change_pct")
 
     @property
-    def headline_gain_pct(self) -> float | None:   # re-measured when the run has it, else baseline → best
+    def headline_gain_pct(self) -> float | None:
+        """Re-measured when the run has it, else baseline → best; None when the re-measurement
+        refuted it: a gain the run could not confirm is never its result."""
+        if self.refuted is not None:
+            return None
         r = self.remeasured_pct
         return r if r is not None else self.summary.gain_pct
 
@@ -164,6 +204,8 @@ class Facts:
         s = self.summary
         if s.baseline is None:
             return f"{self.metric}: baseline not measured"
+        if self.refuted is not None:
+            return f"{self.metric} {self.fmt(s.baseline, '?')} → {self.fmt(s.best, '?')} (no confirmed gain)"
         gain = signed_pct(self.headline_gain_pct, "?") + (", re-measured" if self.remeasured_pct is not None else "")
         return f"{self.metric} {self.fmt(s.baseline, '?')} → {self.fmt(s.best, '?')} ({gain})"
 
@@ -183,6 +225,8 @@ class Facts:
             "baseline": s.baseline, "best": s.best, "gain_pct": _r(s.gain_pct),
             "remeasured_gain_pct": _r(self.remeasured_pct), "aborted": self.aborted,
             "headline_gain_pct": _r(self.headline_gain_pct),
+            # the end-of-run check: did it confirm the best (false: the keep did not hold, said in `refuted`)
+            "confirmed": self.confirmed, "refuted": self.refuted, "undone": self.undone,
             # what a person reads (rounded like every other output; a PR title uses `title`)
             "display": {"baseline": self.fmt(s.baseline, ""), "best": self.fmt(s.best, ""),
                         "gain": gain_text(self), "title": self.title()},
@@ -241,8 +285,11 @@ def facts(records: Sequence[Mapping[str, Any]], *, tag: str, goal: str, metric: 
     head_final = None
     if final is not None and any(overruled_keep(c) for c in cycles):
         head_final, final, gain_ci, level = final, None, None, None
-    return Facts(tag=tag, goal=goal, metric=metric, direction=direction, head_final=head_final,
-                 summary=summarize(cycles, direction), rows=tuple(judged),
+    if final is not None and confirmed(final) is False:
+        gain_ci, level = None, None   # an interval around a refuted gain is no result either
+    reset = resets(records)
+    return Facts(tag=tag, goal=goal, metric=metric, direction=direction, head_final=head_final, reset=reset,
+                 summary=summarize(cycles, direction, reset=reset), rows=tuple(judged),
                  kept=tuple(_kept(row) for row in judged if row.record["status"] == "keep"),
                  gain_ci_pct=gain_ci, gain_ci_level=level, final=final,
                  duration_s=sum(float(c.get("duration_s") or 0.0) for c in cycles),
@@ -256,7 +303,10 @@ def facts(records: Sequence[Mapping[str, Any]], *, tag: str, goal: str, metric: 
 
 def gain_text(f: Facts) -> str:
     """The headline gain: re-measured with its interval when the run has one (`-25.77% (95% CI
-    -31.2% … -20.4%), re-measured`), else baseline → best."""
+    -31.2% … -20.4%), re-measured`), else baseline → best; `none confirmed` when the end-of-run
+    check refuted it (f.refuted says how)."""
+    if f.refuted is not None:
+        return "none confirmed"
     g = signed_pct(f.headline_gain_pct)
     if f.gain_ci_pct is not None:
         g += f" ({pct_interval(f.gain_ci_pct, f.gain_ci_level)})"
@@ -300,6 +350,7 @@ def markdown(f: Facts, *, extra_rows: Sequence[tuple[str, str]] = ()) -> str:
     table = [("baseline", f"{f.metric} = {num(s.baseline)}"),
              ("best", f"{f.metric} = {num(s.best)} ({best})"),
              ("gain", gain_text(f)),
+             *([("did not hold", f.refuted + (f"; {f.undone}" if f.undone else ""))] if f.refuted else []),
              ("cycles", f"{s.cycles} after the baseline; "
               + (", ".join(f"{k} {v}" for k, v in s.by_status.items()) or "none")),
              ("kept changes", f"{s.kept}"

@@ -61,8 +61,12 @@ def save(ws: Workspace, journal: Journal, program: Program, incumbent: str) -> s
     cycles = journal.cycles()
     last = cycles[-1]["cycle"] if cycles else 0
     kept = sum(1 for c in cycles if c["status"] == "keep")
+    undo = next((f["undo"] for f in reversed(journal.finals()) if f.get("undo")), None)
+    # a best the end-of-run check refuted is said where the branch's history is read, too
+    refuted = f"The end-of-run check did not confirm the best: {undo['text']}.\n\n" \
+        if undo is not None and undo.get("to") == incumbent else ""
     message = (f"autoloop: journal of run {journal.tag} ({plural(last, 'cycle')}, {kept} kept)\n\n"
-               f"The run's ledger and journal, so that the next job resumes with full memory.\n"
+               f"{refuted}The run's ledger and journal, so that the next job resumes with full memory.\n"
                f"autoloop moves the branch back to the parent when it resumes.\n\n"
                f"{TRAILER}: {journal.tag}\n{PARENT_TRAILER}: {incumbent}\n")
     commit = ws.commit(tree, incumbent, message, ws.identity())
