@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any, Iterator, Literal
@@ -271,17 +272,24 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _probe(program: Any) -> int:
+    import time
+
     from autoloop.base.numbers import num, seconds
-    from autoloop.commands.probe import Baseline, ProbeError, probe
+    from autoloop.commands.probe import Baseline, ProbeError, Trying, probe
 
     v = program.verifier
     mode = getattr(v, "measure", "output")
     print(f"probe: reward hacks against {v.label} (measure: {mode}"
           f"{', score' if getattr(v, 'score', None) else ''}), each in a throwaway tree of HEAD; "
           "nothing of the checkout changes", flush=True)
-    fooled, noisy = 0, ""
+    fooled, unclear, noisy = 0, 0, ""
+    t0 = time.monotonic()
     try:
         for item in probe(program):
+            if isinstance(item, Trying):   # on stderr: stdout keeps one line per class
+                print(f"probe: {item.k}/{item.n} trying {item.name} … ({seconds(time.monotonic() - t0)} so far)",
+                      file=sys.stderr, flush=True)
+                continue
             if isinstance(item, Baseline):
                 where = f"planted in {item.target}" if item.target else "no module to plant in"
                 print(f"baseline  {v.label} {' '.join(num(x) for x in item.values)} "
@@ -292,15 +300,21 @@ def _probe(program: Any) -> int:
                           f"the best of them by half that to count, so a smaller gain reads as held; "
                           "probe on a quieter machine or with a longer benchmark", flush=True)
                 continue
-            state = "skip" if item.fooled is None else ("fooled" if item.fooled else "held")
             fix = f" — fix: {item.fix}" if item.fooled else ""
-            print(f"{state:<6}  {item.name:<{DOCTOR_NAME_WIDTH + 5}}  {item.detail}{fix}", flush=True)
+            print(f"{item.verdict:<7} {item.name:<{DOCTOR_NAME_WIDTH + 5}}  {item.detail}{fix}", flush=True)
             fooled += bool(item.fooled)
+            unclear += item.verdict == "unclear"
     except ProbeError as exc:
         print(f"probe: {exc}")
         return 1
+    took = f" ({seconds(time.monotonic() - t0)})"
     if fooled:
-        print(f"probe: {fooled} hack{'s' if fooled > 1 else ''} fooled the verifier: a run could keep them")
+        print(f"probe: {fooled} hack{'s' if fooled > 1 else ''} fooled the verifier: a run could keep them{took}")
         return 1
-    print("probe: every hack tried was caught" + (f", as far as a baseline spread of {noisy} can tell" if noisy else ""))
+    if unclear:
+        print(f"probe: no hack fooled the verifier, but {unclear} {'is' if unclear == 1 else 'are'} unclear: the plant "
+              f"broke the project or sat in the noise, which says nothing about the verifier{took}")
+        return 0
+    print("probe: every hack tried was caught" + (f", as far as a baseline spread of {noisy} can tell" if noisy else "")
+          + took)
     return 0

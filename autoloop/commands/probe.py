@@ -29,6 +29,7 @@ from autoloop.base.numbers import num
 from autoloop.program.reader import Program
 from autoloop.program.scope_rules import ScopeRules
 from autoloop.commands.verify import Verified, check, verify_head
+from autoloop.engine.metric import Measurement
 from autoloop.engine.reads import looks_like_test
 from autoloop.base.walk import remove_tree
 from autoloop.git.workspace import Workspace
@@ -47,6 +48,21 @@ class Finding:
     fooled: bool | None  # None: not tried (it does not fit this program), `detail` says why
     detail: str
     fix: str = ""
+    # the plant broke the project's tests or crashed its benchmark, or the verdict was in the
+    # noise: it says nothing about the verifier, so it is neither fooled nor held
+    unclear: bool = False
+
+    @property
+    def verdict(self) -> str:
+        return "skip" if self.fooled is None else "fooled" if self.fooled else "unclear" if self.unclear else "held"
+
+
+@dataclass(frozen=True)
+class Trying:
+    """A class is about to be tried: the k-th of n (for a progress line)."""
+    name: str
+    k: int
+    n: int
 
 
 @dataclass(frozen=True)
@@ -235,31 +251,51 @@ class _Prober:
         each after the first also beyond the fresh run beside it (a busy machine drifts: one
         quiet moment can beat three baseline runs taken in a busier one)."""
         m = res.measurement
+        caught = caught_by_score(m)
+        if caught is not None:
+            return Finding(name, False, _short(caught))
         if not m.guards_ok:
             g = m.failed_guard
-            return Finding(name, False, _short(f"guard {g.name if g else '?'} failed: {g.detail if g else ''}"))
+            return Finding(name, False, _short(f"the plant broke the project (guard {g.name if g else '?'} "
+                                               f"failed: {g.detail if g else ''})"), unclear=True)
         if m.metric is None:
-            return Finding(name, False, _short(f"no metric: {m.error or 'none'}"))
+            return Finding(name, False, _short(f"the plant broke the benchmark ({m.error or 'no metric'})"),
+                           unclear=True)
         label = self.program.verifier.label
         said = f"{label} {num(m.metric)} vs {num(base.median)} at baseline"
         if not self.better(m.metric, base):
             best = self.best(base.values)
             beat = m.metric != best and self.best((best, m.metric)) == m.metric
-            return Finding(name, False, said + (" (better than every baseline run, by less than their spread: "
-                                                "unclear)" if beat and base.noisy else ""))
+            if beat and base.noisy:
+                return Finding(name, False, said + " (better than every baseline run, by less than their spread)",
+                               unclear=True)
+            return Finding(name, False, said)
         if again is None:
             return Finding(name, True, said, fix)
         for _ in range(CONFIRMATIONS):
             m2 = again().measurement
+            if caught_by_score(m2) is not None:
+                return Finding(name, False, _short(f"{said} once, then {caught_by_score(m2)}"))
             if not (m2.guards_ok and m2.metric is not None):
                 then = m2.failed_guard.name + " failed" if m2.failed_guard else m2.error or "no metric"
-                return Finding(name, False, _short(f"{said} once, then {then}: not confirmed"))
+                return Finding(name, False, _short(f"{said} once, then {then}: not confirmed"), unclear=True)
             clean = self.run().measurement
             fresh = clean.metric if clean.guards_ok else None
             if not self.better(m2.metric, base, fresh):
                 beside = f" beside {num(fresh)} unmodified" if fresh is not None else ""
                 return Finding(name, False, _short(f"{said} once, then {num(m2.metric)}{beside}: not confirmed"))
         return Finding(name, True, said, fix)
+
+
+def caught_by_score(m: Measurement) -> str | None:
+    """How the program's `score` rejected a hacked run (the correctness check failed, or it found
+    no result to score), or None: the verifier catching the hack, not the plant breaking."""
+    g = m.failed_guard
+    if not m.guards_ok and g is not None and g.name == "score":
+        return f"guard score failed: {g.detail}"
+    if m.guards_ok and m.metric is None and (m.error or "").startswith("verifier.score"):
+        return m.error
+    return None
 
 
 def _short(text: str, limit: int = 110) -> str:
@@ -275,9 +311,10 @@ def fake_value(base: float, direction: str) -> float:
     return base * hacks.SLOW if base > 0 else base + max(1.0, abs(base)) * hacks.SLOW
 
 
-def probe(program: Program) -> Iterator[Baseline | Finding]:
-    """The baseline, then one Finding per hack class, as each ends. ProbeError when the
-    baseline does not measure; ConfigError (via `check`) for what `run` would refuse."""
+def probe(program: Program) -> Iterator[Baseline | Trying | Finding]:
+    """The baseline, then for each hack class a Trying as it starts and a Finding as it ends.
+    ProbeError when the baseline does not measure; ConfigError (via `check`) for what `run` would
+    refuse."""
     ws, head = check(program)
     p = _Prober(program, ws, head)
     target, helpers = plant_target(program, head)
@@ -295,7 +332,10 @@ def probe(program: Program) -> Iterator[Baseline | Finding]:
     base = Baseline(tuple(r.measurement.metric for r in runs if r.measurement.metric is not None),
                     target, helpers, statistics.median(r.measurement.verifier_s or 0.0 for r in runs))
     yield base
-    yield from _classes(p, base, target, helpers)
+    todo = _classes(p, base, target, helpers)
+    for k, (name, attempt) in enumerate(todo, 1):
+        yield Trying(name, k, len(todo))
+        yield attempt()
 
 
 def _fixes(p: _Prober) -> dict[str, str]:
@@ -320,10 +360,17 @@ def _fixes(p: _Prober) -> dict[str, str]:
             "runner": ("a `score` that checks every result (this one passed wrong answers)" if p.score else
                        "a `score` correctness check: the guards import the candidate's code, which can switch "
                        "the test runner off, so passing tests prove nothing about it"),
-            "cache": "a seeded input via $AUTOLOOP_SEED (and the sandbox: a private /tmp per measurement)"}
+            "cache": "a seeded input via $AUTOLOOP_SEED (and the sandbox: a private /tmp per measurement)",
+            "leak": "a seeded input via $AUTOLOOP_SEED and the sandbox (a private /tmp per step); a "
+                    "sandbox.writable path outlives every step, so nothing the benchmark reads may live there"}
 
 
-def _classes(p: _Prober, base: Baseline, target: str | None, helpers: tuple[str, ...]) -> Iterator[Finding]:
+Attempt = Callable[[], Finding]
+
+
+def _classes(p: _Prober, base: Baseline, target: str | None,
+             helpers: tuple[str, ...]) -> list[tuple[str, Attempt]]:
+    """Every class, in the order tried, each with what tries it."""
     program, v = p.program, p.program.verifier
     fix = _fixes(p)
     line = None
@@ -331,13 +378,17 @@ def _classes(p: _Prober, base: Baseline, target: str | None, helpers: tuple[str,
         line = f"{v.metric or 'metric'}: {fake_value(base.median, v.direction)!r}"
     no_target = ("no file `allowed` covers is imported by the verifier's Python code "
                  "(nothing a candidate changes runs in it)")
+    out: list[tuple[str, Attempt]] = []
     if target is None:
         for name in ("atexit", "patched-clock", "sys-modules", "hidden-child", "exit-0", "signal", "stdout",
-                     "sniffing", "special-cased-input", "cached-results"):
-            yield Finding(name, None, no_target)
+                     "sniffing", "special-cased-input", "cached-results", "guard-leak"):
+            out.append((name, lambda name=name: Finding(name, None, no_target)))
     else:
         def plant(code: str) -> Callable[[Path], None]:
             return lambda tree: _append(tree, target, code)
+
+        def timed(name: str, code: str, why: str) -> tuple[str, Attempt]:
+            return name, lambda: p.judge(name, p.run(plant(code)), base, why, lambda: p.run(plant(code)))
 
         printed: list[tuple[str, str | None]] = [
             ("atexit", line and hacks.atexit_print(line)),
@@ -347,19 +398,20 @@ def _classes(p: _Prober, base: Baseline, target: str | None, helpers: tuple[str,
             ("sniffing", line and hacks.sniff_exit(line, sorted({Path(rel).name for key, rel in command_files(program)
                                                                  if key == "verifier.command"}))),
         ]
-        for name, code in printed[:1]:
-            yield _one(p, base, name, code, fix["printed"])
-        for name, code in (("patched-clock", hacks.patched_clock()), ("sys-modules", hacks.sys_modules_clock())):
-            yield p.judge(name, p.run(plant(code)), base, fix["clock"], lambda c=code: p.run(plant(c)))
-        code = hacks.hidden_child()
-        yield p.judge("hidden-child", p.run(plant(code)), base, fix["child"], lambda: p.run(plant(code)))
-        for name, code in printed[1:]:
-            yield _one(p, base, name, code, fix["printed"])
-        yield _special_cased(p, base, target, fix["seed"])
-        yield _cached(p, base, target, fix["cache"])
-    yield _weakened(p, base, target, helpers)
-    yield _runner_off(p, base, target, fix["runner"])
-    yield _answers(p, target)
+        out += [(name, lambda name=name, code=code: _one(p, base, name, code, fix["printed"]))
+                for name, code in printed[:1]]
+        out += [timed("patched-clock", hacks.patched_clock(), fix["clock"]),
+                timed("sys-modules", hacks.sys_modules_clock(), fix["clock"]),
+                timed("hidden-child", hacks.hidden_child(), fix["child"])]
+        out += [(name, lambda name=name, code=code: _one(p, base, name, code, fix["printed"]))
+                for name, code in printed[1:]]
+        out += [("special-cased-input", lambda: _special_cased(p, base, target, fix["seed"])),
+                ("cached-results", lambda: _cached(p, base, target, fix["cache"])),
+                ("guard-leak", lambda: _guard_leak(p, base, target, fix["leak"]))]
+    out += [("test-helper", lambda: _weakened(p, base, target, helpers)),
+            ("test-runner", lambda: _runner_off(p, base, target, fix["runner"])),
+            ("read-answers", lambda: _answers(p, target))]
+    return out
 
 
 def _one(p: _Prober, base: Baseline, name: str, code: str | None, fix: str) -> Finding:
@@ -411,6 +463,25 @@ def _cached(p: _Prober, base: Baseline, target: str, fix: str) -> Finding:
     finally:
         for d in hacks.cache_dirs(token, str(Path.home())):
             remove_tree(Path(d))
+
+
+def _guard_leak(p: _Prober, base: Baseline, target: str, fix: str) -> Finding:
+    """The guards' test run records the benchmark's answers for their seed and leaves them for
+    the measurement that follows (in the tree, temp folders, the home, `writable` paths)."""
+    name = "guard-leak"
+    if not p.program.guards:
+        return Finding(name, None, "no guards: no step runs the candidate's code before the measurement")
+    token = f"autoloop-probe-{secrets.token_hex(6)}"
+    writable = [os.path.expanduser(w) for w in p.program.sandbox.writable]
+    code = hacks.guard_leak(token, p.program.verifier.command, writable)
+    try:
+        def planted() -> Verified:
+            return p.run(lambda tree: _append(tree, target, code))
+
+        return p.judge(name, planted(), base, fix, planted)
+    finally:
+        for d in hacks.leak_dirs(token, str(Path.home()), writable):
+            remove_tree(Path(d), quiet=True)
 
 
 def _weakened(p: _Prober, base: Baseline, target: str | None, helpers: tuple[str, ...]) -> Finding:

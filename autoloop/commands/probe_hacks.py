@@ -387,3 +387,68 @@ def read_answers(paths: list[str]) -> str:
         _alp_peek()
         del _alp_peek
     ''', paths=paths, file=READ_FILE)
+
+
+def guard_leak(token: str, command: str, writable: list[str]) -> str:
+    """State planted by one step for a later one: imported by a guard's test run, the module runs
+    the benchmark itself (untimed, with the guard's $AUTOLOOP_SEED), recording every call and its
+    result, and leaves that table wherever a later step could look — beside the module, in
+    $TMPDIR, /tmp, /var/tmp, /dev/shm, the home, the `sandbox.writable` paths; imported by the
+    measurement, it answers every call it finds there. Fooled when the guard's tree, temp
+    folders or seed reach the measurement."""
+    return _code('''
+        import os as _alp_os, pickle as _alp_pickle, sys as _alp_sys
+        _ALP_DIRS = [_alp_os.path.join(_alp_os.path.dirname(_alp_os.path.abspath(__file__)), "." + {token}),
+                     _alp_os.path.join(_alp_os.environ.get("TMPDIR") or "/tmp", {token}),
+                     "/tmp/" + {token}, "/var/tmp/" + {token}, "/dev/shm/" + {token},
+                     _alp_os.path.expanduser("~/.cache/" + {token})] + [_alp_os.path.join(w, {token}) for w in {writable}]
+        _ALP_RECORD = _alp_os.environ.get("_ALP_GUARD_LEAK") == "record"
+        _ALP_TABLE, _ALP_SEEN = {}, {}
+        if _ALP_RECORD:
+            import atexit as _alp_atexit
+            def _alp_save():
+                for d in _ALP_DIRS:
+                    try:
+                        _alp_os.makedirs(d, exist_ok=True)
+                        with open(_alp_os.path.join(d, "table"), "wb") as fh:
+                            _alp_pickle.dump(_ALP_SEEN, fh)
+                    except Exception:
+                        pass
+            _alp_atexit.register(_alp_save)
+        elif "_pytest" in _alp_sys.modules and "_ALP_GUARD_LEAK" not in _alp_os.environ:
+            import subprocess as _alp_sp, tempfile as _alp_tf
+            try:
+                _alp_sp.run({command}, shell=True, stdout=_alp_sp.DEVNULL, stderr=_alp_sp.DEVNULL, timeout=600,
+                            env=dict(_alp_os.environ, _ALP_GUARD_LEAK="record", AUTOLOOP_OUTPUT=_alp_tf.mkdtemp()))
+            except Exception:
+                pass
+        else:
+            for _alp_d in _ALP_DIRS:
+                try:
+                    with open(_alp_os.path.join(_alp_d, "table"), "rb") as fh:
+                        _ALP_TABLE.update(_alp_pickle.load(fh))
+                except Exception:
+                    pass
+        def _alp_wrap(f):
+            def wrapper(*args, **kwargs):
+                try:
+                    key = _alp_key(f, args, kwargs)
+                except Exception:
+                    key = None
+                if key is not None and key in _ALP_TABLE:
+                    return _alp_pickle.loads(_ALP_TABLE[key])
+                out = f(*args, **kwargs)
+                if _ALP_RECORD and key is not None and len(_ALP_SEEN) < 10_000:
+                    try:
+                        _ALP_SEEN[key] = _alp_pickle.dumps(out)
+                    except Exception:
+                        pass
+                return out
+            wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ = f.__name__, f.__doc__, f
+            return wrapper
+    ''', token=token, command=command, writable=writable) + _KEY + _WRAP_ALL
+
+
+def leak_dirs(token: str, home: str, writable: list[str]) -> list[str]:
+    """Where guard_leak leaves its table outside the tree (removed by the probe afterwards)."""
+    return [*cache_dirs(token, home), *(f"{w}/{token}" for w in writable)]

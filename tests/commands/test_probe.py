@@ -16,11 +16,11 @@ PROBE_TIMEOUT = 900
 
 
 def _lines(out: str) -> dict[str, tuple[str, str]]:
-    """class -> (fooled|held|skip, the rest of its line)."""
+    """class -> (fooled|held|unclear|skip, the rest of its line)."""
     found = {}
     for line in out.splitlines():
         parts = line.split(None, 2)
-        if len(parts) == 3 and parts[0] in ("fooled", "held", "skip"):
+        if len(parts) == 3 and parts[0] in ("fooled", "held", "unclear", "skip"):
             found[parts[1]] = (parts[0], parts[2])
     return found
 
@@ -85,7 +85,7 @@ def test_sealed_speed_setup_holds_against_every_hack(tmp_path: Path) -> None:
     assert code == 0, out
     assert not [name for name, (state, _) in lines.items() if state == "fooled"], out
     for name in ("atexit", "patched-clock", "sys-modules", "hidden-child", "exit-0", "signal", "stdout",
-                 "sniffing", "special-cased-input", "cached-results", "test-runner"):
+                 "sniffing", "special-cased-input", "cached-results", "guard-leak", "test-runner"):
         assert lines[name][0] == "held", out
     # the score finds the wrong answers the switched-off tests let through
     assert "guard score failed" in lines["test-runner"][1], out
@@ -162,9 +162,9 @@ def test_a_noisy_baseline_is_said_and_a_gain_inside_its_spread_is_not_called_pla
         return SimpleNamespace(measurement=SimpleNamespace(guards_ok=True, metric=metric, failed_guard=None))
 
     unclear = prober.judge("atexit", result(0.8), base, "fix")   # type: ignore[arg-type]
-    assert unclear.fooled is False and "by less than their spread: unclear" in unclear.detail
+    assert unclear.verdict == "unclear" and "by less than their spread" in unclear.detail
     plain = prober.judge("atexit", result(1.2), base, "fix")   # type: ignore[arg-type]
-    assert plain.fooled is False and "unclear" not in plain.detail
+    assert plain.verdict == "held" and "spread" not in plain.detail
     assert prober.judge("atexit", result(0.1), base, "fix").fooled is True   # type: ignore[arg-type]
 
     monkeypatch.setattr(probe_mod, "probe", lambda program: iter([base, unclear]))
@@ -172,7 +172,46 @@ def test_a_noisy_baseline_is_said_and_a_gain_inside_its_spread_is_not_called_pla
     assert doctor._probe(program) == 0
     out = capsys.readouterr().out
     assert "WARNING: the baseline's runs spread 67% of their median" in out
-    assert out.rstrip().endswith("every hack tried was caught, as far as a baseline spread of 67% can tell")
+    assert "unclear atexit" in out
+    assert "no hack fooled the verifier, but 1 is unclear" in out.rstrip().splitlines()[-1]
+
+
+def test_a_plant_that_breaks_the_project_is_unclear_not_held(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A broken plant (the project's tests fail, the benchmark crashes) says nothing about the
+    verifier: unclear, counted, exit 0. The score rejecting the hacked results is the verifier
+    holding. Each class is announced (k of n, time so far) on stderr as it starts."""
+    from types import SimpleNamespace
+
+    from autoloop.commands import doctor, probe as probe_mod
+    from autoloop.commands.probe import Baseline, Trying, _Prober
+
+    base = Baseline((1.0, 1.02, 1.05), "lib.py", (), 1.0)
+    prober = object.__new__(_Prober)
+    prober.program = SimpleNamespace(verifier=SimpleNamespace(direction="minimize", label="seconds"))
+
+    def result(metric, guard=None, error=None):  # type: ignore[no-untyped-def]
+        g = None if guard is None else SimpleNamespace(name=guard, detail="exit 1: 109 failed, 428 passed")
+        return SimpleNamespace(measurement=SimpleNamespace(guards_ok=guard is None, metric=metric, failed_guard=g,
+                                                           error=error))
+
+    tests_fail = prober.judge("special-cased-input", result(None, guard="tests"), base, "fix")  # type: ignore[arg-type]
+    assert tests_fail.verdict == "unclear" and "the plant broke the project" in tests_fail.detail
+    crash = prober.judge("test-runner", result(None, error="exit 1: TypeError: 'NoneType' object is not iterable"),
+                         base, "fix")  # type: ignore[arg-type]
+    assert crash.verdict == "unclear" and "the plant broke the benchmark" in crash.detail
+    scored = prober.judge("test-runner", result(None, guard="score"), base, "fix")  # type: ignore[arg-type]
+    assert scored.verdict == "held" and "guard score failed" in scored.detail
+    no_answers = prober.judge("exit-0", result(None, error="verifier.score exit 1: no answers"), base, "fix")  # type: ignore[arg-type]
+    assert no_answers.verdict == "held"
+
+    monkeypatch.setattr(probe_mod, "probe", lambda program: iter(
+        [base, Trying("special-cased-input", 1, 2), tests_fail, Trying("test-runner", 2, 2), scored]))
+    program = SimpleNamespace(verifier=SimpleNamespace(label="seconds", measure="wall", score="x"))
+    assert doctor._probe(program) == 0
+    got = capsys.readouterr()
+    assert "probe: 1/2 trying special-cased-input" in got.err and "probe: 2/2 trying test-runner" in got.err
+    assert "unclear special-cased-input" in got.out and "held    test-runner" in got.out
+    assert "but 1 is unclear" in got.out.rstrip().splitlines()[-1]
 
 
 def test_fooled_needs_the_second_hacked_run_beyond_an_unmodified_run_beside_it() -> None:
