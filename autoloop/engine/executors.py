@@ -60,7 +60,7 @@ class LocalLane:
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
                 marker: str, with_guards: bool, seed: int | Callable[[], int] | None = None,
-                holdout: bool = False) -> Measurement:
+                holdout: bool = False, hints: bool = True) -> Measurement:
         tree, commit = self.trees[side], self.commits[side]
         if side not in self._checked_out:
             tree.checkout(commit, clean=False)   # measuring() cleans it
@@ -70,7 +70,7 @@ class LocalLane:
                            with_guards=with_guards, after_step=self.guard.after_step,
                            box=self.guard.confine(tree.path, menv, show_private=holdout),
                            scorer=None if holdout else self.scorer(), seed=seed,
-                           reseal=lambda: self.guard.reseal(tree, commit))
+                           reseal=lambda: self.guard.reseal(tree, commit), hints=hints)
 
     def record_reads(self, program: Program, commit: str, *, env: Mapping[str, str], log_dir: Path,
                      marker: str) -> reads.Reads:
@@ -148,7 +148,7 @@ class RayLane:
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
                 marker: str, with_guards: bool, seed: int | Callable[[], int] | None = None,
-                holdout: bool = False) -> Measurement:
+                holdout: bool = False, hints: bool = True) -> Measurement:
         # a fresh folder unpacked from the commit on the node for every step: nothing to re-prove
         # there; here, the places the guardrails watch must still not change meanwhile
         self.ex.guard.capture_outside()

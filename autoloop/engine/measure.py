@@ -102,6 +102,9 @@ class LaneRunner:
     pair_seeds: dict[str, int] = dataclasses.field(default_factory=dict)
     seeds: dict[str, int] = dataclasses.field(default_factory=dict)
     tests: Mapping[str, TestCount] = dataclasses.field(default_factory=dict)   # the baseline's counts
+    # failures may say what to set in program.md: measuring the user's own code (the baseline),
+    # never a candidate's (verify.measure)
+    hints: bool = False
 
     def __call__(self, side: str, label: str, with_guards: bool) -> Sample:
         if self.first_log_dir is not None:
@@ -115,7 +118,7 @@ class LaneRunner:
         # drawn when the run's verifier starts, after its guards: the pair's second run reuses it
         m = self.lane.measure(run, side, env=self.env, log_dir=d, marker=self.marker,
                               with_guards=with_guards, holdout=self.spec is not None,
-                              seed=lambda: self.pair_seeds.setdefault(key, new_seed()))
+                              seed=lambda: self.pair_seeds.setdefault(key, new_seed()), hints=self.hints)
         if m.seed is not None:
             self.seeds[label] = m.seed
         self.check_signal()
@@ -171,6 +174,7 @@ class Judge:
         def measured() -> Baseline:
             self._seeds = []
             main, _ = self._runners(commit, commit, env, log_dir, first_log_dir=log_dir, need_a=paired)
+            main.hints = True   # the starting commit: the user's own code
             b = rule(Session(main), self.program)
             if self.lane.where() is not None:   # every run of the calibration on this one node
                 b.stats["node"] = self.lane.where()

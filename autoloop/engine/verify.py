@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
@@ -46,7 +47,8 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
             with_guards: bool = True, after_step: Callable[[str], None] | None = None,
             box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None,
             seed: int | Callable[[], int] | None = None, scorer: Score | None = None,
-            output: Path | None = None, reseal: Callable[[], None] | None = None) -> Measurement:
+            output: Path | None = None, reseal: Callable[[], None] | None = None,
+            hints: bool = True) -> Measurement:
     """Run the guards (stopping at the first failure), then the verifier (or `verifier`: the
     holdout). `after_step(name)` is called after each (it may raise, to void the measurement).
     With `box`, each runs in that sandbox; its output still goes to files opened outside it.
@@ -58,7 +60,10 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
     drawn after the guards have finished, so nothing they ran could know it. The score of that
     measurement sees the same.
     With `verifier.score`, `scorer` runs it on what the command wrote to $AUTOLOOP_OUTPUT
-    (`output`, by default beside the measurement's TMPDIR: a folder its box may write)."""
+    (`output`, by default beside the measurement's TMPDIR: a folder its box may write).
+    `hints`: a failure's text may say what to set in program.md (a writable path, the network):
+    for the user's own code (a baseline, `verify`), never for a candidate's (its lesson is read
+    by the generator as advice, and the baseline passed in the same box)."""
     todo = steps(program, with_guards, verifier)
     after = None if after_step is None else \
         (lambda s: after_step(f"guard '{s.name}'" if s.guard else "the verifier"))
@@ -86,7 +91,7 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
         if step.guard and not results[-1].ok:
             break
     if not todo or todo[-1].guard or len(results) < len(todo):
-        return summarize(program, todo, results, box, verifier)   # no verifier run: no seed drawn
+        return summarize(program, todo, results, box, verifier, hints=hints)   # no verifier run: no seed drawn
     assert isinstance(seed, int)
     score = None
     if scored and results[-1].ok:
@@ -95,7 +100,7 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
         score = scorer(step_env, output, log_dir, marker) if not odd else (
             f"not run: ${OUTPUT_VAR} {odd}; the command must write plain files into the folder "
             "(a link could point the score at what the candidate cannot read)")
-    return dataclasses.replace(summarize(program, todo, results, box, verifier, score), seed=seed)
+    return dataclasses.replace(summarize(program, todo, results, box, verifier, score, hints), seed=seed)
 
 
 def _fresh_start(env: Mapping[str, str], reseal: Callable[[], None] | None) -> None:
@@ -127,23 +132,25 @@ def not_plain(folder: Path, made: os.stat_result) -> str | None:
 
 def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[proc.ProcResult],
               box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None,
-              score: proc.ProcResult | str | None = None) -> Measurement:
+              score: proc.ProcResult | str | None = None, hints: bool = True) -> Measurement:
     """The results of `todo` (up to the first failing guard) as a Measurement; with `score`
     (the result of `verifier.score`, or why it was not run) the metric is its, or with
-    `measure: wall|cpu` its exit is a correctness check."""
+    `measure: wall|cpu` its exit is a correctness check. `hints`: see measure()."""
     spec = verifier or program.verifier
     scored = spec.score is not None and spec.measure == "output"
     if score is not None and not scored:
-        return _checked(summarize(program, todo, results, box, verifier), score, box)
+        return _checked(summarize(program, todo, results, box, verifier, hints=hints), score, box if hints else None)
+    if not hints:
+        box = None   # failure_summary's sandbox hint is for the user's own commands only
     guards: list[GuardResult] = []
     total = 0.0
     for step, res in zip(todo, results):
         total += res.duration_s
         stem = res.stdout_path.with_suffix("")
         said = "" if res.ok else res.stderr_tail() + "\n" + res.stdout_tail()
-        why = None if res.ok else \
-            failure_summary(res, box) + root_hint(program, said) + uncommitted_module_hint(program, said) \
-            + missing_path_hint(program, said, box is not None)
+        why = None if res.ok else failure_summary(res, box, first=step.guard) + (
+            root_hint(program, said) + uncommitted_module_hint(program, said)
+            + missing_path_hint(program, said, box is not None) if hints else "")
         if step.guard:
             guards.append(GuardResult(step.name, res.ok, why or res.describe(), stem, res.duration_s,
                                       testcount.parse([res.stdout_path, res.stderr_path])))
@@ -212,9 +219,25 @@ def sandbox_outside_run(program: Program) -> tuple[Bwrap | None, str | None]:
     return bwrap, why and UNSANDBOXED.format(why)
 
 
-def failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> str:
+# the first error a test run reports: pytest's `E   TypeError: …`, a traceback's last line, a FAILED line
+_FIRST_ERROR = re.compile(r"^(?:E\s+)?((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Exit|Interrupt)\b.*|FAILED .*)$")
+
+
+def first_error(text: str) -> str | None:
+    """The first error line of a test run's output (pytest's `E   TypeError: …`, `FAILED …`, a
+    traceback's exception), or None."""
+    for ln in plain(text).splitlines():
+        m = _FIRST_ERROR.match(ln.strip())
+        if m:
+            return m.group(1)[:200]
+    return None
+
+
+def failure_summary(res: proc.ProcResult, box: Confinement | None = None, first: bool = False) -> str:
     """`exit 1: NameError: name 'x' is not defined`: the last meaningful line, for lessons;
-    in a sandbox, what to set when it failed for want of a writable path or the network."""
+    `first` (a guard): led by the first error the run reports, then its last line (a test
+    runner's counts). In a sandbox (`box`), what to set when it failed for want of a writable
+    path or the network."""
     head = res.describe()
     if res.timed_out or res.interrupted:
         return head
@@ -222,8 +245,10 @@ def failure_summary(res: proc.ProcResult, box: Confinement | None = None) -> str
     if box is not None:
         hint = failure_hint(res.stderr_tail(4096) + "\n" + res.stdout_tail(4096), network=box.network)
     suffix = f" (hint: {hint})" if hint else ""
+    lead = first_error(res.stdout_tail(16384) + "\n" + res.stderr_tail(16384)) if first else None
     for text in (res.stderr_tail(), res.stdout_tail()):
         lines = [ln.strip() for ln in plain(text).splitlines() if ln.strip()]
         if lines:
-            return f"{head}: {lines[-1][:200]}{suffix}"
-    return head + suffix
+            last = lines[-1][:200]
+            return f"{head}: {lead}; {last}{suffix}" if lead and lead != last else f"{head}: {last}{suffix}"
+    return head + (f": {lead}" if lead else "") + suffix

@@ -178,3 +178,21 @@ def test_a_script_named_under_tmp_stays_readable(tmp_path_factory, form):
     box = Confinement(bwrap, tree=tree, checkout=None, path=os.environ.get("PATH", ""))
     res = subprocess.run(box.argv(form.format(py=PY, script=script)), capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and "score: 7" in res.stdout, res.stderr
+
+
+def test_a_candidates_failure_gets_no_hint_to_widen_its_reach(tmp_path):
+    """A candidate whose code writes where the sandbox keeps read-only fails its guard; its lesson,
+    which the next prompt carries, leads with its own first error and names no sandbox.writable:
+    following that hint would give the candidate's code a place that outlives a measurement."""
+    target = f"/var/lib/autoloop-memo-{os.getpid()}.pkl"
+    lib = f"with open({target!r}, 'wb') as f:\n    f.write(b'answers')\n"
+    plan = {1: f'W("src/lib.py", {lib!r})\nhyp("memoise")\n'}
+    p = make_project(tmp_path, plan, guards=False, files={"src/lib.py": "X = 1\n"},
+                     extra=f"guards:\n  - {{name: imports, command: cd src && {PY} -c 'import lib'}}")
+    res = p.run("--cycles", "1")
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert p.statuses()[1] == "guard_fail", out
+    lesson = p.rows()[1]["lesson"]
+    assert not Path(target).exists()
+    assert "Read-only file system" in lesson and "sandbox.writable" not in lesson and "hint" not in lesson, lesson

@@ -79,7 +79,8 @@ def _candidate(state: RunState, c: Cycle, rnd: Round, history: list[Record], lan
                 assert c.candidate is not None
                 lane.prepare({"B": c.candidate})
                 return enforce_counts(lane.measure(state.program, "B", env=c.env, log_dir=c.log_dir,
-                                                   marker=c.marker, with_guards=True), baseline_counts(history))
+                                                   marker=c.marker, with_guards=True, hints=False),
+                                      baseline_counts(history))
 
             c.measurement = again_elsewhere(lane, during, state.node_lost, plain)
         else:
