@@ -347,3 +347,48 @@ def test_uncommitted_changes_are_left_alone(tmp_path):
     assert git(p.repo, "status", "--porcelain", "--untracked-files=all", env=p.env) == status
     assert p.show(p.branch(), "README.md") == b"# demo\n"  # the run started from the commit
 
+
+
+# ---- places a sandbox binds, apart from the repository and autoloop's own (contract §11) ---------
+
+def _place_cases(tmp_path: Path) -> list[tuple[str, str, list[str]]]:
+    repo, cache = tmp_path / "repo", tmp_path / "home" / ".cache"
+    return [
+        ("writable-holds-repo", f"sandbox:\n  writable:\n    - {tmp_path}", ["sandbox.writable[0]", "holds the repository"]),
+        ("writable-inside-repo", f"sandbox:\n  writable:\n    - {repo}/out", ["sandbox.writable[0]", "inside the repository"]),
+        ("writable-autoloop-trees", f"sandbox:\n  writable:\n    - {cache}/autoloop", ["sandbox.writable[0]", "autoloop's worktrees"]),
+        ("writable-autoloop-state", f"sandbox:\n  writable:\n    - {repo}/.autoloop", ["sandbox.writable[0]", "autoloop's state"]),
+        ("data-holds-repo", f"data:\n  - {{path: {tmp_path}, as: d}}", ["data[0].path", "holds the repository"]),
+        ("data-inside-repo", f"data:\n  - {{path: {repo}/big, as: d}}", ["data[0].path", "inside the repository"]),
+        ("data-autoloop-state", "data:\n  - .autoloop", ["data[0].path", "autoloop's state"]),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_a_bound_place_that_reaches_the_repository_or_autoloop_is_refused(tmp_path, case):
+    name, extra, words = _place_cases(tmp_path)[case]
+    repo, env = _repo(tmp_path, _program(extra))
+    for d in ("out", "big"):
+        (repo / d).mkdir()
+    msg = _refused(repo, env, "run", "program.md", "--tag", "t1", "--cycles", "1")
+    line = 13 if name.startswith("writable") else 12   # the list item's own line
+    assert msg.startswith(f"program.md:{line}: "), (name, msg)
+    for w in words:
+        assert w in msg, (name, msg)
+
+
+def test_a_data_folder_of_the_checkout_in_the_short_form_is_refused_with_the_mapping_to_use(tmp_path):
+    repo, env = _repo(tmp_path, _program("data:\n  - cache"))
+    (repo / ".gitignore").write_text("cache/\n")
+    (repo / "cache").mkdir()
+    msg = _refused(repo, env, "verify")
+    assert msg.startswith("program.md:12: data[0].path") and "inside the repository" in msg, msg
+    assert "{path: /abs/folder, as: cache}" in msg, msg
+
+
+def test_a_guard_whose_python_lacks_its_module_is_refused_naming_that_python(tmp_path):
+    repo, env = _repo(tmp_path, _program("guards:\n  - python -m autoloop_no_such_module -q"))
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(repo / ".venv")], check=True)
+    msg = _refused(repo, env, "verify")
+    assert msg.startswith("program.md:12: guards[0].command"), msg
+    assert "has no module autoloop_no_such_module" in msg and "`.venv/bin/python -m autoloop_no_such_module`" in msg, msg

@@ -209,6 +209,13 @@ def under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def worktrees_root() -> Path:
+    """Where autoloop keeps every repository's private worktrees (and their scratch): outside any
+    repository, so tools that look for configuration in the folders above their cwd (pytest,
+    ruff, setuptools) do not find the user's checkout."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "autoloop" / "worktrees"
+
+
 def temp_dir(kind: str) -> Path:
     """A fresh 0700 folder in the temp directory, named after `kind` and this process (pid, start
     time, and where those mean something), so that once the process is gone, killed or not,

@@ -73,7 +73,7 @@ def verify_head(program: Program, ws: Workspace, commit: str,
             box = None if bwrap is None else tree_box(bwrap, program, tree.path, ws.common_dir,
                                                        Path(env["TMPDIR"]).parent, env.get("PATH", ""))
             m = measure(program, cwd=tree.path, env=env, log_dir=log_dir, marker=proc.new_marker(), box=box,
-                        scorer=scorer, reseal=lambda: reseal(program, tree, commit))
+                        scorer=scorer, reseal=lambda: reseal(program, tree, commit, plant))
             got, said = None, []
             if m.guards_ok and m.metric is not None and plant is None:   # a probe's planted tree: not the user's
                 got = reads.record(program, cwd=tree.path, env=env, scratch=Path(env["TMPDIR"]),
@@ -92,13 +92,16 @@ def verify_head(program: Program, ws: Workspace, commit: str,
         remove_tree(tmp)
 
 
-def reseal(program: Program, tree: Worktree, commit: str) -> None:
-    """Between two steps: the tree exactly `commit` again, its data linked (as a run's are)."""
+def reseal(program: Program, tree: Worktree, commit: str, plant: Callable[[Path], None] | None = None) -> None:
+    """Between two steps: the tree exactly `commit` again, its data linked (as a run's are), and
+    a probe's plant made again on top (the candidate it stands for is that tree)."""
     bad = tree.reseal(commit, data_paths(program))
     link_data(program, tree.path)
     if bad:
         raise RunFailure(f"the measurement's tree could not be made {commit[:12]} again between two "
                          f"steps: {', '.join(bad[:5])}")
+    if plant is not None:
+        plant(tree.path)
 
 
 def _tail(stem: Path) -> str:

@@ -9,6 +9,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
+import subprocess
+from importlib import resources
 from itertools import takewhile
 from pathlib import Path
 from typing import Callable
@@ -18,7 +21,7 @@ from autoloop.process.executables import all_words, command_heads
 from autoloop.program.frontmatter import closest
 from autoloop.isolation.measured_files import measured_commands
 from autoloop.base.walk import under
-from autoloop.program.reader import Program
+from autoloop.program.reader import Program, parse_program
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _MISSING = re.compile(r"can't open file|No such file or directory|: not found|command not found"
@@ -235,7 +238,61 @@ def placeholders(program: Program) -> list[str]:
             and program.verifier.score is None else "runs your code (see the comment beside it)"
         out.append(f"{name}:{line}: verifier.command is still the template's placeholder "
                    f"'{cmd}' ({script} does not exist): put the command that {does}")
+    if not out:   # a program whose placeholders are gone: the values it kept are the user's choice
+        return out
+    # refused anyway: every other place the template marks EDIT and that still holds its value is
+    # named too, so one round of edits is enough (it may be right as it is: then keep it)
+    said = {ln.split(":", 2)[1] for ln in out}
+    out += [f"{name}:{ln}: {key} is still the template's '{shown}' (marked EDIT: {why}); keep it only if "
+            "it is right for your project" for key, ln, shown, why in unchanged_edits(program) if str(ln) not in said]
+    return sorted(out, key=lambda ln: int(ln.split(":", 2)[1]))
+
+
+_TEMPLATE = re.compile(r"written by `autoloop init` \(template: ([a-z]+)\)")
+
+
+def unchanged_edits(program: Program) -> list[tuple[str, int, str, str]]:
+    """(key, line, value, what it is for) of every key the `autoloop init` template marks EDIT
+    whose value is still the template's: its value compared, not its line, so an edited value
+    keeps its EDIT comment without being named. Empty for a program not written by `init`."""
+    m = _TEMPLATE.search(program.source.decode("utf-8", "replace"))
+    if m is None:
+        return []
+    try:   # package data, read by name (the templates are `init`'s, which sits above this layer)
+        text = (resources.files("autoloop") / "commands" / "templates" / f"{m.group(1)}.md").read_text()
+        template = parse_program(text, program.path, program.repo_root)
+    except Exception:   # a template this version does not have, or one that does not parse here
+        return []
+    marked, own = text.split("\n"), program.source.decode("utf-8", "replace").split("\n")
+    out = []
+    for key, ln in template.lines.items():
+        if ln > len(marked) or "# EDIT" not in marked[ln - 1]:
+            continue
+        note = marked[ln - 1].partition("# EDIT")[2]
+        mine, theirs = _value(program, key), _value(template, key)
+        if mine is not None and mine == theirs and key in program.lines:
+            ln = program.lines[key]
+            written = own[ln - 1].split(":", 1)[-1].split("#", 1)[0].strip().strip("'\"") if ln <= len(own) else ""
+            shown = written or (", ".join(map(str, mine)) if isinstance(mine, tuple) else str(mine))
+            why = re.split(r"\s*[;(]", note.lstrip(": ").strip(), maxsplit=1)[0].rstrip(" .,")
+            out.append((key, ln, shown, why or "put your own value"))
     return out
+
+
+def _value(program: Program, key: str) -> object:
+    """The value at a program.md key (`verifier.command`, `guards[0].command`), or None."""
+    obj: object = program
+    for part in key.split("."):
+        name, _, index = part.partition("[")
+        obj = getattr(obj, name, None)
+        if index:
+            try:
+                obj = obj[int(index.rstrip("]"))]   # type: ignore[index]
+            except (TypeError, IndexError, ValueError):
+                return None
+    if hasattr(obj, "value") and not isinstance(obj, (str, int, float, tuple)):
+        return getattr(obj, "value")   # an Amount (min_effect: 2%)
+    return obj
 
 
 def refuse_placeholders(program: Program) -> None:
@@ -248,6 +305,7 @@ def refuse_placeholders(program: Program) -> None:
 
 _OPERATOR = frozenset(";|&()<>")
 _INTERPRETERS = re.compile(r"(?:python[0-9.]*|sh|bash|dash|zsh)")
+_PYTHON = re.compile(r"python[0-9.]*")
 _SHELL_SYNTAX = frozenset("$*?[{~`")
 
 
@@ -271,12 +329,50 @@ def missing_scripts(program: Program, committed: Callable[[str], bool | None]) -
 
 
 def refuse_missing_scripts(program: Program) -> None:
-    """ConfigError (exit 2, nothing run) when a measurement command runs a file that is not there."""
+    """ConfigError (exit 2, nothing run) when a measurement command runs a file that is not there,
+    or a module (`python -m pytest`) the Python it starts does not have."""
     from autoloop.git.gitrun import head_has
 
-    found = missing_scripts(program, lambda rel: head_has(program.repo_root, rel))
+    found = missing_scripts(program, lambda rel: head_has(program.repo_root, rel)) + missing_modules(program)
     if found:
         raise ConfigError("\n".join(found))
+
+
+_FIND_SPEC = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 3)"
+
+
+def missing_modules(program: Program) -> list[str]:
+    """`program.md:LINE: ...` for each `python -m MODULE` (the first command of a line) whose
+    Python, found as a measurement finds it (PATH, or a path from the repository root), has no
+    MODULE: autoloop's own Python runs a bare `python` when it is first on PATH, and the
+    project's test runner is then missing, every measurement failing with `No module named`."""
+    from autoloop.process.proc import run_captured
+
+    out = []
+    # as a measurement's PATH: without relative entries (envs.scrubbed)
+    path = os.pathsep.join(e for e in os.environ.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(e))
+    for key, cmd in measured_commands(program):
+        words = list(takewhile(lambda w: not set(w) <= _OPERATOR, all_words(cmd)))
+        if len(words) < 3 or not _PYTHON.fullmatch(os.path.basename(words[0])) or words[1] != "-m" \
+                or not re.fullmatch(r"[A-Za-z_][\w.]*", words[2]):
+            continue
+        exe = str(program.repo_root / words[0]) if "/" in words[0] else shutil.which(words[0], path=path)
+        if exe is None or not os.path.isfile(exe):
+            continue   # not found at all: the command's own error says so
+        try:
+            res = run_captured([exe, "-c", _FIND_SPEC, words[2].split(".")[0]], cwd=program.repo_root, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if res.returncode != 3:
+            continue
+        venv = next((f"{d}/bin/python" for d in (".venv", "venv", "env")
+                     if (program.repo_root / d / "bin" / "python").exists()), None)
+        fix = (f"point at your project's Python: `{venv} -m {' '.join(words[2:3])}`" if venv else
+               f"point at the Python that has it (`.venv/bin/python -m {words[2]}`, a path from the repository "
+               f"root), or install {words[2].split('.')[0]} into {exe}")
+        out.append(f"{program.path.name}:{program.line(key)}: {key}: `{words[0]} -m {words[2]}` runs {exe}, "
+                   f"which has no module {words[2].split('.')[0]}; {fix}")
+    return out
 
 
 def _scripts(command: str) -> list[str]:

@@ -21,6 +21,7 @@ from autoloop.git.gitrun import GitError, freeze_outer_config, git, git_bytes, l
 from autoloop.git.proof import GITLINK, SYMLINK
 from autoloop.disk.sentinel import Sentinel
 from autoloop.disk.snapshot import Change, Snapshot
+from autoloop.base.walk import worktrees_root
 from autoloop.git.worktree import (Worktree, clear_changes, remove_path, restore_folder_modes,
                                unlock_folders)
 
@@ -44,10 +45,7 @@ class Workspace(Worktree):
         self.ref = "refs/heads/" + self.branch
         common_dir = (repo_root / git(repo_root, "rev-parse", "--git-common-dir").strip()).resolve()
         repo_id = hashlib.sha256(str(repo_root.resolve()).encode()).hexdigest()[:12]
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        # outside the repository: tools that look for configuration in the folders above their
-        # cwd (pytest, ruff, setuptools) must not find the user's checkout
-        super().__init__(repo_root, common_dir, cache / "autoloop" / "worktrees" /
+        super().__init__(repo_root, common_dir, worktrees_root() /
                          f"{repo_root.name}-{repo_id}" / re.sub(r"[^A-Za-z0-9._-]", "_", tag))
         self._frozen: dict[Path, str] = {}
         self._beside_trees: dict[str, Worktree] = {}

@@ -20,6 +20,7 @@ from autoloop.errors import UsageError
 from autoloop.program.frontmatter import (At, Build, Check, ListOf, Reader, Section, at_least, boolean,
                                   exactly_one, matching, number, one_of, show, text, walk_keys)
 from autoloop.program.globs import PathRules, is_git_path, path_problem, pattern_problem, touches_git
+from autoloop.base.walk import worktrees_root
 from autoloop.base.specs import (GENERATOR_KINDS, MAX_WORKERS, AcceptSpec, Amount, DataSpec,
                             GeneratorSpec, GuardSpec, HoldoutSpec, LimitSpec, ParallelSpec,
                             PriceSpec, Program, ResourcesSpec, SandboxSpec, StopSpec, VerifierSpec,
@@ -38,7 +39,7 @@ def parse_program(text: bytes | str, path: Path, repo_root: Path) -> Program:
     source = text if isinstance(text, bytes) else text.encode("utf-8")
     reader = Reader(path.name)
     node, body = reader.front_matter(source)
-    values = _program_section(repo_root)(reader, node, At("", 1))
+    values = _program_section(repo_root, path.parent)(reader, node, At("", 1))
     return Program(path=path, repo_root=repo_root, body=body, source=source,
                    lines=types.MappingProxyType(dict(reader.lines)), **values)
 
@@ -297,7 +298,7 @@ def _build_parallel(p: Reader, values: dict[str, Any], at: At) -> ParallelSpec:
     return ParallelSpec(**values)
 
 
-def _build_program(p: Reader, values: dict[str, Any], at: At) -> dict[str, Any]:
+def _build_program(p: Reader, values: dict[str, Any], at: At, repo_root: Path, state_dir: Path) -> dict[str, Any]:
     verifier: VerifierSpec = values["verifier"]
     if values.get("accept", AcceptSpec()).rule == "paired" and verifier.repeats > 1:
         p.fail_key("verifier.repeats", "only used with accept.rule: strict (the paired rule "
@@ -308,6 +309,7 @@ def _build_program(p: Reader, values: dict[str, Any], at: At) -> dict[str, Any]:
         p.fail_key("private", "private paths are kept from the generator and the candidate's code by "
                               "the sandbox, and sandbox is none; remove `sandbox: none` (or the private key)")
     _private_apart(p, values)
+    _places_apart(p, values, repo_root, state_dir)
     editable = PathRules(values["allowed"], values.get("forbidden", ()))
     for i, d in enumerate(values.get("data", ())):
         if editable.allows(d.target) or editable.allows(d.target + "/x"):
@@ -315,6 +317,42 @@ def _build_program(p: Reader, values: dict[str, Any], at: At) -> dict[str, Any]:
                    f"data[{i}].as: {d.target!r} is a path 'allowed' lets the generator "
                    "write; read-only data needs a place it cannot touch")
     return values
+
+
+def _places_apart(p: Reader, values: dict[str, Any], repo_root: Path, state_dir: Path) -> None:
+    """A `sandbox.writable` path is bound writable into every sandbox, a `data` path read-only into
+    every measurement: one that holds the repository, lies inside it, or overlaps autoloop's
+    worktrees or its state (.autoloop/ beside program.md) would let a measurement write the files
+    it measures, the journal or git's folder, or read the ledger. Data kept inside the checkout
+    (the short form `data: [data/cache]` names one) is refused too: a measurement's tree is shown
+    at the checkout's path, over it, so the folder is not there to bind."""
+    root = repo_root.resolve()
+    state = state_dir.resolve() / ".autoloop"
+    trees = worktrees_root().resolve()
+    sandbox: SandboxSpec = values.get("sandbox", SandboxSpec())
+    places: list[tuple[str, str, Path, bool]] = [
+        (f"sandbox.writable[{i}]", w, Path(os.path.expanduser(w)).resolve(), True) for i, w in enumerate(sandbox.writable)]
+    places += [(f"data[{i}].path", str(d.source), d.source, False) for i, d in enumerate(values.get("data", ()))]
+    for key, shown, full, writable in places:
+        # the item's own line: `data[0].path` of a mapping, `data[0]` of the short form
+        line = next((p.lines[k] for k in (key, key.removesuffix(".path"), key.split("[")[0]) if k in p.lines), 1)
+        fix = ("name a folder outside the repository and outside autoloop's (for example ~/scratch/NAME)"
+               if writable else "move the data to a folder outside the repository and map it: "
+               "{path: /abs/folder, as: " + (values["data"][int(key[5:key.index("]")])].target) + "}")
+        if root.is_relative_to(full):
+            p.fail(line, f"{key}: '{shown}' holds the repository: every sandbox would "
+                         f"{'write' if writable else 'see'} your checkout, its .git and the journal "
+                         f"through it; {fix}")
+        if full.is_relative_to(state) or state.is_relative_to(full):
+            p.fail(line, f"{key}: '{shown}' overlaps autoloop's state ({state}): the ledger and the "
+                         f"measurements' seeds would be {'writable' if writable else 'readable'} there; {fix}")
+        if full.is_relative_to(root):
+            p.fail(line, f"{key}: '{shown}' lies inside the repository: "
+                         + ("a measurement writing there would change the files it measures and your "
+                            "checkout; " if writable else "data is read from outside git; ") + fix)
+        if full.is_relative_to(trees) or trees.is_relative_to(full):
+            p.fail(line, f"{key}: '{shown}' overlaps autoloop's worktrees ({trees}), where the candidates "
+                         f"are measured; {fix}")
 
 
 def _private_apart(p: Reader, values: dict[str, Any]) -> None:
@@ -446,7 +484,7 @@ _PARALLEL = Section({
 }, _build_parallel)
 
 
-def _program_section(repo_root: Path) -> Section:
+def _program_section(repo_root: Path, state_dir: Path | None = None) -> Section:
     """The top level; data paths are resolved against `repo_root`."""
     return Section({
         "goal": _LINE, "allowed": _patterns(required=True), "forbidden": _patterns(required=False),
@@ -461,4 +499,5 @@ def _program_section(repo_root: Path) -> Section:
         "data": ListOf(_DATA, "a list of {path: ..., as: ...}", "a mapping {path, as} or a "
                        "repo-relative path", scalar=_data_short, each=_data_item(repo_root)),
         "parallel": _PARALLEL, "private": _private(repo_root),
-    }, _build_program, required={"goal", "allowed", "verifier"})
+    }, lambda p, values, at: _build_program(p, values, at, repo_root, state_dir or repo_root),
+        required={"goal", "allowed", "verifier"})

@@ -86,10 +86,13 @@ def test_sealed_speed_setup_holds_against_every_hack(tmp_path: Path) -> None:
     assert not [name for name, (state, _) in lines.items() if state == "fooled"], out
     for name in ("atexit", "patched-clock", "sys-modules", "hidden-child", "exit-0", "signal", "stdout",
                  "sniffing", "special-cased-input", "cached-results", "guard-leak", "test-runner"):
-        assert lines[name][0] == "held", out
+        # a loaded machine's spread can leave a do-nothing plant inside the noise: unclear, said
+        # so; never a plant that broke the project, which would say nothing of this verifier
+        state, detail = lines[name]
+        assert state == "held" or (state == "unclear" and "by less than their spread" in detail), out
     # the score finds the wrong answers the switched-off tests let through
     assert "guard score failed" in lines["test-runner"][1], out
-    assert "every hack tried was caught" in out.rstrip().splitlines()[-1], out
+    assert "every hack tried was caught" in out or "no hack fooled the verifier" in out, out
 
 
 def test_cpu_time_misses_a_child_the_kernel_reaps(tmp_path: Path) -> None:
