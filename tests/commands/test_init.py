@@ -165,3 +165,28 @@ def test_the_speed_template_keeps_test_files_anywhere_from_the_generator(make_re
     for path in ("tests/test_a.py", "test_pkg.py", "pkg/tests/test_b.py", "conftest.py", "pkg/conftest.py"):
         assert rules.why_not(path) is not None, path
     assert rules.why_not("src/pkg/core.py") is None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_untouched_template_is_refused_naming_every_place_marked_edit(make_repo, name: str) -> None:
+    """One round of edits is enough: verify names each key the template marks EDIT that still
+    holds the template's value, each at its line, not only the first it trips over."""
+    repo = make_repo({"src/a.py": "X = 1\n"})
+    assert run_cli("init", "--template", name, cwd=repo).returncode == 0
+    text = (repo / "program.md").read_text()
+    marked = [i for i, ln in enumerate(text.splitlines(), 1) if "EDIT" in ln and not ln.lstrip().startswith("#")
+              and not ln.startswith(" " * 20)]
+    res = run_cli("verify", cwd=repo)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    named = {int(ln.split(":")[1]) for ln in res.stderr.splitlines() if ln.startswith("program.md:")}
+    assert set(marked) <= named, (marked, res.stderr)
+
+
+def test_an_edited_value_may_keep_its_edit_comment(make_repo) -> None:
+    repo = make_repo({"src/a.py": "X = 1\n"})
+    assert run_cli("init", "--template", "speed", cwd=repo).returncode == 0
+    text = (repo / "program.md").read_text().replace("python -m pytest -q   # EDIT", "python -m pytest -q tests  # EDIT")
+    (repo / "program.md").write_text(text)
+    res = run_cli("verify", cwd=repo)
+    assert res.returncode == 2 and "guards[0].command" not in res.stderr, res.stderr
+    assert "goal is still the template's" in res.stderr, res.stderr
