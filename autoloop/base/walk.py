@@ -180,14 +180,21 @@ def remove_tree(path: Path, *, quiet: bool = False) -> None:
     """Remove a file, link or folder tree, first giving back the permissions a generator may
     have taken away. What still cannot go raises OSError, or with `quiet` stays."""
 
-    def onerror(func: Callable[[str], object], p: str, _exc: object) -> None:
+    def onerror(func: Callable[[str], object], p: str, exc: object) -> None:
+        # gone already (another remover of the same tree got there first: a measurement's
+        # scratch is deleted in the background while its parent folder is removed): done
+        if isinstance(exc, tuple) and len(exc) > 1 and isinstance(exc[1], FileNotFoundError):
+            return
         try:
             os.chmod(os.path.dirname(p), 0o700)
             if not os.path.islink(p):
                 os.chmod(p, 0o700)
         except OSError:
             pass
-        func(p)
+        try:
+            func(p)
+        except FileNotFoundError:
+            pass
 
     try:
         if path.is_symlink() or not path.is_dir():

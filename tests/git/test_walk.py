@@ -118,3 +118,28 @@ def test_remove_tree_raises_or_stays_quiet_about_what_cannot_go() -> None:
         remove_tree(undeletable)
     remove_tree(undeletable, quiet=True)
     assert undeletable.exists()
+
+
+def test_remove_tree_takes_an_entry_another_remover_took_first(tmp_path, monkeypatch):
+    """A measurement's scratch is deleted in the background while `verify` removes the folder
+    holding it: an entry already gone is done, not an error (a fresh HOME made `verify` end with
+    an internal FileNotFoundError)."""
+    import os
+
+    from autoloop.base.walk import remove_tree
+
+    tree = tmp_path / "scratch"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "f").write_text("x")
+    real = os.rmdir
+    raced = []
+
+    def rmdir(path, *args, **kwargs):
+        real(path, *args, **kwargs)
+        if not raced and os.fspath(path).endswith("sub"):
+            raced.append(path)
+            raise FileNotFoundError(2, "No such file or directory", os.fspath(path))
+
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    remove_tree(tree)
+    assert raced and not tree.exists()
