@@ -31,6 +31,7 @@ class PageReport:
     errors: list[str] = field(default_factory=list)       # console errors, exceptions, failed loads
     external: list[str] = field(default_factory=list)     # requests to any host but 127.0.0.1
     overflowing: list[str] = field(default_factory=list)  # code blocks and tables wider than their box
+    scheme: str = ""                                       # Material's colour scheme: default or slate
     png: bytes = b""
 
 
@@ -114,6 +115,8 @@ class Browser:
                 self._events.append(event)
 
     def open(self, url: str, *, dark: bool = False, screenshot: bool = False) -> PageReport:
+        """Load `url` with the system's colour scheme light or dark. Material keeps the scheme a
+        profile first saw (localStorage), so a profile is for one scheme."""
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for method in ("Runtime.enable", "Log.enable", "Network.enable", "Page.enable"):
@@ -157,6 +160,9 @@ class Browser:
               .filter(el => el.scrollWidth > el.clientWidth + 1)
               .map(el => el.tagName + ': ' + el.textContent.trim().slice(0, 80))"""}, session)
         report.overflowing = wide.get("result", {}).get("value", [])
+        scheme = self.send("Runtime.evaluate", {"returnByValue": True, "expression":
+                           "document.body && document.body.getAttribute('data-md-color-scheme') || ''"}, session)
+        report.scheme = scheme.get("result", {}).get("value", "")
         if screenshot:
             data = self.send("Page.captureScreenshot", {"format": "png"}, session)["data"]
             report.png = base64.b64decode(data)

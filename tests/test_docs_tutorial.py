@@ -84,12 +84,12 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     shutil.copy(FAKES / "_fakecommon.py", bin_dir / "_fakecommon.py")
     env = {
         "PATH": os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
-        "HOME": str(home), "TMPDIR": str(tmp_path),
+        "HOME": str(home),
         "GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.org",
         "GIT_COMMITTER_NAME": "Ada", "GIT_COMMITTER_EMAIL": "ada@example.org",
         "FAKE_AGENT_EDIT": __import__("json").dumps({"src/textstats.py": FASTER}),
         "FAKE_AGENT_REPLY": "Counted with collections.Counter.\nHypothesis: Counter counts in C, once.",
-        "ANTHROPIC_API_KEY": "sk-test", "NO_COLOR": "1",
+        "ANTHROPIC_API_KEY": "sk-test", "NO_COLOR": "1", "AUTOLOOP_DEBUG": "1",
     }
     res = subprocess.run(["bash", "-c", text],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
