@@ -234,3 +234,24 @@ def test_the_docs_autoloop_names_exist() -> None:
         if source.suffix in (".py", ".md"):
             named |= set(re.findall(r"docs/[\w/-]+\.md", source.read_text(encoding="utf-8")))
     assert named and all((ROOT / n).is_file() for n in named), sorted(n for n in named if not (ROOT / n).is_file())
+
+
+# ------------------------------------------------------------------------- reference vs the code
+
+def test_the_files_page_names_every_results_column_and_status_in_order() -> None:
+    from autoloop.journal.ledger import STATUSES, TSV_COLUMNS
+
+    text = " ".join((DOCS / "reference" / "files.md").read_text(encoding="utf-8").split())
+    assert " ".join(TSV_COLUMNS[:10]) in text and " ".join(TSV_COLUMNS[10:]) in text
+    assert " ".join(STATUSES) in text
+
+
+def test_the_exit_codes_page_has_every_code_autoloop_returns() -> None:
+    from autoloop import cli, errors
+    from autoloop.commands import gate
+
+    codes = {cls.exit_code for cls in vars(errors).values()
+             if isinstance(cls, type) and issubclass(cls, BaseException) and hasattr(cls, "exit_code")}
+    codes |= {0, cli.EXIT_USAGE, cli.EXIT_INTERRUPTED, cli.EXIT_BROKEN_PIPE, gate.EXIT_BASE_BROKEN}
+    listed = {int(c) for c in re.findall(r"^\| (\d+) \|", (DOCS / "reference" / "exit-codes.md").read_text(), re.M)}
+    assert listed == codes, (sorted(listed), sorted(codes))
