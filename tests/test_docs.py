@@ -117,6 +117,10 @@ def test_mkdocs_build_is_strict_and_clean(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "reference" / "program" / "index.html").is_file()
     assert (tmp_path / "site" / "tutorial" / "index.html").is_file()
     assert not (tmp_path / "site" / "incoming").exists()
+    # a `\|` in a table's code shows its backslash, and a copied command is wrong
+    shown = [p.relative_to(tmp_path / "site") for p in (tmp_path / "site").rglob("*.html")
+             if "\\|" in p.read_text(encoding="utf-8")]
+    assert not shown, shown
 
 
 def test_the_docs_build_fails_on_a_broken_link_or_anchor(tmp_path: Path) -> None:
