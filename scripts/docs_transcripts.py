@@ -1,14 +1,16 @@
 """Regenerate every transcript the documentation quotes from the quickstart, and the report image,
 from one fresh run: the quickstart's files as committed at HEAD, in a new repository, then
 
+    autoloop doctor examples/quickstart/program.md
     autoloop run examples/quickstart/program.md --tag demo --cycles 20
     autoloop log examples/quickstart/program.md
     autoloop report examples/quickstart/program.md      (rendered by headless Chromium)
 
 Each quoted transcript sits between `<!-- transcript: NAME … -->` and `<!-- /transcript -->` in
-docs/quickstart.md and README.md; docs/report.png is the screenshot. `--check` changes nothing and
-exits 1 when a quoted transcript's numbers differ from the fresh run's (times and commit hashes
-differ from run to run and are not compared); tests/test_docs_transcripts.py does the same.
+docs/quickstart.md, docs/reference/commands.md and README.md; docs/report.png is the screenshot.
+The clone's path is shown as ~/autoloop, the journal's relative to it. `--check` changes nothing and
+exits 1 when a quoted transcript's numbers or statuses differ from the fresh run's (times and
+commit hashes differ from run to run and are not compared); tests/test_docs_transcripts.py does the same.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = (ROOT / "docs" / "quickstart.md", ROOT / "README.md")
+PAGES = (ROOT / "docs" / "quickstart.md", ROOT / "docs" / "reference" / "commands.md", ROOT / "README.md")
 IMAGE = ROOT / "docs" / "report.png"
 PROGRAM = "examples/quickstart/program.md"
 BLOCK = re.compile(r"(<!-- transcript: ([\w-]+)[^\n]*-->\n```text\n)(.*?)(```\n<!-- /transcript -->)", re.S)
@@ -49,7 +51,7 @@ def quickstart(work: Path) -> dict[str, str]:
     files = subprocess.run(["git", "archive", "HEAD", "examples/quickstart"], cwd=ROOT, capture_output=True,
                            check=True).stdout
     subprocess.run(["tar", "-x"], cwd=repo, input=files, check=True)
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "the quickstart"]):
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "the quickstart"]):
         subprocess.run(["git", *args], cwd=repo, env=env, check=True)
 
     def autoloop(*args: str) -> str:
@@ -57,15 +59,17 @@ def quickstart(work: Path) -> dict[str, str]:
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
         if res.returncode != 0:
             raise RuntimeError(f"autoloop {' '.join(args)} exited {res.returncode}:\n{res.stdout[-3000:]}")
-        # paths as they read in any clone: relative to the repository
-        return res.stdout.replace(f"{repo}/", "")
+        # paths as they read in any clone: relative to the repository, or under ~/autoloop
+        return res.stdout.replace(f"{repo}/", "").replace(str(repo), "~/autoloop")
 
+    doctor = autoloop("doctor", PROGRAM)
     run = autoloop("run", PROGRAM, "--tag", "demo", "--cycles", "20")
     log = autoloop("log", PROGRAM)
     report = work / "report.html"
     autoloop("report", PROGRAM, "-o", str(report))
-    return {"quickstart-run": run.rstrip("\n") + "\n", "quickstart-log": log.rstrip("\n") + "\n",
-            "quickstart-run-short": _short(run), "report-html": str(report)}
+    return {"quickstart-doctor": doctor.rstrip("\n") + "\n", "quickstart-run": run.rstrip("\n") + "\n",
+            "quickstart-log": log.rstrip("\n") + "\n", "quickstart-run-short": _short(run),
+            "report-html": str(report)}
 
 
 def _short(run: str) -> str:
@@ -84,11 +88,14 @@ def _short(run: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def normalised(text: str) -> str:
-    """A transcript without what changes from run to run, to compare two runs."""
+def normalised(text: str) -> list[str]:
+    """What two runs of the quickstart must agree on: every number (values, changes, counts) and
+    every status, in order, without what changes from run to run (durations and commits) or from
+    machine to machine in wording."""
     for pattern in _VARYING:
         text = pattern.sub("…", text)
-    return re.sub(r"[ \t]+", " ", text)
+    return re.findall(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?%?|\b(?:baseline|keep|discard|crash|guard_fail|violation"
+                      r"|no_change|gen_error|ok|warn|FAIL)\b", text)
 
 
 def quoted(page: Path) -> dict[str, str]:
