@@ -1,6 +1,9 @@
-"""The documentation site builds without a broken link or anchor, and every program.md snippet in
-it (and in the README) is read by autoloop's own program reader, so the docs cannot drift from
-the schema."""
+"""The documentation site builds without a broken link or anchor; every program.md snippet in it
+(and in the README) is read by autoloop's own program reader; the generated reference is what
+scripts/docs_reference.py writes from the schema and the argument parser; the user pages hold no
+release notes, dates, commit hashes, test files or module paths. (The tutorial runs in
+test_docs_tutorial.py, the pages open in a browser in test_docs_browser.py, the quoted transcripts
+are compared with a fresh quickstart in test_docs_transcripts.py.)"""
 
 from __future__ import annotations
 
@@ -17,8 +20,12 @@ import yaml
 from autoloop.program.reader import known_keys, parse_program
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
-FENCE = re.compile(r"^```ya?ml\n(.*?)^```", re.M | re.S)
+DOCS = ROOT / "docs"
+PAGES = sorted(p for p in DOCS.rglob("*.md") if "incoming" not in p.relative_to(DOCS).parts) + [ROOT / "README.md"]
+# user pages: everything but the contributors' section
+USER_PAGES = [p for p in PAGES if p.parent != DOCS / "contributing" and p.name != "CHANGELOG.md"]
+FENCE = re.compile(r"^```ya?ml[^\n]*\n(.*?)^```", re.M | re.S)
+WHOLE = re.compile(r'^```\w*\s+title="(?:[^"]*/)?program\.md"\n(.*?)^```', re.M | re.S)
 # What a fragment leaves out, so that it reads as a whole program: the required keys only.
 BASE: dict[str, Any] = {"goal": "g", "allowed": ["a.py"],
                         "verifier": {"command": "python v.py", "metric": "m", "direction": "minimize"}}
@@ -54,10 +61,28 @@ def as_program(body: str) -> str:
     return "---\n" + yaml.safe_dump(whole, sort_keys=False) + "---\nInstructions.\n"
 
 
+def whole_programs() -> list[tuple[str, str]]:
+    """Blocks shown as a whole program.md file (```markdown title="program.md"), as (where, text)."""
+    found = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for m in WHOLE.finditer(text):
+            found.append((f"{page.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 2}", m.group(1)))
+    return found
+
+
+@pytest.mark.parametrize("where,text", whole_programs(), ids=[w for w, _ in whole_programs()])
+def test_every_whole_program_parses(where: str, text: str, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    parse_program(text, repo / "program.md", repo)
+
+
 def test_the_docs_have_program_snippets() -> None:
     # the reference page alone has several; a change to the fence pattern must not make the
     # test below vacuous
     assert len(snippets()) >= 8
+    assert whole_programs(), "the tutorial shows its program.md whole"
 
 
 @pytest.mark.parametrize("where,body", snippets(), ids=[w for w, _ in snippets()])
@@ -89,17 +114,24 @@ def test_mkdocs_build_is_strict_and_clean(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     assert "WARNING" not in res.stderr, res.stderr
     assert (tmp_path / "site" / "index.html").is_file()
-    assert (tmp_path / "site" / "reference" / "index.html").is_file()
+    assert (tmp_path / "site" / "reference" / "program" / "index.html").is_file()
+    assert (tmp_path / "site" / "tutorial" / "index.html").is_file()
+    assert not (tmp_path / "site" / "incoming").exists()
+    # a `\|` in a table's code shows its backslash, and a copied command is wrong
+    shown = [p.relative_to(tmp_path / "site") for p in (tmp_path / "site").rglob("*.html")
+             if "\\|" in p.read_text(encoding="utf-8")]
+    assert not shown, shown
 
 
 def test_the_docs_build_fails_on_a_broken_link_or_anchor(tmp_path: Path) -> None:
     """The same build of a copy of the docs with one broken link, then one broken anchor."""
     pytest.importorskip("mkdocs", reason="mkdocs is in the test extra: pip install -e '.[test]'")
     pytest.importorskip("material", reason="mkdocs-material is in the test extra")
-    for broken in ("[x](no-such-page.md)", "[x](reference.md#no-such-heading)"):
+    for broken in ("[x](no-such-page.md)", "[x](reference/program.md#no-such-heading)"):
         copy = tmp_path / broken.count("#").__str__()
         shutil.copytree(ROOT / "docs", copy / "docs")
         shutil.copy(ROOT / "mkdocs.yml", copy / "mkdocs.yml")
+        shutil.copy(ROOT / "program.md.example", copy / "program.md.example")   # the example page shows it
         index = copy / "docs" / "index.md"
         index.write_text(index.read_text() + f"\n{broken}\n")
         res = _mkdocs_build(copy / "mkdocs.yml", copy / "site", tmp_path)
@@ -108,3 +140,122 @@ def test_the_docs_build_fails_on_a_broken_link_or_anchor(tmp_path: Path) -> None
 
 def test_the_readme_fits_on_two_screens() -> None:
     assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+
+
+# ------------------------------------------------------------------------- generated reference
+
+def test_the_generated_reference_is_up_to_date() -> None:
+    """Each generated table is what scripts/docs_reference.py writes from the schema and the
+    argument parser: a key or an option added, renamed or removed fails here until the script
+    is run (python scripts/docs_reference.py)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import docs_reference
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    for page in (docs_reference.COMMANDS_PAGE, docs_reference.KEYS_PAGE):
+        assert page.read_text(encoding="utf-8") == docs_reference.render(page), \
+            f"{page.relative_to(ROOT)} is stale: run python scripts/docs_reference.py"
+    keys = docs_reference.KEYS_PAGE.read_text(encoding="utf-8")
+    assert all(f"<code>{k}</code>" in keys for k in known_keys())
+    commands = docs_reference.COMMANDS_PAGE.read_text(encoding="utf-8")
+    assert "<code>--tag TAG</code>" in commands and "### `autoloop gate`" in commands
+
+
+def test_program_md_example_shows_every_key() -> None:
+    example = (ROOT / "program.md.example").read_text(encoding="utf-8")
+    missing = [k for k in known_keys() if not re.search(rf"\b{re.escape(k.split('.')[-1])}:", example)]
+    assert not missing, missing
+
+
+# ------------------------------------------------------------------------- no release notes
+
+RELEASE_NOTE = [
+    (r"\bnow\b", "now"), (r"\btoday\b", "today"), (r"\bnewly\b|\bnew in\b|\bnew:|\(new\)|\bis new\b", "new"),
+    (r"\b(?:an? )?earlier (?:version|scheme|release)\b|\bused to\b|\bpreviously\b"
+     r"|\brecorded before\b|\bsince (?:version|release)\b", "an earlier version"),
+    (r"\b\d{1,2} (?:January|February|March|April|May|June|July|August|September|October|November|December)\b"
+     r"|\b(?:January|February|March|April|May|June|July|August|September|October|November|December) \d{1,4}\b"
+     r"|\b20\d\d-\d\d-\d\d\b", "a date"),
+    (r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b", "a commit hash"),
+]
+PATHS = re.compile(r"(?<![\w/.])((?:tests|autoloop|benchmarks)/[\w/.-]+)")
+
+
+def prose(text: str) -> str:
+    """The page without its fenced blocks (program output may hold commits and dates), lines kept."""
+    return re.sub(r"^```.*?^```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.M | re.S)
+
+
+def release_notes(text: str) -> list[str]:
+    found = []
+    for n, line in enumerate(prose(text).splitlines(), 1):
+        for pattern, what in RELEASE_NOTE:
+            found += [f"{n}: {what}: {m.group(0)!r}" for m in re.finditer(pattern, line, re.I)]
+        for m in PATHS.finditer(line):
+            # a path of autoloop's own tests, code or benchmarks (a user's tests/ is fine)
+            path = m.group(1).rstrip(".")
+            if (ROOT / path).exists() and (ROOT / path).is_file() or path.startswith("benchmarks/"):
+                found.append(f"{n}: a source or test path: {path!r}")
+    return found
+
+
+@pytest.mark.parametrize("page", USER_PAGES, ids=[str(p.relative_to(ROOT)) for p in USER_PAGES])
+def test_user_pages_hold_no_release_notes(page: Path) -> None:
+    assert not release_notes(page.read_text(encoding="utf-8"))
+
+
+def test_the_release_note_check_finds_each_kind() -> None:
+    planted = ("Printed on a fresh clone of main on 3 December (commit 18594db).\n"
+               "It now counts. Measured on an earlier version. See tests/test_docs.py and "
+               "autoloop/cli.py, and benchmarks/noise.py.\n")
+    kinds = {f.split(": ")[1] for f in release_notes(planted)}
+    assert kinds == {"a date", "a commit hash", "now", "an earlier version", "a source or test path"}, kinds
+    assert not release_notes("A new file in a folder of your tests/ is fine.\n```\nat 2214ef8ef698\n```\n")
+
+
+def test_the_changelog_holds_the_history() -> None:
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert text.startswith("# Changelog") and "## " in text
+
+
+# ------------------------------------------------------------------------- the site's settings
+
+def test_site_and_repo_urls_are_set_and_name_no_placeholder() -> None:
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text().replace("!!python", "#"))
+    for key in ("site_url", "repo_url"):
+        assert re.match(r"https?://[^/]+/", config[key]), key
+        assert not re.search(r"OWNER|example\.(com|org)|TODO|XXX", config[key]), config[key]
+    assert config["theme"]["font"] is False            # no Google Fonts: the site works offline
+    assert "navigation.footer" in config["theme"]["features"]
+    assert len(config["theme"]["palette"]) == 2        # the light/dark toggle
+
+
+def test_the_docs_autoloop_names_exist() -> None:
+    """autoloop's messages point at docs/…md pages: each must exist."""
+    named = set()
+    for source in (ROOT / "autoloop").rglob("*"):
+        if source.suffix in (".py", ".md"):
+            named |= set(re.findall(r"docs/[\w/-]+\.md", source.read_text(encoding="utf-8")))
+    assert named and all((ROOT / n).is_file() for n in named), sorted(n for n in named if not (ROOT / n).is_file())
+
+
+# ------------------------------------------------------------------------- reference vs the code
+
+def test_the_files_page_names_every_results_column_and_status_in_order() -> None:
+    from autoloop.journal.ledger import STATUSES, TSV_COLUMNS
+
+    text = " ".join((DOCS / "reference" / "files.md").read_text(encoding="utf-8").split())
+    assert " ".join(TSV_COLUMNS[:10]) in text and " ".join(TSV_COLUMNS[10:]) in text
+    assert " ".join(STATUSES) in text
+
+
+def test_the_exit_codes_page_has_every_code_autoloop_returns() -> None:
+    from autoloop import cli, errors
+    from autoloop.commands import gate
+
+    codes = {cls.exit_code for cls in vars(errors).values()
+             if isinstance(cls, type) and issubclass(cls, BaseException) and hasattr(cls, "exit_code")}
+    codes |= {0, cli.EXIT_USAGE, cli.EXIT_INTERRUPTED, cli.EXIT_BROKEN_PIPE, gate.EXIT_BASE_BROKEN}
+    listed = {int(c) for c in re.findall(r"^\| (\d+) \|", (DOCS / "reference" / "exit-codes.md").read_text(), re.M)}
+    assert listed == codes, (sorted(listed), sorted(codes))
