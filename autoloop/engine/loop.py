@@ -35,7 +35,7 @@ from autoloop.journal.redact import Redactor
 from autoloop.engine.round import abort, run_round
 from autoloop.program.scope_rules import ScopeRules
 from autoloop.engine.steps.verify import checked
-from autoloop.journal.facts import best_measured, resets
+from autoloop.journal.facts import best_measured, overruled_keep, resets
 from autoloop.git.gitrun import thaw_outer_config
 from autoloop.base.walk import temp_tree
 from autoloop.decide.wording import plural
@@ -504,7 +504,9 @@ class Run:
             rec["check"] = check
         if "text" not in rec:
             rec["text"] = final_text(rec, self.program.verifier.label)
-        if confirmed(rec) is False and rec.get("best") not in (None, start) and rec.get("best") == state.incumbent:
+        # a branch head a person kept against the ratchet (approve mode) is theirs: said, not undone
+        if confirmed(rec) is False and rec.get("best") not in (None, start) and rec.get("best") == state.incumbent \
+                and not any(overruled_keep(c) for c in cycles):
             # write-ahead: the plan is in the ledger before the branch moves (_attach finishes it)
             rec["undo"] = self._undo_plan(cycles, start, state.incumbent, rec)
             rec["text"] += f"; {rec['undo']['text']}"
