@@ -136,6 +136,10 @@ def test_scheduled_workflow_runs_the_loop_in_ci_mode_and_resumes():
     assert 'gh pr edit "$number"' in text and 'gh pr create --head "autoloop/${AUTOLOOP_TAG}"' in text
     assert "autoloop report" in text and "--format markdown" in text
     assert "jq -r '.display.title' autoloop-result.json" in text     # rounded, one source of numbers
+    # no pull request for a best the end-of-run check did not confirm (--json's `confirmed`)
+    pr = next(s for s in steps(wf) if "gh pr create" in s.get("run", ""))
+    assert "echo \"confirmed=$(jq -r '.confirmed' autoloop-result.json)\"" in text
+    assert "steps.loop.outputs.confirmed != 'false'" in pr["if"]
     # the job outlives the loop's budget, so the journal is always committed
     minutes = int(wf["env"]["MINUTES"].split("'")[1])
     assert wf["jobs"]["loop"]["timeout-minutes"] > minutes
