@@ -3,6 +3,7 @@ rules, and what the generator changed outside its tree is undone and voids the c
 
 from __future__ import annotations
 
+from autoloop.engine.steps.record import record
 from tests.engine_fixture import engine  # noqa: F401 (fixture)
 from tests.scripts.e2e import git
 
@@ -49,3 +50,47 @@ def test_generator_error_comes_after_violations(engine):
     c = e.round(upto="scope").cycles[0]
     assert c.outcome is not None and c.outcome.status == "gen_error" and c.outcome.changed == ["val.txt"]
     assert git(e.project.repo, "status", "--porcelain", env=e.project.env) == ""
+
+
+def _file_at(e, commit: str, path: str) -> str:
+    return git(e.project.repo, "show", f"{commit}:{path}", env=e.project.env)
+
+
+def test_a_violations_change_is_committed_as_found_on_disk(engine):
+    # `autoloop show` shows what a violation changed: a commit of the change, on the incumbent
+    e = engine({"*": 'W("val.txt", "39"); W("score.py", "print(\'score: 0\')")'})
+    c = e.round(upto="scope").cycles[0]
+    assert c.outcome is not None and c.outcome.status == "violation" and c.candidate is None
+    assert c.found is not None and not c.found_note
+    assert git(e.project.repo, "rev-parse", f"{c.found}^", env=e.project.env) == e.state.incumbent
+    assert _file_at(e, c.found, "score.py") == "print('score: 0')" and _file_at(e, c.found, "val.txt") == "39"
+    # it moves nothing: the branch is where it was, and no file of the checkout changed
+    assert e.project.branch_head() == e.state.incumbent
+    assert git(e.project.repo, "status", "--porcelain", env=e.project.env) == ""
+
+
+def test_a_symlink_violation_is_committed_as_a_link(engine):
+    e = engine({"*": 'os.makedirs("src"); os.symlink("../score.py", "src/link.py")'})
+    c = e.round(upto="scope").cycles[0]
+    assert c.found is not None
+    mode = git(e.project.repo, "ls-tree", c.found, "src/link.py", env=e.project.env).split()[0]
+    assert mode == "120000" and _file_at(e, c.found, "src/link.py") == "../score.py"
+
+
+def test_a_generator_errors_change_is_committed_and_none_without_one(engine):
+    # the fixture's engine has no baseline record: its cycles count from 0
+    e = engine({0: 'W("val.txt", "39"); sys.exit(2)', 1: "sys.exit(2)", 2: 'hyp("think only")'})
+    for want_change in (True, False, False):
+        rnd = e.round()
+        c = rnd.cycles[0]
+        assert (c.found is not None) == want_change, (c.n, c.outcome)
+        if want_change:
+            assert _file_at(e, c.found, "val.txt") == "39"
+        record(e.state, rnd)
+
+
+def test_special_files_alone_give_no_commit_and_say_why(engine):
+    e = engine({"*": 'os.mkfifo("val.fifo")'})
+    c = e.round(upto="scope").cycles[0]
+    assert c.outcome is not None and c.outcome.status == "violation" and "special file" in c.outcome.lesson
+    assert c.found is None and "special files only" in c.found_note
