@@ -130,8 +130,10 @@ def describe(program: Any, tag: str, records: list[dict[str, Any]], n: int, ref_
 
 def missing(tag: str, n: int, commit: str, had_ref: bool) -> str:
     """Why cycle `n`'s commit is not there, in words."""
-    why = (f"its ref {'refs/autoloop/' + tag + '/cycles/' + str(n)} is gone: `autoloop clean --branch` "
+    from autoloop.git.cyclerefs import REF_ROOT, cycle_ref
+
+    why = (f"its ref {cycle_ref(tag, n)} is gone: `autoloop clean --branch` "
            f"removes it, and a fresh clone has it only if fetched: git fetch origin "
-           f"'refs/autoloop/{tag}/*:refs/autoloop/{tag}/*'") if had_ref else \
+           f"'{REF_ROOT}/{tag}/*:{REF_ROOT}/{tag}/*'") if had_ref else \
         f"branch autoloop/{tag} no longer holds it"
     return f"cycle {n}'s commit {commit[:12]} is not in this repository: {why}"
