@@ -243,15 +243,17 @@ class Workspace(Worktree):
         """A commit on `base` of what changed on disk in `where` (a violation's or a failed
         generator's change, to be shown, never measured), without a candidate's bookkeeping.
         Special files git cannot record are left out. ValueError says why there is none."""
-        paths = sorted({c.path for c in changes if (c.after is None and c.before is not None and c.before.kind != "d")
-                        or (c.after is not None and c.after.kind in ("f", "l"))})
+        paths = sorted({c.path for c in changes if ((c.after is None and c.before is not None and c.before.kind != "d")
+                                                   or (c.after is not None and c.after.kind in ("f", "l")))
+                        and not _git_dir_inside(c.path)})
         size = sum(c.after.size for c in changes if c.after is not None and c.after.kind == "f")
         if size > FOUND_MAX_BYTES:
             raise ValueError(f"{size >> 20} MB changed, more than the {FOUND_MAX_BYTES >> 20} MB kept for a "
                              "change that is not measured")
-        tree = self.writer.write(base, paths, where.path)[0] if paths else self.tree_of(base)
+        # through git's index: it refuses any path a commit must not hold, as for your own commits
+        tree = self.writer.write(base, paths, where.path, by_hand=False)[0] if paths else self.tree_of(base)
         if tree == self.tree_of(base):
-            raise ValueError("nothing git can record changed (special files only)")
+            raise ValueError("nothing git can record changed (special files or git's own folders only)")
         return self.commit(tree, base, message, self.identity())
 
     def keep(self, commit: str, parent: str, reference: Snapshot, changes: list[Change]) -> Snapshot:
@@ -322,6 +324,12 @@ class Workspace(Worktree):
                     info.size, info.mode = size, 0o755 if mode == "100755" else 0o644
                 tar.addfile(info, io.BytesIO(body))   # a link's size is 0: nothing is read
         return out.getvalue()
+
+
+def _git_dir_inside(path: str) -> bool:
+    """A path through a `.git` folder (as git spells it on any file system): a tree holding one
+    is refused by git's checks (fsck, a server's receive), so a found change leaves it out."""
+    return any(part.lower().rstrip(". ") == ".git" or part.lower() == "git~1" for part in path.split("/"))
 
 
 def _remove_empty_parents(root: Path, paths: Iterable[str]) -> set[str]:

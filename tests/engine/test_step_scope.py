@@ -93,4 +93,16 @@ def test_special_files_alone_give_no_commit_and_say_why(engine):
     e = engine({"*": 'os.mkfifo("val.fifo")'})
     c = e.round(upto="scope").cycles[0]
     assert c.outcome is not None and c.outcome.status == "violation" and "special file" in c.outcome.lesson
-    assert c.found is None and "special files only" in c.found_note
+    assert c.found is None and "special files or git's own folders only" in c.found_note
+
+
+def test_a_nested_git_folder_is_left_out_of_the_found_change(engine):
+    # a tree with a .git entry is refused by git fsck and by a server's receive checks: the
+    # refs that keep it could never be pushed
+    e = engine({"*": 'W("val.txt", "39"); W("src/.git/config", "[core]"); W("src/.GIT/x", "y"); sys.exit(2)'})
+    c = e.round(upto="scope").cycles[0]
+    assert c.outcome is not None and c.found is not None, (c.outcome, c.found_note)
+    files = git(e.project.repo, "ls-tree", "-r", "--name-only", c.found, env=e.project.env).split()
+    assert "val.txt" in files and not [f for f in files if ".git/" in f.lower()]
+    assert _file_at(e, c.found, "val.txt") == "39"
+    git(e.project.repo, "fsck", "--strict", "--no-dangling", env=e.project.env)
