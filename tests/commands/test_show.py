@@ -197,3 +197,16 @@ def test_parallel_rounds_and_a_ci_resume_keep_every_cycles_change(tmp_path):
     assert "Autoloop-Journal: t1" in p.message(head)      # the CI run's one journal commit on top
     assert git(p.repo, "rev-list", "--first-parent", f"main..{head}^", env=p.env).split() == kept[::-1]
     assert _json(p, 3)["parent"] == kept[0]                # generated from the first round's keep
+
+
+def test_a_tag_started_afresh_drops_the_refs_an_earlier_run_of_it_left(tmp_path):
+    p = make_project(tmp_path, {"*": 'W("val.txt", str(40 - cycle))'})
+    assert p.run("--cycles", "3").returncode == 0
+    assert len(_refs(p)) == 3
+    # the branch and the journal removed by hand: the tag starts afresh, and its cycle 1 is new
+    git(p.repo, "update-ref", "-d", "refs/heads/autoloop/t1", env=p.env)
+    shutil.rmtree(p.repo / ".autoloop" / "t1")
+    res = p.run("--cycles", "1")
+    assert res.returncode == 0, res.stderr
+    refs = _refs(p)
+    assert list(refs) == ["refs/autoloop/t1/cycles/1"] and refs["refs/autoloop/t1/cycles/1"] == p.branch_head()
