@@ -205,7 +205,8 @@ def changes_of(repo_root: Path, tag: str, cycles: Sequence[Mapping[str, Any]]) -
             out[c.cycle] = Diff(None, f"not embedded ({why})")
             continue
         left -= len(text)
-        out[c.cycle] = Diff(redact(text))
+        # the page is UTF-8: a file's bytes that are not become U+FFFD
+        out[c.cycle] = Diff(redact(text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")))
     return out
 
 

@@ -45,6 +45,10 @@ def main(args: argparse.Namespace) -> int:
         shown.lines = [(k, v) for k, v in shown.lines if k != "ref"]   # the error says where it went
     if args.json:
         out = {**shown.facts, "note": shown.note or None, "error": shown.error or None}
+        # bytes of a file that are not UTF-8 cannot be JSON text: they become U+FFFD there
+        for key in ("stat", "diff"):
+            if out[key] is not None:
+                out[key] = out[key].encode("utf-8", "surrogateescape").decode("utf-8", "replace")
         print(json.dumps(out, indent=2, ensure_ascii=False, default=str))
     else:
         print(f"cycle {n} of run autoloop/{tag}: {shown.facts['status']}")
@@ -53,7 +57,11 @@ def main(args: argparse.Namespace) -> int:
         if shown.note:
             print(f"\n{shown.note}")
         elif change is not None:
-            sys.stdout.write("\n" + (shown.facts["stat"] if args.stat else shown.facts["diff"]))
+            # the diff as git wrote it, byte for byte (a file need not be UTF-8)
+            sys.stdout.flush()
+            text = "\n" + (shown.facts["stat"] if args.stat else shown.facts["diff"])
+            sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
+            sys.stdout.buffer.flush()
     if shown.error:
         raise AutoloopError(shown.error)
     return 0

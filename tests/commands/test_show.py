@@ -8,14 +8,15 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 
 import pytest
 
-from tests.scripts.e2e import error_lines, git, make_project
+from tests.scripts.e2e import PY, error_lines, git, make_project
 
 PLAN = {
     1: 'hyp("lower to 30"); W("val.txt", "30")',
-    2: 'hyp("try 35"); W("val.txt", "35")',
+    2: 'hyp("try 35"); W("val.txt", "35"); W("src/x", ""); Path("src/latin.txt").write_bytes(b"caf\\xe9\\n")',
     3: 'hyp("crash it"); W("val.txt", "exit")',
     4: 'hyp("guard fails"); W("val.txt", "12"); W("notes.txt", "FAIL")',
     5: 'hyp("cheat"); open("score.py", "a").write("print(\'score: -5\')\\n")',
@@ -43,8 +44,16 @@ def shown(tmp_path_factory):
     return p
 
 
+def _show(p, *args: str) -> subprocess.CompletedProcess[str]:
+    """`autoloop show`, its output read as bytes (a diff holds a file's bytes, UTF-8 or not)."""
+    res = subprocess.run([PY, "-m", "autoloop", "show", *args], cwd=p.repo, env=p.env, capture_output=True,
+                         stdin=subprocess.DEVNULL, timeout=120)
+    return subprocess.CompletedProcess(res.args, res.returncode, res.stdout.decode(errors="surrogateescape"),
+                                       res.stderr.decode(errors="surrogateescape"))
+
+
 def _json(p, n: int, *extra: str) -> dict:
-    res = p.cli("show", str(n), "--json", *extra)
+    res = _show(p, str(n), "--json", *extra)
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     return json.loads(res.stdout)
 
@@ -76,7 +85,7 @@ def test_every_cycle_with_a_change_has_its_ref_and_nothing_else_does(shown):
 
 @pytest.mark.parametrize("n", sorted(STATUSES))
 def test_show_prints_each_cycle_after_gc(shown, n):
-    res = shown.cli("show", str(n))
+    res = _show(shown, str(n))
     assert res.returncode == 0 and res.stderr == "", res.stderr
     lines = res.stdout.splitlines()
     assert lines[0] == f"cycle {n} of run autoloop/t1: {STATUSES[n]}"
@@ -89,15 +98,24 @@ def test_show_prints_each_cycle_after_gc(shown, n):
 
 
 def test_show_numbers_as_log_writes_them(shown):
-    out = shown.cli("show", "2").stdout
+    out = _show(shown, "2").stdout
     assert "score       35 (best before 30, change +16.67%)" in out, out
     log = shown.cli("log", "--wide").stdout
     assert re.search(r"^\s+2\s+discard\s+35\s+30\s+\+16\.67%", log, re.M), log
     assert "reverted" in out and "refs/autoloop/t1/cycles/2" in out
 
 
+def test_a_file_that_is_not_utf8_is_shown_byte_for_byte(shown):
+    res = _show(shown, "2")
+    assert res.returncode == 0 and "\n+caf\udce9\n" in res.stdout, res.stderr
+    out = shown.base / "r.html"
+    res = shown.cli("report", "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    assert "+caf\ufffd" in out.read_text(encoding="utf-8")
+
+
 def test_a_violation_shows_what_was_reverted(shown):
-    out = shown.cli("show", "5").stdout
+    out = _show(shown, "5").stdout
     assert "violation: changed score.py" in out and "+print('score: -5')" in out
 
 
@@ -109,9 +127,10 @@ def test_json_has_the_facts_the_hashes_and_the_diff(shown):
     assert (two["cycle"], two["status"], two["metric"], two["best"], two["judged_against"]) == (2, "discard", 35, 30, 30)
     assert two["display"] == {"metric": "35", "best": "30", "judged_against": "30", "change": "+16.67%"}
     assert HASH.fullmatch(two["commit"]) and two["parent"] == one["commit"] == shown.branch_head()
-    assert two["ref"] == "refs/autoloop/t1/cycles/2" and two["files"] == ["val.txt"]
-    assert two["diff"].startswith("diff --git a/val.txt b/val.txt") and "+35" in two["diff"]
-    assert "1 file changed" in two["stat"] and two["note"] is None and two["error"] is None
+    assert two["ref"] == "refs/autoloop/t1/cycles/2" and two["files"] == ["src/latin.txt", "src/x", "val.txt"]
+    assert two["diff"].startswith("diff --git a/src/latin.txt b/src/latin.txt") and "+35" in two["diff"]
+    assert "+caf\ufffd" in two["diff"].splitlines()      # not UTF-8 in the file: U+FFFD in JSON text
+    assert "3 files changed" in two["stat"] and two["note"] is None and two["error"] is None
     base = _json(shown, 0)
     assert base["commit"] is None and base["diff"] is None and base["note"].startswith("no change")
     assert HASH.fullmatch(base["kept_commit"])
@@ -119,7 +138,7 @@ def test_json_has_the_facts_the_hashes_and_the_diff(shown):
 
 
 def test_stat_gives_a_diffstat_instead_of_the_diff(shown):
-    out = shown.cli("show", "4", "--stat").stdout
+    out = _show(shown, "4", "--stat").stdout
     assert re.search(r"^ notes\.txt \| 2 \+-$", out, re.M) and "2 files changed" in out, out
     assert "diff --git" not in out
 
@@ -131,7 +150,7 @@ def test_stat_gives_a_diffstat_instead_of_the_diff(shown):
     (["2", "--tag", "nope"], "no run 'nope'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(shown, args, words):
-    res = shown.cli("show", *args)
+    res = _show(shown, *args)
     assert res.returncode == 2 and "Traceback" not in res.stderr and res.stdout == ""
     errs = error_lines(res.stderr)
     assert len(errs) == 1 and words in errs[0], res.stderr
@@ -141,13 +160,13 @@ def test_a_missing_commit_says_so_and_exits_1(shown, tmp_path):
     p = _copy(shown, tmp_path)
     git(p.repo, "update-ref", "-d", "refs/autoloop/t1/cycles/2", env=p.env)
     git(p.repo, "gc", "-q", "--prune=now", env=p.env)
-    res = p.cli("show", "2")
+    res = _show(p, "2")
     assert res.returncode == 1 and "Traceback" not in res.stderr
     errs = error_lines(res.stderr)
     assert len(errs) == 1 and "is not in this repository" in errs[0], res.stderr
     assert "git fetch origin 'refs/autoloop/t1/*:refs/autoloop/t1/*'" in errs[0]
     assert res.stdout.startswith("cycle 2 of run autoloop/t1: discard")
-    res = p.cli("show", "2", "--json")
+    res = _show(p, "2", "--json")
     assert res.returncode == 1 and json.loads(res.stdout)["error"] == errs[0].removeprefix("autoloop: error: ")
 
 
@@ -157,11 +176,11 @@ def test_a_run_made_before_cycles_were_kept_says_so(shown, tmp_path):
     ledger = p.ledger_path()
     recs = [json.loads(line) for line in ledger.read_text().splitlines()]
     ledger.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "change"}) + "\n" for r in recs))
-    res = p.cli("show", "2")
+    res = _show(p, "2")
     assert res.returncode == 1 and "Traceback" not in res.stderr
     errs = error_lines(res.stderr)
     assert len(errs) == 1 and "change was not kept" in errs[0] and "val.txt" in errs[0], res.stderr
-    res = p.cli("show", "1")    # a kept cycle's commit is on the branch
+    res = _show(p, "1")    # a kept cycle's commit is on the branch
     assert res.returncode == 0 and "+30" in res.stdout.splitlines(), res.stderr
 
 
