@@ -242,9 +242,12 @@ class Workspace(Worktree):
     def commit_found(self, base: str, changes: list[Change], where: Worktree, message: str) -> str:
         """A commit on `base` of what changed on disk in `where` (a violation's or a failed
         generator's change, to be shown, never measured), without a candidate's bookkeeping.
-        Special files git cannot record are left out. ValueError says why there is none."""
+        Special files, hard links and paths through a .git folder are left out. ValueError says
+        why there is none."""
+        # a hard link's bytes are another file's (outside the tree, maybe yours): left out
         paths = sorted({c.path for c in changes if ((c.after is None and c.before is not None and c.before.kind != "d")
-                                                   or (c.after is not None and c.after.kind in ("f", "l")))
+                                                   or (c.after is not None and c.after.kind in ("f", "l")
+                                                       and not (c.after.kind == "f" and c.after.nlink > 1)))
                         and not _git_dir_inside(c.path)})
         size = sum(c.after.size for c in changes if c.after is not None and c.after.kind == "f")
         if size > FOUND_MAX_BYTES:
@@ -253,7 +256,8 @@ class Workspace(Worktree):
         # through git's index: it refuses any path a commit must not hold, as for your own commits
         tree = self.writer.write(base, paths, where.path, by_hand=False)[0] if paths else self.tree_of(base)
         if tree == self.tree_of(base):
-            raise ValueError("nothing git can record changed (special files or git's own folders only)")
+            raise ValueError("nothing that can be recorded changed (only special files, hard links or "
+                             "git's own folders)")
         return self.commit(tree, base, message, self.identity())
 
     def keep(self, commit: str, parent: str, reference: Snapshot, changes: list[Change]) -> Snapshot:

@@ -93,7 +93,22 @@ def test_special_files_alone_give_no_commit_and_say_why(engine):
     e = engine({"*": 'os.mkfifo("val.fifo")'})
     c = e.round(upto="scope").cycles[0]
     assert c.outcome is not None and c.outcome.status == "violation" and "special file" in c.outcome.lesson
-    assert c.found is None and "special files or git's own folders only" in c.found_note
+    assert c.found is None and "nothing that can be recorded changed" in c.found_note
+
+
+def test_a_hard_links_bytes_are_not_recorded(engine, tmp_path):
+    # its bytes are another file's, perhaps one of yours outside the tree: never copied into git
+    outside = tmp_path / "p" / "out" / "secret.txt"
+    outside.parent.mkdir(parents=True, exist_ok=True)
+    outside.write_text("do not copy me\n")
+    # unsandboxed: in the sandbox the file is on another mount, and a link to it cannot be made
+    e = engine({"*": f'W("val.txt", "39"); os.makedirs("src"); os.link({str(outside)!r}, "src/linked.txt")'},
+               extra="sandbox: none")
+    c = e.round(upto="scope").cycles[0]
+    assert c.outcome is not None and c.outcome.status == "violation" and "hard link" in c.outcome.lesson
+    assert c.found is not None and _file_at(e, c.found, "val.txt") == "39"
+    files = git(e.project.repo, "ls-tree", "-r", "--name-only", c.found, env=e.project.env).split()
+    assert "val.txt" in files and "src/linked.txt" not in files
 
 
 def test_a_nested_git_folder_is_left_out_of_the_found_change(engine):
