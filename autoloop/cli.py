@@ -99,6 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--wide", action="store_true",
         help="print every hypothesis and lesson whole (default: cut with … to the terminal width)")
 
+    sh = sub.add_parser("show", help="one cycle: its hypothesis, verdict, numbers and its change (diff)")
+    # a string, checked by the command: a bad N gets one line, as a bad tag does
+    sh.add_argument("cycle", metavar="N", help="the cycle number (0 is the baseline), as `autoloop log` lists them")
+    sh.add_argument("program", nargs="?", default="program.md", help="program file (default ./program.md)")
+    sh.add_argument("--tag", help="which run (default: the most recent)")
+    sh.add_argument("--stat", action="store_true", help="a diffstat instead of the whole diff")
+    sh.add_argument("--json", action="store_true", help="one JSON object: the facts, the commit hashes and the diff")
+
     g = command("gate", "pull-request gate: measure base and head here, paired; exit 1 if head is worse", None)
     g.add_argument("--base", required=True, help="the commit to compare against (e.g. origin/main)")
     g.add_argument("--head", default="HEAD", help="the commit under test (default HEAD)")
@@ -121,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = command("clean", "remove a tag's worktrees and private state, and killed runs' temporary folders (asks first)")
     c.add_argument("--yes", "-y", action="store_true", help="do not ask")
-    c.add_argument("--branch", action="store_true", help="also delete the branch autoloop/TAG (its kept commits)")
+    c.add_argument("--branch", action="store_true",
+                   help="also delete the branch autoloop/TAG (its kept commits) and the tag's refs that keep "
+                        "every cycle's change (refs/autoloop/TAG/)")
     c.add_argument("--journal", action="store_true",
                    help="also delete the journal: the ledger, and experiments.md/results.tsv when they are this tag's")
 
@@ -138,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = ["--approve=after" if a == "--approve" else a for a in argv]
     args = build_parser().parse_args(argv)
     calm_gc()
-    if args.command in ("log", "report", "init") and hasattr(signal, "SIGPIPE"):
+    if args.command in ("log", "report", "show", "init") and hasattr(signal, "SIGPIPE"):
         # read-only commands behave like any Unix tool in a pipe: `autoloop log | head` just
         # ends when head has read enough (a run keeps Python's handling: see BrokenPipeError)
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)

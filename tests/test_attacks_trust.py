@@ -80,9 +80,13 @@ def assert_caught(p, res, before, originals, left, *, verifier: str = "score.py"
         assert p.show(rev, verifier) == original, rev
     after = _refs(p)
     after.pop(f"refs/heads/{p.branch()}", None)
+    # the run's own refs, each keeping a recorded cycle's change (`autoloop show`), and no other
+    ours = {k: after.pop(k) for k in list(after) if k.startswith(f"refs/autoloop/{p.tag}/") and k not in before}
+    named = {f"refs/autoloop/{p.tag}/cycles/{r['cycle']}": r["change"] for r in assert_valid_ledger(p)
+             if r["t"] == "cycle" and r.get("change")}
+    assert ours == named, (ours, named)
     assert after == before, "refs changed: " + str(set(after.items()) ^ set(before.items()))
     assert left == []
-    assert_valid_ledger(p)
     assert_journal_consistent(p)
     return rows
 

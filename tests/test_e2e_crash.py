@@ -369,6 +369,7 @@ def interrupted(request, tmp_path_factory):
         "wt_status": git(p.worktree(), "status", "--porcelain", "--ignored", "--untracked-files=all", env=p.env),
         "wt_val": (p.worktree() / "val.txt").read_text(),
         "branch": p.branch_head(),
+        "refs": git(p.repo, "for-each-ref", "refs/autoloop/", env=p.env),
     }
     kill_marked(p.env)
     p.set_plan({"*": 'print(f"Hypothesis: after-{cycle}"); W("val.txt", str(40 - cycle))'})
@@ -701,3 +702,13 @@ def test_kill9_orphaned_generator_cannot_leak_into_resumed_run(tmp_path, reaper)
     for rev in git(p.repo, "rev-list", p.branch(), env=p.env).split():
         assert b"orphan" not in p.show(rev, "notes.txt"), "a kept commit contains the orphan's write"
     assert not alive(orphan), "the previous run's generator is still running"
+
+
+def test_interrupt_leaves_no_ref_and_the_resumed_cycles_have_theirs(interrupted):
+    # the cut cycle was never recorded: no ref of it; its number's next attempt has its own
+    p, s = interrupted
+    assert s["refs"] == ""
+    ledger = [json.loads(line) for line in p.ledger_path().read_text().splitlines()]
+    named = {f"refs/autoloop/t1/cycles/{r['cycle']}": r["change"] for r in ledger if r["t"] == "cycle" and r["cycle"]}
+    out = git(p.repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/autoloop/", env=p.env)
+    assert dict(line.split() for line in out.splitlines()) == named and len(named) == 2

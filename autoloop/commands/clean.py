@@ -1,6 +1,7 @@
 """`autoloop clean`: what a tag leaves behind, listed, then removed. A tag's worktrees and
-private state (logs, report) go; the run branch and the journal stay unless asked for: they are
-the results. So do the temporary folders of any autoloop process of this user that is gone."""
+private state (logs, report) go; the run branch (with the tag's refs that keep every cycle's
+change, refs/autoloop/TAG/) and the journal stay unless asked for: they are the results. So do
+the temporary folders of any autoloop process of this user that is gone."""
 
 from __future__ import annotations
 
@@ -27,13 +28,15 @@ class Plan:
     state: list[Path] = field(default_factory=list)        # logs, report, other private files
     journal: list[Path] = field(default_factory=list)      # only with --journal
     branch_head: str | None = None                         # only with --branch
+    cycle_refs: int = 0                                    # only with --branch: refs/autoloop/TAG/*
     keeps: list[str] = field(default_factory=list)         # what stays, in words
     after: str = "resumes it"                              # what `run --tag` does afterwards
     temps: list[Path] = field(default_factory=list)        # temporary folders of gone processes
 
     @property
     def empty(self) -> bool:
-        return not (self.trees or self.state or self.journal or self.branch_head or self.temps)
+        return not (self.trees or self.state or self.journal or self.branch_head or self.cycle_refs
+                    or self.temps)
 
 
 def plan(program: Program | None, tag: str | None, *, branch: bool = False, journal: bool = False) -> Plan:
@@ -48,6 +51,7 @@ def plan(program: Program | None, tag: str | None, *, branch: bool = False, jour
     if j.dir.is_dir():
         p.state = sorted(x for x in j.dir.iterdir() if x != j.ledger)
     head = ws.branch_head()
+    refs = len(ws.cycle_refs.listing())
     if journal:
         p.journal = [x for x in (j.ledger, *_rendered_for(j, tag)) if x.exists()]
         if j.dir.is_dir():
@@ -57,11 +61,13 @@ def plan(program: Program | None, tag: str | None, *, branch: bool = False, jour
         shown = [_rel(program, j.ledger), *(x.name for x in _rendered_for(j, tag))]
         p.keeps.append(f"the journal ({', '.join(shown)}): --journal removes it")
     if branch:
-        p.branch_head = head
-    elif head is not None:
+        p.branch_head, p.cycle_refs = head, refs
+    elif head is not None or refs:
         kept = _kept(j.ledger)
         what = f"with {kept} kept commit{'s' * (kept != 1)}" if kept else "nothing kept on it"
-        p.keeps.append(f"branch {ws.branch} at {head[:12]} ({what}): --branch removes it")
+        shown = [f"branch {ws.branch} at {head[:12]} ({what})"] if head is not None else []
+        shown += [refs_text(refs, tag)] if refs else []
+        p.keeps.append(f"{' and '.join(shown)}: --branch removes {'them' if len(shown) > 1 or refs else 'it'}")
     branch_gone = branch or head is None
     # a ledger without a measured baseline is not resumed: such a tag starts afresh from HEAD
     journal_gone = journal or not has_baseline(j.ledger)
@@ -72,6 +78,11 @@ def plan(program: Program | None, tag: str | None, *, branch: bool = False, jour
     elif branch_gone:
         p.after = "starts the tag afresh from HEAD"
     return p
+
+
+def refs_text(refs: int, tag: str) -> str:
+    return (f"{refs} cycle ref{'s' * (refs != 1)} under refs/autoloop/{tag}/ (every cycle's change, "
+            "for `autoloop show`)")
 
 
 def temps_text(temps: list[Path]) -> str:
@@ -141,6 +152,8 @@ def _remove_run(program: Program, tag: str, p: Plan) -> None:
     try:
         if p.branch_head is not None:
             ws.remove_branch()
+        if p.cycle_refs:
+            ws.cycle_refs.remove_all()
         ws.remove_leftovers()
         for path in [*p.state, *p.journal]:
             remove_tree(path)
@@ -190,6 +203,8 @@ def main(args: argparse.Namespace) -> int:
     if plan.branch_head:
         print(f"  branch {plan.branch} (at {plan.branch_head[:12]}; its kept commits stay reachable only "
               "if merged elsewhere)")
+    if plan.cycle_refs:
+        print(f"  {clean.refs_text(plan.cycle_refs, plan.tag or '')}")
     for p in [*plan.trees, *map(_shown, [*plan.journal, *plan.state])]:
         print(f"  {p}")
     if plan.temps:

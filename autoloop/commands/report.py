@@ -3,6 +3,8 @@
 No network, no script: report.html (with its CSS) and an inline SVG chart of every cycle as a
 dot coloured by its status, the running best as a step line, kept points annotated. Every mark
 is a `<circle class="mark" data-cycle=N data-status=S>`, one per cycle, so tools can count them.
+Each row of the table opens its cycle's change (the diff against its parent, embedded up to a
+size; past it, the `autoloop show` command that prints it).
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ import argparse
 import datetime as _dt
 import html
 import math
+import os
 import sys
 from collections import Counter
 from importlib.resources import files
 from pathlib import Path
 from string import Template
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from autoloop.base.numbers import (
     Fmt,
@@ -48,6 +51,15 @@ MAX_LABELS = 40                        # annotations of kept points
 LABEL_CHARS = 42
 MANY_DOTS = 200                        # past this, smaller dots
 WILD_SPAN = 0.5                        # how far past the worst best a discard is still drawn
+DIFF_LINES = 400                       # a cycle's diff embedded whole up to this many lines
+DIFF_BUDGET = 2 << 20                  # all embedded diffs together: a long run's report still opens quickly
+
+
+class Diff(NamedTuple):
+    """A cycle's change as the report shows it: the diff, or why it is not embedded."""
+
+    text: str | None
+    why: str = ""
 
 
 def _e(x: Any) -> str:
@@ -174,10 +186,59 @@ def chart(cycles: Sequence[Mapping[str, Any]], metric: str, direction: str, fmt:
     return "\n".join(out)
 
 
-def _row(rec: Mapping[str, Any], vs: float | None, change: float | None, fmt: Fmt) -> str:
-    c = CycleRecord.of(rec)
+def changes_of(repo_root: Path, tag: str, cycles: Sequence[Mapping[str, Any]]) -> dict[int, Diff]:
+    """Each cycle's change to embed (secrets redacted), within DIFF_LINES and DIFF_BUDGET; one
+    git process for them all."""
+    from autoloop.git.cyclerefs import diffs
+    from autoloop.journal.redact import Redactor
+
+    views = [CycleRecord.of(c) for c in cycles]
+    found = diffs(repo_root, [c.change for c in views if c.change])
+    redact, left, out = Redactor(os.environ), DIFF_BUDGET, {}
+    for c in views:
+        if not c.change:
+            continue
+        text = found.get(c.change)
+        if text is None:
+            out[c.cycle] = Diff(None, "its commit is not in this repository")
+            continue
+        lines = text.count("\n")
+        if lines > DIFF_LINES or len(text) > left:
+            why = f"{lines} lines" if lines > DIFF_LINES else "the report's room for diffs is used up"
+            out[c.cycle] = Diff(None, f"not embedded ({why})")
+            continue
+        left -= len(text)
+        # the page is UTF-8: a file's bytes that are not become U+FFFD
+        out[c.cycle] = Diff(redact(text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")))
+    return out
+
+
+def _diff_html(text: str) -> str:
+    out = []
+    for line in text.splitlines():
+        kind = "meta" if line.startswith(("diff --git", "index ", "--- ", "+++ ")) else \
+            "hunk" if line.startswith("@@") else "add" if line.startswith("+") else \
+            "del" if line.startswith("-") else ""
+        out.append(f'<span class="{kind}">{_e(line)}</span>' if kind else _e(line))
+    return "\n".join(out)
+
+
+def _change(c: CycleRecord, d: Diff | None, tag: str) -> str:
+    """The row's change cell: its diffstat, opening to the diff."""
     shown = ", ".join(c.changed[:3]) + (" …" if len(c.changed) > 3 else "")
     ds = c.diffstat or (f"{len(c.changed)} file(s): {shown}" if c.changed else "")
+    if d is None:
+        return _e(ds)
+    cmd = f'<div class="small"><code>autoloop show {c.cycle} --tag {_e(tag)}</code></div>'
+    if d.text is None:
+        return f'{_e(ds)}<div class="small">diff {_e(d.why)}</div>{cmd}'
+    return (f'<details class="change"><summary>{_e(ds or "diff")}</summary><pre class="diff">'
+            f'{_diff_html(d.text)}</pre>{cmd}</details>')
+
+
+def _row(rec: Mapping[str, Any], vs: float | None, change: float | None, fmt: Fmt,
+         diff: Diff | None = None, tag: str = "") -> str:
+    c = CycleRecord.of(rec)
     who = ' <span class="small">(your decision)</span>' if c.by_human else ""
     commit = f'<div class="small">{_e(c.commit[:10])}</div>' if c.status == "keep" else ""
     tokens = f"<div class=small>{count(c.tokens)} tok</div>" if c.tokens else ""
@@ -187,7 +248,7 @@ def _row(rec: Mapping[str, Any], vs: float | None, change: float | None, fmt: Fm
             f'<td class="n">{_e(fmt(c.metric, ""))}</td>'
             f'<td class="n">{_e(fmt(vs, ""))}<div class="small">{est}{_e(signed_pct(change, ""))}</div></td>'
             f'<td>{_e(" ".join(c.hypothesis.split()))}</td><td class="lesson">{_e(" ".join(c.lesson.split()))}</td>'
-            f'<td class="small">{_e(ds)}</td><td class="n">{"" if c.cost_usd is None else usd(c.cost_usd)}{tokens}'
+            f'<td class="small">{_change(c, diff, tag)}</td><td class="n">{"" if c.cost_usd is None else usd(c.cost_usd)}{tokens}'
             f'</td><td class="n">{seconds(c.duration_s)}</td></tr>')
 
 
@@ -197,7 +258,8 @@ def _count(after_baseline: int, rows: int) -> str:
     return f"{after_baseline} after the baseline" if rows > after_baseline else str(after_baseline)
 
 
-def render(f: Facts, *, generated: str | None = None) -> str:
+def render(f: Facts, *, generated: str | None = None, changes: Mapping[int, Diff] | None = None) -> str:
+    """The page; `changes` (changes_of) the diffs its rows open to."""
     s, fmt, gain = f.summary, f.fmt, f.headline_gain_pct
     improved = gain is not None and orientation(f.direction) * gain > 0
     gain_note = (pct_interval(f.gain_ci_pct, f.gain_ci_level) + " · " if f.gain_ci_pct else "") + (
@@ -239,8 +301,10 @@ def render(f: Facts, *, generated: str | None = None) -> str:
     return page.substitute(
         tag=_e(f.tag), metric=_e(f.metric), goal=goal, cards=card_html, legend=legend,
         count=_count(s.cycles, len(cycles)),
-        chart=chart(cycles, f.metric, f.direction, fmt, f.reset), when=_e(generated or _dt.datetime.now().strftime("%Y-%m-%d %H:%M")),
-        rows="\n".join(_row(*row, fmt) for row in f.rows))
+        chart=chart(cycles, f.metric, f.direction, fmt, f.reset),
+        when=_e(generated or _dt.datetime.now().strftime("%Y-%m-%d %H:%M")),
+        rows="\n".join(_row(*row, fmt, (changes or {}).get(int(row.record.get("cycle", 0))), f.tag)
+                       for row in f.rows))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -250,7 +314,8 @@ def main(args: argparse.Namespace) -> int:
 
     program, tag, journal = open_run(args)
     f = facts_of(program, tag, journal.records)
-    text = markdown(f) if args.format == "markdown" else render(f)
+    text = markdown(f) if args.format == "markdown" else \
+        render(f, changes=changes_of(program.repo_root, tag, [row.record for row in f.rows]))
     dest = args.output or ("-" if args.format == "markdown" else str(journal.dir / "report.html"))
     if dest == "-":
         sys.stdout.write(text)

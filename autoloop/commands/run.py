@@ -125,7 +125,8 @@ def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
     print(f"journal: {program.state_dir / 'experiments.md'}  {program.state_dir / 'results.tsv'}", file=out)
     if outcome.journal_commit:
         print(f"journal committed on autoloop/{tag}: {outcome.journal_commit[:12]} "
-              "(push the branch; the next run resumes from it)", file=out)
+              f"(push the branch, and refs/autoloop/{tag}/* for every cycle's change; the next run resumes from it)",
+              file=out)
     if run.baseline is None:
         print(f"stopped: {reason}. {program.verifier.label}: no baseline was measured, so branch "
               f"autoloop/{tag} was not made", file=out)

@@ -67,6 +67,8 @@ class Cycle:   # one candidate: worker `worker`'s cycle `n`, from generation to 
     gen_error: str | None = None
     changes: list[Change] = field(default_factory=list)
     candidate: str | None = None             # the candidate commit (on no branch)
+    found: str | None = None                 # no candidate: a violation's or gen_error's change as found on disk
+    found_note: str = ""                     # why a change found on disk has no commit
     tree_hash: str | None = None
     measured: bool = False                   # it went to a lane (measured, or voided while measured)
     files: list[str] = field(default_factory=list)

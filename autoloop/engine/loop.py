@@ -321,11 +321,11 @@ class Run:
                                      "started, and no cycle was ever measured: it was moved outside "
                                      "autoloop; delete it or use another --tag")
             ws.delete_branch(head)   # an earlier autoloop made it before its baseline failed
+        ws.cycle_refs.remove_all()   # an earlier run's of this tag, whose ledger is gone
         for pending in j.unfinished():
             j.append({"t": "abort", "cycle": pending["cycle"],
                       "reason": "unfinished when autoloop stopped; rolled back"})
-        previous = j.first_start()
-        start = ws.head()
+        previous, start = j.first_start(), ws.head()
         self._journal_start(start)
         if previous is not None:
             self.opt.report("note", {"cycle": 0, "message": (

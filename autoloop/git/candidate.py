@@ -25,9 +25,10 @@ class CandidateWriter:
         self._lock = threading.Lock()              # parallel workers make candidates at once
         self._made: dict[str, Trees] = {}          # tree id -> the folders of one written by hand
 
-    def write(self, base: str, paths: list[str], root: Path) -> tuple[str, bool]:
-        """`base` with `paths` as they are under `root`; and whether we wrote it by hand."""
-        made = self._by_hand(base, paths, root)
+    def write(self, base: str, paths: list[str], root: Path, by_hand: bool = True) -> tuple[str, bool]:
+        """`base` with `paths` as they are under `root`; and whether we wrote it by hand (never
+        when not `by_hand`: git then checks every path as it would for a commit of yours)."""
+        made = self._by_hand(base, paths, root) if by_hand else None
         if made is not None:
             with self._lock:
                 put_newest(self._made, made.root, made)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from autoloop.git.candidate import CandidateWriter
+from autoloop.git.cyclerefs import CycleRefs
 from autoloop.errors import RepoStateError
 from autoloop.process.logfile import read_regular
 from autoloop.git.gitguard import ObjectGuard, RefGuard, watch_git
@@ -30,6 +31,9 @@ __all__ = ["GitError", "Identity", "Workspace", "Worktree"]
 BRANCH_PREFIX = "autoloop/"
 VERIFY_SLOTS = 4        # candidate, incumbent, and two to spare (paired and end-of-run checks)
 _REF_MAX = 200
+# a violation's or a failed generator's change is kept to be shown, not measured: past this,
+# copying it into the object store would cost more than seeing it is worth
+FOUND_MAX_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class Workspace(Worktree):
         self._commits: set[str] = set()   # known to be commits: the branch may be read from its file
         self._by_hand: tuple[str, str] | None = None   # the last candidate we wrote: (base, tree)
         self.refs = RefGuard(repo_root, common_dir, self.ref)
+        self.cycle_refs = CycleRefs(repo_root, tag)
         self.objects = ObjectGuard(common_dir / "objects")
 
     def _beside(self, suffix: str) -> Worktree:
@@ -241,6 +246,27 @@ class Workspace(Worktree):
         self._commits.add(commit)
         return commit
 
+    def commit_found(self, base: str, changes: list[Change], where: Worktree, message: str) -> str:
+        """A commit on `base` of what changed on disk in `where` (a violation's or a failed
+        generator's change, to be shown, never measured), without a candidate's bookkeeping.
+        Special files, hard links and paths through a .git folder are left out. ValueError says
+        why there is none."""
+        # a hard link's bytes are another file's (outside the tree, maybe yours): left out
+        paths = sorted({c.path for c in changes if ((c.after is None and c.before is not None and c.before.kind != "d")
+                                                   or (c.after is not None and c.after.kind in ("f", "l")
+                                                       and not (c.after.kind == "f" and c.after.nlink > 1)))
+                        and not _git_dir_inside(c.path)})
+        size = sum(c.after.size for c in changes if c.after is not None and c.after.kind == "f")
+        if size > FOUND_MAX_BYTES:
+            raise ValueError(f"{size >> 20} MB changed, more than the {FOUND_MAX_BYTES >> 20} MB kept for a "
+                             "change that is not measured")
+        # through git's index: it refuses any path a commit must not hold, as for your own commits
+        tree = self.writer.write(base, paths, where.path, by_hand=False)[0] if paths else self.tree_of(base)
+        if tree == self.tree_of(base):
+            raise ValueError("nothing that can be recorded changed (only special files, hard links or "
+                             "git's own folders)")
+        return self.commit(tree, base, message, self.identity())
+
     def keep(self, commit: str, parent: str, reference: Snapshot, changes: list[Change]) -> Snapshot:
         """Make the tree exactly a checkout of kept `commit` (the last candidate on `parent`);
         its snapshot. When we wrote the candidate and git's view is still ours, only the changed
@@ -309,6 +335,12 @@ class Workspace(Worktree):
                     info.size, info.mode = size, 0o755 if mode == "100755" else 0o644
                 tar.addfile(info, io.BytesIO(body))   # a link's size is 0: nothing is read
         return out.getvalue()
+
+
+def _git_dir_inside(path: str) -> bool:
+    """A path through a `.git` folder (as git spells it on any file system): a tree holding one
+    is refused by git's checks (fsck, a server's receive), so a found change leaves it out."""
+    return any(part.lower().rstrip(". ") == ".git" or part.lower() == "git~1" for part in path.split("/"))
 
 
 def _remove_empty_parents(root: Path, paths: Iterable[str]) -> set[str]:

@@ -57,6 +57,7 @@ class CycleRecord:
     changed: tuple[str, ...]
     diffstat: str
     by_human: bool
+    change: str           # the commit holding the cycle's change (`autoloop show`); "" when none is named
 
     @classmethod
     def of(cls, r: Mapping[str, Any]) -> CycleRecord:
@@ -65,7 +66,9 @@ class CycleRecord:
                    lesson=str(r.get("lesson", "")), result=str(r.get("result", "")),
                    duration_s=float(r.get("duration_s") or 0), delta_pct=r.get("delta_pct"),
                    stats=r.get("stats") or {}, gen=r.get("gen") or {}, changed=tuple(r.get("changed") or ()),
-                   diffstat=r.get("diffstat") or "", by_human=r.get("decided_by") == "human")
+                   diffstat=r.get("diffstat") or "", by_human=r.get("decided_by") == "human",
+                   # a kept cycle's is its commit on the branch, also in runs that named no other
+                   change=r.get("change") or ((r.get("commit") or "") if r.get("status") == "keep" else ""))
 
     @property
     def pooled(self) -> Record | None:

@@ -122,6 +122,68 @@ def test_table_has_every_cycle_and_escapes_text(report_file):
         assert word in text
 
 
+class Changes(HTMLParser):
+    """Each row's change cell: the diff it opens to (a <details> with a <pre>), else its text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.row: int | None = None
+        self.cells: dict[int, dict[str, str]] = {}
+        self._in: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "tr" and (a.get("id") or "").startswith("c"):
+            self.row = int(a["id"][1:])
+            self.cells[self.row] = {"details": "", "pre": "", "code": ""}
+        if self.row is not None and tag in ("pre", "code") or tag == "details" and "change" in (a.get("class") or ""):
+            self._in = tag
+            self.cells[self.row]["details"] += "yes" if tag == "details" else ""
+
+    def handle_data(self, data):
+        if self.row is not None and self._in in ("pre", "code"):
+            self.cells[self.row][self._in] += data
+
+    def handle_endtag(self, tag):
+        if tag in ("pre", "code"):
+            self._in = None
+        if tag == "tr":
+            self.row = None
+
+
+def test_each_row_opens_to_its_change(report_file):
+    m = Changes()
+    m.feed(report_file.read_text())
+    for n, status in enumerate(STATUSES):
+        cell = m.cells[n]
+        if status in ("baseline", "no_change"):
+            assert cell == {"details": "", "pre": "", "code": ""}, (n, cell)
+            continue
+        # kept, discarded, crashed, guard_fail, a reverted violation, a failed generator's change
+        assert cell["details"] and cell["pre"].startswith("diff --git"), (n, cell)
+        assert cell["code"] == f"autoloop show {n} --tag t1"
+    assert "+print('score: -5')" in m.cells[5]["pre"] and "+11" in m.cells[7]["pre"].splitlines()
+
+
+def test_a_diff_too_long_or_missing_names_the_command_instead(run_project, monkeypatch):
+    from autoloop.commands import report
+
+    p = run_project
+    recs = [json.loads(line) for line in p.ledger_path().read_text().splitlines()]
+    cycles = [r for r in recs if r["t"] == "cycle"]
+    cycles[2] = {**cycles[2], "change": "f" * 40}          # a commit this repository does not have
+    monkeypatch.setattr(report, "DIFF_LINES", 10)          # the one-line changes fit, the two-file one not
+    changes = report.changes_of(p.repo, "t1", cycles)
+    assert changes[1].text and changes[1].text.startswith("diff --git")
+    assert changes[2] == report.Diff(None, "its commit is not in this repository")
+    assert changes[4].text is None and "not embedded" in changes[4].why
+    assert 0 not in changes and 6 not in changes
+    html = report.render(facts(recs, tag="t1", goal="g", metric="score", direction="minimize"),
+                         generated="now", changes=changes)
+    row4 = html.split('<tr id="c4">')[1].split("</tr>")[0]
+    assert "<pre" not in row4 and "autoloop show 4 --tag t1" in row4 and "not embedded" in row4
+
+
 def test_kept_points_are_annotated_with_their_hypothesis(report_file):
     m = Marks()
     m.feed(report_file.read_text())

@@ -44,3 +44,45 @@ def test_a_round_records_every_cycle_in_order_with_worker_and_round(engine):
     assert [r["status"] for r in recs] == ["discard", "keep"]
     for c in rnd.cycles:
         assert (c.tree.path / "val.txt").read_text() == "40.25\n" or c.tree is e.run.ws
+
+
+def _ref(e, n: int) -> str:
+    return git(e.project.repo, "rev-parse", "--verify", "-q", f"refs/autoloop/t1/cycles/{n}",
+               env=e.project.env, check=False)
+
+
+def test_every_cycles_commit_is_under_the_tags_ref_as_the_record_names_it(engine):
+    e = engine({0: 'W("val.txt", "39")', 1: 'W("val.txt", "50")', 2: 'W("score.py", "x")', 3: "pass"})
+    recs = [record(e.state, e.round())[0] for _ in range(4)]
+    assert [r["status"] for r in recs] == ["keep", "discard", "violation", "no_change"]
+    keep, discard, violation, nothing = recs
+    assert _ref(e, keep["cycle"]) == keep["change"] == keep["commit"] == e.project.branch_head()
+    assert _ref(e, discard["cycle"]) == discard["change"] != keep["commit"]
+    assert _ref(e, violation["cycle"]) == violation["change"]
+    assert "change" not in nothing and _ref(e, nothing["cycle"]) == ""
+    for r in (discard, violation):   # each on the incumbent it was generated from
+        assert git(e.project.repo, "rev-parse", f"{r['change']}^", env=e.project.env) == r["parent"] == keep["commit"]
+    # the tag's own refs: not a branch or a tag a person sees
+    assert "cycles" not in git(e.project.repo, "branch", "-a", env=e.project.env)
+    assert git(e.project.repo, "tag", env=e.project.env) == ""
+
+
+def test_the_ref_is_written_before_the_record_names_it(engine, monkeypatch):
+    # write-ahead: a kill between the two leaves a ref no record names (the cycle is unfinished,
+    # and its number's next attempt takes the ref over), never a record naming a missing ref
+    e = engine({"*": 'W("val.txt", "50")'})
+    rnd = e.round()
+    real = e.state.journal.append
+
+    def killed(rec):
+        if rec["t"] == "cycle":
+            assert _ref(e, rnd.cycles[0].n) == rnd.cycles[0].candidate
+            raise KeyboardInterrupt
+        return real(rec)
+
+    monkeypatch.setattr(e.state.journal, "append", killed)
+    try:
+        record(e.state, rnd)
+    except KeyboardInterrupt:
+        pass
+    assert not e.state.journal.cycles()

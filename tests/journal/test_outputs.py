@@ -44,7 +44,9 @@ def test_no_float_noise_in_any_output(awkward):
         "experiments.md": (p.repo / "experiments.md").read_text(),
         "log": p.cli("log", "program.md", "--tag", p.tag).stdout,
         "markdown": p.cli("report", "program.md", "--tag", p.tag, "--format", "markdown").stdout,
-        "html": p.cli("report", "program.md", "--tag", p.tag, "-o", "-").stdout,
+        # the diffs a row opens to quote the files as they are: a number in a file is not one autoloop wrote
+        "html": re.sub(r'<pre class="diff">.*?</pre>', "", p.cli("report", "program.md", "--tag", p.tag, "-o", "-").stdout,
+                       flags=re.S),
     }
     for name, text in outputs.items():
         assert not NOISE.search(text), (name, NOISE.search(text))

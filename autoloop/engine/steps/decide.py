@@ -33,7 +33,7 @@ def decide(state: RunState, rnd: Round) -> None:
             c.outcome = violation([*own, why], c.files)
         c.outcome = review(state, "after", c, rnd, c.outcome) or c.outcome
     for c in rnd.cycles:
-        if c.candidate is not None:
+        if c.candidate is not None or c.found is not None:
             assert c.outcome is not None and c.stat is not None
             c.outcome.diffstat = c.stat()
     rnd.winner = _choose(state, rnd)

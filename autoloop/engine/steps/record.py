@@ -35,6 +35,14 @@ def record(state: RunState, rnd: Round) -> list[Record]:
             _put_back(state, c, rnd.incumbent, commit)
         state.redact_logs(c.log_dir)
         rec = state.redact.obj(_record(state, c, rnd, commit))  # lessons quote tool output, which may quote a key
+        change = commit or c.candidate or c.found
+        if change is not None:
+            # write-ahead: the ref exists before the record names its commit (a kill between
+            # them leaves an unfinished cycle, whose number the next attempt's ref takes over)
+            ws.cycle_refs.write(c.n, change)
+            rec["change"] = change
+        elif c.found_note:
+            rec["change_note"] = state.redact(c.found_note)
         recs.append(state.journal.append(rec))
         if c.proposal.finished:
             state.finished = c.proposal.no_change_reason or "the generator has nothing left to propose"

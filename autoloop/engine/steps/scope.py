@@ -5,6 +5,7 @@ changed it cannot be pinned on one worker, so every candidate of the round is vo
 from __future__ import annotations
 
 from autoloop.engine.cycle import Cycle, Outcome, Round, RunState, file_changes, violation
+from autoloop.git.workspace import GitError
 from autoloop.journal.ledger import quote_path
 from autoloop.program.scope_rules import library_shadow
 from autoloop.disk.snapshot import diff
@@ -56,6 +57,24 @@ def _check(state: RunState, c: Cycle, incumbent: str, shared: str) -> None:
             # what the agent said went wrong (failed edits, denied tools) is the lesson
             lesson += " (it reported: " + "; ".join(p.notes[:5]) + ")"
         c.outcome = Outcome("no_change", lesson, "no change")
+    if c.outcome is not None and files:
+        keep_found(state, c, incumbent)
+
+
+def keep_found(state: RunState, c: Cycle, incumbent: str, tree: str | None = None) -> None:
+    """Commit what a cycle that has no candidate changed on disk (a violation, a failed
+    generator; `tree` when already written), so that `autoloop show` can show it. It is reverted
+    all the same, and never measured."""
+    assert c.outcome is not None
+    ws = state.ws
+    message = (f"autoloop cycle {c.n}: {c.outcome.status}, reverted\n\nWhat the generator changed, as autoloop "
+               f"found it on disk; never measured, never kept.\nCycle: {c.n}\nRun: {ws.branch}\n")
+    try:
+        c.found = ws.commit(tree, incumbent, message, ws.identity()) if tree is not None else \
+            ws.commit_found(incumbent, c.changes, c.tree, message)
+        c.stat = ws.diffstat_later(incumbent, c.found)
+    except (ValueError, GitError, OSError) as exc:   # the cycle's verdict stands without it
+        c.found_note = str(exc)
 
 
 def _problems(state: RunState, c: Cycle, incumbent: str) -> list[str]:

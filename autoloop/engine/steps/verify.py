@@ -13,6 +13,7 @@ from autoloop.journal.ledger import Record
 from autoloop.engine.metric import Measurement
 from autoloop.engine.measure import Judge, again_elsewhere, enforce_counts
 from autoloop.engine.steps.decide import review
+from autoloop.engine.steps.scope import keep_found
 from autoloop.engine.testcount import baseline_counts
 
 T = TypeVar("T")
@@ -55,6 +56,7 @@ def _candidate(state: RunState, c: Cycle, rnd: Round, history: list[Record], lan
         c.outcome = Outcome("violation", f"violation: the candidate's tree does not carry the incumbent's "
                             f"{', '.join(swapped[:5])}", "violation: protected files differ in the "
                             "candidate's tree", changed=swapped)
+        keep_found(state, c, incumbent, tree)
         return
     if tree == ws.tree_of(incumbent):
         c.outcome = Outcome("no_change", "no change: nothing git can record changed (e.g. only a mode "
