@@ -461,7 +461,7 @@ def test_a_resume_that_keeps_nothing_reuses_the_end_of_run_check(sim) -> None:
 
 
 def test_an_end_of_run_check_is_reused_only_for_the_same_best_start_and_check() -> None:
-    from autoloop.engine.loop import reusable_final
+    from autoloop.engine.ending import reusable_final
 
     check = {"verifier": {"command": "v"}, "final_pairs": 6, "holdout": None}
     rec = {"t": "final", "ts": 1.0, "after_cycle": 3, "start": "s", "best": "b", "check": check,

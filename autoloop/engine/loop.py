@@ -25,17 +25,18 @@ from autoloop.generators.base import Generator, preflight_context
 from autoloop.generators.registry import make_generator
 from autoloop.isolation.hardening import Guardrails, Tampered
 from autoloop.journal.ledger import UNSANDBOXED, Journal, Record
-from autoloop.decide.end import confirmed, final_estimate, final_text, needs_scipy, refuted_text
+from autoloop.decide.end import needs_scipy
 from autoloop.isolation.measured_files import protected_paths, uncommitted_warnings, verifier_fingerprint
 from autoloop.base.numbers import num as fmt
 from autoloop.journal.persist import restore_persisted_journal
 from autoloop.program.reader import Program
 from autoloop.decide.ratchet import reached
 from autoloop.journal.redact import Redactor
+from autoloop.engine import ending
 from autoloop.engine.round import abort, run_round
 from autoloop.program.scope_rules import ScopeRules
 from autoloop.engine.steps.verify import checked
-from autoloop.journal.facts import best_measured, overruled_keep, resets
+from autoloop.journal.facts import best_measured, resets
 from autoloop.git.gitrun import thaw_outer_config
 from autoloop.base.walk import temp_tree
 from autoloop.decide.wording import plural
@@ -181,7 +182,7 @@ class Run:
                 recs = run_round(state, state.workers if limit is None else max(1, min(state.workers, limit - ran)))
                 ran += len(recs)
                 self._backoff(recs[-1])
-            final = self._final_check()
+            final = ending.final_check(self)
         except Interrupted as exc:
             state.restoring = True  # from here on only the way out: a further Ctrl-C waits
             why = f"no Ray node can measure: {exc}" if isinstance(exc, ClusterLost) else "interrupted"
@@ -285,7 +286,7 @@ class Run:
         expected = self._incumbent_from([r for r in j.records if r["t"] in ("cycle", "final")])
         undo = next((f["undo"] for f in reversed(j.finals()) if f.get("undo")), None)
         if undo is not None and expected == undo["to"] and head == undo["from"]:
-            self._undo(undo)   # the run stopped between its ledger record and the branch's move
+            ending.undo(self, undo)   # the run stopped between its ledger record and the branch's move
             head = undo["to"]
         # a strict run's stored numbers are comparable only on the node that measured them
         self.state.executor.resume_on(next(((c.get("stats") or {}).get("node") for c in j.cycles()
@@ -425,7 +426,7 @@ class Run:
         (autoloop.engine.reads), in the ledger, and what that says, as warnings. Not where it would take
         more than a tenth of what is left of a time budget: cycles are what a budget is for."""
         state = self.state
-        need = 1.5 * (self._per_run_s() or 0.0) + 0.5   # strace's share, the probe
+        need = 1.5 * (self.per_run_s() or 0.0) + 0.5   # strace's share, the probe
         stop = self.program.stop.max_minutes
         left = [x for x in (self.opt.time_left(), None if stop is None else
                             stop * 60 - (time.monotonic() - started)) if x is not None]
@@ -445,7 +446,7 @@ class Run:
         for line in said:
             self.opt.report("warning", {"cycle": 0, "message": line})
 
-    def _per_run_s(self) -> float | None:
+    def per_run_s(self) -> float | None:
         """The baseline's seconds a run (its guards spread over its runs); None: no baseline."""
         base = next((c for c in self.journal.cycles() if c["status"] == "baseline"), None)
         if base is None or not base.get("duration_s"):
@@ -455,100 +456,6 @@ class Run:
         warm_n = sum(len(v or []) for v in warm.values()) if isinstance(warm, dict) else len(warm or [])
         runs = len(st.get("runs") or []) + len(st.get("a") or []) + len(st.get("b") or []) + warm_n
         return float(base["duration_s"]) / max(1, runs)
-
-    def final_estimate_s(self) -> float | None:
-        """The end-of-run check's most seconds: its runs at the baseline's time a run (guards
-        included, so on the safe side); None: nothing to go by."""
-        per_run = self._per_run_s()
-        if per_run is None:
-            return None
-        return per_run * final_estimate(self.program, self.journal.cycles())["runs"] + 1.0  # + checkout and proof
-
-    def _final_check(self) -> dict[str, Any] | None:
-        """Best against the start, re-measured in one interleaved batch, unless the run's time
-        budget would not hold it."""
-        state, cycles = self.state, self.journal.cycles()
-        start = next((c.get("commit") for c in cycles if c["status"] == "baseline"), None)
-        if start is None:
-            return None
-        left, need = self.opt.time_left(), self.final_estimate_s()
-        check = self._check_fingerprint()
-        prior = reusable_final(self.journal.finals(), start, state.incumbent, check)
-        rec: dict[str, Any]
-        if prior is not None:
-            # a resume that kept nothing: the same best against the same start with the same
-            # verifier was re-measured already; measuring it again would only cost time
-            rec = reused_final(prior)
-            # no "[0 verifier runs, 0.0 s]": the line says it was not measured again
-            shown = {k: v for k, v in rec.items() if k != "verifier_runs"}
-            rec["text"] = (f"end-of-run check: reused from {rec['reused_from']['when']}: "
-                           f"{final_text(shown, self.program.verifier.label)}")
-        elif left is not None and need is not None and need > left and \
-                self.program.accept.final_pairs > 0 and start != state.incumbent:
-            rec = {
-                "start": start, "best": state.incumbent,
-                "skipped": (f"skipped — about {need:.0f}s of re-measurement would not fit in the "
-                            f"{left:.0f}s left of --max-minutes"), "estimate_s": round(need, 1)}
-        else:
-            log_dir = state.log_dir(0, f"final-{int(time.time() * 1000)}")
-            # announced only when it measures (end_of_run skips it with nothing kept or
-            # final_pairs 0, and the final line says so)
-            announce = lambda: self.opt.report("phase", {"cycle": cycles[-1]["cycle"], "phase": "final check"})  # noqa: E731
-            try:
-                rec = checked(state, lambda: state.judge.final(start, state.incumbent, log_dir, self.env(0), cycles,
-                                                               announce))
-            except Tampered as exc:
-                # nothing is kept or undone at this point; the re-measurement just does not count
-                rec = {"start": start, "best": state.incumbent, "skipped": f"not trustworthy: {exc}"[:300]}
-            state.redact_logs(log_dir)
-            rec["check"] = check
-        if "text" not in rec:
-            rec["text"] = final_text(rec, self.program.verifier.label)
-        # a branch head a person kept against the ratchet (approve mode) is theirs: said, not undone
-        if confirmed(rec) is False and rec.get("best") not in (None, start) and rec.get("best") == state.incumbent \
-                and not any(overruled_keep(c) for c in cycles):
-            # write-ahead: the plan is in the ledger before the branch moves (_attach finishes it)
-            rec["undo"] = self._undo_plan(cycles, start, state.incumbent, rec)
-            rec["text"] += f"; {rec['undo']['text']}"
-        rec = self.journal.append({"t": "final", "after_cycle": cycles[-1]["cycle"], **rec})
-        if rec.get("undo"):
-            self._undo(rec["undo"])
-        self.journal.render(self.program.goal)
-        self.opt.report("final", rec)
-        return rec
-
-    def _undo_plan(self, cycles: list[Record], start: str, tip: str, rec: dict[str, Any]) -> dict[str, Any]:
-        """The way back from a best the end-of-run check did not confirm: the branch returns to the
-        last commit a check confirmed (else the start) and the refuted ones stay reachable under
-        the tag's own ref. The keeps it names are those since that commit (or an earlier undo)."""
-        keeps = {c.get("commit"): c for c in cycles if c["status"] == "keep"}
-        back_to, best, since = start, self.state.baseline, 0
-        for f in reversed(self.journal.finals()):
-            if confirmed(f) and f.get("best") in keeps and f.get("best") != tip:
-                back_to, best, since = f["best"], keeps[f["best"]].get("metric"), keeps[f["best"]]["cycle"]
-                break
-        since = max([since, *(f.get("after_cycle", 0) for f in self.journal.finals() if f.get("undo"))])
-        refuted = [c["cycle"] for c in keeps.values() if c["cycle"] > since]
-        ref = self.ws.refuted_ref(cycles[-1]["cycle"])
-        where = "the starting commit" if back_to == start else f"cycle {since}'s keep, which a check confirmed"
-        said = refuted_text(rec, refuted, self.program.verifier.label)
-        back = f"branch {self.ws.branch} is back at {back_to[:12]} ({where}); the refuted commits stay at {ref}"
-        return {"from": tip, "to": back_to, "best": best, "cycles": refuted, "ref": ref, "said": said,
-                "back": back, "text": f"{said}; {back}"}
-
-    def _undo(self, plan: dict[str, Any]) -> None:
-        """Carry out an undo plan (again after a crash: each part is done only if still to do)."""
-        self.ws.pin(plan["ref"], plan["from"])
-        if self.ws.branch_head() == plan["from"]:
-            self.ws.advance(plan["to"], plan["from"], "autoloop: the end-of-run check did not confirm the best")
-        self.state.incumbent, self.state.best = plan["to"], plan["best"]
-
-    def _check_fingerprint(self) -> dict[str, Any]:
-        p = self.program
-        hold = p.holdout
-        return {"verifier": verifier_fingerprint(p), "final_pairs": p.accept.final_pairs,
-                "holdout": None if hold is None else {"command": hold.command, "metric": hold.metric,
-                                                      "pattern": hold.pattern, "direction": hold.direction}}
 
     def _stop_reason(self, ran: int, started: float) -> str:
         self.state.check_signal()
@@ -619,26 +526,3 @@ def _tail(stem: Path | None) -> str:
         if lines:
             parts.append(f"  {label}: " + f"\n  {label}: ".join(lines))
     return "\n".join(parts) or "  (no output)"
-
-
-def reusable_final(finals: list[Record], start: str, best: str, check: dict[str, Any]) -> Record | None:
-    """The latest end-of-run check of `best` against `start` under the same `check` settings."""
-    for r in reversed(finals):
-        if r.get("start") == start and r.get("best") == best and r.get("check") == check \
-                and not r.get("skipped") and not r.get("error") and r.get("change_pct") is not None:
-            return r
-    return None
-
-
-def reused_final(prior: Record) -> dict[str, Any]:
-    rec = {k: v for k, v in prior.items()
-           if k not in ("t", "ts", "after_cycle", "text", "reused_from", "verifier_runs", "seconds")}
-    ts = prior.get("ts")
-    when = (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts)) if isinstance(ts, (int, float))
-            else "an earlier invocation")
-    rec["reused_from"] = {"ts": ts, "when": f"{when} (after cycle {prior.get('after_cycle')})",
-                          "after_cycle": prior.get("after_cycle"), "verifier_runs": prior.get("verifier_runs"),
-                          "seconds": prior.get("seconds")}
-    rec["verifier_runs"] = 0
-    return rec
-
