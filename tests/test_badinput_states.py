@@ -392,3 +392,23 @@ def test_a_guard_whose_python_lacks_its_module_is_refused_naming_that_python(tmp
     msg = _refused(repo, env, "verify")
     assert msg.startswith("program.md:12: guards[0].command"), msg
     assert "has no module autoloop_no_such_module" in msg and "`.venv/bin/python -m autoloop_no_such_module`" in msg, msg
+
+
+def test_a_guard_already_on_the_projects_python_is_told_to_install_the_module(tmp_path):
+    repo, env = _repo(tmp_path, _program("guards:\n  - .venv/bin/python -m autoloop_no_such_module -q"))
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(repo / ".venv")], check=True)
+    msg = _refused(repo, env, "verify")
+    assert "install autoloop_no_such_module into it" in msg and "point at" not in msg, msg
+
+
+def test_a_writable_path_holding_the_measurements_python_is_refused(tmp_path):
+    """The score runs none of the candidate's files, but it runs a Python: one under
+    sandbox.writable could be given a start-up hook by a guard's run of the candidate's code."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed: without a sandbox everything is writable anyway")
+    shared = tmp_path / "shared"
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(shared / "venv")], check=True)
+    repo, env = _repo(tmp_path, _program(f"guards:\n  - {shared}/venv/bin/python -c 'pass'\n"
+                                         f"sandbox:\n  writable: [{shared}]"))
+    msg = _refused(repo, env, "verify")
+    assert msg.startswith("program.md:14: sandbox.writable[0]") and "part of a Python" in msg, msg

@@ -367,7 +367,10 @@ def missing_modules(program: Program) -> list[str]:
             continue
         venv = next((f"{d}/bin/python" for d in (".venv", "venv", "env")
                      if (program.repo_root / d / "bin" / "python").exists()), None)
-        fix = (f"point at your project's Python: `{venv} -m {' '.join(words[2:3])}`" if venv else
+        mod = words[2].split(".")[0]
+        fix = (f"install {mod} into it (`{words[0]} -m pip install {mod}`), or check the module's name"
+               if "/" in words[0] else
+               f"point at your project's Python: `{venv} -m {' '.join(words[2:3])}`" if venv else
                f"point at the Python that has it (`.venv/bin/python -m {words[2]}`, a path from the repository "
                f"root), or install {words[2].split('.')[0]} into {exe}")
         out.append(f"{program.path.name}:{program.line(key)}: {key}: `{words[0]} -m {words[2]}` runs {exe}, "

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from autoloop.isolation import editable
+from autoloop.isolation.hardening import refuse_writable_pythons
 from autoloop.process import proc
 from autoloop.engine import testcount
 from autoloop.errors import RunFailure
@@ -216,6 +217,8 @@ def sandbox_outside_run(program: Program) -> tuple[Bwrap | None, str | None]:
     bwrap, why = probed(program)
     if bwrap is None:
         editable.refuse(program, why or "")
+    else:
+        refuse_writable_pythons(program)
     return bwrap, why and UNSANDBOXED.format(why)
 
 

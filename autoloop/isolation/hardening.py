@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -19,7 +21,7 @@ from filelock import FileLock, Timeout
 from autoloop.isolation import editable
 from autoloop.process import envs
 from autoloop.process import proc
-from autoloop.errors import RepoStateError, RunFailure
+from autoloop.errors import ConfigError, RepoStateError, RunFailure
 from autoloop.journal.ledger import Journal
 from autoloop.isolation.measured_files import commands_by_name, interpreters, named_interpreters
 from autoloop.program.reader import Program, check_data
@@ -81,6 +83,8 @@ class Guardrails:
         self.sandbox, why = probed(p)
         if self.sandbox is None or elsewhere:
             editable.refuse(p, why or elsewhere or "")
+        else:
+            refuse_writable_pythons(p)
         self._elsewhere = elsewhere
         self.unsandboxed = "; ".join(w for w in (why, elsewhere) if w) or None
         start = self.ws.branch_head() or self.ws.head()
@@ -467,6 +471,38 @@ class Guardrails:
     def raise_if_fatal(self) -> None:
         if self.fatal:
             raise RunFailure(self.fatal)
+
+
+def refuse_writable_pythons(program: Program) -> None:
+    """ConfigError (exit 2) when a `sandbox.writable` path holds, or lies in, a Python the
+    measurements or the score run (its installation, its venv, its site folders) or autoloop's
+    own code: a step of a measurement — the candidate's code under a guard — could write a
+    start-up hook there, and the score, which runs none of the candidate's files, would run it."""
+    if not program.sandbox.writable:
+        return
+    import autoloop
+
+    env = envs.scrubbed(os.environ, scratch=Path(tempfile.mkdtemp(prefix="autoloop-sites-")))
+    try:
+        exes = [e for e in interpreters(program, env, shebangs=True, defaults=True) if e]
+        trusted = [Path(os.path.realpath(p)) for p in site_dirs(exes, env)]
+        for exe in [*exes, sys.executable]:
+            real = Path(os.path.realpath(exe))
+            trusted.append(real)   # the interpreter itself
+            trusted += [Path(os.path.realpath(d)) for d in (Path(exe).parent.parent, real.parent.parent)
+                        if (d / "pyvenv.cfg").is_file()]   # its venv, whole
+        trusted.append(Path(autoloop.__file__).resolve().parent)
+    finally:
+        remove_tree(Path(env["TMPDIR"]).parent, quiet=True)
+    for i, w in enumerate(program.sandbox.writable):
+        full = Path(os.path.realpath(os.path.expanduser(w)))
+        hit = next((t for t in trusted if t.is_relative_to(full) or full.is_relative_to(t)), None)
+        if hit is not None and str(hit) != "/":
+            line = program.lines.get(f"sandbox.writable[{i}]", program.line("sandbox"))
+            raise ConfigError(f"{program.path.name}:{line}: sandbox.writable[{i}]: '{w}' overlaps {hit}, part of a "
+                              "Python the measurements or the score run: a candidate's code could change what the "
+                              "score runs; keep the Python (and its venv) outside sandbox.writable, or name a "
+                              "narrower folder")
 
 
 def data_paths(program: Program) -> frozenset[str]:
