@@ -169,7 +169,7 @@ def test_a_noisy_baseline_is_said_and_a_gain_inside_its_spread_is_not_called_pla
 
     monkeypatch.setattr(probe_mod, "probe", lambda program: iter([base, unclear]))
     program = SimpleNamespace(verifier=SimpleNamespace(label="seconds", measure="wall", score="x"))
-    assert doctor._probe(program) == 0
+    assert doctor.print_probe(program) == 0
     out = capsys.readouterr().out
     assert "WARNING: the baseline's runs spread 67% of their median" in out
     assert out.rstrip().endswith("every hack tried was caught, as far as a baseline spread of 67% can tell")

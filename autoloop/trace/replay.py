@@ -1,0 +1,609 @@
+"""Replay of recorded calls, for a sealed speed benchmark (written by `autoloop init --trace`
+into bench/tracereplay.py; do not edit: bench/ is the judge's).
+
+Standard library only, for any Python >= 3.8: it runs in the project's interpreter.
+
+- `produce`: the calls of one measurement, drawn from $AUTOLOOP_SEED — a few recorded calls
+  and many new ones derived from them by seeded, type-preserving mutation — run through the
+  targets of the tree being measured; their outcomes go to $AUTOLOOP_OUTPUT.
+- `score`: the same calls drawn again from the same seed, the expected outcomes computed with
+  the start commit's code (or, for recorded calls, read from the private answers recorded at
+  HEAD), and every outcome compared. Exit 1 on the first difference.
+- `check`: run by `autoloop init` at HEAD: which recorded calls are usable (each run twice,
+  arguments unchanged by the call, no file written, the same outcome as recorded) and how long
+  calls take, to size a measurement.
+
+Derived calls keep every argument's type: strings and bytes are cut, joined with other recorded
+strings, shuffled by words, have a slice repeated or a character inserted; integers and floats
+move by up to half their size; lists lose, gain (mutated copies) or change items and stay sorted
+if they were; tuples, dicts and sets have items changed (dict keys and tuple lengths kept);
+booleans, None and other objects are kept as they are. A call made of those only cannot be
+derived (it can only be replayed as recorded).
+"""
+
+import importlib
+import json
+import math
+import os
+import pickle
+import random
+import sys
+import time
+
+OK, RAISED = 0, 1
+RECORDED_SHARE = 0.05   # of a measurement's calls: the most a table of known calls can save
+SAFE_TYPES = {
+    ("builtins", n) for n in ("set", "frozenset", "complex", "bytearray", "slice", "range", "object",
+                              "list", "dict", "tuple", "str", "bytes", "int", "float", "bool")
+} | {("copyreg", "_reconstructor"), ("copyreg", "__newobj__"), ("_codecs", "encode"),
+     ("collections", "OrderedDict"), ("collections", "defaultdict"), ("collections", "deque"),
+     ("collections", "Counter"), ("datetime", "date"), ("datetime", "datetime"), ("datetime", "time"),
+     ("datetime", "timedelta"), ("datetime", "timezone"), ("decimal", "Decimal"),
+     ("fractions", "Fraction"), ("uuid", "UUID")}
+
+
+# ---- the targets -----------------------------------------------------------------------------
+
+def resolve(name):
+    """The function behind MODULE:QUALNAME, as the code of this tree defines it now: a method is
+    the class's function (called with the instance first), a class or static method its function."""
+    module, _, qual = name.partition(":")
+    obj = importlib.import_module(module)
+    for part in qual.split("."):
+        d = getattr(obj, "__dict__", None)
+        obj = d[part] if isinstance(d, dict) and part in d else getattr(obj, part)
+    if isinstance(obj, (classmethod, staticmethod)):
+        obj = obj.__func__
+    return obj
+
+
+def call(fn, args, kwargs):
+    try:
+        return (OK, fn(*args, **kwargs))
+    except Exception as exc:
+        return (RAISED, type(exc).__module__ + "." + type(exc).__qualname__, str(exc)[:2000])
+
+
+def same(a, b):
+    """Outcomes equal: the same exception (type and text), or results of the same type that
+    compare equal (or pickle to the same bytes: NaN, objects without __eq__)."""
+    if a[0] != b[0]:
+        return False
+    if a[0] == RAISED:
+        return tuple(a[1:]) == tuple(b[1:])
+    x, y = a[1], b[1]
+    if type(x) is not type(y):
+        return False
+    try:
+        if bool(x == y):
+            return True
+    except Exception:
+        pass
+    try:
+        return pickle.dumps(x, 4) == pickle.dumps(y, 4)
+    except Exception:
+        return False
+
+
+def show(value, limit=160):
+    try:
+        text = repr(value)
+    except Exception as exc:
+        text = "<unprintable %s: %s>" % (type(value).__name__, exc)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+# ---- mutation --------------------------------------------------------------------------------
+
+_TEXT = (str, bytes)
+
+
+def mutable(value):
+    """Whether `mutate` can change this value (and so derive a new call from it)."""
+    t = type(value)
+    if t in _TEXT or t is float or t is int:
+        return True
+    if t is list or t is tuple or t in (set, frozenset) or isinstance(value, dict) \
+            or (isinstance(value, tuple) and hasattr(value, "_make")):
+        return len(value) > 0 and any(mutable(v) for v in (value.values() if isinstance(value, dict) else value))
+    return False
+
+
+def _below(rng, n):
+    """An integer in [0, n): random() is C, randrange Python (a derived call costs a few of these,
+    and the harness must stay a small share of what is timed)."""
+    return int(rng.random() * n)
+
+
+def _text(s, rng, pool):
+    n = len(s)
+    empty = s[:0]
+    space = " " if type(s) is str else b" "
+    op = _below(rng, 5) if n else 4
+    if op == 0 and n > 1:                                    # cut a slice out
+        i = _below(rng, n)
+        j = i + 1 + _below(rng, max(1, min(n - i, n // 2)))
+        out = s[:i] + s[j:]
+    elif op == 1:                                            # join with another recorded string
+        other = pool[_below(rng, len(pool))] if pool else s
+        out = s + (space if space in s else empty) + other[:max(1, n)]
+    elif op == 2 and space in s:                             # shuffle the words
+        words = s.split(space)
+        rng.shuffle(words)
+        out = space.join(words)
+    elif op in (2, 3) and n > 0:                             # repeat a slice
+        i = _below(rng, n)
+        j = i + 1 + _below(rng, min(n - i, 8))
+        out = s[:j] + s[i:j] + s[j:]
+    else:                                                    # insert one of its own characters
+        source = s or (pool[_below(rng, len(pool))] if pool else empty) or ("a" if type(s) is str else b"a")
+        k = _below(rng, len(source))
+        i = _below(rng, n + 1)
+        out = s[:i] + source[k:k + 1] + s[i:]
+    if out == s:
+        out = s + (s[-1:] or ("a" if type(s) is str else b"a"))
+    return out
+
+
+def _number(v, rng):
+    if type(v) is int:
+        k = max(2, abs(v) // 2)
+        d = _below(rng, 2 * k) - k     # in [-k, k), and 0 becomes k: never unchanged
+        out = v + (d or k)
+        return -out if v >= 0 > out else out
+    if not math.isfinite(v):
+        return v
+    out = v * (0.5 + rng.random()) if v else rng.random() * 2 - 1
+    return out if out != v else v + 1.0
+
+
+def _is_sorted(items):
+    try:
+        return all(items[i] <= items[i + 1] for i in range(len(items) - 1))
+    except Exception:
+        return False
+
+
+def mutate(value, rng, pool, depth=0):
+    """A value of the same type, changed (see the module's docstring); `value` is not changed."""
+    t = type(value)
+    if t in _TEXT:
+        return _text(value, rng, pool.get(t, ()))
+    if t is int or t is float:
+        return _number(value, rng)
+    if depth > 4:
+        return value
+    if t is list:
+        out = list(value)
+        n = len(out)
+        op = _below(rng, 3) if n else 3
+        if op == 0 and n > 1:
+            for _ in range(1 + _below(rng, max(1, n // 2))):
+                del out[_below(rng, len(out))]
+        elif op == 1:
+            for _ in range(1 + _below(rng, max(1, n // 2))):
+                out.insert(_below(rng, len(out) + 1), mutate(value[_below(rng, n)], rng, pool, depth + 1))
+        elif n:
+            for _ in range(1 + _below(rng, min(3, n))):
+                i = _below(rng, n)
+                out[i] = mutate(out[i], rng, pool, depth + 1)
+        if n > 1 and _is_sorted(value):
+            try:
+                out.sort()
+            except Exception:
+                pass
+        return out
+    if isinstance(value, tuple) and value:
+        out = list(value)
+        i = _below(rng, len(out))
+        out[i] = mutate(out[i], rng, pool, depth + 1)
+        return value._make(out) if hasattr(value, "_make") else (tuple(out) if t is tuple else value)
+    if isinstance(value, dict) and value:
+        import copy
+        out = copy.copy(value)
+        keys = list(value)
+        for _ in range(1 + _below(rng, 2)):
+            k = keys[_below(rng, len(keys))]
+            out[k] = mutate(value[k], rng, pool, depth + 1)
+        return out
+    if t in (set, frozenset) and value:
+        items = sorted(value, key=repr)   # a set's order follows the hash seed, which differs by process
+        if len(items) > 1 and rng.random() < 0.5:
+            del items[_below(rng, len(items))]
+        else:
+            items.append(mutate(items[_below(rng, len(items))], rng, pool, depth + 1))
+        return t(items)
+    return value
+
+
+def slots_of(args, kwargs, skip_first):
+    """The arguments `derive` can change: positions, then keyword names (sorted)."""
+    slots = [i for i in range(1 if skip_first else 0, len(args)) if mutable(args[i])]
+    return slots + [k for k in sorted(kwargs) if mutable(kwargs[k])]
+
+
+def derive(args, kwargs, rng, pool, skip_first, slots=None):
+    """A new call from a recorded one: one argument changed (one, so that deriving stays cheap
+    beside the call). `skip_first`: a method's instance (or class) is kept."""
+    if slots is None:
+        slots = slots_of(args, kwargs, skip_first)
+    if not slots:
+        return args, kwargs
+    s = slots[_below(rng, len(slots))]
+    if isinstance(s, int):
+        new_args = list(args)
+        new_args[s] = mutate(args[s], rng, pool)
+        return new_args, kwargs
+    new_kwargs = dict(kwargs)
+    new_kwargs[s] = mutate(kwargs[s], rng, pool)
+    return args, new_kwargs
+
+
+def text_pool(calls):
+    """The strings and bytes of a target's recorded calls (top level and one level down), that
+    `join` draws from: in recording order, so every process builds the same pool."""
+    pool = {str: [], bytes: []}
+    for args, kwargs in calls:
+        for v in list(args) + [kwargs[k] for k in sorted(kwargs)]:
+            items = v if type(v) in (list, tuple) else [v]
+            for x in items[:20]:
+                if type(x) in pool and len(pool[type(x)]) < 500:
+                    pool[type(x)].append(x)
+    return pool
+
+
+# ---- a measurement's calls ---------------------------------------------------------------------
+
+def draw(target, seed, n_derived, n_recorded):
+    """[(recorded index or -1, args, kwargs)] of one measurement for `target` (a dict from the
+    inputs file: name, calls, weights, derivable, method), the same in every process for a seed."""
+    rng = random.Random("%s:%s" % (seed, target["name"]))
+    calls = target["calls"]
+    out = [(i, calls[i][0], calls[i][1]) for i in sorted(rng.sample(range(len(calls)), min(n_recorded, len(calls))))]
+    parents = [i for i, ok in enumerate(target["derivable"]) if ok]
+    if not parents:
+        return out
+    cum, total = [], 0
+    for i in parents:
+        total += target["weights"][i]
+        cum.append(total)
+    pool = text_pool(calls)
+    method = target.get("method", False)
+    slots = {}
+    for p in rng.choices(parents, cum_weights=cum, k=n_derived):
+        args, kwargs = calls[p]
+        if p not in slots:
+            slots[p] = slots_of(args, kwargs, method)
+        args, kwargs = derive(args, kwargs, rng, pool, method, slots[p])
+        out.append((-1, args, kwargs))
+    return out
+
+
+def load(path):
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def _paths():
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(here, "trace.json"), os.path.join(here, ".trace", "calls.pkl")
+
+
+def produce(seed=None, out_dir=None):
+    """The measured run: every call of this measurement through the tree's code; outcomes to
+    $AUTOLOOP_OUTPUT/results.pkl, and the seconds spent inside the targets to timing.json."""
+    plan_path, inputs_path = _paths()
+    with open(plan_path) as f:
+        plan = json.load(f)
+    seed = os.environ["AUTOLOOP_SEED"] if seed is None else seed
+    out_dir = os.environ["AUTOLOOP_OUTPUT"] if out_dir is None else out_dir
+    if not os.path.exists(inputs_path):
+        sys.exit("no recorded calls at %s: it is linked by program.md's `data:` in the trees autoloop "
+                 "measures (run `autoloop verify`, not this script)" % inputs_path)
+    targets = {t["name"]: t for t in load(inputs_path)}
+    results, inside = [], 0.0
+    for spec in plan["targets"]:
+        target = targets[spec["name"]]
+        fn = resolve(target["name"])
+        todo = draw(target, seed, spec["derived"], spec["recorded"])
+        outs = []
+        add = outs.append
+        t0 = time.perf_counter()
+        for _, args, kwargs in todo:
+            try:
+                add((OK, fn(*args, **kwargs)))
+            except Exception as exc:
+                add((RAISED, type(exc).__module__ + "." + type(exc).__qualname__, str(exc)[:2000]))
+        inside += time.perf_counter() - t0
+        results.append(outs)
+    with open(os.path.join(out_dir, "results.pkl"), "wb") as f:
+        pickle.dump(results, f, 4)
+    with open(os.path.join(out_dir, "timing.json"), "w") as f:
+        json.dump({"target_seconds": inside}, f)
+
+
+class _Results(pickle.Unpickler):
+    """The command's results were written by the candidate's code: a pickle can call anything
+    on loading, so only plain data types and the classes of the project's own packages load."""
+
+    def __init__(self, f, packages):
+        pickle.Unpickler.__init__(self, f)
+        self.packages = packages
+
+    def find_class(self, module, name):
+        if (module, name) in SAFE_TYPES:
+            return pickle.Unpickler.find_class(self, module, name)
+        if module.split(".")[0] in self.packages:
+            obj = pickle.Unpickler.find_class(self, module, name)
+            if isinstance(obj, type):
+                return obj
+        raise pickle.UnpicklingError("results refer to %s.%s, which the score does not load" % (module, name))
+
+
+def score(private_dir=None, seed=None, out_dir=None):
+    """Exit 0 when every outcome the command wrote is the start commit's; else exit 1 naming
+    the first that is not. Prints the seconds the command said it spent in the targets (for
+    `autoloop verify`'s harness share; the command could lie about it, so nothing is judged on it)."""
+    plan_path, inputs_path = _paths()
+    with open(plan_path) as f:
+        plan = json.load(f)
+    seed = os.environ["AUTOLOOP_SEED"] if seed is None else seed
+    out_dir = os.environ["AUTOLOOP_OUTPUT"] if out_dir is None else out_dir
+    stored = load(inputs_path)
+    index = {t["name"]: i for i, t in enumerate(stored)}
+    answers = None
+    if private_dir:
+        answers = load(os.path.join(os.path.expanduser(private_dir), "expected.pkl"))
+    packages = {t["name"].split(":")[0].split(".")[0] for t in stored}
+    try:
+        with open(os.path.join(out_dir, "results.pkl"), "rb") as f:
+            got = _Results(f, packages).load()
+    except Exception as exc:
+        sys.exit("no results: %s" % exc)
+    if not isinstance(got, list) or len(got) != len(plan["targets"]):
+        sys.exit("results: expected one list per target (%d), got %s" % (len(plan["targets"]), show(got, 60)))
+    checked = derived = 0
+    for spec, outs in zip(plan["targets"], got):
+        n = index[spec["name"]]
+        target = stored[n]
+        fn = resolve(target["name"])
+        todo = draw(target, seed, spec["derived"], spec["recorded"])
+        if not isinstance(outs, list) or len(outs) != len(todo):
+            sys.exit("%s: %s results, expected %d" % (target["name"], len(outs) if isinstance(outs, list) else "no",
+                                                      len(todo)))
+        for (rec, args, kwargs), have in zip(todo, outs):
+            want = answers[n][rec] if answers is not None and rec >= 0 else call(fn, args, kwargs)
+            if not isinstance(have, tuple) or not have or not same(want, have):
+                sys.exit("%s(%s): %s, expected %s (%s call)" % (
+                    target["name"], show([args, kwargs], 200), _said(have), _said(want),
+                    "a recorded" if rec >= 0 else "a derived"))
+            checked += 1
+            derived += rec < 0
+    try:
+        with open(os.path.join(out_dir, "timing.json")) as f:
+            inside = float(json.load(f)["target_seconds"])
+        print("target_seconds: %.6f" % inside)
+    except Exception:
+        pass
+    print("checked %d outcomes (%d of derived calls) against the start commit" % (checked, derived))
+
+
+def _said(outcome):
+    if not isinstance(outcome, tuple) or not outcome:
+        return "no outcome"
+    if outcome[0] == RAISED:
+        return "raised %s(%s)" % (outcome[1], show(outcome[2], 80))
+    return "returned " + show(outcome[1] if len(outcome) > 1 else None)
+
+
+# ---- init's check at HEAD ------------------------------------------------------------------------
+
+WRITE_EVENTS = {"os.remove", "os.rename", "os.replace", "os.mkdir", "os.rmdir", "os.truncate", "os.symlink",
+                "os.link", "os.chmod", "os.chown", "os.utime", "shutil.rmtree", "shutil.copyfile", "shutil.move",
+                "shutil.copytree", "os.removexattr", "os.setxattr"}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+
+class _Writes:
+    def __init__(self):
+        self.on = False
+        self.seen = []
+        sys.addaudithook(self.hook)
+
+    def hook(self, event, args):
+        if not self.on:
+            return
+        if event == "open":
+            path, mode, flags = (tuple(args) + (None, None, 0))[:3]
+            if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & _WRITE_FLAGS):
+                self.seen.append("%s %s" % (event, path))
+        elif event in WRITE_EVENTS:
+            self.seen.append("%s %s" % (event, args[0] if args else ""))
+
+
+def _timed(fn, args, kwargs, writes):
+    writes.on, writes.seen = True, []
+    t0 = time.perf_counter()
+    try:
+        out = call(fn, args, kwargs)
+    finally:
+        dt = time.perf_counter() - t0
+        writes.on = False
+    return out, dt, list(writes.seen)
+
+
+def check(records, derive_per_call=4, seed=12345):
+    """For each target of `records` ({name: {"calls": [[args bytes, outcome, count]], "method"}}):
+    which calls are usable, why the others are not, and the seconds calls and derived calls take.
+    Returns {name: {"usable": [(args, kwargs, count, outcome, derivable)], "refused": {reason: [n, example]},
+    "seconds": ..., "derived_seconds": ..., "derived_raise": ..., "derived": n}}."""
+    writes = _Writes()
+    report = {}
+    for name, rec in records.items():
+        refused = {}
+
+        def refuse(reason, example=""):
+            slot = refused.setdefault(reason, [0, example])
+            slot[0] += 1
+
+        entry = {"usable": [], "refused": refused, "seconds": 0.0, "derived_seconds": 0.0,
+                 "derived": 0, "derived_raise": 0}
+        report[name] = entry
+        try:
+            fn = resolve(name)
+            if not callable(fn):
+                raise TypeError("%s is a %s, not a function" % (name, type(fn).__name__))
+        except Exception as exc:
+            entry["error"] = "%s: %s" % (type(exc).__name__, exc)
+            continue
+        for blob, recorded, count in rec["calls"]:
+            try:
+                args, kwargs = pickle.loads(blob)
+            except Exception as exc:
+                refuse("arguments do not load outside the workload (a class of the tests?)",
+                       "%s: %s" % (type(exc).__name__, str(exc)[:120]))
+                continue
+            try:   # pickled here, not compared with the recording's bytes: a set's order follows the hash seed
+                before = pickle.dumps((args, kwargs), 4)
+            except Exception as exc:
+                refuse("arguments do not pickle", "%s: %s" % (type(exc).__name__, str(exc)[:120]))
+                continue
+            first, dt, wrote = _timed(fn, args, kwargs, writes)
+            if wrote:
+                refuse("writes files", wrote[0][:160])
+                continue
+            try:
+                changed = pickle.dumps((args, kwargs), 4) != before
+            except Exception:
+                changed = True
+            if changed:
+                refuse("changes its arguments (a method that changes its object, an argument filled in)",
+                       show([args, kwargs], 120))
+                continue
+            args, kwargs = pickle.loads(blob)
+            second, dt2, _ = _timed(fn, args, kwargs, writes)
+            if not same(first, second):
+                refuse("non-deterministic: two calls at HEAD gave different outcomes", _said(first)[:120])
+                continue
+            if not _as_recorded(recorded, first):
+                refuse("differs from the recorded outcome (it depends on state the workload set up)",
+                       "%s, recorded %s" % (_said(first)[:60], _recorded_said(recorded)[:60]))
+                continue
+            entry["usable"].append([args, kwargs, count, first, True])
+            entry["seconds"] += min(dt, dt2)
+        _check_derived(entry, fn, rec.get("method", False), derive_per_call, seed, writes)
+    return report
+
+
+def _as_recorded(recorded, outcome):
+    if recorded is None or recorded[0] == "none-or-raised":
+        return outcome[0] == RAISED or outcome[1] is None
+    if recorded[0] == "raised":
+        return outcome[0] == RAISED and outcome[1] == recorded[1] and outcome[2] == recorded[2]
+    try:
+        return same((OK, pickle.loads(recorded[1])), outcome)
+    except Exception:
+        return False
+
+
+def _recorded_said(recorded):
+    if recorded is None or recorded[0] == "none-or-raised":
+        return "None"
+    if recorded[0] == "raised":
+        return "raised %s" % recorded[1]
+    try:
+        return "returned " + show(pickle.loads(recorded[1]))
+    except Exception:
+        return "a result"
+
+
+def _check_derived(entry, fn, method, per_call, seed, writes):
+    """Derive calls from each usable one and run them twice at HEAD: a call whose derived calls
+    write files, change their arguments or differ run to run is kept for replay as recorded only."""
+    usable = entry["usable"]
+    pool = text_pool([(u[0], u[1]) for u in usable])
+    rng = random.Random("check:%s" % seed)
+    for u in usable:
+        args, kwargs = u[0], u[1]
+        if not any(mutable(v) for v in list(args[1 if method else 0:]) + list(kwargs.values())):
+            u[4] = False
+            continue
+        for _ in range(per_call):
+            dargs, dkwargs = derive(args, kwargs, rng, pool, method)
+            try:
+                before = pickle.dumps((dargs, dkwargs), 4)
+            except Exception:
+                u[4] = False
+                break
+            first, dt, wrote = _timed(fn, dargs, dkwargs, writes)
+            second, dt2, wrote2 = _timed(fn, dargs, dkwargs, writes)
+            try:
+                changed = pickle.dumps((dargs, dkwargs), 4) != before
+            except Exception:
+                changed = True
+            if wrote or wrote2 or changed or not same(first, second):
+                u[4] = False
+                break
+            entry["derived"] += 1
+            entry["derived_seconds"] += min(dt, dt2)
+            entry["derived_raise"] += first[0] == RAISED and u[3][0] == OK
+
+
+def _is_method(name):
+    """A method's recorded first argument is its instance (or class): kept as it is."""
+    module, _, qual = name.partition(":")
+    if "." not in qual:
+        return False
+    owner = importlib.import_module(module)
+    *path, last = qual.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    return isinstance(owner, type) and not isinstance(owner.__dict__.get(last), staticmethod)
+
+
+def write_store(records, store, report_path):
+    """init's check at HEAD, in the project's interpreter (only it can load the arguments):
+    the usable calls to store/inputs/calls.pkl, their outcomes to store/private/expected.pkl,
+    and what was found (counts and reasons, no argument values) to `report_path` as JSON."""
+    for name in records:
+        try:
+            records[name]["method"] = _is_method(name)
+        except Exception:
+            records[name]["method"] = False
+    report = check(records)
+    inputs, answers, summary = [], [], {}
+    for name, entry in report.items():
+        usable = entry.pop("usable")
+        summary[name] = dict(entry, usable=len(usable), derivable=sum(1 for u in usable if u[4]),
+                             calls=sum(u[2] for u in usable))
+        inputs.append({"name": name, "method": records[name]["method"],
+                       "calls": [(u[0], u[1]) for u in usable], "weights": [u[2] for u in usable],
+                       "derivable": [u[4] for u in usable]})
+        answers.append([u[3] for u in usable])
+    for sub, data in (("inputs", inputs), (os.path.join("private"), answers)):
+        os.makedirs(os.path.join(store, sub), exist_ok=True)
+    with open(os.path.join(store, "inputs", "calls.pkl"), "wb") as f:
+        pickle.dump(inputs, f, 4)
+    with open(os.path.join(store, "private", "expected.pkl"), "wb") as f:
+        pickle.dump(answers, f, 4)
+    with open(report_path, "w") as f:
+        json.dump(summary, f)
+
+
+def main(argv=None):
+    """`python tracereplay.py check RECORDS STORE REPORT` (init, at HEAD), `produce`, `score [PRIVATE]`."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "check":
+        with open(argv[1], "rb") as f:
+            records = pickle.load(f)
+        write_store(records, argv[2], argv[3])
+    elif argv and argv[0] == "produce":
+        produce()
+    elif argv and argv[0] == "score":
+        score(argv[1] if len(argv) > 1 else None)
+    else:
+        sys.exit("usage: tracereplay.py check RECORDS STORE REPORT | produce | score [PRIVATE]")
+
+
+if __name__ == "__main__":
+    main()
