@@ -247,6 +247,9 @@ def _report_line(r: build.TargetReport) -> str:
             f"({r.derived_seconds * 1e6:.1f} µs each at HEAD"
             + (f", {r.derived_raise:.0%} of them raise" if r.derived_raise >= 0.01 else "") + ")"
             if r.usable >= build.MIN_USABLE else f"; fewer than {build.MIN_USABLE}: not used")
+    if r.frozen:
+        plan += ("; kept as recorded (changed, they mostly make the call fail): "
+                 + ", ".join(f"argument {s + 1}" if isinstance(s, int) else s for s in r.frozen))
     return (f"  {r.name}: {r.seen} calls, {r.distinct} distinct, {r.usable} usable "
             f"({r.derivable} can be varied){plan}")
 

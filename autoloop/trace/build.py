@@ -47,6 +47,7 @@ class TargetReport:
     derived_raise: float = 0.0      # share of derived calls that raise where their source returned
     derived: int = 0                # planned per measurement
     recorded: int = 0               # planned per measurement
+    frozen: list = field(default_factory=list)   # arguments kept as recorded: changing them mostly fails
 
 
 @dataclass
@@ -224,6 +225,7 @@ def _check(python: str, records: dict, reports: dict[str, TargetReport], roots: 
             slot = r.refused.setdefault(reason, [0, example])
             slot[0] += count
         r.usable, r.derivable, r.seconds = got["usable"], got["derivable"], got["seconds"]
+        r.frozen = got.get("frozen", [])
         r.derived_seconds = got["derived_seconds"] / got["derived"] if got["derived"] else 0.0
         r.derived_raise = got["derived_raise"] / got["derived"] if got["derived"] else 0.0
     for n, r in reports.items():

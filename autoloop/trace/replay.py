@@ -112,10 +112,22 @@ def mutable(value):
 def _below(rng, n):
     """An integer in [0, n): random() is C, randrange Python (a derived call costs a few of these,
     and the harness must stay a small share of what is timed)."""
-    return int(rng.random() * n)
+    return int(rng.random() * n) if n < 1 << 52 else rng.randrange(n)
 
 
 def _text(s, rng, pool):
+    """One to three edits: one alone leaves too few variants of a short string (a measurement
+    would repeat calls, and a cache inside the target would gain what the workload may not)."""
+    out = _edit(s, rng, pool)
+    r = rng.random()
+    if r < 0.5:
+        out = _edit(out, rng, pool)
+        if r < 0.2:
+            out = _edit(out, rng, pool)
+    return out if out != s else s + (s[-1:] or ("a" if type(s) is str else b"a"))
+
+
+def _edit(s, rng, pool):
     n = len(s)
     empty = s[:0]
     space = " " if type(s) is str else b" "
@@ -147,10 +159,11 @@ def _text(s, rng, pool):
 
 def _number(v, rng):
     if type(v) is int:
-        k = max(2, abs(v) // 2)
+        k = max(5, abs(v) // 2)
         d = _below(rng, 2 * k) - k     # in [-k, k), and 0 becomes k: never unchanged
         out = v + (d or k)
-        return -out if v >= 0 > out else out
+        out = -out if v >= 0 > out else out     # a count or size stays one
+        return out if out != v else v + k
     if not math.isfinite(v):
         return v
     out = v * (0.5 + rng.random()) if v else rng.random() * 2 - 1
@@ -216,27 +229,30 @@ def mutate(value, rng, pool, depth=0):
     return value
 
 
-def slots_of(args, kwargs, skip_first):
-    """The arguments `derive` can change: positions, then keyword names (sorted)."""
-    slots = [i for i in range(1 if skip_first else 0, len(args)) if mutable(args[i])]
-    return slots + [k for k in sorted(kwargs) if mutable(kwargs[k])]
+def slots_of(args, kwargs, skip_first, frozen=()):
+    """The arguments `derive` can change: positions, then keyword names (sorted); not those in
+    `frozen` (init found that changing them mostly makes the call fail: a language code, a mode)."""
+    slots = [i for i in range(1 if skip_first else 0, len(args)) if i not in frozen and mutable(args[i])]
+    return slots + [k for k in sorted(kwargs) if k not in frozen and mutable(kwargs[k])]
 
 
 def derive(args, kwargs, rng, pool, skip_first, slots=None):
-    """A new call from a recorded one: one argument changed (one, so that deriving stays cheap
-    beside the call). `skip_first`: a method's instance (or class) is kept."""
+    """A new call from a recorded one: one argument surely changed, each other one in three.
+    `skip_first`: a method's instance (or class) is kept."""
     if slots is None:
         slots = slots_of(args, kwargs, skip_first)
     if not slots:
         return args, kwargs
-    s = slots[_below(rng, len(slots))]
-    if isinstance(s, int):
-        new_args = list(args)
-        new_args[s] = mutate(args[s], rng, pool)
-        return new_args, kwargs
-    new_kwargs = dict(kwargs)
-    new_kwargs[s] = mutate(kwargs[s], rng, pool)
-    return args, new_kwargs
+    main = slots[_below(rng, len(slots))]
+    new_args, new_kwargs = list(args), kwargs
+    for s in slots:
+        if s is main or rng.random() < 0.33:
+            if type(s) is int:
+                new_args[s] = mutate(args[s], rng, pool)
+            else:
+                new_kwargs = dict(new_kwargs) if new_kwargs is kwargs else new_kwargs
+                new_kwargs[s] = mutate(kwargs[s], rng, pool)
+    return new_args, new_kwargs
 
 
 def text_pool(calls):
@@ -269,12 +285,16 @@ def draw(target, seed, n_derived, n_recorded):
         cum.append(total)
     pool = text_pool(calls)
     method = target.get("method", False)
+    frozen = set(target.get("frozen", ()))
     slots = {}
     for p in rng.choices(parents, cum_weights=cum, k=n_derived):
         args, kwargs = calls[p]
         if p not in slots:
-            slots[p] = slots_of(args, kwargs, method)
-        args, kwargs = derive(args, kwargs, rng, pool, method, slots[p])
+            slots[p] = slots_of(args, kwargs, method, frozen)
+        try:
+            args, kwargs = derive(args, kwargs, rng, pool, method, slots[p])
+        except Exception:   # a value mutate cannot handle: the same in every process, so replayed as is
+            pass
         out.append((-1, args, kwargs))
     return out
 
@@ -523,14 +543,16 @@ def _check_derived(entry, fn, method, per_call, seed, writes):
     usable = entry["usable"]
     pool = text_pool([(u[0], u[1]) for u in usable])
     rng = random.Random("check:%s" % seed)
+    frozen = entry["frozen"] = _fragile(usable, fn, method, pool, rng)
     for u in usable:
         args, kwargs = u[0], u[1]
-        if not any(mutable(v) for v in list(args[1 if method else 0:]) + list(kwargs.values())):
+        slots = slots_of(args, kwargs, method, frozen)
+        if not slots:
             u[4] = False
             continue
         for _ in range(per_call):
-            dargs, dkwargs = derive(args, kwargs, rng, pool, method)
             try:
+                dargs, dkwargs = derive(args, kwargs, rng, pool, method, slots)
                 before = pickle.dumps((dargs, dkwargs), 4)
             except Exception:
                 u[4] = False
@@ -549,6 +571,26 @@ def _check_derived(entry, fn, method, per_call, seed, writes):
             entry["derived_raise"] += first[0] == RAISED and u[3][0] == OK
 
 
+def _fragile(usable, fn, method, pool, rng, parents=200, least=4):
+    """The arguments that, changed alone, make more than half the calls raise where the
+    recorded one returned: replaying those measures error paths, not the work. Not all of
+    them: then the raising share is what it is, and init reports it."""
+    tries, raised = {}, {}
+    for u in usable[:parents]:
+        if u[3][0] != OK:
+            continue
+        for slot in slots_of(u[0], u[1], method):
+            for _ in range(2):
+                try:
+                    dargs, dkwargs = derive(u[0], u[1], rng, pool, method, [slot])
+                except Exception:
+                    continue
+                tries[slot] = tries.get(slot, 0) + 1
+                raised[slot] = raised.get(slot, 0) + (call(fn, dargs, dkwargs)[0] == RAISED)
+    bad = [s for s, n in tries.items() if n >= least and raised[s] > n / 2]
+    return bad if len(bad) < len(tries) else []
+
+
 def _is_method(name):
     """A method's recorded first argument is its instance (or class): kept as it is."""
     module, _, qual = name.partition(":")
@@ -561,6 +603,19 @@ def _is_method(name):
     return isinstance(owner, type) and not isinstance(owner.__dict__.get(last), staticmethod)
 
 
+def _shared(args, kwargs, seen):
+    """The call with each argument that pickles like one seen before replaced by that one: a
+    method's instance, recorded once per call, is then stored and loaded once."""
+    def one(v):
+        if type(v) in (str, bytes, int, float, bool) or v is None:
+            return v
+        try:
+            return seen.setdefault(pickle.dumps(v, 4), v)
+        except Exception:
+            return v
+    return [one(a) for a in args], {k: one(v) for k, v in kwargs.items()}
+
+
 def write_store(records, store, report_path):
     """init's check at HEAD, in the project's interpreter (only it can load the arguments):
     the usable calls to store/inputs/calls.pkl, their outcomes to store/private/expected.pkl,
@@ -571,13 +626,13 @@ def write_store(records, store, report_path):
         except Exception:
             records[name]["method"] = False
     report = check(records)
-    inputs, answers, summary = [], [], {}
+    inputs, answers, summary, seen = [], [], {}, {}
     for name, entry in report.items():
         usable = entry.pop("usable")
         summary[name] = dict(entry, usable=len(usable), derivable=sum(1 for u in usable if u[4]),
                              calls=sum(u[2] for u in usable))
-        inputs.append({"name": name, "method": records[name]["method"],
-                       "calls": [(u[0], u[1]) for u in usable], "weights": [u[2] for u in usable],
+        inputs.append({"name": name, "method": records[name]["method"], "frozen": entry.get("frozen", []),
+                       "calls": [_shared(u[0], u[1], seen) for u in usable], "weights": [u[2] for u in usable],
                        "derivable": [u[4] for u in usable]})
         answers.append([u[3] for u in usable])
     for sub, data in (("inputs", inputs), (os.path.join("private"), answers)):
