@@ -24,7 +24,6 @@ from autoloop.isolation.sandbox import tree_box
 from autoloop.process import envs, proc
 from autoloop.program.reader import Program, check_data, load_program
 
-
 HARNESS_GOAL = 0.10   # a replay benchmark's own share of the wall time it is measured by
 
 

@@ -16,7 +16,6 @@ import json
 import math
 import os
 import pickle
-import shutil
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -208,12 +207,13 @@ def _check(python: str, records: dict, reports: dict[str, TargetReport], roots: 
     with open(rec_path, "wb") as f:
         pickle.dump(usable, f, 4)
     (tmp / "bench").mkdir()
-    shutil.copy(resources.files("autoloop.trace").joinpath("replay.py"), tmp / "bench" / REPLAY_MODULE)
+    (tmp / "bench" / REPLAY_MODULE).write_text(_source("replay.py"), encoding="utf-8")
+    (tmp / "bench" / "tracecheck.py").write_text(_source("check.py"), encoding="utf-8")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree / r) if r else str(tree) for r in roots] +
                                         ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    res = proc.run([python, str(tmp / "bench" / REPLAY_MODULE), "check", str(rec_path), str(store),
-                    str(report_path)], cwd=tree, env=env, timeout=3600, log_stem=tmp / "logs" / "check")
+    res = proc.run([python, str(tmp / "bench" / "tracecheck.py"), str(rec_path), str(store), str(report_path)],
+                   cwd=tree, env=env, timeout=3600, log_stem=tmp / "logs" / "check")
     if not res.ok:
         raise RunFailure(f"checking the recorded calls at HEAD failed ({res.describe()}): "
                          f"{res.stderr_tail(600).strip()}")

@@ -35,6 +35,7 @@ class _Target:
         self.code = None
         self.file = None
         self.defaults, self.kwdefaults = (), {}
+        self.gen_first = None
         self.calls = {}      # digest -> [args bytes, outcome, count]
         self.refused = {}    # reason -> [count, example]
         self.seen = 0
@@ -120,6 +121,13 @@ class Recorder:
     def start(self, frame, t):
         if getattr(self.busy, "on", False):
             return
+        if t.code.co_flags & GENERATOR_FLAGS:
+            # sys.setprofile reports every resume as a call: a start is at the lowest offset
+            if t.gen_first is None or frame.f_lasti <= t.gen_first:
+                t.gen_first = frame.f_lasti
+                t.seen += 1
+                t.refuse("a generator or coroutine: its work happens after the call returns")
+            return
         key = (threading.get_ident(), t.name)
         depth = self.depth.get(key, 0)
         self.depth[key] = depth + 1
@@ -130,24 +138,20 @@ class Recorder:
         digest = None
         self.busy.on = True
         try:
-            if t.code.co_flags & GENERATOR_FLAGS:
-                t.refuse("a generator or coroutine: its work happens after the call returns")
+            blob = pickle.dumps(_arguments(frame, t.code, t.defaults, t.kwdefaults), 4)
+        except Exception as exc:
+            t.refuse("arguments do not pickle", "%s: %s" % (type(exc).__name__, str(exc)[:120]))
+        else:
+            digest = hashlib.sha1(blob).hexdigest()
+            known = t.calls.get(digest)
+            if known is not None:
+                known[2] += 1
+                digest = None   # its outcome is known
+            elif len(t.calls) >= CAP:
+                t.refuse("more than %d distinct calls (the rest are left out)" % CAP)
+                digest = None
             else:
-                try:
-                    blob = pickle.dumps(_arguments(frame, t.code, t.defaults, t.kwdefaults), 4)
-                except Exception as exc:
-                    t.refuse("arguments do not pickle", "%s: %s" % (type(exc).__name__, str(exc)[:120]))
-                else:
-                    digest = hashlib.sha1(blob).hexdigest()
-                    known = t.calls.get(digest)
-                    if known is not None:
-                        known[2] += 1
-                        digest = None   # its outcome is known
-                    elif len(t.calls) >= CAP:
-                        t.refuse("more than %d distinct calls (the rest are left out)" % CAP)
-                        digest = None
-                    else:
-                        t.calls[digest] = [blob, None, 1]
+                t.calls[digest] = [blob, None, 1]
         finally:
             self.busy.on = False
         self.pending[id(frame)] = (t, digest, key)

@@ -9,9 +9,6 @@ Standard library only, for any Python >= 3.8: it runs in the project's interpret
 - `score`: the same calls drawn again from the same seed, the expected outcomes computed with
   the start commit's code (or, for recorded calls, read from the private answers recorded at
   HEAD), and every outcome compared. Exit 1 on the first difference.
-- `check`: run by `autoloop init` at HEAD: which recorded calls are usable (each run twice,
-  arguments unchanged by the call, no file written, the same outcome as recorded) and how long
-  calls take, to size a measurement.
 
 Derived calls keep every argument's type: strings and bytes are cut, joined with other recorded
 strings, shuffled by words, have a slice repeated or a character inserted; integers and floats
@@ -395,7 +392,7 @@ def score(private_dir=None, seed=None, out_dir=None):
             want = answers[n][rec] if answers is not None and rec >= 0 else call(fn, args, kwargs)
             if not isinstance(have, tuple) or not have or not same(want, have):
                 sys.exit("%s(%s): %s, expected %s (%s call)" % (
-                    target["name"], show([args, kwargs], 200), _said(have), _said(want),
+                    target["name"], show([args, kwargs], 200), said(have), said(want),
                     "a recorded" if rec >= 0 else "a derived"))
             checked += 1
             derived += rec < 0
@@ -408,7 +405,7 @@ def score(private_dir=None, seed=None, out_dir=None):
     print("checked %d outcomes (%d of derived calls) against the start commit" % (checked, derived))
 
 
-def _said(outcome):
+def said(outcome):
     if not isinstance(outcome, tuple) or not outcome:
         return "no outcome"
     if outcome[0] == RAISED:
@@ -416,248 +413,15 @@ def _said(outcome):
     return "returned " + show(outcome[1] if len(outcome) > 1 else None)
 
 
-# ---- init's check at HEAD ------------------------------------------------------------------------
-
-WRITE_EVENTS = {"os.remove", "os.rename", "os.replace", "os.mkdir", "os.rmdir", "os.truncate", "os.symlink",
-                "os.link", "os.chmod", "os.chown", "os.utime", "shutil.rmtree", "shutil.copyfile", "shutil.move",
-                "shutil.copytree", "os.removexattr", "os.setxattr"}
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-
-
-class _Writes:
-    def __init__(self):
-        self.on = False
-        self.seen = []
-        sys.addaudithook(self.hook)
-
-    def hook(self, event, args):
-        if not self.on:
-            return
-        if event == "open":
-            path, mode, flags = (tuple(args) + (None, None, 0))[:3]
-            if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & _WRITE_FLAGS):
-                self.seen.append("%s %s" % (event, path))
-        elif event in WRITE_EVENTS:
-            self.seen.append("%s %s" % (event, args[0] if args else ""))
-
-
-def _timed(fn, args, kwargs, writes):
-    writes.on, writes.seen = True, []
-    t0 = time.perf_counter()
-    try:
-        out = call(fn, args, kwargs)
-    finally:
-        dt = time.perf_counter() - t0
-        writes.on = False
-    return out, dt, list(writes.seen)
-
-
-def check(records, derive_per_call=4, seed=12345):
-    """For each target of `records` ({name: {"calls": [[args bytes, outcome, count]], "method"}}):
-    which calls are usable, why the others are not, and the seconds calls and derived calls take.
-    Returns {name: {"usable": [(args, kwargs, count, outcome, derivable)], "refused": {reason: [n, example]},
-    "seconds": ..., "derived_seconds": ..., "derived_raise": ..., "derived": n}}."""
-    writes = _Writes()
-    report = {}
-    for name, rec in records.items():
-        refused = {}
-
-        def refuse(reason, example=""):
-            slot = refused.setdefault(reason, [0, example])
-            slot[0] += 1
-
-        entry = {"usable": [], "refused": refused, "seconds": 0.0, "derived_seconds": 0.0,
-                 "derived": 0, "derived_raise": 0}
-        report[name] = entry
-        try:
-            fn = resolve(name)
-            if not callable(fn):
-                raise TypeError("%s is a %s, not a function" % (name, type(fn).__name__))
-        except Exception as exc:
-            entry["error"] = "%s: %s" % (type(exc).__name__, exc)
-            continue
-        for blob, recorded, count in rec["calls"]:
-            try:
-                args, kwargs = pickle.loads(blob)
-            except Exception as exc:
-                refuse("arguments do not load outside the workload (a class of the tests?)",
-                       "%s: %s" % (type(exc).__name__, str(exc)[:120]))
-                continue
-            try:   # pickled here, not compared with the recording's bytes: a set's order follows the hash seed
-                before = pickle.dumps((args, kwargs), 4)
-            except Exception as exc:
-                refuse("arguments do not pickle", "%s: %s" % (type(exc).__name__, str(exc)[:120]))
-                continue
-            first, dt, wrote = _timed(fn, args, kwargs, writes)
-            if wrote:
-                refuse("writes files", wrote[0][:160])
-                continue
-            try:
-                changed = pickle.dumps((args, kwargs), 4) != before
-            except Exception:
-                changed = True
-            if changed:
-                refuse("changes its arguments (a method that changes its object, an argument filled in)",
-                       show([args, kwargs], 120))
-                continue
-            args, kwargs = pickle.loads(blob)
-            second, dt2, _ = _timed(fn, args, kwargs, writes)
-            if not same(first, second):
-                refuse("non-deterministic: two calls at HEAD gave different outcomes", _said(first)[:120])
-                continue
-            if not _as_recorded(recorded, first):
-                refuse("differs from the recorded outcome (it depends on state the workload set up)",
-                       "%s, recorded %s" % (_said(first)[:60], _recorded_said(recorded)[:60]))
-                continue
-            entry["usable"].append([args, kwargs, count, first, True])
-            entry["seconds"] += min(dt, dt2)
-        _check_derived(entry, fn, rec.get("method", False), derive_per_call, seed, writes)
-    return report
-
-
-def _as_recorded(recorded, outcome):
-    if recorded is None or recorded[0] == "none-or-raised":
-        return outcome[0] == RAISED or outcome[1] is None
-    if recorded[0] == "raised":
-        return outcome[0] == RAISED and outcome[1] == recorded[1] and outcome[2] == recorded[2]
-    try:
-        return same((OK, pickle.loads(recorded[1])), outcome)
-    except Exception:
-        return False
-
-
-def _recorded_said(recorded):
-    if recorded is None or recorded[0] == "none-or-raised":
-        return "None"
-    if recorded[0] == "raised":
-        return "raised %s" % recorded[1]
-    try:
-        return "returned " + show(pickle.loads(recorded[1]))
-    except Exception:
-        return "a result"
-
-
-def _check_derived(entry, fn, method, per_call, seed, writes):
-    """Derive calls from each usable one and run them twice at HEAD: a call whose derived calls
-    write files, change their arguments or differ run to run is kept for replay as recorded only."""
-    usable = entry["usable"]
-    pool = text_pool([(u[0], u[1]) for u in usable])
-    rng = random.Random("check:%s" % seed)
-    frozen = entry["frozen"] = _fragile(usable, fn, method, pool, rng)
-    for u in usable:
-        args, kwargs = u[0], u[1]
-        slots = slots_of(args, kwargs, method, frozen)
-        if not slots:
-            u[4] = False
-            continue
-        for _ in range(per_call):
-            try:
-                dargs, dkwargs = derive(args, kwargs, rng, pool, method, slots)
-                before = pickle.dumps((dargs, dkwargs), 4)
-            except Exception:
-                u[4] = False
-                break
-            first, dt, wrote = _timed(fn, dargs, dkwargs, writes)
-            second, dt2, wrote2 = _timed(fn, dargs, dkwargs, writes)
-            try:
-                changed = pickle.dumps((dargs, dkwargs), 4) != before
-            except Exception:
-                changed = True
-            if wrote or wrote2 or changed or not same(first, second):
-                u[4] = False
-                break
-            entry["derived"] += 1
-            entry["derived_seconds"] += min(dt, dt2)
-            entry["derived_raise"] += first[0] == RAISED and u[3][0] == OK
-
-
-def _fragile(usable, fn, method, pool, rng, parents=200, least=4):
-    """The arguments that, changed alone, make more than half the calls raise where the
-    recorded one returned: replaying those measures error paths, not the work. Not all of
-    them: then the raising share is what it is, and init reports it."""
-    tries, raised = {}, {}
-    for u in usable[:parents]:
-        if u[3][0] != OK:
-            continue
-        for slot in slots_of(u[0], u[1], method):
-            for _ in range(2):
-                try:
-                    dargs, dkwargs = derive(u[0], u[1], rng, pool, method, [slot])
-                except Exception:
-                    continue
-                tries[slot] = tries.get(slot, 0) + 1
-                raised[slot] = raised.get(slot, 0) + (call(fn, dargs, dkwargs)[0] == RAISED)
-    bad = [s for s, n in tries.items() if n >= least and raised[s] > n / 2]
-    return bad if len(bad) < len(tries) else []
-
-
-def _is_method(name):
-    """A method's recorded first argument is its instance (or class): kept as it is."""
-    module, _, qual = name.partition(":")
-    if "." not in qual:
-        return False
-    owner = importlib.import_module(module)
-    *path, last = qual.split(".")
-    for part in path:
-        owner = getattr(owner, part)
-    return isinstance(owner, type) and not isinstance(owner.__dict__.get(last), staticmethod)
-
-
-def _shared(args, kwargs, seen):
-    """The call with each argument that pickles like one seen before replaced by that one: a
-    method's instance, recorded once per call, is then stored and loaded once."""
-    def one(v):
-        if type(v) in (str, bytes, int, float, bool) or v is None:
-            return v
-        try:
-            return seen.setdefault(pickle.dumps(v, 4), v)
-        except Exception:
-            return v
-    return [one(a) for a in args], {k: one(v) for k, v in kwargs.items()}
-
-
-def write_store(records, store, report_path):
-    """init's check at HEAD, in the project's interpreter (only it can load the arguments):
-    the usable calls to store/inputs/calls.pkl, their outcomes to store/private/expected.pkl,
-    and what was found (counts and reasons, no argument values) to `report_path` as JSON."""
-    for name in records:
-        try:
-            records[name]["method"] = _is_method(name)
-        except Exception:
-            records[name]["method"] = False
-    report = check(records)
-    inputs, answers, summary, seen = [], [], {}, {}
-    for name, entry in report.items():
-        usable = entry.pop("usable")
-        summary[name] = dict(entry, usable=len(usable), derivable=sum(1 for u in usable if u[4]),
-                             calls=sum(u[2] for u in usable))
-        inputs.append({"name": name, "method": records[name]["method"], "frozen": entry.get("frozen", []),
-                       "calls": [_shared(u[0], u[1], seen) for u in usable], "weights": [u[2] for u in usable],
-                       "derivable": [u[4] for u in usable]})
-        answers.append([u[3] for u in usable])
-    for sub, data in (("inputs", inputs), (os.path.join("private"), answers)):
-        os.makedirs(os.path.join(store, sub), exist_ok=True)
-    with open(os.path.join(store, "inputs", "calls.pkl"), "wb") as f:
-        pickle.dump(inputs, f, 4)
-    with open(os.path.join(store, "private", "expected.pkl"), "wb") as f:
-        pickle.dump(answers, f, 4)
-    with open(report_path, "w") as f:
-        json.dump(summary, f)
-
-
 def main(argv=None):
-    """`python tracereplay.py check RECORDS STORE REPORT` (init, at HEAD), `produce`, `score [PRIVATE]`."""
+    """`python tracereplay.py produce` (the measured command) or `score [PRIVATE]`."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "check":
-        with open(argv[1], "rb") as f:
-            records = pickle.load(f)
-        write_store(records, argv[2], argv[3])
-    elif argv and argv[0] == "produce":
+    if argv and argv[0] == "produce":
         produce()
     elif argv and argv[0] == "score":
         score(argv[1] if len(argv) > 1 else None)
     else:
-        sys.exit("usage: tracereplay.py check RECORDS STORE REPORT | produce | score [PRIVATE]")
+        sys.exit("usage: tracereplay.py produce | score [PRIVATE]")
 
 
 if __name__ == "__main__":

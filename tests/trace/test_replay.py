@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from autoloop.trace import replay
+from autoloop.trace import check, replay
 
 Point = namedtuple("Point", "x y")
 
@@ -143,7 +143,7 @@ def test_check_keeps_what_replays_and_names_the_reason_for_the_rest(tmp_path: Pa
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "tmod.py").write_text(MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    ret = lambda v: ("returned", pickle.dumps(v, 4))   # noqa: E731
+    ret = lambda v: ("returned", pickle.dumps(v, 4))
     records = {
         "tmod:good": {"calls": [[pickle.dumps((["abcdef"], {}), 4), ret("abab"), 3],
                                 [pickle.dumps((["xyz", 1], {}), 4), ret("zz"), 1]]},   # not what it returns now
@@ -154,7 +154,7 @@ def test_check_keeps_what_replays_and_names_the_reason_for_the_rest(tmp_path: Pa
     }
     for rec in records.values():
         rec["method"] = False
-    report = replay.check(records)
+    report = check.check(records)
     good = report["tmod:good"]
     assert len(good["usable"]) == 1 and good["usable"][0][2] == 3
     assert list(good["refused"]) == ["differs from the recorded outcome (it depends on state the workload set up)"]
