@@ -120,11 +120,13 @@ def _merge(rec_dir: Path, names: list[str]) -> tuple[dict, str, dict[str, Target
 
 
 def _relative(path: str, roots: tuple[Path, ...]) -> str | None:
-    real = os.path.realpath(path)
-    for root in roots:
-        base = os.path.realpath(root)
-        if real == base or real.startswith(base + os.sep):
-            return os.path.relpath(real, base).replace(os.sep, "/")
+    """`path` relative to the first of `roots` it is in, as written (a venv's python is a link
+    out of the venv: resolved, it would be the base interpreter), else resolved; or None."""
+    for candidate, resolve in ((os.path.normpath(path), os.path.normpath), (os.path.realpath(path), os.path.realpath)):
+        for root in roots:
+            base = resolve(str(root))
+            if candidate == base or candidate.startswith(base + os.sep):
+                return os.path.relpath(candidate, base).replace(os.sep, "/")
     return None
 
 

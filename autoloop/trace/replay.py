@@ -11,13 +11,15 @@ Standard library only, for any Python >= 3.8: it runs in the project's interpret
   HEAD), and every outcome compared. Exit 1 on the first difference.
 
 Derived calls keep every argument's type: strings and bytes are cut, joined with other recorded
-strings, shuffled by words, have a slice repeated or a character inserted; integers and floats
-move by up to half their size; lists lose, gain (mutated copies) or change items and stay sorted
-if they were; tuples, dicts and sets have items changed (dict keys and tuple lengths kept);
-booleans, None and other objects are kept as they are. A call made of those only cannot be
-derived (it can only be replayed as recorded).
+strings, shuffled by words, have a slice repeated or a character inserted (one to three such
+edits); integers, floats and time spans move by up to half their size, dates by a few days;
+lists lose, gain (mutated copies) or change items and stay sorted if they were; tuples, dicts and
+sets have items changed (dict keys and tuple lengths kept); booleans, None and other objects are
+kept as they are. A call made of those only cannot be derived (it can only be replayed as
+recorded). One argument of a derived call is changed, and each other one with a chance of a third.
 """
 
+import datetime
 import importlib
 import json
 import math
@@ -93,12 +95,13 @@ def show(value, limit=160):
 # ---- mutation --------------------------------------------------------------------------------
 
 _TEXT = (str, bytes)
+_TIMES = (datetime.timedelta, datetime.datetime, datetime.date)
 
 
 def mutable(value):
     """Whether `mutate` can change this value (and so derive a new call from it)."""
     t = type(value)
-    if t in _TEXT or t is float or t is int:
+    if t in _TEXT or t is float or t is int or t in _TIMES:
         return True
     if t is list or t is tuple or t in (set, frozenset) or isinstance(value, dict) \
             or (isinstance(value, tuple) and hasattr(value, "_make")):
@@ -181,6 +184,11 @@ def mutate(value, rng, pool, depth=0):
         return _text(value, rng, pool.get(t, ()))
     if t is int or t is float:
         return _number(value, rng)
+    if t is datetime.timedelta:
+        return value * (0.5 + rng.random()) if value else datetime.timedelta(seconds=_below(rng, 86400) + 1)
+    if t is datetime.datetime or t is datetime.date:     # a few days either way, the time of day too
+        return value + datetime.timedelta(days=(_below(rng, 10) - 5) or 5, seconds=_below(rng, 86400) if t is datetime.datetime else 0) \
+            if value.year not in (1, 9999) else value
     if depth > 4:
         return value
     if t is list:
