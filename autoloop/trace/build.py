@@ -28,6 +28,7 @@ from autoloop.process import proc
 REPLAY_MODULE = "tracereplay.py"     # bench/ name of autoloop/trace/replay.py
 MIN_USABLE = 5                       # usable calls a target needs (fewer: init refuses)
 MAX_DERIVED = 500_000                # derived calls of one target in one measurement
+CALL_LIMIT_S = 2.0                   # the least time a replayed call may run before it counts as not ending
 VENV_NAMES = (".venv", "venv")       # in-repository venvs the throwaway tree links to
 
 
@@ -252,5 +253,8 @@ def usable(trace: Trace) -> list[TargetReport]:
 
 
 def plan_json(trace: Trace) -> str:
-    return json.dumps({"targets": [{"name": r.name, "derived": r.derived, "recorded": r.recorded}
+    # a call's limit: far above what calls take at HEAD, so that only a call that does not end
+    # (or takes a thousand times as long) reaches it, in produce and score alike
+    return json.dumps({"targets": [{"name": r.name, "derived": r.derived, "recorded": r.recorded,
+                                    "limit": round(max(CALL_LIMIT_S, 1000 * r.derived_seconds), 3)}
                                    for r in usable(trace)]}, indent=1) + "\n"

@@ -25,6 +25,7 @@ OK, RAISED = replay.OK, replay.RAISED
 call, same, show, derive, slots_of, text_pool = (replay.call, replay.same, replay.show, replay.derive,
                                                  replay.slots_of, replay.text_pool)
 resolve = replay.resolve
+LIMIT_S = 2.0   # a call that runs longer at HEAD is not replayed (build.CALL_LIMIT_S)
 
 
 WRITE_EVENTS = {"os.remove", "os.rename", "os.replace", "os.mkdir", "os.rmdir", "os.truncate", "os.symlink",
@@ -67,6 +68,7 @@ def check(records, derive_per_call=4, seed=12345):
     Returns {name: {"usable": [(args, kwargs, count, outcome, derivable)], "refused": {reason: [n, example]},
     "seconds": ..., "derived_seconds": ..., "derived_raise": ..., "derived": n}}."""
     writes = _Writes()
+    replay.limit_calls(LIMIT_S)
     report = {}
     for name, rec in records.items():
         refused = {}
@@ -99,6 +101,9 @@ def check(records, derive_per_call=4, seed=12345):
                 refuse("arguments do not pickle", "%s: %s" % (type(exc).__name__, str(exc)[:120]))
                 continue
             first, dt, wrote = _timed(fn, args, kwargs, writes)
+            if first == replay.TIMEOUT:
+                refuse("runs past %s s at HEAD" % LIMIT_S)
+                continue
             if wrote:
                 refuse("writes files", wrote[0][:160])
                 continue
@@ -173,7 +178,7 @@ def _check_derived(entry, fn, method, per_call, seed, writes):
                 changed = pickle.dumps((dargs, dkwargs), 4) != before
             except Exception:
                 changed = True
-            if wrote or wrote2 or changed or not same(first, second):
+            if wrote or wrote2 or changed or not same(first, second) or first == replay.TIMEOUT:
                 u[4] = False
                 break
             entry["derived"] += 1
@@ -182,9 +187,12 @@ def _check_derived(entry, fn, method, per_call, seed, writes):
 
 
 def _fragile(usable, fn, method, pool, rng, parents=200, least=4):
-    """The arguments that, changed alone, make more than half the calls raise where the
-    recorded one returned: replaying those measures error paths, not the work. Not all of
-    them: then the raising share is what it is, and init reports it."""
+    """The arguments that, changed alone, make more than a third of the calls raise where the
+    recorded one returned: they select (a language, a mode) more than they carry data, and
+    replaying them measures error paths, not the work. Not all of them: then the raising share
+    is what it is, and init reports it. (num2words' `lang`, cut or joined, raised in 59% of
+    derived calls with a threshold of half; a language code often survives an edit, 'enen' is
+    read as 'en'.)"""
     tries, raised = {}, {}
     for u in usable[:parents]:
         if u[3][0] != OK:
@@ -197,7 +205,7 @@ def _fragile(usable, fn, method, pool, rng, parents=200, least=4):
                     continue
                 tries[slot] = tries.get(slot, 0) + 1
                 raised[slot] = raised.get(slot, 0) + (call(fn, dargs, dkwargs)[0] == RAISED)
-    bad = [s for s, n in tries.items() if n >= least and raised[s] > n / 2]
+    bad = [s for s, n in tries.items() if n >= least and raised[s] > n / 3]
     return bad if len(bad) < len(tries) else []
 
 

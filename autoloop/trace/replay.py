@@ -56,11 +56,43 @@ def resolve(name):
     return obj
 
 
+class CallTimeout(BaseException):
+    """A call ran past its limit (a BaseException: the target's own `except Exception` must not
+    swallow it). Derived inputs can reach what the tests never did: num2words(4500072900000111,
+    lang='am') does not return. Past the limit its outcome is TIMEOUT in produce and score alike;
+    a candidate slow only where the start commit is fast gets TIMEOUT against an answer: a difference."""
+
+
+TIMEOUT = (RAISED, "autoloop.timeout", "the call ran past its limit")
+_clock = [float("inf"), float("inf")]    # when the current call started (inf: none runs), its limit
+
+
+def _tick(signum, frame):
+    if time.perf_counter() - _clock[0] > _clock[1]:
+        raise CallTimeout()
+
+
+def limit_calls(seconds):
+    """Check every 0.1 s whether the current call (started at _clock[0]) is past `seconds`."""
+    _clock[:] = [float("inf"), seconds]
+    try:
+        import signal
+        signal.signal(signal.SIGALRM, _tick)
+        signal.setitimer(signal.ITIMER_REAL, 0.1, 0.1)
+    except (ImportError, AttributeError, ValueError):   # no timers here: calls are not limited
+        pass
+
+
 def call(fn, args, kwargs):
+    _clock[0] = time.perf_counter()
     try:
         return (OK, fn(*args, **kwargs))
+    except CallTimeout:
+        return TIMEOUT
     except Exception as exc:
         return (RAISED, type(exc).__module__ + "." + type(exc).__qualname__, str(exc)[:2000])
+    finally:
+        _clock[0] = float("inf")
 
 
 def same(a, b):
@@ -333,13 +365,19 @@ def produce(seed=None, out_dir=None):
         todo = draw(target, seed, spec["derived"], spec["recorded"])
         outs = []
         add = outs.append
-        t0 = time.perf_counter()
+        limit_calls(spec.get("limit", 2.0))
+        clock, now = _clock, time.perf_counter
+        t0 = now()
         for _, args, kwargs in todo:
+            clock[0] = now()
             try:
                 add((OK, fn(*args, **kwargs)))
+            except CallTimeout:
+                add(TIMEOUT)
             except Exception as exc:
                 add((RAISED, type(exc).__module__ + "." + type(exc).__qualname__, str(exc)[:2000]))
-        inside += time.perf_counter() - t0
+        clock[0] = float("inf")
+        inside += now() - t0
         results.append(outs)
     with open(os.path.join(out_dir, "results.pkl"), "wb") as f:
         pickle.dump(results, f, 4)
@@ -393,6 +431,7 @@ def score(private_dir=None, seed=None, out_dir=None):
         target = stored[n]
         fn = resolve(target["name"])
         todo = draw(target, seed, spec["derived"], spec["recorded"])
+        limit_calls(spec.get("limit", 2.0))
         if not isinstance(outs, list) or len(outs) != len(todo):
             sys.exit("%s: %s results, expected %d" % (target["name"], len(outs) if isinstance(outs, list) else "no",
                                                       len(todo)))

@@ -164,3 +164,24 @@ def test_check_keeps_what_replays_and_names_the_reason_for_the_rest(tmp_path: Pa
     lang = report["tmod:lang"]
     assert len(lang["usable"]) == 8 and lang["frozen"] == [1]   # a changed language code only raises
     assert lang["derived"] > 0 and lang["derived_raise"] == 0
+
+
+def test_a_call_that_does_not_end_counts_as_timed_out_and_the_next_one_runs() -> None:
+    """Derived inputs reach what the tests never did (num2words(4500072900000111, lang='am')
+    does not return): produce and score both give such a call the same outcome, past its limit."""
+    def spin(n):
+        while n:
+            try:
+                pass
+            except Exception:   # the target's own handlers do not swallow the limit
+                pass
+        return n
+
+    replay.limit_calls(0.3)
+    try:
+        assert replay.call(spin, [1], {}) == replay.TIMEOUT
+        assert replay.call(spin, [0], {}) == (replay.OK, 0)
+    finally:
+        replay.limit_calls(float("inf"))
+        import signal
+        signal.setitimer(signal.ITIMER_REAL, 0)
