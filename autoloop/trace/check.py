@@ -243,7 +243,10 @@ def write_store(records, store, report_path):
             records[name]["method"] = _is_method(name)
         except Exception:
             records[name]["method"] = False
-    report = check(records)
+    try:
+        report = check(records)
+    finally:
+        replay.stop_limits()
     inputs, answers, summary, seen = [], [], {}, {}
     for name, entry in report.items():
         usable = entry.pop("usable")

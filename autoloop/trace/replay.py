@@ -83,6 +83,17 @@ def limit_calls(seconds):
         pass
 
 
+def stop_limits():
+    """Disarm the timer: at exit the interpreter restores SIGALRM's default action, which a tick
+    still armed would turn into a kill (exit 142, `Alarm clock`) after the work is done."""
+    _clock[:] = [float("inf"), float("inf")]
+    try:
+        import signal
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    except (ImportError, AttributeError, ValueError):
+        pass
+
+
 def call(fn, args, kwargs):
     _clock[0] = time.perf_counter()
     try:
@@ -349,6 +360,13 @@ def _paths():
 def produce(seed=None, out_dir=None):
     """The measured run: every call of this measurement through the tree's code; outcomes to
     $AUTOLOOP_OUTPUT/results.pkl, and the seconds spent inside the targets to timing.json."""
+    try:
+        _produce(seed, out_dir)
+    finally:
+        stop_limits()
+
+
+def _produce(seed, out_dir):
     plan_path, inputs_path = _paths()
     with open(plan_path) as f:
         plan = json.load(f)
@@ -407,6 +425,13 @@ def score(private_dir=None, seed=None, out_dir=None):
     """Exit 0 when every outcome the command wrote is the start commit's; else exit 1 naming
     the first that is not. Prints the seconds the command said it spent in the targets (for
     `autoloop verify`'s harness share; the command could lie about it, so nothing is judged on it)."""
+    try:
+        _score(private_dir, seed, out_dir)
+    finally:
+        stop_limits()
+
+
+def _score(private_dir, seed, out_dir):
     plan_path, inputs_path = _paths()
     with open(plan_path) as f:
         plan = json.load(f)

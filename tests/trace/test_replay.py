@@ -182,6 +182,4 @@ def test_a_call_that_does_not_end_counts_as_timed_out_and_the_next_one_runs() ->
         assert replay.call(spin, [1], {}) == replay.TIMEOUT
         assert replay.call(spin, [0], {}) == (replay.OK, 0)
     finally:
-        replay.limit_calls(float("inf"))
-        import signal
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        replay.stop_limits()
