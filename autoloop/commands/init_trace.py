@@ -21,6 +21,7 @@ from autoloop.program.reader import load_program
 from autoloop.trace import build
 
 BENCH = ("produce.py", "score.py", "trace.json", build.REPLAY_MODULE)
+QUICK_S = 20e-6   # a derived call quicker than this at HEAD: deriving its input costs as much
 TEST_FORBIDDEN = ("tests/**", "**/tests/**", "**/test_*.py", "**/*_test.py", "**/conftest.py", "bench/**")
 
 
@@ -61,7 +62,7 @@ def _allowed(reports: list[build.TargetReport]) -> list[str]:
 def _produce(trace: build.Trace, live: list[build.TargetReport]) -> str:
     # literal imports and sys.path entries: `doctor --probe` follows them to the module to plant in
     lines = ['"""Replays recorded and derived calls of the targets (written by `autoloop init --trace`;',
-             'bench/ is the judge\'s: the generator may not change it)."""', "import os", "import sys", "",
+             'bench/ is the judge\'s: the generator may not change it)."""', "import sys", "",
              'sys.path.insert(0, "bench")']
     lines += [f'sys.path.insert(0, "{root}")' for root in reversed(trace.roots) if root]
     lines += ['sys.path.insert(0, ".")']
@@ -103,8 +104,9 @@ def program_text(trace: build.Trace, command: str, private: bool) -> str:
               f"# then add `private: [{store}/private]` and the folder to the score's command line.\n")
     return f"""---
 # program.md — written by `autoloop init --template speed --trace`. A sealed speed benchmark
-# recorded from your own workload: `{command}` ran once at HEAD with a recorder on
-# {names}.
+# recorded from your own workload, which ran once at HEAD:
+#   {command}
+# with a recorder on {names}.
 # Each measurement replays calls drawn from $AUTOLOOP_SEED: a few recorded ones and many new
 # ones derived from them; the score checks every outcome against the start commit's code.
 
@@ -247,6 +249,10 @@ def _report_line(r: build.TargetReport) -> str:
             f"({r.derived_seconds * 1e6:.1f} µs each at HEAD"
             + (f", {r.derived_raise:.0%} of them raise" if r.derived_raise >= 0.01 else "") + ")"
             if r.usable >= build.MIN_USABLE else f"; fewer than {build.MIN_USABLE}: not used")
+    if r.usable >= build.MIN_USABLE and 0 < r.derived_seconds < QUICK_S:
+        plan += (f"\n    note: {r.derived_seconds * 1e6:.1f} µs a call is about what making a new input costs: "
+                 "the harness will be much of what is timed (verify says how much); a caller doing more per "
+                 "call measures better")
     if r.frozen:
         plan += ("; kept as recorded (changed, they mostly make the call fail): "
                  + ", ".join(f"argument {s + 1}" if isinstance(s, int) else s for s in r.frozen))
