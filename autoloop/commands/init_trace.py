@@ -245,19 +245,20 @@ def main(args: argparse.Namespace) -> int:
 def _report_line(r: build.TargetReport) -> str:
     if r.error:
         return f"  {r.name}: not usable: {r.error}"
-    plan = (f"; a measurement replays {r.recorded} recorded + {r.derived} derived calls "
+    head = f"  {r.name}: {r.seen} calls, {r.distinct} distinct, {r.usable} usable ({r.derivable} can be varied)"
+    if r.usable < build.MIN_USABLE:
+        return f"{head}; fewer than {build.MIN_USABLE}: not used"
+    line = (f"{head}; a measurement replays {r.recorded} recorded + {r.derived} derived calls "
             f"({r.derived_seconds * 1e6:.1f} µs each at HEAD"
-            + (f", {r.derived_raise:.0%} of them raise" if r.derived_raise >= 0.01 else "") + ")"
-            if r.usable >= build.MIN_USABLE else f"; fewer than {build.MIN_USABLE}: not used")
-    if r.usable >= build.MIN_USABLE and 0 < r.derived_seconds < QUICK_S:
-        plan += (f"\n    note: {r.derived_seconds * 1e6:.1f} µs a call is about what making a new input costs: "
+            + (f", {r.derived_raise:.0%} of them raise" if r.derived_raise >= 0.01 else "") + ")")
+    if r.frozen:   # the check's slots: positions from 0, or keyword names
+        line += ("; kept as recorded (changed, they mostly make the call fail): "
+                 + ", ".join(f"argument {s + 1}" if isinstance(s, int) else s for s in r.frozen))
+    if 0 < r.derived_seconds < QUICK_S:
+        line += (f"\n    note: {r.derived_seconds * 1e6:.1f} µs a call is about what making a new input costs: "
                  "the harness will be much of what is timed (verify says how much); a caller doing more per "
                  "call measures better")
-    if r.frozen:
-        plan += ("; kept as recorded (changed, they mostly make the call fail): "
-                 + ", ".join(f"argument {s + 1}" if isinstance(s, int) else s for s in r.frozen))
-    return (f"  {r.name}: {r.seen} calls, {r.distinct} distinct, {r.usable} usable "
-            f"({r.derivable} can be varied){plan}")
+    return line
 
 
 def _too_few(trace: build.Trace) -> str:
