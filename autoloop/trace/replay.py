@@ -174,26 +174,26 @@ def _edit(s, rng, pool):
     n = len(s)
     empty = s[:0]
     space = " " if type(s) is str else b" "
-    op = _below(rng, 5) if n else 4
+    op = int(rng.random() * 5) if n else 4
     if op == 0 and n > 1:                                    # cut a slice out
-        i = _below(rng, n)
-        j = i + 1 + _below(rng, max(1, min(n - i, n // 2)))
+        i = int(rng.random() * n)
+        j = i + 1 + int(rng.random() * max(1, min(n - i, n // 2)))
         out = s[:i] + s[j:]
     elif op == 1:                                            # join with another recorded string
-        other = pool[_below(rng, len(pool))] if pool else s
+        other = pool[int(rng.random() * len(pool))] if pool else s
         out = s + (space if space in s else empty) + other[:max(1, n)]
     elif op == 2 and space in s:                             # shuffle the words
         words = s.split(space)
         rng.shuffle(words)
         out = space.join(words)
     elif op in (2, 3) and n > 0:                             # repeat a slice
-        i = _below(rng, n)
-        j = i + 1 + _below(rng, min(n - i, 8))
+        i = int(rng.random() * n)
+        j = i + 1 + int(rng.random() * min(n - i, 8))
         out = s[:j] + s[i:j] + s[j:]
     else:                                                    # insert one of its own characters
-        source = s or (pool[_below(rng, len(pool))] if pool else empty) or ("a" if type(s) is str else b"a")
-        k = _below(rng, len(source))
-        i = _below(rng, n + 1)
+        source = s or (pool[int(rng.random() * len(pool))] if pool else empty) or ("a" if type(s) is str else b"a")
+        k = int(rng.random() * len(source))
+        i = int(rng.random() * n + 1)
         out = s[:i] + source[k:k + 1] + s[i:]
     if out == s:
         out = s + (s[-1:] or ("a" if type(s) is str else b"a"))
@@ -228,25 +228,25 @@ def mutate(value, rng, pool, depth=0):
     if t is int or t is float:
         return _number(value, rng)
     if t is datetime.timedelta:
-        return value * (0.5 + rng.random()) if value else datetime.timedelta(seconds=_below(rng, 86400) + 1)
+        return value * (0.5 + rng.random()) if value else datetime.timedelta(seconds=int(rng.random() * 86400) + 1)
     if t is datetime.datetime or t is datetime.date:     # a few days either way, the time of day too
-        return value + datetime.timedelta(days=(_below(rng, 10) - 5) or 5, seconds=_below(rng, 86400) if t is datetime.datetime else 0) \
+        return value + datetime.timedelta(days=(int(rng.random() * 10) - 5) or 5, seconds=int(rng.random() * 86400) if t is datetime.datetime else 0) \
             if value.year not in (1, 9999) else value
     if depth > 4:
         return value
     if t is list:
         out = list(value)
         n = len(out)
-        op = _below(rng, 3) if n else 3
+        op = int(rng.random() * 3) if n else 3
         if op == 0 and n > 1:
-            for _ in range(1 + _below(rng, max(1, n // 2))):
-                del out[_below(rng, len(out))]
+            for _ in range(1 + int(rng.random() * max(1, n // 2))):
+                del out[int(rng.random() * len(out))]
         elif op == 1:
-            for _ in range(1 + _below(rng, max(1, n // 2))):
-                out.insert(_below(rng, len(out) + 1), mutate(value[_below(rng, n)], rng, pool, depth + 1))
+            for _ in range(1 + int(rng.random() * max(1, n // 2))):
+                out.insert(int(rng.random() * len(out) + 1), mutate(value[int(rng.random() * n)], rng, pool, depth + 1))
         elif n:
-            for _ in range(1 + _below(rng, min(3, n))):
-                i = _below(rng, n)
+            for _ in range(1 + int(rng.random() * min(3, n))):
+                i = int(rng.random() * n)
                 out[i] = mutate(out[i], rng, pool, depth + 1)
         if n > 1 and _is_sorted(value):
             try:
@@ -256,23 +256,23 @@ def mutate(value, rng, pool, depth=0):
         return out
     if isinstance(value, tuple) and value:
         out = list(value)
-        i = _below(rng, len(out))
+        i = int(rng.random() * len(out))
         out[i] = mutate(out[i], rng, pool, depth + 1)
         return value._make(out) if hasattr(value, "_make") else (tuple(out) if t is tuple else value)
     if isinstance(value, dict) and value:
         import copy
         out = copy.copy(value)
         keys = list(value)
-        for _ in range(1 + _below(rng, 2)):
-            k = keys[_below(rng, len(keys))]
+        for _ in range(1 + int(rng.random() * 2)):
+            k = keys[int(rng.random() * len(keys))]
             out[k] = mutate(value[k], rng, pool, depth + 1)
         return out
     if t in (set, frozenset) and value:
         items = sorted(value, key=repr)   # a set's order follows the hash seed, which differs by process
         if len(items) > 1 and rng.random() < 0.5:
-            del items[_below(rng, len(items))]
+            del items[int(rng.random() * len(items))]
         else:
-            items.append(mutate(items[_below(rng, len(items))], rng, pool, depth + 1))
+            items.append(mutate(items[int(rng.random() * len(items))], rng, pool, depth + 1))
         return t(items)
     return value
 
@@ -291,7 +291,7 @@ def derive(args, kwargs, rng, pool, skip_first, slots=None):
         slots = slots_of(args, kwargs, skip_first)
     if not slots:
         return args, kwargs
-    main = slots[_below(rng, len(slots))]
+    main = slots[int(rng.random() * len(slots))]
     new_args, new_kwargs = list(args), kwargs
     for s in slots:
         if s is main or rng.random() < 0.33:
@@ -381,22 +381,25 @@ def _produce(seed, out_dir):
         target = targets[spec["name"]]
         fn = resolve(target["name"])
         todo = draw(target, seed, spec["derived"], spec["recorded"])
-        outs = []
-        add = outs.append
+        # results and exceptions apart: no tuple per call to make, and far less to pickle
+        values, errors = [], {}
+        add = values.append
         limit_calls(spec.get("limit", 2.0))
         clock, now = _clock, time.perf_counter
         t0 = now()
         for _, args, kwargs in todo:
             clock[0] = now()
             try:
-                add((OK, fn(*args, **kwargs)))
+                add(fn(*args, **kwargs))
             except CallTimeout:
-                add(TIMEOUT)
+                errors[len(values)] = TIMEOUT[1:]
+                add(None)
             except Exception as exc:
-                add((RAISED, type(exc).__module__ + "." + type(exc).__qualname__, str(exc)[:2000]))
+                errors[len(values)] = (type(exc).__module__ + "." + type(exc).__qualname__, str(exc)[:2000])
+                add(None)
         clock[0] = float("inf")
         inside += now() - t0
-        results.append(outs)
+        results.append([values, errors])
     with open(os.path.join(out_dir, "results.pkl"), "wb") as f:
         pickle.dump(results, f, 4)
     with open(os.path.join(out_dir, "timing.json"), "w") as f:
@@ -457,12 +460,15 @@ def _score(private_dir, seed, out_dir):
         fn = resolve(target["name"])
         todo = draw(target, seed, spec["derived"], spec["recorded"])
         limit_calls(spec.get("limit", 2.0))
-        if not isinstance(outs, list) or len(outs) != len(todo):
-            sys.exit("%s: %s results, expected %d" % (target["name"], len(outs) if isinstance(outs, list) else "no",
+        values, errors = outs if isinstance(outs, list) and len(outs) == 2 else (None, None)
+        if not isinstance(values, list) or not isinstance(errors, dict) or len(values) != len(todo):
+            sys.exit("%s: %s results, expected %d" % (target["name"], len(values) if isinstance(values, list) else "no",
                                                       len(todo)))
-        for (rec, args, kwargs), have in zip(todo, outs):
+        for j, (rec, args, kwargs) in enumerate(todo):
+            err = errors.get(j)
+            have = (OK, values[j]) if err is None else ((RAISED,) + tuple(err) if isinstance(err, tuple) else None)
             want = answers[n][rec] if answers is not None and rec >= 0 else call(fn, args, kwargs)
-            if not isinstance(have, tuple) or not have or not same(want, have):
+            if not isinstance(have, tuple) or not same(want, have):
                 sys.exit("%s(%s): %s, expected %s (%s call)" % (
                     target["name"], show([args, kwargs], 200), said(have), said(want),
                     "a recorded" if rec >= 0 else "a derived"))
