@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from autoloop.base.numbers import seconds
+from autoloop.base.walk import remove_tree
 from autoloop.base.specs import SandboxSpec
 from autoloop.errors import UsageError
 from autoloop.git.gitrun import GitError, git
@@ -210,6 +211,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"    not used: {count} × {reason}" + (f" (e.g. {example})" if example else ""))
     live = build.usable(trace)
     if not live:
+        remove_tree(trace.store, quiet=True)   # nothing written: no store for a benchmark that is not there
         raise UsageError(_too_few(trace))
     sandbox_missing = _sandbox_note()
     bench.mkdir(exist_ok=True)

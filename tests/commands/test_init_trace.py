@@ -97,7 +97,7 @@ def test_init_trace_records_the_tests_and_writes_a_sealed_benchmark_that_verifie
     assert "harness: " in out and "of the wall time is not the code under test" in out
 
 
-def test_init_trace_refuses_when_no_call_can_be_used_and_says_what_to_target(make_repo) -> None:
+def test_init_trace_refuses_when_no_call_can_be_used_and_says_what_to_target(make_repo, isolated_env) -> None:
     repo = make_repo(PROJECT)
     res = run_cli("init", "--template", "speed", "--trace", "python -m pytest -q tests",
                   "--target", "textkit.core:log", "--target", "textkit.core:nowhere", cwd=repo, timeout=300)
@@ -106,6 +106,7 @@ def test_init_trace_refuses_when_no_call_can_be_used_and_says_what_to_target(mak
     assert "too few usable calls" in res.stderr and "writes files" in res.stderr
     assert "target a function whose arguments are plain data" in res.stderr
     assert not (repo / "program.md").exists() and not (repo / "bench").exists()
+    assert not list((isolated_env / ".local/share/autoloop/traces").iterdir())
     assert "Traceback" not in res.stderr
 
 
