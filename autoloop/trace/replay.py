@@ -19,6 +19,8 @@ kept as they are. A call made of those only cannot be derived (it can only be re
 recorded). One argument of a derived call is changed, and each other one with a chance of a third.
 """
 
+from __future__ import annotations
+
 import datetime
 import importlib
 import json
@@ -28,6 +30,7 @@ import pickle
 import random
 import sys
 import time
+from typing import IO, Any, Callable, Collection, Mapping, Sequence
 
 OK, RAISED = 0, 1
 RECORDED_SHARE = 0.05   # of a measurement's calls: the most a table of known calls can save
@@ -43,7 +46,7 @@ SAFE_TYPES = {
 
 # ---- the targets -----------------------------------------------------------------------------
 
-def resolve(name):
+def resolve(name: str) -> Any:
     """The function behind MODULE:QUALNAME, as the code of this tree defines it now: a method is
     the class's function (called with the instance first), a class or static method its function."""
     module, _, qual = name.partition(":")
@@ -67,12 +70,12 @@ TIMEOUT = (RAISED, "autoloop.timeout", "the call ran past its limit")
 _clock = [float("inf"), float("inf")]    # when the current call started (inf: none runs), its limit
 
 
-def _tick(signum, frame):
+def _tick(signum: int, frame: Any) -> None:
     if time.perf_counter() - _clock[0] > _clock[1]:
         raise CallTimeout()
 
 
-def limit_calls(seconds):
+def limit_calls(seconds: float) -> None:
     """Check every 0.1 s whether the current call (started at _clock[0]) is past `seconds`."""
     _clock[:] = [float("inf"), seconds]
     try:
@@ -83,7 +86,7 @@ def limit_calls(seconds):
         pass
 
 
-def stop_limits():
+def stop_limits() -> None:
     """Disarm the timer: at exit the interpreter restores SIGALRM's default action, which a tick
     still armed would turn into a kill (exit 142, `Alarm clock`) after the work is done."""
     _clock[:] = [float("inf"), float("inf")]
@@ -94,7 +97,7 @@ def stop_limits():
         pass
 
 
-def call(fn, args, kwargs):
+def call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:
     _clock[0] = time.perf_counter()
     try:
         return (OK, fn(*args, **kwargs))
@@ -106,7 +109,7 @@ def call(fn, args, kwargs):
         _clock[0] = float("inf")
 
 
-def same(a, b):
+def same(a: tuple, b: tuple) -> bool:
     """Outcomes equal: the same exception (type and text), or results of the same type that
     compare equal (or pickle to the same bytes: NaN, objects without __eq__)."""
     if a[0] != b[0]:
@@ -127,7 +130,7 @@ def same(a, b):
         return False
 
 
-def show(value, limit=160):
+def show(value: object, limit: int = 160) -> str:
     try:
         text = repr(value)
     except Exception as exc:
@@ -141,7 +144,7 @@ _TEXT = (str, bytes)
 _TIMES = (datetime.timedelta, datetime.datetime, datetime.date)
 
 
-def mutable(value):
+def mutable(value: Any) -> bool:
     """Whether `mutate` can change this value (and so derive a new call from it)."""
     t = type(value)
     if t in _TEXT or t is float or t is int or t in _TIMES:
@@ -152,13 +155,13 @@ def mutable(value):
     return False
 
 
-def _below(rng, n):
+def _below(rng: random.Random, n: int) -> int:
     """An integer in [0, n): random() is C, randrange Python (a derived call costs a few of these,
     and the harness must stay a small share of what is timed)."""
     return int(rng.random() * n) if n < 1 << 52 else rng.randrange(n)
 
 
-def _text(s, rng, pool):
+def _text(s: Any, rng: random.Random, pool: Sequence[Any]) -> Any:
     """One to three edits: one alone leaves too few variants of a short string (a measurement
     would repeat calls, and a cache inside the target would gain what the workload may not)."""
     out = _edit(s, rng, pool)
@@ -170,7 +173,7 @@ def _text(s, rng, pool):
     return out if out != s else s + (s[-1:] or ("a" if type(s) is str else b"a"))
 
 
-def _edit(s, rng, pool):
+def _edit(s: Any, rng: random.Random, pool: Sequence[Any]) -> Any:
     n = len(s)
     empty = s[:0]
     space = " " if type(s) is str else b" "
@@ -200,7 +203,7 @@ def _edit(s, rng, pool):
     return out
 
 
-def _number(v, rng):
+def _number(v: Any, rng: random.Random) -> Any:
     if type(v) is int:
         k = max(5, abs(v) // 2)
         d = _below(rng, 2 * k) - k     # in [-k, k), and 0 becomes k: never unchanged
@@ -209,18 +212,18 @@ def _number(v, rng):
         return out if out != v else v + k
     if not math.isfinite(v):
         return v
-    out = v * (0.5 + rng.random()) if v else rng.random() * 2 - 1
-    return out if out != v else v + 1.0
+    moved = v * (0.5 + rng.random()) if v else rng.random() * 2 - 1
+    return moved if moved != v else v + 1.0
 
 
-def _is_sorted(items):
+def _is_sorted(items: Sequence[Any]) -> bool:
     try:
         return all(items[i] <= items[i + 1] for i in range(len(items) - 1))
     except Exception:
         return False
 
 
-def mutate(value, rng, pool, depth=0):
+def mutate(value: Any, rng: random.Random, pool: Mapping[type, Sequence[Any]], depth: int = 0) -> Any:
     """A value of the same type, changed (see the module's docstring); `value` is not changed."""
     t = type(value)
     if t in _TEXT:
@@ -261,12 +264,12 @@ def mutate(value, rng, pool, depth=0):
         return value._make(out) if hasattr(value, "_make") else (tuple(out) if t is tuple else value)
     if isinstance(value, dict) and value:
         import copy
-        out = copy.copy(value)
+        changed = copy.copy(value)
         keys = list(value)
         for _ in range(1 + int(rng.random() * 2)):
             k = keys[int(rng.random() * len(keys))]
-            out[k] = mutate(value[k], rng, pool, depth + 1)
-        return out
+            changed[k] = mutate(value[k], rng, pool, depth + 1)
+        return changed
     if t in (set, frozenset) and value:
         items = sorted(value, key=repr)   # a set's order follows the hash seed, which differs by process
         if len(items) > 1 and rng.random() < 0.5:
@@ -277,14 +280,16 @@ def mutate(value, rng, pool, depth=0):
     return value
 
 
-def slots_of(args, kwargs, skip_first, frozen=()):
+def slots_of(args: Sequence[Any], kwargs: Mapping[str, Any], skip_first: bool,
+             frozen: Collection[object] = ()) -> list:
     """The arguments `derive` can change: positions, then keyword names (sorted); not those in
     `frozen` (init found that changing them mostly makes the call fail: a language code, a mode)."""
     slots = [i for i in range(1 if skip_first else 0, len(args)) if i not in frozen and mutable(args[i])]
     return slots + [k for k in sorted(kwargs) if k not in frozen and mutable(kwargs[k])]
 
 
-def derive(args, kwargs, rng, pool, skip_first, slots=None):
+def derive(args: Sequence[Any], kwargs: dict, rng: random.Random, pool: Mapping[type, Sequence[Any]],
+           skip_first: bool, slots: Sequence[object] | None = None) -> tuple[Any, Any]:
     """A new call from a recorded one: one argument surely changed, each other one in three.
     `skip_first`: a method's instance (or class) is kept."""
     if slots is None:
@@ -303,10 +308,10 @@ def derive(args, kwargs, rng, pool, skip_first, slots=None):
     return new_args, new_kwargs
 
 
-def text_pool(calls):
+def text_pool(calls: Sequence[tuple[Sequence[Any], Mapping[str, Any]]]) -> dict[type, list]:
     """The strings and bytes of a target's recorded calls (top level and one level down), that
     `join` draws from: in recording order, so every process builds the same pool."""
-    pool = {str: [], bytes: []}
+    pool: dict[type, list] = {str: [], bytes: []}
     for args, kwargs in calls:
         for v in list(args) + [kwargs[k] for k in sorted(kwargs)]:
             items = v if type(v) in (list, tuple) else [v]
@@ -318,7 +323,7 @@ def text_pool(calls):
 
 # ---- a measurement's calls ---------------------------------------------------------------------
 
-def draw(target, seed, n_derived, n_recorded):
+def draw(target: dict, seed: object, n_derived: int, n_recorded: int) -> list[tuple[int, Any, Any]]:
     """[(recorded index or -1, args, kwargs)] of one measurement for `target` (a dict from the
     inputs file: name, calls, weights, derivable, method), the same in every process for a seed."""
     rng = random.Random("%s:%s" % (seed, target["name"]))
@@ -347,17 +352,17 @@ def draw(target, seed, n_derived, n_recorded):
     return out
 
 
-def load(path):
+def load(path: str) -> Any:
     with open(path, "rb") as f:
         return pickle.load(f)
 
 
-def _paths():
+def _paths() -> tuple[str, str]:
     here = os.path.dirname(os.path.abspath(__file__))
     return os.path.join(here, "trace.json"), os.path.join(here, ".trace", "calls.pkl")
 
 
-def produce(seed=None, out_dir=None):
+def produce(seed: object = None, out_dir: str | None = None) -> None:
     """The measured run: every call of this measurement through the tree's code; outcomes to
     $AUTOLOOP_OUTPUT/results.pkl, and the seconds spent inside the targets to timing.json."""
     try:
@@ -366,7 +371,7 @@ def produce(seed=None, out_dir=None):
         stop_limits()
 
 
-def _produce(seed, out_dir):
+def _produce(seed: object, out_dir: str | None) -> None:
     plan_path, inputs_path = _paths()
     with open(plan_path) as f:
         plan = json.load(f)
@@ -382,7 +387,8 @@ def _produce(seed, out_dir):
         fn = resolve(target["name"])
         todo = draw(target, seed, spec["derived"], spec["recorded"])
         # results and exceptions apart: no tuple per call to make, and far less to pickle
-        values, errors = [], {}
+        values: list[Any] = []
+        errors: dict[int, tuple[str, str]] = {}
         add = values.append
         limit_calls(spec.get("limit", 2.0))
         clock, now = _clock, time.perf_counter
@@ -410,11 +416,11 @@ class _Results(pickle.Unpickler):
     """The command's results were written by the candidate's code: a pickle can call anything
     on loading, so only plain data types and the classes of the project's own packages load."""
 
-    def __init__(self, f, packages):
+    def __init__(self, f: IO[bytes], packages: Collection[str]) -> None:
         pickle.Unpickler.__init__(self, f)
         self.packages = packages
 
-    def find_class(self, module, name):
+    def find_class(self, module: str, name: str) -> Any:
         if (module, name) in SAFE_TYPES:
             return pickle.Unpickler.find_class(self, module, name)
         if module.split(".")[0] in self.packages:
@@ -424,7 +430,7 @@ class _Results(pickle.Unpickler):
         raise pickle.UnpicklingError("results refer to %s.%s, which the score does not load" % (module, name))
 
 
-def score(private_dir=None, seed=None, out_dir=None):
+def score(private_dir: str | None = None, seed: object = None, out_dir: str | None = None) -> None:
     """Exit 0 when every outcome the command wrote is the start commit's; else exit 1 naming
     the first that is not. Prints the seconds the command said it spent in the targets (for
     `autoloop verify`'s harness share; the command could lie about it, so nothing is judged on it)."""
@@ -434,7 +440,7 @@ def score(private_dir=None, seed=None, out_dir=None):
         stop_limits()
 
 
-def _score(private_dir, seed, out_dir):
+def _score(private_dir: str | None, seed: object, out_dir: str | None) -> None:
     plan_path, inputs_path = _paths()
     with open(plan_path) as f:
         plan = json.load(f)
@@ -483,7 +489,7 @@ def _score(private_dir, seed, out_dir):
     print("checked %d outcomes (%d of derived calls) against the start commit" % (checked, derived))
 
 
-def said(outcome):
+def said(outcome: object) -> str:
     if not isinstance(outcome, tuple) or not outcome:
         return "no outcome"
     if outcome[0] == RAISED:
@@ -491,7 +497,7 @@ def said(outcome):
     return "returned " + show(outcome[1] if len(outcome) > 1 else None)
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> None:
     """`python tracereplay.py produce` (the measured command) or `score [PRIVATE]`."""
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "produce":
