@@ -8,6 +8,8 @@ their outcomes (private/expected.pkl).
 Standard library only, for any Python >= 3.8, like the replay module.
 """
 
+from __future__ import annotations
+
 import importlib
 import json
 import os
@@ -15,11 +17,12 @@ import pickle
 import random
 import sys
 import time
+from typing import Any, Callable
 
 try:   # inside autoloop (its tests); in the project's interpreter, the copy beside this file
     from autoloop.trace import replay
 except ImportError:
-    import tracereplay as replay
+    import tracereplay as replay  # type: ignore[no-redef]
 
 OK, RAISED = replay.OK, replay.RAISED
 call, same, show, derive, slots_of, text_pool = (replay.call, replay.same, replay.show, replay.derive,
@@ -35,12 +38,12 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
 class _Writes:
-    def __init__(self):
+    def __init__(self) -> None:
         self.on = False
-        self.seen = []
+        self.seen: list[str] = []
         sys.addaudithook(self.hook)
 
-    def hook(self, event, args):
+    def hook(self, event: str, args: tuple) -> None:
         if not self.on:
             return
         if event == "open":
@@ -51,7 +54,7 @@ class _Writes:
             self.seen.append("%s %s" % (event, args[0] if args else ""))
 
 
-def _timed(fn, args, kwargs, writes):
+def _timed(fn: Callable[..., Any], args: Any, kwargs: Any, writes: _Writes) -> tuple[tuple, float, list[str]]:
     writes.on, writes.seen = True, []
     t0 = time.perf_counter()
     try:
@@ -62,23 +65,23 @@ def _timed(fn, args, kwargs, writes):
     return out, dt, list(writes.seen)
 
 
-def check(records, derive_per_call=4, seed=12345):
+def check(records: dict[str, dict], derive_per_call: int = 4, seed: int = 12345) -> dict[str, dict]:
     """For each target of `records` ({name: {"calls": [[args bytes, outcome, count]], "method"}}):
     which calls are usable, why the others are not, and the seconds calls and derived calls take.
     Returns {name: {"usable": [(args, kwargs, count, outcome, derivable)], "refused": {reason: [n, example]},
     "seconds": ..., "derived_seconds": ..., "derived_raise": ..., "derived": n}}."""
     writes = _Writes()
     replay.limit_calls(LIMIT_S)
-    report = {}
+    report: dict[str, dict] = {}
     for name, rec in records.items():
-        refused = {}
+        refused: dict[str, list] = {}
         count = 1
 
-        def refuse(reason, example=""):   # counted in calls made, as the recorder counts
+        def refuse(reason: str, example: str = "") -> None:   # counted in calls made, as the recorder counts
             slot = refused.setdefault(reason, [0, example])
             slot[0] += count
 
-        entry = {"usable": [], "refused": refused, "seconds": 0.0, "derived_seconds": 0.0,
+        entry: dict[str, Any] = {"usable": [], "refused": refused, "seconds": 0.0, "derived_seconds": 0.0,
                  "derived": 0, "derived_raise": 0}
         report[name] = entry
         try:
@@ -130,7 +133,7 @@ def check(records, derive_per_call=4, seed=12345):
     return report
 
 
-def _as_recorded(recorded, outcome):
+def _as_recorded(recorded: tuple | None, outcome: tuple) -> bool:
     if recorded is None or recorded[0] == "none-or-raised":
         return outcome[0] == RAISED or outcome[1] is None
     if recorded[0] == "raised":
@@ -141,7 +144,7 @@ def _as_recorded(recorded, outcome):
         return False
 
 
-def _recorded_said(recorded):
+def _recorded_said(recorded: tuple | None) -> str:
     if recorded is None or recorded[0] == "none-or-raised":
         return "None"
     if recorded[0] == "raised":
@@ -152,7 +155,8 @@ def _recorded_said(recorded):
         return "a result"
 
 
-def _check_derived(entry, fn, method, per_call, seed, writes):
+def _check_derived(entry: dict, fn: Callable[..., Any], method: bool, per_call: int, seed: int,
+                   writes: _Writes) -> None:
     """Derive calls from each usable one and run them twice at HEAD: a call whose derived calls
     write files, change their arguments or differ run to run is kept for replay as recorded only."""
     usable = entry["usable"]
@@ -186,14 +190,16 @@ def _check_derived(entry, fn, method, per_call, seed, writes):
             entry["derived_raise"] += first[0] == RAISED and u[3][0] == OK
 
 
-def _fragile(usable, fn, method, pool, rng, parents=200, least=4):
+def _fragile(usable: list[list], fn: Callable[..., Any], method: bool, pool: dict, rng: random.Random,
+             parents: int = 200, least: int = 4) -> list:
     """The arguments that, changed alone, make more than a third of the calls raise where the
     recorded one returned: they select (a language, a mode) more than they carry data, and
     replaying them measures error paths, not the work. Not all of them: then the raising share
     is what it is, and init reports it. (num2words' `lang`, cut or joined, raised in 59% of
     derived calls with a threshold of half; a language code often survives an edit, 'enen' is
     read as 'en'.)"""
-    tries, raised = {}, {}
+    tries: dict[object, int] = {}
+    raised: dict[object, int] = {}
     for u in usable[:parents]:
         if u[3][0] != OK:
             continue
@@ -209,7 +215,7 @@ def _fragile(usable, fn, method, pool, rng, parents=200, least=4):
     return bad if len(bad) < len(tries) else []
 
 
-def _is_method(name):
+def _is_method(name: str) -> bool:
     """A method's recorded first argument is its instance (or class): kept as it is."""
     module, _, qual = name.partition(":")
     if "." not in qual:
@@ -221,10 +227,10 @@ def _is_method(name):
     return isinstance(owner, type) and not isinstance(owner.__dict__.get(last), staticmethod)
 
 
-def _shared(args, kwargs, seen):
+def _shared(args: list, kwargs: dict, seen: dict[bytes, Any]) -> tuple[list, dict]:
     """The call with each argument that pickles like one seen before replaced by that one: a
     method's instance, recorded once per call, is then stored and loaded once."""
-    def one(v):
+    def one(v: Any) -> Any:
         if type(v) in (str, bytes, int, float, bool) or v is None:
             return v
         try:
@@ -234,7 +240,7 @@ def _shared(args, kwargs, seen):
     return [one(a) for a in args], {k: one(v) for k, v in kwargs.items()}
 
 
-def write_store(records, store, report_path):
+def write_store(records: dict[str, dict], store: str, report_path: str) -> None:
     """init's check at HEAD, in the project's interpreter (only it can load the arguments):
     the usable calls to store/inputs/calls.pkl, their outcomes to store/private/expected.pkl,
     and what was found (counts and reasons, no argument values) to `report_path` as JSON."""
@@ -247,7 +253,10 @@ def write_store(records, store, report_path):
         report = check(records)
     finally:
         replay.stop_limits()
-    inputs, answers, summary, seen = [], [], {}, {}
+    inputs: list[dict] = []
+    answers: list[list] = []
+    summary: dict[str, dict] = {}
+    seen: dict[bytes, Any] = {}
     for name, entry in report.items():
         usable = entry.pop("usable")
         summary[name] = dict(entry, usable=len(usable), derivable=sum(1 for u in usable if u[4]),
@@ -266,7 +275,7 @@ def write_store(records, store, report_path):
         json.dump(summary, f)
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     """`python tracecheck.py RECORDS STORE REPORT`."""
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0], "rb") as f:
