@@ -205,6 +205,9 @@ def main(args: argparse.Namespace) -> int:
     print(f"recording: `{args.trace}` at HEAD in a throwaway worktree, calls of {', '.join(targets)} …", flush=True)
     trace = build.record(root, args.trace, targets, budget_s=args.replay_seconds)
     print(f"recorded in {seconds(trace.command_s)} with {trace.python}; stored in {trace.store}")
+    if trace.command_exit != 0:
+        print(f"warning: `{args.trace}` exited {trace.command_exit}: what it called is recorded all the same, but "
+              "the tests are the guard, and a guard failing at HEAD stops a run before it starts")
     for r in trace.targets:
         print(_report_line(r))
         for reason, (count, example) in sorted(r.refused.items(), key=lambda kv: -kv[1][0]):

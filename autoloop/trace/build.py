@@ -57,6 +57,7 @@ class Trace:
     roots: list[str]                # sys.path entries (repository-relative) the targets import from
     targets: list[TargetReport]
     command_s: float = 0.0
+    command_exit: int | None = 0    # a failing test still records its calls: said, not refused
 
 
 def store_for(repo_root: Path) -> Path:
@@ -163,8 +164,8 @@ def record(repo_root: Path, command: str, targets: list[str], *, budget_s: float
             raise RunFailure(f"--trace command did not end within {timeout:.0f} s: {command}")
         records, python, reports = _merge(rec_dir, targets)
         if not python:
-            raise RunFailure(f"--trace {command!r} ran no Python process that loaded the recorder (exit "
-                             f"{res.returncode}); it must start Python without -I, -E or -S, which skip "
+            raise RunFailure(f"--trace {command!r} ran no Python process that loaded the recorder "
+                             f"({res.describe()}); it must start Python without -I, -E or -S, which skip "
                              "PYTHONPATH's sitecustomize")
         roots = _place(reports, (tree.path, repo_root))
         store = store_for(repo_root)
@@ -175,7 +176,7 @@ def record(repo_root: Path, command: str, targets: list[str], *, budget_s: float
         _plan(list(reports.values()), budget_s)
         rel_python = _relative(python, (tree.path, repo_root))
         return Trace(store, rel_python if rel_python and not rel_python.startswith("..") else python,
-                     roots, [reports[n] for n in targets], res.duration_s)
+                     roots, [reports[n] for n in targets], res.duration_s, res.exit_code)
     finally:
         tree._discard()
         remove_tree(tmp, quiet=True)

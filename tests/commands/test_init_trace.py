@@ -118,3 +118,12 @@ def test_init_trace_refuses_bad_usage_before_running_anything(make_repo) -> None
     assert res.returncode == 2 and "--target 'nocolon': give MODULE:NAME" in res.stderr
     res = run_cli("init", "--template", "speed", "--target", "a:b", cwd=repo)
     assert res.returncode == 2 and "give --trace COMMAND too" in res.stderr
+
+
+def test_init_trace_says_when_the_command_ran_no_python_it_could_record(make_repo) -> None:
+    repo = make_repo(PROJECT)
+    res = run_cli("init", "--template", "speed", "--trace", "python -I -m pytest -q tests",
+                  "--target", "textkit.core:slug", cwd=repo, timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "ran no Python process that loaded the recorder" in res.stderr and "-I, -E or -S" in res.stderr
+    assert not (repo / "program.md").exists() and "Traceback" not in res.stderr
