@@ -15,6 +15,8 @@ Configured by AUTOLOOP_TRACE_DIR (where each process writes rec-PID.pkl at exit)
 AUTOLOOP_TRACE_TARGETS (comma-separated MODULE:QUALNAME).
 """
 
+from __future__ import annotations
+
 import atexit
 import hashlib
 import inspect
@@ -22,6 +24,8 @@ import os
 import pickle
 import sys
 import threading
+from types import CodeType, FrameType
+from typing import Any
 
 CAP = 2000   # distinct calls kept per target: more adds little but recording and checking time
 GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200   # CO_GENERATOR, COROUTINE, ITERABLE_COROUTINE, ASYNC_GENERATOR
@@ -29,28 +33,29 @@ RAISED, RETURNED, NONE_OR_RAISED = "raised", "returned", "none-or-raised"
 
 
 class _Target:
-    def __init__(self, name):
+    def __init__(self, name: str) -> None:
         self.name = name
         self.module, _, self.qualname = name.partition(":")
-        self.code = None
-        self.file = None
-        self.defaults, self.kwdefaults = (), {}
-        self.gen_first = None
-        self.calls = {}      # digest -> [args bytes, outcome, count]
-        self.refused = {}    # reason -> [count, example]
+        self.code: CodeType | None = None
+        self.file: str | None = None
+        self.defaults: tuple = ()
+        self.kwdefaults: dict[str, Any] = {}
+        self.gen_first: int | None = None
+        self.calls: dict[str, list] = {}      # digest -> [args bytes, outcome, count]
+        self.refused: dict[str, list] = {}    # reason -> [count, example]
         self.seen = 0
 
-    def refuse(self, reason, example=""):
+    def refuse(self, reason: str, example: str = "") -> None:
         slot = self.refused.setdefault(reason, [0, example])
         slot[0] += 1
 
 
-def _resolve(t):
+def _resolve(t: _Target) -> CodeType | None:
     """The code object of target `t`, once its module is imported (None until then)."""
     mod = sys.modules.get(t.module)
     if mod is None:
         return None
-    obj = mod
+    obj: Any = mod
     try:
         for part in t.qualname.split("."):
             d = getattr(obj, "__dict__", None)
@@ -71,7 +76,8 @@ def _resolve(t):
     return code
 
 
-def _arguments(frame, code, defaults, kwdefaults):
+def _arguments(frame: FrameType, code: CodeType, defaults: tuple,
+               kwdefaults: dict[str, Any]) -> tuple[list, dict]:
     """(args, kwargs) the frame was called with, read from its locals before its body ran. A
     parameter holding its default object itself was most likely not passed: it is left out (so
     replay does not vary what the caller never chose), trailing positional ones only."""
@@ -94,18 +100,18 @@ def _arguments(frame, code, defaults, kwdefaults):
 
 
 class Recorder:
-    def __init__(self, names, out_dir):
+    def __init__(self, names: list[str], out_dir: str) -> None:
         self.targets = [_Target(n) for n in names]
-        self.by_name = {}
+        self.by_name: dict[str, list[_Target]] = {}
         for t in self.targets:
             self.by_name.setdefault(t.qualname.rsplit(".", 1)[-1], []).append(t)
-        self.by_code = {}
-        self.pending = {}        # id(frame) -> (target, digest or None)
-        self.depth = {}          # (thread, target name) -> open calls: only the outermost is kept
+        self.by_code: dict[CodeType, _Target] = {}
+        self.pending: dict[int, tuple] = {}        # id(frame) -> (target, digest or None)
+        self.depth: dict[tuple[int, str], int] = {}          # (thread, target name) -> open calls: only the outermost is kept
         self.out_dir = out_dir
         self.busy = threading.local()
 
-    def target_of(self, code):
+    def target_of(self, code: CodeType) -> _Target | None:
         t = self.by_code.get(code)
         if t is not None:
             return t
@@ -118,8 +124,8 @@ class Recorder:
                 return cand
         return None
 
-    def start(self, frame, t):
-        if getattr(self.busy, "on", False):
+    def start(self, frame: FrameType, t: _Target) -> None:
+        if getattr(self.busy, "on", False) or t.code is None:
             return
         if t.code.co_flags & GENERATOR_FLAGS:
             # sys.setprofile reports every resume as a call: a start is at the lowest offset
@@ -156,7 +162,7 @@ class Recorder:
             self.busy.on = False
         self.pending[id(frame)] = (t, digest, key)
 
-    def finish(self, frame, kind, value):
+    def finish(self, frame: FrameType, kind: str, value: Any) -> None:
         got = self.pending.pop(id(frame), None)
         if got is None:
             return
@@ -165,6 +171,7 @@ class Recorder:
         if digest is None:
             return
         self.busy.on = True
+        outcome: tuple
         try:
             if kind == RAISED:
                 outcome = (RAISED, type(value).__module__ + "." + type(value).__qualname__, str(value)[:2000])
@@ -182,7 +189,7 @@ class Recorder:
             self.busy.on = False
 
     # ---- sys.setprofile (before 3.12) --------------------------------------------------------
-    def profile(self, frame, event, arg):
+    def profile(self, frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
             code = frame.f_code
             if code.co_name in self.by_name:
@@ -194,8 +201,8 @@ class Recorder:
             self.finish(frame, RETURNED if arg is not None else NONE_OR_RAISED, arg)
 
     # ---- sys.monitoring (3.12+) --------------------------------------------------------------
-    def monitor(self):
-        mon = sys.monitoring
+    def monitor(self) -> None:
+        mon: Any = getattr(sys, "monitoring")
         tool = mon.PROFILER_ID
         try:
             mon.use_tool_id(tool, "autoloop-trace")
@@ -204,7 +211,7 @@ class Recorder:
             mon.use_tool_id(tool, "autoloop-trace")
         ev = mon.events
 
-        def on_start(code, offset):
+        def on_start(code: CodeType, offset: int) -> Any:
             if code.co_name not in self.by_name:
                 return mon.DISABLE
             t = self.target_of(code)
@@ -214,12 +221,12 @@ class Recorder:
             self.start(sys._getframe(1), t)
             return None
 
-        def on_return(code, offset, value):
+        def on_return(code: CodeType, offset: int, value: Any) -> Any:
             if code in self.by_code:
                 self.finish(sys._getframe(1), RETURNED, value)
             return None
 
-        def on_unwind(code, offset, exc):
+        def on_unwind(code: CodeType, offset: int, exc: BaseException) -> None:
             if code in self.by_code and self.pending:
                 self.finish(sys._getframe(1), RAISED, exc)
 
@@ -228,10 +235,11 @@ class Recorder:
         mon.register_callback(tool, ev.PY_UNWIND, on_unwind)
         mon.set_events(tool, ev.PY_START | ev.PY_UNWIND)
 
-    def save(self):
-        data = {"python": sys.executable, "version": list(sys.version_info[:3]), "targets": {}}
+    def save(self) -> None:
+        targets: dict[str, dict] = {}
+        data = {"python": sys.executable, "version": list(sys.version_info[:3]), "targets": targets}
         for t in self.targets:
-            data["targets"][t.name] = {"calls": [v for v in t.calls.values() if v[1] is not None],
+            targets[t.name] = {"calls": [v for v in t.calls.values() if v[1] is not None],
                                        "refused": t.refused, "seen": t.seen, "file": t.file}
         path = os.path.join(self.out_dir, "rec-%d.pkl" % os.getpid())
         with open(path + ".part", "wb") as f:
@@ -239,7 +247,7 @@ class Recorder:
         os.replace(path + ".part", path)
 
 
-def install():
+def install() -> Recorder | None:
     names = [n for n in os.environ.get("AUTOLOOP_TRACE_TARGETS", "").split(",") if n]
     out_dir = os.environ.get("AUTOLOOP_TRACE_DIR")
     if not names or not out_dir:
