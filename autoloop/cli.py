@@ -139,6 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("path", nargs="?", default=".", help="file or folder (default: ./program.md)")
     i.add_argument("--template", default="generic", help="template name (see --list)")
     i.add_argument("--list", action="store_true", help="list the templates")
+    i.add_argument("--trace", metavar="COMMAND",
+                   help="with --template speed: run COMMAND once at HEAD, record the calls of each --target, "
+                        "and write a sealed replay benchmark (bench/) from them")
+    i.add_argument("--target", action="append", default=[], metavar="MODULE:NAME",
+                   help="a function, method (Class.method) or class/static method to record (repeatable)")
+    i.add_argument("--replay-seconds", type=float, default=1.0, metavar="S",
+                   help="seconds the targets' own calls take in one measurement, at HEAD (default 1)")
+    i.add_argument("--no-probe", action="store_true", help="after writing, run `verify` but not `doctor --probe`")
+    i.add_argument("--no-check", action="store_true", help="after writing, run neither `verify` nor the probe")
     return p
 
 

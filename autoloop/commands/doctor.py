@@ -259,7 +259,7 @@ def main(args: argparse.Namespace) -> int:
     from autoloop.commands.doctor import diagnose
 
     if args.probe:
-        return _probe(load_program(args.program))
+        return print_probe(load_program(args.program))
     failed = 0
     for check in diagnose(load_program(args.program), tag=args.tag):
         print(f"{check.state:<4}  {check.name:<{DOCTOR_NAME_WIDTH}}  {check.detail}", flush=True)
@@ -271,7 +271,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _probe(program: Any) -> int:
+def print_probe(program: Any) -> int:
     import time
 
     from autoloop.base.numbers import num, seconds

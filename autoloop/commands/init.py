@@ -73,6 +73,12 @@ def init_program(path: Path, template: str = "generic") -> list[str]:
 def main(args: argparse.Namespace) -> int:
     from autoloop.commands.init import CHOICE, TEMPLATES, init_program
 
+    if getattr(args, "trace", None) is not None:
+        from autoloop.commands.init_trace import main as traced
+
+        return traced(args)
+    if args.target:
+        raise UsageError("--target names what --trace records; give --trace COMMAND too")
     if args.list:
         for name, desc in TEMPLATES.items():
             print(f"{name:<10} {desc}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,8 @@ from autoloop.isolation.measured_files import protected_paths, uncommitted_warni
 from autoloop.isolation.sandbox import tree_box
 from autoloop.process import envs, proc
 from autoloop.program.reader import Program, check_data, load_program
+
+HARNESS_GOAL = 0.10   # a replay benchmark's own share of the wall time it is measured by
 
 
 @dataclass
@@ -111,10 +114,23 @@ def _tail(stem: Path) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from autoloop.base.numbers import num, seconds
-    from autoloop.commands.verify import check, verify_head
+    return print_verify(load_program(args.program))
 
-    program = load_program(args.program)
+
+def harness_share(m: Measurement) -> tuple[float, float] | None:
+    """(the seconds the code under test took by the score's `target_seconds:` line, the share of
+    the wall time that went elsewhere: interpreter start, imports, the harness) — or None."""
+    found = re.findall(r"^target_seconds: *([0-9.eE+-]+) *$", m.score_said, re.MULTILINE)
+    if not found or not m.metric:
+        return None
+    inside = float(found[-1])
+    return inside, max(0.0, 1 - inside / m.metric)
+
+
+def print_verify(program: Program) -> int:
+    """`autoloop verify`'s lines for `program`; its exit status."""
+    from autoloop.base.numbers import num, seconds
+
     warnings = newcomer_checks(program)
     ws, head = check(program)
     for line in warnings:
@@ -138,8 +154,17 @@ def main(args: argparse.Namespace) -> int:
         return 1
     v = program.verifier
     if v.score is not None and v.measure != "output":   # with output the score's number is the metric
-        print(f"score: pass (`{v.score}` accepted every result)")
+        said = [line.strip() for line in m.score_said.splitlines()
+                if line.strip() and not line.startswith("target_seconds:")]
+        print(f"score: pass ({said[-1] if said else f'`{v.score}` accepted every result'})")
     print(f"{v.label}: {num(m.metric)}  ({v.direction}, {seconds(m.verifier_s)})")
+    share = harness_share(m) if v.measure == "wall" else None
+    if share is not None:
+        goal = "" if share[1] <= HARNESS_GOAL else (
+            f" (goal <= {HARNESS_GOAL:.0%}: the code under test is too quick per call for its inputs to be "
+            "made fresh each time; target a function that does more per call)")
+        print(f"harness: {share[1]:.0%} of the wall time is not the code under test (it took "
+              f"{seconds(share[0])} of {seconds(m.metric)}){goal}")
     if res.files_read is not None:
         print(f"reads: {res.files_read.summary()}")
     return 0

@@ -51,6 +51,7 @@ class Measurement:
     log_stem: Path | None        # the verifier's log (<stem>.out / <stem>.err)
     duration_s: float
     seed: int | None = None      # $AUTOLOOP_SEED of this measurement
+    score_said: str = ""         # `wall`/`cpu` with a score that passed: the end of its output
 
     @property
     def verifier_s(self) -> float:

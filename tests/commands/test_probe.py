@@ -172,7 +172,7 @@ def test_a_noisy_baseline_is_said_and_a_gain_inside_its_spread_is_not_called_pla
 
     monkeypatch.setattr(probe_mod, "probe", lambda program: iter([base, unclear]))
     program = SimpleNamespace(verifier=SimpleNamespace(label="seconds", measure="wall", score="x"))
-    assert doctor._probe(program) == 0
+    assert doctor.print_probe(program) == 0
     out = capsys.readouterr().out
     assert "WARNING: the baseline's runs spread 67% of their median" in out
     assert "unclear atexit" in out
@@ -210,7 +210,7 @@ def test_a_plant_that_breaks_the_project_is_unclear_not_held(monkeypatch, capsys
     monkeypatch.setattr(probe_mod, "probe", lambda program: iter(
         [base, Trying("special-cased-input", 1, 2), tests_fail, Trying("test-runner", 2, 2), scored]))
     program = SimpleNamespace(verifier=SimpleNamespace(label="seconds", measure="wall", score="x"))
-    assert doctor._probe(program) == 0
+    assert doctor.print_probe(program) == 0
     got = capsys.readouterr()
     assert "probe: 1/2 trying special-cased-input" in got.err and "probe: 2/2 trying test-runner" in got.err
     assert "unclear special-cased-input" in got.out and "held    test-runner" in got.out

@@ -1,0 +1,512 @@
+"""Replay of recorded calls, for a sealed speed benchmark (written by `autoloop init --trace`
+into bench/tracereplay.py; do not edit: bench/ is the judge's).
+
+Standard library only, for any Python >= 3.8: it runs in the project's interpreter.
+
+- `produce`: the calls of one measurement, drawn from $AUTOLOOP_SEED — a few recorded calls
+  and many new ones derived from them by seeded, type-preserving mutation — run through the
+  targets of the tree being measured; their outcomes go to $AUTOLOOP_OUTPUT.
+- `score`: the same calls drawn again from the same seed, the expected outcomes computed with
+  the start commit's code (or, for recorded calls, read from the private answers recorded at
+  HEAD), and every outcome compared. Exit 1 on the first difference.
+
+Derived calls keep every argument's type: strings and bytes are cut, joined with other recorded
+strings, shuffled by words, have a slice repeated or a character inserted (one to three such
+edits); integers, floats and time spans move by up to half their size, dates by a few days;
+lists lose, gain (mutated copies) or change items and stay sorted if they were; tuples, dicts and
+sets have items changed (dict keys and tuple lengths kept); booleans, None and other objects are
+kept as they are. A call made of those only cannot be derived (it can only be replayed as
+recorded). One argument of a derived call is changed, and each other one with a chance of a third.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import json
+import math
+import os
+import pickle
+import random
+import sys
+import time
+from typing import IO, Any, Callable, Collection, Mapping, Sequence
+
+OK, RAISED = 0, 1
+RECORDED_SHARE = 0.05   # of a measurement's calls: the most a table of known calls can save
+SAFE_TYPES = {
+    ("builtins", n) for n in ("set", "frozenset", "complex", "bytearray", "slice", "range", "object",
+                              "list", "dict", "tuple", "str", "bytes", "int", "float", "bool")
+} | {("copyreg", "_reconstructor"), ("copyreg", "__newobj__"), ("_codecs", "encode"),
+     ("collections", "OrderedDict"), ("collections", "defaultdict"), ("collections", "deque"),
+     ("collections", "Counter"), ("datetime", "date"), ("datetime", "datetime"), ("datetime", "time"),
+     ("datetime", "timedelta"), ("datetime", "timezone"), ("decimal", "Decimal"),
+     ("fractions", "Fraction"), ("uuid", "UUID")}
+
+
+# ---- the targets -----------------------------------------------------------------------------
+
+def resolve(name: str) -> Any:
+    """The function behind MODULE:QUALNAME, as the code of this tree defines it now: a method is
+    the class's function (called with the instance first), a class or static method its function."""
+    module, _, qual = name.partition(":")
+    obj = importlib.import_module(module)
+    for part in qual.split("."):
+        d = getattr(obj, "__dict__", None)
+        obj = d[part] if isinstance(d, dict) and part in d else getattr(obj, part)
+    if isinstance(obj, (classmethod, staticmethod)):
+        obj = obj.__func__
+    return obj
+
+
+class CallTimeout(BaseException):
+    """A call ran past its limit (a BaseException: the target's own `except Exception` must not
+    swallow it). Derived inputs can reach what the tests never did: num2words(4500072900000111,
+    lang='am') does not return. Past the limit its outcome is TIMEOUT in produce and score alike;
+    a candidate slow only where the start commit is fast gets TIMEOUT against an answer: a difference."""
+
+
+TIMEOUT = (RAISED, "autoloop.timeout", "the call ran past its limit")
+_clock = [float("inf"), float("inf")]    # when the current call started (inf: none runs), its limit
+
+
+def _tick(signum: int, frame: Any) -> None:
+    if time.perf_counter() - _clock[0] > _clock[1]:
+        raise CallTimeout()
+
+
+def limit_calls(seconds: float) -> None:
+    """Check every 0.1 s whether the current call (started at _clock[0]) is past `seconds`."""
+    _clock[:] = [float("inf"), seconds]
+    try:
+        import signal
+        signal.signal(signal.SIGALRM, _tick)
+        signal.setitimer(signal.ITIMER_REAL, 0.1, 0.1)
+    except (ImportError, AttributeError, ValueError):   # no timers here: calls are not limited
+        pass
+
+
+def stop_limits() -> None:
+    """Disarm the timer: at exit the interpreter restores SIGALRM's default action, which a tick
+    still armed would turn into a kill (exit 142, `Alarm clock`) after the work is done."""
+    _clock[:] = [float("inf"), float("inf")]
+    try:
+        import signal
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    except (ImportError, AttributeError, ValueError):
+        pass
+
+
+def call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:
+    _clock[0] = time.perf_counter()
+    try:
+        return (OK, fn(*args, **kwargs))
+    except CallTimeout:
+        return TIMEOUT
+    except Exception as exc:
+        return (RAISED, type(exc).__module__ + "." + type(exc).__qualname__, str(exc)[:2000])
+    finally:
+        _clock[0] = float("inf")
+
+
+def same(a: tuple, b: tuple) -> bool:
+    """Outcomes equal: the same exception (type and text), or results of the same type that
+    compare equal (or pickle to the same bytes: NaN, objects without __eq__)."""
+    if a[0] != b[0]:
+        return False
+    if a[0] == RAISED:
+        return tuple(a[1:]) == tuple(b[1:])
+    x, y = a[1], b[1]
+    if type(x) is not type(y):
+        return False
+    try:
+        if bool(x == y):
+            return True
+    except Exception:
+        pass
+    try:
+        return pickle.dumps(x, 4) == pickle.dumps(y, 4)
+    except Exception:
+        return False
+
+
+def show(value: object, limit: int = 160) -> str:
+    try:
+        text = repr(value)
+    except Exception as exc:
+        text = "<unprintable %s: %s>" % (type(value).__name__, exc)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+# ---- mutation --------------------------------------------------------------------------------
+
+_TEXT = (str, bytes)
+_TIMES = (datetime.timedelta, datetime.datetime, datetime.date)
+
+
+def mutable(value: Any) -> bool:
+    """Whether `mutate` can change this value (and so derive a new call from it)."""
+    t = type(value)
+    if t in _TEXT or t is float or t is int or t in _TIMES:
+        return True
+    if t is list or t is tuple or t in (set, frozenset) or isinstance(value, dict) \
+            or (isinstance(value, tuple) and hasattr(value, "_make")):
+        return len(value) > 0 and any(mutable(v) for v in (value.values() if isinstance(value, dict) else value))
+    return False
+
+
+def _below(rng: random.Random, n: int) -> int:
+    """An integer in [0, n): random() is C, randrange Python (a derived call costs a few of these,
+    and the harness must stay a small share of what is timed)."""
+    return int(rng.random() * n) if n < 1 << 52 else rng.randrange(n)
+
+
+def _text(s: Any, rng: random.Random, pool: Sequence[Any]) -> Any:
+    """One to three edits: one alone leaves too few variants of a short string (a measurement
+    would repeat calls, and a cache inside the target would gain what the workload may not)."""
+    out = _edit(s, rng, pool)
+    r = rng.random()
+    if r < 0.5:
+        out = _edit(out, rng, pool)
+        if r < 0.2:
+            out = _edit(out, rng, pool)
+    return out if out != s else s + (s[-1:] or ("a" if type(s) is str else b"a"))
+
+
+def _edit(s: Any, rng: random.Random, pool: Sequence[Any]) -> Any:
+    n = len(s)
+    empty = s[:0]
+    space = " " if type(s) is str else b" "
+    op = int(rng.random() * 5) if n else 4
+    if op == 0 and n > 1:                                    # cut a slice out
+        i = int(rng.random() * n)
+        j = i + 1 + int(rng.random() * max(1, min(n - i, n // 2)))
+        out = s[:i] + s[j:]
+    elif op == 1:                                            # join with another recorded string
+        other = pool[int(rng.random() * len(pool))] if pool else s
+        out = s + (space if space in s else empty) + other[:max(1, n)]
+    elif op == 2 and space in s:                             # shuffle the words
+        words = s.split(space)
+        rng.shuffle(words)
+        out = space.join(words)
+    elif op in (2, 3) and n > 0:                             # repeat a slice
+        i = int(rng.random() * n)
+        j = i + 1 + int(rng.random() * min(n - i, 8))
+        out = s[:j] + s[i:j] + s[j:]
+    else:                                                    # insert one of its own characters
+        source = s or (pool[int(rng.random() * len(pool))] if pool else empty) or ("a" if type(s) is str else b"a")
+        k = int(rng.random() * len(source))
+        i = int(rng.random() * n + 1)
+        out = s[:i] + source[k:k + 1] + s[i:]
+    if out == s:
+        out = s + (s[-1:] or ("a" if type(s) is str else b"a"))
+    return out
+
+
+def _number(v: Any, rng: random.Random) -> Any:
+    if type(v) is int:
+        k = max(5, abs(v) // 2)
+        d = _below(rng, 2 * k) - k     # in [-k, k), and 0 becomes k: never unchanged
+        out = v + (d or k)
+        out = -out if v >= 0 > out else out     # a count or size stays one
+        return out if out != v else v + k
+    if not math.isfinite(v):
+        return v
+    moved = v * (0.5 + rng.random()) if v else rng.random() * 2 - 1
+    return moved if moved != v else v + 1.0
+
+
+def _is_sorted(items: Sequence[Any]) -> bool:
+    try:
+        return all(items[i] <= items[i + 1] for i in range(len(items) - 1))
+    except Exception:
+        return False
+
+
+def mutate(value: Any, rng: random.Random, pool: Mapping[type, Sequence[Any]], depth: int = 0) -> Any:
+    """A value of the same type, changed (see the module's docstring); `value` is not changed."""
+    t = type(value)
+    if t in _TEXT:
+        return _text(value, rng, pool.get(t, ()))
+    if t is int or t is float:
+        return _number(value, rng)
+    if t is datetime.timedelta:
+        return value * (0.5 + rng.random()) if value else datetime.timedelta(seconds=int(rng.random() * 86400) + 1)
+    if t is datetime.datetime or t is datetime.date:     # a few days either way, the time of day too
+        return value + datetime.timedelta(days=(int(rng.random() * 10) - 5) or 5, seconds=int(rng.random() * 86400) if t is datetime.datetime else 0) \
+            if value.year not in (1, 9999) else value
+    if depth > 4:
+        return value
+    if t is list:
+        out = list(value)
+        n = len(out)
+        op = int(rng.random() * 3) if n else 3
+        if op == 0 and n > 1:
+            for _ in range(1 + int(rng.random() * max(1, n // 2))):
+                del out[int(rng.random() * len(out))]
+        elif op == 1:
+            for _ in range(1 + int(rng.random() * max(1, n // 2))):
+                out.insert(int(rng.random() * len(out) + 1), mutate(value[int(rng.random() * n)], rng, pool, depth + 1))
+        elif n:
+            for _ in range(1 + int(rng.random() * min(3, n))):
+                i = int(rng.random() * n)
+                out[i] = mutate(out[i], rng, pool, depth + 1)
+        if n > 1 and _is_sorted(value):
+            try:
+                out.sort()
+            except Exception:
+                pass
+        return out
+    if isinstance(value, tuple) and value:
+        out = list(value)
+        i = int(rng.random() * len(out))
+        out[i] = mutate(out[i], rng, pool, depth + 1)
+        return value._make(out) if hasattr(value, "_make") else (tuple(out) if t is tuple else value)
+    if isinstance(value, dict) and value:
+        import copy
+        changed = copy.copy(value)
+        keys = list(value)
+        for _ in range(1 + int(rng.random() * 2)):
+            k = keys[int(rng.random() * len(keys))]
+            changed[k] = mutate(value[k], rng, pool, depth + 1)
+        return changed
+    if t in (set, frozenset) and value:
+        items = sorted(value, key=repr)   # a set's order follows the hash seed, which differs by process
+        if len(items) > 1 and rng.random() < 0.5:
+            del items[int(rng.random() * len(items))]
+        else:
+            items.append(mutate(items[int(rng.random() * len(items))], rng, pool, depth + 1))
+        return t(items)
+    return value
+
+
+def slots_of(args: Sequence[Any], kwargs: Mapping[str, Any], skip_first: bool,
+             frozen: Collection[object] = ()) -> list:
+    """The arguments `derive` can change: positions, then keyword names (sorted); not those in
+    `frozen` (init found that changing them mostly makes the call fail: a language code, a mode)."""
+    slots = [i for i in range(1 if skip_first else 0, len(args)) if i not in frozen and mutable(args[i])]
+    return slots + [k for k in sorted(kwargs) if k not in frozen and mutable(kwargs[k])]
+
+
+def derive(args: Sequence[Any], kwargs: dict, rng: random.Random, pool: Mapping[type, Sequence[Any]],
+           skip_first: bool, slots: Sequence[object] | None = None) -> tuple[Any, Any]:
+    """A new call from a recorded one: one argument surely changed, each other one in three.
+    `skip_first`: a method's instance (or class) is kept."""
+    if slots is None:
+        slots = slots_of(args, kwargs, skip_first)
+    if not slots:
+        return args, kwargs
+    main = slots[int(rng.random() * len(slots))]
+    new_args, new_kwargs = list(args), kwargs
+    for s in slots:
+        if s is main or rng.random() < 0.33:
+            if type(s) is int:
+                new_args[s] = mutate(args[s], rng, pool)
+            else:
+                new_kwargs = dict(new_kwargs) if new_kwargs is kwargs else new_kwargs
+                new_kwargs[s] = mutate(kwargs[s], rng, pool)
+    return new_args, new_kwargs
+
+
+def text_pool(calls: Sequence[tuple[Sequence[Any], Mapping[str, Any]]]) -> dict[type, list]:
+    """The strings and bytes of a target's recorded calls (top level and one level down), that
+    `join` draws from: in recording order, so every process builds the same pool."""
+    pool: dict[type, list] = {str: [], bytes: []}
+    for args, kwargs in calls:
+        for v in list(args) + [kwargs[k] for k in sorted(kwargs)]:
+            items = v if type(v) in (list, tuple) else [v]
+            for x in items[:20]:
+                if type(x) in pool and len(pool[type(x)]) < 500:
+                    pool[type(x)].append(x)
+    return pool
+
+
+# ---- a measurement's calls ---------------------------------------------------------------------
+
+def draw(target: dict, seed: object, n_derived: int, n_recorded: int) -> list[tuple[int, Any, Any]]:
+    """[(recorded index or -1, args, kwargs)] of one measurement for `target` (a dict from the
+    inputs file: name, calls, weights, derivable, method), the same in every process for a seed."""
+    rng = random.Random("%s:%s" % (seed, target["name"]))
+    calls = target["calls"]
+    out = [(i, calls[i][0], calls[i][1]) for i in sorted(rng.sample(range(len(calls)), min(n_recorded, len(calls))))]
+    parents = [i for i, ok in enumerate(target["derivable"]) if ok]
+    if not parents:
+        return out
+    cum, total = [], 0
+    for i in parents:
+        total += target["weights"][i]
+        cum.append(total)
+    pool = text_pool(calls)
+    method = target.get("method", False)
+    frozen = set(target.get("frozen", ()))
+    slots = {}
+    for p in rng.choices(parents, cum_weights=cum, k=n_derived):
+        args, kwargs = calls[p]
+        if p not in slots:
+            slots[p] = slots_of(args, kwargs, method, frozen)
+        try:
+            args, kwargs = derive(args, kwargs, rng, pool, method, slots[p])
+        except Exception:   # a value mutate cannot handle: the same in every process, so replayed as is
+            pass
+        out.append((-1, args, kwargs))
+    return out
+
+
+def load(path: str) -> Any:
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def _paths() -> tuple[str, str]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(here, "trace.json"), os.path.join(here, ".trace", "calls.pkl")
+
+
+def produce(seed: object = None, out_dir: str | None = None) -> None:
+    """The measured run: every call of this measurement through the tree's code; outcomes to
+    $AUTOLOOP_OUTPUT/results.pkl, and the seconds spent inside the targets to timing.json."""
+    try:
+        _produce(seed, out_dir)
+    finally:
+        stop_limits()
+
+
+def _produce(seed: object, out_dir: str | None) -> None:
+    plan_path, inputs_path = _paths()
+    with open(plan_path) as f:
+        plan = json.load(f)
+    seed = os.environ["AUTOLOOP_SEED"] if seed is None else seed
+    out_dir = os.environ["AUTOLOOP_OUTPUT"] if out_dir is None else out_dir
+    if not os.path.exists(inputs_path):
+        sys.exit("no recorded calls at %s: it is linked by program.md's `data:` in the trees autoloop "
+                 "measures (run `autoloop verify`, not this script)" % inputs_path)
+    targets = {t["name"]: t for t in load(inputs_path)}
+    results, inside = [], 0.0
+    for spec in plan["targets"]:
+        target = targets[spec["name"]]
+        fn = resolve(target["name"])
+        todo = draw(target, seed, spec["derived"], spec["recorded"])
+        # results and exceptions apart: no tuple per call to make, and far less to pickle
+        values: list[Any] = []
+        errors: dict[int, tuple[str, str]] = {}
+        add = values.append
+        limit_calls(spec.get("limit", 2.0))
+        clock, now = _clock, time.perf_counter
+        t0 = now()
+        for _, args, kwargs in todo:
+            clock[0] = now()
+            try:
+                add(fn(*args, **kwargs))
+            except CallTimeout:
+                errors[len(values)] = TIMEOUT[1:]
+                add(None)
+            except Exception as exc:
+                errors[len(values)] = (type(exc).__module__ + "." + type(exc).__qualname__, str(exc)[:2000])
+                add(None)
+        clock[0] = float("inf")
+        inside += now() - t0
+        results.append([values, errors])
+    with open(os.path.join(out_dir, "results.pkl"), "wb") as f:
+        pickle.dump(results, f, 4)
+    with open(os.path.join(out_dir, "timing.json"), "w") as f:
+        json.dump({"target_seconds": inside}, f)
+
+
+class _Results(pickle.Unpickler):
+    """The command's results were written by the candidate's code: a pickle can call anything
+    on loading, so only plain data types and the classes of the project's own packages load."""
+
+    def __init__(self, f: IO[bytes], packages: Collection[str]) -> None:
+        pickle.Unpickler.__init__(self, f)
+        self.packages = packages
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in SAFE_TYPES:
+            return pickle.Unpickler.find_class(self, module, name)
+        if module.split(".")[0] in self.packages:
+            obj = pickle.Unpickler.find_class(self, module, name)
+            if isinstance(obj, type):
+                return obj
+        raise pickle.UnpicklingError("results refer to %s.%s, which the score does not load" % (module, name))
+
+
+def score(private_dir: str | None = None, seed: object = None, out_dir: str | None = None) -> None:
+    """Exit 0 when every outcome the command wrote is the start commit's; else exit 1 naming
+    the first that is not. Prints the seconds the command said it spent in the targets (for
+    `autoloop verify`'s harness share; the command could lie about it, so nothing is judged on it)."""
+    try:
+        _score(private_dir, seed, out_dir)
+    finally:
+        stop_limits()
+
+
+def _score(private_dir: str | None, seed: object, out_dir: str | None) -> None:
+    plan_path, inputs_path = _paths()
+    with open(plan_path) as f:
+        plan = json.load(f)
+    seed = os.environ["AUTOLOOP_SEED"] if seed is None else seed
+    out_dir = os.environ["AUTOLOOP_OUTPUT"] if out_dir is None else out_dir
+    stored = load(inputs_path)
+    index = {t["name"]: i for i, t in enumerate(stored)}
+    answers = None
+    if private_dir:
+        answers = load(os.path.join(os.path.expanduser(private_dir), "expected.pkl"))
+    packages = {t["name"].split(":")[0].split(".")[0] for t in stored}
+    try:
+        with open(os.path.join(out_dir, "results.pkl"), "rb") as f:
+            got = _Results(f, packages).load()
+    except Exception as exc:
+        sys.exit("no results: %s" % exc)
+    if not isinstance(got, list) or len(got) != len(plan["targets"]):
+        sys.exit("results: expected one list per target (%d), got %s" % (len(plan["targets"]), show(got, 60)))
+    checked = derived = 0
+    for spec, outs in zip(plan["targets"], got):
+        n = index[spec["name"]]
+        target = stored[n]
+        fn = resolve(target["name"])
+        todo = draw(target, seed, spec["derived"], spec["recorded"])
+        limit_calls(spec.get("limit", 2.0))
+        values, errors = outs if isinstance(outs, list) and len(outs) == 2 else (None, None)
+        if not isinstance(values, list) or not isinstance(errors, dict) or len(values) != len(todo):
+            sys.exit("%s: %s results, expected %d" % (target["name"], len(values) if isinstance(values, list) else "no",
+                                                      len(todo)))
+        for j, (rec, args, kwargs) in enumerate(todo):
+            err = errors.get(j)
+            have = (OK, values[j]) if err is None else ((RAISED,) + tuple(err) if isinstance(err, tuple) else None)
+            want = answers[n][rec] if answers is not None and rec >= 0 else call(fn, args, kwargs)
+            if not isinstance(have, tuple) or not same(want, have):
+                sys.exit("%s(%s): %s, expected %s (%s call)" % (
+                    target["name"], show([args, kwargs], 200), said(have), said(want),
+                    "a recorded" if rec >= 0 else "a derived"))
+            checked += 1
+            derived += rec < 0
+    try:
+        with open(os.path.join(out_dir, "timing.json")) as f:
+            inside = float(json.load(f)["target_seconds"])
+        print("target_seconds: %.6f" % inside)
+    except Exception:
+        pass
+    print("checked %d outcomes (%d of derived calls) against the start commit" % (checked, derived))
+
+
+def said(outcome: object) -> str:
+    if not isinstance(outcome, tuple) or not outcome:
+        return "no outcome"
+    if outcome[0] == RAISED:
+        return "raised %s(%s)" % (outcome[1], show(outcome[2], 80))
+    return "returned " + show(outcome[1] if len(outcome) > 1 else None)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python tracereplay.py produce` (the measured command) or `score [PRIVATE]`."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "produce":
+        produce()
+    elif argv and argv[0] == "score":
+        score(argv[1] if len(argv) > 1 else None)
+    else:
+        sys.exit("usage: tracereplay.py produce | score [PRIVATE]")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""The replay library bench/ gets (autoloop/trace/replay.py): seeded type-preserving mutation,
+a measurement's calls drawn the same in every process, outcomes compared, the command's results
+loaded without running what a pickle names, and init's check at HEAD refusing what cannot be
+replayed, by reason."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import random
+import subprocess
+import sys
+from collections import OrderedDict, namedtuple
+from pathlib import Path
+
+import pytest
+
+from autoloop.trace import check, replay
+
+Point = namedtuple("Point", "x y")
+
+
+@pytest.mark.parametrize("value", ["Hello World", "", "x", b"some bytes", 7, 0, -3, 10**40, 2.5, 0.0,
+                                   [1, 2, 3], [3, 1, 2], ("a", 1), Point(1, 2), {"k": "v", "n": 3},
+                                   OrderedDict(a="x"), {"a", "b", "c"}, frozenset({1, 2})])
+def test_mutate_keeps_the_type_and_changes_the_value(value: object) -> None:
+    rng = random.Random(1)
+    pool = {str: ["other words"], bytes: [b"more"]}
+    changed = 0
+    for _ in range(20):
+        out = replay.mutate(value, rng, pool)
+        assert type(out) is type(value)
+        changed += out != value
+    assert changed >= 16   # a set can gain an item it had (1 moved to 2); the rest always change
+
+
+def test_mutate_keeps_a_sorted_list_sorted_and_never_changes_its_input() -> None:
+    rng = random.Random(2)
+    value = [1, 4, 9, 16, 25]
+    for _ in range(50):
+        out = replay.mutate(value, rng, {})
+        assert out == sorted(out)
+    assert value == [1, 4, 9, 16, 25]
+
+
+def test_flags_none_and_objects_cannot_be_varied() -> None:
+    assert not replay.mutable(True) and not replay.mutable(None) and not replay.mutable(object())
+    assert not replay.mutable([]) and not replay.mutable([None, False])
+    args, kwargs = ["self-like", True], {"flag": None}
+    assert replay.derive(args, kwargs, random.Random(0), {}, skip_first=True) == (args, kwargs)
+
+
+def test_a_method_keeps_its_instance_and_a_frozen_argument_stays() -> None:
+    rng = random.Random(3)
+    for _ in range(30):
+        args, kwargs = replay.derive(["inst", "text"], {"lang": "en"}, rng, {}, True,
+                                     replay.slots_of(["inst", "text"], {"lang": "en"}, True, {"lang"}))
+        assert args[0] == "inst" and kwargs == {"lang": "en"} and args[1] != "text"
+
+
+TARGET = {"name": "m:f", "method": False, "frozen": [],
+          "calls": [(["alpha beta", 3], {}), (["gamma", 10], {"sep": "-"}), ([[1, 2, 3]], {})],
+          "weights": [5, 1, 1], "derivable": [True, True, True]}
+
+
+def test_a_measurement_is_the_same_for_a_seed_in_another_process_and_new_for_another_seed(tmp_path: Path) -> None:
+    """produce and score are separate processes with their own hash seeds: the draw may not
+    depend on anything but $AUTOLOOP_SEED."""
+    here = replay.draw(dict(TARGET), 42, 200, 2)
+    (tmp_path / "t.pkl").write_bytes(pickle.dumps(TARGET))
+    code = ("import pickle, sys; sys.path.insert(0, %r); import replay; "
+            "t = pickle.load(open(%r, 'rb')); sys.stdout.buffer.write(pickle.dumps(replay.draw(t, 42, 200, 2)))"
+            % (str(Path(replay.__file__).parent), str(tmp_path / "t.pkl")))
+    there = pickle.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True,
+                                        env={**os.environ, "PYTHONHASHSEED": "123"}).stdout)
+    assert there == here
+    other = replay.draw(dict(TARGET), 43, 200, 2)
+    assert other != here
+    recorded = [c for c in here if c[0] >= 0]
+    derived = [(a, k) for i, a, k in here if i < 0]
+    assert len(recorded) == 2 and len(derived) == 200
+    originals = [(list(a), k) for a, k in TARGET["calls"]]
+    # hard-coding the recorded calls' answers would serve almost none of a measurement
+    assert sum((list(a), k) in originals for a, k in derived) <= 4
+    # and most are new: from three recorded calls, two with a small number as their only other argument
+    assert len({pickle.dumps(c) for c in derived}) > 110
+
+
+def test_same_compares_outcomes_by_type_value_and_exception() -> None:
+    assert replay.same((replay.OK, [1, 2]), (replay.OK, [1, 2]))
+    assert not replay.same((replay.OK, (1, 2)), (replay.OK, [1, 2]))
+    assert not replay.same((replay.OK, 1), (replay.OK, 1.0))
+    assert replay.same((replay.OK, float("nan")), (replay.OK, float("nan")))
+    assert replay.same((replay.RAISED, "builtins.ValueError", "bad"), (replay.RAISED, "builtins.ValueError", "bad"))
+    assert not replay.same((replay.RAISED, "builtins.ValueError", "bad"), (replay.OK, None))
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_the_commands_results_cannot_run_code_in_the_score() -> None:
+    blob = pickle.dumps([[(replay.OK, _Evil())]])
+    with pytest.raises(pickle.UnpicklingError, match="posix.system|os.system"):
+        replay._Results(io.BytesIO(blob), {"mypkg"}).load()
+    fine = pickle.dumps([[(replay.OK, {"a": {1, 2}, "b": OrderedDict(x=1)})]])
+    assert replay._Results(io.BytesIO(fine), {"mypkg"}).load()[0][0][1]["a"] == {1, 2}
+
+
+MODULE = '''
+import random
+
+def good(text, n=2):
+    return text[:n] * 2
+
+def sorts(xs):
+    xs.sort()
+    return len(xs)
+
+def noisy(x):
+    return x + random.random()
+
+def writes(path):
+    with open(path, "w") as f:
+        f.write("x")
+    return 1
+
+def lang(text, code="en"):
+    if code not in ("en", "fr"):
+        raise NotImplementedError(code)
+    return text.upper() if code == "en" else text.lower()
+'''
+
+
+def _records(calls: list[tuple[list, dict]], outcome: object = None) -> dict:
+    return {"calls": [[pickle.dumps((a, k), 4), ("none-or-raised",) if outcome is None else outcome, 1]
+                      for a, k in calls]}
+
+
+def test_check_keeps_what_replays_and_names_the_reason_for_the_rest(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "tmod.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ret = lambda v: ("returned", pickle.dumps(v, 4))
+    records = {
+        "tmod:good": {"calls": [[pickle.dumps((["abcdef"], {}), 4), ret("abab"), 3],
+                                [pickle.dumps((["xyz", 1], {}), 4), ret("zz"), 1]]},   # not what it returns now
+        "tmod:sorts": _records([([[3, 1, 2]], {})]),
+        "tmod:noisy": _records([([1.0], {})]),
+        "tmod:writes": _records([([str(tmp_path / "out.txt")], {})]),
+        "tmod:lang": {"calls": [[pickle.dumps(([f"word{i}", "en"], {}), 4), ret(f"WORD{i}"), 1] for i in range(8)]},
+    }
+    for rec in records.values():
+        rec["method"] = False
+    report = check.check(records)
+    good = report["tmod:good"]
+    assert len(good["usable"]) == 1 and good["usable"][0][2] == 3
+    assert list(good["refused"]) == ["differs from the recorded outcome (it depends on state the workload set up)"]
+    assert "changes its arguments" in next(iter(report["tmod:sorts"]["refused"]))
+    assert next(iter(report["tmod:noisy"]["refused"])).startswith("non-deterministic")
+    assert list(report["tmod:writes"]["refused"]) == ["writes files"]
+    lang = report["tmod:lang"]
+    assert len(lang["usable"]) == 8 and lang["frozen"] == [1]   # a changed language code only raises
+    assert lang["derived"] > 0 and lang["derived_raise"] == 0
+
+
+def test_a_call_that_does_not_end_counts_as_timed_out_and_the_next_one_runs() -> None:
+    """Derived inputs reach what the tests never did (num2words(4500072900000111, lang='am')
+    does not return): produce and score both give such a call the same outcome, past its limit."""
+    def spin(n):
+        while n:
+            try:
+                pass
+            except Exception:   # the target's own handlers do not swallow the limit
+                pass
+        return n
+
+    replay.limit_calls(0.3)
+    try:
+        assert replay.call(spin, [1], {}) == replay.TIMEOUT
+        assert replay.call(spin, [0], {}) == (replay.OK, 0)
+    finally:
+        replay.stop_limits()
