@@ -1,5 +1,5 @@
 """Shared fixtures: real git repositories in tmp_path, with an isolated HOME and git config so a
-developer's global hooks, signing or templates never leak into a test."""
+developer's global hooks, signing or templates, Ray token or caches never leak into a test."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
                 "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
                 "NO_COLOR", "PYTHONPATH"):
         monkeypatch.delenv(var, raising=False)
+    for var in [v for v in os.environ if v.startswith("RAY_")]:   # a developer's Ray auth or address
+        monkeypatch.delenv(var)
     (home / ".gitconfig").write_text(
         "[user]\n\tname = Test User\n\temail = test@example.com\n"
         "[init]\n\tdefaultBranch = main\n"
