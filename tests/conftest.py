@@ -71,3 +71,72 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
         full_env.update(env)
     return subprocess.run([sys.executable, "-m", "autoloop", *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout, input=input)
+
+
+# ---- running in parallel (pytest-xdist, `-n 2 --dist loadgroup` in the README's command) ------
+#
+# Tests are spread over the workers one by one, except those that must share a process:
+# - a module whose tests share a module- or class-scoped fixture (a soak, a run whose journal
+#   several tests read, a module that uninstalls what its earlier tests used) runs in one worker,
+#   in file order, as it does serially, so each such fixture is made once (per parameter);
+# - the Ray tests run one at a time: Ray's head takes fixed default ports (its dashboard's 8265,
+#   its client server's 10001, an agent's 52365) that two clusters on one machine would fight over.
+# Tests marked `timing` (a verdict that rests on timing a workload) run with no other test beside
+# them: each holds an exclusive lock that every other test holds shared.
+
+SHARED_SCOPES = ("module", "class", "package")
+
+
+def _group(item: pytest.Item) -> str | None:
+    """The module (and the parameters) of the shared fixtures the test uses, if any."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    shared = sorted(name for name, defs in info.name2fixturedefs.items()
+                    if defs and defs[-1].scope in SHARED_SCOPES)
+    if not shared:
+        return None
+    callspec = getattr(item, "callspec", None)
+    params = [f"{n}={callspec.indices[n]}" for n in shared if callspec and n in callspec.indices]
+    return ":".join([item.nodeid.split("::")[0], *params])
+
+
+@pytest.hookimpl(tryfirst=True)   # before xdist reads the groups into the test ids
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    ray_modules = {i.module for i in items if i.get_closest_marker("ray") is not None}
+    for item in items:
+        group = "ray" if item.module in ray_modules else _group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    """Set-up, call and tear-down of one test under the workers' shared lock (see above)."""
+    folder = _lock_folder(item.config)
+    if folder is None:
+        return (yield)
+    import fcntl
+
+    exclusive = item.get_closest_marker("timing") is not None
+    with open(folder / "gate.lock", "a") as gate, open(folder / "tests.lock", "a") as tests:
+        # the gate queues an exclusive test ahead of shared ones that come after it, so a
+        # stream of ordinary tests on the other worker cannot starve it
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(tests, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if not exclusive:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(tests, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+def _lock_folder(config: pytest.Config) -> Path | None:
+    """A folder all workers of this run share (None when the tests run in one process): the
+    parent of each worker's base temp folder."""
+    if not hasattr(config, "workerinput"):
+        return None
+    return Path(config._tmp_path_factory.getbasetemp()).parent   # type: ignore[attr-defined]
