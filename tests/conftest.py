@@ -3,6 +3,7 @@ developer's global hooks, signing or templates, Ray token or caches never leak i
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -73,48 +74,79 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
                           capture_output=True, text=True, timeout=timeout, input=input)
 
 
-# ---- running in parallel (pytest-xdist, `-n 2 --dist loadgroup` in the README's command) ------
+# ---- running in parallel (pytest-xdist: `-n 2` in the README's command) --------------------
 #
 # Tests are spread over the workers one by one, except those that must share a process:
-# - a module whose tests share a module- or class-scoped fixture (a soak, a run whose journal
-#   several tests read, a module that uninstalls what its earlier tests used) runs in one worker,
-#   in file order, as it does serially, so each such fixture is made once (per parameter);
-# - the Ray tests run one at a time: Ray's head takes fixed default ports (its dashboard's 8265,
-#   its client server's 10001, an agent's 52365) that two clusters on one machine would fight over.
-# Tests marked `timing` (a verdict that rests on timing a workload) run with no other test beside
-# them: each holds an exclusive lock that every other test holds shared.
+# - the tests of a module that share a module- or class-scoped fixture (a soak, a run whose
+#   journal several tests read, a module that uninstalls last what its earlier tests used) run
+#   in one worker, in file order, as they do serially: each such fixture is made once (per
+#   parameter);
+# - every module with Ray tests runs in one worker: a Ray head takes fixed default ports (its
+#   dashboard's 8265, its client server's 10001, an agent's 52365) that two would fight over.
+# The workers collect and name each test's group; they write the groups where the controller's
+# scheduler reads them (xdist's own `loadgroup` cannot carry them: it appends the group to the
+# test's id, which pytest 9.2 no longer lets a plugin change).
+# Tests marked `timing` (a verdict that rests on timing a workload) run with no other test
+# beside them: each holds an exclusive lock that every other test holds shared.
 
 SHARED_SCOPES = ("module", "class", "package")
 
 
-def _group(item: pytest.Item) -> str | None:
+def _group(item: pytest.Item, ray_modules: set[str]) -> str | None:
     """The module (and the parameters) of the shared fixtures the test uses, if any."""
+    module = item.nodeid.split("::")[0]
+    if module in ray_modules:
+        return "ray"
     info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    shared = sorted(name for name, defs in info.name2fixturedefs.items()
+    shared = sorted(name for name, defs in (info.name2fixturedefs.items() if info else ())
                     if defs and defs[-1].scope in SHARED_SCOPES)
     if not shared:
         return None
     callspec = getattr(item, "callspec", None)
     params = [f"{n}={callspec.indices[n]}" for n in shared if callspec and n in callspec.indices]
-    return ":".join([item.nodeid.split("::")[0], *params])
+    return ":".join([module, *params])
 
 
-@pytest.hookimpl(tryfirst=True)   # before xdist reads the groups into the test ids
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
-    ray_modules = {i.module for i in items if i.get_closest_marker("ray") is not None}
-    for item in items:
-        group = "ray" if item.module in ray_modules else _group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+    folder = _shared_folder(config)
+    if folder is None:
+        return
+    ray_modules = {i.nodeid.split("::")[0] for i in items if i.get_closest_marker("ray") is not None}
+    groups = {i.nodeid: g for i in items if (g := _group(i, ray_modules)) is not None}
+    worker = config.workerinput["workerid"]   # type: ignore[attr-defined]
+    part = folder / f"groups-{worker}.json.part"
+    part.write_text(json.dumps(groups))
+    part.replace(folder / f"groups-{worker}.json")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    if config.getvalue("dist") != "load":   # `-n N` alone; another --dist is the caller's choice
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    folder = Path(config._tmp_path_factory.getbasetemp())   # type: ignore[attr-defined]
+
+    class Grouped(LoadScopeScheduling):
+        """Load scheduling whose unit is a test, or the whole group it belongs to."""
+
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:   # every worker has collected (and written) before scheduling
+                self.groups = {}
+                for f in sorted(folder.glob("groups-*.json")):
+                    self.groups.update(json.loads(f.read_text()))
+            return self.groups.get(nodeid, nodeid)
+
+    return Grouped(config, log)   # type: ignore[arg-type]
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
     """Set-up, call and tear-down of one test under the workers' shared lock (see above)."""
-    folder = _lock_folder(item.config)
+    folder = _shared_folder(item.config)
     if folder is None:
         return (yield)
     import fcntl
@@ -134,9 +166,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  #
             fcntl.flock(gate, fcntl.LOCK_UN)
 
 
-def _lock_folder(config: pytest.Config) -> Path | None:
-    """A folder all workers of this run share (None when the tests run in one process): the
-    parent of each worker's base temp folder."""
+def _shared_folder(config: pytest.Config) -> Path | None:
+    """The controller's base temp folder, which holds each worker's (None when the tests run in
+    one process)."""
     if not hasattr(config, "workerinput"):
         return None
     return Path(config._tmp_path_factory.getbasetemp()).parent   # type: ignore[attr-defined]
