@@ -151,7 +151,8 @@ class Cluster:
                     os.killpg(p.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-        deadline = time.monotonic() + 15
+        # `ray start --block` outlives a SIGTERM to its group by 15 s and more: what is left is killed
+        deadline = time.monotonic() + 3
         for p in self.procs:
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
