@@ -177,7 +177,8 @@ def own_env(root: Path, env: Mapping[str, str]) -> dict[str, str]:
     home = root / "home"
     home.mkdir(exist_ok=True)
     base = {k: v for k, v in env.items() if not k.startswith("RAY_")}
-    base.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), XDG_CONFIG_HOME=str(home / ".config"))
+    base.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), XDG_CONFIG_HOME=str(home / ".config"),
+                XDG_DATA_HOME=str(home / ".local" / "share"), XDG_STATE_HOME=str(home / ".local" / "state"))
     # a shared test machine's memory is not the cluster's: Ray's monitor would kill our tasks
     # for what other processes use
     base["RAY_memory_monitor_refresh_ms"] = "0"

@@ -84,7 +84,8 @@ def isolated_env(base: Path) -> dict[str, str]:
     # even if the editable install is stale, broken or shadowed (it maps to the same files).
     env["PYTHONPATH"] = str(PROJECT_ROOT)
     env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"),
-               XDG_CONFIG_HOME=str(home / ".config"), GIT_CONFIG_NOSYSTEM="1",
+               XDG_CONFIG_HOME=str(home / ".config"), XDG_DATA_HOME=str(home / ".local" / "share"),
+               XDG_STATE_HOME=str(home / ".local" / "state"), GIT_CONFIG_NOSYSTEM="1",
                GIT_CONFIG_GLOBAL=str(home / ".gitconfig"), E2E_OUT=str(out),
                E2E_ID=uuid.uuid4().hex, PYTHONDONTWRITEBYTECODE="1", LC_ALL="C.UTF-8")
     return env
