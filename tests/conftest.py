@@ -85,6 +85,8 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
 #   parameter);
 # - every module with Ray tests runs in one worker: a Ray head takes fixed default ports (its
 #   dashboard's 8265, its client server's 10001, an agent's 52365) that two would fight over.
+# - tests marked `xdist_group(NAME)` run in one worker, one after another (the real probes: two
+#   at once would time each other, and one checks that no probe left its cache in /tmp).
 # The workers collect and name each test's group; they write the groups where the controller's
 # scheduler reads them (xdist's own `loadgroup` cannot carry them: it appends the group to the
 # test's id, which pytest 9.2 no longer lets a plugin change).
@@ -95,10 +97,14 @@ SHARED_SCOPES = ("module", "class", "package")
 
 
 def _group(item: pytest.Item, ray_modules: set[str]) -> str | None:
-    """The module (and the parameters) of the shared fixtures the test uses, if any."""
+    """The test's `xdist_group` mark, or the module (and the parameters) of the shared fixtures
+    it uses, if any."""
     module = item.nodeid.split("::")[0]
     if module in ray_modules:
         return "ray"
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:
+        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
     info = getattr(item, "_fixtureinfo", None)
     shared = sorted(name for name, defs in (info.name2fixturedefs.items() if info else ())
                     if defs and defs[-1].scope in SHARED_SCOPES)
@@ -109,8 +115,12 @@ def _group(item: pytest.Item, ray_modules: set[str]) -> str | None:
     return ":".join([module, *params])
 
 
+@pytest.hookimpl(tryfirst=True)   # before `-m` deselects by the marks added here
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
+    for item in items:   # the quick tier (`-m "not slow"`) leaves out real clusters and probes
+        if item.get_closest_marker("ray") or item.get_closest_marker("timing"):
+            item.add_marker(pytest.mark.slow)
     folder = _shared_folder(config)
     if folder is None:
         return
