@@ -155,12 +155,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     return Grouped(config, log)   # type: ignore[arg-type]
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
     """Set-up, call and tear-down of one test under the workers' shared lock (see above)."""
     folder = _shared_folder(item.config)
     if folder is None:
-        return (yield)
+        yield
+        return
     import fcntl
 
     exclusive = item.get_closest_marker("timing") is not None
@@ -172,7 +173,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  #
         if not exclusive:
             fcntl.flock(gate, fcntl.LOCK_UN)
         try:
-            return (yield)
+            yield
         finally:
             fcntl.flock(tests, fcntl.LOCK_UN)
             fcntl.flock(gate, fcntl.LOCK_UN)
