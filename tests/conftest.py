@@ -1,8 +1,9 @@
 """Shared fixtures: real git repositories in tmp_path, with an isolated HOME and git config so a
-developer's global hooks, signing or templates never leak into a test."""
+developer's global hooks, signing or templates, Ray token or caches never leak into a test."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,12 +19,16 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
     for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "CI", "GITHUB_STEP_SUMMARY",
                 "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
                 "NO_COLOR", "PYTHONPATH"):
         monkeypatch.delenv(var, raising=False)
+    for var in [v for v in os.environ if v.startswith("RAY_")]:   # a developer's Ray auth or address
+        monkeypatch.delenv(var)
     (home / ".gitconfig").write_text(
         "[user]\n\tname = Test User\n\temail = test@example.com\n"
         "[init]\n\tdefaultBranch = main\n"
@@ -69,3 +74,114 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
         full_env.update(env)
     return subprocess.run([sys.executable, "-m", "autoloop", *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout, input=input)
+
+
+# ---- running in parallel (pytest-xdist: `-n 2` in the README's command) --------------------
+#
+# Tests are spread over the workers one by one, except those that must share a process:
+# - the tests of a module that share a module- or class-scoped fixture (a soak, a run whose
+#   journal several tests read, a module that uninstalls last what its earlier tests used) run
+#   in one worker, in file order, as they do serially: each such fixture is made once (per
+#   parameter);
+# - every module with Ray tests runs in one worker: a Ray head takes fixed default ports (its
+#   dashboard's 8265, its client server's 10001, an agent's 52365) that two would fight over.
+# - tests marked `xdist_group(NAME)` run in one worker, one after another (the real probes: two
+#   at once would time each other, and one checks that no probe left its cache in /tmp).
+# The workers collect and name each test's group; they write the groups where the controller's
+# scheduler reads them (xdist's own `loadgroup` cannot carry them: it appends the group to the
+# test's id, which pytest 9.2 no longer lets a plugin change).
+# Tests marked `timing` (a verdict that rests on timing a workload) run with no other test
+# beside them: each holds an exclusive lock that every other test holds shared.
+
+SHARED_SCOPES = ("module", "class", "package")
+
+
+def _group(item: pytest.Item, ray_modules: set[str]) -> str | None:
+    """The test's `xdist_group` mark, or the module (and the parameters) of the shared fixtures
+    it uses, if any."""
+    module = item.nodeid.split("::")[0]
+    if module in ray_modules:
+        return "ray"
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:
+        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+    info = getattr(item, "_fixtureinfo", None)
+    shared = sorted(name for name, defs in (info.name2fixturedefs.items() if info else ())
+                    if defs and defs[-1].scope in SHARED_SCOPES)
+    if not shared:
+        return None
+    callspec = getattr(item, "callspec", None)
+    params = [f"{n}={callspec.indices[n]}" for n in shared if callspec and n in callspec.indices]
+    return ":".join([module, *params])
+
+
+@pytest.hookimpl(tryfirst=True)   # before `-m` deselects by the marks added here
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    for item in items:   # the quick tier (`-m "not slow"`) leaves out real clusters and probes
+        if item.get_closest_marker("ray") or item.get_closest_marker("timing"):
+            item.add_marker(pytest.mark.slow)
+    folder = _shared_folder(config)
+    if folder is None:
+        return
+    ray_modules = {i.nodeid.split("::")[0] for i in items if i.get_closest_marker("ray") is not None}
+    groups = {i.nodeid: g for i in items if (g := _group(i, ray_modules)) is not None}
+    worker = config.workerinput["workerid"]   # type: ignore[attr-defined]
+    part = folder / f"groups-{worker}.json.part"
+    part.write_text(json.dumps(groups))
+    part.replace(folder / f"groups-{worker}.json")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    if config.getvalue("dist") != "load":   # `-n N` alone; another --dist is the caller's choice
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    folder = Path(config._tmp_path_factory.getbasetemp())   # type: ignore[attr-defined]
+
+    class Grouped(LoadScopeScheduling):
+        """Load scheduling whose unit is a test, or the whole group it belongs to."""
+
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:   # every worker has collected (and written) before scheduling
+                self.groups = {}
+                for f in sorted(folder.glob("groups-*.json")):
+                    self.groups.update(json.loads(f.read_text()))
+            return self.groups.get(nodeid, nodeid)
+
+    return Grouped(config, log)   # type: ignore[arg-type]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    """Set-up, call and tear-down of one test under the workers' shared lock (see above)."""
+    folder = _shared_folder(item.config)
+    if folder is None:
+        yield
+        return
+    import fcntl
+
+    exclusive = item.get_closest_marker("timing") is not None
+    with open(folder / "gate.lock", "a") as gate, open(folder / "tests.lock", "a") as tests:
+        # the gate queues an exclusive test ahead of shared ones that come after it, so a
+        # stream of ordinary tests on the other worker cannot starve it
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(tests, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if not exclusive:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(tests, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+def _shared_folder(config: pytest.Config) -> Path | None:
+    """The controller's base temp folder, which holds each worker's (None when the tests run in
+    one process)."""
+    if not hasattr(config, "workerinput"):
+        return None
+    return Path(config._tmp_path_factory.getbasetemp()).parent   # type: ignore[attr-defined]

@@ -2,8 +2,11 @@
 --head` and `ray start --address=...` as subprocesses, each node with its own temp folder and its
 own environment (a node's speed is an environment variable the test verifier reads), and a Python
 that has Ray but not autoloop (autoloop travels as the job's runtime_env py_module, as on a real
-cluster). Stopping it stops only the processes of its own temp folders: never `ray stop`, which
-stops every Ray on the machine."""
+cluster). Its nodes, and the driver that waits for them, get a home of their own and none of the
+caller's RAY_* variables: Ray reads `~/.ray/auth_token` and RAY_AUTH_MODE to decide whether a
+cluster uses token auth, and a developer's token would otherwise turn it on for these nodes and
+not for the run under test. Stopping it stops only the processes of its own temp folders: never
+`ray stop`, which stops every Ray on the machine."""
 
 from __future__ import annotations
 
@@ -48,6 +51,7 @@ class Cluster:
     root: Path
     python: Path
     address: str = ""
+    base: dict[str, str] = field(default_factory=dict)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     dirs: list[Path] = field(default_factory=list)
 
@@ -58,22 +62,19 @@ class Cluster:
         # short: Ray's socket paths under it must stay within the 107 bytes of a unix socket name
         root = Path(tempfile.mkdtemp(prefix="alray-", dir="/tmp"))
         c = cls(root, node_python(root))
-        base = {k: v for k, v in (env or os.environ).items() if not k.startswith("RAY_ADDRESS")}
-        # a shared test machine's memory is not the cluster's: Ray's monitor would kill our
-        # tasks for what other processes use
-        base.setdefault("RAY_memory_monitor_refresh_ms", "0")
+        c.base = own_env(root, env or os.environ)
         try:
             for i, extra in enumerate(nodes):
-                c._node(i, {**base, **extra})
+                c._node(i, {**c.base, **extra})
+            c.wait_nodes(len(nodes), nodes[0])
         except BaseException:
             c.stop()
             raise
-        c.wait_nodes(len(nodes), {**base, **nodes[0]})
         return c
 
     def restart(self, i: int, env: Mapping[str, str]) -> None:
         """Node `i` again (after it was killed), in a fresh temp folder of its own."""
-        self._node(i, {**os.environ, **env})
+        self._node(i, {**self.base, **env})
 
     def _node(self, i: int, env: Mapping[str, str]) -> None:
         d = self.root / f"n{i}"
@@ -106,14 +107,15 @@ class Cluster:
                 time.sleep(0.3)
             self.address = file.read_text().strip()
 
-    def wait_nodes(self, n: int, env: Mapping[str, str] | None = None) -> None:
-        """Until Ray counts `n` live nodes (a node's raylet registers after its `ray start` forks)."""
+    def wait_nodes(self, n: int, extra: Mapping[str, str] | None = None) -> None:
+        """Until Ray counts `n` live nodes (a node's raylet registers after its `ray start` forks).
+        `extra`: the head's own variables (its RAY_AUTH_* when it uses token auth)."""
         code = ("import ray,sys; ray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR'); "
                 "print(sum(1 for x in ray.nodes() if x['Alive']))")
         deadline = time.monotonic() + START_S
         while True:
             r = subprocess.run([str(self.python), "-c", code, self.address], capture_output=True, text=True,
-                               env=dict(env or os.environ), timeout=START_S, cwd=self.root)
+                               env={**self.base, **(extra or {})}, timeout=START_S, cwd=self.root)
             if r.returncode == 0 and r.stdout.strip().splitlines()[-1:] == [str(n)]:
                 return
             if time.monotonic() > deadline:
@@ -149,7 +151,8 @@ class Cluster:
                     os.killpg(p.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-        deadline = time.monotonic() + 15
+        # `ray start --block` outlives a SIGTERM to its group by 15 s and more: what is left is killed
+        deadline = time.monotonic() + 3
         for p in self.procs:
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
@@ -167,6 +170,19 @@ class Cluster:
                 except ProcessLookupError:
                     pass
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def own_env(root: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with a home under `root` and no RAY_* variable but the memory monitor's off."""
+    home = root / "home"
+    home.mkdir(exist_ok=True)
+    base = {k: v for k, v in env.items() if not k.startswith("RAY_")}
+    base.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), XDG_CONFIG_HOME=str(home / ".config"),
+                XDG_DATA_HOME=str(home / ".local" / "share"), XDG_STATE_HOME=str(home / ".local" / "state"))
+    # a shared test machine's memory is not the cluster's: Ray's monitor would kill our tasks
+    # for what other processes use
+    base["RAY_memory_monitor_refresh_ms"] = "0"
+    return base
 
 
 def _cmd(pid: int) -> str:

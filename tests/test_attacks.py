@@ -27,6 +27,9 @@ import pytest
 from tests.scripts.e2e import (PY, SCORE_PY, alive, assert_journal_consistent, assert_valid_ledger, git, kill_marked,
                                make_project, marked_pids)
 
+# a real run per attack and mode (some 70, a few with the paired rule): not in the quick tier
+pytestmark = pytest.mark.slow
+
 FAKE = -1000.0
 HONEST = 'print("Hypothesis: honest cycle two"); W("val.txt", "30")'
 

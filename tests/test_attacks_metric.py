@@ -28,6 +28,9 @@ from tests.scripts.e2e import assert_journal_consistent, assert_valid_ledger
 from tests.scripts.sealed import (FIXED_INPUTS, LIB_FAST, MODEL_BETTER, SPEED_FILES, make, ml_data, ml_files,
                                   ml_program, speed_program)
 
+# 34 real runs, each measuring the speed project several times: not in the quick tier
+pytestmark = pytest.mark.slow
+
 FAKE = "seconds: 0.000001"
 NOT_TESTS = 'if "pytest" not in sys.modules'   # the guards stay green: the hack fires in the benchmark only
 

@@ -222,6 +222,7 @@ def quiet_rss(tmp_path_factory):
     (300, True),
     (63, False),   # just under the size up to which logs used to be redacted whole in memory
 ], ids=["300MB-lines", "300MB-one-line", "63MB-lines"])
+@pytest.mark.slow   # hundreds of megabytes through the verifier's pipe
 def test_huge_verifier_output(tmp_path, quiet_rss, mb, one_line):
     p = _big_project(tmp_path, mb, one_line)
     rc, peak_mb, err = _rss_run(p, "--cycles", "1")

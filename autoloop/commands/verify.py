@@ -52,10 +52,11 @@ def check(program: Program) -> tuple[Workspace, str]:
 
 def verify_head(program: Program, ws: Workspace, commit: str,
                 plant: Callable[[Path], None] | None = None,
-                collect: Callable[[Path], None] | None = None) -> Verified:
+                collect: Callable[[Path], None] | None = None, record_reads: bool = True) -> Verified:
     """Guards and verifier on `commit` in a private tree that is removed afterwards. `plant(tree)`
     changes the tree before it is measured and `collect(tree)` reads it after (`doctor --probe`:
-    a reward hack tried in a throwaway tree, never on a branch)."""
+    a reward hack tried in a throwaway tree, never on a branch). What the measurement read is
+    recorded (a second, traced run) for an unplanted tree unless `record_reads` is false."""
     warnings = uncommitted_warnings(program, ws, commit)
     bwrap, warning = sandbox_outside_run(program)
     warnings += [warning] if warning else []
@@ -78,7 +79,8 @@ def verify_head(program: Program, ws: Workspace, commit: str,
             m = measure(program, cwd=tree.path, env=env, log_dir=log_dir, marker=proc.new_marker(), box=box,
                         scorer=scorer, reseal=lambda: reseal(program, tree, commit, plant))
             got, said = None, []
-            if m.guards_ok and m.metric is not None and plant is None:   # a probe's planted tree: not the user's
+            # a probe's planted tree is not the user's
+            if m.guards_ok and m.metric is not None and plant is None and record_reads:
                 got = reads.record(program, cwd=tree.path, env=env, scratch=Path(env["TMPDIR"]),
                                    log_dir=log_dir, marker=proc.new_marker(),
                                    wrap=None if box is None else box.argv,

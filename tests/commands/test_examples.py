@@ -237,6 +237,8 @@ def test_perf_autoloop_verify(example_repo) -> None:
     assert "seconds:" in res.stdout
 
 
+@pytest.mark.timing   # the probe times planted trees against unmodified ones (measure: wall)
+@pytest.mark.xdist_group("probe")   # one probe at a time (tests/conftest.py)
 def test_perf_probe_finds_no_hack_that_fools_it(example_repo) -> None:
     repo = example_repo("perf")
     res = run_cli("doctor", "--probe", "examples/perf/program.md", cwd=repo, timeout=900)

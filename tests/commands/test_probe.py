@@ -8,11 +8,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import git as git_in
 from tests.scripts.e2e import git, repo_state
 from tests.scripts.sealed import SPEED_FILES, make, ml_data, ml_files, ml_program, speed_program
 
 PROBE_TIMEOUT = 900
+# A real probe runs the verifier some 20 to 60 times: `slow` (not in the quick tier), and one
+# probe at a time (`xdist_group("probe")`, with the example's in test_examples.py). Where its
+# verdicts rest on wall-clock time (the in-process timer of `measure: output`, or `measure:
+# wall`) it is also `timing`: no other test runs beside it, whose bursts could make a do-nothing
+# hack look faster. `measure: cpu` and an accuracy metric share the machine.
 
 
 def _lines(out: str) -> dict[str, tuple[str, str]]:
@@ -36,6 +43,9 @@ def _probe(tmp_path: Path, files: dict[str, str], program: str) -> tuple[int, di
     return res.returncode, _lines(res.stdout), out
 
 
+@pytest.mark.timing
+@pytest.mark.slow
+@pytest.mark.xdist_group("probe")
 def test_output_mode_is_fooled_and_each_fix_is_named(tmp_path: Path) -> None:
     code, lines, out = _probe(tmp_path, SPEED_FILES,
                               speed_program("output", allowed='[lib.py, "tests/**"]'))
@@ -61,6 +71,9 @@ def test_output_mode_is_fooled_and_each_fix_is_named(tmp_path: Path) -> None:
     assert out.rstrip().endswith("a run could keep them")
 
 
+@pytest.mark.timing
+@pytest.mark.slow
+@pytest.mark.xdist_group("probe")
 def test_forbidden_test_helpers_leave_nothing_to_weaken(tmp_path: Path) -> None:
     code, lines, out = _probe(tmp_path, SPEED_FILES, speed_program("output", forbidden='["tests/**"]',
                                                                    allowed='[lib.py, "tests/**"]'))
@@ -70,6 +83,9 @@ def test_forbidden_test_helpers_leave_nothing_to_weaken(tmp_path: Path) -> None:
     assert lines["test-runner"][0] == "fooled", out
 
 
+@pytest.mark.timing
+@pytest.mark.slow
+@pytest.mark.xdist_group("probe")
 def test_unsandboxed_results_cached_across_measurements_fool_it(tmp_path: Path) -> None:
     code, lines, out = _probe(tmp_path, SPEED_FILES, speed_program("output", sandbox="sandbox: none\n"))
     assert code == 1, out
@@ -78,6 +94,9 @@ def test_unsandboxed_results_cached_across_measurements_fool_it(tmp_path: Path) 
     assert not list(Path("/tmp").glob("autoloop-probe-*")), "the probe left its cache in /tmp"
 
 
+@pytest.mark.timing
+@pytest.mark.slow
+@pytest.mark.xdist_group("probe")
 def test_sealed_speed_setup_holds_against_every_hack(tmp_path: Path) -> None:
     """measure: wall (the speed template's) + a score that checks answers for inputs drawn from
     $AUTOLOOP_SEED."""
@@ -95,6 +114,8 @@ def test_sealed_speed_setup_holds_against_every_hack(tmp_path: Path) -> None:
     assert "every hack tried was caught" in out or "no hack fooled the verifier" in out, out
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("probe")
 def test_cpu_time_misses_a_child_the_kernel_reaps(tmp_path: Path) -> None:
     """The one hole `measure: cpu` keeps (docs/trust.md): the work in a child whose parent ignores
     SIGCHLD is reaped by the kernel with no tally. The probe finds it and names wall."""
@@ -104,6 +125,8 @@ def test_cpu_time_misses_a_child_the_kernel_reaps(tmp_path: Path) -> None:
     assert [name for name, (state, _) in lines.items() if state == "fooled"] == ["hidden-child"], out
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("probe")
 def test_private_labels_are_out_of_the_candidates_reach(tmp_path: Path) -> None:
     labels = tmp_path / "labels"
     labels.mkdir()

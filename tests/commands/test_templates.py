@@ -191,6 +191,7 @@ def fresh_venv(tmp_path_factory):
     return venv
 
 
+@pytest.mark.slow   # pip builds and installs autoloop, with its dependencies, into a fresh venv
 @pytest.mark.parametrize("path", [GATE, SCHEDULED], ids=lambda p: p.name)
 def test_install_from_a_path_works_as_in_a_workflow(path, fresh_venv, tmp_path):
     # a user who vendors autoloop (or checks it out beside the project) sets a path; a git URL or

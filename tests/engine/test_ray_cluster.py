@@ -39,8 +39,17 @@ NOOPS_AND_A_GAIN = {1: 'W("notes.txt", "no-op 1")', 2: 'W("val.txt", "95")',
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    c = Cluster.start([N0, N1])
+def cluster(tmp_path_factory):
+    """Started from the home of a developer who has used Ray's token auth (a token in
+    ~/.ray/auth_token, RAY_AUTH_MODE unset), which would turn token auth on for nodes that read
+    it: the cluster and the runs must not depend on what that home holds."""
+    home = tmp_path_factory.mktemp("developer-home")
+    (home / ".ray").mkdir()
+    (home / ".ray" / "auth_token").write_text(secrets.token_hex(16))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(home))
+        mp.delenv("RAY_AUTH_MODE", raising=False)
+        c = Cluster.start([N0, N1])
     yield c
     c.stop()
 

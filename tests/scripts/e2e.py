@@ -67,8 +67,10 @@ TSV_HEAD = ["cycle", "commit", "metric", "status", "description"]
 
 
 def isolated_env(base: Path) -> dict[str, str]:
-    """An environment with its own HOME, cache and git config, and a unique E2E_ID that every
-    process started under it inherits (so leftovers can be found in /proc)."""
+    """An environment with its own HOME, cache and git config, none of the caller's RAY_*
+    variables (a developer's RAY_AUTH_MODE or RAY_ADDRESS would change which cluster a run
+    reaches and how), and a unique E2E_ID that every process started under it inherits (so
+    leftovers can be found in /proc)."""
     home = base / "home"
     home.mkdir(parents=True, exist_ok=True)
     out = base / "out"
@@ -76,13 +78,14 @@ def isolated_env(base: Path) -> dict[str, str]:
     (home / ".gitconfig").write_text("[user]\n\tname = Test User\n\temail = test@example.com\n"
                                      "[init]\n\tdefaultBranch = main\n")
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GIT_", "AUTOLOOP_", "ANTHROPIC_", "OPENAI_"))
+           if not k.startswith(("GIT_", "AUTOLOOP_", "ANTHROPIC_", "OPENAI_", "RAY_"))
            and k not in ("CI", "GITHUB_STEP_SUMMARY", "PYTHONPATH", "NO_COLOR")}
     # The checkout under test first on the path: `python -m autoloop` then runs this tree's code
     # even if the editable install is stale, broken or shadowed (it maps to the same files).
     env["PYTHONPATH"] = str(PROJECT_ROOT)
     env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"),
-               XDG_CONFIG_HOME=str(home / ".config"), GIT_CONFIG_NOSYSTEM="1",
+               XDG_CONFIG_HOME=str(home / ".config"), XDG_DATA_HOME=str(home / ".local" / "share"),
+               XDG_STATE_HOME=str(home / ".local" / "state"), GIT_CONFIG_NOSYSTEM="1",
                GIT_CONFIG_GLOBAL=str(home / ".gitconfig"), E2E_OUT=str(out),
                E2E_ID=uuid.uuid4().hex, PYTHONDONTWRITEBYTECODE="1", LC_ALL="C.UTF-8")
     return env

@@ -1,0 +1,86 @@
+"""How the suite itself runs: CI runs exactly the README's test command, and under pytest-xdist
+(tests/conftest.py) a module's shared fixture stays in one worker and a `timing` test runs with
+no other test beside it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_ci_runs_exactly_the_readmes_test_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"^pip install -e '\.\[test\]' && (python -m pytest[^\n]*)$", readme, re.M)
+    assert len(commands) == 1, commands
+    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+          if ln.strip().startswith("python -m pytest")]
+    assert ci == commands, (ci, commands)
+
+
+# each test appends (name, worker pid, start, end) to a file of its own
+RECORD = '''\
+import json, os, time, pytest
+from pathlib import Path
+
+def record(name, seconds):
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    Path(os.environ["RECORDS"], name).write_text(json.dumps([os.getpid(), t0, time.monotonic()]))
+'''
+SHARED = RECORD + '''
+@pytest.fixture(scope="module")
+def made_once():
+    return os.getpid()
+
+@pytest.mark.parametrize("i", range(4))
+def test_shares(made_once, i):
+    assert made_once == os.getpid()
+    record(f"shared{i}", 0.1)
+'''
+TIMED = RECORD + '''
+@pytest.mark.timing
+@pytest.mark.parametrize("i", range(2))
+def test_timed(i):
+    record(f"timed{i}", 0.4)
+'''
+PLAIN = RECORD + '''
+@pytest.mark.parametrize("i", range(8))
+def test_plain(i):
+    record(f"plain{i}", 0.2)
+'''
+
+
+def test_shared_fixtures_stay_in_one_worker_and_timing_tests_run_alone(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "tests").mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "conftest.py", tree / "tests" / "conftest.py")
+    (tree / "tests" / "__init__.py").write_text("")
+    (tree / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n"
+                                     "markers =\n    timing: alone\n    ray: ray\n")
+    for name, text in (("test_shared.py", SHARED), ("test_timed.py", TIMED), ("test_plain.py", PLAIN)):
+        (tree / "tests" / name).write_text(text)
+    records = tmp_path / "records"
+    records.mkdir()
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--basetemp", str(tmp_path / "bt")], cwd=tree, capture_output=True,
+                         text=True, timeout=300, env={**_env(), "RECORDS": str(records)})
+    assert res.returncode == 0, res.stdout + res.stderr
+    runs = {f.name: json.loads(f.read_text()) for f in records.iterdir()}
+    assert len(runs) == 14, sorted(runs)
+    assert len({runs[f"shared{i}"][0] for i in range(4)}) == 1, runs          # one worker
+    assert len({pid for pid, *_ in runs.values()}) == 2, runs                  # and two at work
+    for name in ("timed0", "timed1"):
+        _, start, end = runs[name]
+        beside = [other for other, (_, s, e) in runs.items() if other != name and s < end and e > start]
+        assert not beside, (name, beside)
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
