@@ -12,6 +12,10 @@ from autoloop.base.numbers import num as fmt, share
 from autoloop.base.specs import Amount, Direction, Program
 
 TARGET_POWER = 0.8         # "4 times in 5": the chance of a keep the proposals aim for
+# The calibration's A/A pairs: 12 runs give the noise to a rough third (a MAD of 6 changes), which
+# the later tests' changes refine (cycle.calibration_noise), and they are the first runs the
+# cycles after it pool (autoloop.decide.pool); 16 pairs cost 33 runs before the first cycle
+CALIBRATION_PAIRS = 6
 
 
 def _mean_seconds(runs: Sequence[Sample]) -> float | None:
@@ -167,14 +171,15 @@ def calibrate_strict(session: Session, program: Program) -> Baseline:
     return Baseline(metric, first_measurement(session), problem, rec, warning=warning)
 
 
-def calibrate_paired(session: Session, program: Program) -> Baseline:
-    """An A/A batch of `pairs` pairs of the starting commit: the metric is their median, the
-    spread of the per-pair changes the noise."""
+def calibrate_paired(session: Session, program: Program, n: int | None = None) -> Baseline:
+    """An A/A batch of `n` pairs of the starting commit (CALIBRATION_PAIRS, at most
+    accept.pairs): the metric is their median, the spread of the per-pair changes the noise."""
     v, acc = program.verifier, program.accept
+    n = n or min(acc.pairs, CALIBRATION_PAIRS)
     warm, failure = series(session, acc.warmup, "BA", "w")
-    pairs = measure_pairs(session, acc.pairs) if failure is None else Pairs()
+    pairs = measure_pairs(session, n) if failure is None else Pairs()
     failure = failure or pairs.failure
-    rec: dict[str, Any] = {"kind": "calibration", "rule": "paired", "pairs": acc.pairs,
+    rec: dict[str, Any] = {"kind": "calibration", "rule": "paired", "pairs": n,
                            "warmup": {"a": values(warm, "A"), "b": values(warm, "B")},
                            "a": pairs.a, "b": pairs.b, "order": pairs.order}
     if failure is not None:
@@ -192,7 +197,7 @@ def calibrate_paired(session: Session, program: Program) -> Baseline:
                min_gain=st.threshold(m.value, m.relative, scale, v.direction, metric),
                seconds_per_run=_mean_seconds(pairs.runs),
                noise_pct=st.change_pct(sd / math.sqrt(2), "log") if scale == "log" else None,
-               step=sd / math.sqrt(acc.pairs), **bursts)
+               step=sd / math.sqrt(n), **bursts)
     warning = note = None
     if deterministic:
         note = ("the verifier looks deterministic (identical values for the same commit); "

@@ -23,7 +23,7 @@ from autoloop.decide.ratchet import orientation
 
 DRIFT_PER_HOUR = 0.05   # the slow drift a night brings (5% an hour): what the window is built for
 DRIFT_SHARE = 0.5       # the oldest pooled run at most this many run noises of that drift ago
-POOL_RUNS = 24          # the most recent incumbent runs pooled: C(26, 2) = 325 (more are older)
+POOL_RUNS = 12          # the most recent incumbent runs pooled: C(14, 2) = 91 (more are older)
 DRIFT_Z = 3.0           # fresh incumbent runs this many standard errors better than the pool: drift
 MEDIAN_SE = math.sqrt(math.pi / 2)   # a median's standard error per mean's (normal bulk)
 
@@ -108,14 +108,19 @@ def incumbent_pool(history: History, incumbent: str, node: Any, now: float,
             break                     # older records only from here
         if _node(rec) != node:
             continue
-        for back, v in sorted(_incumbent_runs(rec, incumbent)):
-            age = now - ts + (back - 1) * seconds_per_run
-            if age > window or len(values) >= POOL_RUNS:
-                break
-            values.append(v)
-            ages.append(age)
-            if rec.get("cycle", 0) not in cycles:
-                cycles.append(int(rec.get("cycle", 0)))
+        group = [(now - ts + (back - 1) * seconds_per_run, v)
+                 for back, v in sorted(_incumbent_runs(rec, incumbent))]
+        group = [(age, v) for age, v in group if age <= window][:POOL_RUNS - len(values)]
+        if not group:
+            continue
+        # a record whose runs sit apart from the newer ones already pooled: the machine moved
+        # between them (a drift faster than the window allows, a step): the older runs stay out
+        if values and abs(drift_z(values, [v for _, v in group], "maximize", scale, run_noise,
+                                  both_medians=True)) > DRIFT_Z:
+            break
+        values += [v for _, v in group]
+        ages += [age for age, _ in group]
+        cycles.append(int(rec.get("cycle", 0)))
         if len(values) >= POOL_RUNS:
             break
     if scale == "log" and any(v <= 0 for v in values):
@@ -126,7 +131,7 @@ def incumbent_pool(history: History, incumbent: str, node: Any, now: float,
 
 
 def drift_z(pool: Sequence[float], fresh: Sequence[float], direction: str, scale: str,
-            noise: float) -> float:
+            noise: float, both_medians: bool = False) -> float:
     """How far the fresh incumbent runs sit on the good side of the pooled ones, in standard
     errors (medians, robust to a burst once there are three): above DRIFT_Z the machine moved
     (a step, a faster drift than the window allows) and the pool is set aside."""
@@ -136,6 +141,6 @@ def drift_z(pool: Sequence[float], fresh: Sequence[float], direction: str, scale
     f = [s * (math.log(v) if scale == "log" else v) for v in fresh]
     p = [s * (math.log(v) if scale == "log" else v) for v in pool]
     k, m = len(f), len(p)
-    se = noise * math.sqrt((MEDIAN_SE ** 2 if k >= 3 else 1.0) / k + MEDIAN_SE ** 2 / m)
+    se = noise * math.sqrt((MEDIAN_SE ** 2 if k >= 3 or both_medians else 1.0) / k + MEDIAN_SE ** 2 / m)
     return (statistics.median(f) - statistics.median(p)) / se
 

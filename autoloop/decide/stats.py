@@ -216,6 +216,7 @@ RANK_URN = 0.05          # pseudo-count of the sharper copy of the pattern so fa
 RANK_TOP = 0.9          # pooled: the top component's stake on the end slot
 WITHIN_WEIGHTS = (0.5, 0.5, 0.0)     # (tilt, urn, top): within one test, as it always was
 POOL_WEIGHTS = (0.25, 0.25, 0.5)     # with the incumbent's recent runs pooled
+
 MAD_SD = 1.4826          # a normal's SD per median absolute deviation
 BURST_SDS = 5.0          # a value this many robust SDs from the median is a burst
 
