@@ -13,6 +13,7 @@ from typing import Callable
 
 from autoloop.base.walk import remove_tree, temp_dir
 from autoloop.commands.run import newcomer_checks
+from autoloop.decide.baseline import CALIBRATION_PAIRS
 from autoloop.engine import reads
 from autoloop.engine.score import Scorer
 from autoloop.engine.verify import Measurement, measure, sandbox_outside_run
@@ -97,7 +98,18 @@ def _tail(stem: Path) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def main(args: argparse.Namespace) -> int:
+def cost_line(program: Program, run_s: float) -> str:
+    """What a cycle will cost at this program's rule, alpha and min_effect, from this run's time."""
+    acc, v = program.accept, program.verifier
+    if acc.rule != "paired":
+        runs = max(v.repeats, 1) + acc.warmup
+        return (f"accept.rule strict: {runs} verifier {'run' if runs == 1 else 'runs'} a cycle "
+                f"(≈ {runs * run_s:.3g} s at {run_s:.3g} s a run), keep or discard")
+    from autoloop.decide import cost
+    c = cost.expected(acc.alpha, acc.confirm, acc.pairs)
+    return (cost.cost_text(c, run_s, min_effect=str(acc.min_effect)) + " The run's calibration "
+            f"({2 * min(acc.pairs, CALIBRATION_PAIRS)} runs) measures the noise and says these figures "
+            "again at it: a min_effect above 1.7 run noises costs more runs")
     from autoloop.base.numbers import num, seconds
     from autoloop.commands.verify import check, verify_head
 
@@ -127,6 +139,7 @@ def main(args: argparse.Namespace) -> int:
     if v.score is not None and v.measure != "output":   # with output the score's number is the metric
         print(f"score: pass (`{v.score}` accepted every result)")
     print(f"{v.label}: {num(m.metric)}  ({v.direction}, {seconds(m.verifier_s)})")
+    print(f"cost: {cost_line(program, m.verifier_s)}")
     if res.files_read is not None:
         print(f"reads: {res.files_read.summary()}")
     return 0

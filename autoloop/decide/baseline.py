@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from autoloop.decide import stats as st
+from autoloop.decide import cost, stats as st
 from autoloop.decide.core import (Baseline, Pairs, Sample, Session, baseline_secondaries,
                                   first_measurement, measure_pairs, median, series, values)
 from autoloop.base.numbers import num as fmt, share
@@ -104,6 +104,13 @@ def proposal_text(prop: Mapping[str, Any], scale: str, name: str) -> str:
             f"or more are kept {share(prop['kept_at_gain'])} of the time with accept.min_effect: "
             f"{_proposed(prop, scale, 'min_effect')} ({_cost_text(prop)}): set it, or make the "
             "verifier steadier (docs/noisy-metrics.md).")
+
+
+def _noise_words(run_noise: float, scale: st.Scale, reference: float, name: str) -> str:
+    """A clear gain as the calibration measured the noise: `4 × 1.1%`, `4 × 0.25 score`."""
+    if scale == "log":
+        return f"{cost.CLEAR_NOISES:g} × {st.change_pct(run_noise, 'log'):.2g}%"
+    return f"{cost.CLEAR_NOISES:g} × {fmt(float(f'{run_noise:.3g}'))} {name}"
 
 
 def _bursts(runs: Sequence[float], scale: st.Scale, pair_sd: float) -> dict[str, Any]:
@@ -210,5 +217,13 @@ def calibrate_paired(session: Session, program: Program, n: int | None = None) -
         rec["proposal"], rec["detectable"] = prop, prop["gain"]
         if prop["power_at_min_effect"] < TARGET_POWER:
             warning = proposal_text(prop, scale, v.label)
+        # the cost of a night at this alpha and min_effect, said before it starts
+        run_noise = sd / math.sqrt(2)
+        c = cost.expected(acc.alpha, acc.confirm, acc.pairs, rec["min_gain"] / run_noise)
+        rec["cost"] = c.record()
+        said = cost.cost_text(c, rec["seconds_per_run"], _noise_words(run_noise, scale, metric, v.label),
+                              str(m))
+        warning = f"{warning} {said[0].upper()}{said[1:]}" if warning else None
+        note = None if warning else f"{said[0].upper()}{said[1:]}"
     rec["warning"] = warning
     return Baseline(metric, first_measurement(session), problem, rec, warning=warning, note=note)

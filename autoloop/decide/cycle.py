@@ -199,6 +199,18 @@ def sequential_test(session: Session, program: Program, prefix: str,
     # after a drift: the pair the within-test rule starts at and the evidence carried (<= 1)
     cut: dict[str, Any] = {}
 
+    evidence: dict[str, st.RankEvidence] = {}
+
+    def fed(key: str, a: list[float], b: list[float], n0: int, scale: st.Scale,
+            before: Sequence[tuple[str, float]]) -> st.RankEvidence:
+        # each pair is ranked once; a scale that changes (a value <= 0 arrives) ranks them again
+        e = evidence.get(key)
+        if e is None or e.scale != scale:
+            e = evidence[key] = st.RankEvidence(direction, scale, used[1], before, first=n0)
+        for i in range(e.n, len(a)):
+            e.add(a[i], b[i])
+        return e
+
     def step(a: list[float], b: list[float]) -> str:
         scale = st.pick_scale(a, b, prior_values)
         if not used:
@@ -209,23 +221,20 @@ def sequential_test(session: Session, program: Program, prefix: str,
         if prior and not cut and pool is not None and pool.values:
             z = drift_z(pool.values, [*fresh_a, *a], direction, scale, pool.noise)
             if z > DRIFT_Z:
-                up, down = st.rank_evidence(a, b, direction, scale, used[1], prior)
-                cut.update(pair=len(a), z=z, up=min(up[-1], 0.0), down=min(down[-1], 0.0))
-                trail[:] = list(zip(up, down))
+                e = fed("pooled", a, b, 0, scale, prior)
+                cut.update(pair=len(a), z=z, up=min(e.up[-1], 0.0), down=min(e.down[-1], 0.0))
+                trail[:] = list(zip(e.up, e.down))
                 return "continue"
         if cut:
             n0 = cut["pair"]
             if len(a) == n0:
                 return "continue"
-            up, down = st.rank_evidence(a[n0:], b[n0:], direction, st.pick_scale(a[n0:], b[n0:]),
-                                        used[1], first=n0)
-            up = [cut["up"] + u for u in up]
-            down = [cut["down"] + d for d in down]
-            trail[n0:] = list(zip(up, down))
-            return st.sequential_decide(up[-1], acc.alpha, down[-1])
-        up, down = st.rank_evidence(a, b, direction, scale, used[1], prior)
-        trail[:] = list(zip(up, down))
-        return st.sequential_decide(up[-1], acc.alpha, down[-1])
+            e = fed("within", a, b, n0, st.pick_scale(a[n0:], b[n0:]), ())
+            trail[n0:] = [(cut["up"] + u, cut["down"] + d) for u, d in zip(e.up, e.down)]
+            return st.sequential_decide(trail[-1][0], acc.alpha, trail[-1][1])
+        e = fed("pooled", a, b, 0, scale, prior)
+        trail[:] = list(zip(e.up, e.down))
+        return st.sequential_decide(e.up[-1], acc.alpha, e.down[-1])
 
     def effect_ok(a: list[float], b: list[float]) -> bool:
         # a keep also needs the effect (judge_paired's check): while it is not there the test

@@ -307,6 +307,43 @@ def _oriented(side: str, v: float, s: float, scale: Scale, delta: float) -> tupl
     return side, (y - delta if side == "B" else y)
 
 
+class RankEvidence:
+    """The e-values of rank_evidence, one pair at a time (a sequential test adds each pair once
+    instead of ranking every run again)."""
+
+    def __init__(self, direction: str, scale: Scale, delta: float = 0.0,
+                 prior: Sequence[tuple[str, float]] = (), first: int = 0) -> None:
+        self.s, self.scale, self.delta, self.n = orientation(direction), scale, delta, first
+        self.weights = POOL_WEIGHTS if prior else WITHIN_WEIGHTS
+        self.pooled = bool(prior)
+        self.keep, self.fut = [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]
+        self.up: list[float] = []
+        self.down: list[float] = []
+        self.seen = [_oriented(side, v, self.s, scale, 0.0) for side, v in prior]
+        self.shifted = [_oriented(side, v, self.s, scale, delta) for side, v in prior]
+
+    def add(self, a: float, b: float) -> tuple[float, float]:
+        """One more pair (incumbent `a`, candidate `b`): the log e-values after it."""
+        order = [("B", b), ("A", a)] if self.n % 2 == 0 else [("A", a), ("B", b)]
+        for side, v in order:
+            _, y = _oriented(side, v, self.s, self.scale, 0.0)
+            _, yd = _oriented(side, v, self.s, self.scale, self.delta)
+            hi = side == "B"
+            fk = (*_rank_factors(self.seen, side, y, hi),
+                  _top_factor(self.seen, side, y, hi) if self.pooled else 1.0)
+            ff = (*_rank_factors(self.shifted, side, yd, not hi),
+                  _top_factor(self.shifted, side, yd, not hi) if self.pooled else 1.0)
+            self.keep = [e * f for e, f in zip(self.keep, fk)]
+            self.fut = [e * f for e, f in zip(self.fut, ff)]
+            self.seen.append((side, y))
+            self.shifted.append((side, yd))
+        self.n += 1
+        # the components hold their weights of the evidence: its mean is the e-value
+        self.up.append(math.log(sum(w * e for w, e in zip(self.weights, self.keep))))
+        self.down.append(math.log(sum(w * e for w, e in zip(self.weights, self.fut))))
+        return self.up[-1], self.down[-1]
+
+
 def rank_evidence(a: Sequence[float], b: Sequence[float], direction: str, scale: Scale,
                   delta: float = 0.0, prior: Sequence[tuple[str, float]] = (),
                   first: int = 0) -> tuple[list[float], list[float]]:
@@ -316,28 +353,10 @@ def rank_evidence(a: Sequence[float], b: Sequence[float], direction: str, scale:
     by neither side (the pooled test: the incumbent's recent runs, and with confirm the first
     test's); with a prior the evidence also holds the top component (POOL_WEIGHTS). `first`: the
     index of the first pair given (its ABBA order)."""
-    s = orientation(direction)
-    weights = POOL_WEIGHTS if prior else WITHIN_WEIGHTS
-    keep, fut = [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]
-    up: list[float] = []
-    down: list[float] = []
-    seen = [_oriented(side, v, s, scale, 0.0) for side, v in prior]
-    shifted = [_oriented(side, v, s, scale, delta) for side, v in prior]
-    for i, (side, v) in enumerate(run_order(a, b, first)):
-        _, y = _oriented(side, v, s, scale, 0.0)
-        _, yd = _oriented(side, v, s, scale, delta)
-        hi = side == "B"
-        fk = (*_rank_factors(seen, side, y, hi), _top_factor(seen, side, y, hi) if prior else 1.0)
-        ff = (*_rank_factors(shifted, side, yd, not hi),
-              _top_factor(shifted, side, yd, not hi) if prior else 1.0)
-        keep = [e * f for e, f in zip(keep, fk)]
-        fut = [e * f for e, f in zip(fut, ff)]
-        seen.append((side, y))
-        shifted.append((side, yd))
-        if i % 2 == 1:     # the components hold their weights of the evidence: its mean is the e-value
-            up.append(math.log(sum(w * e for w, e in zip(weights, keep))))
-            down.append(math.log(sum(w * e for w, e in zip(weights, fut))))
-    return up, down
+    ev = RankEvidence(direction, scale, delta, prior, first)
+    for x, y in zip(a, b):
+        ev.add(x, y)
+    return ev.up, ev.down
 
 
 @dataclass(frozen=True)
