@@ -87,7 +87,8 @@ def program(alpha: float, confirm: bool) -> Any:
 
 
 def one_run(shape: Shape, gain: float, candidates: int, seed: int, tally: Tally, *, after: bool,
-            drift: str, alpha: float, confirm: bool, run_s: float, gap_s: float, sine: float = 0.02) -> None:
+            drift: str, alpha: float, confirm: bool, run_s: float, gap_s: float, sine: float = 0.02,
+            gain_every: int = 1) -> None:
     prog = program(alpha, confirm)
     m = Machine(shape, seed, drift, run_s, sine)
 
@@ -104,7 +105,8 @@ def one_run(shape: Shape, gain: float, candidates: int, seed: int, tally: Tally,
     for c in range(1, candidates + 1):
         m.t += gap_s
         m.new_cycle()
-        cand = level * (1 - gain)
+        real = c % gain_every == 0
+        cand = level * (1 - gain) if real else level
         noise, scale = cycle.calibration_noise(history)
         pool = cycle.pool_for(history, incumbent, None, m.t) if after else None
         v = cycle.judge_paired(Session(runner(level, cand)), prog, {}, base.stats.get("step"),
@@ -113,6 +115,10 @@ def one_run(shape: Shape, gain: float, candidates: int, seed: int, tally: Tally,
         history.append({"cycle": c, "status": v.status, "commit": commit, "parent": incumbent,
                         "ts": m.t, "stats": v.stats})
         runs = v.stats.get("verifier_runs") or 0
+        if not real:                  # a mixed run's no-ops: only the gains are tallied
+            if v.status == "keep":
+                incumbent = f"c{c}"
+            continue
         tally.candidates += 1
         tally.pooled.append(len(pool.values) if pool else 0)
         tally.drifted += any(b.get("drift") for b in v.stats.get("batches") or [])
@@ -132,14 +138,14 @@ def q(xs: list[int], p: float) -> str:
 
 
 def scenario(shape: Shape, kind: str, gain: float, n: int, args: argparse.Namespace, *, drift: str,
-             alpha: float, confirm: bool) -> list[str]:
+             alpha: float, confirm: bool, gain_every: int = 1) -> list[str]:
     cells = []
     for after in (False, True):
         t = Tally()
         for r in range(args.runs):
             one_run(shape, gain if kind != "noop" else 0.0, n, args.seed * 1000 + r, t, after=after,
                     drift=drift, alpha=alpha, confirm=confirm, run_s=args.run_seconds, gap_s=args.gap_seconds,
-                    sine=args.sine)
+                    sine=args.sine, gain_every=gain_every)
         lo, hi = interval(t.kept, t.candidates)
         rate = f"{t.kept}/{t.candidates} = {t.kept / t.candidates * 100:.2g}% [{lo * 100:.2g}, {hi * 100:.2g}]"
         runs = (f"keep {q(t.runs_keep, 0.5)}" if kind != "noop" else
@@ -159,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="only the shapes whose name contains this")
     ap.add_argument("--drifts", action="store_true", help="false keeps under every drift instead of the targets")
     ap.add_argument("--drift", default=",".join(DRIFTS[1:]), help="which drifts with --drifts")
+    ap.add_argument("--mixed", type=int, default=0, metavar="K",
+                    help="clear gains as every K-th candidate among no-ops (the incumbent has runs to pool)")
     ap.add_argument("--run-seconds", type=float, default=2.5)
     ap.add_argument("--gap-seconds", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=1)
@@ -173,13 +181,21 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     t0 = time.monotonic()
 
-    def row(shape: Shape, kind: str, gain: float, drift: str, alpha: float, confirm: bool) -> None:
-        cells = scenario(shape, kind, gain, args.candidates, args, drift=drift, alpha=alpha, confirm=confirm)
+    def row(shape: Shape, kind: str, gain: float, drift: str, alpha: float, confirm: bool,
+            every: int = 1) -> None:
+        cells = scenario(shape, kind, gain, args.candidates * every, args, drift=drift, alpha=alpha,
+                         confirm=confirm, gain_every=every)
         what = "no-op" if kind == "noop" else f"{gain * 100:.3g}% gains ({kind})"
+        if every > 1:
+            what += f", every {every}th candidate (the rest no-ops)"
         print(f"| {shape.family} | {shape.name} | {drift} | {what} | {alpha:g}{', confirm' if confirm else ''} "
               f"| {cells[0]} | {cells[1]} |", flush=True)
 
     for shape in shapes:
+        if args.mixed:
+            row(shape, "clear", 4 * shape.cv, "none", 0.05, True, args.mixed)
+            row(shape, "clear", 4 * shape.cv, "none", 0.005, False, args.mixed)
+            continue
         if args.drifts:
             for drift in args.drift.split(","):
                 row(shape, "noop", 0.0, drift, 0.05, False)
