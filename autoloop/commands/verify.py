@@ -110,6 +110,9 @@ def cost_line(program: Program, run_s: float) -> str:
     return (cost.cost_text(c, run_s, min_effect=str(acc.min_effect)) + " The run's calibration "
             f"({2 * min(acc.pairs, CALIBRATION_PAIRS)} runs) measures the noise and says these figures "
             "again at it: a min_effect above 1.7 run noises costs more runs")
+
+
+def main(args: argparse.Namespace) -> int:
     from autoloop.base.numbers import num, seconds
     from autoloop.commands.verify import check, verify_head
 

@@ -12,7 +12,7 @@ from autoloop.decide.core import (History, Pairs, Sample, Session, Verdict, chec
                                   first_measurement, measure_pairs, median, series, values)
 from autoloop.base.numbers import formatter, num as fmt, pct, share, signed_pct
 from autoloop.decide import pool as pooling
-from autoloop.decide.pool import DRIFT_Z, Pool, drift_z
+from autoloop.decide.pool import Pool, drifted
 from autoloop.decide.ratchet import better, gain_of
 from autoloop.base.specs import HoldoutSpec, Program
 
@@ -189,8 +189,8 @@ def sequential_test(session: Session, program: Program, prefix: str,
 
     With `prior` (the incumbent's pooled runs, and with confirm the first test's runs) the runs
     are ranked among those too. After each pair the drift check compares the fresh incumbent
-    runs (`fresh_a` and this test's) with the pool; when they sit DRIFT_Z standard errors on the
-    good side, the pool is set aside for the rest of the cycle: the evidence so far is cut to at
+    runs (`fresh_a` and this test's) with the pool; when they sit on the good side beyond
+    pool.drifted's bounds, the pool is set aside for the rest of the cycle: the evidence so far is cut to at
     most 1 (never raised), and the test goes on within itself on the pairs measured after it."""
     acc, direction = program.accept, program.verifier.direction
     trail: list[tuple[float, float]] = []
@@ -219,8 +219,8 @@ def sequential_test(session: Session, program: Program, prefix: str,
             floor = st.threshold(m.value, m.relative, scale, direction, a[0])
             used.extend([len(draws), st.design_delta(st.robust_scale(draws), floor), floor])
         if prior and not cut and pool is not None and pool.values:
-            z = drift_z(pool.values, [*fresh_a, *a], direction, scale, pool.noise)
-            if z > DRIFT_Z:
+            z = drifted(pool.values, [*fresh_a, *a], direction, scale, pool.noise)
+            if z is not None:
                 e = fed("pooled", a, b, 0, scale, prior)
                 cut.update(pair=len(a), z=z, up=min(e.up[-1], 0.0), down=min(e.down[-1], 0.0))
                 trail[:] = list(zip(e.up, e.down))

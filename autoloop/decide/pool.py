@@ -25,6 +25,7 @@ DRIFT_PER_HOUR = 0.05   # the slow drift a night brings (5% an hour): what the w
 DRIFT_SHARE = 0.5       # the oldest pooled run at most this many run noises of that drift ago
 POOL_RUNS = 12          # the most recent incumbent runs pooled: C(14, 2) = 91 (more are older)
 DRIFT_Z = 3.0           # fresh incumbent runs this many standard errors better than the pool: drift
+DRIFT_Z_RUN = 3.5       # ... or one fresh incumbent run this many (a step a burst beside it hides)
 MEDIAN_SE = math.sqrt(math.pi / 2)   # a median's standard error per mean's (normal bulk)
 
 
@@ -144,3 +145,18 @@ def drift_z(pool: Sequence[float], fresh: Sequence[float], direction: str, scale
     se = noise * math.sqrt((MEDIAN_SE ** 2 if k >= 3 or both_medians else 1.0) / k + MEDIAN_SE ** 2 / m)
     return (statistics.median(f) - statistics.median(p)) / se
 
+
+
+def best_run_z(pool: Sequence[float], fresh: Sequence[float], direction: str, scale: str,
+               noise: float) -> float:
+    """drift_z of the best fresh incumbent run alone: a burst (slower) beside a step (faster)
+    would hide the step from the median of two runs, never from the best one."""
+    return max((drift_z(pool, [v], direction, scale, noise) for v in fresh), default=0.0)
+
+
+def drifted(pool: Sequence[float], fresh: Sequence[float], direction: str, scale: str,
+            noise: float) -> float | None:
+    """How far the fresh incumbent runs sit on the good side of the pool, in standard errors,
+    when that is drift (the median beyond DRIFT_Z or the best run beyond DRIFT_Z_RUN); else None."""
+    z, best = drift_z(pool, fresh, direction, scale, noise), best_run_z(pool, fresh, direction, scale, noise)
+    return max(z, best) if z > DRIFT_Z or best > DRIFT_Z_RUN else None
