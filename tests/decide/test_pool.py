@@ -186,3 +186,14 @@ def test_the_simulation_keeps_no_ops_at_most_alpha(shape: str, drift: str) -> No
                       run_s=2.5, gap_s=20.0)
     assert tally.candidates == 50 and max(tally.pooled) > 0
     assert tally.kept / tally.candidates <= 0.05
+
+
+def test_a_burst_beside_a_step_does_not_hide_the_step() -> None:
+    pool = [100.0 + 0.1 * (i % 5 - 2) for i in range(12)]
+    # one fresh run 10% faster (a step), one 40% slower (a burst): their median looks like the pool
+    fresh = [90.0, 140.0]
+    assert pooling.drift_z(pool, fresh, "minimize", "log", 0.01) < pooling.DRIFT_Z
+    z = pooling.drifted(pool, fresh, "minimize", "log", 0.01)
+    assert z is not None and z == pytest.approx(pooling.best_run_z(pool, [90.0], "minimize", "log", 0.01))
+    # nothing moved: no drift
+    assert pooling.drifted(pool, [100.1, 99.9], "minimize", "log", 0.01) is None
