@@ -26,6 +26,11 @@ DRIFT_SHARE = 0.5       # the oldest pooled run at most this many run noises of 
 POOL_RUNS = 12          # the most recent incumbent runs pooled: C(14, 2) = 91 (more are older)
 DRIFT_Z = 3.0           # fresh incumbent runs this many standard errors better than the pool: drift
 DRIFT_Z_RUN = 3.5       # ... or one fresh incumbent run this many (a step a burst beside it hides)
+# A pooled keep waits while the fresh incumbent runs sit this many standard errors on the good
+# side of the pool: a shift below the drift check (a drift faster than the window's) lifts the
+# candidate's runs above the pool just as much. Waiting never breaks the bound (it holds at any
+# stopping time); a real gain leaves the incumbent's runs where they were and waits a pair in ~1 of 6
+KEEP_Z = 1.0
 MEDIAN_SE = math.sqrt(math.pi / 2)   # a median's standard error per mean's (normal bulk)
 
 
@@ -134,13 +139,18 @@ def incumbent_pool(history: History, incumbent: str, node: Any, now: float,
 def drift_z(pool: Sequence[float], fresh: Sequence[float], direction: str, scale: str,
             noise: float, both_medians: bool = False) -> float:
     """How far the fresh incumbent runs sit on the good side of the pooled ones, in standard
-    errors (medians, robust to a burst once there are three): above DRIFT_Z the machine moved
-    (a step, a faster drift than the window allows) and the pool is set aside."""
+    errors (medians; fresh runs that are bursts on the bad side left out): above DRIFT_Z the
+    machine moved (a step, a faster drift than the window allows) and the pool is set aside."""
     if not pool or not fresh or noise <= 0:
         return 0.0
     s = orientation(direction)
     f = [s * (math.log(v) if scale == "log" else v) for v in fresh]
     p = [s * (math.log(v) if scale == "log" else v) for v in pool]
+    # a fresh run that is a burst on the bad side says nothing of the level: it would hide a shift
+    # to the good side from the median of two or three runs
+    mid = statistics.median(p)
+    bulk = [x for x in f if x >= mid - st.BURST_SDS * noise]
+    f = bulk or f
     k, m = len(f), len(p)
     se = noise * math.sqrt((MEDIAN_SE ** 2 if k >= 3 or both_medians else 1.0) / k + MEDIAN_SE ** 2 / m)
     return (statistics.median(f) - statistics.median(p)) / se
