@@ -132,7 +132,13 @@ def incumbent_pool(history: History, incumbent: str, node: Any, now: float,
     if scale == "log" and any(v <= 0 for v in values):
         values, ages, cycles = [], [], []
     why = None if values else "no run of this commit on this node within the window"
-    return Pool(tuple(values), tuple(cycles), window, max(ages) if ages else None, run_noise, why,
+    # the drift check's scale: the calibration's noise, or the pool's own spread when that is
+    # larger (a MAD of 6 calibration changes can come out a quarter of the truth, and a check on
+    # that scale would call the pool's own noise a drift)
+    noise = run_noise
+    if len(values) >= 4:
+        noise = max(noise, st.robust_scale([math.log(v) if scale == "log" else v for v in values]))
+    return Pool(tuple(values), tuple(cycles), window, max(ages) if ages else None, noise, why,
                 tuple(ages))
 
 
