@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoloop.decide import stats as st
-from autoloop.decide.pool import KEEP_Z, POOL_RUNS, drift_z
+from autoloop.decide.pool import POOL_RUNS
 
 CLEAR_NOISES = 4.0     # "a clear gain": this many run noises
 REPS = 60              # simulated cycles per figure (seeded: the same text every time)
@@ -30,7 +30,6 @@ def floor_pairs(alpha: float, pooled: int = 0) -> int:
 
 def _test(rng: random.Random, gain: float, alpha: float, max_pairs: int, min_gain: float,
           delta: float, prior: list[tuple[str, float]]) -> tuple[str, list[float], list[float]]:
-    pool = [v for side, v in prior if side == "A"]
     a: list[float] = []
     b: list[float] = []
     for _ in range(max_pairs):
@@ -38,9 +37,7 @@ def _test(rng: random.Random, gain: float, alpha: float, max_pairs: int, min_gai
         b.append(math.exp(rng.gauss(0.0, 1.0) - gain))
         up, down = st.rank_evidence(a, b, "minimize", "log", delta, prior)
         g = st.gains(a, b, "minimize", "log")
-        # as the rule does: a pooled keep waits while the fresh incumbent runs sit above the pool
-        waits = bool(pool) and drift_z(pool, a, "minimize", "log", 1.0) > KEEP_Z
-        if up[-1] >= math.log(1.0 / alpha) and statistics.median(g) >= min_gain and not waits:
+        if up[-1] >= math.log(1.0 / alpha) and statistics.median(g) >= min_gain:
             return "keep", a, b
         if down[-1] >= math.log(1.0 / st.FUTILITY):
             return "discard", a, b

@@ -12,7 +12,7 @@ from autoloop.decide.core import (History, Pairs, Sample, Session, Verdict, chec
                                   first_measurement, measure_pairs, median, series, values)
 from autoloop.base.numbers import formatter, num as fmt, pct, share, signed_pct
 from autoloop.decide import pool as pooling
-from autoloop.decide.pool import KEEP_Z, Pool, drift_z, drifted
+from autoloop.decide.pool import Pool, drifted
 from autoloop.decide.ratchet import better, gain_of
 from autoloop.base.specs import HoldoutSpec, Program
 
@@ -192,7 +192,7 @@ def sequential_test(session: Session, program: Program, prefix: str,
     runs (`fresh_a` and this test's) with the pool; when they sit on the good side beyond
     pool.drifted's bounds, the pool is set aside for the rest of the cycle: the evidence so far
     is cut to at most 1 (never raised), and the test goes on within itself on the pairs measured
-    after it. Short of that, a pooled keep waits while they sit KEEP_Z on the good side."""
+    after it."""
     acc, direction = program.accept, program.verifier.direction
     trail: list[tuple[float, float]] = []
     used: list[float] = []
@@ -235,11 +235,7 @@ def sequential_test(session: Session, program: Program, prefix: str,
             return st.sequential_decide(trail[-1][0], acc.alpha, trail[-1][1])
         e = fed("pooled", a, b, 0, scale, prior)
         trail[:] = list(zip(e.up, e.down))
-        d = st.sequential_decide(e.up[-1], acc.alpha, e.down[-1])
-        if (d == "keep" and pool is not None and pool.values
-                and drift_z(pool.values, [*fresh_a, *a], direction, scale, pool.noise) > KEEP_Z):
-            return "continue"
-        return d
+        return st.sequential_decide(e.up[-1], acc.alpha, e.down[-1])
 
     def effect_ok(a: list[float], b: list[float]) -> bool:
         # a keep also needs the effect (judge_paired's check): while it is not there the test

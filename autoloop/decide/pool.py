@@ -26,11 +26,6 @@ DRIFT_SHARE = 0.5       # the oldest pooled run at most this many run noises of 
 POOL_RUNS = 12          # the most recent incumbent runs pooled: C(14, 2) = 91 (more are older)
 DRIFT_Z = 3.0           # fresh incumbent runs this many standard errors better than the pool: drift
 DRIFT_Z_RUN = 3.5       # ... or one fresh incumbent run this many (a step a burst beside it hides)
-# A pooled keep waits while the fresh incumbent runs sit this many standard errors on the good
-# side of the pool: a shift below the drift check (a drift faster than the window's) lifts the
-# candidate's runs above the pool just as much. Waiting never breaks the bound (it holds at any
-# stopping time); a real gain leaves the incumbent's runs where they were and waits a pair in ~1 of 6
-KEEP_Z = 1.0
 MEDIAN_SE = math.sqrt(math.pi / 2)   # a median's standard error per mean's (normal bulk)
 
 

@@ -202,16 +202,3 @@ def test_a_burst_beside_a_step_does_not_hide_the_step() -> None:
     # nothing moved: no drift
     assert pooling.drifted(pool, [100.1, 99.9], "minimize", "log", 0.01) is None
 
-
-def test_a_pooled_keep_waits_while_the_fresh_incumbent_runs_sit_better_than_the_pool() -> None:
-    # the pool at 100, the incumbent now at 99 (a shift the drift check lets pass, z about 1.2),
-    # the candidate clearly better: the pooled evidence is there at pair 2, the keep waits for
-    # the fresh runs to come back to the pool (they do not) and the test decides within the rules
-    pool = _pool([100.0 + 0.1 * (i % 5 - 2) for i in range(12)])
-    prog = program("accept:\n  rule: paired\n  alpha: 0.05\n  pairs: 4\n")
-    fake = Fake(lambda side, k: 99.0 + 0.05 * (k % 2) if side == "A" else 95.0 + 0.05 * (k % 2))
-    v = cycle.judge_paired(Session(fake), prog, {}, pool=pool)
-    batch = v.stats["batches"][0]
-    assert math.exp(batch["log_lr"][1]) >= 20 and batch["drift"] is None
-    assert pooling.drift_z(pool.values, batch["a"][:2], "minimize", "log", 0.01) > pooling.KEEP_Z
-    assert len(batch["a"]) > 2
