@@ -481,8 +481,9 @@ def test_paired_keeps_real_gains_through_bursts(sim) -> None:
     Gaussian rule kept neither gain (cycle 1 was decided on that one pair); both are kept, no
     no-op is, and the calibration states the bursts apart from the noise."""
     repo, env = sim("accept:\n  rule: paired\n  final_pairs: 0\n", cv=0.01, seed=3)
-    # the calibration is 16 pairs (runs 0-31): run 32 is cycle 1's first candidate run
-    env.update(SIM_BURST_RATE="0.15", SIM_BURSTS="32", SIM_GAIN_CYCLES="1,6")
+    # the calibration is 6 pairs (runs 0-11) and the reads probe run 12: run 13 is cycle 1's first
+    # candidate run; run 4 a burst in the calibration too (its 12 runs hold none at this seed)
+    env.update(SIM_BURST_RATE="0.15", SIM_BURSTS="4,13", SIM_GAIN_CYCLES="1,6")
     res = run(repo, env, 6)
     assert res.returncode == 0, res.stderr
     cs = cycles(repo)

@@ -14,6 +14,7 @@ from typing import Callable
 
 from autoloop.base.walk import remove_tree, temp_dir
 from autoloop.commands.run import newcomer_checks
+from autoloop.decide.baseline import CALIBRATION_PAIRS
 from autoloop.engine import reads
 from autoloop.engine.score import Scorer
 from autoloop.engine.verify import Measurement, measure, sandbox_outside_run
@@ -115,6 +116,20 @@ def _tail(stem: Path) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def cost_line(program: Program, run_s: float) -> str:
+    """What a cycle will cost at this program's rule, alpha and min_effect, from this run's time."""
+    acc, v = program.accept, program.verifier
+    if acc.rule != "paired":
+        runs = max(v.repeats, 1) + acc.warmup
+        return (f"accept.rule strict: {runs} verifier {'run' if runs == 1 else 'runs'} a cycle "
+                f"(≈ {runs * run_s:.3g} s at {run_s:.3g} s a run), keep or discard")
+    from autoloop.decide import cost
+    c = cost.expected(acc.alpha, acc.confirm, acc.pairs)
+    return (cost.cost_text(c, run_s, min_effect=str(acc.min_effect)) + " The run's calibration "
+            f"({2 * min(acc.pairs, CALIBRATION_PAIRS)} runs) measures the noise and says these figures "
+            "again at it: a min_effect above 1.7 run noises costs more runs")
+
+
 def main(args: argparse.Namespace) -> int:
     return print_verify(load_program(args.program))
 
@@ -167,6 +182,7 @@ def print_verify(program: Program) -> int:
             "made fresh each time; target a function that does more per call)")
         print(f"harness: {share[1]:.0%} of the wall time is not the code under test (it took "
               f"{seconds(share[0])} of {seconds(m.metric)}){goal}")
+    print(f"cost: {cost_line(program, m.verifier_s)}")
     if res.files_read is not None:
         print(f"reads: {res.files_read.summary()}")
     return 0

@@ -5,13 +5,17 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from autoloop.decide import stats as st
+from autoloop.decide import cost, stats as st
 from autoloop.decide.core import (Baseline, Pairs, Sample, Session, baseline_secondaries,
                                   first_measurement, measure_pairs, median, series, values)
 from autoloop.base.numbers import num as fmt, share
 from autoloop.base.specs import Amount, Direction, Program
 
 TARGET_POWER = 0.8         # "4 times in 5": the chance of a keep the proposals aim for
+# The calibration's A/A pairs: 12 runs give the noise to a rough third (a MAD of 6 changes), which
+# the later tests' changes refine (cycle.calibration_noise), and they are the first runs the
+# cycles after it pool (autoloop.decide.pool); 16 pairs cost 33 runs before the first cycle
+CALIBRATION_PAIRS = 6
 
 
 def _mean_seconds(runs: Sequence[Sample]) -> float | None:
@@ -102,6 +106,13 @@ def proposal_text(prop: Mapping[str, Any], scale: str, name: str) -> str:
             "verifier steadier (docs/noisy-metrics.md).")
 
 
+def _noise_words(run_noise: float, scale: st.Scale, reference: float, name: str) -> str:
+    """A clear gain as the calibration measured the noise: `4 × 1.1%`, `4 × 0.25 score`."""
+    if scale == "log":
+        return f"{cost.CLEAR_NOISES:g} × {st.change_pct(run_noise, 'log'):.2g}%"
+    return f"{cost.CLEAR_NOISES:g} × {fmt(float(f'{run_noise:.3g}'))} {name}"
+
+
 def _bursts(runs: Sequence[float], scale: st.Scale, pair_sd: float) -> dict[str, Any]:
     """The runs of one commit more than stats.BURST_SDS robust run noises from their median: their
     share (`burst_rate`) and median size (`burst_pct`, % of the median; None without any)."""
@@ -167,14 +178,15 @@ def calibrate_strict(session: Session, program: Program) -> Baseline:
     return Baseline(metric, first_measurement(session), problem, rec, warning=warning)
 
 
-def calibrate_paired(session: Session, program: Program) -> Baseline:
-    """An A/A batch of `pairs` pairs of the starting commit: the metric is their median, the
-    spread of the per-pair changes the noise."""
+def calibrate_paired(session: Session, program: Program, n: int | None = None) -> Baseline:
+    """An A/A batch of `n` pairs of the starting commit (CALIBRATION_PAIRS, at most
+    accept.pairs): the metric is their median, the spread of the per-pair changes the noise."""
     v, acc = program.verifier, program.accept
+    n = n or min(acc.pairs, CALIBRATION_PAIRS)
     warm, failure = series(session, acc.warmup, "BA", "w")
-    pairs = measure_pairs(session, acc.pairs) if failure is None else Pairs()
+    pairs = measure_pairs(session, n) if failure is None else Pairs()
     failure = failure or pairs.failure
-    rec: dict[str, Any] = {"kind": "calibration", "rule": "paired", "pairs": acc.pairs,
+    rec: dict[str, Any] = {"kind": "calibration", "rule": "paired", "pairs": n,
                            "warmup": {"a": values(warm, "A"), "b": values(warm, "B")},
                            "a": pairs.a, "b": pairs.b, "order": pairs.order}
     if failure is not None:
@@ -192,7 +204,7 @@ def calibrate_paired(session: Session, program: Program) -> Baseline:
                min_gain=st.threshold(m.value, m.relative, scale, v.direction, metric),
                seconds_per_run=_mean_seconds(pairs.runs),
                noise_pct=st.change_pct(sd / math.sqrt(2), "log") if scale == "log" else None,
-               step=sd / math.sqrt(acc.pairs), **bursts)
+               step=sd / math.sqrt(n), **bursts)
     warning = note = None
     if deterministic:
         note = ("the verifier looks deterministic (identical values for the same commit); "
@@ -205,5 +217,13 @@ def calibrate_paired(session: Session, program: Program) -> Baseline:
         rec["proposal"], rec["detectable"] = prop, prop["gain"]
         if prop["power_at_min_effect"] < TARGET_POWER:
             warning = proposal_text(prop, scale, v.label)
+        # the cost of a night at this alpha and min_effect, said before it starts
+        run_noise = sd / math.sqrt(2)
+        c = cost.expected(acc.alpha, acc.confirm, acc.pairs, rec["min_gain"] / run_noise)
+        rec["cost"] = c.record()
+        said = cost.cost_text(c, rec["seconds_per_run"], _noise_words(run_noise, scale, metric, v.label),
+                              str(m))
+        warning = f"{warning} {said[0].upper()}{said[1:]}" if warning else None
+        note = None if warning else f"{said[0].upper()}{said[1:]}"
     rec["warning"] = warning
     return Baseline(metric, first_measurement(session), problem, rec, warning=warning, note=note)

@@ -11,6 +11,8 @@ from autoloop.decide import wording
 from autoloop.decide.core import (History, Pairs, Sample, Session, Verdict, check_limits,
                                   first_measurement, measure_pairs, median, series, values)
 from autoloop.base.numbers import formatter, num as fmt, pct, share, signed_pct
+from autoloop.decide import pool as pooling
+from autoloop.decide.pool import Pool, drifted
 from autoloop.decide.ratchet import better, gain_of
 from autoloop.base.specs import HoldoutSpec, Program
 
@@ -148,6 +150,20 @@ def calibration_noise(history: History) -> tuple[list[float], str | None]:
     return draws[-NOISE_DRAWS:], scale
 
 
+def pool_for(history: History, incumbent: str, node: Any, now: float) -> Pool:
+    """autoloop.decide.pool.incumbent_pool with the calibration's run time, its robust noise
+    (the later tests' draws included, as the futility side takes them) and its scale."""
+    base = next((c for c in history if c.get("status") == "baseline"), None)
+    cal = (base.get("stats") or {}) if base is not None else {}
+    if cal.get("kind") != "calibration" or cal.get("rule") != "paired" or cal.get("deterministic"):
+        return Pool(why_not="no paired calibration of a noisy verifier")
+    draws, scale = calibration_noise(history)
+    pair_noise = st.robust_scale(draws) if draws else float(cal.get("noise_robust") or 0.0)
+    return pooling.incumbent_pool(history, incumbent, node, now, cal.get("seconds_per_run"),
+                                  pair_noise / math.sqrt(2), base.get("metric") if base else None,
+                                  scale or cal.get("scale"))
+
+
 @dataclass
 class Sequential:   # one sequential test; ok: a keep with an effect of at least min_effect
     pairs: Pairs
@@ -158,28 +174,68 @@ class Sequential:   # one sequential test; ok: a keep with an effect of at least
     delta: float
     at_floor: bool = False       # delta is min_effect: a futility discard says "below min_effect"
     ok: bool = False
+    pooled: int = 0              # earlier runs ranked with this test's (0: the test alone)
+    drift: dict[str, Any] | None = None   # where the drift check set the pool aside
 
 
 def sequential_test(session: Session, program: Program, prefix: str,
-                    noise: Sequence[float], noise_scale: str | None) -> Sequential:
+                    noise: Sequence[float], noise_scale: str | None,
+                    prior: Sequence[tuple[str, float]] = (), pool: Pool | None = None,
+                    fresh_a: Sequence[float] = ()) -> Sequential:
     """ABBA pairs until autoloop.decide.stats' rank e-value reaches 1/alpha (keep) or its futility side
     1/beta (discard), or accept.pairs pairs. The futility side rules out DESIGN_EFFECT robust
     pair noises (the calibration's, when on this scale), at least min_effect; fixed after the
-    first pair (its incumbent run is min_effect's reference on the difference scale)."""
+    first pair (its incumbent run is min_effect's reference on the difference scale).
+
+    With `prior` (the incumbent's pooled runs, and with confirm the first test's runs) the runs
+    are ranked among those too. After each pair the drift check compares the fresh incumbent
+    runs (`fresh_a` and this test's) with the pool; when they sit on the good side beyond
+    pool.drifted's bounds, the pool is set aside for the rest of the cycle: the evidence so far
+    is cut to at most 1 (never raised), and the test goes on within itself on the pairs measured
+    after it."""
     acc, direction = program.accept, program.verifier.direction
     trail: list[tuple[float, float]] = []
     used: list[float] = []
+    prior_values = [v for _, v in prior]
+    # after a drift: the pair the within-test rule starts at and the evidence carried (<= 1)
+    cut: dict[str, Any] = {}
+
+    evidence: dict[str, st.RankEvidence] = {}
+
+    def fed(key: str, a: list[float], b: list[float], n0: int, scale: st.Scale,
+            before: Sequence[tuple[str, float]]) -> st.RankEvidence:
+        # each pair is ranked once; a scale that changes (a value <= 0 arrives) ranks them again
+        e = evidence.get(key)
+        if e is None or e.scale != scale:
+            e = evidence[key] = st.RankEvidence(direction, scale, used[1], before, first=n0)
+        for i in range(e.n, len(a)):
+            e.add(a[i], b[i])
+        return e
 
     def step(a: list[float], b: list[float]) -> str:
-        scale = st.pick_scale(a, b)
+        scale = st.pick_scale(a, b, prior_values)
         if not used:
             draws = list(noise) if noise_scale == scale else []
             m = acc.min_effect
             floor = st.threshold(m.value, m.relative, scale, direction, a[0])
             used.extend([len(draws), st.design_delta(st.robust_scale(draws), floor), floor])
-        up, down = st.rank_evidence(a, b, direction, scale, used[1])
-        trail[:] = list(zip(up, down))
-        return st.sequential_decide(up[-1], acc.alpha, down[-1])
+        if prior and not cut and pool is not None and pool.values:
+            z = drifted(pool.values, [*fresh_a, *a], direction, scale, pool.noise)
+            if z is not None:
+                e = fed("pooled", a, b, 0, scale, prior)
+                cut.update(pair=len(a), z=z, up=min(e.up[-1], 0.0), down=min(e.down[-1], 0.0))
+                trail[:] = list(zip(e.up, e.down))
+                return "continue"
+        if cut:
+            n0 = cut["pair"]
+            if len(a) == n0:
+                return "continue"
+            e = fed("within", a, b, n0, st.pick_scale(a[n0:], b[n0:]), ())
+            trail[n0:] = [(cut["up"] + u, cut["down"] + d) for u, d in zip(e.up, e.down)]
+            return st.sequential_decide(trail[-1][0], acc.alpha, trail[-1][1])
+        e = fed("pooled", a, b, 0, scale, prior)
+        trail[:] = list(zip(e.up, e.down))
+        return st.sequential_decide(e.up[-1], acc.alpha, e.down[-1])
 
     def effect_ok(a: list[float], b: list[float]) -> bool:
         # a keep also needs the effect (judge_paired's check): while it is not there the test
@@ -199,17 +255,23 @@ def sequential_test(session: Session, program: Program, prefix: str,
     d = step(pairs.a, pairs.b) if pairs.a else "continue"
     if pairs.failure is not None:
         d = "discard"
+    drift = None if not cut else {"pair": cut["pair"], "z": round(cut["z"], 2),
+                                  "log_lr_kept": cut["up"], "log_futility_kept": cut["down"]}
     return Sequential(pairs, [u for u, _ in trail], [f for _, f in trail],
                       "undecided" if d == "continue" else d, int(used[0]) if used else 0,
-                      used[1] if used else 0.0, bool(used) and used[1] <= used[2])
+                      used[1] if used else 0.0, bool(used) and used[1] <= used[2],
+                      pooled=len(prior), drift=drift)
 
 
 def judge_paired(session: Session, program: Program,
                  baseline_secondary: Mapping[str, float | None],
                  noise_step: float | None = None, noise_scale: str | None = None,
-                 holdout: Session | None = None, noise: Sequence[float] = ()) -> Verdict:
+                 holdout: Session | None = None, noise: Sequence[float] = (),
+                 pool: Pool | None = None) -> Verdict:
     """The sequential paired rule: keep when the evidence reaches 1/alpha and the effect is at
-    least min_effect; with confirm a fresh second test must keep too (false keeps <= alpha²)."""
+    least min_effect; with confirm a fresh second test must keep too (false keeps <= alpha²).
+    With a `pool` (autoloop.decide.pool) the tests rank their runs among the incumbent's recent
+    runs too, unless the drift check sets them aside."""
     v, acc = program.verifier, program.accept
     name, direction = v.label, v.direction
     stats: dict[str, Any] = {"rule": "paired", "test": "sequential", "evidence": "ranks",
@@ -222,9 +284,18 @@ def judge_paired(session: Session, program: Program,
     if failure is not None:
         return _failed(session, failure, stats)
     tests: list[Sequential] = []
+    if pool is not None:
+        stats["pool"] = {**pool.record(), "values": list(pool.values)}
 
     def run_test(label: str, prefix: str) -> Verdict | None:
-        t = sequential_test(session, program, prefix, noise, noise_scale)
+        prior: list[tuple[str, float]] = []
+        fresh_a: list[float] = []
+        if pool is not None and pool.values and not any(t.drift for t in tests):
+            prior = [("A", v) for v in pool.values]
+            for t in tests:
+                prior += st.run_order(t.pairs.a, t.pairs.b)
+                fresh_a += t.pairs.a
+        t = sequential_test(session, program, prefix, noise, noise_scale, prior, pool, fresh_a)
         rec: dict[str, Any] = {"name": label, "a": t.pairs.a, "b": t.pairs.b, "order": t.pairs.order,
                                "planned": acc.pairs, "stopped_early": t.pairs.stopped_early}
         if t.pairs.failure is not None:
@@ -240,6 +311,7 @@ def judge_paired(session: Session, program: Program,
         stats["batches"].append({**rec, "passed": t.ok, **c.as_record(), "threshold": min_gain, "median_gain": mid,
                                  "log_lr": t.log_lr, "log_futility": t.log_futility, "delta": t.delta,
                                  "decision": t.decision, "noise_n": t.noise_n,
+                                 "pool_runs": t.pooled, "drift": t.drift,
                                  "bounds": [math.log(1.0 / st.FUTILITY), math.log(1.0 / acc.alpha)]})
         tests.append(t)
         return None
@@ -280,6 +352,7 @@ def judge_paired(session: Session, program: Program,
     # no % without a reference (a median of 0): the change in the metric's units
     stated = stated_change(stats, name) or ci_text(pooled, name)
     numbers = f"{stated}, {evid}{ratio} ({sizes} {'pair' if sizes == '1' else 'pairs'})"
+    numbers += wording.pool_words(stats)
     base = dict(stats=stats, measurement=first_measurement(session), delta_pct=pooled.change_pct, feedback=feedback)
     metric = median(b)
 

@@ -213,6 +213,10 @@ FUTILITY = 0.05          # beta: the most a gain of delta (or more) is ever disc
 RANK_TILT = 6.0          # how sharply the tilt bets on the good side
 RANK_STAKE = 0.75        # the part of the evidence the tilt stakes on each run (the rest sits still)
 RANK_URN = 0.05          # pseudo-count of the sharper copy of the pattern so far (1 would be the null)
+RANK_TOP = 0.9          # pooled: the top component's stake on the end slot
+WITHIN_WEIGHTS = (0.5, 0.5, 0.0)     # (tilt, urn, top): within one test, as it always was
+POOL_WEIGHTS = (0.25, 0.25, 0.5)     # with the incumbent's recent runs pooled
+
 MAD_SD = 1.4826          # a normal's SD per median absolute deviation
 BURST_SDS = 5.0          # a value this many robust SDs from the median is a burst
 
@@ -240,27 +244,50 @@ def outliers(xs: Sequence[float], scale: float, k: float = BURST_SDS) -> list[fl
     return [x for x in xs if abs(x - m) > k * scale]
 
 
-def run_order(a: Sequence[float], b: Sequence[float]) -> list[tuple[str, float]]:
-    """The runs of ABBA pairs in the order they were measured: B1 A1, A2 B2, B3 A3, ..."""
+def run_order(a: Sequence[float], b: Sequence[float], first: int = 0) -> list[tuple[str, float]]:
+    """The runs of ABBA pairs in the order they were measured: B1 A1, A2 B2, B3 A3, ... (`first`:
+    the index of the first pair given, so that a tail of the pairs keeps its order)."""
     out: list[tuple[str, float]] = []
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b), start=first):
         out += [("B", y), ("A", x)] if i % 2 == 0 else [("A", x), ("B", y)]
     return out
+
+
+def _gap_counts(before: Sequence[tuple[str, float]], side: str) -> tuple[list[float], list[int], int]:
+    import bisect
+    other = sorted(v for s, v in before if s != side)
+    counts = [0] * (len(other) + 1)      # the gaps between the other side's runs
+    for s, v in before:
+        if s == side:
+            counts[bisect.bisect_left(other, v)] += 1
+    return other, counts, len(before) + 1
+
+
+def _top_factor(before: Sequence[tuple[str, float]], side: str, y: float, high: bool) -> float:
+    """The pooled test's third component: RANK_TOP of the evidence on the run landing beyond
+    every run of the other side (a candidate's above all incumbent runs, an incumbent's below all
+    the candidate's). Its payoff there is 1 - RANK_TOP + RANK_TOP / p0: with 16 incumbent runs
+    pooled, about 15 for a candidate run on top, where the tilt pays about 5."""
+    import bisect
+    other, counts, k = _gap_counts(before, side)
+    m = len(other)
+    if m == 0:
+        return 1.0
+    target = m if high else 0
+    p0 = (counts[target] + 1) / k
+    gaps = range(bisect.bisect_left(other, y), bisect.bisect_right(other, y) + 1)
+    return sum(1.0 - RANK_TOP + (RANK_TOP / p0 if g == target else 0.0) for g in gaps) / len(gaps)
 
 
 def _rank_factors(before: Sequence[tuple[str, float]], side: str, y: float, high: bool) -> tuple[float, float]:
     """(tilt, urn) factors of a run valued `y` (oriented: larger is better) of `side` after the
     runs `before`; `high`: the bet is that it lands above the other side's runs."""
     import bisect
-    other = sorted(v for s, v in before if s != side)
-    same = [v for s, v in before if s == side]
-    m, n = len(other), len(same)
+    other, counts, k = _gap_counts(before, side)
+    m = len(other)
+    n = k - 1 - m
     if m == 0:
         return 1.0, 1.0
-    k = m + n + 1
-    counts = [0] * (m + 1)               # the gaps between the other side's runs
-    for v in same:
-        counts[bisect.bisect_left(other, v)] += 1
     p0 = [(c + 1) / k for c in counts]   # the null: each of the k slots alike
     sign = 1.0 if high else -1.0
     w = [math.exp(sign * RANK_TILT * (j / m - 0.5)) for j in range(m + 1)]
@@ -275,28 +302,61 @@ def _rank_factors(before: Sequence[tuple[str, float]], side: str, y: float, high
     return tilt, urn
 
 
+def _oriented(side: str, v: float, s: float, scale: Scale, delta: float) -> tuple[str, float]:
+    y = s * (math.log(v) if scale == "log" else v)
+    return side, (y - delta if side == "B" else y)
+
+
+class RankEvidence:
+    """The e-values of rank_evidence, one pair at a time (a sequential test adds each pair once
+    instead of ranking every run again)."""
+
+    def __init__(self, direction: str, scale: Scale, delta: float = 0.0,
+                 prior: Sequence[tuple[str, float]] = (), first: int = 0) -> None:
+        self.s, self.scale, self.delta, self.n = orientation(direction), scale, delta, first
+        self.weights = POOL_WEIGHTS if prior else WITHIN_WEIGHTS
+        self.pooled = bool(prior)
+        self.keep, self.fut = [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]
+        self.up: list[float] = []
+        self.down: list[float] = []
+        self.seen = [_oriented(side, v, self.s, scale, 0.0) for side, v in prior]
+        self.shifted = [_oriented(side, v, self.s, scale, delta) for side, v in prior]
+
+    def add(self, a: float, b: float) -> tuple[float, float]:
+        """One more pair (incumbent `a`, candidate `b`): the log e-values after it."""
+        order = [("B", b), ("A", a)] if self.n % 2 == 0 else [("A", a), ("B", b)]
+        for side, v in order:
+            _, y = _oriented(side, v, self.s, self.scale, 0.0)
+            _, yd = _oriented(side, v, self.s, self.scale, self.delta)
+            hi = side == "B"
+            fk = (*_rank_factors(self.seen, side, y, hi),
+                  _top_factor(self.seen, side, y, hi) if self.pooled else 1.0)
+            ff = (*_rank_factors(self.shifted, side, yd, not hi),
+                  _top_factor(self.shifted, side, yd, not hi) if self.pooled else 1.0)
+            self.keep = [e * f for e, f in zip(self.keep, fk)]
+            self.fut = [e * f for e, f in zip(self.fut, ff)]
+            self.seen.append((side, y))
+            self.shifted.append((side, yd))
+        self.n += 1
+        # the components hold their weights of the evidence: its mean is the e-value
+        self.up.append(math.log(sum(w * e for w, e in zip(self.weights, self.keep))))
+        self.down.append(math.log(sum(w * e for w, e in zip(self.weights, self.fut))))
+        return self.up[-1], self.down[-1]
+
+
 def rank_evidence(a: Sequence[float], b: Sequence[float], direction: str, scale: Scale,
-                  delta: float = 0.0) -> tuple[list[float], list[float]]:
+                  delta: float = 0.0, prior: Sequence[tuple[str, float]] = (),
+                  first: int = 0) -> tuple[list[float], list[float]]:
     """log of the keep side's and the futility side's e-values after each pair (see above):
     the candidate's runs better than the incumbent's; a gain of `delta` (on `scale`, oriented)
-    ruled out."""
-    s = orientation(direction)
-    ys = [(side, s * (math.log(v) if scale == "log" else v)) for side, v in run_order(a, b)]
-    keep, fut = [1.0, 1.0], [1.0, 1.0]
-    up: list[float] = []
-    down: list[float] = []
-    seen: list[tuple[str, float]] = []
-    shifted: list[tuple[str, float]] = []
-    for i, (side, y) in enumerate(ys):
-        yd = y - delta if side == "B" else y
-        keep = [e * f for e, f in zip(keep, _rank_factors(seen, side, y, side == "B"))]
-        fut = [e * f for e, f in zip(fut, _rank_factors(shifted, side, yd, side != "B"))]
-        seen.append((side, y))
-        shifted.append((side, yd))
-        if i % 2 == 1:     # the two components held half each: their mean is the e-value
-            up.append(math.log(sum(keep) / 2))
-            down.append(math.log(sum(fut) / 2))
-    return up, down
+    ruled out. `prior`: runs measured before these, as (side, value), ranked with them but bet on
+    by neither side (the pooled test: the incumbent's recent runs, and with confirm the first
+    test's); with a prior the evidence also holds the top component (POOL_WEIGHTS). `first`: the
+    index of the first pair given (its ABBA order)."""
+    ev = RankEvidence(direction, scale, delta, prior, first)
+    for x, y in zip(a, b):
+        ev.add(x, y)
+    return ev.up, ev.down
 
 
 @dataclass(frozen=True)

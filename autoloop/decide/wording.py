@@ -98,3 +98,23 @@ def decided(status: str, decided_by: str | None, recommendation: str | None) -> 
         return f"{verb} by the ratchet"
     return f"{verb} by the person" + ("" if recommendation in (None, status) else
                                       f" (the ratchet said {recommendation})")
+
+
+def pool_words(stats: Mapping[str, Any]) -> str:
+    """What a paired cycle ranked its runs among, from its stats: `; ranked with 12 earlier runs
+    of the incumbent (cycles 0, 3)`, or the drift that set them aside: `; drift: the incumbent's
+    fresh runs sat 4.2 standard errors better than its 12 earlier runs after pair 2: those set
+    aside, judged within the test from pair 3`. Empty when nothing was pooled."""
+    pool = stats.get("pool")
+    if not isinstance(pool, dict) or not pool.get("runs"):
+        return ""
+    n = plural(int(pool["runs"]), "earlier run")
+    for b in stats.get("batches") or []:
+        d = b.get("drift") if isinstance(b, dict) else None
+        if isinstance(d, dict):
+            confirm = "the confirmation's " if b.get("name") == "confirm" else ""
+            return (f"; drift: the incumbent's fresh runs sat {d['z']:.2g} standard errors better "
+                    f"than its {n} after {confirm}pair {d['pair']}: those set aside, judged within "
+                    f"the test from pair {d['pair'] + 1}")
+    cycles = ", ".join(str(c) for c in pool.get("cycles") or [])
+    return f"; ranked with {n} of the incumbent" + (f" (cycles {cycles})" if cycles else "")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
@@ -201,8 +202,10 @@ class Judge:
         if paired:
             cal = end.calibration(history)
             noise, noise_scale = cycle.calibration_noise(history)
+            # the incumbent's recent runs on this node, ranked with the fresh ones (decide.pool)
+            pool = cycle.pool_for(history, incumbent, self.lane.where(), time.time())
             v = cycle.judge_paired(session, self.program, secondary, cal.get("step"),
-                                   noise_scale or cal.get("scale"), holdout, noise)
+                                   noise_scale or cal.get("scale"), holdout, noise, pool)
         else:
             v = cycle.judge_strict(session, self.program, best, secondary, holdout)
         self._with_seeds(v.stats)

@@ -147,6 +147,8 @@ def test_verify_measures_head_like_the_baseline_and_leaves_nothing(tmp_path):
     res = p.cli("verify", "program.md")
     assert res.returncode == 0, res.stderr
     assert "score: 40.25" in res.stdout
+    # what a cycle costs at this program's rule (strict, one run), from the run it just made
+    assert "cost: accept.rule strict: 1 verifier run a cycle" in res.stdout
     assert list(tmp.iterdir()) == []                   # its private tree and logs are gone
     assert git(p.repo, "worktree", "list", "--porcelain", env=p.env) == worktrees
     run = p.run("--cycles", "0")

@@ -102,10 +102,11 @@ def test_paired_review_compares_with_the_incumbent_measured_beside_it(tmp_path):
     two differ), or its change contradicts the verdict printed under it."""
     script = tmp_path / "drift.py"
     script.write_text(DRIFT_PY)
-    # alpha 0.02: kept after 5 pairs, an odd count, so the drift moves the two medians apart from
-    # the estimate (after 6 balanced ABBA pairs they agree to the shown digits)
+    # alpha 0.005: kept after 3 pairs (ranked with the calibration's 12 runs), an odd count, so the
+    # drift moves the two medians apart from the estimate (after balanced ABBA pairs they agree to
+    # the shown digits)
     p = make_project(tmp_path, {1: 'W("val.txt", "30")'}, verifier=f"{PY} {script}", guards=False,
-                     extra="accept: {rule: paired, pairs: 6, alpha: 0.02, final_pairs: 0}")
+                     extra="accept: {rule: paired, pairs: 6, alpha: 0.005, final_pairs: 0}")
     child = spawn(p, "--approve", "--cycles", "1")
     # the two medians, with no % between them: the change is the verdict's, on the next line
     child.expect(r"score: (\S+) vs incumbent (\S+) \(medians of this cycle's pairs\)")
