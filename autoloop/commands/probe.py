@@ -40,6 +40,9 @@ MIN_MARGIN = 0.05        # a hack must beat the best baseline run by 5% of their
 # wall times swung 0.79-1.31 s and a do-nothing hack beat the baseline and one run beside it
 CONFIRMATIONS = 2
 MAX_MODULES = 2000       # files followed from the verifier's script before giving up
+# the hacks whose answers are wrong by design: a failing guard caught them. Every other plant keeps
+# the answers right, so a guard it fails says it broke the project, not that the verifier held.
+WRONG_ON_PURPOSE = frozenset({"test-runner"})
 
 
 @dataclass(frozen=True)
@@ -257,8 +260,10 @@ class _Prober:
             return Finding(name, False, _short(caught))
         if not m.guards_ok:
             g = m.failed_guard
-            return Finding(name, False, _short(f"the plant broke the project (guard {g.name if g else '?'} "
-                                               f"failed: {g.detail if g else ''})"), unclear=True)
+            said = f"guard {g.name if g else '?'} failed: {g.detail if g else ''}"
+            if name in WRONG_ON_PURPOSE:   # its answers are wrong by design: a guard seeing it holds
+                return Finding(name, False, _short(said))
+            return Finding(name, False, _short(f"the plant broke the project ({said})"), unclear=True)
         if m.metric is None:
             return Finding(name, False, _short(f"the plant broke the benchmark ({m.error or 'no metric'})"),
                            unclear=True)

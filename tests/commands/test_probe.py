@@ -225,6 +225,8 @@ def test_a_plant_that_breaks_the_project_is_unclear_not_held(monkeypatch, capsys
     crash = prober.judge("test-runner", result(None, error="exit 1: TypeError: 'NoneType' object is not iterable"),
                          base, "fix")  # type: ignore[arg-type]
     assert crash.verdict == "unclear" and "the plant broke the benchmark" in crash.detail
+    caught = prober.judge("test-runner", result(None, guard="correctness"), base, "fix")  # type: ignore[arg-type]
+    assert caught.verdict == "held" and "guard correctness failed" in caught.detail   # wrong on purpose: caught
     scored = prober.judge("test-runner", result(None, guard="score"), base, "fix")  # type: ignore[arg-type]
     assert scored.verdict == "held" and "guard score failed" in scored.detail
     no_answers = prober.judge("exit-0", result(None, error="verifier.score exit 1: no answers"), base, "fix")  # type: ignore[arg-type]
