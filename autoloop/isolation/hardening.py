@@ -480,12 +480,18 @@ def refuse_writable_pythons(program: Program) -> None:
     start-up hook there, and the score, which runs none of the candidate's files, would run it."""
     if not program.sandbox.writable:
         return
+    import site
+
     import autoloop
 
     env = envs.scrubbed(os.environ, scratch=Path(tempfile.mkdtemp(prefix="autoloop-sites-")))
     try:
         exes = [e for e in interpreters(program, env, shebangs=True, defaults=True) if e]
-        trusted = [Path(os.path.realpath(p)) for p in site_dirs(exes, env)]
+        # not the user sites: every measurement and the score run with PYTHONNOUSERSITE=1 (and
+        # autoloop's own, which $PYTHONUSERBASE may put anywhere, is watched by the run)
+        users = [Path(os.path.realpath(site.getuserbase())), Path.home() / ".local"]
+        trusted = [Path(os.path.realpath(p)) for p in site_dirs(exes, env)
+                   if not any(Path(os.path.realpath(p)).is_relative_to(u) for u in users)]
         for exe in [*exes, sys.executable]:
             real = Path(os.path.realpath(exe))
             trusted.append(real)   # the interpreter itself
