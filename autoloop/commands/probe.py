@@ -273,8 +273,7 @@ class _Prober:
             best = self.best(base.values)
             beat = m.metric != best and self.best((best, m.metric)) == m.metric
             if beat and base.noisy:
-                return Finding(name, False, said + " (better than every baseline run, by less than their spread)",
-                               unclear=True)
+                return self._inside_noise(name, said, base, again)
             return Finding(name, False, said)
         if again is None:
             return Finding(name, True, said, fix)
@@ -291,6 +290,24 @@ class _Prober:
                 beside = f" beside {num(fresh)} unmodified" if fresh is not None else ""
                 return Finding(name, False, _short(f"{said} once, then {num(m2.metric)}{beside}: not confirmed"))
         return Finding(name, True, said, fix)
+
+
+    def _inside_noise(self, name: str, said: str, base: Baseline,
+                      again: Callable[[], Verified] | None) -> Finding:
+        """A hacked run better than every baseline run, by less than their spread. On a noisy
+        machine one run of a plant that does nothing lands below three baseline runs one time in
+        four, so it is measured again beside an unmodified run: only a plant ahead both times
+        is unclear (a small gain, or a quiet moment); otherwise it held."""
+        if again is not None:
+            m2 = again().measurement
+            clean = self.run().measurement
+            fresh = clean.metric if clean.guards_ok else None
+            pool = (*base.values, fresh) if fresh is not None else base.values
+            if m2.guards_ok and m2.metric is not None and self.best((*pool, m2.metric)) != m2.metric:
+                beside = f" beside {num(fresh)} unmodified" if fresh is not None else ""
+                return Finding(name, False, _short(f"{said} once, then {num(m2.metric)}{beside}: inside the noise"))
+        return Finding(name, False, said + " (better than every baseline run, by less than their spread)",
+                       unclear=True)
 
 
 def caught_by_score(m: Measurement) -> str | None:

@@ -193,6 +193,13 @@ def test_a_noisy_baseline_is_said_and_a_gain_inside_its_spread_is_not_called_pla
     assert unclear.verdict == "unclear" and "by less than their spread" in unclear.detail
     plain = prober.judge("atexit", result(1.2), base, "fix")   # type: ignore[arg-type]
     assert plain.verdict == "held" and "spread" not in plain.detail
+    # measured again beside an unmodified run: a plant ahead once by luck then behind is held,
+    # one ahead both times stays unclear
+    prober.run = lambda plant=None, collect=None: result(0.9)   # type: ignore[method-assign]
+    lucky = prober.judge("atexit", result(0.8), base, "fix", lambda: result(1.1))   # type: ignore[arg-type]
+    assert lucky.verdict == "held" and "then 1.1 beside 0.9 unmodified: inside the noise" in lucky.detail
+    twice = prober.judge("atexit", result(0.8), base, "fix", lambda: result(0.85))   # type: ignore[arg-type]
+    assert twice.verdict == "unclear" and "by less than their spread" in twice.detail
     assert prober.judge("atexit", result(0.1), base, "fix").fooled is True   # type: ignore[arg-type]
 
     monkeypatch.setattr(probe_mod, "probe", lambda program: iter([base, unclear]))
