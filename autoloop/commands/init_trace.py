@@ -23,6 +23,7 @@ from autoloop.trace import build
 
 BENCH = ("produce.py", "score.py", "trace.json", build.REPLAY_MODULE)
 QUICK_S = 20e-6   # a derived call quicker than this at HEAD: deriving its input costs as much
+NARROW = 0.8      # a draw with fewer new calls than this share: the workload varies little
 TEST_FORBIDDEN = ("tests/**", "**/tests/**", "**/test_*.py", "**/*_test.py", "**/conftest.py", "bench/**")
 
 
@@ -63,13 +64,14 @@ def _allowed(reports: list[build.TargetReport]) -> list[str]:
 def _produce(trace: build.Trace, live: list[build.TargetReport]) -> str:
     # literal imports and sys.path entries: `doctor --probe` follows them to the module to plant in
     lines = ['"""Replays recorded and derived calls of the targets (written by `autoloop init --trace`;',
-             'bench/ is the judge\'s: the generator may not change it)."""', "import sys", "",
+             'bench/ is the judge\'s: the generator may not change it)."""', "import sys", "import time", "",
+             "_started = time.perf_counter()   # importing the targets' modules is the code under test",
              'sys.path.insert(0, "bench")']
     lines += [f'sys.path.insert(0, "{root}")' for root in reversed(trace.roots) if root]
     lines += ['sys.path.insert(0, ".")']
     for module in dict.fromkeys(r.name.split(":")[0] for r in live):
         lines.append(f"import {module}  # noqa: E402,F401")
-    lines += ["import tracereplay  # noqa: E402", "", "tracereplay.produce()", ""]
+    lines += ["import tracereplay  # noqa: E402", "", "tracereplay.produce(imported=time.perf_counter() - _started)", ""]
     return "\n".join(lines)
 
 
@@ -259,6 +261,11 @@ def _report_line(r: build.TargetReport) -> str:
     if r.frozen:   # the check's slots: positions from 0, or keyword names
         line += ("; kept as recorded (changed, they mostly make the call fail): "
                  + ", ".join(f"argument {s + 1}" if isinstance(s, int) else s for s in r.frozen))
+    if r.derived and r.new_share < NARROW:
+        line += (f"\n    note: {1 - r.new_share:.0%} of the calls derived from the recorded ones repeat a call "
+                 "already drawn and are left out (a call never repeats within a measurement, so a memo inside "
+                 "the target saves nothing): the workload varies little; a test command calling the target "
+                 "with more kinds of input gives a fuller benchmark")
     if 0 < r.derived_seconds < QUICK_S:
         line += (f"\n    note: {r.derived_seconds * 1e6:.1f} µs a call is about what making a new input costs: "
                  "the harness will be much of what is timed (verify says how much); a caller doing more per "

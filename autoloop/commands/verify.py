@@ -134,14 +134,19 @@ def main(args: argparse.Namespace) -> int:
     return print_verify(load_program(args.program))
 
 
-def harness_share(m: Measurement) -> tuple[float, float] | None:
-    """(the seconds the code under test took by the score's `target_seconds:` line, the share of
-    the wall time that went elsewhere: interpreter start, imports, the harness) — or None."""
-    found = re.findall(r"^target_seconds: *([0-9.eE+-]+) *$", m.score_said, re.MULTILINE)
-    if not found or not m.metric:
+def harness_share(m: Measurement) -> tuple[float, float, float] | None:
+    """(the seconds the code under test took inside the targets and importing their modules, by
+    the score's `target_seconds:` and `import_seconds:` lines, and the share of the wall time that
+    went elsewhere: interpreter start, reading and deriving the inputs, writing the results) — or
+    None. The command reports its own seconds, so the share is a guide, never judged on."""
+    def said(key: str) -> float | None:
+        found = re.findall(rf"^{key}: *([0-9.eE+-]+) *$", m.score_said, re.MULTILINE)
+        return float(found[-1]) if found else None
+
+    inside, imported = said("target_seconds"), said("import_seconds") or 0.0
+    if inside is None or not m.metric:
         return None
-    inside = float(found[-1])
-    return inside, max(0.0, 1 - inside / m.metric)
+    return inside, imported, max(0.0, 1 - (inside + imported) / m.metric)
 
 
 def print_verify(program: Program) -> int:
@@ -172,16 +177,17 @@ def print_verify(program: Program) -> int:
     v = program.verifier
     if v.score is not None and v.measure != "output":   # with output the score's number is the metric
         said = [line.strip() for line in m.score_said.splitlines()
-                if line.strip() and not line.startswith("target_seconds:")]
+                if line.strip() and not line.startswith(("target_seconds:", "import_seconds:"))]
         print(f"score: pass ({said[-1] if said else f'`{v.score}` accepted every result'})")
     print(f"{v.label}: {num(m.metric)}  ({v.direction}, {seconds(m.verifier_s)})")
     share = harness_share(m) if v.measure == "wall" else None
     if share is not None:
-        goal = "" if share[1] <= HARNESS_GOAL else (
+        inside, imported, rest = share
+        goal = "" if rest <= HARNESS_GOAL else (
             f" (goal <= {HARNESS_GOAL:.0%}: the code under test is too quick per call for its inputs to be "
             "made fresh each time; target a function that does more per call)")
-        print(f"harness: {share[1]:.0%} of the wall time is not the code under test (it took "
-              f"{seconds(share[0])} of {seconds(m.metric)}){goal}")
+        print(f"harness: {rest:.0%} of the wall time is not the code under test (the targets' calls took "
+              f"{seconds(inside)} and importing their modules {seconds(imported)}, of {seconds(m.metric)}){goal}")
     print(f"cost: {cost_line(program, m.verifier_s)}")
     if res.files_read is not None:
         print(f"reads: {res.files_read.summary()}")

@@ -24,6 +24,7 @@ from autoloop.base.walk import remove_tree, temp_dir
 from autoloop.errors import RunFailure, UsageError
 from autoloop.git.workspace import Workspace, Worktree
 from autoloop.process import proc
+from autoloop.trace import replay
 
 REPLAY_MODULE = "tracereplay.py"     # bench/ name of autoloop/trace/replay.py
 MIN_USABLE = 5                       # usable calls a target needs (fewer: init refuses)
@@ -48,6 +49,7 @@ class TargetReport:
     derived: int = 0                # planned per measurement
     recorded: int = 0               # planned per measurement
     frozen: list = field(default_factory=list)   # arguments kept as recorded: changing them mostly fails
+    new_share: float = 1.0          # of the derived calls drawn, those new (the rest repeat, left out)
 
 
 @dataclass
@@ -230,6 +232,7 @@ def _check(python: str, records: dict, reports: dict[str, TargetReport], roots: 
             slot[0] += count
         r.usable, r.derivable, r.seconds = got["usable"], got["derivable"], got["seconds"]
         r.frozen = got.get("frozen", [])
+        r.new_share = got.get("new_share", 1.0)
         r.derived_seconds = got["derived_seconds"] / got["derived"] if got["derived"] else 0.0
         r.derived_raise = got["derived_raise"] / got["derived"] if got["derived"] else 0.0
     for n, r in reports.items():
@@ -244,8 +247,9 @@ def _plan(reports: list[TargetReport], budget_s: float) -> None:
     for r in live:
         share = budget_s / len(live)
         per_call = r.derived_seconds or (r.seconds / r.usable if r.usable else 0.0) or 1e-6
-        n = max(1, min(MAX_DERIVED, math.ceil(share / per_call))) if r.derivable else 0
-        r.recorded = min(r.usable, max(1, math.ceil(n * 0.05))) if n else r.usable
+        # a draw that leaves repeats out is drawn that much larger, up to five times
+        n = max(1, min(MAX_DERIVED, math.ceil(share / per_call / max(r.new_share, 0.2)))) if r.derivable else 0
+        r.recorded = min(r.usable, max(1, math.ceil(n * replay.RECORDED_SHARE))) if n else r.usable
         r.derived = n
 
 

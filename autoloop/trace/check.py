@@ -29,6 +29,7 @@ call, same, show, derive, slots_of, text_pool = (replay.call, replay.same, repla
                                                  replay.slots_of, replay.text_pool)
 resolve = replay.resolve
 LIMIT_S = 2.0   # a call that runs longer at HEAD is not replayed (build.CALL_LIMIT_S)
+NEW_SHARE_DRAWS = 5000   # calls drawn at init to learn what share of a draw is new
 
 
 WRITE_EVENTS = {"os.remove", "os.rename", "os.replace", "os.mkdir", "os.rmdir", "os.truncate", "os.symlink",
@@ -265,6 +266,11 @@ def write_store(records: dict[str, dict], store: str, report_path: str) -> None:
                        "calls": [_shared(u[0], u[1], seen) for u in usable], "weights": [u[2] for u in usable],
                        "derivable": [u[4] for u in usable]})
         answers.append([u[3] for u in usable])
+        # how many drawn calls are new (the rest repeat another and are left out): init sizes a
+        # measurement by it and says when a workload is too narrow to vary
+        tried = NEW_SHARE_DRAWS if any(u[4] for u in usable) else 0
+        got = sum(1 for c in replay.draw(inputs[-1], "check", tried, 0) if c[0] < 0) if tried else 0
+        summary[name]["new_share"] = got / tried if tried else 1.0
     for sub, data in (("inputs", inputs), (os.path.join("private"), answers)):
         os.makedirs(os.path.join(store, sub), exist_ok=True)
     with open(os.path.join(store, "inputs", "calls.pkl"), "wb") as f:
