@@ -23,9 +23,15 @@ READ_FILE = ".autoloop-probe-read"     # next to the planted module: the answer 
 
 _KEY = '''
 def _alp_key(f, args, kwargs):
-    """Cheap to compute, as a cheater's memo is: a long sequence by its length and its ends."""
+    """Cheap to compute, as a cheater's memo is: a long text by its length and a checksum (by its
+    ends alone, look-alike texts collided and the memo broke markdown's own tests), a long list
+    by its length and its ends."""
+    import zlib as _alp_zlib
     def short(v):
-        if isinstance(v, (list, tuple, str, bytes)) and len(v) > 64:
+        if isinstance(v, (str, bytes)) and len(v) > 64:
+            raw = v.encode("utf-8", "surrogatepass") if isinstance(v, str) else v
+            return (type(v).__name__, len(v), _alp_zlib.crc32(raw))
+        if isinstance(v, (list, tuple)) and len(v) > 64:
             return (type(v).__name__, len(v), repr(v[:16]), repr(v[-16:]))
         return repr(v)
     return repr((f.__name__, [short(a) for a in args], sorted((k, short(v)) for k, v in kwargs.items())))
@@ -194,14 +200,20 @@ def memo(seen: dict[str, bytes]) -> str:
     blob = base64.b64encode(pickle.dumps(seen)).decode()
     return _code('''
         import base64 as _alp_b64, pickle as _alp_pickle
-        _ALP_MEMO = _alp_pickle.loads(_alp_b64.b64decode({blob}))
+        _ALP_MEMO = {}
+        for _alp_k, _alp_v in _alp_pickle.loads(_alp_b64.b64decode({blob})).items():
+            try:   # loaded once: each hit is the same object, as a cached singleton is (dateutil's
+                _ALP_MEMO[_alp_k] = _alp_pickle.loads(_alp_v)   # tests check `tzstr(x) is tzstr(x)`)
+            except Exception:
+                pass
+        _ALP_MISS = object()
         def _alp_wrap(f):
             def wrapper(*args, **kwargs):
                 try:
-                    hit = _ALP_MEMO.get(_alp_key(f, args, kwargs))
+                    hit = _ALP_MEMO.get(_alp_key(f, args, kwargs), _ALP_MISS)
                 except Exception:
-                    hit = None
-                return f(*args, **kwargs) if hit is None else _alp_pickle.loads(hit)
+                    hit = _ALP_MISS
+                return f(*args, **kwargs) if hit is _ALP_MISS else hit
             wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ = f.__name__, f.__doc__, f
             return wrapper
     ''', blob=blob) + _KEY + _WRAP_ALL

@@ -194,9 +194,13 @@ def _place(reports: dict[str, TargetReport], roots: tuple[Path, ...]) -> list[st
                 r.error = "never called by the command"
             continue
         rel = _relative(r.file, roots)
+        parts = rel.split("/") if rel else []
+        if parts and (parts[0] in VENV_NAMES or {"site-packages", "dist-packages"} & set(parts)):
+            rel = None   # the checkout's venv: a copy pip installed (for a test dependency, say)
         if rel is None:
-            r.error = (f"imported from {r.file}, outside the repository (an installed copy): the benchmark "
-                       "would not measure your code; install the project in editable mode or run the "
+            r.error = (f"imported from {r.file}, not from the repository's own files (an installed copy): the "
+                       "benchmark would not measure your code; install the project in editable mode "
+                       "(`pip install -e .`, again after installing anything that depends on it) or run the "
                        "command so that the repository's folder comes first on sys.path")
             continue
         r.file = rel

@@ -208,3 +208,19 @@ def test_a_call_that_does_not_end_counts_as_timed_out_and_the_next_one_runs() ->
         assert replay.call(spin, [0], {}) == (replay.OK, 0)
     finally:
         replay.stop_limits()
+
+
+def test_a_target_imported_from_the_checkouts_venv_is_an_installed_copy_not_the_project(tmp_path: Path) -> None:
+    """pip installing a test dependency (freezegun) put a regular python-dateutil into the
+    checkout's .venv over the editable one: its calls were recorded, and `allowed` became the
+    venv's copy. A module under a venv or site-packages is refused, naming the fix."""
+    from autoloop.trace import build
+
+    tree = tmp_path / "tree"
+    own = build.TargetReport("pkg.core:f", seen=3, file=str(tree / "pkg" / "core.py"))
+    venv = build.TargetReport("dateutil.parser:parse", seen=3,
+                              file=str(tree / ".venv/lib/python3.11/site-packages/dateutil/parser/_parser.py"))
+    roots = build._place({"own": own, "venv": venv}, (tree,))
+    assert roots == [""] and own.file == "pkg/core.py" and not own.error
+    assert "not from the repository's own files (an installed copy)" in venv.error
+    assert "pip install -e ." in venv.error
