@@ -11,8 +11,8 @@ Standard library only, for any Python >= 3.8: it runs in the project's interpret
   HEAD), and every outcome compared. Exit 1 on the first difference.
 
 Derived calls keep every argument's type: strings and bytes are cut, joined with other recorded
-strings, shuffled by words, have a slice repeated or a character inserted (one to three such
-edits); integers, floats and time spans move by up to half their size, dates by a few days;
+strings, have two words swapped, a slice repeated or a character inserted (one such edit, more
+when the call would repeat another); integers, floats and time spans move by up to half their size, dates by a few days;
 lists lose, gain (mutated copies) or change items and stay sorted if they were; tuples, dicts and
 sets have items changed (dict keys and tuple lengths kept); booleans, None and other objects are
 kept as they are. A call made of those only cannot be derived (it can only be replayed as
@@ -170,14 +170,10 @@ def _below(rng: random.Random, n: int) -> int:
 
 
 def _text(s: Any, rng: random.Random, pool: Sequence[Any]) -> Any:
-    """One to three edits: one alone leaves too few variants of a short string (a measurement
-    would repeat calls, and a cache inside the target would gain what the workload may not)."""
+    """One edit: a repeat within a measurement is derived again from itself (`draw`), so a
+    short string still gets as many variants as a measurement needs, and one edit costs half
+    of the one to three there were."""
     out = _edit(s, rng, pool)
-    r = rng.random()
-    if r < 0.5:
-        out = _edit(out, rng, pool)
-        if r < 0.2:
-            out = _edit(out, rng, pool)
     return out if out != s else s + (s[-1:] or ("a" if type(s) is str else b"a"))
 
 

@@ -134,6 +134,43 @@ def test_the_commands_results_cannot_run_code_in_the_score() -> None:
     assert replay._Results(io.BytesIO(fine), {"mypkg"}).load()[0][0][1]["a"] == {1, 2}
 
 
+def _rebuild(value: int) -> "_Zone":
+    return _Zone(value)
+
+
+class _Zone:
+    """Pickles through a module-level function, as dateutil's time zones do."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __reduce__(self) -> tuple:
+        return (_rebuild, (self.value,))
+
+
+def test_a_result_rebuilt_by_a_function_loads_only_when_the_start_commits_own_outcomes_use_it() -> None:
+    """dateutil's tz-aware results pickle through dateutil.tz._tzfile._unpickle, a function: the
+    score loads the names the expected outcomes (the start commit's code) pickle to, no other."""
+    expected, names = replay._names_in(pickle.dumps([(replay.OK, _Zone(3))], 4))
+    assert expected[0][1].value == 3 and (__name__, "_rebuild") in names
+    blob = pickle.dumps([[(replay.OK, _Zone(4))]])
+    with pytest.raises(pickle.UnpicklingError, match="_rebuild, which the score does not load"):
+        replay._Results(io.BytesIO(blob), {"mypkg"}).load()
+    assert replay._Results(io.BytesIO(blob), {"mypkg"}, names).load()[0][0][1].value == 4
+    # known names open nothing else
+    with pytest.raises(pickle.UnpicklingError, match="system"):
+        replay._Results(io.BytesIO(pickle.dumps([[(replay.OK, _Evil())]])), {"mypkg"}, names).load()
+
+
+def test_plain_results_travel_by_marshal_which_builds_no_object_but_the_built_ins() -> None:
+    import marshal
+
+    results = [[["a", ("b", 1), None], {2: ("builtins.ValueError", "bad")}]]
+    assert marshal.loads(marshal.dumps(results)) == results
+    with pytest.raises(ValueError):   # anything else: the restricted pickle
+        marshal.dumps([[_Zone(1)], {}])
+
+
 MODULE = '''
 import random
 
