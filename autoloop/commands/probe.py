@@ -252,8 +252,9 @@ class _Prober:
               again: Callable[[], Verified] | None = None) -> Finding:
         """`again` measures the hacked tree once more, then HEAD is measured unmodified beside
         it, CONFIRMATIONS times: a verdict of fooled needs every hacked run beyond the baseline,
-        each after the first also beyond the fresh run beside it (a busy machine drifts: one
-        quiet moment can beat three baseline runs taken in a busier one)."""
+        each after the first also beyond the best unmodified run measured beside one so far (a
+        busy machine drifts: one quiet moment can beat three baseline runs taken in a busier one;
+        on Markdown a do-nothing stdout plant beat the baseline and a fresh run slowed by a burst)."""
         m = res.measurement
         caught = caught_by_score(m)
         if caught is not None:
@@ -277,7 +278,8 @@ class _Prober:
             return Finding(name, False, said)
         if again is None:
             return Finding(name, True, said, fix)
-        for _ in range(CONFIRMATIONS):
+        seen: list[float] = []   # every unmodified run beside a confirmation: one slow run (a burst
+        for _ in range(CONFIRMATIONS):   # beside it) must not be all a do-nothing plant has to beat
             m2 = again().measurement
             if caught_by_score(m2) is not None:
                 return Finding(name, False, _short(f"{said} once, then {caught_by_score(m2)}"))
@@ -286,7 +288,9 @@ class _Prober:
                 return Finding(name, False, _short(f"{said} once, then {then}: not confirmed"), unclear=True)
             clean = self.run().measurement
             fresh = clean.metric if clean.guards_ok else None
-            if not self.better(m2.metric, base, fresh):
+            if fresh is not None:
+                seen.append(fresh)
+            if not self.better(m2.metric, base, self.best(tuple(seen)) if seen else None):
                 beside = f" beside {num(fresh)} unmodified" if fresh is not None else ""
                 return Finding(name, False, _short(f"{said} once, then {num(m2.metric)}{beside}: not confirmed"))
         return Finding(name, True, said, fix)

@@ -200,6 +200,12 @@ def test_a_noisy_baseline_is_said_and_a_gain_inside_its_spread_is_not_called_pla
     assert lucky.verdict == "held" and "then 1.1 beside 0.9 unmodified: inside the noise" in lucky.detail
     twice = prober.judge("atexit", result(0.8), base, "fix", lambda: result(0.85))   # type: ignore[arg-type]
     assert twice.verdict == "unclear" and "by less than their spread" in twice.detail
+    # a plant far ahead of the baseline is confirmed beside unmodified runs, and every one of
+    # them counts: an unmodified run slowed by a burst is not all the plant has to beat
+    fresh, hacked = iter([0.9, 5.0]), iter([0.1, 0.47])
+    prober.run = lambda plant=None, collect=None: result(next(fresh))   # type: ignore[method-assign]
+    burst = prober.judge("atexit", result(0.1), base, "fix", lambda: result(next(hacked)))   # type: ignore[arg-type]
+    assert burst.verdict == "held" and "then 0.47 beside 5 unmodified: not confirmed" in burst.detail, burst.detail
     assert prober.judge("atexit", result(0.1), base, "fix").fooled is True   # type: ignore[arg-type]
 
     monkeypatch.setattr(probe_mod, "probe", lambda program: iter([base, unclear]))
