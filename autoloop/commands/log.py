@@ -41,11 +41,13 @@ def main(args: argparse.Namespace) -> int:
     against = "vs (in cycle)" if judged else "best before"
     # paired, the change is the test's estimate over the pairs, not the one between the medians
     change = "est. change" if judged else "change"
-    head = f"{'cycle':>5}  {'status':<10} {name[:12]:>12} {against:>13} {change:>{len(change)}}  "
+    # wide enough for a change of +100% and more (-99.99%, +123.45%): the hypotheses stay in line
+    col = max(len(change), 9)
+    head = f"{'cycle':>5}  {'status':<10} {name[:12]:>12} {against:>13} {change:>{col}}  "
     print(head + "hypothesis")
     for c, row in zip(views, f.rows):
         line = (f"{c.cycle:>5}  {c.status:<10} {fmt(c.metric) or '-':>12} "
-                f"{fmt(row.vs, '') :>13} {signed_pct(row.change, ''):>{len(change)}}  ")
+                f"{fmt(row.vs, '') :>13} {signed_pct(row.change, ''):>{col}}  ")
         print(_cut(line + " ".join(c.hypothesis.split()), width))
         if c.status != "baseline":
             print(_cut(" " * len(head) + "→ " + " ".join(c.lesson.split()), width))
