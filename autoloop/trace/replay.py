@@ -1,23 +1,14 @@
-"""Replay of recorded calls, for a sealed speed benchmark (written by `autoloop init --trace`
-into bench/tracereplay.py; do not edit: bench/ is the judge's).
+"""Replay of recorded calls, for a sealed speed benchmark (copied by `autoloop init --trace` to
+bench/tracereplay.py; bench/ is the judge's). Standard library only, Python >= 3.8: it runs in
+the project's interpreter.
 
-Standard library only, for any Python >= 3.8: it runs in the project's interpreter.
+- `produce`: one measurement's calls, drawn from $AUTOLOOP_SEED (a few recorded, most derived
+  by seeded, type-preserving mutation: see `mutate` and `draw`), run through the tree's targets;
+  outcomes to $AUTOLOOP_OUTPUT.
+- `score`: the same calls drawn again, expected outcomes from the start commit's code (recorded
+  calls: the private answers recorded at HEAD), every outcome compared; exit 1 on a difference.
 
-- `produce`: the calls of one measurement, drawn from $AUTOLOOP_SEED — a few recorded calls
-  and many new ones derived from them by seeded, type-preserving mutation — run through the
-  targets of the tree being measured; their outcomes go to $AUTOLOOP_OUTPUT.
-- `score`: the same calls drawn again from the same seed, the expected outcomes computed with
-  the start commit's code (or, for recorded calls, read from the private answers recorded at
-  HEAD), and every outcome compared. Exit 1 on the first difference.
-
-Derived calls keep every argument's type: strings and bytes are cut, joined with other recorded
-strings, have two words swapped, a slice repeated or a character inserted (one such edit, more
-when the call would repeat another); integers, floats and time spans move by up to half their size, dates by a few days;
-lists lose, gain (mutated copies) or change items and stay sorted if they were; tuples, dicts and
-sets have items changed (dict keys and tuple lengths kept); booleans, None and other objects are
-kept as they are. A call made of those only cannot be derived (it can only be replayed as
-recorded). One argument of a derived call is changed, and each other one with a chance of a third.
-Within a measurement no call repeats, and none is one of the recorded calls (`draw`): a memo
+No call repeats within a measurement, and none is one of the recorded calls (`draw`): a memo
 inside the target, or a table of the tests' answers, has nothing to save but the recorded share.
 """
 
@@ -86,22 +77,23 @@ def _tick(signum: int, frame: Any) -> None:
 def limit_calls(seconds: float) -> None:
     """Check every 0.1 s whether the current call (started at _clock[0]) is past `seconds`."""
     _clock[:] = [float("inf"), seconds]
-    try:
-        import signal
-        signal.signal(signal.SIGALRM, _tick)
-        signal.setitimer(signal.ITIMER_REAL, 0.1, 0.1)
-    except (ImportError, AttributeError, ValueError):   # no timers here: calls are not limited
-        pass
+    _timer(0.1)
 
 
 def stop_limits() -> None:
     """Disarm the timer: at exit the interpreter restores SIGALRM's default action, which a tick
     still armed would turn into a kill (exit 142, `Alarm clock`) after the work is done."""
     _clock[:] = [float("inf"), float("inf")]
+    _timer(0.0)
+
+
+def _timer(every: float) -> None:
     try:
         import signal
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    except (ImportError, AttributeError, ValueError):
+        if every:
+            signal.signal(signal.SIGALRM, _tick)
+        signal.setitimer(signal.ITIMER_REAL, every, every)
+    except (ImportError, AttributeError, ValueError):   # no timers here: calls are not limited
         pass
 
 
@@ -148,8 +140,7 @@ def show(value: object, limit: int = 160) -> str:
 
 # ---- mutation --------------------------------------------------------------------------------
 
-_TEXT = (str, bytes)
-_TIMES = (datetime.timedelta, datetime.datetime, datetime.date)
+_TEXT, _TIMES = (str, bytes), (datetime.timedelta, datetime.datetime, datetime.date)
 
 
 def mutable(value: Any) -> bool:
@@ -169,15 +160,9 @@ def _below(rng: random.Random, n: int) -> int:
     return int(rng.random() * n) if n < 1 << 52 else rng.randrange(n)
 
 
-def _text(s: Any, rng: random.Random, pool: Sequence[Any]) -> Any:
-    """One edit: a repeat within a measurement is derived again from itself (`draw`), so a
-    short string still gets as many variants as a measurement needs, and one edit costs half
-    of the one to three there were."""
-    out = _edit(s, rng, pool)
-    return out if out != s else s + (s[-1:] or ("a" if type(s) is str else b"a"))
-
-
 def _edit(s: Any, rng: random.Random, pool: Sequence[Any]) -> Any:
+    """One edit, never none: a call repeating another is derived again from itself (`draw`), so
+    a short string gets as many variants as a measurement needs."""
     n = len(s)
     empty = s[:0]
     space = " " if type(s) is str else b" "
@@ -231,10 +216,14 @@ def _is_sorted(items: Sequence[Any]) -> bool:
 
 
 def mutate(value: Any, rng: random.Random, pool: Mapping[type, Sequence[Any]], depth: int = 0) -> Any:
-    """A value of the same type, changed (see the module's docstring); `value` is not changed."""
+    """A value of the same type, changed; `value` is not. Strings and bytes get an edit (`_edit`);
+    numbers and time spans move by up to half their size, dates by a few days; lists lose, gain or
+    change items (sorted ones stay sorted); tuples, dicts and sets have items changed (keys and
+    lengths kept); anything else (booleans, None, objects) is kept, and a call of those alone is
+    only replayed as recorded."""
     t = type(value)
     if t in _TEXT:
-        return _text(value, rng, pool.get(t, ()))
+        return _edit(value, rng, pool.get(t, ()))
     if t is int or t is float:
         return _number(value, rng)
     if t is datetime.timedelta:
@@ -333,17 +322,16 @@ def text_pool(calls: Sequence[tuple[Sequence[Any], Mapping[str, Any]]]) -> dict[
 def _freeze(value: Any) -> Any:
     """A hashable stand-in for a value, equal for equal values (lists, dicts and sets by content)."""
     t = type(value)
-    if t is list or t is tuple:
-        return (t.__name__,) + tuple(_freeze(v) for v in value)
-    if isinstance(value, dict):
-        return ("dict",) + tuple((k, _freeze(v)) for k, v in value.items())
+    if t is list or t is tuple or isinstance(value, dict):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        return (t.__name__,) + tuple((k, _freeze(v)) for k, v in items)
     if t is set or t is frozenset:
         return ("set", frozenset(_freeze(v) for v in value))
     try:
         hash(value)
-        return value
-    except TypeError:
+    except TypeError:   # an object with no __hash__, or with a list inside
         return ("repr", t.__qualname__, show(value, 10_000))
+    return value
 
 
 def call_key(args: Sequence[Any], kwargs: Mapping[str, Any], method: bool) -> Any:
@@ -365,11 +353,9 @@ RETRIES = 4   # derivations from a parent before a call that only repeats others
 def draw(target: dict, seed: object, n_derived: int, n_recorded: int) -> list[tuple[int, Any, Any]]:
     """[(recorded index or -1, args, kwargs)] of one measurement for `target` (a dict from the
     inputs file: name, calls, weights, derivable, method), the same in every process for a seed.
-
-    No derived call repeats a recorded one (any of them) or another of the measurement: a memo
-    inside the target, or a table of the tests' calls, would save time the workload may not. A
-    repeat is derived again from itself (a number moves further each time); one still repeating
-    after RETRIES is left out, so a target with few distinct inputs measures fewer calls."""
+    No derived call repeats a recorded one or another one: a repeat is derived again from itself
+    (a number moves further each time), and left out after RETRIES, so a target with few distinct
+    inputs measures fewer calls."""
     rng = random.Random("%s:%s" % (seed, target["name"]))
     calls = target["calls"]
     out = [(i, calls[i][0], calls[i][1]) for i in sorted(rng.sample(range(len(calls)), min(n_recorded, len(calls))))]
@@ -501,10 +487,7 @@ class _Results(pickle.Unpickler):
 
 class _Names(pickle.Unpickler):
     """Loads a pickle this process or init wrote (trusted), noting every name it refers to."""
-
-    def __init__(self, f: IO[bytes]) -> None:
-        pickle.Unpickler.__init__(self, f)
-        self.names: set[tuple[str, str]] = set()
+    names: set[tuple[str, str]]
 
     def find_class(self, module: str, name: str) -> Any:
         self.names.add((module, name))
@@ -514,6 +497,7 @@ class _Names(pickle.Unpickler):
 def _names_in(data: bytes) -> tuple[Any, set[tuple[str, str]]]:
     import io
     loader = _Names(io.BytesIO(data))
+    loader.names = set()
     return loader.load(), loader.names
 
 
