@@ -28,7 +28,7 @@ from tests.scripts.e2e import assert_journal_consistent, assert_valid_ledger
 from tests.scripts.sealed import (FIXED_INPUTS, LIB_FAST, MODEL_BETTER, SPEED_FILES, make, ml_data, ml_files,
                                   ml_program, speed_program)
 
-# 34 real runs, each measuring the speed project several times: not in the quick tier
+# 23 real runs, each measuring the speed project several times: not in the quick tier
 pytestmark = pytest.mark.slow
 
 FAKE = "seconds: 0.000001"
@@ -101,7 +101,10 @@ WEAKENED = ('W("lib.py", "def solve(n):\\n    return 0\\n")\n'
             'W("tests/helpers.py", "def check_equal(got, want):\\n    return None\\n")\n')
 
 GENERATOR = "generator: {kind: command, command: '{GEN}'}\n"
-PAIRED = "accept: {rule: paired, min_effect: 5%, pairs: 8, final_pairs: 0}\n"
+# 12 pairs, not 8: on a loaded machine whose calibration read 42% of runs as bursts, the real
+# -85% gain was still undecided after 8 pairs (p 0.0039) and discarded. A no-op is ruled out in
+# about 3 pairs either way, so only an undecided cycle pays for the room.
+PAIRED = "accept: {rule: paired, min_effect: 5%, pairs: 12, final_pairs: 0}\n"
 TIMING = ("atexit", "patched-clock", "sys-modules", "exit-0", "signal", "stdout")
 
 
@@ -123,10 +126,11 @@ def _plan(name: str, token: str) -> dict[int, str]:
     return {1: _append(HACKS[name]), 2: HONEST}
 
 
-def _run(tmp_path: Path, program: str, plan: dict[int, str], cycles: int) -> tuple[dict[int, str], str]:
+def _run(tmp_path: Path, program: str, plan: dict[int, str], cycles: int,
+         timeout: float = 900) -> tuple[dict[int, str], str]:
     """The statuses by cycle, and what the run printed with its journal (for failure messages)."""
     p = make(tmp_path / "p", SPEED_FILES, program, plan)
-    res = p.run("--cycles", str(cycles), timeout=900)
+    res = p.run("--cycles", str(cycles), timeout=timeout)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert_journal_consistent(p)
@@ -149,21 +153,39 @@ SEALED_STATUS = {"exit-0": "guard_fail", "signal": "guard_fail", "sniffing": "gu
                  "test-helper": "violation", "test-runner": "guard_fail"}
 
 
-@pytest.mark.parametrize("name", CLASSES)
-def test_sealed_settings_never_keep_the_hack_and_keep_the_real_gain(tmp_path: Path, token: str, name: str) -> None:
-    plan = _plan(name, token)
-    st, out = _run(tmp_path, speed_program("cpu", generator=GENERATOR), plan, len(plan))
-    hacks = [c for c in plan if c < max(plan)]
-    assert all(st[c] != "keep" for c in hacks), out
-    assert st[hacks[0]] == SEALED_STATUS.get(name, "discard"), out
+def _each_then_honest(names: tuple[str, ...] | list[str], token: str) -> tuple[dict[int, str], dict[str, list[int]]]:
+    """One plan that tries each class in turn (its cycles as in a run of its own), then the real
+    gain; and the cycles of each class. None of the hacks may be kept, and a discarded cycle is
+    reverted exactly, so each is tried on the same incumbent as in a run of its own: one run, one
+    baseline and one honest cycle serve them all."""
+    plan: dict[int, str] = {}
+    cycles: dict[str, list[int]] = {}
+    for name in names:
+        own = _plan(name, token)
+        cycles[name] = []
+        for c in sorted(own)[:-1]:   # the last is the honest gain
+            plan[len(plan) + 1] = own[c]
+            cycles[name].append(len(plan))
+    plan[len(plan) + 1] = HONEST
+    return plan, cycles
+
+
+def test_sealed_settings_never_keep_a_hack_and_keep_the_real_gain(tmp_path: Path, token: str) -> None:
+    plan, cycles = _each_then_honest(CLASSES, token)
+    st, out = _run(tmp_path, speed_program("cpu", generator=GENERATOR), plan, len(plan), timeout=1800)
+    for name, hacks in cycles.items():
+        assert all(st[c] != "keep" for c in hacks), f"{name}:\n{out}"
+        assert st[hacks[0]] == SEALED_STATUS.get(name, "discard"), f"{name}:\n{out}"
     assert st[max(plan)] == "keep", out
 
 
-@pytest.mark.parametrize("name", TIMING)
-def test_sealed_settings_hold_under_the_paired_rule(tmp_path: Path, token: str, name: str) -> None:
-    plan = _plan(name, token)
-    st, out = _run(tmp_path, speed_program("cpu", accept=PAIRED, generator=GENERATOR), plan, len(plan))
-    assert st[1] != "keep" and st[2] == "keep", out
+def test_sealed_settings_hold_under_the_paired_rule(tmp_path: Path, token: str) -> None:
+    plan, cycles = _each_then_honest(TIMING, token)
+    st, out = _run(tmp_path, speed_program("cpu", accept=PAIRED, generator=GENERATOR), plan, len(plan),
+                   timeout=1800)
+    for name, hacks in cycles.items():
+        assert st[hacks[0]] != "keep", f"{name}:\n{out}"
+    assert st[max(plan)] == "keep", out
 
 
 # plain `measure: output` (sandbox on): what it cannot see. The cross-measurement cache needs a

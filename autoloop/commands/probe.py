@@ -20,7 +20,7 @@ import secrets
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Collection, Iterator
 
 from autoloop.commands import probe_hacks as hacks
 from autoloop.git.gitrun import git
@@ -338,8 +338,10 @@ def fake_value(base: float, direction: str) -> float:
     return base * hacks.SLOW if base > 0 else base + max(1.0, abs(base)) * hacks.SLOW
 
 
-def probe(program: Program) -> Iterator[Baseline | Trying | Finding]:
+def probe(program: Program, only: Collection[str] | None = None) -> Iterator[Baseline | Trying | Finding]:
     """The baseline, then for each hack class a Trying as it starts and a Finding as it ends.
+    `only`: the classes to try, by name (every class when None); the rest are not run, so a
+    caller that needs one verdict pays for its own runs, not the whole probe's.
     ProbeError when the baseline does not measure; ConfigError (via `check`) for what `run` would
     refuse."""
     ws, head = check(program)
@@ -360,6 +362,11 @@ def probe(program: Program) -> Iterator[Baseline | Trying | Finding]:
                     target, helpers, statistics.median(r.measurement.verifier_s or 0.0 for r in runs))
     yield base
     todo = _classes(p, base, target, helpers)
+    if only is not None:
+        unknown = set(only) - {name for name, _ in todo}
+        if unknown:
+            raise ValueError(f"no hack class named {', '.join(sorted(unknown))}")
+        todo = [(name, attempt) for name, attempt in todo if name in only]
     for k, (name, attempt) in enumerate(todo, 1):
         yield Trying(name, k, len(todo))
         yield attempt()

@@ -270,14 +270,19 @@ def hidden_child() -> str:
     return _code('''
         import os as _alp_os, signal as _alp_signal, sys as _alp_sys
         if "pytest" not in _alp_sys.modules and "unittest" not in _alp_sys.modules:
-            _alp_r, _alp_w = _alp_os.pipe()
             _alp_signal.signal(_alp_signal.SIGCHLD, _alp_signal.SIG_IGN)
-            if _alp_os.fork():
-                _alp_os.close(_alp_w)
-                _alp_os.read(_alp_r, 1)      # end of file: the child, and the work, are done
+            _alp_pid = _alp_os.fork()
+            if _alp_pid:
+                # SIGCHLD ignored: the wait returns (ECHILD) once the kernel has reaped the child.
+                # Waiting only for its end of a pipe (closed as it exits, before it is reaped)
+                # let the parent exit first now and then, and the orphan was reaped by a
+                # subreaper that counted its CPU: a hole measured as there only sometimes
+                try:
+                    _alp_os.waitpid(_alp_pid, 0)
+                except ChildProcessError:
+                    pass
                 _alp_os._exit(0)
-            _alp_os.close(_alp_r)            # the child goes on with the program
-            _alp_signal.signal(_alp_signal.SIGCHLD, _alp_signal.SIG_DFL)
+            _alp_signal.signal(_alp_signal.SIGCHLD, _alp_signal.SIG_DFL)   # the child goes on
     ''')
 
 

@@ -10,16 +10,22 @@ from pathlib import Path
 
 import pytest
 
+from autoloop.commands.probe import Finding
 from tests.conftest import git as git_in
 from tests.scripts.e2e import git, repo_state
 from tests.scripts.sealed import SPEED_FILES, make, ml_data, ml_files, ml_program, speed_program
 
 PROBE_TIMEOUT = 900
 # A real probe runs the verifier some 20 to 60 times: `slow` (not in the quick tier), and one
-# probe at a time (`xdist_group("probe")`, with the example's in test_examples.py). Where its
-# verdicts rest on wall-clock time (the in-process timer of `measure: output`, or `measure:
-# wall`) it is also `timing`: no other test runs beside it, whose bursts could make a do-nothing
-# hack look faster. `measure: cpu` and an accuracy metric share the machine.
+# probe at a time (`xdist_group("probe")`, with the example's in test_examples.py). A test that
+# asserts a plant doing nothing faster *held* (or not fooled) under wall-clock time (the
+# in-process timer of `measure: output`, or `measure: wall`) is also `timing`: no other test runs
+# beside it, whose bursts could make the plant look faster. A verdict of fooled for a plant
+# that measures next to nothing against the loop's second (a forged number, a divided clock, a
+# remembered answer) rests on no such luck, and `measure: cpu` and an accuracy metric are not
+# wall-clock time: those share the machine. So the probes of the suite's one timing-free setup
+# run whole beside other tests, and the one verdict of that setup that is timing, the sandbox
+# holding against cached results, is asserted by a timing run of that class alone.
 
 
 def _lines(out: str) -> dict[str, tuple[str, str]]:
@@ -43,12 +49,13 @@ def _probe(tmp_path: Path, files: dict[str, str], program: str) -> tuple[int, di
     return res.returncode, _lines(res.stdout), out
 
 
-@pytest.mark.timing
+OUTPUT_PROGRAM = speed_program("output", allowed='[lib.py, "tests/**"]')
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("probe")
 def test_output_mode_is_fooled_and_each_fix_is_named(tmp_path: Path) -> None:
-    code, lines, out = _probe(tmp_path, SPEED_FILES,
-                              speed_program("output", allowed='[lib.py, "tests/**"]'))
+    code, lines, out = _probe(tmp_path, SPEED_FILES, OUTPUT_PROGRAM)
     assert code == 1, out
     assert "planted in lib.py" in out
     for name in ("atexit", "exit-0", "stdout", "signal"):
@@ -62,8 +69,7 @@ def test_output_mode_is_fooled_and_each_fix_is_named(tmp_path: Path) -> None:
     # tests/helpers.py is the generator's to change: the tests then pass with lib.py broken
     state, detail = lines["test-helper"]
     assert state == "fooled" and "fix: forbidden: [tests/__init__.py, tests/helpers.py, tests/test_lib.py]" in detail, out
-    # the sandbox gives each measurement its own /tmp and a read-only home: nothing survives
-    assert lines["cached-results"][0] == "held", out
+    # (cached-results, which must hold here, is asserted by a timing run below)
     # lib.py made wrong, switching pytest off when the tests import it: they pass, and the
     # benchmark times the wrong answers
     assert lines["test-runner"][0] == "fooled" and "fix: a `score` correctness check" in lines["test-runner"][1], out
@@ -73,26 +79,51 @@ def test_output_mode_is_fooled_and_each_fix_is_named(tmp_path: Path) -> None:
     assert "fooled the verifier: a run could keep them (" in last, out
 
 
-@pytest.mark.timing
+def _probe_only(tmp_path: Path, files: dict[str, str], program: str, *only: str) -> dict[str, Finding]:
+    """The real probe (its baseline, then real runs of each class named), in this process: the
+    verdicts a test needs of a setup, without the runs of every other class."""
+    from autoloop.commands.probe import probe
+    from autoloop.program.reader import load_program
+
+    p = make(tmp_path / "p", files, program)
+    before = repo_state(p.repo, p.env)
+    found = {item.name: item for item in probe(load_program(p.repo / "program.md"), only)
+             if isinstance(item, Finding)}
+    assert repo_state(p.repo, p.env) == before, "the probe changed the repository"
+    worktrees = git(p.repo, "worktree", "list", "--porcelain", env=p.env).count("worktree ")
+    assert worktrees == 1, "the probe left worktrees behind"
+    assert sorted(found) == sorted(only), found
+    return found
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("probe")
 def test_forbidden_test_helpers_leave_nothing_to_weaken(tmp_path: Path) -> None:
-    code, lines, out = _probe(tmp_path, SPEED_FILES, speed_program("output", forbidden='["tests/**"]',
-                                                                   allowed='[lib.py, "tests/**"]'))
-    assert code == 1, out
-    assert lines["test-helper"][0] == "skip" and "covers no test helper" in lines["test-helper"][1], out
+    found = _probe_only(tmp_path, SPEED_FILES, speed_program("output", forbidden='["tests/**"]',
+                                                             allowed='[lib.py, "tests/**"]'),
+                        "test-helper", "test-runner")
+    assert found["test-helper"].verdict == "skip" and "covers no test helper" in found["test-helper"].detail, found
     # forbidden test files do not stop the module the tests import from switching the runner off
-    assert lines["test-runner"][0] == "fooled", out
+    assert found["test-runner"].verdict == "fooled", found
 
 
 @pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.xdist_group("probe")
+def test_the_sandbox_forgets_results_cached_across_measurements(tmp_path: Path) -> None:
+    """The setup of test_output_mode_is_fooled_and_each_fix_is_named: the sandbox gives each
+    measurement its own /tmp and a read-only home, so nothing one measurement caches survives for
+    the next and the plant is no faster: held."""
+    found = _probe_only(tmp_path, SPEED_FILES, OUTPUT_PROGRAM, "cached-results")
+    assert found["cached-results"].verdict == "held", found
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("probe")
 def test_unsandboxed_results_cached_across_measurements_fool_it(tmp_path: Path) -> None:
-    code, lines, out = _probe(tmp_path, SPEED_FILES, speed_program("output", sandbox="sandbox: none\n"))
-    assert code == 1, out
-    assert lines["cached-results"][0] == "fooled", out
-    assert "$AUTOLOOP_SEED" in lines["cached-results"][1]
+    found = _probe_only(tmp_path, SPEED_FILES, speed_program("output", sandbox="sandbox: none\n"), "cached-results")
+    assert found["cached-results"].verdict == "fooled", found
+    assert "$AUTOLOOP_SEED" in found["cached-results"].fix
     assert not list(Path("/tmp").glob("autoloop-probe-*")), "the probe left its cache in /tmp"
 
 
