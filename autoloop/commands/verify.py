@@ -186,8 +186,12 @@ def print_verify(program: Program) -> int:
         goal = "" if rest <= HARNESS_GOAL else (
             f" (goal <= {HARNESS_GOAL:.0%}: the code under test is too quick per call for its inputs to be "
             "made fresh each time; target a function that does more per call)")
+        heavy = "" if imported <= inside else (
+            "; importing takes longer than the calls, so a change to the import weighs as much as one to "
+            "the calls: `init --trace … --replay-seconds` longer weighs the calls more")
         print(f"harness: {rest:.0%} of the wall time is not the code under test (the targets' calls took "
-              f"{seconds(inside)} and importing their modules {seconds(imported)}, of {seconds(m.metric)}){goal}")
+              f"{seconds(inside)} and importing their modules {seconds(imported)}, of {seconds(m.metric)})"
+              f"{goal}{heavy}")
     print(f"cost: {cost_line(program, m.verifier_s)}")
     if res.files_read is not None:
         print(f"reads: {res.files_read.summary()}")

@@ -681,3 +681,18 @@ def test_steps_carry_each_timeout() -> None:
                    guards=(GuardSpec("lint", "l", 3),))
     assert steps(prog) == [proc.Step("lint", "l", 3, True), proc.Step("verifier", "v", 9, False)]
     assert steps(prog, with_guards=False) == [proc.Step("verifier", "v", 9, False)]
+
+
+def test_the_harness_share_leaves_out_the_targets_calls_and_their_imports() -> None:
+    """A replay benchmark's score says how long the targets' calls and their modules' import
+    took; the rest of the wall time is the harness. Without those lines there is no share."""
+    from types import SimpleNamespace
+
+    from autoloop.commands.verify import harness_share
+
+    said = "target_seconds: 1.000000\nimport_seconds: 2.000000\nchecked 10 outcomes\n"
+    inside, imported, rest = harness_share(SimpleNamespace(score_said=said, metric=3.3))  # type: ignore[arg-type]
+    assert (inside, imported) == (1.0, 2.0) and abs(rest - 0.3 / 3.3) < 1e-9
+    old = harness_share(SimpleNamespace(score_said="target_seconds: 2.5\n", metric=5.0))  # type: ignore[arg-type]
+    assert old == (2.5, 0.0, 0.5)
+    assert harness_share(SimpleNamespace(score_said="checked 10 outcomes\n", metric=5.0)) is None  # type: ignore[arg-type]
