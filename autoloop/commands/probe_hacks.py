@@ -340,7 +340,18 @@ def wrong_and_runner_off() -> str:
                 _alp_pu.TestCaseFunction.runtest = _alp_pass
             except Exception:
                 pass
-    ''') + _WRAP_ALL
+    ''') + _WRAP_ALL + _WRAP_METHODS
+
+
+# the public methods of the module's own classes too: a target may be a method (inflect's
+# `engine.plural`), and a plant that left it right would read held for a hole it never tried
+_WRAP_METHODS = '''
+for _alp_c in list(globals().values()):
+    if _alp_inspect.isclass(_alp_c) and _alp_c.__module__ == __name__:
+        for _alp_n, _alp_f in list(vars(_alp_c).items()):
+            if _alp_inspect.isfunction(_alp_f) and not _alp_n.startswith("_"):
+                setattr(_alp_c, _alp_n, _alp_wrap(_alp_f))
+'''
 
 
 def weakened_helper(conftest: bool) -> str:

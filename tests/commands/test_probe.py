@@ -308,3 +308,17 @@ def test_fooled_needs_the_second_hacked_run_beyond_an_unmodified_run_beside_it()
     prober.run = lambda *a: result(1.01)   # type: ignore[method-assign]
     assert prober.judge("patched-clock", result(0.72), base, "fix", lambda: result(0.7)).fooled is True   # type: ignore[arg-type]
     assert prober.judge("x", result(0.001), base, "fix", lambda: result(0.001)).fooled is True   # type: ignore[arg-type]
+
+
+def test_the_wrong_answers_plant_reaches_a_targets_methods_too() -> None:
+    """inflect's target is `engine.plural`, a method: a plant that made only module-level
+    functions wrong left it right, and the probe read `held` for a hole it never tried."""
+    from autoloop.commands import probe_hacks
+
+    src = ("class Engine:\n    def plural(self, w):\n        return w + 's'\n"
+           "    def _private(self):\n        return 1\n\n\ndef top(x):\n    return x\n")
+    space: dict = {"__name__": "mod"}
+    exec(compile(src + probe_hacks.wrong_and_runner_off(), "mod.py", "exec"), space)
+    engine = space["Engine"]()
+    assert engine.plural("cat") is None and space["top"](3) is None
+    assert engine._private() == 1   # what is not public stays as it was
