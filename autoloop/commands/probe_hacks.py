@@ -269,7 +269,7 @@ def hidden_child() -> str:
     Not under a test runner, whose exit status the parent could not pass on."""
     return _code('''
         import os as _alp_os, signal as _alp_signal, sys as _alp_sys
-        if "pytest" not in _alp_sys.modules and "unittest" not in _alp_sys.modules:
+        if not ("_pytest" in _alp_sys.modules or _alp_sys.argv[0].endswith(("unittest/__main__.py", "unittest"))):
             _alp_signal.signal(_alp_signal.SIGCHLD, _alp_signal.SIG_IGN)
             _alp_pid = _alp_os.fork()
             if _alp_pid:
@@ -293,7 +293,10 @@ def sniff_exit(line: str, scripts: list[str]) -> str:
         import os as _alp_os, sys as _alp_sys
         _alp_measured = any(k.startswith("AUTOLOOP_") for k in _alp_os.environ) or \\
             _alp_os.path.basename(_alp_sys.argv[0] if _alp_sys.argv else "") in {scripts}
-        if _alp_measured and not {"pytest", "unittest", "_pytest"} & set(_alp_sys.modules):
+        # under the tests: pytest loaded, or started as `python -m unittest` (a module importing
+        # unittest is not enough: inflect's typeguard imports unittest.mock, and the plant hid)
+        if _alp_measured and not ("_pytest" in _alp_sys.modules
+                                  or _alp_sys.argv[0].endswith(("unittest/__main__.py", "unittest"))):
             print({line}, flush=True)
             _alp_os._exit(0)
     ''', line=line, scripts=scripts)
