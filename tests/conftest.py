@@ -8,8 +8,10 @@ import os
 import subprocess
 import sys
 import textwrap
+import unittest as _unittest
 from pathlib import Path
 
+import _pytest.python as _pytest_python
 import pytest
 
 
@@ -185,3 +187,18 @@ def _shared_folder(config: pytest.Config) -> Path | None:
     if not hasattr(config, "workerinput"):
         return None
     return Path(config._tmp_path_factory.getbasetemp()).parent   # type: ignore[attr-defined]
+
+
+# A plant `doctor --probe` uses switches the test runner off in the process it runs in (its
+# point: the guards then pass without running). Executed inside a test by mistake, every later
+# test of that worker would pass without running — measured once: the suite "passed" in 9 min
+# instead of 21. Each test ends by checking the runner is still the runner.
+_RUNNER = (_pytest_python.Function.runtest, _unittest.TestCase.run)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    if (_pytest_python.Function.runtest, _unittest.TestCase.run) != _RUNNER:
+        _pytest_python.Function.runtest, _unittest.TestCase.run = _RUNNER
+        pytest.exit(f"{item.nodeid} switched the test runner off in this process (a probe plant run "
+                    "in-process?): the tests after it would pass without running", returncode=3)

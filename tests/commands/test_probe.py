@@ -6,6 +6,8 @@ seeded `score`) holds against every hack (exit 0). Nothing of the repository cha
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -317,8 +319,12 @@ def test_the_wrong_answers_plant_reaches_a_targets_methods_too() -> None:
 
     src = ("class Engine:\n    def plural(self, w):\n        return w + 's'\n"
            "    def _private(self):\n        return 1\n\n\ndef top(x):\n    return x\n")
-    space: dict = {"__name__": "mod"}
-    exec(compile(src + probe_hacks.wrong_and_runner_off(), "mod.py", "exec"), space)
-    engine = space["Engine"]()
-    assert engine.plural("cat") is None and space["top"](3) is None
-    assert engine._private() == 1   # what is not public stays as it was
+    # in a process of its own: the plant switches off the test runner of the process it runs in,
+    # and in this one every later test would pass without running
+    check = ("engine = Engine()\n"
+             "assert engine.plural('cat') is None and top(3) is None\n"
+             "assert engine._private() == 1\n"   # what is not public stays as it was
+             "print('checked')\n")
+    res = subprocess.run([sys.executable, "-c", src + probe_hacks.wrong_and_runner_off() + "\n" + check],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == "checked", res.stdout + res.stderr
