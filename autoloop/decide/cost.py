@@ -35,7 +35,7 @@ def _test(rng: random.Random, gain: float, alpha: float, max_pairs: int, min_gai
     for _ in range(max_pairs):
         a.append(math.exp(rng.gauss(0.0, 1.0)))
         b.append(math.exp(rng.gauss(0.0, 1.0) - gain))
-        up, down = st.rank_evidence(a, b, "minimize", "log", delta, prior)
+        up, down = st.rank_evidence(a, b, "minimize", "log", delta, prior, shift=delta)  # run noise 1
         g = st.gains(a, b, "minimize", "log")
         if up[-1] >= math.log(1.0 / alpha) and statistics.median(g) >= min_gain:
             return "keep", a, b

@@ -176,6 +176,7 @@ class Sequential:   # one sequential test; ok: a keep with an effect of at least
     ok: bool = False
     pooled: int = 0              # earlier runs ranked with this test's (0: the test alone)
     drift: dict[str, Any] | None = None   # where the drift check set the pool aside
+    shift: float = 0.0           # delta in run noises: the futility side's shift component
 
 
 def sequential_test(session: Session, program: Program, prefix: str,
@@ -207,7 +208,8 @@ def sequential_test(session: Session, program: Program, prefix: str,
         # each pair is ranked once; a scale that changes (a value <= 0 arrives) ranks them again
         e = evidence.get(key)
         if e is None or e.scale != scale:
-            e = evidence[key] = st.RankEvidence(direction, scale, used[1], before, first=n0)
+            e = evidence[key] = st.RankEvidence(direction, scale, used[1], before, first=n0,
+                                                shift=used[3])
         for i in range(e.n, len(a)):
             e.add(a[i], b[i])
         return e
@@ -218,7 +220,11 @@ def sequential_test(session: Session, program: Program, prefix: str,
             draws = list(noise) if noise_scale == scale else []
             m = acc.min_effect
             floor = st.threshold(m.value, m.relative, scale, direction, a[0])
-            used.extend([len(draws), st.design_delta(st.robust_scale(draws), floor), floor])
+            pair_noise = st.robust_scale(draws)
+            delta = st.design_delta(pair_noise, floor)
+            # the futility side's shift: delta in run noises (a pair holds two runs' noise)
+            shift = delta / (pair_noise / math.sqrt(2)) if pair_noise > 0 else 0.0
+            used.extend([len(draws), delta, floor, shift])
         if prior and not cut and pool is not None and pool.values:
             z = drifted(pool.values, [*fresh_a, *a], direction, scale, pool.noise)
             if z is not None:
@@ -260,7 +266,7 @@ def sequential_test(session: Session, program: Program, prefix: str,
     return Sequential(pairs, [u for u, _ in trail], [f for _, f in trail],
                       "undecided" if d == "continue" else d, int(used[0]) if used else 0,
                       used[1] if used else 0.0, bool(used) and used[1] <= used[2],
-                      pooled=len(prior), drift=drift)
+                      pooled=len(prior), drift=drift, shift=used[3] if used else 0.0)
 
 
 def judge_paired(session: Session, program: Program,
@@ -309,7 +315,7 @@ def judge_paired(session: Session, program: Program,
         mid = median(st.gains(t.pairs.a, t.pairs.b, direction, c.scale))
         t.ok = t.decision == "keep" and mid >= min_gain and c.effect > 0
         stats["batches"].append({**rec, "passed": t.ok, **c.as_record(), "threshold": min_gain, "median_gain": mid,
-                                 "log_lr": t.log_lr, "log_futility": t.log_futility, "delta": t.delta,
+                                 "log_lr": t.log_lr, "log_futility": t.log_futility, "delta": t.delta, "shift": t.shift,
                                  "decision": t.decision, "noise_n": t.noise_n,
                                  "pool_runs": t.pooled, "drift": t.drift,
                                  "bounds": [math.log(1.0 / st.FUTILITY), math.log(1.0 / acc.alpha)]})

@@ -214,8 +214,13 @@ RANK_TILT = 6.0          # how sharply the tilt bets on the good side
 RANK_STAKE = 0.75        # the part of the evidence the tilt stakes on each run (the rest sits still)
 RANK_URN = 0.05          # pseudo-count of the sharper copy of the pattern so far (1 would be the null)
 RANK_TOP = 0.9          # pooled: the top component's stake on the end slot
+BURST_SLOT = 0.1        # the shift component's stake on the bad end, where a burst lands
 WITHIN_WEIGHTS = (0.5, 0.5, 0.0)     # (tilt, urn, top): within one test, as it always was
 POOL_WEIGHTS = (0.25, 0.25, 0.5)     # with the incumbent's recent runs pooled
+SHIFT_STAKE = 0.9       # the futility side's shift component: its stake on each run
+SHIFT_WEIGHT = 0.75     # ... and its weight in that side's mixture (the rest as WITHIN/POOL_WEIGHTS)
+PAIR_WEIGHT = 0.2       # the paired component's weight on the futility side (see _pair_factor)
+PAIR_STAKE = 0.9        # ... and the most it stakes on one pair
 
 MAD_SD = 1.4826          # a normal's SD per median absolute deviation
 BURST_SDS = 5.0          # a value this many robust SDs from the median is a burst
@@ -279,6 +284,52 @@ def _top_factor(before: Sequence[tuple[str, float]], side: str, y: float, high: 
     return sum(1.0 - RANK_TOP + (RANK_TOP / p0 if g == target else 0.0) for g in gaps) / len(gaps)
 
 
+def _bursts_below(sorted_values: Sequence[float]) -> int:
+    """How many of the (sorted, oriented) values are bursts below the rest: beyond BURST_SDS
+    robust SDs under their median."""
+    if len(sorted_values) < 4:
+        return 0
+    scale = robust_scale(sorted_values)
+    if scale <= 0:
+        return 0
+    cut = statistics.median(sorted_values) - BURST_SDS * scale
+    import bisect
+    return min(bisect.bisect_left(sorted_values, cut), len(sorted_values) - 1)
+
+
+@lru_cache(maxsize=4096)
+def _shift_slots(m: int, shift: float, high: bool) -> tuple[float, ...]:
+    """The chance of each of the m + 1 gaps between m runs of the other side for a run `shift`
+    of their (normal) noises beyond them, up when `high`: the gaps sit at the quantiles
+    j / (m + 1), and a run shifted by d lands below quantile t with chance Phi(Phi^-1(t) - d)."""
+    nd, d = statistics.NormalDist(), shift if high else -shift
+    cdf = [0.0] + [nd.cdf(nd.inv_cdf(j / (m + 1)) - d) for j in range(1, m + 1)] + [1.0]
+    return tuple(cdf[j + 1] - cdf[j] for j in range(m + 1))
+
+
+def _shift_factor(before: Sequence[tuple[str, float]], side: str, y: float, high: bool,
+                  shift: float) -> float:
+    """The futility side's shift component: SHIFT_STAKE of the evidence on the run landing where
+    a run `shift` noises beyond the other side's would (the design gain, in run noises): the
+    normal-scores bet, which gains about shift²/2 a run where a tilt of the slots gains a fraction
+    of it. A bet on the high side keeps BURST_SLOT at the bottom for the bursts."""
+    import bisect
+    other, counts, k = _gap_counts(before, side)
+    m = len(other)
+    if m == 0 or shift <= 0:
+        return 1.0
+    # the other side's bursts sit below its bulk (always the bad side): the shift is measured
+    # against the bulk, and a run of this side lands among the bursts only as a burst itself
+    nb = _bursts_below(other)
+    q = [0.0] * nb + list(_shift_slots(m - nb, round(shift, 3), high))
+    if high or nb:
+        q = [(1.0 - BURST_SLOT) * x for x in q]
+        for g in range(nb + 1):
+            q[g] += BURST_SLOT / (nb + 1)
+    gaps = range(bisect.bisect_left(other, y), bisect.bisect_right(other, y) + 1)
+    return sum(1.0 - SHIFT_STAKE + SHIFT_STAKE * q[g] * k / (counts[g] + 1) for g in gaps) / len(gaps)
+
+
 def _rank_factors(before: Sequence[tuple[str, float]], side: str, y: float, high: bool) -> tuple[float, float]:
     """(tilt, urn) factors of a run valued `y` (oriented: larger is better) of `side` after the
     runs `before`; `high`: the bet is that it lands above the other side's runs."""
@@ -307,16 +358,37 @@ def _oriented(side: str, v: float, s: float, scale: Scale, delta: float) -> tupl
     return side, (y - delta if side == "B" else y)
 
 
+def _pair_factor(x: float, delta: float, pair_noise: float) -> float:
+    """The paired component: a bet on the sign of `x` (a pair's gain; on the futility side,
+    delta less it), staked by its size. When the change does nothing the two runs of a pair are
+    exchangeable whatever the noise and whatever the machine did since the pool (a drift moves
+    both), so x's sign is a fair coin given |x|: 1 + lambda(|x|) sign(x) has mean 1. lambda is
+    the likelihood's (tanh(delta |x| / noise²), a gain of delta on normal noise), PAIR_STAKE at
+    most, and 0 for a pair beyond BURST_SDS noises (a burst: its sign says which run burst)."""
+    if pair_noise <= 0 or x == 0 or abs(x) > BURST_SDS * pair_noise:
+        return 1.0
+    lam = PAIR_STAKE * math.tanh(delta * abs(x) / pair_noise ** 2)
+    return 1.0 + lam if x > 0 else 1.0 - lam
+
+
 class RankEvidence:
     """The e-values of rank_evidence, one pair at a time (a sequential test adds each pair once
     instead of ranking every run again)."""
 
     def __init__(self, direction: str, scale: Scale, delta: float = 0.0,
-                 prior: Sequence[tuple[str, float]] = (), first: int = 0) -> None:
+                 prior: Sequence[tuple[str, float]] = (), first: int = 0, shift: float = 0.0) -> None:
         self.s, self.scale, self.delta, self.n = orientation(direction), scale, delta, first
-        self.weights = POOL_WEIGHTS if prior else WITHIN_WEIGHTS
+        self.shift = shift
+        base = POOL_WEIGHTS if prior else WITHIN_WEIGHTS
+        # the keep side is the rank rule as it was; the futility side, whose error is a lost gain
+        # and never a false keep, adds the shift and the paired components (None without delta)
+        w, wp = (SHIFT_WEIGHT, PAIR_WEIGHT) if shift > 0 and delta > 0 else (0.0, 0.0)
+        self.weights = (*base, 0.0, 0.0)
+        self.fut_weights = (*((1.0 - w - wp) * x for x in base), w, wp)
+        # the paired component's scale: a pair's noise (two runs'), from delta in run noises
+        self.pair_noise = math.sqrt(2.0) * delta / shift if shift > 0 else 0.0
         self.pooled = bool(prior)
-        self.keep, self.fut = [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]
+        self.keep, self.fut = [1.0] * 5, [1.0] * 5
         self.up: list[float] = []
         self.down: list[float] = []
         self.seen = [_oriented(side, v, self.s, scale, 0.0) for side, v in prior]
@@ -330,30 +402,35 @@ class RankEvidence:
             _, yd = _oriented(side, v, self.s, self.scale, self.delta)
             hi = side == "B"
             fk = (*_rank_factors(self.seen, side, y, hi),
-                  _top_factor(self.seen, side, y, hi) if self.pooled else 1.0)
+                  _top_factor(self.seen, side, y, hi) if self.pooled else 1.0, 1.0,
+                  1.0)
             ff = (*_rank_factors(self.shifted, side, yd, not hi),
-                  _top_factor(self.shifted, side, yd, not hi) if self.pooled else 1.0)
+                  _top_factor(self.shifted, side, yd, not hi) if self.pooled else 1.0,
+                  _shift_factor(self.shifted, side, yd, not hi, self.shift), 1.0)
             self.keep = [e * f for e, f in zip(self.keep, fk)]
             self.fut = [e * f for e, f in zip(self.fut, ff)]
             self.seen.append((side, y))
             self.shifted.append((side, yd))
+        g = self.seen[-1][1] - self.seen[-2][1]
+        g = g if self.seen[-1][0] == "B" else -g          # this pair's gain (oriented)
+        self.fut[4] *= _pair_factor(self.delta - g, self.delta, self.pair_noise)
         self.n += 1
         # the components hold their weights of the evidence: its mean is the e-value
         self.up.append(math.log(sum(w * e for w, e in zip(self.weights, self.keep))))
-        self.down.append(math.log(sum(w * e for w, e in zip(self.weights, self.fut))))
+        self.down.append(math.log(sum(w * e for w, e in zip(self.fut_weights, self.fut))))
         return self.up[-1], self.down[-1]
 
 
 def rank_evidence(a: Sequence[float], b: Sequence[float], direction: str, scale: Scale,
                   delta: float = 0.0, prior: Sequence[tuple[str, float]] = (),
-                  first: int = 0) -> tuple[list[float], list[float]]:
+                  first: int = 0, shift: float = 0.0) -> tuple[list[float], list[float]]:
     """log of the keep side's and the futility side's e-values after each pair (see above):
     the candidate's runs better than the incumbent's; a gain of `delta` (on `scale`, oriented)
     ruled out. `prior`: runs measured before these, as (side, value), ranked with them but bet on
     by neither side (the pooled test: the incumbent's recent runs, and with confirm the first
     test's); with a prior the evidence also holds the top component (POOL_WEIGHTS). `first`: the
     index of the first pair given (its ABBA order)."""
-    ev = RankEvidence(direction, scale, delta, prior, first)
+    ev = RankEvidence(direction, scale, delta, prior, first, shift)
     for x, y in zip(a, b):
         ev.add(x, y)
     return ev.up, ev.down

@@ -141,7 +141,9 @@ def test_paired_uses_the_calibration_noise_and_the_ledger_recomputes_it() -> Non
     assert rec["noise_n"] == 8
     # the futility side rules out DESIGN_EFFECT robust noises of the draws (at least min_effect)
     assert rec["delta"] == pytest.approx(st.design_delta(st.robust_scale(noise), math.log(1 / 0.99)))
-    up, down = st.rank_evidence(rec["a"], rec["b"], "minimize", "log", rec["delta"])
+    # ... and its shift component bets on delta in run noises (a pair holds two runs' noise)
+    assert rec["shift"] == pytest.approx(rec["delta"] / (st.robust_scale(noise) / math.sqrt(2)))
+    up, down = st.rank_evidence(rec["a"], rec["b"], "minimize", "log", rec["delta"], shift=rec["shift"])
     assert rec["log_lr"] == pytest.approx(up) and rec["log_futility"] == pytest.approx(down)
     assert v.status == "keep" and rec["log_lr"][-1] >= math.log(200) > max(rec["log_lr"][:-1])
     # with the noise of another scale it is not used
