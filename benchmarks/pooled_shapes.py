@@ -4,6 +4,8 @@ harness of benchmarks/noise_shapes.py (its shapes, tune and judge families, its 
 
     python benchmarks/pooled_shapes.py                  # the targets table, both families
     python benchmarks/pooled_shapes.py --drifts         # false keeps under the drifts, every shape
+    python benchmarks/pooled_shapes.py --drifts --drift none,linear+,linear-,step-,step+ \
+        --after-only --runs 25 --candidates 40          # ... 1,000 no-ops a cell: the bound with confidence
 
 "before" is the rule within one test with the calibration of 16 pairs (what the rule was before
 pooling: the same code with no pool); "after" pools (autoloop.decide.pool) with the calibration of
@@ -140,7 +142,7 @@ def q(xs: list[int], p: float) -> str:
 def scenario(shape: Shape, kind: str, gain: float, n: int, args: argparse.Namespace, *, drift: str,
              alpha: float, confirm: bool, gain_every: int = 1) -> list[str]:
     cells = []
-    for after in (False, True):
+    for after in (False, True) if not args.after_only else (True,):
         t = Tally()
         for r in range(args.runs):
             one_run(shape, gain if kind != "noop" else 0.0, n, args.seed * 1000 + r, t, after=after,
@@ -167,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drift", default=",".join(DRIFTS[1:]), help="which drifts with --drifts")
     ap.add_argument("--mixed", type=int, default=0, metavar="K",
                     help="clear gains as every K-th candidate among no-ops (the incumbent has runs to pool)")
+    ap.add_argument("--after-only", action="store_true", help="only the rule as it is (no 'before' column)")
+    ap.add_argument("--alpha", type=float, default=0.05, help="alpha of the --drifts no-ops (0.05)")
     ap.add_argument("--run-seconds", type=float, default=2.5)
     ap.add_argument("--gap-seconds", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=1)
@@ -177,8 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [s for s in SHAPES if s.family in fams and args.only in s.name]
     print(f"{args.runs} runs x {args.candidates} candidates per scenario, {args.run_seconds:g} s a run, "
           f"{args.gap_seconds:g} s between cycles, the harness's drift ±{args.sine * 100:g}% over 300 runs\n")
-    print("| family | noise | drift | changes | alpha, confirm | before: kept | runs | | after: kept | runs | |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    if args.after_only:
+        print("| family | noise | drift | changes | alpha, confirm | kept | runs | |")
+        print("|---|---|---|---|---|---|---|---|")
+    else:
+        print("| family | noise | drift | changes | alpha, confirm | before: kept | runs | | after: kept | runs | |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
     t0 = time.monotonic()
 
     def row(shape: Shape, kind: str, gain: float, drift: str, alpha: float, confirm: bool,
@@ -189,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         if every > 1:
             what += f", every {every}th candidate (the rest no-ops)"
         print(f"| {shape.family} | {shape.name} | {drift} | {what} | {alpha:g}{', confirm' if confirm else ''} "
-              f"| {cells[0]} | {cells[1]} |", flush=True)
+              f"| {' | '.join(cells)} |", flush=True)
 
     for shape in shapes:
         if args.mixed:
@@ -198,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if args.drifts:
             for drift in args.drift.split(","):
-                row(shape, "noop", 0.0, drift, 0.05, False)
+                row(shape, "noop", 0.0, drift, args.alpha, False)
             continue
         row(shape, "noop", 0.0, "none", 0.005, False)
         row(shape, "noop", 0.0, "none", 0.05, False)
