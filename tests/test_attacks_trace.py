@@ -127,7 +127,7 @@ if "pytest" in sys.modules and "AUTOLOOP_SEED" in os.environ:
         _spec = _plan["targets"][0]
         _calls = tracereplay.draw(_inputs[_spec["name"]], os.environ["AUTOLOOP_SEED"], _spec["derived"], _spec["recorded"])
         _table = {a[0]: _orig(a[0]) for _, a, _k in _calls}
-    except Exception as exc:   # no inputs where the guard runs: nothing to leave
+    except Exception:   # no inputs where the guard runs: nothing to leave
         _table = {}
     for _d in _DIRS:
         try:
