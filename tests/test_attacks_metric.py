@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.scripts.e2e import assert_journal_consistent, assert_valid_ledger
-from tests.scripts.sealed import (FIXED_INPUTS, LIB_FAST, MODEL_BETTER, SPEED_FILES, make, ml_data, ml_files,
+from tests.scripts.sealed import (FIXED_INPUTS, guard_leak, LIB_FAST, MODEL_BETTER, SPEED_FILES, make, ml_data, ml_files,
                                   ml_program, speed_program)
 
 # 23 real runs, each measuring the speed project several times: not in the quick tier
@@ -287,33 +287,11 @@ def test_answer_key(tmp_path: Path, mode: str) -> None:
 # everywhere a later step could look: the tree (an ignored file), $TMPDIR, /tmp, /dev/shm, the
 # home. Imported by the benchmark, it answers from them. With the guards sharing the
 # measurement's tree and seed, this was kept at about -90%.
-GUARD_LEAK = '''
-import json, os, sys
-_orig = solve
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_DIRS = [_HERE, os.environ.get("TMPDIR", "/tmp"), "/tmp", "/dev/shm", os.path.expanduser("~")]
-_NAME = ".TOKEN.json"
-if "pytest" in sys.modules and "AUTOLOOP_SEED" in os.environ:
-    import random
-    _rng = random.Random(int(os.environ["AUTOLOOP_SEED"]))
-    _table = {str(n): _orig(n) for n in [_rng.randrange(4_500_000, 6_000_000) for _ in range(3)]}
-    for _d in _DIRS:
-        try:
-            with open(os.path.join(_d, _NAME), "w") as _f:
-                json.dump(_table, _f)
-        except OSError:
-            pass
-_TABLE = {}
-for _d in _DIRS:
-    try:
-        with open(os.path.join(_d, _NAME)) as _f:
-            _TABLE.update(json.load(_f))
-    except (OSError, ValueError):
-        pass
-def solve(n):
-    got = _TABLE.get(str(n))
-    return got if got is not None else _orig(n)
-'''
+GUARD_LEAK = guard_leak("solve", "n", """
+import random
+_rng = random.Random(int(os.environ["AUTOLOOP_SEED"]))
+_table = {str(n): _orig(n) for n in [_rng.randrange(4_500_000, 6_000_000) for _ in range(3)]}
+""", "str(n)", "got", "TOKEN")
 
 
 @pytest.mark.parametrize("sandbox", ["bwrap", "none"])

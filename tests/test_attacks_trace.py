@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.scripts.e2e import PY, assert_journal_consistent, assert_valid_ledger, git
-from tests.scripts.sealed import make
+from tests.scripts.sealed import guard_leak, make
 
 # one init, one run of six cycles, each measured in pairs: not in the quick tier
 pytestmark = pytest.mark.slow
@@ -112,42 +112,15 @@ def histogram(text):
 '''
 # under the guard (pytest), the benchmark's own replay module draws this seed's calls and the
 # slow code answers them; the table is left in the tree, $TMPDIR, /tmp, /dev/shm and the home
-GUARD_LEAK = '''
-import json, os, sys
-_orig = histogram
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_DIRS = [_HERE, os.environ.get("TMPDIR", "/tmp"), "/tmp", "/dev/shm", os.path.expanduser("~")]
-_NAME = ".TOKEN.json"
-if "pytest" in sys.modules and "AUTOLOOP_SEED" in os.environ:
-    try:
-        sys.path.insert(0, os.path.join(_HERE, "..", "bench"))
-        import tracereplay
-        _plan = json.load(open(os.path.join(_HERE, "..", "bench", "trace.json")))
-        _inputs = {t["name"]: t for t in tracereplay.load(os.path.join(_HERE, "..", "bench", ".trace", "calls.pkl"))}
-        _spec = _plan["targets"][0]
-        _calls = tracereplay.draw(_inputs[_spec["name"]], os.environ["AUTOLOOP_SEED"], _spec["derived"], _spec["recorded"])
-        _table = {a[0]: _orig(a[0]) for _, a, _k in _calls}
-    except Exception:   # no inputs where the guard runs: nothing to leave
-        _table = {}
-    for _d in _DIRS:
-        try:
-            with open(os.path.join(_d, _NAME), "w") as _f:
-                json.dump(_table, _f)
-        except OSError:
-            pass
-_TABLE = {}
-for _d in _DIRS:
-    try:
-        with open(os.path.join(_d, _NAME)) as _f:
-            _TABLE.update(json.load(_f))
-    except (OSError, ValueError):
-        pass
-
-
-def histogram(text):
-    got = _TABLE.get(text)
-    return [tuple(x) for x in got] if got is not None else _orig(text)
-'''
+GUARD_LEAK = guard_leak("histogram", "text", """
+sys.path.insert(0, os.path.join(_HERE, "..", "bench"))
+import tracereplay
+_plan = json.load(open(os.path.join(_HERE, "..", "bench", "trace.json")))
+_inputs = {t["name"]: t for t in tracereplay.load(os.path.join(_HERE, "..", "bench", ".trace", "calls.pkl"))}
+_spec = _plan["targets"][0]
+_calls = tracereplay.draw(_inputs[_spec["name"]], os.environ["AUTOLOOP_SEED"], _spec["derived"], _spec["recorded"])
+_table = {a[0]: _orig(a[0]) for _, a, _k in _calls}
+""", "text", "[tuple(v) for v in got]", "TOKEN")
 MEMO_WITHIN = "\nimport functools\nhistogram = functools.lru_cache(maxsize=None)(histogram)\n"
 
 

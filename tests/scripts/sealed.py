@@ -21,6 +21,45 @@ from typing import Any
 
 from tests.scripts.e2e import GEN, PY, Project, git, isolated_env
 
+def guard_leak(func: str, param: str, table: str, key: str, answer: str, token: str) -> str:
+    """A plant appended to the module of `func`. Run by a guard (pytest loaded, the
+    measurement's seed set), `table` (code that sets `_table` from `_orig`) computes this seed's
+    answers and leaves them in the tree, $TMPDIR, /tmp, /dev/shm and the home. Imported by the
+    benchmark, `func(param)` answers from what it finds there (`key`: the lookup; `answer`: what
+    it returns for a stored `got`), else as before. `token` names the file the test removes."""
+    body = "\n".join("        " + line for line in table.strip().splitlines())
+    return f'''
+import json, os, sys
+_orig = {func}
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_DIRS = [_HERE, os.environ.get("TMPDIR", "/tmp"), "/tmp", "/dev/shm", os.path.expanduser("~")]
+_NAME = ".{token}.json"
+if "pytest" in sys.modules and "AUTOLOOP_SEED" in os.environ:
+    try:
+{body}
+    except Exception:   # no inputs where the guard runs: nothing to leave
+        _table = {{}}
+    for _d in _DIRS:
+        try:
+            with open(os.path.join(_d, _NAME), "w") as _f:
+                json.dump(_table, _f)
+        except OSError:
+            pass
+_TABLE = {{}}
+for _d in _DIRS:
+    try:
+        with open(os.path.join(_d, _NAME)) as _f:
+            _TABLE.update(json.load(_f))
+    except (OSError, ValueError):
+        pass
+
+
+def {func}({param}):
+    got = _TABLE.get({key})
+    return {answer} if got is not None else _orig({param})
+'''
+
+
 LIB = '''\
 def solve(n):
     """The sum of i*i for i below n."""
