@@ -153,6 +153,12 @@ STRICT = "accept: {min_effect: 50%, final_pairs: 0}\n"
 WRITABLE = "sandbox:\n  writable: [{REC}]\n"
 
 
+# the project's own tests, without the plugins of the suite's environment (xdist, anyio, ...),
+# which its two tests never use: their import made up a third of each guard run (1.0 s -> 0.7 s),
+# and the probes and reward-hack runs run the guard some 20 to 60 times each
+GUARD = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {PY} -m pytest -q -p no:cacheprovider tests"
+
+
 def speed_program(mode: str, *, accept: str = "", allowed: str = "[lib.py]", forbidden: str = "",
                   sandbox: str = "", generator: str = "") -> str:
     """program.md front matter: `mode` is output, cpu or wall (cpu/wall: produce + seeded score)."""
@@ -164,7 +170,7 @@ def speed_program(mode: str, *, accept: str = "", allowed: str = "[lib.py]", for
     return (f"---\ngoal: Make lib.solve faster\nallowed: {allowed}\n"
             + (f"forbidden: {forbidden}\n" if forbidden else "")
             + f"verifier:\n{verifier}  direction: minimize\n  timeout: 60\n"
-            f"guards:\n  - {{name: tests, command: {PY} -m pytest -q -p no:cacheprovider tests, timeout: 120}}\n"
+            f"guards:\n  - {{name: tests, command: {GUARD}, timeout: 120}}\n"
             + (accept or STRICT)
             + (generator or "generator: {kind: command, command: \"true\"}\n")
             + (sandbox or WRITABLE) + "---\nMake it faster.\n")
