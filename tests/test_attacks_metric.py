@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from tests.scripts.e2e import assert_journal_consistent, assert_valid_ledger
-from tests.scripts.sealed import (FIXED_INPUTS, LIB_FAST, MODEL_BETTER, SPEED_FILES, make, ml_data, ml_files,
-                                  ml_program, speed_program)
+from tests.scripts.sealed import (FIXED_INPUTS, LIB_FAST, MODEL_BETTER, SEEDED_RANGE, SPEED_FILES, make, ml_data,
+                                  ml_files, ml_program, speed_program)
 
 # 23 real runs, each measuring the speed project several times: not in the quick tier
 pytestmark = pytest.mark.slow
@@ -296,7 +296,7 @@ _NAME = ".TOKEN.json"
 if "pytest" in sys.modules and "AUTOLOOP_SEED" in os.environ:
     import random
     _rng = random.Random(int(os.environ["AUTOLOOP_SEED"]))
-    _table = {str(n): _orig(n) for n in [_rng.randrange(4_500_000, 6_000_000) for _ in range(3)]}
+    _table = {str(n): _orig(n) for n in [_rng.randrange(LOW, HIGH) for _ in range(3)]}
     for _d in _DIRS:
         try:
             with open(os.path.join(_d, _NAME), "w") as _f:
@@ -313,7 +313,7 @@ for _d in _DIRS:
 def solve(n):
     got = _TABLE.get(str(n))
     return got if got is not None else _orig(n)
-'''
+'''.replace("LOW, HIGH", "%d, %d" % SEEDED_RANGE)   # the inputs bench/produce.py draws
 
 
 @pytest.mark.parametrize("sandbox", ["bwrap", "none"])
