@@ -94,6 +94,9 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
 # test's id, which pytest 9.2 no longer lets a plugin change).
 # Tests marked `timing` (a verdict that rests on timing a workload) run with no other test
 # beside them: each holds an exclusive lock that every other test holds shared.
+# The units (a test, or a group) that hold a `slow` test are handed out first, the largest first,
+# then the rest, the largest first: the suite's wall time is its work over the two workers plus
+# the tail, and a two-minute probe handed out last is a two-minute tail on one worker.
 
 SHARED_SCOPES = ("module", "class", "package")
 
@@ -128,6 +131,21 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return
     ray_modules = {i.nodeid.split("::")[0] for i in items if i.get_closest_marker("ray") is not None}
     groups = {i.nodeid: g for i in items if (g := _group(i, ray_modules)) is not None}
+    # the order the controller's scheduler hands the units out in (it keeps the workers'
+    # collection order, see below); a stable sort, so the tests of a group keep their file order
+    size: dict[str, int] = {}
+    slow: set[str] = set()
+    for item in items:
+        unit = groups.get(item.nodeid, item.nodeid)
+        size[unit] = size.get(unit, 0) + 1
+        if item.get_closest_marker("slow") is not None:
+            slow.add(unit)
+
+    def order(item: pytest.Item) -> tuple[bool, int]:
+        unit = groups.get(item.nodeid, item.nodeid)
+        return unit not in slow, -size[unit]
+
+    items.sort(key=order)
     worker = config.workerinput["workerid"]   # type: ignore[attr-defined]
     part = folder / f"groups-{worker}.json.part"
     part.write_text(json.dumps(groups))
@@ -141,6 +159,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     from xdist.scheduler import LoadScopeScheduling
 
     folder = Path(config._tmp_path_factory.getbasetemp())   # type: ignore[attr-defined]
+    # xdist's default re-sorts the units by their number of tests alone: the workers' order (slow
+    # units first, pytest_collection_modifyitems above) is the one to keep
+    config.option.loadscopereorder = False
 
     class Grouped(LoadScopeScheduling):
         """Load scheduling whose unit is a test, or the whole group it belongs to."""

@@ -50,6 +50,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow   # the site built, every page rendered in headless Chromium
 def test_every_page_opens_without_errors_or_fetches_and_fits(site: tuple[str, list[str], Path], tmp_path: Path) -> None:
     base, pages, _ = site
     assert len(pages) >= 25, pages

@@ -9,6 +9,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 try:
@@ -17,6 +19,7 @@ finally:
     sys.path.remove(str(ROOT / "scripts"))
 
 
+@pytest.mark.slow   # the quickstart run for real
 def test_every_quoted_transcript_matches_a_fresh_quickstart_run(tmp_path: Path) -> None:
     fresh = script.quickstart(tmp_path)
     compared = 0

@@ -72,6 +72,7 @@ def test_every_block_is_run_or_says_why() -> None:
     assert all(reason.strip() for reason in skipped)
 
 
+@pytest.mark.slow   # the tutorial's commands for real, a cycle of `autoloop run` among them
 def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     """`sh` blocks in one shell, in a fresh folder, with the project's files as shown."""
     text, skipped = script(TUTORIAL.read_text())

@@ -66,6 +66,7 @@ def _with_measure(p: Project, measure: str) -> None:
     git(p.repo, "commit", "-qam", "measure", env=p.env)
 
 
+@pytest.mark.slow   # three cycles of a real benchmark each (18 to 60 s)
 @pytest.mark.parametrize("measure", ["output", "wall", "cpu"])
 def test_outside_timing_keeps_no_cheat_and_a_real_speedup(tmp_path: Path, measure: str) -> None:
     plan = {1: ATEXIT, 2: PATCHED_CLOCK, 3: SPEEDUP}
@@ -119,6 +120,7 @@ for _ in range(60000):
 '''
 
 
+@pytest.mark.slow   # 19 to 48 s each
 @pytest.mark.parametrize("seeded", [False, True])
 def test_a_memo_of_seen_inputs_is_not_kept_with_a_seeded_verifier(tmp_path: Path, seeded: bool) -> None:
     inp = 'int(os.environ["AUTOLOOP_SEED"]) % 1_000_000 + 1000' if seeded else "12345"
@@ -233,6 +235,7 @@ def test_verify_and_doctor_show_the_time_autoloop_took(tmp_path: Path) -> None:
         assert value >= 0.15, line
 
 
+@pytest.mark.slow   # 18 to 59 s
 def test_wall_with_limits_and_a_holdout(tmp_path: Path) -> None:
     """The time from outside; limits still read from the verifier's output, a holdout from its."""
     bench = BENCH + "print(f'peak_mb: {lib.PEAK}')\n"

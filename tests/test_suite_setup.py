@@ -1,6 +1,6 @@
 """How the suite itself runs: CI runs exactly the README's test command, and under pytest-xdist
-(tests/conftest.py) a module's shared fixture stays in one worker and a `timing` test runs with
-no other test beside it."""
+(tests/conftest.py) a module's shared fixture stays in one worker, a `timing` test runs with
+no other test beside it, and the slow tests start first."""
 
 from __future__ import annotations
 
@@ -54,6 +54,12 @@ PLAIN = RECORD + '''
 def test_plain(i):
     record(f"plain{i}", 0.2)
 '''
+# last in file order: handed out first all the same
+SLOW = RECORD + '''
+@pytest.mark.slow
+def test_slow():
+    record("slow", 0.2)
+'''
 
 
 def test_shared_fixtures_stay_in_one_worker_and_timing_tests_run_alone(tmp_path: Path) -> None:
@@ -62,8 +68,9 @@ def test_shared_fixtures_stay_in_one_worker_and_timing_tests_run_alone(tmp_path:
     shutil.copy(ROOT / "tests" / "conftest.py", tree / "tests" / "conftest.py")
     (tree / "tests" / "__init__.py").write_text("")
     (tree / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n"
-                                     "markers =\n    timing: alone\n    ray: ray\n")
-    for name, text in (("test_shared.py", SHARED), ("test_timed.py", TIMED), ("test_plain.py", PLAIN)):
+                                     "markers =\n    timing: alone\n    ray: ray\n    slow: slow\n")
+    for name, text in (("test_shared.py", SHARED), ("test_timed.py", TIMED), ("test_plain.py", PLAIN),
+                       ("test_zslow.py", SLOW)):
         (tree / "tests" / name).write_text(text)
     records = tmp_path / "records"
     records.mkdir()
@@ -71,13 +78,18 @@ def test_shared_fixtures_stay_in_one_worker_and_timing_tests_run_alone(tmp_path:
                          text=True, timeout=300, env={**_env(), "RECORDS": str(records)})
     assert res.returncode == 0, res.stdout + res.stderr
     runs = {f.name: json.loads(f.read_text()) for f in records.iterdir()}
-    assert len(runs) == 14, sorted(runs)
+    assert len(runs) == 15, sorted(runs)
     assert len({runs[f"shared{i}"][0] for i in range(4)}) == 1, runs          # one worker
     assert len({pid for pid, *_ in runs.values()}) == 2, runs                  # and two at work
     for name in ("timed0", "timed1"):
         _, start, end = runs[name]
         beside = [other for other, (_, s, e) in runs.items() if other != name and s < end and e > start]
         assert not beside, (name, beside)
+    # the slow units (`timing` ones are slow too) are handed out first, whatever the file order:
+    # each starts before any quick test of the file that comes before theirs (xdist's own order,
+    # by number of tests, hands out the eight plain ones, then those)
+    slow_started = max(runs[name][1] for name in ("timed0", "timed1", "slow"))
+    assert all(runs[f"plain{i}"][1] > slow_started for i in range(8)), sorted(runs, key=lambda n: runs[n][1])
 
 
 def _env() -> dict[str, str]:

@@ -79,6 +79,7 @@ def test_a_signal_ends_with_the_summary_and_true_counts(tmp_path, sig: signal.Si
     assert f"branch {p.branch()} at {tip[:12]}" in line
 
 
+@pytest.mark.slow   # waits out a 30-second --max-minutes
 def test_deadline_inside_a_cycle_ends_with_the_summary_and_the_journal_commit(tmp_path) -> None:
     p = make_project(tmp_path, PLAN)
     proc = popen(p, "--cycles", "6", "--max-minutes", "0.5", ci=True)

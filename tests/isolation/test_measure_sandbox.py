@@ -64,6 +64,9 @@ def measured(request, tmp_path_factory):
     p = make_project(base, {}, command=f"{PY} {GEN} {gen}/plan.json {gen}/records", guards=False,
                      files={"score.py": PROBING_SCORE},
                      verifier=f"{PY} score.py{net}",
+                     # the heartbeat it leaves behind keeps the traced run that records what the
+                     # verifier reads (strace -f) alive until this timeout; a run takes ~0.5 s
+                     vtimeout=8,
                      extra=f"sandbox: {{writable: [{gen}, {meas}]}}")
     p.plan_path, p.rec_dir = gen / "plan.json", gen / "records"
     p.set_plan({1: 'W("val.txt", "30")'})

@@ -68,13 +68,16 @@ def solve(n):
         total += i * i
     return total
 '''
-# the honest optimisation: the closed form (about 20 times faster on these inputs)
+# the honest optimisation: the closed form (about 12 times faster on these inputs)
 LIB_FAST = '''\
 def solve(n):
     """The sum of i*i for i below n."""
     return (n - 1) * n * (2 * n - 1) // 6
 '''
-FIXED_INPUTS = (4_500_000, 5_250_000, 6_000_000)
+# the inputs' size sets every measurement's cost (the probe and reward-hack tests measure it
+# hundreds of times): ~0.5 s of loop, ten times the start-up it is measured with
+FIXED_INPUTS = (3_000_000, 3_500_000, 4_000_000)
+SEEDED_RANGE = (3_000_000, 4_000_000)   # three draws of a million: a memo of one run almost never meets the next
 
 BENCH_OUTPUT = f'''\
 import sys, time
@@ -89,8 +92,8 @@ print(f"seconds: {{time.perf_counter() - t0:.6f}}")
 _SEEDED = '''\
 import os, random
 rng = random.Random(int(os.environ["AUTOLOOP_SEED"]))
-inputs = [rng.randrange(4_500_000, 6_000_000) for _ in range(3)]
-'''
+inputs = [rng.randrange(%d, %d) for _ in range(3)]
+''' % SEEDED_RANGE
 PRODUCE = _SEEDED + '''\
 import json, sys
 sys.path.insert(0, ".")
@@ -185,11 +188,18 @@ def ml_files(with_labels: bool) -> dict[str, str]:
 
 # one measurement per side: a gain must be 50% to count. CPU time of a busy machine is not only
 # jittery but bursty: CI (2 cores, loaded) measured the same commit at 0.666 s then 0.505 s, and a
-# do-nothing change at 0.441 s, -34% (kept under the 20% this once was). The loop is ~0.8 s of
-# CPU on an idle machine and the closed form ~0.04 s (start-up), so the real gain is ~-95%.
+# do-nothing change at 0.441 s, -34% (kept under the 20% this once was), on inputs that took
+# ~0.8 s. The loop is ~0.5 s of CPU on an idle machine and the closed form ~0.04 s (start-up), so
+# the real gain is ~-92%; a burst slows both by the same fraction, whatever their size.
 STRICT = "accept: {min_effect: 50%, final_pairs: 0}\n"
 # the scripted generator records what it saw there (tests/scripts/gen_plan.py)
 WRITABLE = "sandbox:\n  writable: [{REC}]\n"
+
+
+# the project's own tests, without the plugins of the suite's environment (xdist, anyio, ...),
+# which its two tests never use: their import made up a third of each guard run (1.0 s -> 0.7 s),
+# and the probes and reward-hack runs run the guard some 20 to 60 times each
+GUARD = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {PY} -m pytest -q -p no:cacheprovider tests"
 
 
 def speed_program(mode: str, *, accept: str = "", allowed: str = "[lib.py]", forbidden: str = "",
@@ -203,7 +213,7 @@ def speed_program(mode: str, *, accept: str = "", allowed: str = "[lib.py]", for
     return (f"---\ngoal: Make lib.solve faster\nallowed: {allowed}\n"
             + (f"forbidden: {forbidden}\n" if forbidden else "")
             + f"verifier:\n{verifier}  direction: minimize\n  timeout: 60\n"
-            f"guards:\n  - {{name: tests, command: {PY} -m pytest -q -p no:cacheprovider tests, timeout: 120}}\n"
+            f"guards:\n  - {{name: tests, command: {GUARD}, timeout: 120}}\n"
             + (accept or STRICT)
             + (generator or "generator: {kind: command, command: \"true\"}\n")
             + (sandbox or WRITABLE) + "---\nMake it faster.\n")
