@@ -5,6 +5,7 @@ gains with the Wilcoxon signed-rank interval (its real coverage reported as `lev
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from dataclasses import dataclass
@@ -258,30 +259,39 @@ def run_order(a: Sequence[float], b: Sequence[float], first: int = 0) -> list[tu
     return out
 
 
-def _gap_counts(before: Sequence[tuple[str, float]], side: str) -> tuple[list[float], list[int], int]:
-    import bisect
+@dataclass(frozen=True)
+class _Slots:
+    """Where a new run of `side` lands among the runs before it: `other`, the other side's runs
+    (sorted); `counts`, this side's runs in each of the m + 1 gaps between them; `k`, the slots
+    (runs before + 1: under the null gap g has chance (counts[g] + 1) / k); `gaps`, the gaps the
+    new value touches (several when it ties runs of the other side: the bets spread evenly)."""
+    other: list[float]
+    counts: list[int]
+    k: int
+    gaps: range
+
+
+def _slots(before: Sequence[tuple[str, float]], side: str, y: float) -> _Slots:
     other = sorted(v for s, v in before if s != side)
-    counts = [0] * (len(other) + 1)      # the gaps between the other side's runs
+    counts = [0] * (len(other) + 1)
     for s, v in before:
         if s == side:
             counts[bisect.bisect_left(other, v)] += 1
-    return other, counts, len(before) + 1
+    return _Slots(other, counts, len(before) + 1,
+                  range(bisect.bisect_left(other, y), bisect.bisect_right(other, y) + 1))
 
 
-def _top_factor(before: Sequence[tuple[str, float]], side: str, y: float, high: bool) -> float:
+def _top_factor(sl: _Slots, high: bool) -> float:
     """The pooled test's third component: RANK_TOP of the evidence on the run landing beyond
     every run of the other side (a candidate's above all incumbent runs, an incumbent's below all
     the candidate's). Its payoff there is 1 - RANK_TOP + RANK_TOP / p0: with 16 incumbent runs
     pooled, about 15 for a candidate run on top, where the tilt pays about 5."""
-    import bisect
-    other, counts, k = _gap_counts(before, side)
-    m = len(other)
+    m = len(sl.other)
     if m == 0:
         return 1.0
     target = m if high else 0
-    p0 = (counts[target] + 1) / k
-    gaps = range(bisect.bisect_left(other, y), bisect.bisect_right(other, y) + 1)
-    return sum(1.0 - RANK_TOP + (RANK_TOP / p0 if g == target else 0.0) for g in gaps) / len(gaps)
+    p0 = (sl.counts[target] + 1) / sl.k
+    return sum(1.0 - RANK_TOP + (RANK_TOP / p0 if g == target else 0.0) for g in sl.gaps) / len(sl.gaps)
 
 
 def _bursts_below(sorted_values: Sequence[float]) -> int:
@@ -293,7 +303,6 @@ def _bursts_below(sorted_values: Sequence[float]) -> int:
     if scale <= 0:
         return 0
     cut = statistics.median(sorted_values) - BURST_SDS * scale
-    import bisect
     return min(bisect.bisect_left(sorted_values, cut), len(sorted_values) - 1)
 
 
@@ -307,34 +316,30 @@ def _shift_slots(m: int, shift: float, high: bool) -> tuple[float, ...]:
     return tuple(cdf[j + 1] - cdf[j] for j in range(m + 1))
 
 
-def _shift_factor(before: Sequence[tuple[str, float]], side: str, y: float, high: bool,
-                  shift: float) -> float:
+def _shift_factor(sl: _Slots, high: bool, shift: float) -> float:
     """The futility side's shift component: SHIFT_STAKE of the evidence on the run landing where
     a run `shift` noises beyond the other side's would (the design gain, in run noises): the
     normal-scores bet, which gains about shift²/2 a run where a tilt of the slots gains a fraction
     of it. A bet on the high side keeps BURST_SLOT at the bottom for the bursts."""
-    import bisect
-    other, counts, k = _gap_counts(before, side)
-    m = len(other)
+    m = len(sl.other)
     if m == 0 or shift <= 0:
         return 1.0
     # the other side's bursts sit below its bulk (always the bad side): the shift is measured
     # against the bulk, and a run of this side lands among the bursts only as a burst itself
-    nb = _bursts_below(other)
+    nb = _bursts_below(sl.other)
     q = [0.0] * nb + list(_shift_slots(m - nb, round(shift, 3), high))
     if high or nb:
         q = [(1.0 - BURST_SLOT) * x for x in q]
         for g in range(nb + 1):
             q[g] += BURST_SLOT / (nb + 1)
-    gaps = range(bisect.bisect_left(other, y), bisect.bisect_right(other, y) + 1)
-    return sum(1.0 - SHIFT_STAKE + SHIFT_STAKE * q[g] * k / (counts[g] + 1) for g in gaps) / len(gaps)
+    return sum(1.0 - SHIFT_STAKE + SHIFT_STAKE * q[g] * sl.k / (sl.counts[g] + 1)
+               for g in sl.gaps) / len(sl.gaps)
 
 
-def _rank_factors(before: Sequence[tuple[str, float]], side: str, y: float, high: bool) -> tuple[float, float]:
-    """(tilt, urn) factors of a run valued `y` (oriented: larger is better) of `side` after the
-    runs `before`; `high`: the bet is that it lands above the other side's runs."""
-    import bisect
-    other, counts, k = _gap_counts(before, side)
+def _rank_factors(sl: _Slots, high: bool) -> tuple[float, float]:
+    """(tilt, urn) factors of a run (its slots `sl`, values oriented: larger is better);
+    `high`: the bet is that it lands above the other side's runs."""
+    other, counts, k, gaps = sl.other, sl.counts, sl.k, sl.gaps
     m = len(other)
     n = k - 1 - m
     if m == 0:
@@ -343,8 +348,6 @@ def _rank_factors(before: Sequence[tuple[str, float]], side: str, y: float, high
     sign = 1.0 if high else -1.0
     w = [math.exp(sign * RANK_TILT * (j / m - 0.5)) for j in range(m + 1)]
     z = sum(p * x for p, x in zip(p0, w))
-    # a value tied with runs of the other side could be in any gap it touches: spread evenly
-    gaps = range(bisect.bisect_left(other, y), bisect.bisect_right(other, y) + 1)
     tilt = sum(1.0 - RANK_STAKE + RANK_STAKE * w[g] / z for g in gaps) / len(gaps)
     centre = sum(j * c for j, c in enumerate(counts)) / n / m if n else 0.5
     if n == 0 or (centre <= 0.5 if high else centre >= 0.5):
@@ -381,14 +384,14 @@ class RankEvidence:
         self.shift = shift
         base = POOL_WEIGHTS if prior else WITHIN_WEIGHTS
         # the keep side is the rank rule as it was; the futility side, whose error is a lost gain
-        # and never a false keep, adds the shift and the paired components (None without delta)
+        # and never a false keep, adds the shift and the paired components (weight 0 without delta)
         w, wp = (SHIFT_WEIGHT, PAIR_WEIGHT) if shift > 0 and delta > 0 else (0.0, 0.0)
-        self.weights = (*base, 0.0, 0.0)
-        self.fut_weights = (*((1.0 - w - wp) * x for x in base), w, wp)
+        self.weights = base                                          # (tilt, urn, top)
+        self.fut_weights = (*((1.0 - w - wp) * x for x in base), w, wp)  # (..., shift, paired)
         # the paired component's scale: a pair's noise (two runs'), from delta in run noises
         self.pair_noise = math.sqrt(2.0) * delta / shift if shift > 0 else 0.0
         self.pooled = bool(prior)
-        self.keep, self.fut = [1.0] * 5, [1.0] * 5
+        self.keep, self.fut = [1.0] * 3, [1.0] * 5
         self.up: list[float] = []
         self.down: list[float] = []
         self.seen = [_oriented(side, v, self.s, scale, 0.0) for side, v in prior]
@@ -401,12 +404,10 @@ class RankEvidence:
             _, y = _oriented(side, v, self.s, self.scale, 0.0)
             _, yd = _oriented(side, v, self.s, self.scale, self.delta)
             hi = side == "B"
-            fk = (*_rank_factors(self.seen, side, y, hi),
-                  _top_factor(self.seen, side, y, hi) if self.pooled else 1.0, 1.0,
-                  1.0)
-            ff = (*_rank_factors(self.shifted, side, yd, not hi),
-                  _top_factor(self.shifted, side, yd, not hi) if self.pooled else 1.0,
-                  _shift_factor(self.shifted, side, yd, not hi, self.shift), 1.0)
+            sk, sf = _slots(self.seen, side, y), _slots(self.shifted, side, yd)
+            fk = (*_rank_factors(sk, hi), _top_factor(sk, hi) if self.pooled else 1.0)
+            ff = (*_rank_factors(sf, not hi), _top_factor(sf, not hi) if self.pooled else 1.0,
+                  _shift_factor(sf, not hi, self.shift), 1.0)   # the paired factor: per pair, below
             self.keep = [e * f for e, f in zip(self.keep, fk)]
             self.fut = [e * f for e, f in zip(self.fut, ff)]
             self.seen.append((side, y))
