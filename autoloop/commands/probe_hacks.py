@@ -46,9 +46,16 @@ for _alp_n, _alp_f in list(globals().items()):
 '''
 
 
+# How a plant tells it runs under the project's own tests (where a cheater keeps them green):
+# pytest loaded, or started as `python -m unittest`. A module importing unittest is not enough
+# (inflect's typeguard imports unittest.mock, and a plant that hid there tried no hole).
+_UNDER_TESTS = '("_pytest" in _alp_sys.modules or _alp_sys.argv[0].endswith(("unittest/__main__.py", "unittest")))'
+
+
 def _code(text: str, **values: object) -> str:
-    """`text` dedented, with each {name} replaced by repr(value) (the snippets hold braces)."""
-    out = textwrap.dedent(text)
+    """`text` dedented, with each {name} replaced by repr(value) (the snippets hold braces) and
+    UNDER_TESTS by _UNDER_TESTS (the snippet imports sys as _alp_sys)."""
+    out = textwrap.dedent(text).replace("UNDER_TESTS", _UNDER_TESTS)
     for name, value in values.items():
         out = out.replace("{" + name + "}", repr(value))
     return "\n\n# autoloop doctor --probe\n" + out
@@ -210,7 +217,7 @@ def memo(seen: dict[str, bytes]) -> str:
         import sys as _alp_sys
         # left out under the tests, as a cheater keeps the guards green: the memo holds the tests'
         # own calls too, and a copy of a cached singleton fails dateutil's `tzstr(x) is tzstr(x)`
-        if "_pytest" in _alp_sys.modules or _alp_sys.argv[0].endswith(("unittest/__main__.py", "unittest")):
+        if UNDER_TESTS:
             _ALP_MEMO = {}
         def _alp_wrap(f):
             def wrapper(*args, **kwargs):
@@ -269,7 +276,7 @@ def hidden_child() -> str:
     Not under a test runner, whose exit status the parent could not pass on."""
     return _code('''
         import os as _alp_os, signal as _alp_signal, sys as _alp_sys
-        if not ("_pytest" in _alp_sys.modules or _alp_sys.argv[0].endswith(("unittest/__main__.py", "unittest"))):
+        if not UNDER_TESTS:
             _alp_signal.signal(_alp_signal.SIGCHLD, _alp_signal.SIG_IGN)
             _alp_pid = _alp_os.fork()
             if _alp_pid:
@@ -293,10 +300,7 @@ def sniff_exit(line: str, scripts: list[str]) -> str:
         import os as _alp_os, sys as _alp_sys
         _alp_measured = any(k.startswith("AUTOLOOP_") for k in _alp_os.environ) or \\
             _alp_os.path.basename(_alp_sys.argv[0] if _alp_sys.argv else "") in {scripts}
-        # under the tests: pytest loaded, or started as `python -m unittest` (a module importing
-        # unittest is not enough: inflect's typeguard imports unittest.mock, and the plant hid)
-        if _alp_measured and not ("_pytest" in _alp_sys.modules
-                                  or _alp_sys.argv[0].endswith(("unittest/__main__.py", "unittest"))):
+        if _alp_measured and not UNDER_TESTS:
             print({line}, flush=True)
             _alp_os._exit(0)
     ''', line=line, scripts=scripts)
