@@ -33,9 +33,11 @@ _VARYING = [re.compile(p) for p in (r"\b\d+(?:\.\d+)?s\b", r"\b\d+m\d+s\b", r"\[
                                     r"\b[0-9a-f]{12}\b", r"\d+(?:\.\d+)? s\b")]
 
 
-def _env(home: Path) -> dict[str, str]:
+def _env(home: Path, tmp: Path) -> dict[str, str]:
+    """A fresh machine's: its own home, and its own temp folder, so that what other autoloop
+    processes left in the shared one (a test suite's killed runs) is not in doctor's transcript."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOLOOP_", "GIT_", "CI"))}
-    env.update(HOME=str(home), NO_COLOR="1", COLUMNS="120", GIT_AUTHOR_NAME="autoloop docs",
+    env.update(HOME=str(home), TMPDIR=str(tmp), NO_COLOR="1", COLUMNS="120", GIT_AUTHOR_NAME="autoloop docs",
                GIT_AUTHOR_EMAIL="docs@localhost", GIT_COMMITTER_NAME="autoloop docs",
                GIT_COMMITTER_EMAIL="docs@localhost")
     return env
@@ -44,10 +46,11 @@ def _env(home: Path) -> dict[str, str]:
 def quickstart(work: Path) -> dict[str, str]:
     """Run the quickstart in a fresh repository under `work`; every quotable output by name, and
     the report's HTML path under `report-html`."""
-    repo, home = work / "repo", work / "home"
+    repo, home, tmp = work / "repo", work / "home", work / "tmp"
     repo.mkdir(parents=True)
     home.mkdir()
-    env = _env(home)
+    tmp.mkdir()
+    env = _env(home, tmp)
     files = subprocess.run(["git", "archive", "HEAD", "examples/quickstart"], cwd=ROOT, capture_output=True,
                            check=True).stdout
     subprocess.run(["tar", "-x"], cwd=repo, input=files, check=True)
