@@ -126,7 +126,7 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
     started = time.monotonic()
     timed_out = interrupted = False
     over: str | None = None
-    watch = rlimits.DiskWatch(limits) if limits is not None and limits.disk_bytes is not None else None
+    watch = rlimits.disk_watch(limits, lambda: _marked_pids(f"{MARKER_VAR}={marker}".encode(), False))
     # stdin is a file or /dev/null, never a pipe left open (agents like codex wait on it)
     with fresh_log(out_path) as out, fresh_log(err_path) as err, \
             open(stdin or os.devnull, "rb") as inp, _Adopting(marker) as adopting:
@@ -182,7 +182,7 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
     if over is None and limits is not None:
         over = rlimits.broken(limits, proc.returncode, (out_path, err_path))
     if over is None and watch is not None:
-        over = watch.check()   # what it wrote just before it ended counts too
+        over = watch.check(last=True)   # what it wrote just before it ended counts too
     code = None if (timed_out or interrupted or over) else proc.returncode
     # Without the subreaper, orphans went to init: neither their end nor their CPU reached us.
     timed = code is not None and adopting.working and adopting.accounted

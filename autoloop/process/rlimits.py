@@ -6,21 +6,24 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import psutil
 
 from autoloop.process.logfile import size
 
 DISK_TICK_S = 0.25   # how often the disk limit is checked
+OTHERS_LOOK_S = 1.0  # how often, while other processes hold the disk's free space down, their share is looked at again
 
 
 @dataclass(frozen=True)
 class Limits:
     """file_bytes: no file it writes may grow beyond this (RLIMIT_FSIZE; its own logs too).
-    disk_bytes: stopped once the filesystem holding `disk_path` lost this much free space.
+    disk_bytes: stopped once the filesystem holding `disk_path` lost this much free space and its
+                own processes wrote that much (DiskWatch).
     processes:  at most this many more processes of our user (RLIMIT_NPROC; the kernel does not
                 apply it to root, for whom the subreaper's clean-up is the bound)."""
 
@@ -31,11 +34,20 @@ class Limits:
 
 
 class DiskWatch:
-    """Free space of the filesystem holding the work tree, against what it was at the start."""
+    """Free space of the filesystem holding the work tree, against what it was at the start.
 
-    def __init__(self, limits: Limits) -> None:
+    A fall past the limit is the command's only when its own processes wrote that much: on a
+    shared machine a training job's checkpoint, or another run's build, lands on the same disk
+    while the generator works, and stopping the generator for it would call an honest cycle a
+    broken limit. `own` says what the command's processes wrote (None: it cannot tell, and the
+    whole fall counts, as on a filesystem whose writes the kernel does not count)."""
+
+    def __init__(self, limits: Limits, own: Callable[[], int | None] | None = None) -> None:
         self.limit, self.path = limits.disk_bytes or 0, str(limits.disk_path or ".")
         self.start = self._free()
+        self.own = own if own is not None and _counted(self.path) else None
+        self.excused = 0           # of the fall: what other processes wrote
+        self._next_look = 0.0      # other writers keep the fall high: their share is looked at once a second
 
     def _free(self) -> int | None:
         try:
@@ -44,11 +56,66 @@ class DiskWatch:
         except OSError:
             return None
 
-    def check(self) -> str | None:
+    def check(self, *, last: bool = False) -> str | None:
+        """Why the command is over its limit, or None. `last`: after it ended (never put off)."""
         now = self._free()
-        if self.start is not None and now is not None and self.start - now > self.limit:
+        if self.start is None or now is None or self.start - now - self.excused <= self.limit:
+            return None
+        if self.own is not None and not last and time.monotonic() < self._next_look:
+            return None
+        own = self.own() if self.own is not None else None
+        if own is None or own > self.limit:
             return f"took more than {self.limit >> 20} MB of disk"
+        self.excused = self.start - now - own
+        self._next_look = time.monotonic() + OTHERS_LOOK_S
         return None
+
+
+def disk_watch(limits: Limits | None, pids: Callable[[], Iterable[int]]) -> DiskWatch | None:
+    """The watch of a command with `limits` whose processes are `pids()` (None: no disk limit)."""
+    if limits is None or limits.disk_bytes is None:
+        return None
+    reaped = reaped_writes()
+    return DiskWatch(limits, own=lambda: writes(pids(), reaped))
+
+
+def reaped_writes() -> int:
+    """Bytes written by every child we have reaped so far, each with what it reaped (the
+    kernel's tally of page writes, handed up at each wait)."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_oublock * 512
+
+
+def writes(pids: Iterable[int], reaped: int) -> int | None:
+    """What a command's processes wrote since it started: the live ones' (`pids`) from
+    /proc/<pid>/io (page writes less what was deleted before it went out, or the bytes passed
+    to write(), whichever is more), the ended ones' through what we reaped since `reaped` (any
+    thread's children: more, never less). None when a live one's cannot be read."""
+    total = reaped_writes() - reaped
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/io", "rb") as f:
+                io = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
+            total += max(int(io[b"wchar"]), int(io[b"write_bytes"]) - int(io[b"cancelled_write_bytes"]))
+        except (FileNotFoundError, ProcessLookupError):   # ended since: counted when it is reaped
+            continue
+        except (OSError, KeyError, ValueError):
+            return None
+    return total
+
+
+def _counted(path: str) -> bool:
+    """Does the kernel count page writes to the filesystem holding `path` (not tmpfs or ramfs,
+    whose pages never go to a disk)? Unknown counts as no: the whole fall is the command's."""
+    real, best, kind = os.path.realpath(path), "", ""
+    try:
+        parts = psutil.disk_partitions(all=True)
+    except (OSError, psutil.Error):
+        return False
+    for part in parts:
+        mount = part.mountpoint.rstrip("/") or "/"
+        if (real == mount or real.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best):
+            best, kind = mount, part.fstype
+    return bool(kind) and kind not in ("tmpfs", "ramfs", "shm")
 
 
 def preexec(limits: Limits) -> Callable[[], None]:

@@ -8,12 +8,13 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from autoloop.process import envs
-from autoloop.process import proc
+from autoloop.process import proc, rlimits
 from autoloop.program.reader import SandboxSpec
 from autoloop.isolation.sandbox import Bwrap
 from autoloop.program.scope_rules import ScopeRules, implicit_code
@@ -173,6 +174,89 @@ def test_disk_watchdog_stops_the_command(tmp_path):
     res = _run(tmp_path, [sys.executable, "-c", code], limits=proc.Limits(disk_bytes=8 << 20, disk_path=tmp_path))
     assert res.over_limit == "took more than 8 MB of disk", res
     assert time.monotonic() - t0 < 15
+
+
+def _writer(path: Path, mb: int) -> subprocess.Popen:
+    """Another process of the machine (not the command's) writing `mb` MB beside it, and holding them."""
+    code = (f"import os, sys, time\nf = open({str(path)!r}, 'wb')\nfor i in range({mb}):\n"
+            "    f.write(os.urandom(1 << 20)); f.flush()\nos.fsync(f.fileno()); print('written', flush=True)\n"
+            "time.sleep(60)\n")
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+
+def test_disk_another_process_fills_is_not_the_commands(tmp_path):
+    # a training job's checkpoint landing on the same disk while the generator works: the
+    # filesystem loses 32 MB, the command wrote nothing, and it is not stopped
+    limits = proc.Limits(disk_bytes=8 << 20, disk_path=tmp_path)
+    started = tmp_path / "started"
+    code = f"import time, pathlib\npathlib.Path({str(started)!r}).touch()\ntime.sleep(2.5)\n"
+    other: subprocess.Popen | None = None
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            fut = pool.submit(_run, tmp_path, [sys.executable, "-c", code], limits=limits)
+            while not started.exists():
+                time.sleep(0.02)
+            other = _writer(tmp_path / "checkpoint.bin", 32)
+            assert other.stdout is not None and other.stdout.readline().strip() == "written"
+            res = fut.result()
+    finally:
+        if other is not None:
+            other.kill()
+            other.wait()
+    assert res.over_limit is None and res.ok, res
+
+
+def test_disk_a_child_the_command_leaves_writing_is_the_commands(tmp_path):
+    # what the command's own processes write counts wherever they are in its tree, live or ended
+    code = ("import os, subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', "
+            "\"import os, time\\nf = open('big', 'wb')\\nfor i in range(32):\\n    f.write(os.urandom(1 << 20)); "
+            "f.flush()\\nos.fsync(f.fileno()); time.sleep(30)\"], start_new_session=True)\ntime.sleep(30)\n")
+    t0 = time.monotonic()
+    res = _run(tmp_path, [sys.executable, "-c", code], limits=proc.Limits(disk_bytes=8 << 20, disk_path=tmp_path))
+    assert res.over_limit == "took more than 8 MB of disk", res
+    assert time.monotonic() - t0 < 15
+
+
+def test_disk_on_a_filesystem_the_kernel_does_not_count_any_fall_is_the_commands(tmp_path):
+    # tmpfs pages are never written out, so the kernel's tally cannot say whose they are: there
+    # the whole fall counts, as it did before the tally was read
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    assert not rlimits._counted("/dev/shm")
+    watch = rlimits.DiskWatch(proc.Limits(disk_bytes=8 << 20, disk_path=Path("/dev/shm")), own=lambda: 0)
+    assert watch.own is None
+
+
+class _Scripted(rlimits.DiskWatch):
+    """The rule alone: free space and the command's own writes as the test says."""
+
+    def __init__(self, own: list[int]) -> None:
+        self.frees = [100 << 20]
+        self.owns = own
+        super().__init__(proc.Limits(disk_bytes=8 << 20, disk_path=Path("/")), own=lambda: self.owns[0])
+        self.own = lambda: self.owns[0]
+
+    def _free(self) -> int | None:
+        return self.frees[0]
+
+
+def test_disk_rule_stops_on_the_commands_share_of_the_fall_only():
+    w = _Scripted([0])
+    w.frees[0] = 70 << 20                        # others took 30 MB, the command nothing
+    assert w.check(last=True) is None and w.excused == 30 << 20
+    w.frees[0], w.owns[0] = 64 << 20, 6 << 20     # the command wrote 6 MB more: 36 fallen, 30 theirs
+    assert w.check(last=True) is None
+    w.frees[0], w.owns[0] = 60 << 20, 10 << 20    # 10 MB of its own: over
+    assert w.check(last=True) == "took more than 8 MB of disk"
+    unknown = _Scripted([0])
+    unknown.own = lambda: None                   # a process of its own could not be read
+    unknown.frees[0] = 90 << 20
+    assert unknown.check(last=True) == "took more than 8 MB of disk"
+    late = _Scripted([0])
+    late.frees[0] = 80 << 20
+    assert late.check() is None                  # others' share looked at, then once a second
+    late.frees[0], late.owns[0] = 70 << 20, 10 << 20   # then 10 MB of its own
+    assert late.check() is None and late.check(last=True) == "took more than 8 MB of disk"
 
 
 # ---- the verification tree holds exactly the commit ---------------------------------------------------
