@@ -109,8 +109,7 @@ class Step(NamedTuple):
         return f"guard-{re.sub(r'[^A-Za-z0-9_.-]+', '_', self.name)[:60] or 'guard'}" if self.guard else "verifier"
 
 
-def new_marker() -> str:
-    return uuid.uuid4().hex
+def new_marker() -> str: return uuid.uuid4().hex  # noqa: E704
 
 
 def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float | None,
@@ -126,7 +125,8 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
     started = time.monotonic()
     timed_out = interrupted = False
     over: str | None = None
-    watch = rlimits.disk_watch(limits, lambda: _marked_pids(f"{MARKER_VAR}={marker}".encode(), False))
+    watch = rlimits.disk_watch(limits, lambda: {   # its processes: marked, or in its tree whatever their environment
+        *_marked_pids(f"{MARKER_VAR}={marker}".encode(), False), *(p.pid for p in _subtree([proc.pid, *adopting._new()]))})
     # stdin is a file or /dev/null, never a pipe left open (agents like codex wait on it)
     with fresh_log(out_path) as out, fresh_log(err_path) as err, \
             open(stdin or os.devnull, "rb") as inp, _Adopting(marker) as adopting:

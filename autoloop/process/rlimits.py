@@ -59,14 +59,18 @@ class DiskWatch:
     def check(self, *, last: bool = False) -> str | None:
         """Why the command is over its limit, or None. `last`: after it ended (never put off)."""
         now = self._free()
-        if self.start is None or now is None or self.start - now - self.excused <= self.limit:
+        if self.start is None or now is None:
             return None
-        if self.own is not None and not last and time.monotonic() < self._next_look:
+        fall = self.start - now
+        # at the end the whole fall is weighed again: what its ended processes wrote reaches
+        # their tally only once they are reaped, after a tick may have called it others'
+        if fall <= self.limit or (not last and (fall - self.excused <= self.limit
+                                                or time.monotonic() < self._next_look)):
             return None
         own = self.own() if self.own is not None else None
         if own is None or own > self.limit:
             return f"took more than {self.limit >> 20} MB of disk"
-        self.excused = self.start - now - own
+        self.excused = fall - own
         self._next_look = time.monotonic() + OTHERS_LOOK_S
         return None
 

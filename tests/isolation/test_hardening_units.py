@@ -176,9 +176,11 @@ def test_disk_watchdog_stops_the_command(tmp_path):
     assert time.monotonic() - t0 < 15
 
 
-def _writer(path: Path, mb: int) -> subprocess.Popen:
-    """Another process of the machine (not the command's) writing `mb` MB beside it, and holding them."""
-    code = (f"import os, sys, time\nf = open({str(path)!r}, 'wb')\nfor i in range({mb}):\n"
+def _writer(path: Path, mb: int, go: Path) -> subprocess.Popen:
+    """Another process of the machine, started before the command (not of its tree), writing
+    `mb` MB beside it once `go` exists, and holding them."""
+    code = (f"import os, sys, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
+            f"f = open({str(path)!r}, 'wb')\nfor i in range({mb}):\n"
             "    f.write(os.urandom(1 << 20)); f.flush()\nos.fsync(f.fileno()); print('written', flush=True)\n"
             "time.sleep(60)\n")
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -190,29 +192,31 @@ def test_disk_another_process_fills_is_not_the_commands(tmp_path):
     limits = proc.Limits(disk_bytes=8 << 20, disk_path=tmp_path)
     started = tmp_path / "started"
     code = f"import time, pathlib\npathlib.Path({str(started)!r}).touch()\ntime.sleep(2.5)\n"
-    other: subprocess.Popen | None = None
+    other = _writer(tmp_path / "checkpoint.bin", 32, started)
     try:
         with ThreadPoolExecutor(1) as pool:
             fut = pool.submit(_run, tmp_path, [sys.executable, "-c", code], limits=limits)
-            while not started.exists():
-                time.sleep(0.02)
-            other = _writer(tmp_path / "checkpoint.bin", 32)
             assert other.stdout is not None and other.stdout.readline().strip() == "written"
             res = fut.result()
     finally:
-        if other is not None:
-            other.kill()
-            other.wait()
+        other.kill()
+        other.wait()
     assert res.over_limit is None and res.ok, res
 
 
-def test_disk_a_child_the_command_leaves_writing_is_the_commands(tmp_path):
-    # what the command's own processes write counts wherever they are in its tree, live or ended
-    code = ("import os, subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', "
-            "\"import os, time\\nf = open('big', 'wb')\\nfor i in range(32):\\n    f.write(os.urandom(1 << 20)); "
-            "f.flush()\\nos.fsync(f.fileno()); time.sleep(30)\"], start_new_session=True)\ntime.sleep(30)\n")
+WRITES_32MB = ("import os, time\nf = open('big', 'wb')\nfor i in range(32):\n    f.write(os.urandom(1 << 20)); "
+               "f.flush()\nos.fsync(f.fileno())\ntime.sleep(30)\n")
+
+
+@pytest.mark.parametrize("ends", [False, True], ids=["command-waits", "command-ends"])
+def test_disk_an_orphan_without_the_marker_writing_is_the_commands(tmp_path, ends):
+    # the writer drops the marker from its environment and leaves the command's tree (a double
+    # fork): it is ours by the subreaper, while it runs and once reaped
+    spawn = ("import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+             f"        os.execve(sys.executable, [sys.executable, '-c', {WRITES_32MB!r}], {{}})\n    os._exit(0)\n"
+             + ("time.sleep(1.5)\n" if ends else "time.sleep(30)\n"))
     t0 = time.monotonic()
-    res = _run(tmp_path, [sys.executable, "-c", code], limits=proc.Limits(disk_bytes=8 << 20, disk_path=tmp_path))
+    res = _run(tmp_path, [sys.executable, "-c", spawn], limits=proc.Limits(disk_bytes=8 << 20, disk_path=tmp_path))
     assert res.over_limit == "took more than 8 MB of disk", res
     assert time.monotonic() - t0 < 15
 
@@ -257,6 +261,11 @@ def test_disk_rule_stops_on_the_commands_share_of_the_fall_only():
     assert late.check() is None                  # others' share looked at, then once a second
     late.frees[0], late.owns[0] = 70 << 20, 10 << 20   # then 10 MB of its own
     assert late.check() is None and late.check(last=True) == "took more than 8 MB of disk"
+    ended = _Scripted([0])
+    ended.frees[0] = 68 << 20
+    assert ended.check() is None                 # a tick: nothing of its own seen (its writer hid)
+    ended.owns[0] = 32 << 20                     # the writer was reaped: the tally has it now
+    assert ended.check(last=True) == "took more than 8 MB of disk"
 
 
 # ---- the verification tree holds exactly the commit ---------------------------------------------------
