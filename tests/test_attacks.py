@@ -695,3 +695,16 @@ def test_data_cannot_be_changed_when_sandboxed(tmp_path, who):
     assert statuses[0] == "baseline" and statuses[1] in ("gen_error", "crash"), p.rows()
     assert all(r["metric"] == "" or float(r["metric"]) > 0 for r in p.rows())
     assert (statuses[2], float(p.rows()[2]["metric"])) == ("keep", 30.0), p.rows()
+
+
+def test_a_generator_stopped_for_its_output_that_also_left_its_scope_is_said_both_ways(tmp_path):
+    """A violation is the verdict, and why the generator was stopped before it ended (its
+    output, its disk, its time) is in the same lesson: the night's log says both."""
+    plan = 'W("outside.txt", "x"); sys.stdout.buffer.write(b"x" * (24 << 20)); sys.stdout.flush(); W("val.txt", "35")'
+    p = make_project(tmp_path / "p", {1: plan, 2: HONEST}, extra="resources: {max_disk_mb: 8}\nsandbox: none")
+    res = p.run("--cycles", "2", timeout=180)
+    assert res.returncode == 0, res.stderr
+    row = _row(p, 1)
+    assert row["status"] == "violation", row
+    assert re.search(r"^violation: generator error: generator .*8 MB.*; .*outside\.txt", row["lesson"]), row["lesson"]
+    assert _row(p, 2)["status"] == "keep"

@@ -46,7 +46,9 @@ def _check(state: RunState, c: Cycle, incumbent: str, shared: str) -> None:
         problems.append(shared)
     files = [ch.path for ch in file_changes(c.changes)]
     if problems:
-        c.outcome = violation(problems[:5], files)
+        # a generator stopped for its disk, output or time is said beside what it touched
+        said = [f"generator error: {c.gen_error}"] if c.gen_error is not None else []
+        c.outcome = violation([*said, *problems][:5], files)
     elif c.gen_error is not None:
         c.outcome = Outcome("gen_error", f"generator error: {c.gen_error}", f"gen_error: {c.gen_error}",
                             changed=files)
