@@ -27,7 +27,12 @@ from autoloop.base.walk import inside, remove_tree, temp_dir, under
 if TYPE_CHECKING:   # a Ray node imports this module: nothing that reads program.md
     from autoloop.program.reader import Program
 
-_DAEMON_DIRS = ("/run/user", "/run/dbus", "/run/containerd", "/run/podman", "/run/docker", "/var/run/dbus")
+# With the network on, the sockets of daemons that would start a process outside the sandbox
+# are hidden. /run/systemd holds systemd's private bus, which root's `systemd-run` reaches without
+# D-Bus; of it, what resolves host names (resolv.conf's stub, nss-resolve) is shown again.
+_DAEMON_DIRS = ("/run/user", "/run/dbus", "/run/containerd", "/run/podman", "/run/docker", "/var/run/dbus",
+                "/run/systemd")
+_DAEMON_KEEP = ("/run/systemd/resolve",)
 _DAEMON_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock", "/run/podman/podman.sock")
 _PRIVATE = ("/tmp", "/var/tmp")
 _ACCELERATORS = ("dri", "kfd", "accel")     # and /dev/nvidia*: GPUs stay usable in measurements
@@ -88,6 +93,9 @@ class Bwrap:
             if os.path.exists(sock) and not any(inside(sock, d) for d in hidden):
                 hidden.append(sock)
                 args += ["--ro-bind", "/dev/null", sock]
+        for keep in map(os.path.realpath, _DAEMON_KEEP):
+            if os.path.isdir(keep) and any(inside(keep, d) for d in hidden):
+                args += ["--ro-bind", keep, keep]
         return args
 
     def _readable(self, network: bool, path: str, wanted: Iterable[Path], command: str | Sequence[str]) -> list[str]:

@@ -142,3 +142,27 @@ def test_sandbox_work_tree_writes_reach_the_candidate(sandboxed):
     assert probes["own_tree"] == "ok"
     assert p.show(p.branch(), "val.txt").strip() == b"29"
     assert git(p.worktree(), "status", "--porcelain", "--ignored", env=p.env) == ""
+
+
+def test_with_the_network_on_daemons_are_hidden_and_name_resolution_stays(tmp_path, monkeypatch):
+    """systemd's private bus lets root's `systemd-run` start a unit outside any sandbox, without
+    D-Bus: /run/systemd is hidden when the network is on, all but its resolver (resolv.conf's
+    stub). Here a folder in tmp_path stands for /run/systemd."""
+    from autoloop.isolation import sandbox
+    from autoloop.program.reader import SandboxSpec
+
+    assert "/run/systemd" in sandbox._DAEMON_DIRS and "/run/systemd/resolve" in sandbox._DAEMON_KEEP
+    run = tmp_path / "run" / "systemd"
+    (run / "resolve").mkdir(parents=True)
+    (run / "private").write_text("the manager's bus")
+    (run / "resolve" / "stub-resolv.conf").write_text("nameserver 127.0.0.53\n")
+    (tmp_path / "w").mkdir()
+    monkeypatch.setattr(sandbox, "_PRIVATE", ())   # tmp_path shows through, as /run does
+    monkeypatch.setattr(sandbox, "_DAEMON_DIRS", (str(run),))
+    monkeypatch.setattr(sandbox, "_DAEMON_KEEP", (str(run / "resolve"),))
+    box = sandbox.Bwrap(SandboxSpec())
+    argv = box.argv(f"ls -A {run}; cat {run}/resolve/stub-resolv.conf", workdir=tmp_path / "w", network=True)
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["resolve", "nameserver", "127.0.0.53"]
+    assert (run / "private").exists()   # hidden inside only
