@@ -109,7 +109,8 @@ class Step(NamedTuple):
         return f"guard-{re.sub(r'[^A-Za-z0-9_.-]+', '_', self.name)[:60] or 'guard'}" if self.guard else "verifier"
 
 
-def new_marker() -> str: return uuid.uuid4().hex  # noqa: E704
+def new_marker() -> str:
+    return uuid.uuid4().hex
 
 
 def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float | None,
@@ -126,7 +127,7 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
     timed_out = interrupted = False
     over: str | None = None
     watch = rlimits.disk_watch(limits, lambda: {   # its processes: marked, or in its tree whatever their environment
-        *_marked_pids(f"{MARKER_VAR}={marker}".encode(), False), *(p.pid for p in _subtree([proc.pid, *adopting._new()]))})
+        *_marked_pids(marker, False), *(p.pid for p in _subtree([proc.pid, *adopting._new()]))})
     # stdin is a file or /dev/null, never a pipe left open (agents like codex wait on it)
     with fresh_log(out_path) as out, fresh_log(err_path) as err, \
             open(stdin or os.devnull, "rb") as inp, _Adopting(marker) as adopting:
@@ -553,12 +554,11 @@ def _count(n: int) -> int:
 def kill_marked(marker: str, *, count: bool = True, prefix: bool = False) -> int:
     """Kill every process whose environment carries our marker; returns how many. With `prefix`,
     every marker starting with `marker` counts (a parallel run's workers)."""
-    needle = f"{MARKER_VAR}={marker}".encode()
     killed = 0
     if count:   # what is still finishing its exit is not left behind
-        _settled(lambda: sum(1 for pid in _marked_pids(needle, prefix) if not _zombie(pid)))
+        _settled(lambda: sum(1 for pid in _marked_pids(marker, prefix) if not _zombie(pid)))
     for _ in range(5):   # a fork loop can spawn while we scan: repeat until none is found
-        found = [pid for pid in _marked_pids(needle, prefix) if not _zombie(pid)]
+        found = [pid for pid in _marked_pids(marker, prefix) if not _zombie(pid)]
         if not found:
             break
         for pid in found:
@@ -571,10 +571,10 @@ def kill_marked(marker: str, *, count: bool = True, prefix: bool = False) -> int
     return _count(killed) if count else killed
 
 
-def _marked_pids(needle: bytes, prefix: bool) -> list[int]:
+def _marked_pids(marker: str, prefix: bool) -> list[int]:
     # Runs after commands, over every process of the machine: raw reads and one substring test,
     # the NUL-separated match only on a hit (a zombie still shows its environ: killing it is harmless)
-    me = os.getpid()
+    me, needle = os.getpid(), f"{MARKER_VAR}={marker}".encode()
     pids: list[int] = []
     for pid in psutil.pids():
         if pid == me:
