@@ -13,6 +13,7 @@ from typing import Callable, Iterable, Sequence
 
 import psutil
 
+from autoloop.base.walk import under
 from autoloop.process.logfile import size
 
 DISK_TICK_S = 0.25   # how often the disk limit is checked
@@ -117,7 +118,7 @@ def _counted(path: str) -> bool:
         return False
     for part in parts:
         mount = part.mountpoint.rstrip("/") or "/"
-        if (real == mount or real.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best):
+        if under(real, mount) and len(mount) >= len(best):
             best, kind = mount, part.fstype
     return bool(kind) and kind not in ("tmpfs", "ramfs", "shm")
 
