@@ -237,8 +237,8 @@ class _Scripted(rlimits.DiskWatch):
     def __init__(self, own: list[int]) -> None:
         self.frees = [100 << 20]
         self.owns = own
-        super().__init__(proc.Limits(disk_bytes=8 << 20, disk_path=Path("/")), own=lambda: self.owns[0])
-        self.own = lambda: self.owns[0]
+        super().__init__(proc.Limits(disk_bytes=8 << 20, disk_path=Path("/")))
+        self.own = lambda: self.owns[0]   # set here, whatever filesystem holds / on this machine
 
     def _free(self) -> int | None:
         return self.frees[0]
