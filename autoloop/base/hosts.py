@@ -43,7 +43,7 @@ def normal_host(host: str) -> str:
 
 def address(host: str) -> IP | None:
     try:
-        return ipaddress.ipaddress(host.split("%", 1)[0])
+        return ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
         return None
 

@@ -23,6 +23,7 @@ from autoloop.generators.base import GenContext, Proposal, hypothesis_of
 from autoloop.generators.command import CommandGenerator, last_line, run_short, written_hypothesis
 from autoloop.generators.llm_common import cost_usd
 from autoloop.base.walk import remove_tree, temp_dir
+from autoloop.isolation.egress.allowlist import preset_rules, url_rules
 
 _MAX_NOTES = 20
 _NOTE_LEN = 200
@@ -105,9 +106,19 @@ class AgentGenerator(CommandGenerator):
         readable = needed_paths(self.executable(ctx)[0], ctx.env.get("PATH"))
         # agent CLIs talk to their API: the network is on unless program.md says
         network = None if "sandbox.network" in self.program.lines else True
-        outer = ctx.wrap
+        outer, hosts = ctx.wrap, [*preset_rules(self.tool), *url_rules({}, None, self.api_urls(env))]
         return replace(ctx, env=env, wrap=lambda command: outer(
-            command, readable=readable, writable=writable, network=network))
+            command, readable=readable, writable=writable, network=network, hosts=hosts))
+
+    def api_urls(self, env: Mapping[str, str]) -> list[tuple[str, str]]:
+        """Base URLs named in generator.args (`--openai-api-base URL`, `--x-base-url=URL`): their
+        hosts are the model's, and the egress proxy lets the agent reach them."""
+        words, out = list(self.spec.args), []
+        for i, w in enumerate(words):
+            name, eq, value = w.partition("=")
+            if name.startswith("--") and name.endswith(("-api-base", "-base-url")):
+                out += [(value, f"generator.args {name}")] if eq else [(u, f"generator.args {name}") for u in words[i + 1:i + 2]]
+        return out
 
     def auth_status(self, ctx: GenContext) -> tuple[bool | None, str]:
         """Logged in / has a key (None: cannot tell) without spending tokens; and what was found."""
@@ -362,6 +373,11 @@ class CodexGenerator(AgentGenerator):
     model_flag = ("--model", "-m")
     state = AgentState(env="CODEX_HOME", home="~/.codex", copy=("prompts", "rules"))
 
+    def api_urls(self, env: Mapping[str, str]) -> list[tuple[str, str]]:
+        home = env.get("CODEX_HOME") or os.path.expanduser("~/.codex")
+        url = _codex_provider(Path(home) / "config.toml").get("base_url")
+        return [*super().api_urls(env), *([(url, "config.toml's model provider")] if isinstance(url, str) else [])]
+
     def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
         # Codex's own sandbox cannot start inside ours (it needs a user namespace bwrap's
         # --cap-drop forbids): its edits would fail while it exits 0. Ours confines it instead.
@@ -476,15 +492,19 @@ class CodexGenerator(AgentGenerator):
 
 def _codex_provider_env_key(config: Path) -> str | None:
     """`env_key` of the model provider config.toml selects (None: OpenAI's own, or unreadable)."""
+    key = _codex_provider(config).get("env_key")
+    return key if isinstance(key, str) and key else None
+
+
+def _codex_provider(config: Path) -> dict[str, Any]:
+    """The model provider config.toml selects ({}: OpenAI's own, or unreadable)."""
     try:
         import tomllib
     except ImportError:   # Python 3.10: no TOML reader in the standard library; cannot tell
-        return None
+        return {}
     try:
         data = tomllib.loads(config.read_text())
     except (OSError, ValueError):
-        return None
+        return {}
     name = data.get("model_provider")
-    entry = _dict(_dict(data.get("model_providers")).get(name)) if isinstance(name, str) else {}
-    key = entry.get("env_key")
-    return key if isinstance(key, str) and key else None
+    return _dict(_dict(data.get("model_providers")).get(name)) if isinstance(name, str) else {}
