@@ -180,6 +180,16 @@ class Guardrails:
 
         return wrap
 
+    def blocked(self, label: Path | str) -> dict[str, int]:
+        """What the egress proxy refused the sandboxes of `label` (a cycle's log folder, or
+        "verifier"): host:port → times, most first; forgotten once asked."""
+        egress = self.sandbox.egress if self.sandbox is not None else None
+        if egress is None:
+            return {}
+        found = egress.refusals(str(label))
+        egress.forget(str(label))
+        return dict(found.most_common())
+
     def before_generate(self) -> None:
         self._unchanged = {}
         self.gen_watch.capture()
