@@ -23,6 +23,7 @@ from autoloop.generators.base import GenContext, Proposal, hypothesis_of
 from autoloop.generators.command import CommandGenerator, last_line, run_short, written_hypothesis
 from autoloop.generators.llm_common import cost_usd
 from autoloop.base.walk import remove_tree, temp_dir
+from autoloop.base.hosts import Rule
 from autoloop.isolation.egress.allowlist import preset_rules, url_rules
 
 _MAX_NOTES = 20
@@ -106,9 +107,14 @@ class AgentGenerator(CommandGenerator):
         readable = needed_paths(self.executable(ctx)[0], ctx.env.get("PATH"))
         # agent CLIs talk to their API: the network is on unless program.md says
         network = None if "sandbox.network" in self.program.lines else True
-        outer, hosts = ctx.wrap, [*preset_rules(self.tool), *url_rules({}, None, self.api_urls(env))]
+        outer, hosts = ctx.wrap, self.egress_hosts(env)
         return replace(ctx, env=env, wrap=lambda command: outer(
             command, readable=readable, writable=writable, network=network, hosts=hosts))
+
+    def egress_hosts(self, env: Mapping[str, str]) -> list[Rule]:
+        """What the egress proxy lets the agent reach besides sandbox.hosts and the base URLs
+        of autoloop's own environment: its preset's API hosts and the URLs its settings name."""
+        return [*preset_rules(self.tool), *url_rules({}, None, self.api_urls(env))]
 
     def api_urls(self, env: Mapping[str, str]) -> list[tuple[str, str]]:
         """Base URLs named in generator.args (`--openai-api-base URL`, `--x-base-url=URL`): their
