@@ -24,7 +24,7 @@ from autoloop.generators.command import CommandGenerator, last_line, run_short, 
 from autoloop.generators.llm_common import cost_usd
 from autoloop.base.walk import remove_tree, temp_dir
 from autoloop.base.hosts import Rule
-from autoloop.isolation.egress.allowlist import preset_rules, url_rules
+from autoloop.isolation.egress.allowlist import args_urls, preset_rules, url_rules
 
 _MAX_NOTES = 20
 _NOTE_LEN = 200
@@ -114,17 +114,7 @@ class AgentGenerator(CommandGenerator):
     def egress_hosts(self, env: Mapping[str, str]) -> list[Rule]:
         """What the egress proxy lets the agent reach besides sandbox.hosts and the base URLs
         of autoloop's own environment: its preset's API hosts and the URLs its settings name."""
-        return [*preset_rules(self.tool), *url_rules({}, None, self.api_urls(env))]
-
-    def api_urls(self, env: Mapping[str, str]) -> list[tuple[str, str]]:
-        """Base URLs named in generator.args (`--openai-api-base URL`, `--x-base-url=URL`): their
-        hosts are the model's, and the egress proxy lets the agent reach them."""
-        words, out = list(self.spec.args), []
-        for i, w in enumerate(words):
-            name, eq, value = w.partition("=")
-            if name.startswith("--") and name.endswith(("-api-base", "-base-url")):
-                out += [(value, f"generator.args {name}")] if eq else [(u, f"generator.args {name}") for u in words[i + 1:i + 2]]
-        return out
+        return [*preset_rules(self.tool), *url_rules({}, None, args_urls(self.spec.args))]
 
     def auth_status(self, ctx: GenContext) -> tuple[bool | None, str]:
         """Logged in / has a key (None: cannot tell) without spending tokens; and what was found."""
@@ -379,10 +369,9 @@ class CodexGenerator(AgentGenerator):
     model_flag = ("--model", "-m")
     state = AgentState(env="CODEX_HOME", home="~/.codex", copy=("prompts", "rules"))
 
-    def api_urls(self, env: Mapping[str, str]) -> list[tuple[str, str]]:
-        home = env.get("CODEX_HOME") or os.path.expanduser("~/.codex")
-        url = _codex_provider(Path(home) / "config.toml").get("base_url")
-        return [*super().api_urls(env), *([(url, "config.toml's model provider")] if isinstance(url, str) else [])]
+    def egress_hosts(self, env: Mapping[str, str]) -> list[Rule]:
+        url = _codex_provider(Path(env.get("CODEX_HOME") or os.path.expanduser("~/.codex")) / "config.toml").get("base_url")
+        return [*super().egress_hosts(env), *url_rules({}, None, [(url, "config.toml's model provider")] if isinstance(url, str) else [])]
 
     def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
         # Codex's own sandbox cannot start inside ours (it needs a user namespace bwrap's
@@ -403,7 +392,8 @@ class CodexGenerator(AgentGenerator):
         # OpenAI's own by `codex login` (or CODEX_API_KEY), which `codex login status` reports.
         env = self.sandboxed(ctx).env   # (the private CODEX_HOME copy when sandboxed)
         home = env.get("CODEX_HOME") or os.path.expanduser("~/.codex")
-        provider_key = _codex_provider_env_key(Path(home) / "config.toml")
+        key = _codex_provider(Path(home) / "config.toml").get("env_key")
+        provider_key = key if isinstance(key, str) and key else None
         if provider_key:
             if env.get(provider_key):
                 return True, f"the model provider's key ${provider_key} is set"
@@ -494,12 +484,6 @@ class CodexGenerator(AgentGenerator):
                  if e.get("type") == "item.completed"]
         return hypothesis_of([str(i.get("text", "")) for i in items
                               if i.get("type") == "agent_message"])
-
-
-def _codex_provider_env_key(config: Path) -> str | None:
-    """`env_key` of the model provider config.toml selects (None: OpenAI's own, or unreadable)."""
-    key = _codex_provider(config).get("env_key")
-    return key if isinstance(key, str) and key else None
 
 
 def _codex_provider(config: Path) -> dict[str, Any]:

@@ -184,11 +184,7 @@ class Guardrails:
         """What the egress proxy refused the sandboxes of `label` (a cycle's log folder, or
         "verifier"): host:port → times, most first; forgotten once asked."""
         egress = self.sandbox.egress if self.sandbox is not None else None
-        if egress is None:
-            return {}
-        found = egress.refusals(str(label))
-        egress.forget(str(label))
-        return dict(found.most_common())
+        return egress.take(str(label)) if egress is not None else {}
 
     def before_generate(self) -> None:
         self._unchanged = {}

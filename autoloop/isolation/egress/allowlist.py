@@ -35,3 +35,14 @@ def url_rules(env: Mapping[str, str], base_url: str | None = None, more: Sequenc
     found = [(base_url, "generator.base_url")] if base_url else []
     found += [(env[v], v) for v in URL_VARIABLES if env.get(v)]
     return [r for url, why in [*found, *more] if (r := url_rule(url, why)) is not None]
+
+
+def args_urls(args: Sequence[str]) -> list[tuple[str, str]]:
+    """Base URLs named in generator.args (`--openai-api-base URL`, `--x-base-url=URL`): the
+    model's hosts, which the agent may reach."""
+    words, out = list(args), []
+    for i, w in enumerate(words):
+        name, eq, value = w.partition("=")
+        if name.startswith("--") and name.endswith(("-api-base", "-base-url")):
+            out += [(u, f"generator.args {name}") for u in ([value] if eq else words[i + 1:i + 2])]
+    return out

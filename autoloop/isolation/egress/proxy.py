@@ -32,6 +32,7 @@ class Lease:
     label: str
     refused: Counter[str] = field(default_factory=Counter)
     allowed: Counter[str] = field(default_factory=Counter)
+    done: bool = False        # its sandbox has ended
 
 
 class EgressProxy:
@@ -53,18 +54,18 @@ class EgressProxy:
             self._leases[token] = Lease(policy, label)
         return token
 
-    def refusals(self, label: str) -> Counter[str]:
-        """host:port → refusals, summed over the sandboxes of `label` (a cycle's log folder)."""
+    def take(self, label: str) -> dict[str, int]:
+        """host:port → refusals, most first, summed over the sandboxes of `label` (a cycle's log
+        folder, "verifier"), counted afresh from now; the leases of sandboxes gone are forgotten."""
         out: Counter[str] = Counter()
         with self._lock:
-            for lease in self._leases.values():
+            for token, lease in list(self._leases.items()):
                 if lease.label == label:
                     out.update(lease.refused)
-        return out
-
-    def forget(self, label: str) -> None:
-        with self._lock:
-            self._leases = {t: le for t, le in self._leases.items() if le.label != label}
+                    lease.refused.clear()
+                    if lease.done:
+                        del self._leases[token]
+        return dict(out.most_common())
 
     def close(self) -> None:
         self._closed = True
@@ -86,6 +87,7 @@ class EgressProxy:
 
     def _adopt(self, conn: socket.socket) -> None:
         listener: socket.socket | None = None
+        lease: Lease | None = None
         with conn:
             try:
                 creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
@@ -110,6 +112,8 @@ class EgressProxy:
             except OSError:
                 pass
             finally:
+                if lease is not None:
+                    lease.done = True
                 if listener is not None:
                     try:
                         listener.shutdown(socket.SHUT_RDWR)   # wakes its accept
