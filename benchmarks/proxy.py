@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -115,6 +116,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--mb", type=int, default=256)
+    ap.add_argument("--starts", type=int, default=15)
     a = ap.parse_args()
     srv = serve()
     port = srv.getsockname()[1]
@@ -147,6 +149,18 @@ def main() -> None:
         med, p90 = statistics.median(times) * 1e3, times[int(len(times) * 0.9)] * 1e3
         mbps = statistics.median(r["mbps"])
         print(f"{how:<8} {med:>10.3f} {p90:>8.3f} {med - base:>9.3f} {mbps:>8.0f} {mbps / base_mbps:>9.2f}x")
+    # what a sandbox start costs with the way to the proxy made (the launcher, the listener
+    # handed over) next to one without the network
+    starts: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(a.starts):
+        for net in (False, True):
+            argv = box.argv(["/bin/true"], workdir=work, network=net, label="bench")
+            t = time.perf_counter()
+            subprocess.run(argv, check=True, timeout=60)
+            starts[net].append(time.perf_counter() - t)
+    off, on = (statistics.median(starts[n]) * 1e3 for n in (False, True))
+    print(f"sandbox start (median of {a.starts}): no network {off:.1f} ms, network through the proxy "
+          f"{on:.1f} ms (+{on - off:.1f} ms, once per generator run or measurement step)")
     shutil.rmtree(work, ignore_errors=True)
 
 

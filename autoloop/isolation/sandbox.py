@@ -115,7 +115,8 @@ class Bwrap:
         if self.egress is None:
             raise SandboxUnavailable("the network is on but autoloop's egress proxy is not running "
                                      "(Bwrap.start_egress)")
-        token = self.egress.lease(policy(self.allowlist(rules, extra)), label)
+        key = "verifier.hosts" if label == "verifier" else "sandbox.hosts"
+        token = self.egress.lease(policy(self.allowlist(rules, extra)), label, key)
         return [sys.executable, "-I", "-S", egress_launch.__file__, self.egress.name, token.decode(), str(PROXY_PORT)]
 
     def _with_egress(self, argv: list[str], rules: Sequence[Rule], label: str, extra: Sequence[str]) -> list[str]:
@@ -278,6 +279,7 @@ def _unreadable_file() -> str:
     return _UNREADABLE[0]
 
 
+_REFUSED = re.compile(r"autoloop refused (\S+):")
 _READ_ONLY = re.compile(r"Read-only file system|EROFS|\[Errno 30\]")
 _NO_NETWORK = re.compile(r"Temporary failure in name resolution|Name or service not known|"
                          r"Could not resolve host|Network is unreachable|getaddrinfo|"
@@ -297,6 +299,12 @@ def failure_hint(output: str, *, network: bool) -> str | None:
                 "sandbox.writable")
     if not network and _NO_NETWORK.search(output):
         return "the measurement sandbox has no network; set verifier.network: true if it needs one"
+    refused = _REFUSED.search(output)
+    if network and refused:
+        return f"autoloop's egress proxy refused {refused.group(1)}; add it to verifier.hosts if the measurement needs it"
+    if network and _NO_NETWORK.search(output):
+        return ("the measurement reaches the network only through autoloop's egress proxy (HTTPS_PROXY): "
+                "a tool that ignores the proxy variables cannot resolve names or connect")
     return None
 
 

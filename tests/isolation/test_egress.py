@@ -140,3 +140,13 @@ def test_a_launcher_that_cannot_reach_the_proxy_runs_nothing(tmp_path):
     assert res.returncode == launch.SETUP_FAILED and "egress proxy is not running" in res.stderr
     assert not marker.exists()
     assert Path(launch.__file__).read_text().count("import autoloop") == 0   # runs before autoloop is importable
+
+
+def test_a_measurement_refused_by_the_proxy_is_told_which_key():
+    from autoloop.isolation.sandbox import failure_hint
+
+    said = "urllib.error.HTTPError: Tunnel connection failed: 403 autoloop refused pypi.org:443: not in the allowlist"
+    assert failure_hint(said, network=True) == ("autoloop's egress proxy refused pypi.org:443; add it to "
+                                                "verifier.hosts if the measurement needs it")
+    hint = failure_hint("socket.gaierror: [Errno -3] Temporary failure in name resolution", network=True)
+    assert hint is not None and "only through autoloop's egress proxy" in hint

@@ -13,12 +13,13 @@ with a line on stderr when the way out could not be made (nothing ran)."""
 
 from __future__ import annotations
 
+# Few and light imports: this runs once per sandbox with the network on, and Python's
+# `socket`, `json` and `subprocess` modules would double its start.
+import _socket
+import struct
 import ctypes
-import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 
@@ -38,7 +39,7 @@ def _setns(path: str, kind: int) -> None:
         os.close(fd)
 
 
-def listen_inside(pid: int, port: int) -> socket.socket:
+def listen_inside(pid: int, port: int) -> _socket.socket:
     """A socket listening on 127.0.0.1:`port` in the network namespace of `pid`. Call it in a
     single-threaded process that may leave its own namespaces (a forked child)."""
     mine, theirs = (os.stat(f"/proc/{p}/ns/user") for p in ("self", str(pid)))
@@ -47,9 +48,9 @@ def listen_inside(pid: int, port: int) -> socket.socket:
     _setns(f"/proc/{pid}/ns/net", CLONE_NEWNET)
     deadline = time.monotonic() + _BIND_WAIT_S
     while True:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
             sock.bind(("127.0.0.1", port))
             sock.listen(128)
             return sock
@@ -60,13 +61,13 @@ def listen_inside(pid: int, port: int) -> socket.socket:
             time.sleep(0.002)
 
 
-def _hand_over(control: socket.socket, pid: int, port: int, token: bytes) -> None:
+def _hand_over(control: _socket.socket, pid: int, port: int, token: bytes) -> None:
     child = os.fork()
     if child == 0:
         code = 0
         try:
             sock = listen_inside(pid, port)
-            socket.send_fds(control, [b"L" + token], [sock.fileno()])
+            control.sendmsg([b"L" + token], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("i", sock.fileno()))])
         except BaseException as exc:   # noqa: BLE001 - said on stderr, the parent fails closed
             sys.stderr.write(f"autoloop: cannot make the sandbox's way to the proxy: {exc}\n")
             code = 1
@@ -80,9 +81,27 @@ def _hand_over(control: socket.socket, pid: int, port: int, token: bytes) -> Non
                                                                   or "it closed the connection"))
 
 
+def _child_pid(info: bytes) -> int:
+    """bwrap's --info-fd JSON: {"child-pid": N, ...} (read without the json module)."""
+    after = info.split(b'"child-pid"', 1)[1].lstrip(b" \t\n:")
+    return int(after[:len(after) - len(after.lstrip(b"0123456789"))])
+
+
+def _start(argv: list[str], keep: tuple[int, ...]) -> int:
+    for fd in keep:
+        os.set_inheritable(fd, True)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execvp(argv[0], argv)
+        finally:
+            os._exit(127)
+    return pid
+
+
 def main(argv: list[str]) -> int:
     control_name, token, port, bwrap, args = argv[0], argv[1].encode(), int(argv[2]), argv[3], argv[4:]
-    control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    control = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         control.connect("\0" + control_name)
     except OSError as exc:
@@ -90,27 +109,29 @@ def main(argv: list[str]) -> int:
         return SETUP_FAILED
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
-    proc = subprocess.Popen([bwrap, "--info-fd", str(info_w), "--block-fd", str(block_r), *args],
-                            pass_fds=(info_w, block_r))
+    pid = _start([bwrap, "--info-fd", str(info_w), "--block-fd", str(block_r), *args], (info_w, block_r))
     os.close(info_w)
     os.close(block_r)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda n, _f: proc.send_signal(n))
+        signal.signal(sig, lambda n, _f: os.kill(pid, n))
     try:
         with os.fdopen(info_r, "rb") as f:
             info = f.read()   # bwrap closes it once written
-        pid = int(json.loads(info)["child-pid"])
-        _hand_over(control, pid, port, token)
-    except (OSError, ValueError, KeyError) as exc:
-        proc.kill()
-        proc.wait()
+        _hand_over(control, _child_pid(info), port, token)
+    except (OSError, ValueError, IndexError) as exc:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
         sys.stderr.write(f"autoloop: cannot start the sandbox with its only way out through the egress "
                          f"proxy: {exc}\n")
         return SETUP_FAILED
     os.write(block_w, b"x")
     os.close(block_w)
-    code = proc.wait()
-    return 128 - code if code < 0 else code
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            return os.waitstatus_to_exitcode(status) % 256 if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+        except InterruptedError:
+            continue
 
 
 if __name__ == "__main__":

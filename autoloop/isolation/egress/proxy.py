@@ -30,6 +30,7 @@ class Lease:
     """One sandbox's use of the proxy: what it may reach, and what it was refused."""
     policy: Policy
     label: str
+    key: str = "sandbox.hosts"      # where the user widens it, said in a refusal
     refused: Counter[str] = field(default_factory=Counter)
     allowed: Counter[str] = field(default_factory=Counter)
     done: bool = False        # its sandbox has ended
@@ -47,11 +48,11 @@ class EgressProxy:
         self._closed = False
         threading.Thread(target=self._serve_control, name="egress-control", daemon=True).start()
 
-    def lease(self, policy: Policy, label: str) -> bytes:
+    def lease(self, policy: Policy, label: str, key: str = "sandbox.hosts") -> bytes:
         """A token for one sandbox launch (passed to its launcher)."""
         token = secrets.token_hex(16).encode()
         with self._lock:
-            self._leases[token] = Lease(policy, label)
+            self._leases[token] = Lease(policy, label, key)
         return token
 
     def take(self, label: str) -> dict[str, int]:
@@ -158,7 +159,7 @@ class EgressProxy:
                 with self._lock:
                     lease.refused[decision.target] += 1
                 client.sendall(_answer(403, f"autoloop refused {decision.target}: {decision.reason}; "
-                                            "add it to sandbox.hosts if the agent needs it"))
+                                            f"add it to {lease.key} if it is needed"))
                 return
             upstream = _dial(decision)
             with self._lock:
