@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -92,8 +93,12 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
         "FAKE_AGENT_REPLY": "Counted with collections.Counter.\nHypothesis: Counter counts in C, once.",
         "ANTHROPIC_API_KEY": "sk-test", "NO_COLOR": "1", "AUTOLOOP_DEBUG": "1",
     }
-    res = subprocess.run(["bash", "-c", text],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    # `doctor` asks the agent's API host through the egress proxy: a loopback one, never the
+    # real api.anthropic.com (tests send traffic to loopback only)
+    with socket.create_server(("127.0.0.1", 0)) as api:
+        env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{api.getsockname()[1]}"
+        res = subprocess.run(["bash", "-c", text],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-4000:] + res.stdout[-2000:]
     project = tmp_path / "textstats"
     assert "all " in res.stdout and "counts right" in res.stdout          # the score by hand
