@@ -134,6 +134,8 @@ class SandboxSpec:
     kind: Literal["auto", "none", "bwrap"] = "auto"
     network: bool = False                # the generator keeps the network (agent CLIs need it)
     writable: tuple[str, ...] = ()       # more paths generator and measurements may write (~ ok)
+    hide: tuple[str, ...] = ()           # more paths no sandbox reads (~ and globs ok), beside the
+                                         # home's credential places (autoloop.isolation.hidden)
 
 
 @dataclass(frozen=True)

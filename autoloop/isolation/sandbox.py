@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
 from autoloop.errors import ConfigError
+from autoloop.isolation import seccomp
+from autoloop.isolation.hidden import bwrap_args as hide_args, host_sockets, places as hidden_places
 from autoloop.process.executables import all_words
 from autoloop.process.proc import run_captured
 from autoloop.base.specs import SandboxSpec
@@ -98,33 +100,49 @@ class Bwrap:
                 args += ["--ro-bind", keep, keep]
         return args
 
-    def _readable(self, network: bool, path: str, wanted: Iterable[Path], command: str | Sequence[str]) -> list[str]:
-        """Read-only binds of what a private /tmp (or /run) would hide but the command needs: the
-        Python running autoloop and its venv (CI makes venvs under /tmp), the PATH folders (a
-        venv's bin/ with its lib/ beside it), the folders of absolute paths the command names."""
-        hidden = [os.path.realpath(h) for h in (*_PRIVATE, *([] if network else ["/run"]))]
+    def _sockets(self, network: bool, places: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
+        """The host's pathname sockets outside what the sandbox hides anyway (its private folders,
+        /run without the network, the daemons' folders with it, the hidden places)."""
+        roots = [*_PRIVATE, "/dev/shm", *(["/run"] if not network else _DAEMON_DIRS), *(p for p, d in places if d)]
+        return [(sock, False) for sock in host_sockets([os.path.realpath(r) for r in roots])]
+
+    def _readable(self, network: bool, path: str, wanted: Iterable[Path], command: str | Sequence[str],
+                  places: Sequence[tuple[str, bool]] = ()) -> list[str]:
+        """Read-only binds of what a private /tmp (or /run) or a hidden place would hide but the
+        command needs: the Python running autoloop and its venv (CI makes venvs under /tmp), the
+        PATH folders (a venv's bin/ with its lib/ beside it), the folders of absolute paths the
+        command names; then the hidden places inside those hidden again."""
+        roots = [os.path.realpath(h) for h in (*_PRIVATE, *([] if network else ["/run"]))]
+        roots += [p for p, folder in places if folder]
         paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), *wanted,
                  *(Path(d) for d in path.split(os.pathsep) if os.path.isabs(d)), *_named_folders(command)]
         ro: list[str] = []
         for p in [*paths, *(_venv_root(p) or p for p in paths)]:
             real = os.path.realpath(p)
-            if os.path.exists(real) and any(under(real, h) for h in hidden) and not any(under(real, r) for r in ro):
+            if os.path.exists(real) and any(under(real, h) for h in roots) and not any(under(real, r) for r in ro):
                 ro.append(real)
-        return [a for real in sorted(ro, key=len) for a in ("--ro-bind", real, real)]
+        again = [(p, d) for p, d in places if any(under(p, r) for r in ro)]
+        return [a for real in sorted(ro, key=len) for a in ("--ro-bind", real, real)] + hide_args(again)
 
     def argv(self, command: str | Sequence[str], *, workdir: Path, writable: Sequence[Path] = (),
              readable: Sequence[Path] = (), network: bool | None = None) -> list[str]:
         """The generator's `command` (a shell string or an argv) in the sandbox, cwd `workdir`.
         `network` overrides `sandbox.network` (an agent preset's default when the key is unset)."""
         net = self.spec.network if network is None else network
-        args = [self.exe, *self._base(net), *self._readable(net, os.environ.get("PATH", ""), readable, command)]
+        places = hidden_places(self.spec.hide)
+        # no unix socket can be made (autoloop.isolation.seccomp); without the filter (a machine
+        # it does not know), at least the host's sockets bound now are hidden
+        sockets = [] if seccomp.supported() else self._sockets(net, places)
+        args = [self.exe, *self._base(net), *hide_args(places), *hide_args(sockets),
+                *self._readable(net, os.environ.get("PATH", ""), readable, command, places)]
         extra = [os.path.expanduser(w) for w in self.spec.writable]
         rw = dict.fromkeys(os.path.realpath(p) for p in [workdir, *writable, *(w for w in extra if os.path.exists(w))])
         args += [a for real in rw for a in ("--bind", real, real)]
         args += hide(self.private)
         args += ["--chdir", os.path.realpath(workdir), "--setenv", "TMPDIR", "/tmp",
                  "--setenv", "TMP", "/tmp", "--setenv", "TEMP", "/tmp", "--"]
-        return [*args, "/bin/sh", "-c", command] if isinstance(command, str) else [*args, *command]
+        args = [*args, "/bin/sh", "-c", command] if isinstance(command, str) else [*args, *command]
+        return seccomp.sealed(args)
 
     def measurement_argv(self, command: str, *, box: Confinement) -> list[str]:
         """`command` (a shell string) run as a measurement: see Confinement."""
@@ -133,7 +151,12 @@ class Bwrap:
             args.remove("--die-with-parent")
         for name in _devices():
             args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
-        args += ["--tmpfs", "/dev/shm", *self._readable(box.network, box.path, box.readable, command)]
+        places = hidden_places(self.spec.hide)
+        # Measured code may make unix sockets (multiprocessing's Manager and forkserver, torch's
+        # DataLoader passing descriptors): no filter, but every socket of the host bound by now
+        # is hidden; its own sockets live in its private /tmp and scratch.
+        args += ["--tmpfs", "/dev/shm", *hide_args(places), *hide_args(self._sockets(box.network, places)),
+                 *self._readable(box.network, box.path, box.readable, command, places)]
         if box.git is not None:
             args += ["--ro-bind", str(box.git.folder), GIT_IN_SANDBOX]
         tree = where = os.path.realpath(box.tree)
