@@ -363,7 +363,8 @@ def _devices() -> list[str]:
 
 
 def _venv_root(p: Path) -> Path | None:
-    return next((d for d in (p, p.parent, p.parent.parent) if (d / "pyvenv.cfg").is_file()), None)
+    # os.path.isfile: a PATH folder this user may not enter is no venv (not a PermissionError)
+    return next((d for d in (p, p.parent, p.parent.parent) if os.path.isfile(d / "pyvenv.cfg")), None)
 
 
 def _named_folders(command: str | Sequence[str]) -> list[Path]:
