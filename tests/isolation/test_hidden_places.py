@@ -361,3 +361,63 @@ def test_unprivileged_the_same(request):
     assert out["visible.txt"] == "shown"
     assert not [rel for rel in PLACES if DECOY in out[rel]], out
     assert flag == ("True" if seccomp.supported() else "False")
+
+
+# ---- through `autoloop run` ----------------------------------------------------------------------
+
+E2E_PLAN = '''
+import json, socket
+home, out = {home!r}, {{}}
+for rel in {places!r}:
+    path = os.path.join(home, rel, "decoy") if rel in {folders!r} else os.path.join(home, rel)
+    try:
+        out[rel] = open(path).read()
+    except OSError as e:
+        out[rel] = type(e).__name__
+out["visible.txt"] = open(os.path.join(home, "visible.txt")).read()
+def reach(path):
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(3)
+        s.connect(path)
+        return "reached: " + s.recv(5).decode()
+    except OSError as e:
+        return type(e).__name__
+for path in {sockets!r}:
+    out[path] = reach(path)
+flag = {flag!r}
+open(flag + ".started", "w").close()
+for _ in range(200):
+    if os.path.exists(flag + ".ready"):
+        break
+    time.sleep(0.05)
+out["late"] = reach(open(flag + ".ready").read())
+(OUT / "gen" / "probes.json").write_text(json.dumps(out))
+W("val.txt", "30")
+hyp("probe the home and the sockets")
+'''
+
+
+def test_a_scripted_generator_with_the_network_reads_no_secret_and_reaches_no_socket(tmp_path, home, daemons):
+    from tests.scripts.e2e import GEN, PY, make_project
+
+    gen = tmp_path / "out" / "gen"
+    gen.mkdir(parents=True)
+    late = _late_daemon(gen / "flag", home / ".local" / "share" / "app" / "late-e2e.sock")
+    p = make_project(tmp_path, {}, command=f"{PY} {GEN} {gen}/plan.json {gen}/records",
+                     extra=f"sandbox: {{kind: bwrap, network: true, writable: [{gen}]}}")
+    p.plan_path, p.rec_dir = gen / "plan.json", gen / "records"
+    p.set_plan({1: E2E_PLAN.format(home=str(home), places=PLACES, folders=list(hidden.HOME_FOLDERS),
+                                   sockets=[str(d.path) for d in daemons], flag=str(gen / "flag"))})
+    p.env["HOME"] = str(home)      # the home autoloop runs with
+    try:
+        res = p.run("--cycles", "1")
+        assert res.returncode == 0, res.stderr
+        out = json.loads((gen / "probes.json").read_text())
+    finally:
+        for d in late:
+            d.close()
+    assert out.pop("visible.txt") == "shown"
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep"]   # the cycle ran as any other
+    assert not [k for k, v in out.items() if DECOY in v or v.startswith("reached")], out
+    assert len(out) == len(PLACES) + len(daemons) + 1
