@@ -76,16 +76,22 @@ def expand(patterns: Iterable[str]) -> list[str]:
 
 def places(extra: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> list[tuple[str, bool]]:
     """(real path, is a folder) of every place to hide that exists now: the defaults in each
-    home, then `extra` (`sandbox.hide`); a place inside another one listed is left out."""
+    home, then `extra` (`sandbox.hide`)."""
     candidates = [os.path.join(h, rel) for h in homes(environ) for rel in (*HOME_FOLDERS, *HOME_FILES)]
     found: dict[str, bool] = {}
     for path in [*candidates, *expand(extra)]:
         real = os.path.realpath(path)
         if real != "/" and os.path.exists(real):
             found.setdefault(real, os.path.isdir(real))
-    folders = [p for p, d in found.items() if d]
-    return [(p, d) for p, d in found.items()
-            if not any(p != f and p.startswith(f.rstrip("/") + "/") for f in folders)]
+    return list(found.items())
+
+
+def outermost(hidden: Iterable[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """The places not inside another folder listed (hiding that one hides them, and leaves no
+    mount point to name them)."""
+    hidden = list(hidden)
+    folders = [p.rstrip("/") + "/" for p, d in hidden if d]
+    return [(p, d) for p, d in hidden if not any(p.startswith(f) for f in folders)]
 
 
 def bwrap_args(hidden: Iterable[tuple[str, bool]]) -> list[str]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
 from autoloop.errors import ConfigError
 from autoloop.isolation import seccomp
-from autoloop.isolation.hidden import bwrap_args as hide_args, host_sockets, places as hidden_places
+from autoloop.isolation.hidden import bwrap_args as hide_args, host_sockets, outermost, places as hidden_places
 from autoloop.process.executables import all_words
 from autoloop.process.proc import run_captured
 from autoloop.base.specs import SandboxSpec
@@ -111,18 +111,23 @@ class Bwrap:
         """Read-only binds of what a private /tmp (or /run) or a hidden place would hide but the
         command needs: the Python running autoloop and its venv (CI makes venvs under /tmp), the
         PATH folders (a venv's bin/ with its lib/ beside it), the folders of absolute paths the
-        command names; then the hidden places inside those hidden again."""
-        roots = [os.path.realpath(h) for h in (*_PRIVATE, *([] if network else ["/run"]))]
-        roots += [p for p, folder in places if folder]
+        command names. Never a hidden place itself; the hidden places inside one shown are hidden
+        again right after it, under what is shown inside them (an agent in ~/.claude/local)."""
+        folders = [p for p, folder in places if folder]
+        roots = [os.path.realpath(h) for h in (*_PRIVATE, *([] if network else ["/run"]))] + folders
         paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), *wanted,
                  *(Path(d) for d in path.split(os.pathsep) if os.path.isabs(d)), *_named_folders(command)]
         ro: list[str] = []
         for p in [*paths, *(_venv_root(p) or p for p in paths)]:
             real = os.path.realpath(p)
-            if os.path.exists(real) and any(under(real, h) for h in roots) and not any(under(real, r) for r in ro):
+            if (os.path.exists(real) and real not in folders and any(under(real, h) for h in roots)
+                    and not any(under(real, r) for r in ro)):
                 ro.append(real)
-        again = [(p, d) for p, d in places if any(under(p, r) for r in ro)]
-        return [a for real in sorted(ro, key=len) for a in ("--ro-bind", real, real)] + hide_args(again)
+        args: list[str] = []
+        for real in sorted(ro, key=len):
+            inside = [(p, d) for p, d in places if p != real and under(p, real)]
+            args += ["--ro-bind", real, real, *hide_args(outermost(inside))]
+        return args
 
     def argv(self, command: str | Sequence[str], *, workdir: Path, writable: Sequence[Path] = (),
              readable: Sequence[Path] = (), network: bool | None = None) -> list[str]:
@@ -133,7 +138,7 @@ class Bwrap:
         # no unix socket can be made (autoloop.isolation.seccomp); without the filter (a machine
         # it does not know), at least the host's sockets bound now are hidden
         sockets = [] if seccomp.supported() else self._sockets(net, places)
-        args = [self.exe, *self._base(net), *hide_args(places), *hide_args(sockets),
+        args = [self.exe, *self._base(net), *hide_args(outermost(places)), *hide_args(sockets),
                 *self._readable(net, os.environ.get("PATH", ""), readable, command, places)]
         extra = [os.path.expanduser(w) for w in self.spec.writable]
         rw = dict.fromkeys(os.path.realpath(p) for p in [workdir, *writable, *(w for w in extra if os.path.exists(w))])
@@ -155,7 +160,7 @@ class Bwrap:
         # Measured code may make unix sockets (multiprocessing's Manager and forkserver, torch's
         # DataLoader passing descriptors): no filter, but every socket of the host bound by now
         # is hidden; its own sockets live in its private /tmp and scratch.
-        args += ["--tmpfs", "/dev/shm", *hide_args(places), *hide_args(self._sockets(box.network, places)),
+        args += ["--tmpfs", "/dev/shm", *hide_args(outermost(places)), *hide_args(self._sockets(box.network, places)),
                  *self._readable(box.network, box.path, box.readable, command, places)]
         if box.git is not None:
             args += ["--ro-bind", str(box.git.folder), GIT_IN_SANDBOX]

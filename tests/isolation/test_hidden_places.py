@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -47,7 +48,7 @@ def plant(home: Path) -> None:
 @pytest.fixture(scope="module")
 def home():
     """A home outside /tmp (under the test runner's own home), readable by everyone."""
-    base = Path(os.path.expanduser("~"))
+    base = Path(pwd.getpwuid(os.getuid()).pw_dir)   # not $HOME: the suite points it under /tmp
     if str(base.resolve()).startswith(("/tmp/", "/var/tmp/", "/dev/shm/")):
         pytest.skip("the runner's home lies under a folder every sandbox makes private")
     home = Path(tempfile.mkdtemp(prefix=".autoloop-hide-test-", dir=base))
@@ -421,3 +422,50 @@ def test_a_scripted_generator_with_the_network_reads_no_secret_and_reaches_no_so
     assert [r["status"] for r in p.rows()] == ["baseline", "keep"]   # the cycle ran as any other
     assert not [k for k, v in out.items() if DECOY in v or v.startswith("reached")], out
     assert len(out) == len(PLACES) + len(daemons) + 1
+
+
+def test_an_agent_installed_inside_a_hidden_place_still_starts(tmp_path, home, monkeypatch):
+    """Claude Code's local installer puts it under ~/.claude/local: what the command needs from a
+    hidden place is shown again, read-only, and nothing else of it."""
+    monkeypatch.setenv("HOME", str(home))
+    local = home / ".claude" / "local"
+    local.mkdir(parents=True, exist_ok=True)
+    exe = local / "agent"
+    exe.write_text("#!/bin/sh\necho started\n")
+    exe.chmod(0o755)
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    argv = Bwrap(SandboxSpec(kind="bwrap", network=True)).argv(
+        f"{exe}; cat {home}/.claude/decoy", workdir=wt, readable=[local])
+    res = _run(argv)
+    assert res.stdout.strip() == "started" and DECOY not in res.stdout, (res.stdout, res.stderr)
+
+
+@pytest.mark.slow
+def test_hiding_the_whole_home_keeps_a_venv_in_it_working(tmp_path, monkeypatch):
+    """`sandbox.hide: [~]`: a project venv under the home still runs (pip, a module of it), the
+    rest of the home is gone, and a credential place inside a folder shown again stays hidden."""
+    base = Path(pwd.getpwuid(os.getuid()).pw_dir)   # not $HOME: the suite points it under /tmp
+    if str(base.resolve()).startswith(("/tmp/", "/var/tmp/", "/dev/shm/")):
+        pytest.skip("the runner's home lies under a folder every sandbox makes private")
+    home = Path(tempfile.mkdtemp(prefix=".autoloop-wholehome-", dir=base))
+    try:
+        (home / "notes.txt").write_text(DECOY)
+        (home / ".ssh").mkdir()
+        (home / ".ssh" / "id").write_text(DECOY)
+        subprocess.run([sys.executable, "-m", "venv", str(home / "venv")], check=True, timeout=300)
+        (home / "venv" / ".ssh").mkdir()           # a credential place's name inside what is shown
+        (home / "venv" / "mod.py").write_text("print('mod ok')\n")
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("PATH", f"{home / 'venv' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+        wt = tmp_path / "wt"
+        wt.mkdir()
+        box = Bwrap(SandboxSpec(kind="bwrap", network=True, hide=("~",)))
+        command = (f"python -m pip --version | cut -c1-3; cd {home}/venv && python mod.py; cd {wt}; "
+                   f"cat {home}/notes.txt {home}/.ssh/id; ls {home}")
+        res = _run(box.argv(command, workdir=wt))
+        assert res.stdout.split("\n")[:2] == ["pip", "mod ok"], (res.stdout, res.stderr)
+        assert DECOY not in res.stdout
+        assert res.stdout.split("\n")[2:] == ["venv", ""], res.stdout    # nothing else of the home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
