@@ -80,6 +80,8 @@ def places(extra: Iterable[str] = (), environ: Mapping[str, str] | None = None) 
     candidates = [os.path.join(h, rel) for h in homes(environ) for rel in (*HOME_FOLDERS, *HOME_FILES)]
     found: dict[str, bool] = {}
     for path in [*candidates, *expand(extra)]:
+        if not os.path.lexists(path):    # most are missing: one system call, not realpath's many
+            continue
         real = os.path.realpath(path)
         if real != "/" and os.path.exists(real):
             found.setdefault(real, os.path.isdir(real))
@@ -114,16 +116,15 @@ def host_sockets(skip: Iterable[str] = (), table: str = "/proc/net/unix") -> lis
         return []
     roots = [r.rstrip("/") + "/" for r in skip]
     found: dict[str, None] = {}
-    for line in lines:
-        fields = line.split(None, 7)
-        if len(fields) < 8 or not fields[7].startswith("/"):
-            continue
-        real = os.path.realpath(fields[7])
-        if real in found or any((real + "/").startswith(r) for r in roots):
+    for path in dict.fromkeys(f[7] for f in (line.split(None, 7) for line in lines) if len(f) == 8):
+        if not path.startswith("/") or any(path.startswith(r) for r in roots):
             continue
         try:
-            if stat.S_ISSOCK(os.lstat(real).st_mode):
-                found[real] = None
+            if not stat.S_ISSOCK(os.stat(path).st_mode):
+                continue
         except OSError:
             continue
+        real = os.path.realpath(path)
+        if not any((real + "/").startswith(r) for r in roots):
+            found[real] = None
     return list(found)

@@ -4,6 +4,9 @@ read-only (whatever its permissions say), a private /tmp and /var/tmp, a minimal
 no network unless asked for (and then no sockets of daemons that would start a process for them).
 The generator writes only its work tree, its cycle's log folder and `sandbox.writable`; a
 measurement only what its Confinement says. (The SDK generators write only through the edit tool.)
+Neither reads the home's credential places or `sandbox.hide` (autoloop.isolation.hidden); the
+generator can make no unix socket (autoloop.isolation.seccomp), a measurement sees none of the
+host's bound when it starts.
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ class Bwrap:
                                      "(Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
                                      "bubblewrap) or use sandbox: none")
         try:
-            res = run_captured([self.exe, *self._base(self.spec.network), "--", "/bin/sh", "-c", "exit 0"],
+            # with the generator's seccomp filter: a kernel without seccomp fails here, not each cycle
+            res = run_captured(seccomp.sealed([self.exe, *self._base(self.spec.network), "--", "/bin/sh", "-c", "exit 0"]),
                                timeout=_PROBE_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise SandboxUnavailable(f"cannot run {self.exe}: {exc}") from None
