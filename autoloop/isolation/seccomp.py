@@ -151,13 +151,15 @@ def filter_file() -> str | None:
     read on a descriptor; None on a machine it does not know (see `supported`)."""
     if not supported():
         return None
+    if _FILE and not Path(_FILE[0]).is_file():   # removed under us (a temp cleaner): made again
+        _FILE.clear()
     if not _FILE:
         folder = temp_dir("seccomp")
         path = folder / "unix-sockets.bpf"
         path.write_bytes(program())
         atexit.register(remove_tree, folder, quiet=True)
         _FILE.append(str(path))
-    return _FILE[0] if Path(_FILE[0]).is_file() else None
+    return _FILE[0]
 
 
 # bwrap reads the filter on descriptor 3, opened by a shell that then becomes bwrap (the

@@ -5,6 +5,7 @@ the kernel takes the program and decides the same."""
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import struct
 import subprocess
@@ -119,3 +120,12 @@ print(t(lambda: socket.socket(socket.AF_UNIX)), t(lambda: socket.socket()),
     res = subprocess.run(sc.sealed(argv), capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["EACCES", "ok", "ok", "ok", "EACCES"]
+
+
+def test_a_filter_file_removed_under_us_is_made_again():
+    if not sc.supported():
+        pytest.skip("no filter for this machine")
+    first = sc.filter_file()
+    os.unlink(first)
+    again = sc.filter_file()
+    assert again is not None and open(again, "rb").read() == sc.program()
