@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-from pathlib import Path
 
 from autoloop.base.specs import SandboxSpec
 from autoloop.isolation import hidden
