@@ -79,3 +79,16 @@ def test_the_places_come_after_the_private_folders_and_before_every_bind(tmp_pat
     assert argv[ssh - 1] == "--tmpfs" and argv[netrc - 2:netrc] == ["--ro-bind", "/dev/null"]
     assert argv.index("/tmp") < ssh < argv.index("--bind")
     assert str(home / "mine") not in argv       # does not exist: nothing to hide
+
+
+def test_sandbox_writable_shows_a_hidden_place_again(tmp_path, monkeypatch):
+    home = tmp_path.parent / (tmp_path.name + "-home2")
+    (home / ".claude").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    argv = Bwrap(SandboxSpec(kind="bwrap", writable=("~/.claude",)), executable="/usr/bin/bwrap").argv("true", workdir=wt)
+    spot = str(home / ".claude")
+    hidden_at = [i for i, a in enumerate(argv) if a == spot and argv[i - 1] == "--tmpfs"]
+    shown_at = [i for i, a in enumerate(argv) if a == spot and argv[i - 2] == "--bind"]
+    assert hidden_at and shown_at and hidden_at[0] < shown_at[0]
