@@ -136,6 +136,8 @@ class SandboxSpec:
     network: bool = False                # the generator keeps the network (agent CLIs need it)
     writable: tuple[str, ...] = ()       # more paths generator and measurements may write (~ ok)
     hosts: tuple[str, ...] = ()          # more hosts the generator's egress proxy allows
+    hide: tuple[str, ...] = ()           # more paths no sandbox reads (~ and globs ok), beside the
+                                         # home's credential places (autoloop.isolation.hidden)
 
 
 @dataclass(frozen=True)

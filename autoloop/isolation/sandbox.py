@@ -5,6 +5,9 @@ their own network namespace: empty, or with the network on holding only the egre
 listener (autoloop.isolation.egress; no sockets of daemons that would start a process for them).
 The generator writes only its work tree, its cycle's log folder and `sandbox.writable`; a
 measurement only what its Confinement says. (The SDK generators write only through the edit tool.)
+Neither reads the home's credential places or `sandbox.hide` (autoloop.isolation.hidden); the
+generator can make no unix socket (autoloop.isolation.seccomp), a measurement sees none of the
+host's bound when it starts.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
 from autoloop.errors import ConfigError
+from autoloop.isolation import seccomp
+from autoloop.isolation.hidden import bwrap_args as hide_args, host_sockets, outermost, places as hidden_places
 from autoloop.process.executables import all_words
 from autoloop.process.proc import run_captured
 from autoloop.base.specs import SandboxSpec
@@ -72,7 +77,8 @@ class Bwrap:
                                      "(Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
                                      "bubblewrap) or use sandbox: none")
         try:
-            res = run_captured([self.exe, *self._base(self.spec.network), "--", "/bin/sh", "-c", "exit 0"],
+            # with the generator's seccomp filter: a kernel without seccomp fails here, not each cycle
+            res = run_captured(seccomp.sealed([self.exe, *self._base(self.spec.network), "--", "/bin/sh", "-c", "exit 0"]),
                                timeout=_PROBE_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise SandboxUnavailable(f"cannot run {self.exe}: {exc}") from None
@@ -149,19 +155,34 @@ class Bwrap:
                 args += ["--ro-bind", keep, keep]
         return args
 
-    def _readable(self, network: bool, path: str, wanted: Iterable[Path], command: str | Sequence[str]) -> list[str]:
-        """Read-only binds of what a private /tmp (or /run) would hide but the command needs: the
-        Python running autoloop and its venv (CI makes venvs under /tmp), the PATH folders (a
-        venv's bin/ with its lib/ beside it), the folders of absolute paths the command names."""
-        hidden = [os.path.realpath(h) for h in (*_PRIVATE, *([] if network else ["/run"]))]
+    def _sockets(self, network: bool, places: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
+        """The host's pathname sockets outside what the sandbox hides anyway (its private folders,
+        /run without the network, the daemons' folders with it, the hidden places)."""
+        roots = [*_PRIVATE, "/dev/shm", *(["/run"] if not network else _DAEMON_DIRS), *(p for p, d in places if d)]
+        return [(sock, False) for sock in host_sockets([os.path.realpath(r) for r in roots])]
+
+    def _readable(self, network: bool, path: str, wanted: Iterable[Path], command: str | Sequence[str],
+                  places: Sequence[tuple[str, bool]] = ()) -> list[str]:
+        """Read-only binds of what a private /tmp (or /run) or a hidden place would hide but the
+        command needs: the Python running autoloop and its venv (CI makes venvs under /tmp), the
+        PATH folders (a venv's bin/ with its lib/ beside it), the folders of absolute paths the
+        command names. Never a hidden place itself; the hidden places inside one shown are hidden
+        again right after it, under what is shown inside them (an agent in ~/.claude/local)."""
+        folders = [p for p, folder in places if folder]
+        roots = [os.path.realpath(h) for h in (*_PRIVATE, *([] if network else ["/run"]))] + folders
         paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), *wanted,
                  *(Path(d) for d in path.split(os.pathsep) if os.path.isabs(d)), *_named_folders(command)]
         ro: list[str] = []
         for p in [*paths, *(_venv_root(p) or p for p in paths)]:
             real = os.path.realpath(p)
-            if os.path.exists(real) and any(under(real, h) for h in hidden) and not any(under(real, r) for r in ro):
+            if (os.path.exists(real) and real not in folders and any(under(real, h) for h in roots)
+                    and not any(under(real, r) for r in ro)):
                 ro.append(real)
-        return [a for real in sorted(ro, key=len) for a in ("--ro-bind", real, real)]
+        args: list[str] = []
+        for real in sorted(ro, key=len):
+            inside = [(p, d) for p, d in places if p != real and under(p, real)]
+            args += ["--ro-bind", real, real, *hide_args(outermost(inside))]
+        return args
 
     def argv(self, command: str | Sequence[str], *, workdir: Path, writable: Sequence[Path] = (),
              readable: Sequence[Path] = (), network: bool | None = None, hosts: Sequence[Rule] = (),
@@ -170,7 +191,12 @@ class Bwrap:
         `network` overrides `sandbox.network` (an agent preset's default when the key is unset);
         with it on, the proxy allows `hosts` and sandbox.hosts, refusals counted under `label`."""
         net = self.spec.network if network is None else network
-        args = [self.exe, *self._base(net), *self._readable(net, os.environ.get("PATH", ""), readable, command)]
+        places = hidden_places(self.spec.hide)
+        # no unix socket can be made (autoloop.isolation.seccomp); without the filter (a machine
+        # it does not know), at least the host's sockets bound now are hidden
+        sockets = [] if seccomp.supported() else self._sockets(net, places)
+        args = [self.exe, *self._base(net), *hide_args(outermost(places)), *hide_args(sockets),
+                *self._readable(net, os.environ.get("PATH", ""), readable, command, places)]
         extra = [os.path.expanduser(w) for w in self.spec.writable]
         rw = dict.fromkeys(os.path.realpath(p) for p in [workdir, *writable, *(w for w in extra if os.path.exists(w))])
         args += [a for real in rw for a in ("--bind", real, real)]
@@ -178,7 +204,8 @@ class Bwrap:
         args += ["--chdir", os.path.realpath(workdir), "--setenv", "TMPDIR", "/tmp",
                  "--setenv", "TMP", "/tmp", "--setenv", "TEMP", "/tmp", "--"]
         args = [*args, "/bin/sh", "-c", command] if isinstance(command, str) else [*args, *command]
-        return self._with_egress(args, hosts, label, self.spec.hosts) if net else args
+        # the launcher starts bwrap, which inherits the filter's descriptor opened before both
+        return seccomp.sealed(self._with_egress(args, hosts, label, self.spec.hosts) if net else args)
 
     def measurement_argv(self, command: str, *, box: Confinement) -> list[str]:
         """`command` (a shell string) run as a measurement: see Confinement."""
@@ -187,7 +214,12 @@ class Bwrap:
             args.remove("--die-with-parent")
         for name in _devices():
             args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
-        args += ["--tmpfs", "/dev/shm", *self._readable(box.network, box.path, box.readable, command)]
+        places = hidden_places(self.spec.hide)
+        # Measured code may make unix sockets (multiprocessing's Manager and forkserver, torch's
+        # DataLoader passing descriptors): no filter, but every socket of the host bound by now
+        # is hidden; its own sockets live in its private /tmp and scratch.
+        args += ["--tmpfs", "/dev/shm", *hide_args(outermost(places)), *hide_args(self._sockets(box.network, places)),
+                 *self._readable(box.network, box.path, box.readable, command, places)]
         if box.git is not None:
             args += ["--ro-bind", str(box.git.folder), GIT_IN_SANDBOX]
         tree = where = os.path.realpath(box.tree)
@@ -418,7 +450,8 @@ def _devices() -> list[str]:
 
 
 def _venv_root(p: Path) -> Path | None:
-    return next((d for d in (p, p.parent, p.parent.parent) if (d / "pyvenv.cfg").is_file()), None)
+    # os.path.isfile: a PATH folder this user may not enter is no venv (not a PermissionError)
+    return next((d for d in (p, p.parent, p.parent.parent) if os.path.isfile(d / "pyvenv.cfg")), None)
 
 
 def _named_folders(command: str | Sequence[str]) -> list[Path]:

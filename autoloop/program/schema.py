@@ -19,6 +19,7 @@ from autoloop.process.envs import unsafe as unsafe_env
 from autoloop.errors import UsageError
 from autoloop.program.frontmatter import (At, Build, Check, ListOf, Reader, Section, at_least, boolean,
                                   exactly_one, matching, number, one_of, show, text, walk_keys)
+from autoloop.program.hide_key import hide_apart, hide_paths
 from autoloop.program.globs import PathRules, is_git_path, path_problem, pattern_problem, touches_git
 from autoloop.base.walk import worktrees_root
 from autoloop.base.hosts import BadHost, parse_entry
@@ -326,6 +327,7 @@ def _build_program(p: Reader, values: dict[str, Any], at: At, repo_root: Path, s
                               "the sandbox, and sandbox is none; remove `sandbox: none` (or the private key)")
     _private_apart(p, values)
     _places_apart(p, values, repo_root, state_dir)
+    hide_apart(p, values.get("sandbox", SandboxSpec()), values.get("data", ()), repo_root)
     editable = PathRules(values["allowed"], values.get("forbidden", ()))
     for i, d in enumerate(values.get("data", ())):
         if editable.allows(d.target) or editable.allows(d.target + "/x"):
@@ -482,7 +484,8 @@ _STOP = Section({
 }, _into(StopSpec))
 
 _SANDBOX = Section({"kind": one_of(("auto", "none", "bwrap")), "network": boolean,
-                    "writable": _host_paths, "hosts": _hosts}, _into(SandboxSpec), scalar_key="kind")
+                    "writable": _host_paths, "hosts": _hosts, "hide": hide_paths(_host_paths)},
+                   _into(SandboxSpec), scalar_key="kind")
 
 _RESOURCES = Section({"max_change_mb": _MB, "max_disk_mb": _MB, "max_processes": at_least(1)},
                      _into(ResourcesSpec))

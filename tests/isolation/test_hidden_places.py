@@ -1,0 +1,473 @@
+"""Real bwrap: the home's credential places and `sandbox.hide` are out of sight in the generator's
+sandbox and in a measurement's, and no unix socket of the host is reached: decoys planted in a home
+outside /tmp (a home under /tmp would vanish behind the private /tmp and prove nothing), sockets of
+"daemons" under /var/lib, /srv and the home, one bound after the sandbox started. Ordinary tools
+(multiprocessing, asyncio, git, node, pytest) keep working."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from autoloop.base.specs import SandboxSpec
+from autoloop.isolation import hidden, seccomp
+from autoloop.isolation.sandbox import Bwrap, Confinement
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+DECOY = "DECOY-SECRET-4c1d"
+PLACES = [*hidden.HOME_FOLDERS, *hidden.HOME_FILES]
+
+
+def plant(home: Path) -> None:
+    for rel in hidden.HOME_FOLDERS:
+        (home / rel).mkdir(parents=True, exist_ok=True)
+        (home / rel / "decoy").write_text(DECOY)
+    for rel in hidden.HOME_FILES:
+        (home / rel).parent.mkdir(parents=True, exist_ok=True)
+        (home / rel).write_text(DECOY)
+    (home / "visible.txt").write_text("shown")
+    (home / "projects" / "a").mkdir(parents=True)
+    (home / "projects" / "a" / ".env").write_text(DECOY)
+    (home / "projects" / "a" / "main.py").write_text("shown")
+    (home / "vault").mkdir()
+    (home / "vault" / "key").write_text(DECOY)
+
+
+@pytest.fixture(scope="module")
+def home():
+    """A home outside /tmp (under the test runner's own home), readable by everyone."""
+    base = Path(pwd.getpwuid(os.getuid()).pw_dir)   # not $HOME: the suite points it under /tmp
+    if str(base.resolve()).startswith(("/tmp/", "/var/tmp/", "/dev/shm/")):
+        pytest.skip("the runner's home lies under a folder every sandbox makes private")
+    home = Path(tempfile.mkdtemp(prefix=".autoloop-hide-test-", dir=base))
+    home.chmod(0o755)
+    try:
+        plant(home)
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+READER = f"""
+import json, os, sys
+home, out = sys.argv[1], {{}}
+for rel in {PLACES!r} + ["visible.txt", "projects/a/.env", "projects/a/main.py", "vault/key"]:
+    path = os.path.join(home, rel)
+    path = os.path.join(path, "decoy") if rel in {list(hidden.HOME_FOLDERS)!r} else path
+    try:
+        with open(path) as f:
+            out[rel] = f.read()
+    except OSError as e:
+        out[rel] = type(e).__name__
+print(json.dumps(out))
+"""
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+
+
+def _read_in(home: Path, tmp: Path, monkeypatch, *, measurement: bool, hide: tuple[str, ...] = ()) -> dict:
+    monkeypatch.setenv("HOME", str(home))
+    wt = tmp / "wt"
+    wt.mkdir(exist_ok=True)
+    script = wt / "read.py"
+    script.write_text(READER)
+    box = Bwrap(SandboxSpec(kind="bwrap", network=True, hide=hide))
+    if measurement:
+        argv = Confinement(box, tree=wt, checkout=None, path=os.environ["PATH"]).argv(f"{sys.executable} read.py {home}")
+    else:
+        argv = box.argv([sys.executable, str(script), str(home)], workdir=wt)
+    res = _run(argv)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+@pytest.fixture(scope="module")
+def seen(home, tmp_path_factory):
+    """What the generator's and a measurement's sandboxes read of the decoy home."""
+    with pytest.MonkeyPatch.context() as mp:
+        hide = (f"{home}/projects/*/.env", f"{home}/vault")
+        return {m: _read_in(home, tmp_path_factory.mktemp(m), mp, measurement=m == "measurement", hide=hide)
+                for m in ("generator", "measurement")}
+
+
+@pytest.mark.parametrize("rel", PLACES)
+@pytest.mark.parametrize("who", ["generator", "measurement"])
+def test_each_default_place_is_hidden(seen, who, rel):
+    assert seen[who]["visible.txt"] == "shown"     # the home itself is there: the test can fail
+    assert DECOY not in seen[who][rel], (who, rel, seen[who][rel])
+
+
+@pytest.mark.parametrize("who", ["generator", "measurement"])
+def test_sandbox_hide_hides_the_users_own_paths(seen, who):
+    assert seen[who]["projects/a/main.py"] == "shown"
+    assert DECOY not in seen[who]["projects/a/.env"] and DECOY not in seen[who]["vault/key"]
+
+
+def test_a_place_that_is_a_link_is_hidden_where_it_points(tmp_path, home, monkeypatch):
+    elsewhere = home / "keys-elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "id").write_text(DECOY)
+    linked = home / "linked"
+    (linked).mkdir()
+    (linked / ".ssh").symlink_to(elsewhere)
+    monkeypatch.setenv("HOME", str(linked))
+    assert (os.path.realpath(elsewhere), True) in hidden.places()
+    assert not any(p.startswith(str(home / "nowhere")) for p, _ in hidden.places([str(home / "nowhere" / "x")]))
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    res = _run(Bwrap(SandboxSpec(kind="bwrap")).argv(f"cat {linked}/.ssh/id; ls -A {elsewhere}", workdir=wt))
+    assert DECOY not in res.stdout and res.stdout.strip() == ""
+
+
+# ---- sockets -----------------------------------------------------------------------------------
+
+
+class Daemon:
+    """A pathname unix socket that answers "hello" to whoever connects."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.bind(str(path))
+        os.chmod(path, 0o777)
+        self.sock.listen(8)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        try:
+            while True:
+                conn = self.sock.accept()[0]
+                conn.sendall(b"hello")
+                conn.close()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+        self.path.unlink(missing_ok=True)
+
+
+def _system_dirs() -> list[Path]:
+    out = []
+    for top in ("/var/lib", "/srv", "/opt"):
+        if os.access(top, os.W_OK):
+            out.append(Path(tempfile.mkdtemp(prefix="autoloop-test-", dir=top)))
+    return out
+
+
+@pytest.fixture
+def daemons(home):
+    dirs = _system_dirs()
+    for d in dirs:
+        d.chmod(0o755)
+    ds = [Daemon(d / "d.sock") for d in dirs] + [Daemon(home / ".local" / "share" / "app" / "d.sock")]
+    yield ds
+    for d in ds:
+        d.close()
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+CONNECT = """
+import json, os, socket, sys, time
+out = {}
+def reach(path):
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(3)
+        s.connect(path)
+        return "reached: " + s.recv(5).decode()
+    except OSError as e:
+        return type(e).__name__
+for path in sys.argv[2:]:
+    out[path] = reach(path)
+flag = sys.argv[1]
+open(flag + ".started", "w").close()
+for _ in range(200):
+    if os.path.exists(flag + ".ready"):
+        break
+    time.sleep(0.05)
+out["late"] = reach(open(flag + ".ready").read())
+print(json.dumps(out))
+"""
+
+
+def _late_daemon(flag: Path, where: Path) -> list[Daemon]:
+    made: list[Daemon] = []
+
+    def later() -> None:
+        for _ in range(400):
+            if flag.with_name(flag.name + ".started").exists():
+                break
+            time.sleep(0.05)
+        made.append(Daemon(where))
+        flag.with_name(flag.name + ".ready").write_text(str(where))
+
+    threading.Thread(target=later, daemon=True).start()
+    return made
+
+
+@pytest.mark.parametrize("network", [True, False], ids=["network", "no-network"])
+def test_the_generator_reaches_no_socket_of_the_host(tmp_path, home, daemons, monkeypatch, network):
+    if not seccomp.supported():
+        pytest.skip("no seccomp filter for this machine")
+    monkeypatch.setenv("HOME", str(home))
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    flag = wt / "flag"
+    late = _late_daemon(flag, home / ".local" / "share" / "app" / f"late-{network}.sock")
+    script = tmp_path / "connect.py"
+    script.write_text(CONNECT)
+    paths = [str(d.path) for d in daemons]
+    # outside the sandbox, each answers: the test can fail
+    assert [_reach(p) for p in paths] == ["hello"] * len(paths)
+    res = _run(Bwrap(SandboxSpec(kind="bwrap", network=network)).argv(
+        [sys.executable, str(script), str(flag), *paths], workdir=wt))
+    try:
+        assert res.returncode == 0, res.stderr
+        out = json.loads(res.stdout)
+        assert late and _reach(str(late[0].path)) == "hello"
+        assert len(out) == len(paths) + 1
+        assert not [k for k, v in out.items() if v.startswith("reached")], out
+        assert set(out.values()) == {"PermissionError"}    # made no socket at all
+    finally:
+        for d in late:
+            d.close()
+
+
+def _reach(path: str) -> str:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(3)
+        s.connect(path)
+        return s.recv(5).decode()
+
+
+def test_a_measurement_sees_none_of_the_sockets_bound_before_it(tmp_path, home, daemons, monkeypatch):
+    """Measured code may make its own sockets (multiprocessing's Manager below); the host's bound
+    at the start are hidden. (One bound later is the documented gap of measurements.)"""
+    monkeypatch.setenv("HOME", str(home))
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    (wt / "probe.py").write_text(
+        "import json, socket, sys, multiprocessing as mp\n"
+        "def reach(p):\n"
+        "    try:\n"
+        "        s = socket.socket(socket.AF_UNIX); s.settimeout(3); s.connect(p); return 'reached'\n"
+        "    except OSError as e:\n"
+        "        return type(e).__name__\n"
+        "with mp.Manager() as m:\n"
+        "    d = m.dict(a=1)\n"
+        "    managed = d['a']\n"
+        "print(json.dumps({'managed': managed, **{p: reach(p) for p in sys.argv[1:]}}))\n")
+    paths = [str(d.path) for d in daemons]
+    box = Confinement(Bwrap(SandboxSpec(kind="bwrap")), tree=wt, checkout=None, path=os.environ["PATH"])
+    res = _run(box.argv(f"{sys.executable} probe.py {' '.join(paths)}"))
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out.pop("managed") == 1
+    assert out and not [k for k, v in out.items() if v == "reached"], out
+
+
+ORDINARY = r"""
+set -e
+cd "$1"
+{py} -c '
+import asyncio, multiprocessing as mp, subprocess
+with mp.Pool(2) as p:
+    assert p.map(abs, [-1, -2]) == [1, 2]
+for ctx in ("fork", "spawn"):
+    with mp.get_context(ctx).Pool(1) as p:
+        assert p.apply(abs, (-3,)) == 3
+async def main():
+    proc = await asyncio.create_subprocess_exec("true")
+    return await proc.wait()
+assert asyncio.run(main()) == 0
+print("python ok")
+'
+git init -q g && git -C g -c user.name=a -c user.email=a@b commit -q --allow-empty -m x && git -C g log --oneline | wc -l
+node -e 'require("child_process").execFile("node", ["-e", "process.stdout.write(\"node ok\")"], (e, out) => console.log(out))'
+printf 'def test_a():\n    assert 1\n' > test_x.py && {py} -m pytest -q -p no:cacheprovider test_x.py 2>&1 | tail -1
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node")
+def test_ordinary_tools_work_in_the_generators_sandbox(tmp_path, home, monkeypatch):
+    monkeypatch.setenv("HOME", str(home))
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    script = tmp_path / "ordinary.sh"
+    script.write_text(ORDINARY.replace("{py}", sys.executable))
+    res = _run(Bwrap(SandboxSpec(kind="bwrap", network=True)).argv(["/bin/sh", str(script), str(wt)], workdir=wt))
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.split("\n")
+    assert lines[:3] == ["python ok", "1", "node ok"], res.stdout
+    assert "1 passed" in lines[3], res.stdout
+
+
+SYSTEM_PY = "/usr/bin/python3"   # the test's own may live where nobody cannot enter (/root/.pyenv)
+UNPRIVILEGED = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become nobody")
+def test_unprivileged_the_same(request):
+    """bwrap run by an ordinary user makes a user namespace: the places are hidden and the filter
+    holds there too (the decisions made by autoloop running as that user)."""
+    if not os.path.exists(SYSTEM_PY) or not os.access(str(Path(hidden.__file__).parent), os.R_OK):
+        pytest.skip("this Python or autoloop is not readable by nobody")
+    tmp_path = Path(tempfile.mkdtemp(prefix="autoloop-nobody-"))   # pytest's own is root's alone
+    home = Path(tempfile.mkdtemp(prefix="autoloop-nobody-home-", dir="/var/lib"))   # outside /tmp and /root
+    request.addfinalizer(lambda: [shutil.rmtree(d, ignore_errors=True) for d in (tmp_path, home)])
+    home.chmod(0o755)
+    plant(home)
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    os.chmod(tmp_path, 0o777)
+    os.chmod(wt, 0o777)
+    (tmp_path / "read.py").write_text(READER)
+    os.chmod(tmp_path / "read.py", 0o644)
+    driver = (
+        "import subprocess, sys\n"
+        "from autoloop.base.specs import SandboxSpec\n"
+        "from autoloop.isolation.sandbox import Bwrap\n"
+        f"argv = Bwrap(SandboxSpec(kind='bwrap', network=True)).argv([{SYSTEM_PY!r}, {str(tmp_path / 'read.py')!r}, "
+        f"{str(home)!r}], workdir=__import__('pathlib').Path({str(wt)!r}))\n"
+        "res = subprocess.run(argv, capture_output=True, text=True)\n"
+        "print(res.stdout.strip() if res.returncode == 0 else res.stderr.replace(chr(10), ' '))\n"
+        f"sock = subprocess.run(Bwrap(SandboxSpec(kind='bwrap')).argv([{SYSTEM_PY!r}, '-c', "
+        "'import socket; socket.socket(socket.AF_UNIX)'], workdir=__import__('pathlib').Path("
+        f"{str(wt)!r})), capture_output=True, text=True)\n"
+        "print('PermissionError' in sock.stderr)\n")
+    env = {"HOME": str(home), "PATH": os.environ["PATH"], "TMPDIR": str(tmp_path),
+           "PYTHONPATH": str(Path(hidden.__file__).parents[2])}
+    res = _run([*UNPRIVILEGED, sys.executable, "-c", driver], env=env)
+    assert res.returncode == 0, res.stderr
+    first, flag = res.stdout.strip().splitlines()[0], res.stdout.strip().splitlines()[-1]
+    assert first.startswith("{"), first
+    out = json.loads(first)
+    assert out["visible.txt"] == "shown"
+    assert not [rel for rel in PLACES if DECOY in out[rel]], out
+    assert flag == ("True" if seccomp.supported() else "False")
+
+
+# ---- through `autoloop run` ----------------------------------------------------------------------
+
+E2E_PLAN = '''
+import json, socket
+home, out = {home!r}, {{}}
+for rel in {places!r}:
+    path = os.path.join(home, rel, "decoy") if rel in {folders!r} else os.path.join(home, rel)
+    try:
+        out[rel] = open(path).read()
+    except OSError as e:
+        out[rel] = type(e).__name__
+out["visible.txt"] = open(os.path.join(home, "visible.txt")).read()
+def reach(path):
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(3)
+        s.connect(path)
+        return "reached: " + s.recv(5).decode()
+    except OSError as e:
+        return type(e).__name__
+for path in {sockets!r}:
+    out[path] = reach(path)
+flag = {flag!r}
+open(flag + ".started", "w").close()
+for _ in range(200):
+    if os.path.exists(flag + ".ready"):
+        break
+    time.sleep(0.05)
+out["late"] = reach(open(flag + ".ready").read())
+(OUT / "gen" / "probes.json").write_text(json.dumps(out))
+W("val.txt", "30")
+hyp("probe the home and the sockets")
+'''
+
+
+def test_a_scripted_generator_with_the_network_reads_no_secret_and_reaches_no_socket(tmp_path, home, daemons):
+    from tests.scripts.e2e import GEN, PY, make_project
+
+    gen = tmp_path / "out" / "gen"
+    gen.mkdir(parents=True)
+    late = _late_daemon(gen / "flag", home / ".local" / "share" / "app" / "late-e2e.sock")
+    p = make_project(tmp_path, {}, command=f"{PY} {GEN} {gen}/plan.json {gen}/records",
+                     extra=f"sandbox: {{kind: bwrap, network: true, writable: [{gen}]}}")
+    p.plan_path, p.rec_dir = gen / "plan.json", gen / "records"
+    p.set_plan({1: E2E_PLAN.format(home=str(home), places=PLACES, folders=list(hidden.HOME_FOLDERS),
+                                   sockets=[str(d.path) for d in daemons], flag=str(gen / "flag"))})
+    p.env["HOME"] = str(home)      # the home autoloop runs with
+    try:
+        res = p.run("--cycles", "1")
+        assert res.returncode == 0, res.stderr
+        out = json.loads((gen / "probes.json").read_text())
+        # every one answers outside the sandbox: the test can fail
+        assert [_reach(str(d.path)) for d in [*daemons, *late]] == ["hello"] * (len(daemons) + 1)
+    finally:
+        for d in late:
+            d.close()
+    assert out.pop("visible.txt") == "shown"
+    assert [r["status"] for r in p.rows()] == ["baseline", "keep"]   # the cycle ran as any other
+    assert not [k for k, v in out.items() if DECOY in v or v.startswith("reached")], out
+    assert len(out) == len(PLACES) + len(daemons) + 1
+
+
+def test_an_agent_installed_inside_a_hidden_place_still_starts(tmp_path, home, monkeypatch):
+    """Claude Code's local installer puts it under ~/.claude/local: what the command needs from a
+    hidden place is shown again, read-only, and nothing else of it."""
+    monkeypatch.setenv("HOME", str(home))
+    local = home / ".claude" / "local"
+    local.mkdir(parents=True, exist_ok=True)
+    exe = local / "agent"
+    exe.write_text("#!/bin/sh\necho started\n")
+    exe.chmod(0o755)
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    argv = Bwrap(SandboxSpec(kind="bwrap", network=True)).argv(
+        f"{exe}; cat {home}/.claude/decoy", workdir=wt, readable=[local])
+    res = _run(argv)
+    assert res.stdout.strip() == "started" and DECOY not in res.stdout, (res.stdout, res.stderr)
+
+
+@pytest.mark.slow
+def test_hiding_the_whole_home_keeps_a_venv_in_it_working(tmp_path, monkeypatch):
+    """`sandbox.hide: [~]`: a project venv under the home still runs (pip, a module of it), the
+    rest of the home is gone, and a credential place inside a folder shown again stays hidden."""
+    base = Path(pwd.getpwuid(os.getuid()).pw_dir)   # not $HOME: the suite points it under /tmp
+    if str(base.resolve()).startswith(("/tmp/", "/var/tmp/", "/dev/shm/")):
+        pytest.skip("the runner's home lies under a folder every sandbox makes private")
+    home = Path(tempfile.mkdtemp(prefix=".autoloop-wholehome-", dir=base))
+    try:
+        (home / "notes.txt").write_text(DECOY)
+        (home / ".ssh").mkdir()
+        (home / ".ssh" / "id").write_text(DECOY)
+        subprocess.run([sys.executable, "-m", "venv", str(home / "venv")], check=True, timeout=300)
+        (home / "venv" / ".ssh").mkdir()           # a credential place's name inside what is shown
+        (home / "venv" / "mod.py").write_text("print('mod ok')\n")
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("PATH", f"{home / 'venv' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+        wt = tmp_path / "wt"
+        wt.mkdir()
+        box = Bwrap(SandboxSpec(kind="bwrap", network=True, hide=("~",)))
+        command = (f"python -m pip --version | cut -c1-3; cd {home}/venv && python mod.py; cd {wt}; "
+                   f"cat {home}/notes.txt {home}/.ssh/id; ls {home}")
+        res = _run(box.argv(command, workdir=wt))
+        assert res.stdout.split("\n")[:2] == ["pip", "mod ok"], (res.stdout, res.stderr)
+        assert DECOY not in res.stdout
+        assert res.stdout.split("\n")[2:] == ["venv", ""], res.stdout    # nothing else of the home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
