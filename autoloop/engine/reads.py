@@ -145,11 +145,18 @@ def opened(trace_file: Path, how: str, cwd: str) -> list[str]:
     return out
 
 
+_CACHED = re.compile(r"(?:(.*)/)?__pycache__/([^/.]+)\.[^/]+\.pyc")
+
+
 def in_tree(paths: Iterable[str], roots: Sequence[str]) -> list[str]:
-    """The paths under one of `roots` (the measured tree, where it appears), relative to it."""
+    """The paths under one of `roots` (the measured tree, where it appears), relative to it. A
+    module's cached bytecode stands for its source: after a guard has imported `src/m.py`, the
+    verifier's import opens only `src/__pycache__/m.cpython-311.pyc`, compiled from that file."""
     found: dict[str, None] = {}
     for p in paths:
         p = os.path.normpath(p)
+        if m := _CACHED.fullmatch(p):
+            p = os.path.join(m.group(1) or "", m.group(2) + ".py")
         for root in roots:
             if under(p, root) and p != root:
                 rel = os.path.relpath(p, root)
