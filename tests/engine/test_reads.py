@@ -45,6 +45,10 @@ def test_a_modules_cached_bytecode_counts_as_a_read_of_its_source() -> None:
     got = in_tree(["/t/src/__pycache__/m.cpython-311.pyc", "/t/__pycache__/top.cpython-312.opt-1.pyc",
                    "/t/bench/run.py", "/t/src/__pycache__/notes.txt"], ["/t"])
     assert got == ["bench/run.py", "src/__pycache__/notes.txt", "src/m.py", "top.py"]
+    # autoloop's measurements keep bytecode under PYTHONPYCACHEPREFIX, at the source's own path
+    prefixed = in_tree(["/s/pycache/t/src/m.cpython-311.pyc", "/s/pycache/elsewhere/x.cpython-311.pyc"],
+                       ["/t"], "/s/pycache")
+    assert prefixed == ["src/m.py"]
 
 
 def test_calls_strace_split_between_processes_are_joined(tmp_path: Path) -> None:
