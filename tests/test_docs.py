@@ -302,3 +302,31 @@ def test_each_commands_signature_in_the_prose_names_every_option_it_has() -> Non
         missing = [a.option_strings for a in actions if not named & set(a.option_strings)]
         unknown = named - {s for a in actions for s in a.option_strings}
         assert not missing and not unknown, (name, signature, missing, unknown)
+
+
+def test_a_key_without_a_description_stops_the_reference_script(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key another branch adds to the schema without a description in keydocs fails loudly,
+    naming it, and the page is not written."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import docs_reference
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    from autoloop.program import keydocs
+
+    keys = dict(keydocs.KEYS)
+    del keys["stop.max_cost_usd"]
+    monkeypatch.setattr(keydocs, "KEYS", keys)
+    with pytest.raises(docs_reference.UndescribedKey, match=r"stop\.max_cost_usd"):
+        docs_reference.keys_markdown()
+    monkeypatch.setattr(keydocs, "KEYS", {**keys, "stop.max_cost_usd": keydocs.KeyDoc("USD", "", "x: 1", "y")})
+    with pytest.raises(docs_reference.UndescribedKey, match=r"stop\.max_cost_usd"):
+        docs_reference.keys_markdown()
+    monkeypatch.setattr(keydocs, "KEYS", {**keydocs.KEYS, "stop.max_kittens": keydocs.KeyDoc("n", "t", "x: 1")})
+    with pytest.raises(docs_reference.UndescribedKey, match=r"not in the schema: stop\.max_kittens"):
+        docs_reference.keys_markdown()
+    # every key's entry reads as the page needs it: a default, or what leaving it out means
+    defaults = {**docs_reference._defaults(), **docs_reference._PAIRED}
+    assert all(k in defaults or keydocs.KEYS[k].unset for k in known_keys())
+    page = docs_reference.KEYS_PAGE.read_text(encoding="utf-8")
+    assert "<code>stop.max_cycles</code>** — integer >= 0; if left out: unlimited" in page
