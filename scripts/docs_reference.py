@@ -161,8 +161,12 @@ def keys_markdown() -> str:
             raise UndescribedKey(f"{key} has no default: say in keydocs what leaving it out means")
         line = _example_line(key, lines)
         where = f" ([program.md.example](example.md) line {line})" if line else ""
-        out += [f"- **{_code(key)}** — {_inline(doc.type)}; {default}.  ",
-                f"  {_inline(doc.text)} Example: {_code(doc.example)}{where}.", ""]
+        text = f"{_inline(doc.type)}; {default}.  \n  {_inline(doc.text)} Example: {_code(doc.example)}{where}."
+        leaf = not any(k.startswith((key + ".", key + "[].")) for k in keys)
+        if leaf and "." not in key:   # a top-level key with nothing under it: its heading names it
+            out += [f"<code>{key}</code>: " + text.replace("  \n  ", "<br>\n", 1), ""]
+        else:
+            out += [f"- **{_code(key)}** — " + text, ""]
     return "\n".join(out)
 
 
