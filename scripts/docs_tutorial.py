@@ -130,7 +130,7 @@ _VARYING = [re.compile(p) for p in (
 # the statuses and verdicts, not the wording around numbers that a quieter machine changes
 _MATTERS = re.compile(r"(?:cycle # +(?:baseline|keep|discard|crash|guard_fail|violation|no_change|gen_error)\b"
                       r"|final |stopped: |guard |score: |seconds: |ok |warn |FAIL |doctor: |verifying |wrote "
-                      r"|baseline |best |keep rate |by status |# passed|all # counts"
+                      r"|baseline |best |keep rate |by status |# passed|all # counts|program\.md:# |exit #|edit program"
                       r"|# +(?:baseline|keep|discard|crash|guard_fail|violation|no_change|gen_error)\b)")
 
 

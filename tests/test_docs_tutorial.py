@@ -33,7 +33,7 @@ def test_every_block_is_run_written_or_quoted_and_each_skip_says_why() -> None:
     assert all(reason.strip() for reason in skipped)
     assert len(skipped) == 4, skipped   # the venv and pip, the probe, the night, the merge
     # the steps a reader checks by their output: each has its transcript
-    assert {"tutorial-pytest", "tutorial-verify", "tutorial-doctor", "tutorial-run", "tutorial-log"} <= set(quotes)
+    assert {"tutorial-pytest", "tutorial-refused", "tutorial-verify", "tutorial-doctor", "tutorial-run", "tutorial-log"} <= set(quotes)
 
 
 def test_the_comparison_sees_a_changed_verdict_and_not_a_changed_time() -> None:
