@@ -301,10 +301,11 @@ DOCTOR_NAME_WIDTH = 14    # the lines stream out as each check ends: one width t
 def main(args: argparse.Namespace) -> int:
     from autoloop.commands.doctor import diagnose
 
+    program = _load(args.program)
     if args.probe:
-        return print_probe(load_program(args.program))
+        return print_probe(program)
     failed = 0
-    for check in diagnose(load_program(args.program), tag=args.tag):
+    for check in diagnose(program, tag=args.tag):
         print(f"{check.state:<4}  {check.name:<{DOCTOR_NAME_WIDTH}}  {check.detail}", flush=True)
         failed += check.blocks
     if failed:
@@ -312,6 +313,19 @@ def main(args: argparse.Namespace) -> int:
         return 1
     print("doctor: a run can start")
     return 0
+
+
+def _load(path: str) -> Program:
+    """The program to check; a missing file says where a first check can start (right after
+    installing, there is no program.md yet)."""
+    try:
+        return load_program(path)
+    except UsageError as exc:
+        if os.path.lexists(os.path.expanduser(path)):
+            raise
+        raise UsageError(f"{exc}; doctor checks a program: give its path, write one with `autoloop init`, "
+                         "or check this machine with the quickstart's, from autoloop's clone: "
+                         "autoloop doctor examples/quickstart/program.md") from None
 
 
 def print_probe(program: Any) -> int:
