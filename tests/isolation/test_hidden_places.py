@@ -471,3 +471,32 @@ def test_hiding_the_whole_home_keeps_a_venv_in_it_working(tmp_path, monkeypatch)
         assert res.stdout.split("\n")[2:] == ["venv", ""], res.stdout    # nothing else of the home
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become nobody")
+def test_unprivileged_a_measurement_sees_no_socket_of_the_host(request):
+    if not os.path.exists(SYSTEM_PY) or not os.access("/var/lib", os.W_OK):
+        pytest.skip("needs /usr/bin/python3 and a writable /var/lib")
+    tmp = Path(tempfile.mkdtemp(prefix="autoloop-nobody-"))
+    where = Path(tempfile.mkdtemp(prefix="autoloop-test-", dir="/var/lib"))
+    where.chmod(0o755)
+    daemon = Daemon(where / "d.sock")
+    request.addfinalizer(lambda: (daemon.close(), [shutil.rmtree(d, ignore_errors=True) for d in (tmp, where)]))
+    (tmp / "wt").mkdir()
+    os.chmod(tmp, 0o777)
+    os.chmod(tmp / "wt", 0o777)
+    probe = f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({str(daemon.path)!r}); print(s.recv(5))"
+    driver = (
+        "import pathlib, shlex, subprocess\n"
+        "from autoloop.base.specs import SandboxSpec\n"
+        "from autoloop.isolation.sandbox import Bwrap, Confinement\n"
+        f"box = Confinement(Bwrap(SandboxSpec(kind='bwrap')), tree=pathlib.Path({str(tmp / 'wt')!r}), checkout=None, "
+        "path='/usr/bin:/bin')\n"
+        f"res = subprocess.run(box.argv({SYSTEM_PY!r} + ' -c ' + shlex.quote({probe!r})), capture_output=True, text=True)\n"
+        "print(res.returncode, (res.stderr.strip().splitlines() or [''])[-1])\n")
+    env = {"HOME": "/nonexistent", "PATH": "/usr/bin:/bin", "TMPDIR": str(tmp),
+           "PYTHONPATH": str(Path(hidden.__file__).parents[2])}
+    assert _reach(str(daemon.path)) == "hello"
+    res = _run([*UNPRIVILEGED, sys.executable, "-c", driver], env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "1 ConnectionRefusedError: [Errno 111] Connection refused", res.stdout
