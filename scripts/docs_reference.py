@@ -2,8 +2,11 @@
 
 - docs/reference/commands.md: every command's usage and options, from the argument parser
   (autoloop.cli.build_parser);
-- docs/reference/program.md: the table of every program.md key, from the schema
-  (autoloop.program.reader.known_keys), with its default from the specs it is read into.
+- docs/reference/program.md: every program.md key, from the schema
+  (autoloop.program.reader.known_keys): its type, description, what leaving it out means and an
+  example from autoloop.program.keydocs, its default from the specs it is read into. A key
+  without an entry in keydocs (or an entry for a key the schema does not have) stops the script
+  with an error naming it: a new key is described before the page can be written.
 
 Each part sits between `<!-- generated: NAME -->` and `<!-- /generated -->`; the rest of the
 page is written by hand. `python scripts/docs_reference.py` rewrites them; `--check` exits 1
@@ -101,7 +104,9 @@ def _defaults() -> dict[str, str]:
 
 # defaults the paired rule puts in place of the dataclass's (autoloop.program.schema._build_accept)
 _PAIRED = {"accept.min_effect": "0; 1% with rule: paired", "accept.alpha": "0.05; 0.005 with rule: paired",
-           "accept.pairs": "8; 16 with rule: paired"}
+           "accept.pairs": "8; 16 with rule: paired",
+           # the generator's sandbox keeps the network for the agent CLIs (autoloop.program.schema)
+           "sandbox.network": "false; true for claude, codex and aider, which need their API"}
 
 
 def _example_line(key: str, lines: list[str]) -> int | None:
@@ -121,15 +126,48 @@ def _example_line(key: str, lines: list[str]) -> int | None:
     return None
 
 
+class UndescribedKey(Exception):
+    """A schema key without a description in autoloop.program.keydocs, or the reverse."""
+
+
+def _inline(text: str) -> str:
+    """Markdown's `code` spans, in a cell whose code is written as HTML."""
+    return re.sub(r"`([^`]+)`", lambda m: _code(m.group(1)), _cell(text))
+
+
 def keys_markdown() -> str:
+    from autoloop.program.keydocs import KEYS
+
+    keys = known_keys()
+    missing = [k for k in keys if k not in KEYS or not KEYS[k].text.strip()]
+    stale = [k for k in KEYS if k not in keys]
+    if missing or stale:
+        raise UndescribedKey("; ".join(
+            ([f"no description for {', '.join(missing)}: add it to autoloop/program/keydocs.py"] if missing else [])
+            + ([f"described but not in the schema: {', '.join(stale)}"] if stale else [])))
     defaults = {**_defaults(), **_PAIRED}
     lines = EXAMPLE.read_text(encoding="utf-8").splitlines()
-    rows = ["| key | default | in program.md.example |", "| --- | --- | --- |"]
-    for key in known_keys():
+    out: list[str] = []
+    for key in keys:
+        doc = KEYS[key]
+        top = key.split(".")[0].removesuffix("[]")
+        if key == top.removesuffix("[]") or key == top + "[]":
+            out += [f"### `{top}`", ""]
+        if key in defaults:
+            default = "default " + (_code(defaults[key]) if ";" not in defaults[key] else _cell(defaults[key]))
+        elif doc.unset:
+            default = _inline(doc.unset) if doc.unset.startswith("required") else f"if left out: {_inline(doc.unset)}"
+        else:
+            raise UndescribedKey(f"{key} has no default: say in keydocs what leaving it out means")
         line = _example_line(key, lines)
-        where = f"line {line}" if line else "—"
-        rows.append(f"| {_code(key)} | {_cell(defaults[key]) if key in defaults else ''} | {where} |")
-    return "\n".join(rows) + "\n"
+        where = f" ([program.md.example](example.md) line {line})" if line else ""
+        text = f"{_inline(doc.type)}; {default}.  \n  {_inline(doc.text)} Example: {_code(doc.example)}{where}."
+        leaf = not any(k.startswith((key + ".", key + "[].")) for k in keys)
+        if leaf and "." not in key:   # a top-level key with nothing under it: its heading names it
+            out += [f"<code>{key}</code>: " + text.replace("  \n  ", "<br>\n", 1), ""]
+        else:
+            out += [f"- **{_code(key)}** — " + text, ""]
+    return "\n".join(out)
 
 
 def render(page: Path) -> str:
@@ -142,7 +180,11 @@ def main(argv: list[str]) -> int:
     check = "--check" in argv
     stale = []
     for page in (COMMANDS_PAGE, KEYS_PAGE):
-        new = render(page)
+        try:
+            new = render(page)
+        except UndescribedKey as exc:
+            print(f"docs_reference: {exc}", file=sys.stderr)
+            return 1
         if new != page.read_text(encoding="utf-8"):
             stale.append(page.relative_to(ROOT))
             if not check:

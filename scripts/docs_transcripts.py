@@ -7,7 +7,7 @@ from one fresh run: the quickstart's files as committed at HEAD, in a new reposi
     autoloop report examples/quickstart/program.md      (rendered by headless Chromium)
 
 Each quoted transcript sits between `<!-- transcript: NAME … -->` and `<!-- /transcript -->` in
-docs/quickstart.md, docs/reference/commands.md and README.md; docs/report.png is the screenshot.
+docs/quickstart.md, docs/install.md, docs/reference/commands.md and README.md; docs/report.png is the screenshot.
 The clone's path is shown as ~/autoloop, the journal's relative to it. `--check` changes nothing and
 exits 1 when a quoted transcript's numbers or statuses differ from the fresh run's (times and
 commit hashes differ from run to run and are not compared); tests/test_docs_transcripts.py does the same.
@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = (ROOT / "docs" / "quickstart.md", ROOT / "docs" / "reference" / "commands.md", ROOT / "README.md")
+PAGES = (ROOT / "docs" / "quickstart.md", ROOT / "docs" / "install.md", ROOT / "docs" / "reference" / "commands.md",
+         ROOT / "README.md")
 IMAGE = ROOT / "docs" / "report.png"
 PROGRAM = "examples/quickstart/program.md"
 BLOCK = re.compile(r"(<!-- transcript: ([\w-]+)[^\n]*-->\n```text\n)(.*?)(```\n<!-- /transcript -->)", re.S)

@@ -32,6 +32,7 @@ class PageReport:
     external: list[str] = field(default_factory=list)     # requests to any host but 127.0.0.1
     overflowing: list[str] = field(default_factory=list)  # code blocks and tables wider than their box
     scheme: str = ""                                       # Material's colour scheme: default or slate
+    page_width: int = 0                                    # the page's own width: wider than the window scrolls sideways
     png: bytes = b""
 
 
@@ -160,6 +161,9 @@ class Browser:
               .filter(el => el.scrollWidth > el.clientWidth + 1)
               .map(el => el.tagName + ': ' + el.textContent.trim().slice(0, 80))"""}, session)
         report.overflowing = wide.get("result", {}).get("value", [])
+        width = self.send("Runtime.evaluate", {"returnByValue": True, "expression":
+                          "document.documentElement.scrollWidth"}, session)
+        report.page_width = int(width.get("result", {}).get("value", 0) or 0)
         scheme = self.send("Runtime.evaluate", {"returnByValue": True, "expression":
                            "document.body && document.body.getAttribute('data-md-color-scheme') || ''"}, session)
         report.scheme = scheme.get("result", {}).get("value", "")

@@ -7,6 +7,7 @@ are compared with a fresh quickstart in test_docs_transcripts.py.)"""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -221,14 +222,36 @@ def test_the_changelog_holds_the_history() -> None:
 
 # ------------------------------------------------------------------------- the site's settings
 
-def test_site_and_repo_urls_are_set_and_name_no_placeholder() -> None:
+def test_the_site_names_no_host_that_is_not_there() -> None:
+    """No public host exists yet: neither site_url nor repo_url may point at one, least of all the
+    machine the site was built on (a header link to 127.0.0.1 is dead for every reader)."""
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text().replace("!!python", "#"))
     for key in ("site_url", "repo_url"):
-        assert re.match(r"https?://[^/]+/", config[key]), key
-        assert not re.search(r"OWNER|example\.(com|org)|TODO|XXX", config[key]), config[key]
+        value = config.get(key) or ""
+        assert not re.search(r"localhost|127\.0\.0\.1|\[::1\]|OWNER|example\.(com|org)|TODO|XXX", value), value
     assert config["theme"]["font"] is False            # no Google Fonts: the site works offline
     assert "navigation.footer" in config["theme"]["features"]
     assert len(config["theme"]["palette"]) == 2        # the light/dark toggle
+
+
+_LOCAL_LINK = re.compile(r"""(?:href|src)=["'][a-z]+://(?:localhost|127\.\d+\.\d+\.\d+|\[::1\])""", re.I)
+
+
+def test_no_built_page_links_to_localhost(tmp_path: Path) -> None:
+    """Every page of the built site: no link or image to localhost (an example's `base_url:
+    http://127.0.0.1:11434/v1` in a code block is text, not a link, and stays)."""
+    pytest.importorskip("material", reason="mkdocs-material is in the test extra")
+    res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+                         cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert res.returncode == 0, res.stderr
+    pages = list((tmp_path / "site").rglob("*.html"))
+    assert len(pages) >= 25
+    linked = [f"{p.relative_to(tmp_path)}: {m.group(0)}" for p in pages
+              for m in _LOCAL_LINK.finditer(p.read_text(encoding="utf-8"))]
+    assert not linked, linked
+    # the check sees such a link
+    assert _LOCAL_LINK.search('<a href="http://127.0.0.1:8000/contributing/code-map/">')
 
 
 def test_the_docs_autoloop_names_exist() -> None:
@@ -259,3 +282,51 @@ def test_the_exit_codes_page_has_every_code_autoloop_returns() -> None:
     codes |= {0, cli.EXIT_USAGE, cli.EXIT_INTERRUPTED, cli.EXIT_BROKEN_PIPE, gate.EXIT_BASE_BROKEN}
     listed = {int(c) for c in re.findall(r"^\| (\d+) \|", (DOCS / "reference" / "exit-codes.md").read_text(), re.M)}
     assert listed == codes, (sorted(listed), sorted(codes))
+
+
+def test_each_commands_signature_in_the_prose_names_every_option_it_has() -> None:
+    """The hand-written one-line signatures (`- \\`autoloop doctor [PROGRAM] [--tag TAG] [--probe]\\``)
+    name exactly the options `autoloop doctor --help` lists, no more, no fewer."""
+    import argparse
+
+    from autoloop.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    text = (DOCS / "reference" / "commands.md").read_text(encoding="utf-8")
+    found = dict(re.findall(r"^- `autoloop (\w+) ([^`]*)`", text, re.M))
+    assert set(found) >= {"verify", "doctor", "log", "show", "clean", "init", "report", "gate"}, found
+    for name, signature in found.items():
+        actions = [a for a in sub.choices[name]._actions if a.option_strings and "--help" not in a.option_strings]
+        named = set(re.findall(r"(?<![\w-])--?[\w-]+", signature))
+        missing = [a.option_strings for a in actions if not named & set(a.option_strings)]
+        unknown = named - {s for a in actions for s in a.option_strings}
+        assert not missing and not unknown, (name, signature, missing, unknown)
+
+
+def test_a_key_without_a_description_stops_the_reference_script(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key another branch adds to the schema without a description in keydocs fails loudly,
+    naming it, and the page is not written."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import docs_reference
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    from autoloop.program import keydocs
+
+    keys = dict(keydocs.KEYS)
+    del keys["stop.max_cost_usd"]
+    monkeypatch.setattr(keydocs, "KEYS", keys)
+    with pytest.raises(docs_reference.UndescribedKey, match=r"stop\.max_cost_usd"):
+        docs_reference.keys_markdown()
+    monkeypatch.setattr(keydocs, "KEYS", {**keys, "stop.max_cost_usd": keydocs.KeyDoc("USD", "", "x: 1", "y")})
+    with pytest.raises(docs_reference.UndescribedKey, match=r"stop\.max_cost_usd"):
+        docs_reference.keys_markdown()
+    monkeypatch.setattr(keydocs, "KEYS", {**keydocs.KEYS, "stop.max_kittens": keydocs.KeyDoc("n", "t", "x: 1")})
+    with pytest.raises(docs_reference.UndescribedKey, match=r"not in the schema: stop\.max_kittens"):
+        docs_reference.keys_markdown()
+    # every key's entry reads as the page needs it: a default, or what leaving it out means
+    defaults = {**docs_reference._defaults(), **docs_reference._PAIRED}
+    assert all(k in defaults or keydocs.KEYS[k].unset for k in known_keys())
+    page = docs_reference.KEYS_PAGE.read_text(encoding="utf-8")
+    assert "<code>stop.max_cycles</code>** — integer >= 0; if left out: unlimited" in page

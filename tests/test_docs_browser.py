@@ -84,3 +84,26 @@ def test_the_browser_check_sees_errors_fetches_and_overflow(site: tuple[str, lis
     assert report.external == ["https://fonts.googleapis.com/css?family=Roboto"]
     assert report.overflowing, report
 
+
+
+PHONE = 390   # px: a small phone held upright
+
+
+@pytest.mark.slow   # the widest pages rendered in headless Chromium at a phone's width
+def test_on_a_phone_wide_tables_scroll_inside_their_box_not_the_page(site: tuple[str, list[str], Path],
+                                                                       tmp_path: Path) -> None:
+    """At 390 px the pages with the widest tables and code do not scroll sideways: a table wider
+    than the screen scrolls inside its own box (docs/stylesheets/extra.css)."""
+    base, pages, _ = site
+    wide = ["trust/hacks/", "contributing/code-map/", "contributing/tests/", "contributing/performance/",
+            "contributing/trial/", "reference/program/", "reference/commands/", "how-to/troubleshooting/",
+            "install/", "tutorial/", "glossary/"]
+    assert set(wide) <= set(p.lstrip("/") for p in pages), sorted(pages)
+    problems = []
+    with Browser(tmp_path / "profile", width=PHONE, height=800) as browser:
+        for page in wide:
+            report = browser.open(base + page)
+            problems += [f"{page}: {e}" for e in report.errors]
+            if report.page_width > PHONE:
+                problems.append(f"{page}: the page is {report.page_width} px wide at {PHONE} px")
+    assert not problems, "\n".join(problems)

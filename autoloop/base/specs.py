@@ -26,6 +26,7 @@ class VerifierSpec:
     timeout: float = 600.0
     repeats: int = 1                   # strict rule: runs per side, the median of them decides
     network: bool = False              # measurements keep the network (sandboxed: off unless true)
+    hosts: tuple[str, ...] = ()        # with the network on, what the egress proxy lets them reach
     measure: str = "output"            # output: read the metric; wall | cpu: autoloop times the command
     score: str | None = None           # run in the start commit's tree after `command` (contract §10)
 
@@ -134,6 +135,7 @@ class SandboxSpec:
     kind: Literal["auto", "none", "bwrap"] = "auto"
     network: bool = False                # the generator keeps the network (agent CLIs need it)
     writable: tuple[str, ...] = ()       # more paths generator and measurements may write (~ ok)
+    hosts: tuple[str, ...] = ()          # more hosts the generator's egress proxy allows
     hide: tuple[str, ...] = ()           # more paths no sandbox reads (~ and globs ok), beside the
                                          # home's credential places (autoloop.isolation.hidden)
 

@@ -27,9 +27,12 @@ from autoloop.engine.hints import (
 from autoloop.engine.loop import Run, RunOptions
 from autoloop.errors import AutoloopError, UsageError
 from autoloop.generators.base import preflight_context
-from autoloop.generators.command import last_line
+from autoloop.generators.command import last_line, run_short
+from autoloop.isolation.egress.allowlist import url_rules
+from autoloop.isolation.egress.policy import policy
+from autoloop.isolation.egress.proxy import PORT
 from autoloop.git.gitrun import git, head_has
-from autoloop.isolation.sandbox import SandboxUnavailable
+from autoloop.isolation.sandbox import SandboxUnavailable, needs_network
 from autoloop.process import envs
 from autoloop.program.reader import Program, data_problem, load_program
 
@@ -125,6 +128,8 @@ def _sandbox(run: Run) -> Check:
                                         "attacks are only detected (see docs/trust.md)")
     try:
         sandbox.probe()
+        if needs_network(run.program):
+            sandbox.start_egress()
     except SandboxUnavailable as exc:
         return Check("sandbox", "FAIL", f"sandbox: {kind}: {exc}")
     return Check("sandbox", "ok", f"bubblewrap ({sandbox.exe}) makes a sandbox here")
@@ -190,6 +195,7 @@ def _generator(run: Run) -> Iterator[Check]:
         return
     where = " inside the sandbox" if run.guard.sandbox is not None else ""
     yield Check("generator", "ok", f"{spec.kind}: starts{where}" + (f", version {version}" if version else ""))
+    yield from _egress(run, generator)
     status = getattr(generator, "auth_status", None)
     if status is None:
         return
@@ -201,6 +207,43 @@ def _generator(run: Run) -> Iterator[Check]:
         except AutoloopError as exc:
             known, detail = False, str(exc)
     yield Check("auth", "ok" if known else ("warn" if known is None else "FAIL"), f"{spec.kind}: {detail}")
+
+
+_ASK_PROXY = """import socket, sys
+s = socket.create_connection(("127.0.0.1", {port}), timeout=30)
+s.sendall(b"CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n")
+s.settimeout(30)
+print(s.recv(4096).decode(errors="replace").splitlines()[0])
+"""
+
+
+def _egress(run: Run, generator: Any) -> Iterator[Check]:
+    """The allowlist the generator's sandbox gets, and whether its API host answers through the
+    proxy: a TCP connection opened by the proxy from inside the sandbox (nothing is sent to it)."""
+    p, sandbox = run.program, run.guard.sandbox
+    preset = hasattr(generator, "egress_hosts")
+    if sandbox is None or not (p.sandbox.network or (preset and "sandbox.network" not in p.lines)):
+        return
+    env = envs.generator_env(run.env(0))
+    own = generator.egress_hosts(env) if preset else []
+    urls = url_rules(os.environ, p.generator.base_url)
+    rules = policy(sandbox.allowlist([*own, *urls], p.sandbox.hosts)).rules
+    shown = "; ".join(f"{r} ({r.why})" for r in rules) or "nothing"
+    yield Check("egress", "ok", f"the generator reaches only {shown} (through autoloop's proxy; add hosts "
+                                "to sandbox.hosts)")
+    api = (urls or own or [None])[0]   # a base URL set is where the agent talks
+    if api is None:
+        return
+    target = f"{api.host}:{api.ports[0]}" if ":" not in api.host else f"[{api.host}]:{api.ports[0]}"
+    with temp_tree("doctor") as scratch:
+        ctx = preflight_context(p, scratch, env=env, run_marker=run.marker, wrap=run.guard.wrap(scratch, workdir=scratch))
+        ctx = generator.sandboxed(ctx) if preset else ctx
+        said = run_short(ctx, [sys.executable, "-I", "-S", "-c", _ASK_PROXY.format(port=PORT, target=target)], 90.0)
+    answer = last_line(said.out) or last_line(said.err) or "no answer"
+    if " 200 " in answer + " ":
+        yield Check("egress", "ok", f"{target} ({api.why}) answers through the proxy")
+    else:
+        yield Check("egress", "FAIL", f"{target} ({api.why}) does not answer through the proxy: {answer}")
 
 
 def _sdk_key(run: Run, kind: str) -> Check:
@@ -258,10 +301,11 @@ DOCTOR_NAME_WIDTH = 14    # the lines stream out as each check ends: one width t
 def main(args: argparse.Namespace) -> int:
     from autoloop.commands.doctor import diagnose
 
+    program = _load(args.program)
     if args.probe:
-        return print_probe(load_program(args.program))
+        return print_probe(program)
     failed = 0
-    for check in diagnose(load_program(args.program), tag=args.tag):
+    for check in diagnose(program, tag=args.tag):
         print(f"{check.state:<4}  {check.name:<{DOCTOR_NAME_WIDTH}}  {check.detail}", flush=True)
         failed += check.blocks
     if failed:
@@ -269,6 +313,19 @@ def main(args: argparse.Namespace) -> int:
         return 1
     print("doctor: a run can start")
     return 0
+
+
+def _load(path: str) -> Program:
+    """The program to check; a missing file says where a first check can start (right after
+    installing, there is no program.md yet)."""
+    try:
+        return load_program(path)
+    except UsageError as exc:
+        if os.path.lexists(os.path.expanduser(path)):
+            raise
+        raise UsageError(f"{exc}; doctor checks a program: give its path, write one with `autoloop init`, "
+                         "or check this machine with the quickstart's, from autoloop's clone: "
+                         "autoloop doctor examples/quickstart/program.md") from None
 
 
 def print_probe(program: Any) -> int:

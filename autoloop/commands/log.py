@@ -51,6 +51,10 @@ def main(args: argparse.Namespace) -> int:
         print(_cut(line + " ".join(c.hypothesis.split()), width))
         if c.status != "baseline":
             print(_cut(" " * len(head) + "→ " + " ".join(c.lesson.split()), width))
+        for key, who in (("blocked", "generator"), ("blocked_verifier", "verifier")):
+            refused = row.record.get(key) or {}
+            if refused:   # the egress proxy's refusals (autoloop.isolation.egress)
+                print(_cut(" " * len(head) + f"⊘ {who} blocked: " + ", ".join(f"{t} ×{n}" for t, n in refused.items()), width))
     if judged:
         print()
         print(f"{'cycle':>5}  {'status':<10} {'change':>9}  {'interval':<27} {'p':>8}  pairs  holdout")

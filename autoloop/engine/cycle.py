@@ -77,6 +77,7 @@ class Cycle:   # one candidate: worker `worker`'s cycle `n`, from generation to 
     verdict: Any = None                      # the noise-aware judge's verdict
     node: dict[str, str] | None = None       # the Ray node every run of its measurement ran on
     outcome: Outcome | None = None
+    blocked: dict[str, int] = field(default_factory=dict)   # host:port → refusals of the egress proxy
 
 
 @dataclass

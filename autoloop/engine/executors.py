@@ -380,7 +380,7 @@ class RayExecutor:
         p = self.program
         if p.sandbox.kind == "none":
             return
-        wanted = dataclasses.replace(p.sandbox, kind="bwrap", network=p.verifier.network)
+        wanted = dataclasses.replace(p.sandbox, kind="bwrap", network=p.verifier.network, hosts=p.verifier.hosts)
         if p.sandbox.kind == "auto":
             host, why = self._ray.get(probe.remote(wanted, dict(self.spec.worker_env(0))))
             if why is not None:
@@ -396,7 +396,8 @@ class RayExecutor:
         bubblewrap), or why it did not answer: `autoloop doctor`'s view of the cluster."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        wanted = dataclasses.replace(self.program.sandbox, kind="bwrap", network=self.program.verifier.network)
+        wanted = dataclasses.replace(self.program.sandbox, kind="bwrap", network=self.program.verifier.network,
+                                     hosts=self.program.verifier.hosts)
         fn = self._ray.remote(ray_task.facts)
         nodes = [n for n in self._ray.nodes() if n.get("Alive")]
         refs = [fn.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(

@@ -46,6 +46,17 @@ _TEMPLATE_SCRIPTS = {"measure.sh", "prepare.py", "bench/run.py", "bench/produce.
 _NEAR_METRIC = re.compile(r"^\s*(?:METRIC\s+)?([A-Za-z0-9_./-]+)\s*[:=]\s*(.*?)\s*$")
 
 
+def blocked_lesson(blocked: dict[str, int], key: str) -> str:
+    """The sentence a cycle's lesson gains when the egress proxy refused hosts ("" if none)."""
+    if not blocked:
+        return ""
+    words = {1: "once", 2: "twice", 3: "three times"}
+    shown = ", ".join(f"{t} {words.get(n, f'{n} times')}" for t, n in list(blocked.items())[:3])
+    more = f" (+{len(blocked) - 3} more)" if len(blocked) > 3 else ""
+    who = "the verifier" if key == "verifier.hosts" else "the agent"
+    return f" Blocked {shown}{more}: add it to {key} if {who} needs it."
+
+
 def near_miss(output: str, name: str, stderr: str = "", key: str = "verifier.metric",
               where: str = "") -> str:
     """When no `NAME: NUMBER` line was found: the last line that nearly is one, quoted, with

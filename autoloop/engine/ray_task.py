@@ -13,7 +13,7 @@ import os
 import socket
 import tarfile
 from pathlib import Path
-from typing import Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from autoloop.process import proc
 from autoloop.isolation.sandbox import Bwrap, Confinement, SandboxUnavailable
@@ -23,6 +23,7 @@ from autoloop.base.walk import remove_tree, temp_tree
 # A worker process answers for its node once per bwrap and network setting: Ray reuses workers,
 # and a probe is a bubblewrap start of its own.
 _probed: dict[tuple[str, bool], str | None] = {}
+_egress: dict[tuple[str, bool], Any] = {}   # the worker's egress proxy per sandbox kind
 
 
 class RemoteRun(NamedTuple):
@@ -77,9 +78,12 @@ def _why_not(bwrap: Bwrap) -> str | None:
     if key not in _probed:
         try:
             bwrap.probe()
+            # verifier.network: this worker's own egress proxy, made once (sandbox.py)
+            _egress[key] = bwrap.start_egress() if bwrap.spec.network else None
             _probed[key] = None
         except SandboxUnavailable as exc:
             _probed[key] = str(exc)
+    bwrap.egress = _egress.get(key)
     return _probed[key]
 
 
@@ -115,6 +119,7 @@ def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str]
                 writable = (scratch, *(Path(os.path.expanduser(w)) for w in bwrap.spec.writable))
                 at = Path(checkout[0]) if checkout is not None and os.path.isdir(checkout[0]) else None
                 box = Confinement(bwrap, tree=tree, checkout=at, writable=writable, network=bwrap.spec.network,
+                                  hosts=bwrap.spec.hosts,   # verifier.hosts (executors.py)
                                   path=step_env.get("PATH", ""),
                                   keep=tuple(map(Path, checkout[1])) if at and checkout else (), reap=reap)
             results += proc.run_steps([step], cwd=tree, env=step_env, log_dir=logs,

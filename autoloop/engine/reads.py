@@ -145,11 +145,29 @@ def opened(trace_file: Path, how: str, cwd: str) -> list[str]:
     return out
 
 
-def in_tree(paths: Iterable[str], roots: Sequence[str]) -> list[str]:
-    """The paths under one of `roots` (the measured tree, where it appears), relative to it."""
+_CACHED = re.compile(r"(?:(.*)/)?__pycache__/([^/.]+)\.[^/]+\.pyc")
+_PREFIXED = re.compile(r"(.*/)?([^/.]+)\.[^/]+\.pyc")
+
+
+def source_of(path: str, pycache_prefix: str | None = None) -> str:
+    """The module source a bytecode file was compiled from, or `path` itself. A guard that
+    imported `src/m.py` leaves its bytecode behind (in `src/__pycache__/`, or under
+    PYTHONPYCACHEPREFIX at the source's own path, as autoloop's measurements have it), and the
+    verifier's import then opens only that: it is still a read of the tree's `src/m.py`."""
+    if pycache_prefix and under(path, pycache_prefix) and path != pycache_prefix:
+        if m := _PREFIXED.fullmatch(os.path.relpath(path, pycache_prefix)):
+            return "/" + (m.group(1) or "") + m.group(2) + ".py"
+    if m := _CACHED.fullmatch(path):
+        return os.path.join(m.group(1) or "", m.group(2) + ".py")
+    return path
+
+
+def in_tree(paths: Iterable[str], roots: Sequence[str], pycache_prefix: str | None = None) -> list[str]:
+    """The paths under one of `roots` (the measured tree, where it appears), relative to it; a
+    module's bytecode counts as its source (source_of)."""
     found: dict[str, None] = {}
     for p in paths:
-        p = os.path.normpath(p)
+        p = source_of(os.path.normpath(p), pycache_prefix)
         for root in roots:
             if under(p, root) and p != root:
                 rel = os.path.relpath(p, root)
@@ -234,7 +252,8 @@ def record(program: Program, *, cwd: Path, env: Mapping[str, str], scratch: Path
         res = run_there(traced(step.command, trace, how), f"reads-{step.log_name}", hooked, step.timeout)
         seen = opened(trace, how, where[0])
         if seen:   # nothing at all: not recorded (no Python ran, for the hook), not "read nothing"
-            reads.steps["verifier" if not step.guard else step.name] = in_tree(seen, where)
+            reads.steps["verifier" if not step.guard else step.name] = in_tree(
+                seen, where, hooked.get("PYTHONPYCACHEPREFIX"))
         else:
             reads.note = (reads.note + "; " if reads.note else "") + f"nothing recorded for {step.name}"
         if step.guard and not res.ok:

@@ -23,6 +23,8 @@ from autoloop.generators.base import GenContext, Proposal, hypothesis_of
 from autoloop.generators.command import CommandGenerator, last_line, run_short, written_hypothesis
 from autoloop.generators.llm_common import cost_usd
 from autoloop.base.walk import remove_tree, temp_dir
+from autoloop.base.hosts import Rule
+from autoloop.isolation.egress.allowlist import args_urls, preset_rules, url_rules
 
 _MAX_NOTES = 20
 _NOTE_LEN = 200
@@ -105,9 +107,14 @@ class AgentGenerator(CommandGenerator):
         readable = needed_paths(self.executable(ctx)[0], ctx.env.get("PATH"))
         # agent CLIs talk to their API: the network is on unless program.md says
         network = None if "sandbox.network" in self.program.lines else True
-        outer = ctx.wrap
+        outer, hosts = ctx.wrap, self.egress_hosts(env)
         return replace(ctx, env=env, wrap=lambda command: outer(
-            command, readable=readable, writable=writable, network=network))
+            command, readable=readable, writable=writable, network=network, hosts=hosts))
+
+    def egress_hosts(self, env: Mapping[str, str]) -> list[Rule]:
+        """What the egress proxy lets the agent reach besides sandbox.hosts and the base URLs
+        of autoloop's own environment: its preset's API hosts and the URLs its settings name."""
+        return [*preset_rules(self.tool), *url_rules({}, None, args_urls(self.spec.args))]
 
     def auth_status(self, ctx: GenContext) -> tuple[bool | None, str]:
         """Logged in / has a key (None: cannot tell) without spending tokens; and what was found."""
@@ -362,6 +369,10 @@ class CodexGenerator(AgentGenerator):
     model_flag = ("--model", "-m")
     state = AgentState(env="CODEX_HOME", home="~/.codex", copy=("prompts", "rules"))
 
+    def egress_hosts(self, env: Mapping[str, str]) -> list[Rule]:
+        url = _codex_provider(Path(env.get("CODEX_HOME") or os.path.expanduser("~/.codex")) / "config.toml").get("base_url")
+        return [*super().egress_hosts(env), *url_rules({}, None, [(url, "config.toml's model provider")] if isinstance(url, str) else [])]
+
     def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
         # Codex's own sandbox cannot start inside ours (it needs a user namespace bwrap's
         # --cap-drop forbids): its edits would fail while it exits 0. Ours confines it instead.
@@ -381,7 +392,8 @@ class CodexGenerator(AgentGenerator):
         # OpenAI's own by `codex login` (or CODEX_API_KEY), which `codex login status` reports.
         env = self.sandboxed(ctx).env   # (the private CODEX_HOME copy when sandboxed)
         home = env.get("CODEX_HOME") or os.path.expanduser("~/.codex")
-        provider_key = _codex_provider_env_key(Path(home) / "config.toml")
+        key = _codex_provider(Path(home) / "config.toml").get("env_key")
+        provider_key = key if isinstance(key, str) and key else None
         if provider_key:
             if env.get(provider_key):
                 return True, f"the model provider's key ${provider_key} is set"
@@ -474,17 +486,15 @@ class CodexGenerator(AgentGenerator):
                               if i.get("type") == "agent_message"])
 
 
-def _codex_provider_env_key(config: Path) -> str | None:
-    """`env_key` of the model provider config.toml selects (None: OpenAI's own, or unreadable)."""
+def _codex_provider(config: Path) -> dict[str, Any]:
+    """The model provider config.toml selects ({}: OpenAI's own, or unreadable)."""
     try:
         import tomllib
     except ImportError:   # Python 3.10: no TOML reader in the standard library; cannot tell
-        return None
+        return {}
     try:
         data = tomllib.loads(config.read_text())
     except (OSError, ValueError):
-        return None
+        return {}
     name = data.get("model_provider")
-    entry = _dict(_dict(data.get("model_providers")).get(name)) if isinstance(name, str) else {}
-    key = entry.get("env_key")
-    return key if isinstance(key, str) and key else None
+    return _dict(_dict(data.get("model_providers")).get(name)) if isinstance(name, str) else {}

@@ -26,6 +26,7 @@ from autoloop.journal.ledger import Journal
 from autoloop.isolation.measured_files import commands_by_name, interpreters, named_interpreters
 from autoloop.program.reader import Program, check_data
 from autoloop.isolation.pycache import ProvenCache
+from autoloop.isolation.egress.allowlist import url_rules
 from autoloop.isolation.sandbox import Bwrap, Confinement, checkout_keep, probed, tree_box
 from autoloop.program.scope_rules import IMPLICIT_FILES, module_shadow_regex
 from autoloop.disk.sentinel import Sentinel
@@ -169,12 +170,21 @@ class Guardrails:
         sandbox, ws = self.sandbox, self.ws
         tree = workdir or ws.path
 
-        def wrap(command, *, readable=(), writable=(), network=None):  # type: ignore[no-untyped-def]
-            # readable/writable/network: what an agent CLI needs (autoloop.generators.agents)
+        urls = url_rules(os.environ, self.program.generator.base_url)
+
+        def wrap(command, *, readable=(), writable=(), network=None, hosts=()):  # type: ignore[no-untyped-def]
+            # readable/writable/network/hosts: what an agent CLI needs (autoloop.generators.agents)
             return sandbox.argv(command, workdir=tree, writable=[log_dir, *writable],
-                                readable=[ws.common_dir, *readable], network=network)
+                                readable=[ws.common_dir, *readable], network=network,
+                                hosts=[*hosts, *urls], label=str(log_dir))
 
         return wrap
+
+    def blocked(self, label: Path | str) -> dict[str, int]:
+        """What the egress proxy refused the sandboxes of `label` (a cycle's log folder, or
+        "verifier"): host:port → times, most first; forgotten once asked."""
+        egress = self.sandbox.egress if self.sandbox is not None else None
+        return egress.take(str(label)) if egress is not None else {}
 
     def before_generate(self) -> None:
         self._unchanged = {}

@@ -1,7 +1,8 @@
 """bubblewrap sandboxes (Linux) for the generator and for measurements: the whole file system
 read-only (whatever its permissions say), a private /tmp and /var/tmp, a minimal /dev, their own
 /proc and PID namespace (what they leave running dies with them), a new session, no capabilities,
-no network unless asked for (and then no sockets of daemons that would start a process for them).
+their own network namespace: empty, or with the network on holding only the egress proxy's
+listener (autoloop.isolation.egress; no sockets of daemons that would start a process for them).
 The generator writes only its work tree, its cycle's log folder and `sandbox.writable`; a
 measurement only what its Confinement says. (The SDK generators write only through the edit tool.)
 Neither reads the home's credential places or `sandbox.hide` (autoloop.isolation.hidden); the
@@ -28,6 +29,11 @@ from autoloop.process.executables import all_words
 from autoloop.process.proc import run_captured
 from autoloop.base.specs import SandboxSpec
 from autoloop.base.walk import inside, remove_tree, temp_dir, under
+from autoloop.base.hosts import Rule, parse_entry
+from autoloop.isolation.egress import launch as egress_launch
+from autoloop.isolation.egress.allowlist import PRESET_HOSTS
+from autoloop.isolation.egress.policy import policy
+from autoloop.isolation.egress.proxy import PORT as PROXY_PORT, EgressProxy
 
 if TYPE_CHECKING:   # a Ray node imports this module: nothing that reads program.md
     from autoloop.program.reader import Program
@@ -60,6 +66,7 @@ class Bwrap:
         self.spec = spec
         self.exe = executable or shutil.which("bwrap", path=path) or ""   # path: PATH (default ours)
         self.private = tuple(private)   # program.md `private`: hidden from the generator
+        self.egress: EgressProxy | None = None   # the run's proxy: the only way out with the network on
 
     def probe(self) -> None:
         """Raise SandboxUnavailable unless a sandbox like the generator's can be made here."""
@@ -83,13 +90,57 @@ class Bwrap:
                 "kernel.apparmor_restrict_unprivileged_userns=0), or the container forbids them; "
                 "use sandbox: none to run without one")
 
+    # ---- egress (autoloop.isolation.egress): with the network on, the sandbox's own namespace
+    # holds the proxy's listener and nothing else
+
+    def start_egress(self) -> EgressProxy:
+        """Start the run's proxy and prove a sandbox gets its listener (SandboxUnavailable if not:
+        the run fails closed before its first cycle)."""
+        if self.egress is None:
+            try:
+                self.egress = EgressProxy()
+            except OSError as exc:
+                raise SandboxUnavailable(f"autoloop's egress proxy cannot start: {exc}") from None
+        argv = self._egress_prefix((), "probe", ()) + [self.exe, *self._base(True), "--", "/bin/sh", "-c", "exit 0"]
+        try:
+            res = run_captured(argv, timeout=_PROBE_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SandboxUnavailable(f"cannot run {self.exe} with the egress proxy: {exc}") from None
+        if res.returncode != 0:
+            why = (res.stderr.decode(errors="replace").strip().splitlines() or [f"exit {res.returncode}"])[-1]
+            raise SandboxUnavailable(f"the sandbox's only way out, autoloop's egress proxy, cannot be made "
+                                     f"({why[:300]})")
+        return self.egress
+
+    def allowlist(self, hosts: Sequence[Rule] = (), extra: Sequence[str] = ()) -> list[Rule]:
+        """The rules a sandbox with the network on gets: `hosts` (an agent preset's API hosts and
+        base URLs) and `extra` (sandbox.hosts / verifier.hosts entries)."""
+        return [*hosts, *(parse_entry(e) for e in extra)]
+
+    def _egress_prefix(self, rules: Sequence[Rule], label: str, extra: Sequence[str]) -> list[str]:
+        if self.egress is None:
+            raise SandboxUnavailable("the network is on but autoloop's egress proxy is not running "
+                                     "(Bwrap.start_egress)")
+        key = "verifier.hosts" if label == "verifier" else "sandbox.hosts"
+        token = self.egress.lease(policy(self.allowlist(rules, extra)), label, key)
+        return [sys.executable, "-I", "-S", egress_launch.__file__, self.egress.name, token.decode(), str(PROXY_PORT)]
+
+    def _with_egress(self, argv: list[str], rules: Sequence[Rule], label: str, extra: Sequence[str]) -> list[str]:
+        """`argv` (bwrap's) started by the egress launcher, the proxy named in the environment."""
+        url = f"http://127.0.0.1:{PROXY_PORT}"
+        env = [a for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY") for v in (name, name.lower())
+               for a in ("--setenv", v, url)]
+        # nothing bypasses the proxy: there is nothing else to reach (a loopback API host too)
+        env += ["--setenv", "NO_PROXY", "", "--setenv", "no_proxy", ""]
+        return [*self._egress_prefix(rules, label, extra), argv[0], *env, *argv[1:]]
+
     def _base(self, network: bool) -> list[str]:
         args = ["--die-with-parent", "--new-session", "--cap-drop", "ALL",
                 "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net"]
         args += [a for d in _PRIVATE if os.path.isdir(d) for a in ("--tmpfs", d)]
         if not network:
-            return args + ["--unshare-net"] + (["--tmpfs", "/run"] if os.path.isdir("/run") else [])
+            return args + (["--tmpfs", "/run"] if os.path.isdir("/run") else [])
         hidden: list[str] = []
         for d in map(os.path.realpath, _DAEMON_DIRS):
             if os.path.isdir(d) and d not in hidden:
@@ -134,9 +185,11 @@ class Bwrap:
         return args
 
     def argv(self, command: str | Sequence[str], *, workdir: Path, writable: Sequence[Path] = (),
-             readable: Sequence[Path] = (), network: bool | None = None) -> list[str]:
+             readable: Sequence[Path] = (), network: bool | None = None, hosts: Sequence[Rule] = (),
+             label: str = "") -> list[str]:
         """The generator's `command` (a shell string or an argv) in the sandbox, cwd `workdir`.
-        `network` overrides `sandbox.network` (an agent preset's default when the key is unset)."""
+        `network` overrides `sandbox.network` (an agent preset's default when the key is unset);
+        with it on, the proxy allows `hosts` and sandbox.hosts, refusals counted under `label`."""
         net = self.spec.network if network is None else network
         places = hidden_places(self.spec.hide)
         # no unix socket can be made (autoloop.isolation.seccomp); without the filter (a machine
@@ -151,7 +204,8 @@ class Bwrap:
         args += ["--chdir", os.path.realpath(workdir), "--setenv", "TMPDIR", "/tmp",
                  "--setenv", "TMP", "/tmp", "--setenv", "TEMP", "/tmp", "--"]
         args = [*args, "/bin/sh", "-c", command] if isinstance(command, str) else [*args, *command]
-        return seccomp.sealed(args)
+        # the launcher starts bwrap, which inherits the filter's descriptor opened before both
+        return seccomp.sealed(self._with_egress(args, hosts, label, self.spec.hosts) if net else args)
 
     def measurement_argv(self, command: str, *, box: Confinement) -> list[str]:
         """`command` (a shell string) run as a measurement: see Confinement."""
@@ -194,7 +248,8 @@ class Bwrap:
             args += [a for real in map(os.path.realpath, box.private) for a in ("--ro-bind", real, real)]
         else:
             args += hide(box.private)
-        return [*args, "--chdir", where, "--", "/bin/sh", "-c", command]
+        args += ["--chdir", where, "--", "/bin/sh", "-c", command]
+        return self._with_egress(args, (), box.label, box.hosts) if box.network else args
 
 
 @dataclass(frozen=True)
@@ -211,6 +266,8 @@ class Confinement:
     protect: tuple[str, ...] = ()          # in the tree, not writable (its .git link, a journal)
     git: GitLink | None = None
     network: bool = False
+    hosts: tuple[str, ...] = ()    # verifier.hosts: what the proxy allows with the network on
+    label: str = "verifier"        # its refusals are counted under this
     path: str = ""             # the command's PATH: its folders stay readable behind a private /tmp
     # verifier.measure: cpu. The namespace's init outlives the command's first process while
     # others run, reaping each (their CPU reaches autoloop through it; proc kills them, not the
@@ -254,6 +311,7 @@ def _unreadable_file() -> str:
     return _UNREADABLE[0]
 
 
+_REFUSED = re.compile(r"autoloop refused (\S+):")
 _READ_ONLY = re.compile(r"Read-only file system|EROFS|\[Errno 30\]")
 _NO_NETWORK = re.compile(r"Temporary failure in name resolution|Name or service not known|"
                          r"Could not resolve host|Network is unreachable|getaddrinfo|"
@@ -273,6 +331,12 @@ def failure_hint(output: str, *, network: bool) -> str | None:
                 "sandbox.writable")
     if not network and _NO_NETWORK.search(output):
         return "the measurement sandbox has no network; set verifier.network: true if it needs one"
+    refused = _REFUSED.search(output)
+    if network and refused:
+        return f"autoloop's egress proxy refused {refused.group(1)}; add it to verifier.hosts if the measurement needs it"
+    if network and _NO_NETWORK.search(output):
+        return ("the measurement reaches the network only through autoloop's egress proxy (HTTPS_PROXY): "
+                "a tool that ignores the proxy variables cannot resolve names or connect")
     return None
 
 
@@ -313,7 +377,20 @@ def probed(program: Program) -> tuple[Bwrap | None, str | None]:
                               f"these paths from the generator and the candidate's code, and none can be "
                               f"made here ({why}); make bubblewrap work, or remove private") from None
         return None, str(exc)
+    if needs_network(program):
+        try:
+            box.start_egress()
+        except SandboxUnavailable as exc:   # fail closed: no network rather than all of it
+            key = "verifier.network" if program.verifier.network else "sandbox"
+            raise ConfigError(f"{program.path.name}:{program.line(key)}: {key}: {exc}; sandbox: none "
+                              "runs without a sandbox") from None
     return box, None
+
+
+def needs_network(program: Program) -> bool:
+    """Could a sandbox of this run have the network on (and so need the egress proxy)?"""
+    preset = program.generator.kind in PRESET_HOSTS and "sandbox.network" not in program.lines
+    return program.sandbox.network or program.verifier.network or preset
 
 
 def tree_box(bwrap: Bwrap, program: Program, tree: Path, common_dir: Path, scratch: Path,
@@ -332,6 +409,7 @@ def tree_box(bwrap: Bwrap, program: Program, tree: Path, common_dir: Path, scrat
     return Confinement(bwrap, tree=tree, checkout=root, writable=tuple(writable), readable=tuple(readable),
                        keep=checkout_keep(program) if keep is None else keep, git=git,
                        protect=() if git else (".git",), network=program.verifier.network,
+                       hosts=program.verifier.hosts,
                        reap=program.verifier.measure == "cpu",
                        path=os.environ.get("PATH", "") if path is None else path,
                        private=program.private, show_private=show_private)

@@ -22,6 +22,7 @@ from autoloop.program.frontmatter import (At, Build, Check, ListOf, Reader, Sect
 from autoloop.program.hide_key import hide_apart, hide_paths
 from autoloop.program.globs import PathRules, is_git_path, path_problem, pattern_problem, touches_git
 from autoloop.base.walk import worktrees_root
+from autoloop.base.hosts import BadHost, parse_entry
 from autoloop.base.specs import (GENERATOR_KINDS, MAX_WORKERS, AcceptSpec, Amount, DataSpec,
                             GeneratorSpec, GuardSpec, HoldoutSpec, LimitSpec, ParallelSpec,
                             PriceSpec, Program, ResourcesSpec, SandboxSpec, StopSpec, VerifierSpec,
@@ -89,6 +90,21 @@ def _host_paths(p: Reader, node: yaml.Node, at: At) -> tuple[str, ...]:
         if not os.path.isabs(os.path.expanduser(value)):
             p.fail(where.line, f"{where.key}: {value!r} must be absolute (or start with ~/)")
         out.append(value)
+    return tuple(out)
+
+
+def _hosts(p: Reader, node: yaml.Node, at: At) -> tuple[str, ...]:
+    """Hosts the egress proxy allows (`host`, `host:port`, `*.domain`, an address): a list, or one."""
+    out = []
+    for where, item in p.items(node, at):
+        value = p.value(item)
+        if not isinstance(value, (str, int)) or not str(value).strip():
+            p.expected(where, "a host, host:port or *.domain", value)
+        try:
+            parse_entry(str(value))
+        except BadHost as exc:
+            p.fail(where.line, f"{where.key}: {exc}")
+        out.append(str(value).strip())
     return tuple(out)
 
 
@@ -432,7 +448,7 @@ _GUARD = Section({"name": matching(r"[A-Za-z0-9][A-Za-z0-9_.-]*",
 
 _VERIFIER = Section({
     "command": _TEXT, "metric": _METRIC, "pattern": _regex_with_group, "direction": _DIRECTION,
-    "timeout": _SECONDS, "repeats": at_least(1), "network": boolean,
+    "timeout": _SECONDS, "repeats": at_least(1), "network": boolean, "hosts": _hosts,
     "measure": one_of(("output", "wall", "cpu")), "score": _TEXT,
 }, _build_verifier, required={"command", "direction"})
 
@@ -468,7 +484,8 @@ _STOP = Section({
 }, _into(StopSpec))
 
 _SANDBOX = Section({"kind": one_of(("auto", "none", "bwrap")), "network": boolean,
-                    "writable": _host_paths, "hide": hide_paths(_host_paths)}, _into(SandboxSpec), scalar_key="kind")
+                    "writable": _host_paths, "hosts": _hosts, "hide": hide_paths(_host_paths)},
+                   _into(SandboxSpec), scalar_key="kind")
 
 _RESOURCES = Section({"max_change_mb": _MB, "max_disk_mb": _MB, "max_processes": at_least(1)},
                      _into(ResourcesSpec))

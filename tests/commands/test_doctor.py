@@ -120,6 +120,19 @@ def test_bad_program_is_exit_2(make_repo) -> None:  # type: ignore[no-untyped-de
     assert res.stdout == ""
 
 
+def test_no_program_here_says_where_a_first_check_starts(tmp_path: Path) -> None:
+    """Right after installing there is no program.md: one line, exit 2, naming the quickstart's
+    program as the machine check (a file that exists but is unreadable keeps its own message)."""
+    for args in (("doctor",), ("doctor", "--probe"), ("doctor", "elsewhere/program.md")):
+        res = run_cli(*args, cwd=tmp_path)
+        assert res.returncode == 2 and res.stdout == "", res
+        assert res.stderr.count("\n") == 1 and "cannot read program file" in res.stderr, res.stderr
+        assert "autoloop doctor examples/quickstart/program.md" in res.stderr
+    (tmp_path / "program.md").mkdir()
+    res = run_cli("doctor", cwd=tmp_path)
+    assert res.returncode == 2 and "it is a directory" in res.stderr and "quickstart" not in res.stderr
+
+
 def test_not_a_repository_state_it_works_on(make_repo) -> None:  # type: ignore[no-untyped-def]
     repo = _repo(make_repo)
     (repo / ".git" / "MERGE_HEAD").write_text(git(repo, "rev-parse", "HEAD") + "\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import socket
+from dataclasses import replace
 import sys
 import tarfile
 import time
@@ -101,16 +102,22 @@ def test_a_sandboxed_remote_run_writes_only_its_tree_and_temp_folder(tmp_path) -
 
 @needs_bwrap
 def test_the_network_of_a_sandboxed_remote_run_is_closed_unless_asked_for() -> None:
+    # with verifier.network, the node's own egress proxy is the only way out: the loopback
+    # service is reached through it when verifier.hosts lists it, never directly
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(4)
         port = listener.getsockname()[1]
-        code = ("import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), 5).close(); print('open')\n"
-                "except OSError:\n    print('closed')\n" % port)
+        code = ("import os, socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), 5).close(); print('open')\n"
+                "except OSError:\n    print('closed')\n"
+                "if os.environ.get('HTTPS_PROXY'):\n"
+                "    s = socket.create_connection(('127.0.0.1', 3128), 5)\n"
+                "    s.sendall(b'CONNECT 127.0.0.1:%d HTTP/1.1\\r\\n\\r\\n')\n"
+                "    print(s.recv(100).split(b' ')[1].decode())\n" % (port, port))
         step = [proc.Step("verifier", f"{sys.executable} net.py", 30, False)]
-        said = [run_steps(archive({"net.py": code}), step, {}, 1 << 20, _sandbox(network=net)).runs[0].stdout
-                for net in (False, True)]
-    assert said == [b"closed\n", b"open\n"]
+        said = [run_steps(archive({"net.py": code}), step, {}, 1 << 20, replace(_sandbox(network=net), hosts=hosts)
+                          ).runs[0].stdout for net, hosts in ((False, ()), (True, (f"127.0.0.1:{port}",)), (True, ()))]
+    assert said == [b"closed\n", b"closed\n200\n", b"closed\n403\n"]
 
 
 def test_a_node_without_bwrap_runs_nothing_and_says_why(tmp_path) -> None:

@@ -39,6 +39,18 @@ def test_strace_records_what_a_command_opened_for_reading(tmp_path: Path) -> Non
     assert "out.txt" not in got and "t.trace" not in got   # written, not read
 
 
+def test_a_modules_cached_bytecode_counts_as_a_read_of_its_source() -> None:
+    """After a guard imported src/m.py, the verifier's import opens only the .pyc the guard left:
+    that is still the tree's m.py, so no "read none of the files `allowed` covers" warning."""
+    got = in_tree(["/t/src/__pycache__/m.cpython-311.pyc", "/t/__pycache__/top.cpython-312.opt-1.pyc",
+                   "/t/bench/run.py", "/t/src/__pycache__/notes.txt"], ["/t"])
+    assert got == ["bench/run.py", "src/__pycache__/notes.txt", "src/m.py", "top.py"]
+    # autoloop's measurements keep bytecode under PYTHONPYCACHEPREFIX, at the source's own path
+    prefixed = in_tree(["/s/pycache/t/src/m.cpython-311.pyc", "/s/pycache/elsewhere/x.cpython-311.pyc"],
+                       ["/t"], "/s/pycache")
+    assert prefixed == ["src/m.py"]
+
+
 def test_calls_strace_split_between_processes_are_joined(tmp_path: Path) -> None:
     # with -f, a call another process interrupts is printed in two lines; timing decides when,
     # so the case is written out as strace 6 prints it

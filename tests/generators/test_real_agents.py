@@ -280,13 +280,20 @@ def _doctor(p: Project) -> dict[str, tuple[str, str]]:
 def test_doctor_asks_real_claude_code_inside_the_sandbox(tmp_path: Path) -> None:
     exe = _need("AUTOLOOP_TEST_CLAUDE", "claude/node_modules/.bin/claude")
     p = Project(tmp_path, "generator: {kind: claude}", exe)
-    without = _doctor(p)
-    assert without["exit"][0] == "1", without["exit"][1]
-    assert without["generator"][0] == "ok" and "starts inside the sandbox" in without["generator"][1]
-    assert re.search(r"version \d+\.\d+\.\d+", without["generator"][1])
-    assert without["auth"][0] == "FAIL" and "not logged in" in without["auth"][1]
-    p.env["ANTHROPIC_API_KEY"] = KEY
-    with_key = _doctor(p)
+    with FakeLLMServer() as srv:   # the API host doctor asks through the egress proxy: loopback
+        p.env["ANTHROPIC_BASE_URL"] = srv.anthropic_url
+        without = _doctor(p)
+        assert without["exit"][0] == "1", without["exit"][1]
+        assert without["generator"][0] == "ok" and "starts inside the sandbox" in without["generator"][1]
+        assert re.search(r"version \d+\.\d+\.\d+", without["generator"][1])
+        assert without["auth"][0] == "FAIL" and "not logged in" in without["auth"][1]
+        port = srv.anthropic_url.rsplit(":", 1)[1].split("/")[0]
+        said = without["exit"][1]
+        assert (f"ok    egress          the generator reaches only api.anthropic.com:443 (claude's API); "
+                f"127.0.0.1:{port} (ANTHROPIC_BASE_URL)") in said, said
+        assert f"127.0.0.1:{port} (ANTHROPIC_BASE_URL) answers through the proxy" in said, said
+        p.env["ANTHROPIC_API_KEY"] = KEY
+        with_key = _doctor(p)
     assert with_key["exit"][0] == "0", with_key["exit"][1]
     assert with_key["auth"] == ("ok", "claude: logged in (ANTHROPIC_API_KEY)")
     assert with_key["verifier"][0] == "ok" and "score = 5" in with_key["verifier"][1]

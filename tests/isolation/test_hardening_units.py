@@ -16,7 +16,8 @@ import pytest
 from autoloop.process import envs
 from autoloop.process import proc, rlimits
 from autoloop.program.reader import SandboxSpec
-from autoloop.isolation.sandbox import Bwrap
+from autoloop.isolation.sandbox import Bwrap, SandboxUnavailable
+from autoloop.isolation.egress.proxy import EgressProxy
 from autoloop.program.scope_rules import ScopeRules, implicit_code
 from autoloop.disk.watch import StatTree, Watch, changed_paths, is_injection
 from autoloop.git.workspace import Worktree
@@ -570,8 +571,15 @@ def test_bwrap_argv(tmp_path):
         assert flag in joined, flag
     assert argv[-3:] == ["/bin/sh", "-c", "echo hi"]
     assert argv.index("--tmpfs") < argv.index("--bind")  # binds come after the private /tmp
-    net = Bwrap(SandboxSpec(kind="bwrap", network=True), executable="/usr/bin/bwrap").argv(["x"], workdir=wt)
-    assert "--unshare-net" not in net and net[-1] == "x"
+    box = Bwrap(SandboxSpec(kind="bwrap", network=True), executable="/usr/bin/bwrap")
+    with pytest.raises(SandboxUnavailable, match="egress proxy is not running"):
+        box.argv(["x"], workdir=wt)   # fail closed: never the host's network
+    box.egress = EgressProxy()
+    net = box.argv(["x"], workdir=wt)
+    # its own namespace still, started by the launcher that puts the proxy's listener there
+    assert "--unshare-net" in net and net[-1] == "x" and any(a.endswith("egress/launch.py") for a in net)
+    assert net[net.index("HTTPS_PROXY") + 1] == "http://127.0.0.1:3128"
+    box.egress.close()
 
 
 def test_bwrap_keeps_what_the_command_names_under_tmp_readable(tmp_path):

@@ -15,11 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from autoloop.base.specs import SandboxSpec
 from autoloop.isolation import hidden
-from autoloop.isolation.sandbox import Bwrap
-from tests.isolation.test_hidden_places import (DECOY, PLACES, _late_daemon, _reach, _run, daemons,  # noqa: F401
-                                                home)
+from tests.isolation.test_hidden_places import (DECOY, PLACES, _box, _close_proxies, _late_daemon,  # noqa: F401
+                                                _reach, _run, daemons, home)
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -105,7 +103,7 @@ def test_hiding_the_whole_home_keeps_a_venv_in_it_working(tmp_path, monkeypatch)
         monkeypatch.setenv("PATH", f"{mine / 'venv' / 'bin'}{os.pathsep}{os.environ['PATH']}")
         wt = tmp_path / "wt"
         wt.mkdir()
-        box = Bwrap(SandboxSpec(kind="bwrap", network=True, hide=("~",)))
+        box = _box(network=True, hide=("~",))
         command = (f"python -m pip --version | cut -c1-3; cd {mine}/venv && python mod.py; cd {wt}; "
                    f"cat {mine}/notes.txt {mine}/.ssh/id; ls {mine}")
         res = _run(box.argv(command, workdir=wt))

@@ -30,6 +30,28 @@ DECOY = "DECOY-SECRET-4c1d"
 PLACES = [*hidden.HOME_FOLDERS, *hidden.HOME_FILES]
 
 
+_OPEN: list[Bwrap] = []
+
+
+def _box(**spec: object) -> Bwrap:
+    """A sandbox as a run makes it: with the network on, its egress proxy started (closed after
+    the test by `_close_proxies`)."""
+    box = Bwrap(SandboxSpec(kind="bwrap", **spec))   # type: ignore[arg-type]
+    if box.spec.network:
+        box.start_egress()
+        _OPEN.append(box)
+    return box
+
+
+@pytest.fixture(autouse=True)
+def _close_proxies():
+    yield
+    while _OPEN:
+        egress = _OPEN.pop().egress
+        if egress is not None:
+            egress.close()
+
+
 def plant(home: Path) -> None:
     for rel in hidden.HOME_FOLDERS:
         (home / rel).mkdir(parents=True, exist_ok=True)
@@ -85,7 +107,7 @@ def _read_in(home: Path, tmp: Path, monkeypatch, *, measurement: bool, hide: tup
     wt.mkdir(exist_ok=True)
     script = wt / "read.py"
     script.write_text(READER)
-    box = Bwrap(SandboxSpec(kind="bwrap", network=True, hide=hide))
+    box = _box(network=True, hide=hide)
     if measurement:
         argv = Confinement(box, tree=wt, checkout=None, path=os.environ["PATH"]).argv(f"{sys.executable} read.py {home}")
     else:
@@ -236,7 +258,7 @@ def test_the_generator_reaches_no_socket_of_the_host(tmp_path, home, daemons, mo
     paths = [str(d.path) for d in daemons]
     # outside the sandbox, each answers: the test can fail
     assert [_reach(p) for p in paths] == ["hello"] * len(paths)
-    res = _run(Bwrap(SandboxSpec(kind="bwrap", network=network)).argv(
+    res = _run(_box(network=network).argv(
         [sys.executable, str(script), str(flag), *paths], workdir=wt))
     try:
         assert res.returncode == 0, res.stderr
@@ -312,7 +334,7 @@ def test_ordinary_tools_work_in_the_generators_sandbox(tmp_path, home, monkeypat
     wt.mkdir()
     script = tmp_path / "ordinary.sh"
     script.write_text(ORDINARY.replace("{py}", sys.executable))
-    res = _run(Bwrap(SandboxSpec(kind="bwrap", network=True)).argv(["/bin/sh", str(script), str(wt)], workdir=wt))
+    res = _run(_box(network=True).argv(["/bin/sh", str(script), str(wt)], workdir=wt))
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.split("\n")
     assert lines[:3] == ["python ok", "1", "node ok"], res.stdout
@@ -344,7 +366,8 @@ def test_unprivileged_the_same(request):
         "import subprocess, sys\n"
         "from autoloop.base.specs import SandboxSpec\n"
         "from autoloop.isolation.sandbox import Bwrap\n"
-        f"argv = Bwrap(SandboxSpec(kind='bwrap', network=True)).argv([{SYSTEM_PY!r}, {str(tmp_path / 'read.py')!r}, "
+        "box = Bwrap(SandboxSpec(kind='bwrap'))\n"
+        f"argv = box.argv([{SYSTEM_PY!r}, {str(tmp_path / 'read.py')!r}, "
         f"{str(home)!r}], workdir=__import__('pathlib').Path({str(wt)!r}))\n"
         "res = subprocess.run(argv, capture_output=True, text=True)\n"
         "print(res.stdout.strip() if res.returncode == 0 else res.stderr.replace(chr(10), ' '))\n"
@@ -375,7 +398,7 @@ def test_an_agent_installed_inside_a_hidden_place_still_starts(tmp_path, home, m
     exe.chmod(0o755)
     wt = tmp_path / "wt"
     wt.mkdir()
-    argv = Bwrap(SandboxSpec(kind="bwrap", network=True)).argv(
+    argv = _box(network=True).argv(
         f"{exe}; cat {home}/.claude/decoy", workdir=wt, readable=[local])
     res = _run(argv)
     assert res.stdout.strip() == "started" and DECOY not in res.stdout, (res.stdout, res.stderr)

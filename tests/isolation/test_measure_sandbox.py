@@ -1,6 +1,7 @@
 """Black-box: the measurement sandbox of the default `sandbox: auto`. Guards and the verifier
 run with the whole file system read-only except their verification tree and a private scratch,
-a private /tmp, their own PID namespace and no network unless `verifier.network: true`; the
+a private /tmp, their own PID namespace and no network unless `verifier.network: true` (then what
+`verifier.hosts` lists, through the egress proxy, and nothing directly); the
 candidate appears at your checkout's path, where they run. Skipped, with the reason, where
 bwrap cannot make a sandbox (.ci/run installs it)."""
 
@@ -40,6 +41,11 @@ attempt("home", lambda: open(os.path.join(os.environ["E2E_HOME"], "planted"), "w
 attempt("tmp", lambda: open("/tmp/autoloop-measure-leak-" + os.environ["E2E_ID"], "w").write("x"))
 attempt("shm", lambda: open("/dev/shm/autoloop-measure-" + os.environ["E2E_ID"], "w").write("x"))
 attempt("net", lambda: socket.create_connection(("127.0.0.1", int(os.environ["E2E_PORT"])), timeout=2).close())
+def proxied():
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=2)
+    s.sendall(("CONNECT 127.0.0.1:%s HTTP/1.1\\r\\n\\r\\n" % os.environ["E2E_PORT"]).encode())
+    assert s.recv(100).startswith(b"HTTP/1.1 200")
+attempt("proxied", proxied)
 attempt("git_head", lambda: subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                                            check=True).stdout.strip())
 beat = Path(os.environ["E2E_MEAS"]) / "heartbeat"
@@ -60,7 +66,8 @@ def measured(request, tmp_path_factory):
     meas.mkdir(parents=True)
     network = request.param
     server = loopback_listener()
-    net = "\n  network: true" if network else ""
+    port = server.getsockname()[1]
+    net = f"\n  network: true\n  hosts: ['127.0.0.1:{port}']" if network else ""
     p = make_project(base, {}, command=f"{PY} {GEN} {gen}/plan.json {gen}/records", guards=False,
                      files={"score.py": PROBING_SCORE},
                      verifier=f"{PY} score.py{net}",
@@ -122,8 +129,11 @@ def test_measurement_temp_and_shm_are_private(measured):
 
 
 def test_measurement_network_only_with_verifier_network(measured):
+    # never the host's loopback directly; with verifier.network, what verifier.hosts lists
+    # through the egress proxy
     _, _, probes, _, _, network = measured
-    assert (probes["net"] == "ok") == network, probes["net"]
+    assert probes["net"] == "ConnectionRefusedError", probes["net"]
+    assert (probes["proxied"] == "ok") == network, probes["proxied"]
 
 
 def test_measurement_leftovers_die_with_it(measured):

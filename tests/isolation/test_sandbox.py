@@ -1,6 +1,6 @@
 """Black-box: `sandbox: bwrap`. The generator runs with a read-only root, its work tree and log
-folder writable, .git read-only, a private /tmp, its own PID namespace and no network (unless
-`network: true`). Skipped, with the reason, where bwrap is missing or cannot create namespaces
+folder writable, .git read-only, a private /tmp, its own PID and network namespaces (with
+`network: true`, the egress proxy's listener in it). Skipped, with the reason, where bwrap is missing or cannot create namespaces
 (.ci/run installs it); the fail-closed behaviour without bwrap is in test_badinput_states.py."""
 
 from __future__ import annotations
@@ -126,9 +126,11 @@ def test_sandbox_tmp_is_private(sandboxed):
     assert not Path("/tmp/autoloop-sandbox-leak-" + p.env["E2E_ID"]).exists()
 
 
-def test_sandbox_network_only_when_asked(sandboxed):
+def test_sandbox_never_reaches_the_hosts_loopback(sandboxed):
+    # its own network namespace with the network on too: the only way out is the egress proxy
+    # (tests/isolation/test_egress.py), which refuses an unlisted loopback port
     _, _, probes, _, _, network = sandboxed
-    assert (probes["net"] == "ok") == network, probes["net"]  # own loopback: refused
+    assert probes["net"] == "ConnectionRefusedError", probes["net"]
 
 
 def test_sandbox_kills_detached_processes_with_the_generator(sandboxed):
@@ -161,6 +163,7 @@ def test_with_the_network_on_daemons_are_hidden_and_name_resolution_stays(tmp_pa
     monkeypatch.setattr(sandbox, "_DAEMON_DIRS", (str(run),))
     monkeypatch.setattr(sandbox, "_DAEMON_KEEP", (str(run / "resolve"),))
     box = sandbox.Bwrap(SandboxSpec())
+    box.start_egress()
     argv = box.argv(f"ls -A {run}; cat {run}/resolve/stub-resolv.conf", workdir=tmp_path / "w", network=True)
     res = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr

@@ -52,5 +52,6 @@ def _propose(state: RunState, c: Cycle, note: str) -> None:
         state.in_python = False
         # anything the generator left running (even detached) dies before we look at the disk
         proc.kill_marked(c.marker)
+        c.blocked = state.guard.blocked(c.log_dir)
     # the hypothesis goes into the journal and a commit message: no secrets in it
     c.proposal.hypothesis = escape_controls(state.redact(c.proposal.hypothesis))

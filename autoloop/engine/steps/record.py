@@ -13,6 +13,7 @@ from autoloop.journal.ledger import Record, escape_controls
 from autoloop.generators.memory import near_duplicate
 from autoloop.base.numbers import num as fmt, pct, signed_pct
 from autoloop.decide.wording import decided
+from autoloop.engine.hints import blocked_lesson
 
 SUBJECT_MAX = 100
 
@@ -92,12 +93,14 @@ def _record(state: RunState, c: Cycle, rnd: Round, commit: str | None) -> dict[s
     if repeat is not None:
         o.result += f" (repeats foreclosed cycle {repeat['cycle']})"
     d = pct(rnd.best_before, o.metric)
+    measured = state.guard.blocked("verifier")
+    lesson = (o.lesson + blocked_lesson(c.blocked, "sandbox.hosts") + blocked_lesson(measured, "verifier.hosts")).strip()
     return {
         "t": "cycle", "cycle": c.n, "status": o.status, "metric": o.metric,
         "best": state.best, "commit": commit, "parent": rnd.incumbent,
         # lessons quote file names and tool output: no control character reaches a reader raw
         "hypothesis": escape_controls(p.hypothesis), "result": escape_controls(o.result),
-        "lesson": escape_controls(o.lesson),
+        "lesson": escape_controls(lesson),
         "changed": o.changed, "duration_s": round(time.monotonic() - c.t0, 3),
         "delta_pct": None if d is None else round(d, 4),
         "gen": {"tokens_in": p.tokens_in, "tokens_out": p.tokens_out,
@@ -113,5 +116,7 @@ def _record(state: RunState, c: Cycle, rnd: Round, commit: str | None) -> dict[s
            and "stats" not in o.extra else {}),
         **({"worker": c.worker, "round": rnd.n0} if state.parallel else {}),
         **({"node": c.node} if c.node else {}),
+        **({"blocked": c.blocked} if c.blocked else {}),
+        **({"blocked_verifier": measured} if measured else {}),
         **o.extra,
     }
