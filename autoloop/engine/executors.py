@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 import autoloop
 from autoloop.process import proc
 from autoloop.engine import ray_task
+from autoloop.engine import rayfetch
 from autoloop.engine import rayout
 from autoloop.engine import reads
 from autoloop.errors import ClusterLost, ConfigError, Interrupted, NodeLost, UsageError
@@ -27,7 +28,7 @@ from autoloop.program.reader import Program
 from autoloop.isolation.sandbox import checkout_keep
 from autoloop.engine.score import Scorer, refuse_on_ray
 from autoloop.base.specs import SandboxSpec
-from autoloop.engine.verify import SEED_VAR, Measurement, measure, new_seed, steps, summarize
+from autoloop.engine.verify import OUTPUT_VAR, SEED_VAR, Measurement, measure, new_seed, steps, summarize
 from autoloop.git.workspace import Workspace
 
 # Output brought back from a remote run: enough for any metric line and a failure's last words.
@@ -86,6 +87,16 @@ class LocalLane:
                                 where=reads.roots(tree.path, None if box is None else box.checkout))
 
 
+def start_scorer(ws: Workspace, guard: Guardrails) -> Scorer | None:
+    """The Scorer of the run's start commit (guard.start_commit) in this machine's sandbox
+    (guard.sandbox, which shows it the private paths), or None without `verifier.score`."""
+    p = guard.program
+    if p.verifier.score is None:
+        return None
+    assert guard.start_commit is not None, "the run's start commit is set in Run.open"
+    return Scorer(p, ws.score_tree(), guard.start_commit, guard.sandbox, guard.scratch / "score")
+
+
 class LocalExecutor:
     unsandboxed: str | None = None   # the measurements are sandboxed as the generator is
     description = ""                 # nothing to add to the start line
@@ -98,14 +109,9 @@ class LocalExecutor:
 
     def scorer(self) -> Scorer | None:
         """The one Scorer of the run's start commit (guard.start_commit), made at its first use."""
-        p = self.guard.program
-        if p.verifier.score is None:
-            return None
         with self._lock:
             if self._scorer is None:
-                assert self.guard.start_commit is not None, "the run's start commit is set in Run.open"
-                self._scorer = Scorer(p, self.ws.score_tree(), self.guard.start_commit, self.guard.sandbox,
-                                      self.guard.scratch / "score")
+                self._scorer = start_scorer(self.ws, self.guard)
             return self._scorer
 
     def start(self) -> None:
@@ -167,10 +173,14 @@ class RayLane:
             if isinstance(reply, str):
                 return Measurement(None, (), f"ray: {plain(reply)}", None, 0.0)
             runs += reply.runs
+        # verifier.score: the command produces on the node, its output comes back here, the score
+        # runs here (never on a node: its tree and the private paths stay on this machine)
+        scored = program.verifier.score is not None and not holdout
+        output = self.ex.output_dir(self.k) if scored else None
         if len(runs) == len(guards) and all(r.result.ok for r in runs):
             seed = seed() if callable(seed) else new_seed() if seed is None else seed
             reply = self.ex.call(self.refs[side], todo[len(guards):], {**shipped, SEED_VAR: str(seed)},
-                                 self.node, reap)
+                                 self.node, reap, output)
             if isinstance(reply, str):
                 return Measurement(None, (), f"ray: {plain(reply)}", None, 0.0, seed)
             runs += reply.runs
@@ -185,8 +195,28 @@ class RayLane:
             err.write_bytes(run.stderr + f"\n[autoloop: ran on {reply.host} (Ray node {reply.node_id}); "
                             f"{run.stdout_size} bytes of stdout in all]\n".encode())
             results.append(dataclasses.replace(run.result, stdout_path=out, stderr_path=err))
-        m = summarize(program, todo, results)
+        score = None
+        if scored and seed is not None and len(results) == len(todo) and results[-1].ok:
+            assert output is not None and not isinstance(reply, str)
+            score = self._score(reply, output, {**env, SEED_VAR: str(seed), OUTPUT_VAR: str(output)},
+                                log_dir, marker)
+        m = summarize(program, todo, results, score=score)
         return m if seed is None else dataclasses.replace(m, seed=seed)
+
+    def _score(self, reply: ray_task.RemoteReply, output: Path, env: Mapping[str, str], log_dir: Path,
+               marker: str) -> proc.ProcResult | str:
+        """`verifier.score` here, on what came back of the node's $AUTOLOOP_OUTPUT (already in
+        `output`), or why it is not run."""
+        got = reply.output
+        if got is None:
+            return "did not run: nothing came back of $AUTOLOOP_OUTPUT from the Ray node"
+        if got.odd is not None:
+            return (f"not run: ${OUTPUT_VAR} {got.odd}; the command must write plain files into the "
+                    "folder, within parallel.max_output_mb (a link could point the score at what the "
+                    "candidate cannot read)")
+        scorer = self.ex.scorer()
+        assert scorer is not None
+        return scorer(env, output, log_dir, marker)
 
     def lose(self, exc: NodeLost) -> None:   # its node failed under a measurement: never again
         self.ex.lose(exc)
@@ -244,6 +274,10 @@ class RayExecutor:
         self.description = ""                      # the start line's "verifying on Ray at ...: N nodes, ..."
         self.log_path: Path | None = None          # Ray's own output (autoloop.engine.rayout)
         self.log_dir = program.state_dir / ".autoloop"   # the run's own folder, once known
+        self._scorer: Scorer | None = None
+        self._produce: Any = None
+        self._stream: dict[str, Any] = {}
+        self.output_limit = int(self.spec.max_output_mb * ray_task.MB)
 
     def start(self) -> None:
         import ray
@@ -274,7 +308,18 @@ class RayExecutor:
             raise UsageError(f"{self.program.path.name}:{self.program.line('parallel.address')}: parallel.address: "
                              f"cannot start or reach Ray ({address or 'local instance'}): "
                              f"{rayout.reason(exc, self.log_path)}") from None
+        if self.sandbox is None and self.program.private and self.unsandboxed:
+            self.close()
+            raise ConfigError(self.unsandboxed)
         self._task = ray.remote(ray_task.run_steps)
+        # a generator task: the output's chunks are made on the node as they are taken here
+        self._produce = ray.remote(ray_task.produce)
+        # at most a few chunks wait in the node's object store for us to take them (Ray >= 2.10)
+        self._stream = {"num_returns": "streaming", "_generator_backpressure_num_objects": 4}
+        try:
+            self._produce.options(**self._stream)
+        except Exception:   # an older Ray without that option
+            self._stream = {"num_returns": "streaming"}
         nodes = self.nodes()
         if not nodes:
             raise UsageError(f"{self.program.path.name}:{self.program.line('parallel')}: parallel: no node of the "
@@ -383,6 +428,12 @@ class RayExecutor:
         wanted = dataclasses.replace(p.sandbox, kind="bwrap", network=p.verifier.network)
         if p.sandbox.kind == "auto":
             host, why = self._ray.get(probe.remote(wanted, dict(self.spec.worker_env(0))))
+            if why is not None and p.private:
+                # a node sharing this file system would show them to the candidate's code
+                self.unsandboxed = (f"{p.path.name}:{p.line('private')}: private: needs a sandbox on the Ray "
+                                    f"nodes too, and none can be made on {host} ({why}); make bubblewrap work "
+                                    "there, or remove private")
+                return
             if why is not None:
                 self.unsandboxed = f"on the Ray node {host}: {why}"
                 return
@@ -390,6 +441,26 @@ class RayExecutor:
 
     def lane(self, k: int) -> RayLane:
         return self.lanes[k]
+
+    def scorer(self) -> Scorer | None:
+        """As LocalExecutor.scorer: the score runs on this machine, in its sandbox."""
+        with self._lock:
+            if self._scorer is None:
+                self._scorer = start_scorer(self.ws, self.guard)
+            return self._scorer
+
+    def output_dir(self, k: int) -> Path:
+        """Where lane `k`'s verifier's $AUTOLOOP_OUTPUT comes back to (emptied by each call)."""
+        return self.guard.scratch / f"ray-output-{k}"
+
+    def where_steps(self) -> str:
+        """Where each step of a measurement runs (`doctor`, the docs)."""
+        box = "sandboxed there" if self.sandbox is not None else "not sandboxed"
+        if self.program.verifier.score is None:
+            return f"guards and verifier on the nodes ({box})"
+        n = len(self.program.private)
+        return (f"produce on the nodes ({box}), score here (private: {n} path{'s' * (n != 1)}); "
+                f"at most parallel.max_output_mb ({self.spec.max_output_mb:g}) of $AUTOLOOP_OUTPUT comes back")
 
     def node_facts(self, timeout: float = 120.0) -> list[tuple[dict[str, Any], ray_task.NodeFacts | str]]:
         """Every live node (Ray's record) with what it says of itself (Ray and Python versions,
@@ -421,27 +492,38 @@ class RayExecutor:
         return ref
 
     def call(self, archive_ref: Any, todo: list[proc.Step], env: dict[str, str],
-             node: Node, reap: bool = False) -> ray_task.RemoteReply | str:   # or why there is no reply
+             node: Node, reap: bool = False,
+             output: Path | None = None) -> ray_task.RemoteReply | str:   # or why there is no reply
+        """`todo` on `node`; with `output` (verifier.score), what the verifier wrote under
+        $AUTOLOOP_OUTPUT there is unpacked into `output` here (rayfetch)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         checkout = (str(self.program.repo_root), tuple(map(str, checkout_keep(self.program))))
-        pinned = self._task.options(**self._opts,
-                                    scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False))
+        task = self._task if output is None else self._produce
+        opts = dict(self._opts) if output is None else {**self._opts, **self._stream}
+        pinned = task.options(**opts, scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False))
+        hidden = tuple(map(str, self.program.private))   # names to hide there, never their content
+        args: tuple[Any, ...] = (archive_ref, todo, env, REMOTE_TAIL_BYTES, self.sandbox, checkout, reap, hidden)
         try:
-            ref = pinned.remote(archive_ref, todo, env, REMOTE_TAIL_BYTES, self.sandbox, checkout, reap)
+            ref = pinned.remote(*args) if output is None else pinned.remote(*args, self.output_limit)
         except Exception as exc:   # the archive's object is gone, the cluster does not answer
             raise NodeLost(rayout.reason(exc, self.log_path), node.id, node.host) from None
         with self._lock:
             self._running.add(ref)
         try:
-            while True:
-                if self._cancelled:
-                    raise Interrupted("interrupted")
-                done, _ = self._ray.wait([ref], timeout=0.2)
-                if done:
-                    break
+            if output is None:
+                while True:
+                    if self._cancelled:
+                        raise Interrupted("interrupted")
+                    done, _ = self._ray.wait([ref], timeout=0.2)
+                    if done:
+                        break
             try:
+                if output is not None:
+                    return rayfetch.receive(self._ray, ref, output, self.output_limit, lambda: self._cancelled)
                 return self._ray.get(ref)
+            except Interrupted:
+                raise
             except Exception as exc:
                 if self._cancelled:
                     raise Interrupted("interrupted") from None

@@ -75,12 +75,11 @@ class Scorer:
 
 
 def refuse_on_ray(program: Program) -> None:
-    """`score` and `private` need the start commit's tree and the private paths on this machine;
-    a Ray node has neither. ConfigError (exit 2) before anything starts."""
-    if program.parallel.executor != "ray":
-        return
-    for key, used in (("verifier.score", program.verifier.score is not None), ("private", bool(program.private))):
-        if used:
-            raise ConfigError(f"{program.path.name}:{program.line(key)}: {key} is not supported with "
-                              "parallel.executor: ray yet (its tree and private paths stay on this "
-                              "machine); use parallel.executor: local")
+    """On Ray the score runs here and the private paths never leave this machine; a `holdout`
+    runs the candidate's code, on a node, where they are not: refused together (ConfigError,
+    exit 2, before anything starts)."""
+    if program.parallel.executor == "ray" and program.holdout is not None and program.private:
+        raise ConfigError(f"{program.path.name}:{program.line('holdout')}: holdout reads the private paths, "
+                          "which never leave this machine, and with parallel.executor: ray it runs on a "
+                          "node; score the held-out data with verifier.score instead (it runs here), or "
+                          "use parallel.executor: local")

@@ -1,0 +1,131 @@
+"""`verifier.score` and `private` on a real two-node Ray cluster (tests/ray_cluster.py: nodes
+whose Python has Ray but not autoloop): the command produces on a node, its $AUTOLOOP_OUTPUT
+comes back, the score runs on the driver with the private labels. One run of few cycles is the
+reward-hack suite on Ray: reading the labels, printing the metric, writing outputs after the
+measurement ended and a link to the labels are never kept, a no-op is not kept, a real gain is;
+and the labels' content is in none of the cluster's folders (temp, session, spill)."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+
+from tests.scripts.e2e import PY, make_project
+from tests.isolation.test_sandbox import PROBLEM
+
+pytest.importorskip("ray")
+
+from tests.ray_cluster import Cluster  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")]
+
+TOKEN = secrets.token_hex(16)   # in the labels file only: found anywhere else, the labels leaked
+MODEL_PY = "def predict(x):\n    return 0\n"
+PRODUCE_PY = '''\
+import os, sys
+from pathlib import Path
+import model
+try:
+    open(sys.argv[1]).read()
+    seen = "read"
+except OSError as exc:
+    seen = type(exc).__name__
+Path(sys.argv[2], "command-private.txt").write_text(seen)
+out = Path(os.environ["AUTOLOOP_OUTPUT"])
+out.joinpath("preds.txt").write_text("\\n".join(str(model.predict(x)) for x in range(20)))
+print("acc: 0.0")   # never read: the metric is the score's
+'''
+SCORE_PY = '''\
+import os, sys
+from pathlib import Path
+preds = [int(v) for v in Path(os.environ["AUTOLOOP_OUTPUT"], "preds.txt").read_text().split()]
+labels = [int(v) for v in open(sys.argv[1]).read().split()[1:]]
+print(f"acc: {sum(p == y for p, y in zip(preds, labels)) / len(labels):.4f}")
+'''
+LABELS = TOKEN + " " + " ".join(str(int(x % 3 == 0)) for x in range(20))   # predicting 0 scores 0.65
+# what the candidate's own code tries, each in one cycle
+LATE = ("import os, subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import os, time; time.sleep(1.5); "
+        "open(os.path.join(os.environ[\\\"AUTOLOOP_OUTPUT\\\"], \\\"preds.txt\\\"), \\\"w\\\").write("
+        "\\\"\\\\n\\\".join(str(int(x % 3 == 0)) for x in range(20)))'], start_new_session=True)\n"
+        "def predict(x):\n    return 0\n")
+READS = ("import sys\ntry:\n    _L = [int(v) for v in open(sys.argv[1]).read().split()[1:]]\n"
+         "except OSError:\n    _L = None\nprint('acc: 1.0')\n"
+         "def predict(x):\n    return _L[x] if _L else 0\n")
+SWAP = ("import atexit, os, sys\ndef _swap():\n    p = os.path.join(os.environ['AUTOLOOP_OUTPUT'], 'preds.txt')\n"
+        "    os.remove(p)\n    os.symlink(sys.argv[1], p)\natexit.register(_swap)\n"
+        "def predict(x):\n    return 0\n")
+PLAN = {
+    1: f'W("model.py", {READS!r})',                                    # reads the labels, prints its metric
+    2: 'W("notes.txt", "a no-op")',
+    3: f'W("model.py", {LATE!r})',                                     # the right answers, written late
+    4: f'W("model.py", {SWAP!r})',                                     # the predictions a link to the labels
+    5: 'W("model.py", "def predict(x):\\n    return int(x % 6 == 0)\\n")',   # a real gain: 0.85
+}
+
+
+@pytest.fixture(scope="module")
+def sealed(tmp_path_factory):
+    base = tmp_path_factory.mktemp("sealed-ray")
+    private = base / "private"
+    private.mkdir()
+    labels = private / "labels.txt"
+    labels.write_text(LABELS)
+    out = base / "out"
+    c = Cluster.start([{"NODE_NAME": "n0"}, {"NODE_NAME": "n1"}])
+    try:
+        extra = (f"private: [{private}]\nsandbox: {{writable: [{base / 'records'}, {out}]}}\n"
+                 f"parallel: {{executor: ray, address: {c.address}}}")
+        p = make_project(base, PLAN, guards=False, metric="acc", direction="maximize", allowed="[model.py, notes.txt]",
+                         files={"model.py": MODEL_PY, "produce.py": PRODUCE_PY, "score.py": SCORE_PY},
+                         verifier=f"{PY} produce.py {labels} {out}\n  score: {PY} score.py {labels}", extra=extra)
+        doctor = p.cli("doctor", "program.md", timeout=300)
+        res = p.run("--cycles", str(len(PLAN)), timeout=900)
+        leaks = [str(f) for f in c.root.rglob("*") if f.is_file() and not f.is_symlink() and _holds(f, TOKEN)]
+        yield p, res, out, doctor, leaks
+    finally:
+        c.stop()
+
+
+def _holds(path, token: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                if token.encode() in block:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def test_only_the_real_gain_is_kept(sealed):
+    p, res, _, _, _ = sealed
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = {int(r["cycle"]): r for r in p.rows()}
+    assert float(rows[0]["metric"]) == pytest.approx(0.65)
+    for cycle in (1, 2, 3):
+        assert rows[cycle]["status"] != "keep", rows[cycle]
+        assert rows[cycle]["metric"] in ("", None) or float(rows[cycle]["metric"]) == pytest.approx(0.65), rows[cycle]
+    assert rows[4]["status"] == "crash", rows[4]
+    assert rows[5]["status"] == "keep", rows[5]
+    assert float(rows[5]["metric"]) == pytest.approx(0.85)
+    assert "$AUTOLOOP_OUTPUT holds preds.txt, not a regular file or folder" in p.experiments()
+    # the command ran on a node, its score here (its log beside the command's)
+    logs = p.repo / ".autoloop" / p.tag / "logs" / "cycle-0005"
+    assert "(Ray node " in (logs / "verifier.err").read_text()
+    assert (logs / "score.out").read_text().strip() == "acc: 0.8500"
+
+
+def test_the_labels_stay_on_the_driver(sealed):
+    p, _, out, _, leaks = sealed
+    # the candidate's code on a node (here on this machine's file system): hidden by its sandbox
+    assert (out / "command-private.txt").read_text() in ("PermissionError", "FileNotFoundError")
+    assert leaks == [], leaks
+    for f in (p.repo / ".autoloop").rglob("*"):
+        assert not f.is_file() or not _holds(f, TOKEN), f
+
+
+def test_doctor_says_where_each_step_runs(sealed):
+    _, _, _, doctor, _ = sealed
+    assert "produce on the nodes (sandboxed there), score here (private: 1 path)" in doctor.stdout, doctor.stdout
