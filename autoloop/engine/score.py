@@ -15,11 +15,11 @@ from typing import Mapping
 from autoloop.process import envs
 from autoloop.process import proc
 from autoloop.errors import ConfigError
-from autoloop.isolation.hardening import Tampered, link_data
+from autoloop.isolation.hardening import Guardrails, Tampered, link_data
 from autoloop.program.reader import Program
 from autoloop.isolation.sandbox import Bwrap, make_mount_points, tree_box
 from autoloop.base.walk import remove_tree
-from autoloop.git.workspace import Worktree
+from autoloop.git.workspace import Workspace, Worktree
 
 LOG_NAME = "score"   # its logs: <log_dir>/score.out and .err
 
@@ -72,6 +72,16 @@ class Scorer:
                             log_stem=log_dir / LOG_NAME, marker=marker)
         finally:
             remove_tree(scratch, quiet=True)
+
+
+def start_scorer(ws: Workspace, guard: Guardrails) -> Scorer | None:
+    """The Scorer of the run's start commit (guard.start_commit) in this machine's sandbox
+    (guard.sandbox, which shows it the private paths), or None without `verifier.score`."""
+    p = guard.program
+    if p.verifier.score is None:
+        return None
+    assert guard.start_commit is not None, "the run's start commit is set in Run.open"
+    return Scorer(p, ws.score_tree(), guard.start_commit, guard.sandbox, guard.scratch / "score")
 
 
 def refuse_on_ray(program: Program) -> None:
