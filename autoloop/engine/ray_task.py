@@ -101,7 +101,8 @@ def _why_not(bwrap: Bwrap) -> str | None:
 def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str], tail_bytes: int,
               sandbox: SandboxSpec | None = None,
               checkout: tuple[str, Sequence[str]] | None = None, reap: bool = False,
-              hidden: Sequence[str] = (), output: Path | None = None) -> RemoteReply | str:
+              hidden: Sequence[str] = (), data: bytes | None = None,
+              output: Path | None = None) -> RemoteReply | str:
     """With `sandbox` (its `network` is the measurement's), every step runs in one, or none runs
     and the answer is why none can be made here. `checkout`: the user's checkout path and what
     stays visible in it (its venvs); where that path exists on this node (a local Ray instance,
@@ -112,7 +113,9 @@ def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str]
     wrote reaches the next (contract §11). `output`: the verifier's (not a guard's) $AUTOLOOP_OUTPUT,
     made empty before it starts and writable in its sandbox (see produce). `hidden`: program.md's
     `private` paths, by name only: where one exists on this node (a local instance, a shared file
-    system) the sandbox hides it as a local measurement's does; their content never travels."""
+    system) the sandbox hides it as a local measurement's does; their content never travels.
+    `data`: program.md's `data:` folders as one tar (shipped once per run), unpacked at their
+    places in every step's tree, as a local measurement links them."""
     env = {**os.environ, **env}
     bwrap = None if sandbox is None else Bwrap(sandbox, path=env.get("PATH"))
     why = None if bwrap is None else _why_not(bwrap)
@@ -127,6 +130,8 @@ def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str]
             tree.mkdir()
             scratch.mkdir()
             _unpack(archive, tree)
+            if data:
+                _unpack(data, tree)
             # its temp files on disk (a sandbox's own /tmp is memory), gone with the step
             step_env = {**env, "TMPDIR": str(scratch), "TMP": str(scratch), "TEMP": str(scratch)}
             mine = output if output is not None and not step.guard else None
@@ -156,7 +161,7 @@ def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str]
 
 def produce(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str], tail_bytes: int,
             sandbox: SandboxSpec | None, checkout: tuple[str, Sequence[str]] | None, reap: bool,
-            hidden: Sequence[str], limit: int) -> Iterator[RemoteReply | str | bytes]:
+            hidden: Sequence[str], data: bytes | None, limit: int) -> Iterator[RemoteReply | str | bytes]:
     """run_steps for a program with `verifier.score` (a Ray generator task): the reply, its
     `output` saying what the verifier wrote under $AUTOLOOP_OUTPUT, then that folder as a tar in
     chunks of CHUNK_BYTES, read from a file here as the driver takes them (never whole in
@@ -166,7 +171,7 @@ def produce(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str], 
     this node when the task ends."""
     with temp_tree("produce") as root:
         folder = root / "output"
-        reply = run_steps(archive, steps, env, tail_bytes, sandbox, checkout, reap, hidden, output=folder)
+        reply = run_steps(archive, steps, env, tail_bytes, sandbox, checkout, reap, hidden, data, output=folder)
         if isinstance(reply, str) or not reply.runs or not reply.runs[-1].result.ok or steps[-1].guard:
             yield reply
             return

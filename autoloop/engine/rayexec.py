@@ -7,8 +7,10 @@ the score runs here, on this machine, where the start commit's tree and the priv
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 import math
+import tarfile
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -32,6 +34,7 @@ from autoloop.git.workspace import Workspace
 # Output brought back from a remote run: enough for any metric line and a failure's last words.
 REMOTE_TAIL_BYTES = 4 << 20
 RAY_EXTRA = "pip install 'autoloop-ratchet[ray]'"
+DATA_SHIP_MB = 256   # program.md `data:` travels to the nodes as one object: at most this much
 
 
 class RayLane:
@@ -178,6 +181,7 @@ class RayExecutor:
         self._scorer: Scorer | None = None
         self._produce: Any = None
         self._stream: dict[str, Any] = {}
+        self._data: Any = None                     # the ObjectRef of program.md's `data:` folders, as a tar
         self.output_limit = int(self.spec.max_output_mb * ray_task.MB)
 
     def start(self) -> None:
@@ -226,6 +230,26 @@ class RayExecutor:
             raise UsageError(f"{self.program.path.name}:{self.program.line('parallel')}: parallel: no node of the "
                              f"Ray cluster has what a verification task asks for ({self._asks()})")
         self.description = self._describe(nodes, address)
+        self._data = self._ship_data()
+
+    def _ship_data(self) -> Any:
+        """program.md's `data:` folders as one Ray object (put once per run; None without any):
+        a node has none of this machine's paths, so each measurement's tree gets them unpacked
+        at their places (never a `private` path: the schema keeps the two apart). At most
+        DATA_SHIP_MB, else ConfigError naming the key."""
+        if not self.program.data:
+            return None
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for d in self.program.data:
+                tar.add(str(d.source), arcname=d.target)
+        if buf.tell() > DATA_SHIP_MB * ray_task.MB:
+            self.close()
+            raise ConfigError(f"{self.program.path.name}:{self.program.line('data')}: data: {buf.tell() / ray_task.MB:.0f} MB, "
+                              f"more than the {DATA_SHIP_MB} MB parallel.executor: ray ships to its nodes with every "
+                              "run; keep large data sets where the nodes read them (a shared file system) and "
+                              "read them from there, or use parallel.executor: local")
+        return self._ray.put(buf.getvalue())
 
     def _asks(self) -> str:
         return ", ".join(f"{k} {v}" for k, v in self._needs().items())
@@ -404,7 +428,8 @@ class RayExecutor:
         opts = dict(self._opts) if output is None else {**self._opts, **self._stream}
         pinned = task.options(**opts, scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False))
         hidden = tuple(map(str, self.program.private))   # names to hide there, never their content
-        args: tuple[Any, ...] = (archive_ref, todo, env, REMOTE_TAIL_BYTES, self.sandbox, checkout, reap, hidden)
+        args: tuple[Any, ...] = (archive_ref, todo, env, REMOTE_TAIL_BYTES, self.sandbox, checkout, reap, hidden,
+                                 self._data)
         try:
             ref = pinned.remote(*args) if output is None else pinned.remote(*args, self.output_limit)
         except Exception as exc:   # the archive's object is gone, the cluster does not answer

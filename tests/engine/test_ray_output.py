@@ -21,7 +21,7 @@ PY = sys.executable
 def _produce(tmp_path: Path, code: str, limit: int = 16 << 20) -> tuple[RemoteReply, Path | str]:
     """produce() on a tree holding `code` as out.py; its output unpacked into tmp_path/got."""
     items = list(produce(archive({"out.py": code}), [proc.Step("verifier", f"{PY} out.py", 30, False)],
-                         {}, 1 << 16, None, None, False, (), limit))
+                         {}, 1 << 16, None, None, False, (), None, limit))
     reply = items[0]
     assert isinstance(reply, RemoteReply)
     assert all(isinstance(c, bytes) and len(c) <= CHUNK_BYTES for c in items[1:])
@@ -69,7 +69,7 @@ def test_what_is_written_after_the_verifier_ended_is_not_there(tmp_path):
 
 def test_a_failed_verifier_sends_nothing(tmp_path):
     items = list(produce(archive({"out.py": "raise SystemExit(3)"}), [proc.Step("verifier", f"{PY} out.py", 30, False)],
-                         {}, 1 << 16, None, None, False, (), 1 << 20))
+                         {}, 1 << 16, None, None, False, (), None, 1 << 20))
     assert len(items) == 1 and isinstance(items[0], RemoteReply) and items[0].output is None
     assert not items[0].runs[-1].result.ok
 

@@ -1,6 +1,6 @@
 """`verifier.score` and `private` on a real two-node Ray cluster (tests/ray_cluster.py: nodes
-whose Python has Ray but not autoloop): the command produces on a node, its $AUTOLOOP_OUTPUT
-comes back, the score runs on the driver with the private labels. One run of few cycles is the
+whose Python has Ray but not autoloop): the command produces on a node (its `data:` shipped
+there), its $AUTOLOOP_OUTPUT comes back, the score runs on the driver with the private labels. One run of few cycles is the
 reward-hack suite on Ray: reading the labels, printing the metric, writing outputs after the
 measurement ended and a link to the labels are never kept, a no-op is not kept, a real gain is;
 and the labels' content is in none of the cluster's folders (temp, session, spill)."""
@@ -33,7 +33,8 @@ except OSError as exc:
     seen = type(exc).__name__
 Path(sys.argv[2], "command-private.txt").write_text(seen)
 out = Path(os.environ["AUTOLOOP_OUTPUT"])
-out.joinpath("preds.txt").write_text("\\n".join(str(model.predict(x)) for x in range(20)))
+n = int(Path("inputs", "n.txt").read_text())   # from `data:`, shipped to the node
+out.joinpath("preds.txt").write_text("\\n".join(str(model.predict(x)) for x in range(n)))
 print("acc: 0.0")   # never read: the metric is the score's
 '''
 SCORE_PY = '''\
@@ -73,9 +74,12 @@ def sealed(tmp_path_factory):
     labels = private / "labels.txt"
     labels.write_text(LABELS)
     out = base / "out"
+    (base / "inputs").mkdir()
+    (base / "inputs" / "n.txt").write_text("20\n")
     c = Cluster.start([{"NODE_NAME": "n0"}, {"NODE_NAME": "n1"}])
     try:
         extra = (f"private: [{private}]\nsandbox: {{writable: [{base / 'records'}, {out}]}}\n"
+                 f"data: [{{path: {base / 'inputs'}, as: inputs}}]\n"
                  f"parallel: {{executor: ray, address: {c.address}}}")
         p = make_project(base, PLAN, guards=False, metric="acc", direction="maximize", allowed="[model.py, notes.txt]",
                          files={"model.py": MODEL_PY, "produce.py": PRODUCE_PY, "score.py": SCORE_PY},
