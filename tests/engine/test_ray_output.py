@@ -86,3 +86,84 @@ def test_unpack_keeps_every_member_inside(tmp_path, name):
         t.addfile(info, io.BytesIO(b"x"))
     (tmp_path / "into").mkdir()
     assert "not a regular file or folder inside it" in (rayfetch.unpack(tar, tmp_path / "into", 1 << 20) or "")
+
+
+class FakeRay:
+    """ray.wait/get/cancel over a plain iterator of values (a generator task's items); an
+    exception among them is raised by get, as Ray raises a lost node's error there."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def wait(self, refs, timeout=None):
+        return refs, []
+
+    def get(self, ref):
+        if isinstance(ref, BaseException):
+            raise ref
+        return ref
+
+    def cancel(self, ref):
+        self.cancelled = True
+
+
+def _reply(size: int):
+    from autoloop.engine.ray_task import Output
+
+    return RemoteReply("node", [], "id", Output(size, 1))
+
+
+def _tar_of(tmp_path: Path, text: str) -> bytes:
+    import tarfile
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "p.csv").write_text(text)
+    with tarfile.open(tmp_path / "src.tar", "w") as t:
+        t.add(tmp_path / "src" / "p.csv", arcname="p.csv")
+    return (tmp_path / "src.tar").read_bytes()
+
+
+def test_receive_writes_chunk_by_chunk_and_unpacks(tmp_path):
+    data = _tar_of(tmp_path, "0.5\n")
+    chunks = [data[i:i + 1000] for i in range(0, len(data), 1000)]
+    out = tmp_path / "out"
+    reply = rayfetch.receive(FakeRay(), iter([_reply(len(data)), *chunks]), out, 1 << 20, lambda: False)
+    assert isinstance(reply, RemoteReply) and reply.output is not None and reply.output.odd is None
+    assert (out / "p.csv").read_text() == "0.5\n"
+    assert not (tmp_path / "out.tar").exists()
+
+
+def test_receive_refuses_more_than_announced_and_stops_the_task(tmp_path):
+    data = _tar_of(tmp_path, "0.5\n")
+    ray = FakeRay()
+    reply = rayfetch.receive(ray, iter([_reply(len(data) - 1), data]), tmp_path / "out", 1 << 20, lambda: False)
+    assert isinstance(reply, RemoteReply) and "more than the" in (reply.output.odd or "")
+    assert ray.cancelled
+
+
+def test_a_lost_node_while_the_output_streams_propagates(tmp_path):
+    """The executor turns Ray's error into NodeLost: the measurement runs again elsewhere."""
+    data = _tar_of(tmp_path, "0.5\n")
+
+    class NodeDiedError(Exception):
+        pass
+
+    with pytest.raises(NodeDiedError):
+        rayfetch.receive(FakeRay(), iter([_reply(len(data)), data[:100], NodeDiedError("gone")]), tmp_path / "out",
+                         1 << 20, lambda: False)
+    assert not (tmp_path / "out.tar").exists()
+
+
+def test_receive_empties_the_folder_of_an_earlier_output(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "p.csv").write_text("an earlier measurement's")
+    assert rayfetch.receive(FakeRay(), iter(["why"]), out, 1 << 20, lambda: False) == "why"
+    assert list(out.iterdir()) == []
+
+
+def test_receive_stops_when_cancelled(tmp_path):
+    from autoloop.errors import Interrupted
+
+    with pytest.raises(Interrupted):
+        rayfetch.receive(FakeRay(), iter([_reply(10)]), tmp_path / "out", 1 << 20, lambda: True)
