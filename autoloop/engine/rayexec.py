@@ -10,6 +10,7 @@ import dataclasses
 import io
 import logging
 import math
+import stat
 import tarfile
 import threading
 from pathlib import Path
@@ -28,6 +29,7 @@ from autoloop.program.reader import Program
 from autoloop.isolation.sandbox import checkout_keep
 from autoloop.engine.score import Scorer, start_scorer
 from autoloop.base.specs import SandboxSpec
+from autoloop.base.walk import walk
 from autoloop.engine.verify import OUTPUT_VAR, SEED_VAR, Measurement, new_seed, steps, summarize
 from autoloop.git.workspace import Workspace
 
@@ -239,16 +241,20 @@ class RayExecutor:
         DATA_SHIP_MB, else ConfigError naming the key."""
         if not self.program.data:
             return None
+        # counted before anything is read: a data set of many GB is refused, not loaded
+        size = sum(d.source.stat().st_size if d.source.is_file() else
+                   sum(st.st_size for _, _, st in walk(str(d.source)) if st is not None and stat.S_ISREG(st.st_mode))
+                   for d in self.program.data)
+        if size > DATA_SHIP_MB * ray_task.MB:
+            self.close()
+            raise ConfigError(f"{self.program.path.name}:{self.program.line('data')}: data: "
+                              f"{size / ray_task.MB:.0f} MB, more than the {DATA_SHIP_MB} MB parallel.executor: ray "
+                              "ships to its nodes with every run; keep large data sets where the nodes read them "
+                              "(a shared file system) and read them from there, or use parallel.executor: local")
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for d in self.program.data:
                 tar.add(str(d.source), arcname=d.target)
-        if buf.tell() > DATA_SHIP_MB * ray_task.MB:
-            self.close()
-            raise ConfigError(f"{self.program.path.name}:{self.program.line('data')}: data: {buf.tell() / ray_task.MB:.0f} MB, "
-                              f"more than the {DATA_SHIP_MB} MB parallel.executor: ray ships to its nodes with every "
-                              "run; keep large data sets where the nodes read them (a shared file system) and "
-                              "read them from there, or use parallel.executor: local")
         return self._ray.put(buf.getvalue())
 
     def _asks(self) -> str:

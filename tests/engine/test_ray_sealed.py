@@ -1,7 +1,7 @@
 """`verifier.score` and `private` on a real two-node Ray cluster (tests/ray_cluster.py: nodes
 whose Python has Ray but not autoloop): the command produces on a node (its `data:` shipped
-there), its $AUTOLOOP_OUTPUT comes back, the score runs on the driver with the private labels. One run of few cycles is the
-reward-hack suite on Ray: reading the labels, printing the metric, writing outputs after the
+there), its $AUTOLOOP_OUTPUT comes back, the score runs on the driver with the private labels.
+One run of few cycles is the reward-hack suite on Ray: reading the labels, printing the metric, writing outputs after the
 measurement ended and a link to the labels are never kept, a no-op is not kept, a real gain is;
 and the labels' content is in none of the cluster's folders (temp, session, spill)."""
 
