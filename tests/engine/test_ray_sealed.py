@@ -7,7 +7,11 @@ and the labels' content is in none of the cluster's folders (temp, session, spil
 
 from __future__ import annotations
 
+import json
 import secrets
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -67,8 +71,13 @@ PLAN = {
 
 
 @pytest.fixture(scope="module")
-def sealed(tmp_path_factory):
-    base = tmp_path_factory.mktemp("sealed-ray")
+def cluster():
+    c = Cluster.start([{"NODE_NAME": "n0"}, {"NODE_NAME": "n1"}])
+    yield c
+    c.stop()
+
+
+def _sealed_project(base, address: str, plan, produce: str = PRODUCE_PY, extra: str = "", accept: str = ""):
     private = base / "private"
     private.mkdir()
     labels = private / "labels.txt"
@@ -76,23 +85,28 @@ def sealed(tmp_path_factory):
     out = base / "out"
     (base / "inputs").mkdir()
     (base / "inputs" / "n.txt").write_text("20\n")
-    c = Cluster.start([{"NODE_NAME": "n0"}, {"NODE_NAME": "n1"}])
-    try:
-        extra = (f"private: [{private}]\nsandbox: {{writable: [{base / 'records'}, {out}]}}\n"
-                 f"data: [{{path: {base / 'inputs'}, as: inputs}}]\n"
-                 f"parallel: {{executor: ray, address: {c.address}}}")
-        p = make_project(base, PLAN, guards=False, metric="acc", direction="maximize", allowed="[model.py, notes.txt]",
-                         files={"model.py": MODEL_PY, "produce.py": PRODUCE_PY, "score.py": SCORE_PY},
-                         verifier=f"{PY} produce.py {labels} {out}\n  score: {PY} score.py {labels}", extra=extra)
-        doctor = p.cli("doctor", "program.md", timeout=300)
-        res = p.run("--cycles", str(len(PLAN)), timeout=900)
-        files = [f for f in c.root.rglob("*") if f.is_file() and not f.is_symlink()]
-        leaks = [str(f) for f in files if _holds(f, TOKEN)]
-        # not vacuous: the nodes' logs, session and runtime-env folders were all searched
-        assert len(files) > 50 and any("session_" in str(f) for f in files) and _holds(labels, TOKEN)
-        yield p, res, out, doctor, leaks
-    finally:
-        c.stop()
+    extra = (f"private: [{private}]\nsandbox: {{writable: [{base / 'records'}, {out}]}}\n"
+             f"data: [{{path: {base / 'inputs'}, as: inputs}}]\n"
+             f"parallel: {{executor: ray, address: {address}{extra}}}\n{accept}")
+    p = make_project(base, plan, guards=False, metric="acc", direction="maximize", allowed="[model.py, notes.txt]",
+                     files={"model.py": MODEL_PY, "produce.py": produce, "score.py": SCORE_PY},
+                     verifier=f"{PY} produce.py {labels} {out}\n  score: {PY} score.py {labels}", extra=extra)
+    return p, labels, out
+
+
+def _leaks(c: Cluster, labels) -> list[str]:
+    files = [f for f in c.root.rglob("*") if f.is_file() and not f.is_symlink()]
+    # not vacuous: the nodes' logs, session and runtime-env folders were all searched
+    assert len(files) > 50 and any("session_" in str(f) for f in files) and _holds(labels, TOKEN)
+    return [str(f) for f in files if _holds(f, TOKEN)]
+
+
+@pytest.fixture(scope="module")
+def sealed(cluster, tmp_path_factory):
+    p, labels, out = _sealed_project(tmp_path_factory.mktemp("sealed-ray"), cluster.address, PLAN)
+    doctor = p.cli("doctor", "program.md", timeout=300)
+    res = p.run("--cycles", str(len(PLAN)), timeout=900)
+    return p, res, out, doctor, _leaks(cluster, labels)
 
 
 def _holds(path, token: str) -> bool:
@@ -136,3 +150,43 @@ def test_the_labels_stay_on_the_driver(sealed):
 def test_doctor_says_where_each_step_runs(sealed):
     _, _, _, doctor, _ = sealed
     assert "produce on the nodes (sandboxed there), score here (private: 1 path)" in doctor.stdout, doctor.stdout
+
+
+def test_a_node_lost_under_the_command_is_measured_again_elsewhere(cluster, tmp_path):
+    """n1's raylet killed while a cycle's command runs there (after the baseline): that
+    measurement runs again, whole, on n0; its score still runs here; no label reaches a node."""
+    slow = PRODUCE_PY.replace('print("acc: 0.0")', 'import time; time.sleep(3)')
+    p, labels, _ = _sealed_project(tmp_path, cluster.address, {1: PLAN[5], 2: PLAN[2]}, produce=slow,
+                                   extra=", workers: 2",
+                                   accept="accept: {rule: paired, pairs: 4, alpha: 0.1, final_pairs: 0}")
+    proc = subprocess.Popen([PY, "-m", "autoloop", "run", "program.md", "--tag", p.tag, "--cycles", "2"],
+                            cwd=p.repo, env=p.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ledger, killed = p.repo / ".autoloop" / p.tag / "ledger.jsonl", []
+    deadline = time.monotonic() + 600
+    while proc.poll() is None and not killed and time.monotonic() < deadline:
+        if ledger.exists() and '"status":"baseline"' in ledger.read_text() and _produce_on(b"NODE_NAME=n1"):
+            killed = cluster.kill_raylet(1)
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=600)
+    if killed:   # the module's other tests keep their two nodes, whatever the order
+        cluster.restart(1, {"NODE_NAME": "n1"})
+        cluster.wait_nodes(2)
+    assert killed, f"no command ran on n1 after the baseline: {err[-2000:]}"
+    assert proc.returncode == 0, err[-3000:]
+    recs = [json.loads(x) for x in ledger.read_text().splitlines()]
+    lost = [r for r in recs if r["t"] == "node_lost"]
+    assert len(lost) == 1 and lost[0]["during"].startswith("cycle "), lost
+    statuses = {r["cycle"]: r["status"] for r in recs if r["t"] == "cycle"}
+    assert statuses == {0: "baseline", 1: "keep", 2: "discard"}, statuses
+    assert _leaks(cluster, labels) == []
+
+
+def _produce_on(name: bytes) -> bool:
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"produce.py" in (entry / "cmdline").read_bytes() \
+                    and name in (entry / "environ").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
