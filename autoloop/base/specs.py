@@ -118,6 +118,8 @@ class ParallelSpec:   # `workers` generators propose from one incumbent, `verify
     num_gpus: float | None = None
     accelerator_type: str | None = None      # ray: only nodes of this kind ("A100"; Ray's accelerator_type)
     resources: Mapping[str, float] = field(default_factory=dict)   # ray: custom resources a task asks for
+    # ray with verifier.score: the most of $AUTOLOOP_OUTPUT one measurement may send back to the driver
+    max_output_mb: float = 512.0
     # resource hints: worker i's generator and verifications get env[i % len(env)] on top of ours
     env: tuple[Mapping[str, str], ...] = ()
 

@@ -156,6 +156,7 @@ def _cluster(run: Run, ex: Any) -> Iterator[Check]:
         return
     try:
         yield Check("ray", "ok", ex.description)
+        yield Check("ray steps", "ok", ex.where_steps())
         here = (ray.__version__, platform.python_version())
         for node, facts in ex.node_facts():
             name = f"ray node {node.get('NodeName') or '?'} ({str(node.get('NodeID'))[:12]})"
