@@ -182,7 +182,7 @@ def _commit(root: Path) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from autoloop.commands.doctor import print_probe
+    from autoloop.commands.probe import print_probe
     from autoloop.commands.verify import print_verify
 
     if args.template != "speed":

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autoloop.commands.probe import Finding
+from autoloop.probe.findings import Finding
 from tests.conftest import git as git_in
 from tests.scripts.e2e import git, repo_state
 from tests.scripts.sealed import SPEED_FILES, make, ml_data, ml_files, ml_program, speed_program
@@ -84,7 +84,7 @@ def test_output_mode_is_fooled_and_each_fix_is_named(tmp_path: Path) -> None:
 def _probe_only(tmp_path: Path, files: dict[str, str], program: str, *only: str) -> dict[str, Finding]:
     """The real probe (its baseline, then real runs of each class named), in this process: the
     verdicts a test needs of a setup, without the runs of every other class."""
-    from autoloop.commands.probe import probe
+    from autoloop.probe.classes import probe
     from autoloop.program.reader import load_program
 
     p = make(tmp_path / "p", files, program)
@@ -175,7 +175,7 @@ def test_the_hacks_go_where_a_generator_change_would_run(make_repo) -> None:  # 
     """Breadth-first from the verifier's script: past a package __init__ that only re-exports,
     into the first module that defines functions; a module loaded by file name counts; the test
     helpers are those of the tests the guard runs."""
-    from autoloop.commands.probe import plant_target
+    from autoloop.probe.target import plant_target
     from autoloop.program.reader import load_program
 
     repo = make_repo({
@@ -210,13 +210,15 @@ def test_a_noisy_baseline_is_said_and_a_gain_inside_its_spread_is_not_called_pla
     their spread; the probe cannot tell, and says so rather than reporting it held."""
     from types import SimpleNamespace
 
-    from autoloop.commands import doctor, probe as probe_mod
-    from autoloop.commands.probe import Baseline, Finding, _Prober
+    from autoloop.commands import probe as probe_cmd
+    from autoloop.probe import classes
+    from autoloop.probe.findings import Baseline
+    from autoloop.probe.judge import Prober
 
     base = Baseline((1.0, 1.5, 2.0), "lib.py", (), 1.5)
     assert base.noisy and round(base.spread, 3) == 0.667
     assert not Baseline((1.0, 1.02, 1.05), "lib.py", (), 1.0).noisy
-    prober = object.__new__(_Prober)
+    prober = object.__new__(Prober)
     prober.program = SimpleNamespace(verifier=SimpleNamespace(direction="minimize", label="seconds"))
 
     def result(metric: float) -> object:
@@ -241,9 +243,9 @@ def test_a_noisy_baseline_is_said_and_a_gain_inside_its_spread_is_not_called_pla
     assert burst.verdict == "held" and "then 0.47 beside 5 unmodified: not confirmed" in burst.detail, burst.detail
     assert prober.judge("atexit", result(0.1), base, "fix").fooled is True   # type: ignore[arg-type]
 
-    monkeypatch.setattr(probe_mod, "probe", lambda program: iter([base, unclear]))
+    monkeypatch.setattr(classes, "probe", lambda program: iter([base, unclear]))
     program = SimpleNamespace(verifier=SimpleNamespace(label="seconds", measure="wall", score="x"))
-    assert doctor.print_probe(program) == 0
+    assert probe_cmd.print_probe(program) == 0
     out = capsys.readouterr().out
     assert "WARNING: the baseline's runs spread 67% of their median" in out
     assert "unclear atexit" in out
@@ -256,11 +258,13 @@ def test_a_plant_that_breaks_the_project_is_unclear_not_held(monkeypatch, capsys
     holding. Each class is announced (k of n, time so far) on stderr as it starts."""
     from types import SimpleNamespace
 
-    from autoloop.commands import doctor, probe as probe_mod
-    from autoloop.commands.probe import Baseline, Trying, _Prober
+    from autoloop.commands import probe as probe_cmd
+    from autoloop.probe import classes
+    from autoloop.probe.findings import Baseline, Trying
+    from autoloop.probe.judge import Prober
 
     base = Baseline((1.0, 1.02, 1.05), "lib.py", (), 1.0)
-    prober = object.__new__(_Prober)
+    prober = object.__new__(Prober)
     prober.program = SimpleNamespace(verifier=SimpleNamespace(direction="minimize", label="seconds"))
 
     def result(metric, guard=None, error=None):  # type: ignore[no-untyped-def]
@@ -280,10 +284,10 @@ def test_a_plant_that_breaks_the_project_is_unclear_not_held(monkeypatch, capsys
     no_answers = prober.judge("exit-0", result(None, error="verifier.score exit 1: no answers"), base, "fix")  # type: ignore[arg-type]
     assert no_answers.verdict == "held"
 
-    monkeypatch.setattr(probe_mod, "probe", lambda program: iter(
+    monkeypatch.setattr(classes, "probe", lambda program: iter(
         [base, Trying("special-cased-input", 1, 2), tests_fail, Trying("test-runner", 2, 2), scored]))
     program = SimpleNamespace(verifier=SimpleNamespace(label="seconds", measure="wall", score="x"))
-    assert doctor.print_probe(program) == 0
+    assert probe_cmd.print_probe(program) == 0
     got = capsys.readouterr()
     assert "probe: 1/2 trying special-cased-input" in got.err and "probe: 2/2 trying test-runner" in got.err
     assert "unclear special-cased-input" in got.out and "held    test-runner" in got.out
@@ -295,14 +299,15 @@ def test_fooled_needs_the_second_hacked_run_beyond_an_unmodified_run_beside_it()
     compared with HEAD measured unmodified just after it, not only with the earlier baseline."""
     from types import SimpleNamespace
 
-    from autoloop.commands.probe import Baseline, _Prober
+    from autoloop.probe.findings import Baseline
+    from autoloop.probe.judge import Prober
 
     def result(metric: float) -> object:
         return SimpleNamespace(measurement=SimpleNamespace(guards_ok=True, metric=metric, failed_guard=None,
                                                            error=None))
 
     base = Baseline((1.0, 1.02, 1.05), "lib.py", (), 1.0)   # a margin of 5% of 1.02
-    prober = object.__new__(_Prober)
+    prober = object.__new__(Prober)
     prober.program = SimpleNamespace(verifier=SimpleNamespace(direction="minimize", label="seconds"))
     prober.run = lambda *a: result(0.74)   # type: ignore[method-assign]   # the quiet moment, unmodified
     drift = prober.judge("patched-clock", result(0.72), base, "fix", lambda: result(0.7))   # type: ignore[arg-type]
@@ -315,7 +320,7 @@ def test_fooled_needs_the_second_hacked_run_beyond_an_unmodified_run_beside_it()
 def test_the_wrong_answers_plant_reaches_a_targets_methods_too() -> None:
     """inflect's target is `engine.plural`, a method: a plant that made only module-level
     functions wrong left it right, and the probe read `held` for a hole it never tried."""
-    from autoloop.commands import probe_hacks
+    from autoloop.probe import answer_hacks
 
     src = ("class Engine:\n    def plural(self, w):\n        return w + 's'\n"
            "    def _private(self):\n        return 1\n\n\ndef top(x):\n    return x\n")
@@ -325,6 +330,6 @@ def test_the_wrong_answers_plant_reaches_a_targets_methods_too() -> None:
              "assert engine.plural('cat') is None and top(3) is None\n"
              "assert engine._private() == 1\n"   # what is not public stays as it was
              "print('checked')\n")
-    res = subprocess.run([sys.executable, "-c", src + probe_hacks.wrong_and_runner_off() + "\n" + check],
+    res = subprocess.run([sys.executable, "-c", src + answer_hacks.wrong_and_runner_off() + "\n" + check],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == "checked", res.stdout + res.stderr
