@@ -19,7 +19,7 @@ from autoloop.git.workspace import Workspace, Worktree
 from autoloop.isolation.hardening import data_paths, link_data
 from autoloop.isolation.measured_files import protected_paths, uncommitted_warnings
 from autoloop.isolation.sandbox import tree_box
-from autoloop.process import envs, proc
+from autoloop.process import envs, logfile, proc
 from autoloop.program.reader import Program, check_data
 
 
@@ -105,6 +105,6 @@ def reseal(program: Program, tree: Worktree, commit: str, plant: Callable[[Path]
 
 
 def _tail(stem: Path) -> str:
-    parts = [proc.read_tail(stem.with_name(stem.name + ext), 2000).rstrip()
+    parts = [logfile.read_tail(stem.with_name(stem.name + ext), 2000).rstrip()
              for ext in (".out", ".err")]
     return "\n".join(p for p in parts if p)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
 from autoloop.errors import ConfigError
 from autoloop.process.executables import all_words
-from autoloop.process.proc import run_captured
+from autoloop.process.running import run_captured
 from autoloop.base.specs import SandboxSpec
 from autoloop.base.walk import inside, remove_tree, temp_dir, under
 
