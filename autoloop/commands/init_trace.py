@@ -182,7 +182,7 @@ def _commit(root: Path) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from autoloop.commands.probe import print_probe
+    from autoloop.commands.probe import probe_outcome
     from autoloop.commands.verify import print_verify
 
     if args.template != "speed":
@@ -244,9 +244,13 @@ def main(args: argparse.Namespace) -> int:
     if args.no_probe:
         return 0
     print(f"\n$ autoloop doctor --probe {shown}", flush=True)
-    code = print_probe(load_program(target))
+    probed = probe_outcome(load_program(target))
     print(f"\nNext: autoloop run {shown} --tag first")
-    return code
+    if probed.unclear:   # the last line: not a quiet pass when the probe could not judge some classes
+        print(f"init: {'no hack fooled the verifier, but' if probed.code == 0 else 'a hack fooled the verifier (above);'} "
+              f"{probed.unjudged} (their lines above say why: the plant broke the project, or its gain sat in "
+              "the noise)")
+    return probed.code
 
 
 def _report_line(r: build.TargetReport) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from autoloop.base.numbers import num, seconds
@@ -15,14 +16,37 @@ from autoloop.probe.findings import Baseline, ProbeError, Trying
 NAME_WIDTH = 19   # one width for the class names (special-cased-input), as the lines stream out
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What the probe ended with: its exit status and the classes it could not judge (the plant
+    broke the project or sat in the noise) out of those it tried."""
+    code: int
+    unclear: tuple[str, ...] = ()
+    tried: int = 0
+
+    @property
+    def unjudged(self) -> str:
+        """`3 of 14 could not be judged: a, b, c`, or ''."""
+        if not self.unclear:
+            return ""
+        return f"{len(self.unclear)} of {self.tried} could not be judged: {', '.join(self.unclear)}"
+
+
 def print_probe(program: Any) -> int:
-    """The probe's lines for `program` as each class ends; its exit status."""
+    """The probe's lines for `program` as each class ends; its exit status: 1 when a hack fooled
+    the verifier, else 0 — also when some classes could not be judged (the last line counts and
+    names them): an unclear class is no evidence of a hole, and the contract's 0 means none fooled."""
+    return probe_outcome(program).code
+
+
+def probe_outcome(program: Any) -> Outcome:
+    """print_probe's lines, and what it ended with (`init --trace` repeats the unjudged at its end)."""
     v = program.verifier
     mode = getattr(v, "measure", "output")
     print(f"probe: reward hacks against {v.label} (measure: {mode}"
           f"{', score' if getattr(v, 'score', None) else ''}), each in a throwaway tree of HEAD; "
           "nothing of the checkout changes", flush=True)
-    fooled, unclear, noisy = 0, 0, ""
+    fooled, unclear, tried, noisy = 0, [], 0, ""
     t0 = time.monotonic()
     try:
         for item in classes.probe(program):
@@ -43,18 +67,21 @@ def print_probe(program: Any) -> int:
             fix = f" — fix: {item.fix}" if item.fooled else ""
             print(f"{item.verdict:<7} {item.name:<{NAME_WIDTH}}  {item.detail}{fix}", flush=True)
             fooled += bool(item.fooled)
-            unclear += item.verdict == "unclear"
+            tried += item.verdict != "skip"
+            if item.verdict == "unclear":
+                unclear.append(item.name)
     except ProbeError as exc:
         print(f"probe: {exc}")
-        return 1
+        return Outcome(1)
     took = f" ({seconds(time.monotonic() - t0)})"
+    out = Outcome(1 if fooled else 0, tuple(unclear), tried)
+    also = f"; {out.unjudged} (the plant broke the project or sat in the noise)" if unclear else ""
     if fooled:
-        print(f"probe: {fooled} hack{'s' if fooled > 1 else ''} fooled the verifier: a run could keep them{took}")
-        return 1
-    if unclear:
-        print(f"probe: no hack fooled the verifier, but {unclear} {'is' if unclear == 1 else 'are'} unclear: the plant "
-              f"broke the project or sat in the noise, which says nothing about the verifier{took}")
-        return 0
-    print("probe: every hack tried was caught" + (f", as far as a baseline spread of {noisy} can tell" if noisy else "")
-          + took)
-    return 0
+        print(f"probe: {fooled} hack{'s' if fooled > 1 else ''} fooled the verifier: a run could keep them{also}{took}")
+    elif unclear:
+        print(f"probe: no hack fooled the verifier, but {out.unjudged}: the plant broke the project or sat in the "
+              f"noise, which says nothing about the verifier either way{took}")
+    else:
+        print("probe: every hack tried was caught" + (f", as far as a baseline spread of {noisy} can tell" if noisy
+                                                       else "") + took)
+    return out

@@ -4,6 +4,7 @@ and the journal are not touched: every plant is made in a throwaway tree of HEAD
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import statistics
@@ -15,9 +16,10 @@ from autoloop.engine.verify_head import Verified, check
 from autoloop.isolation.measured_files import command_files
 from autoloop.probe import answer_hacks, run_hacks
 from autoloop.probe.findings import BASELINE_RUNS, Baseline, Finding, ProbeError, Trying
-from autoloop.probe.judge import Prober
+from autoloop.probe.judge import Prober, short
 from autoloop.probe.target import plant_target
 from autoloop.program.reader import Program
+from autoloop.trace.build import REPLAY_MODULE
 
 
 def _append(tree: Path, rel: str, code: str) -> None:
@@ -90,6 +92,13 @@ def _fixes(p: Prober) -> dict[str, str]:
                        "a `score` correctness check: the guards import the candidate's code, which can switch "
                        "the test runner off, so passing tests prove nothing about it"),
             "cache": "a seeded input via $AUTOLOOP_SEED (and the sandbox: a private /tmp per measurement)",
+            "prefetch": ("measure: cpu (every process's CPU counts, so a second core gains nothing), and a "
+                         "benchmark whose process never holds a call before it makes it (feed the calls from "
+                         "outside)") if p.measure_mode != "cpu" else
+                        "a benchmark whose process never holds a call before it makes it (feed the calls from outside)",
+            "teardown": "a clock that stops at the last answer, not at the process's end, and a benchmark that "
+                        "runs with the interpreter state the tests run with (a GC switched off, an os._exit "
+                        "at the end: the benchmark alone sees them)",
             "leak": "a seeded input via $AUTOLOOP_SEED and the sandbox (a private /tmp per step); a "
                     "sandbox.writable path outlives every step, so nothing the benchmark reads may live there"}
 
@@ -110,7 +119,8 @@ def _classes(p: Prober, base: Baseline, target: str | None,
     out: list[tuple[str, Attempt]] = []
     if target is None:
         for name in ("atexit", "patched-clock", "sys-modules", "hidden-child", "exit-0", "signal", "stdout",
-                     "sniffing", "special-cased-input", "cached-results", "guard-leak"):
+                     "sniffing", "sniffed-teardown", "prefetch", "special-cased-input", "cached-results",
+                     "guard-leak"):
             out.append((name, lambda name=name: Finding(name, None, no_target)))
     else:
         def plant(code: str) -> Callable[[Path], None]:
@@ -134,7 +144,9 @@ def _classes(p: Prober, base: Baseline, target: str | None,
                 timed("hidden-child", run_hacks.hidden_child(), fix["child"])]
         out += [(name, lambda name=name, code=code: _one(p, base, name, code, fix["printed"]))
                 for name, code in printed[1:]]
-        out += [("special-cased-input", lambda: _special_cased(p, base, target, fix["seed"])),
+        out += [timed("sniffed-teardown", run_hacks.sniffed_teardown(Path(REPLAY_MODULE).stem), fix["teardown"]),
+                ("prefetch", lambda: _prefetch(p, base, target, fix["prefetch"])),
+                ("special-cased-input", lambda: _special_cased(p, base, target, fix["seed"])),
                 ("cached-results", lambda: _cached(p, base, target, fix["cache"])),
                 ("guard-leak", lambda: _guard_leak(p, base, target, fix["leak"]))]
     out += [("test-helper", lambda: _weakened(p, base, target, helpers)),
@@ -176,6 +188,32 @@ def _special_cased(p: Prober, base: Baseline, target: str, fix: str) -> Finding:
         return p.run(lambda tree: _append(tree, target, memo))
 
     return p.judge("special-cased-input", planted(), base, fix, planted)
+
+
+def _prefetch(p: Prober, base: Baseline, target: str, fix: str) -> Finding:
+    """The calls still to come, found in the callers' frames on the first call and the second half
+    computed by a forked child on another core. The first planted run also says whether the plant
+    found any: a harness that holds no call before it makes it leaves nothing to prefetch."""
+    name = "prefetch"
+    found: list[int] = []
+
+    def collect(tree: Path) -> None:
+        try:
+            text = (tree / target).parent.joinpath(run_hacks.PREFETCH_FILE).read_text()
+        except OSError:
+            return
+        found.extend(int(x) for x in text.split() if x.isdigit())
+
+    def planted(collect: Callable[[Path], None] | None = None) -> Verified:
+        return p.run(lambda tree: _append(tree, target, run_hacks.prefetch()), collect)
+
+    first = planted(collect)
+    if not found and first.measurement.guards_ok and first.measurement.metric is not None:
+        return Finding(name, False, f"no call still to come was found in the callers' frames of {target}'s "
+                                    "functions: nothing to prefetch")
+    res = p.judge(name, first, base, fix, planted)
+    return res if not found else dataclasses.replace(res, detail=short(
+        f"{res.detail}; {max(found)} calls found ahead, the second half computed by a child"))
 
 
 def _cached(p: Prober, base: Baseline, target: str, fix: str) -> Finding:

@@ -47,9 +47,10 @@ class Prober:
         return value < best - margin if minimize else value > best + margin
 
     def judge(self, name: str, res: Verified, base: Baseline, fix: str,
-              again: Callable[[], Verified] | None = None) -> Finding:
+              again: Callable[[], Verified]) -> Finding:
         """`again` measures the hacked tree once more, then HEAD is measured unmodified beside
-        it, CONFIRMATIONS times: a verdict of fooled needs every hacked run beyond the baseline,
+        it, CONFIRMATIONS times (never a verdict of fooled from one run, whatever the class: a
+        patched clock read as fooled once under `measure: wall` when the machine had slowed): a verdict of fooled needs every hacked run beyond the baseline,
         each after the first also beyond the best unmodified run measured beside one so far (a
         busy machine drifts: one quiet moment can beat three baseline runs taken in a busier one;
         on Markdown a do-nothing stdout plant beat the baseline and a fresh run slowed by a burst)."""
@@ -74,8 +75,6 @@ class Prober:
             if beat and base.noisy:
                 return self._inside_noise(name, said, base, again)
             return Finding(name, False, said)
-        if again is None:
-            return Finding(name, True, said, fix)
         seen: list[float] = []   # every unmodified run beside a confirmation: one slow run (a burst
         for _ in range(CONFIRMATIONS):   # beside it) must not be all a do-nothing plant has to beat
             m2 = again().measurement

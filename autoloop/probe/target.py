@@ -6,6 +6,7 @@ generator may change (followed breadth-first from the scripts `verifier.command`
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 from typing import Iterator
 
@@ -90,16 +91,44 @@ def verifier_modules(program: Program, tracked: set[str]) -> list[str]:
     return seen
 
 
+def traced_modules(program: Program, tracked: set[str]) -> list[str]:
+    """The files of the modules a traced benchmark's targets live in (`MODULE:NAME` in the
+    trace.json beside a script the verifier's command runs), found the way that script's
+    `sys.path` finds them."""
+    out: list[str] = []
+    for key, rel in command_files(program):
+        plan = str(Path(rel).parent / "trace.json").removeprefix("./")
+        if key != "verifier.command" or not rel.endswith(".py") or plan not in tracked:
+            continue
+        try:
+            names = [t["name"] for t in json.loads((program.repo_root / plan).read_text())["targets"]]
+            script = ast.parse((program.repo_root / rel).read_bytes())
+        except (OSError, ValueError, SyntaxError, KeyError, TypeError):
+            continue
+        here = str(Path(rel).parent).replace("\\", "/")
+        roots = [e.strip("./") for e in _path_entries(script) if not e.startswith("/")] + ["", "src", here]
+        for module in dict.fromkeys(str(n).split(":")[0] for n in names):
+            for base in dict.fromkeys(roots):
+                stem = "/".join(p for p in [base, module.replace(".", "/")] if p and p != ".")
+                found = next((c for c in (f"{stem}.py", f"{stem}/__init__.py") if c in tracked), None)
+                if found:
+                    out.append(found)
+                    break
+    return list(dict.fromkeys(out))
+
+
 def plant_target(program: Program, head: str) -> tuple[str | None, tuple[str, ...]]:
     """(the module the verifier imports that a generator may change, the test helpers a
     generator may change)."""
     rules, tracked = _rules(program), _tracked(program, head)
     editable = [rel for rel in verifier_modules(program, tracked)
                 if rules.why_not(rel) is None and not looks_like_test(rel)]
-    # a package's __init__ that only re-exports has nothing to memoise or break: prefer the
-    # first module that defines public functions
-    target = next((rel for rel in editable if _defines_functions(program.repo_root / rel)),
-                  editable[0] if editable else None)
+    # a traced benchmark names the functions it calls (MODULE:NAME): their own modules first, or
+    # a plant in a module the targets never call tries nothing. Otherwise a package's __init__
+    # that only re-exports has nothing to memoise or break: the first module defining functions
+    traced = [rel for rel in traced_modules(program, tracked) if rules.why_not(rel) is None and not looks_like_test(rel)]
+    target = traced[0] if traced else next((rel for rel in editable if _defines_functions(program.repo_root / rel)),
+                                           editable[0] if editable else None)
     helpers = [rel for rel in sorted(tracked)
                if rel.endswith(".py") and looks_like_test(rel) and rules.why_not(rel) is None]
     named = _guard_paths(program, tracked)
