@@ -16,7 +16,7 @@ from autoloop.engine.verify_head import Verified, check
 from autoloop.isolation.measured_files import command_files
 from autoloop.probe import answer_hacks, run_hacks
 from autoloop.probe.findings import BASELINE_RUNS, Baseline, Finding, ProbeError, Trying
-from autoloop.probe.judge import Prober, short
+from autoloop.probe.judge import Prober
 from autoloop.probe.target import plant_target
 from autoloop.program.reader import Program
 from autoloop.trace.build import REPLAY_MODULE
@@ -212,8 +212,9 @@ def _prefetch(p: Prober, base: Baseline, target: str, fix: str) -> Finding:
         return Finding(name, False, f"no call still to come was found in the callers' frames of {target}'s "
                                     "functions: nothing to prefetch")
     res = p.judge(name, first, base, fix, planted)
-    return res if not found else dataclasses.replace(res, detail=short(
-        f"{res.detail}; {max(found)} calls found ahead, the second half computed by a child"))
+    # first in the line: the detail after it may be cut to fit
+    return res if not found else dataclasses.replace(
+        res, detail=f"{max(found)} calls found ahead, the second half computed by a child: {res.detail}")
 
 
 def _cached(p: Prober, base: Baseline, target: str, fix: str) -> Finding:
