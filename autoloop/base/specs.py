@@ -143,7 +143,7 @@ class SandboxSpec:
 
 
 @dataclass(frozen=True)
-class ResourcesSpec:   # what one cycle's generator may consume (autoloop.process.proc.Limits)
+class ResourcesSpec:   # what one cycle's generator may consume (autoloop.process.rlimits.Limits)
     max_change_mb: float = 100.0         # bytes of files a cycle adds or modifies
     max_disk_mb: float = 2048.0          # disk it may take while it runs, and its largest file
     max_processes: int = 2048            # processes at a time (RLIMIT_NPROC; not for root)

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Mapping
 
-from autoloop.process import proc
+from autoloop.process import running
 from autoloop.engine import reads
 from autoloop.engine.rayexec import RAY_EXTRA, RayExecutor, RayLane
 from autoloop.errors import ConfigError, NodeLost
@@ -104,7 +104,7 @@ class LocalExecutor:
         pass
 
     def cancel(self) -> None:
-        proc.stop_current()   # the signal handler did this already; harmless twice
+        running.stop_current()   # the signal handler did this already; harmless twice
 
     def close(self) -> None:
         pass

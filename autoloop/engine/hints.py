@@ -365,7 +365,7 @@ def missing_modules(program: Program) -> list[str]:
     Python, found as a measurement finds it (PATH, or a path from the repository root), has no
     MODULE: autoloop's own Python runs a bare `python` when it is first on PATH, and the
     project's test runner is then missing, every measurement failing with `No module named`."""
-    from autoloop.process.proc import run_captured
+    from autoloop.process.running import run_captured
 
     out = []
     # as a measurement's PATH: without relative entries (envs.scrubbed)

@@ -1,5 +1,5 @@
 """The body of one remote verification (executor: ray). On a Ray worker autoloop arrives as a
-runtime_env py_module and psutil is Ray's vendored copy: only autoloop.process.proc, autoloop.isolation.sandbox
+runtime_env py_module and psutil is Ray's vendored copy: only autoloop.process, autoloop.isolation.sandbox
 (which reads no program.md) and the standard library are imported. The commit's tar is unpacked
 into a fresh temporary folder and the steps run there through proc, in a bubblewrap sandbox made
 here for this node's paths when the run asks for one; each result comes back with the tails of
@@ -16,7 +16,7 @@ import tarfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
-from autoloop.process import proc
+from autoloop.process import logfile, proc, running
 from autoloop.isolation.sandbox import Bwrap, Confinement, SandboxUnavailable
 from autoloop.base.specs import SandboxSpec
 from autoloop.base.walk import remove_tree, temp_tree, walk
@@ -125,7 +125,7 @@ def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str]
     why = None if bwrap is None else _why_not(bwrap)
     if why is not None:
         return f"{socket.gethostname()} cannot make the sandbox every measurement of this run needs: {why}"
-    marker = env.get(proc.MARKER_VAR) or proc.new_marker()
+    marker = env.get(running.MARKER_VAR) or proc.new_marker()
     results: list[proc.ProcResult] = []
     with temp_tree("verify") as root:
         logs = root / "logs"
@@ -228,7 +228,7 @@ def _unpack(archive: bytes, tree: Path) -> None:
 
 
 def _tail(path: Path, limit: int) -> bytes:
-    data = proc.read_regular(path, limit + 1, tail=True)
+    data = logfile.read_regular(path, limit + 1, tail=True)
     if len(data) > limit:   # cut: start at a line boundary
         cut = data.find(b"\n")
         data = data[cut + 1:] if cut >= 0 else data[1:]

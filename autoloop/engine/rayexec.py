@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import autoloop
-from autoloop.process import proc
+from autoloop.process import proc, running
 from autoloop.engine import ray_task
 from autoloop.engine import rayfetch
 from autoloop.engine import rayout
@@ -67,7 +67,7 @@ class RayLane:
         todo = steps(program, with_guards)
         # the node's own environment, plus ours that mean something there: not our PATH or HOME
         shipped = {k: val for k, val in env.items() if k.startswith("AUTOLOOP_") or k in self.ex.hint_keys}
-        shipped[proc.MARKER_VAR] = marker
+        shipped[running.MARKER_VAR] = marker
         assert self.node is not None
         reap = program.verifier.measure == "cpu"
         runs: list[ray_task.RemoteRun] = []
