@@ -201,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _leaving() -> None:
     # all is put back: one more Ctrl-C must not break the way out (filelock's exit handlers)
-    from autoloop.process.proc import STOP_SIGNALS
+    from autoloop.process.running import STOP_SIGNALS
 
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)

@@ -1,5 +1,7 @@
 """Shared fixtures: real git repositories in tmp_path, with an isolated HOME and git config so a
-developer's global hooks, signing or templates, Ray token or caches never leak into a test."""
+developer's global hooks, signing or templates, Ray token or caches never leak into a test, and
+a temporary folder of its own per test (TMPDIR, TEMP, TMP), so no test sees another's leftovers
+in /tmp."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import unittest as _unittest
 from pathlib import Path
@@ -19,6 +22,12 @@ import pytest
 def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
+    # a fresh temporary folder, for this process (tempfile caches the first one it finds: the
+    # cache is reset, and restored afterwards) and every process a test starts (they inherit it)
+    tmp = tmp_path_factory.mktemp("tmp")
+    for var in ("TMPDIR", "TEMP", "TMP"):
+        monkeypatch.setenv(var, str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 AREAS = {"base", "process", "disk", "git", "decide", "program", "journal", "isolation", "generators",
-         "engine", "trace", "commands"}
+         "engine", "trace", "probe", "commands"}
 
 
 def test_import_linter_contracts_are_kept() -> None:

@@ -24,14 +24,19 @@ def test_ci_runs_exactly_the_readmes_test_command() -> None:
 
 
 # each test appends (name, worker pid, start, end) to a file of its own
+# and the temporary folder it has, and a process it starts has
 RECORD = '''\
-import json, os, time, pytest
+import json, os, subprocess, sys, tempfile, time, pytest
 from pathlib import Path
 
 def record(name, seconds):
     t0 = time.monotonic()
     time.sleep(seconds)
-    Path(os.environ["RECORDS"], name).write_text(json.dumps([os.getpid(), t0, time.monotonic()]))
+    child = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    Path(tempfile.gettempdir(), "mine").write_text(name)
+    tmp = [os.environ[v] for v in ("TMPDIR", "TEMP", "TMP")] + [tempfile.gettempdir(), child]
+    Path(os.environ["RECORDS"], name).write_text(json.dumps([os.getpid(), t0, time.monotonic(), tmp]))
 '''
 SHARED = RECORD + '''
 @pytest.fixture(scope="module")
@@ -81,9 +86,17 @@ def test_shared_fixtures_stay_in_one_worker_and_timing_tests_run_alone(tmp_path:
     assert len(runs) == 15, sorted(runs)
     assert len({runs[f"shared{i}"][0] for i in range(4)}) == 1, runs          # one worker
     assert len({pid for pid, *_ in runs.values()}) == 2, runs                  # and two at work
+    # each test has a temporary folder of its own, under the run's base folder, empty but for
+    # what it wrote itself, and the processes it starts use it too
+    folders = {name: tmp for name, (*_, tmp) in runs.items()}
+    assert all(len(set(tmp)) == 1 for tmp in folders.values()), folders
+    assert len({tmp[0] for tmp in folders.values()}) == len(runs), folders
+    for name, (folder, *_) in folders.items():
+        assert Path(folder).is_relative_to(tmp_path / "bt"), folder
+        assert [f.name for f in Path(folder).iterdir()] == ["mine"] and (Path(folder) / "mine").read_text() == name
     for name in ("timed0", "timed1"):
-        _, start, end = runs[name]
-        beside = [other for other, (_, s, e) in runs.items() if other != name and s < end and e > start]
+        _, start, end, _ = runs[name]
+        beside = [other for other, (_, s, e, _) in runs.items() if other != name and s < end and e > start]
         assert not beside, (name, beside)
     # the slow units (`timing` ones are slow too) are handed out first, whatever the file order:
     # each starts before any quick test of the file that comes before theirs (xdist's own order,

@@ -118,6 +118,8 @@ class ParallelSpec:   # `workers` generators propose from one incumbent, `verify
     num_gpus: float | None = None
     accelerator_type: str | None = None      # ray: only nodes of this kind ("A100"; Ray's accelerator_type)
     resources: Mapping[str, float] = field(default_factory=dict)   # ray: custom resources a task asks for
+    # ray with verifier.score: the most of $AUTOLOOP_OUTPUT one measurement may send back to the driver
+    max_output_mb: float = 512.0
     # resource hints: worker i's generator and verifications get env[i % len(env)] on top of ours
     env: tuple[Mapping[str, str], ...] = ()
 
@@ -143,7 +145,7 @@ class SandboxSpec:
 
 
 @dataclass(frozen=True)
-class ResourcesSpec:   # what one cycle's generator may consume (autoloop.process.proc.Limits)
+class ResourcesSpec:   # what one cycle's generator may consume (autoloop.process.rlimits.Limits)
     max_change_mb: float = 100.0         # bytes of files a cycle adds or modifies
     max_disk_mb: float = 2048.0          # disk it may take while it runs, and its largest file
     max_processes: int = 2048            # processes at a time (RLIMIT_NPROC; not for root)

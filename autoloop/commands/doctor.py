@@ -156,6 +156,7 @@ def _cluster(run: Run, ex: Any) -> Iterator[Check]:
         return
     try:
         yield Check("ray", "ok", ex.description)
+        yield Check("ray steps", "ok", ex.where_steps())
         here = (ray.__version__, platform.python_version())
         for node, facts in ex.node_facts():
             name = f"ray node {node.get('NodeName') or '?'} ({str(node.get('NodeID'))[:12]})"
@@ -270,7 +271,7 @@ def _last_line(text: str, shown: str = "") -> str:
 
 def _measure(run: Run, head: str) -> Iterator[Check]:
     """Guards and verifier on HEAD, exactly as `autoloop verify` (and the baseline) measure it."""
-    from autoloop.commands.verify import verify_head
+    from autoloop.engine.verify_head import verify_head
 
     res = verify_head(run.program, run.ws, head)
     for warning in res.warnings:
@@ -303,6 +304,8 @@ def main(args: argparse.Namespace) -> int:
 
     program = _load(args.program)
     if args.probe:
+        from autoloop.commands.probe import print_probe
+
         return print_probe(program)
     failed = 0
     for check in diagnose(program, tag=args.tag):
@@ -326,52 +329,3 @@ def _load(path: str) -> Program:
         raise UsageError(f"{exc}; doctor checks a program: give its path, write one with `autoloop init`, "
                          "or check this machine with the quickstart's, from autoloop's clone: "
                          "autoloop doctor examples/quickstart/program.md") from None
-
-
-def print_probe(program: Any) -> int:
-    import time
-
-    from autoloop.base.numbers import num, seconds
-    from autoloop.commands.probe import Baseline, ProbeError, Trying, probe
-
-    v = program.verifier
-    mode = getattr(v, "measure", "output")
-    print(f"probe: reward hacks against {v.label} (measure: {mode}"
-          f"{', score' if getattr(v, 'score', None) else ''}), each in a throwaway tree of HEAD; "
-          "nothing of the checkout changes", flush=True)
-    fooled, unclear, noisy = 0, 0, ""
-    t0 = time.monotonic()
-    try:
-        for item in probe(program):
-            if isinstance(item, Trying):   # on stderr: stdout keeps one line per class
-                print(f"probe: {item.k}/{item.n} trying {item.name} … ({seconds(time.monotonic() - t0)} so far)",
-                      file=sys.stderr, flush=True)
-                continue
-            if isinstance(item, Baseline):
-                where = f"planted in {item.target}" if item.target else "no module to plant in"
-                print(f"baseline  {v.label} {' '.join(num(x) for x in item.values)} "
-                      f"({seconds(item.seconds)} a run); {where}", flush=True)
-                if item.noisy:
-                    noisy = f"{item.spread * 100:.0f}%"
-                    print(f"probe: WARNING: the baseline's runs spread {noisy} of their median: a hack must beat "
-                          f"the best of them by half that to count, so a smaller gain reads as held; "
-                          "probe on a quieter machine or with a longer benchmark", flush=True)
-                continue
-            fix = f" — fix: {item.fix}" if item.fooled else ""
-            print(f"{item.verdict:<7} {item.name:<{DOCTOR_NAME_WIDTH + 5}}  {item.detail}{fix}", flush=True)
-            fooled += bool(item.fooled)
-            unclear += item.verdict == "unclear"
-    except ProbeError as exc:
-        print(f"probe: {exc}")
-        return 1
-    took = f" ({seconds(time.monotonic() - t0)})"
-    if fooled:
-        print(f"probe: {fooled} hack{'s' if fooled > 1 else ''} fooled the verifier: a run could keep them{took}")
-        return 1
-    if unclear:
-        print(f"probe: no hack fooled the verifier, but {unclear} {'is' if unclear == 1 else 'are'} unclear: the plant "
-              f"broke the project or sat in the noise, which says nothing about the verifier{took}")
-        return 0
-    print("probe: every hack tried was caught" + (f", as far as a baseline spread of {noisy} can tell" if noisy else "")
-          + took)
-    return 0

@@ -41,7 +41,7 @@ from autoloop.git.workspace import Worktree
 from autoloop.isolation.hardening import link_data
 from autoloop.isolation.measured_files import protected_paths
 from autoloop.isolation.sandbox import Confinement, tree_box
-from autoloop.process import proc
+from autoloop.process import logfile, proc
 from autoloop.process.envs import git_scrubbed
 from autoloop.program.reader import Program, check_data, load_program
 
@@ -202,8 +202,8 @@ def run_gate(program: Program, *, base_ref: str, head_ref: str = "HEAD", pairs: 
                             box=box(side), seed=seed, scorer=scorer,
                             output=tmp / "scratch" / side / "output")
                 if m.metric is None:
-                    tail = proc.read_tail(log_dir / "verifier.err", 600).strip() or \
-                        proc.read_tail(log_dir / "verifier.out", 600).strip()
+                    tail = logfile.read_tail(log_dir / "verifier.err", 600).strip() or \
+                        logfile.read_tail(log_dir / "verifier.out", 600).strip()
                     if side == "base":
                         raise BaseBroken(f"the base ({base[:12]}) cannot be measured: {m.error}\n{tail}")
                     res.head_error = f"the verifier fails on the head: {m.error}"

@@ -24,6 +24,7 @@ from autoloop.trace import build
 BENCH = ("produce.py", "score.py", "trace.json", build.REPLAY_MODULE)
 QUICK_S = 20e-6   # a derived call quicker than this at HEAD: deriving its input costs as much
 NARROW = 0.8      # a draw with fewer new calls than this share: the workload varies little
+SKEWED = 0.8     # one value of an argument in at least this share of the replayed calls: said
 TEST_FORBIDDEN = ("tests/**", "**/tests/**", "**/test_*.py", "**/*_test.py", "**/conftest.py", "bench/**")
 
 
@@ -182,7 +183,7 @@ def _commit(root: Path) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from autoloop.commands.doctor import print_probe
+    from autoloop.commands.probe import probe_outcome
     from autoloop.commands.verify import print_verify
 
     if args.template != "speed":
@@ -244,9 +245,13 @@ def main(args: argparse.Namespace) -> int:
     if args.no_probe:
         return 0
     print(f"\n$ autoloop doctor --probe {shown}", flush=True)
-    code = print_probe(load_program(target))
+    probed = probe_outcome(load_program(target))
     print(f"\nNext: autoloop run {shown} --tag first")
-    return code
+    if probed.unclear:   # the last line: not a quiet pass when the probe could not judge some classes
+        print(f"init: {'no hack fooled the verifier, but' if probed.code == 0 else 'a hack fooled the verifier (above);'} "
+              f"{probed.unjudged} (their lines above say why: the plant broke the project, or its gain sat in "
+              "the noise)")
+    return probed.code
 
 
 def _report_line(r: build.TargetReport) -> str:
@@ -260,7 +265,15 @@ def _report_line(r: build.TargetReport) -> str:
             + (f", {r.derived_raise:.0%} of them raise" if r.derived_raise >= 0.01 else "") + ")")
     if r.frozen:   # the check's slots: positions from 0, or keyword names
         line += ("; kept as recorded (changed, they mostly make the call fail): "
-                 + ", ".join(f"argument {s + 1}" if isinstance(s, int) else s for s in r.frozen))
+                 + ", ".join(_argument(s) for s in r.frozen))
+    other = [s for s in r.kept if s not in r.frozen]
+    if other and r.derived:
+        line += "; also kept as recorded (no derived call varies them): " + ", ".join(_argument(s) for s in other)
+    if r.skew and r.skew[1] >= SKEWED:
+        slot, share, value = r.skew
+        line += (f"\n    note: {share:.0%} of the replayed calls use one value of {_argument(slot)} ({value}): the "
+                 "workload is skewed as the command's calls were (a test calling the target one way weighs that "
+                 "way in every measurement); a command calling it with more kinds of input gives a fuller benchmark")
     if r.derived and r.new_share < NARROW:
         line += (f"\n    note: {1 - r.new_share:.0%} of the calls derived from the recorded ones repeat a call "
                  "already drawn and are left out (a call never repeats within a measurement, so a memo inside "
@@ -271,6 +284,11 @@ def _report_line(r: build.TargetReport) -> str:
                  "the harness will be much of what is timed (verify says how much); a caller doing more per "
                  "call measures better")
     return line
+
+
+def _argument(slot: object) -> str:
+    """A slot of the check's (a position from 0, or a keyword name) as a reader counts it."""
+    return f"argument {slot + 1}" if isinstance(slot, int) else f"`{slot}`"
 
 
 def _too_few(trace: build.Trace) -> str:

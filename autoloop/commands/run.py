@@ -7,7 +7,7 @@ import argparse
 import json
 import shlex
 import sys
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from autoloop.commands.ci import step_summary
 from autoloop.errors import AutoloopError, ClusterLost, Interrupted, UsageError
@@ -98,7 +98,7 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
             else:
                 reason = f"error: {(str(exc) or type(exc).__name__).splitlines()[0]}"
             _ending(out, program, run, outcome, reason, None,
-                    resume=_resume_command(args))
+                    resume=lambda ran: _resume_command(args, _cycles_left(args, program, ran)))
         if not on_budget:
             raise
         return 0
@@ -111,7 +111,7 @@ def _run(args: argparse.Namespace, in_ci: bool, outcome: Any) -> int:
 
 
 def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
-            final: Mapping[str, Any] | None, resume: str = "") -> None:
+            final: Mapping[str, Any] | None, resume: Callable[[int], str] | None = None) -> None:
     """The last lines of every run that got as far as its ledger, however it ended: the
     journal's paths, the CI journal commit, and `stopped: ... baseline → best ...; branch`."""
     from autoloop.decide.end import NOTHING_KEPT
@@ -137,16 +137,26 @@ def _ending(out: Any, program: Any, run: Any, outcome: Any, reason: str,
     why_not = (f"; {final['text']}" if final and final.get("text") and (final.get("skipped") or final.get("error"))
                and final.get("skipped") != NOTHING_KEPT else "")
     print(f"stopped: {reason}. {_standing(run)}; {_branch(run, tag)}{why_not}", file=out)
-    if reason == "interrupted" and resume:
-        print(f"resume with: {resume}", file=out, flush=True)
+    if reason == "interrupted" and resume is not None:
+        print(f"resume with: {resume(outcome.cycles_run)}", file=out, flush=True)
 
 
-def _resume_command(args: argparse.Namespace) -> str:
+def _cycles_left(args: argparse.Namespace, program: Any, ran: int) -> int | None:
+    """The cycles this invocation had left when it stopped (`ran` of them finished: an
+    interrupted cycle is not one), from --cycles or stop.max_cycles; None when neither bounds it."""
+    limit = args.cycles if args.cycles is not None else program.stop.max_cycles
+    return None if limit is None else max(0, limit - ran)
+
+
+def _resume_command(args: argparse.Namespace, cycles_left: int | None = None) -> str:
     """The command to paste after an interrupt: the same run with the options the user gave.
-    --cycles and --max-minutes count in each invocation (CONTRACT §3), so they are repeated as
-    given; left out they would turn a bounded run into one that goes on to stop.max_cycles."""
+    --cycles and --max-minutes count in each invocation (CONTRACT §3): --cycles says the cycles
+    left (`cycles_left`; after Ctrl-C at cycle 7 of 9, `--cycles 3`: cycle 7 again, 8 and 9, not
+    nine more), --max-minutes is repeated as given; left out they would turn a bounded run into
+    one that goes on to stop.max_cycles."""
     argv = ["autoloop", "run", args.program, "--tag", args.tag]
-    for flag, value in (("--cycles", args.cycles), ("--max-minutes", args.max_minutes),
+    cycles = args.cycles if cycles_left is None else cycles_left
+    for flag, value in (("--cycles", cycles), ("--max-minutes", args.max_minutes),
                         ("--workers", args.workers)):
         if value is not None:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from autoloop.process.proc import run_captured
+from autoloop.process.running import run_captured
 from autoloop.base.walk import UNREADABLE, Entry, StatCache, entry_of, lstat_entry, walk
 
 _NAME = Entry("n", 0)       # a NameTree's entries: the name alone

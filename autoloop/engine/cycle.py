@@ -11,7 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from autoloop.process import proc
+from autoloop.process import running
 from autoloop.errors import Interrupted, NodeLost
 from autoloop.engine.approve import Reviewer
 from autoloop.engine.executors import LocalExecutor, RayExecutor, make_executor
@@ -145,7 +145,7 @@ class RunState:   # everything the steps share; only the main thread changes the
         return {**os.environ, "AUTOLOOP_CYCLE": str(n), "AUTOLOOP_TAG": self.tag}
 
     def worker_marker(self, worker: int) -> str:
-        # prefix-matched on resume (proc.kill_marked(prefix=True)), so a killed run's workers die
+        # prefix-matched on resume (leftovers.kill_marked(prefix=True)), so a killed run's workers die
         return f"{self.marker}-w{worker}"
 
     def log_dir(self, n: int, name: str = "") -> Path:
@@ -191,7 +191,7 @@ class RunState:   # everything the steps share; only the main thread changes the
             except BaseException:
                 # stop the commands and remote tasks; give the workers a moment to see it, so
                 # the trees are quiet before the round is undone
-                proc.stop_current()
+                running.stop_current()
                 self.executor.cancel()
                 deadline = time.monotonic() + STOP_GRACE_S
                 for t in threads:

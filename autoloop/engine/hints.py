@@ -54,7 +54,15 @@ def blocked_lesson(blocked: dict[str, int], key: str) -> str:
     shown = ", ".join(f"{t} {words.get(n, f'{n} times')}" for t, n in list(blocked.items())[:3])
     more = f" (+{len(blocked) - 3} more)" if len(blocked) > 3 else ""
     who = "the verifier" if key == "verifier.hosts" else "the agent"
-    return f" Blocked {shown}{more}: add it to {key} if {who} needs it."
+    return f"Blocked {shown}{more}: add it to {key} if {who} needs it."
+
+
+def with_sentences(lesson: str, *more: str) -> str:
+    """`lesson` followed by the sentences `more` that are not empty."""
+    text = lesson.rstrip()
+    for sentence in filter(None, more):
+        text = f"{text}{'' if not text or text.endswith(('.', '!', '?')) else '.'} {sentence}".strip()
+    return text
 
 
 def near_miss(output: str, name: str, stderr: str = "", key: str = "verifier.metric",
@@ -357,7 +365,7 @@ def missing_modules(program: Program) -> list[str]:
     Python, found as a measurement finds it (PATH, or a path from the repository root), has no
     MODULE: autoloop's own Python runs a bare `python` when it is first on PATH, and the
     project's test runner is then missing, every measurement failing with `No module named`."""
-    from autoloop.process.proc import run_captured
+    from autoloop.process.running import run_captured
 
     out = []
     # as a measurement's PATH: without relative entries (envs.scrubbed)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from filelock import FileLock, Timeout
 
-from autoloop.process import envs
+from autoloop.process import envs, leftovers, logfile, running
 from autoloop.process import proc
 from autoloop.engine import reads
 from autoloop.engine import trust
@@ -130,7 +130,7 @@ class Run:
             except Timeout:
                 raise LockedError(f"another autoloop run holds tag '{self.opt.tag}' in this repository "
                                   f"(lock {lock_path}); wait for it or use another --tag") from None
-            old = {sig: signal.signal(sig, self._on_signal) for sig in proc.STOP_SIGNALS
+            old = {sig: signal.signal(sig, self._on_signal) for sig in running.STOP_SIGNALS
                    if sig != signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN}  # nohup
             try:
                 # under the lock: a run refused for the lock must not start (or kill) anything
@@ -162,7 +162,7 @@ class Run:
             try:
                 return check(ctx)
             finally:
-                proc.kill_marked(marker)
+                leftovers.kill_marked(marker)
 
     def _run(self, lock_path: Path) -> RunSummary:
         state = self.state
@@ -201,7 +201,7 @@ class Run:
         """Under the run's lock, before the baseline: attach to the branch and the ledger, make
         the trees and start watching; returns the incumbent."""
         state, ws, guard = self.state, self.ws, self.guard
-        proc.kill_marked(self.marker, prefix=True)   # the run's and its workers' leftovers
+        leftovers.kill_marked(self.marker, prefix=True)   # the run's and its workers' leftovers
         ws.clear_stale_locks()
         workers = [ws.gen_tree(i) for i in range(1, state.workers)]
         lanes = state.executor.lanes if isinstance(state.executor, LocalExecutor) else []
@@ -508,7 +508,7 @@ class Run:
     def _on_signal(self, signum: int, _frame: Any) -> None:
         s = self.state
         s.signal = signum
-        proc.stop_current()
+        running.stop_current()
         # Only our code that may block long without looking (an in-process generator, the approve
         # prompt) is interrupted at once, else at the next safe point. A second Ctrl-C changes
         # nothing: raising in the middle of a restore would leave the generator's edits behind.
@@ -522,7 +522,7 @@ def _tail(stem: Path | None) -> str:
         return ""
     parts = []
     for ext, label in ((".out", "stdout"), (".err", "stderr")):
-        lines = proc.read_tail(stem.with_name(stem.name + ext), 4000).splitlines()[-TAIL_LINES:]
+        lines = logfile.read_tail(stem.with_name(stem.name + ext), 4000).splitlines()[-TAIL_LINES:]
         if lines:
             parts.append(f"  {label}: " + f"\n  {label}: ".join(lines))
     return "\n".join(parts) or "  (no output)"

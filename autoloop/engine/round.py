@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from autoloop.process import proc
+from autoloop.process import leftovers
 from autoloop.engine.cycle import Cycle, Round, RunState
 from autoloop.errors import ClusterLost, Interrupted
 from autoloop.journal.ledger import Record
@@ -54,7 +54,7 @@ def abort(state: RunState, incumbent: str, cycles: Sequence[Cycle], exc: BaseExc
     state.restoring = True   # a further Ctrl-C must not cut this short
     try:
         for c in cycles:  # nothing a worker started may write after the restore
-            proc.kill_marked(c.marker)
+            leftovers.kill_marked(c.marker)
         if state.sentinel is not None and state.sentinel.changed():
             state.sentinel.restore()
         if state.journal.tampered():

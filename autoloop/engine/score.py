@@ -15,11 +15,11 @@ from typing import Mapping
 from autoloop.process import envs
 from autoloop.process import proc
 from autoloop.errors import ConfigError
-from autoloop.isolation.hardening import Tampered, link_data
+from autoloop.isolation.hardening import Guardrails, Tampered, link_data
 from autoloop.program.reader import Program
 from autoloop.isolation.sandbox import Bwrap, make_mount_points, tree_box
 from autoloop.base.walk import remove_tree
-from autoloop.git.workspace import Worktree
+from autoloop.git.workspace import Workspace, Worktree
 
 LOG_NAME = "score"   # its logs: <log_dir>/score.out and .err
 
@@ -74,13 +74,22 @@ class Scorer:
             remove_tree(scratch, quiet=True)
 
 
+def start_scorer(ws: Workspace, guard: Guardrails) -> Scorer | None:
+    """The Scorer of the run's start commit (guard.start_commit) in this machine's sandbox
+    (guard.sandbox, which shows it the private paths), or None without `verifier.score`."""
+    p = guard.program
+    if p.verifier.score is None:
+        return None
+    assert guard.start_commit is not None, "the run's start commit is set in Run.open"
+    return Scorer(p, ws.score_tree(), guard.start_commit, guard.sandbox, guard.scratch / "score")
+
+
 def refuse_on_ray(program: Program) -> None:
-    """`score` and `private` need the start commit's tree and the private paths on this machine;
-    a Ray node has neither. ConfigError (exit 2) before anything starts."""
-    if program.parallel.executor != "ray":
-        return
-    for key, used in (("verifier.score", program.verifier.score is not None), ("private", bool(program.private))):
-        if used:
-            raise ConfigError(f"{program.path.name}:{program.line(key)}: {key} is not supported with "
-                              "parallel.executor: ray yet (its tree and private paths stay on this "
-                              "machine); use parallel.executor: local")
+    """On Ray the score runs here and the private paths never leave this machine; a `holdout`
+    runs the candidate's code, on a node, where they are not: refused together (ConfigError,
+    exit 2, before anything starts)."""
+    if program.parallel.executor == "ray" and program.holdout is not None and program.private:
+        raise ConfigError(f"{program.path.name}:{program.line('holdout')}: holdout reads the private paths, "
+                          "which never leave this machine, and with parallel.executor: ray it runs on a "
+                          "node; score the held-out data with verifier.score instead (it runs here), or "
+                          "use parallel.executor: local")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
-from autoloop.process import proc
+from autoloop.process import logfile, proc
 from autoloop.errors import FatalGeneratorError, GeneratorError
 from autoloop.process.executables import needed_paths
 from autoloop.generators.base import GenContext, Proposal, hypothesis_of
@@ -219,7 +219,7 @@ def read_output(path: Path) -> str:
     # read the one way autoloop reads files a generator could have replaced (regular only, no
     # link followed); the tail only: the result comes last, and a runaway tool must not cost
     # us its whole output in memory
-    return proc.read_regular(path, 32 << 20, tail=True).decode("utf-8", "replace")
+    return logfile.read_regular(path, 32 << 20, tail=True).decode("utf-8", "replace")
 
 
 def _dict(x: Any) -> dict[str, Any]:

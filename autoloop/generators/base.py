@@ -33,7 +33,7 @@ class GenContext:
     timeout: float
     run_marker: str                 # value of AUTOLOOP_RUN_MARKER; lets us find leftover processes
     # a subprocess generator's command goes through `wrap` (the sandbox) and runs under
-    # `limits` (autoloop.process.proc.Limits)
+    # `limits` (autoloop.process.rlimits.Limits)
     wrap: Callable[[Any], Any] | None = None
     limits: Any = None
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from autoloop.process import proc
+from autoloop.process import logfile, proc
 from autoloop.errors import ConfigError, FatalGeneratorError, GeneratorError
 from autoloop.process.executables import needed_paths
 from autoloop.git.gitrun import head_has
@@ -52,7 +52,7 @@ def run_short(ctx: GenContext, argv: list[str], timeout: float = 120.0) -> Said:
 
 def written_hypothesis(ctx: GenContext) -> str:
     """What the generator wrote to AUTOLOOP_HYPOTHESIS_FILE, on one line ("" if nothing)."""
-    written = proc.read_regular(ctx.hypothesis_file, 64 << 10).decode(errors="replace")
+    written = logfile.read_regular(ctx.hypothesis_file, 64 << 10).decode(errors="replace")
     return " ".join(written.split())[:MAX_HYPOTHESIS]
 
 

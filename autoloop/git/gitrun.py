@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 
 from autoloop.errors import RunFailure
 from autoloop.process.logfile import fresh_log, read_regular
-from autoloop.process.proc import run_captured
+from autoloop.process.running import run_captured
 
 # Settings that would let a repository run code or change bytes during our own git calls
 # (filters from .gitattributes still apply, with drivers only from config, which is guarded).
@@ -60,7 +60,7 @@ def git_executable() -> str:
 def run(cwd: Path, *args: str, input: bytes | None = None,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     """git `args` with the safe settings, whatever its exit status. Shielded: a Ctrl-C never
-    kills git half-way through a checkout (autoloop.process.proc)."""
+    kills git half-way through a checkout (autoloop.process.running)."""
     cmd = [git_executable(), *_SAFE_ARGS, *args]
     return run_captured(cmd, cwd=cwd, input=input, env=env or git_env(), shielded=True)
 

@@ -20,7 +20,7 @@ from filelock import FileLock, Timeout
 
 from autoloop.isolation import editable
 from autoloop.process import envs
-from autoloop.process import proc
+from autoloop.process import leftovers, rlimits
 from autoloop.errors import ConfigError, RepoStateError, RunFailure
 from autoloop.journal.ledger import Journal
 from autoloop.isolation.measured_files import commands_by_name, interpreters, named_interpreters
@@ -55,7 +55,7 @@ class Guardrails:
         self._elsewhere: str | None = None
         self.start_commit: str | None = None   # the commit the run started from (its baseline): the score's tree
         lim = program.resources
-        self.limits = proc.Limits(file_bytes=int(lim.max_disk_mb * MB), disk_bytes=int(lim.max_disk_mb * MB),
+        self.limits = rlimits.Limits(file_bytes=int(lim.max_disk_mb * MB), disk_bytes=int(lim.max_disk_mb * MB),
                                   disk_path=ws.path.parent, processes=lim.max_processes)
         self.fatal: str | None = None
         self._shadow = module_shadow_regex(self.protected)
@@ -190,12 +190,12 @@ class Guardrails:
         self._unchanged = {}
         self.gen_watch.capture()
         self._verify_captured = False  # a capture left by an interrupted measurement is stale
-        self._killed_before = proc.leftovers_killed()
+        self._killed_before = leftovers.leftovers_killed()
 
     def after_generate(self, changes: Sequence[Change]) -> list[str]:
         """What the generator did that the work-tree scope check does not see."""
         problems = self._outside(self.gen_watch, "")
-        left = proc.leftovers_killed() - self._killed_before
+        left = leftovers.leftovers_killed() - self._killed_before
         if left:
             # killed before anything was looked at; a process that outlives the generator could
             # change the tree after the check, so the cycle does not count
@@ -229,7 +229,7 @@ class Guardrails:
     def outside_clean(self) -> bool:
         """Read-only: nothing after_generate checks outside the work trees changed since
         before_generate (then a round checks its workers' trees at once)."""
-        return (not self.gen_watch.changes() and proc.leftovers_killed() == self._killed_before
+        return (not self.gen_watch.changes() and leftovers.leftovers_killed() == self._killed_before
                 and (self._lock_path is None or _identity(self._lock_path) == self._lock_id))
 
     def _outside(self, watch: Watch, when: str) -> list[str]:

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from autoloop.process.proc import run_captured
+from autoloop.process.running import run_captured
 from autoloop.base.walk import walk
 
 # PREFIX/<source folder>/<name>.<cache tag>[.opt-N].pyc, and pytest's assertion-rewritten

@@ -1,5 +1,7 @@
-"""The one way a command runs (`proc`: own session, a timeout kills the tree, leftovers swept),
-its limits and log files, the environments commands get, and what a command line starts.
+"""The one way a command runs (`proc`: own session, a timeout kills the tree), what it leaves
+behind found and killed (`leftovers`: the marker scan and the subreaper), the commands running
+now and autoloop's own short ones (`running`), its limits and log files, the environments
+commands get, and what a command line starts.
 
 May import: `base`, `errors`.
 """

@@ -215,6 +215,10 @@ KEYS: dict[str, KeyDoc] = {
                                         "accelerator_type: A100", "any node"),
     "parallel.resources": KeyDoc("mapping of name to number", "`ray`: custom resources a node must offer.",
                                  "resources: {bench_node: 1}", "none"),
+    "parallel.max_output_mb": KeyDoc("number > 0 (MB)", "`ray` with `verifier.score`: the most of "
+                                     "`$AUTOLOOP_OUTPUT` one measurement sends back from its node to the "
+                                     "score on this machine (streamed to disk); more fails that "
+                                     "measurement, naming this key.", "max_output_mb: 2048"),
     "parallel.env": KeyDoc("list of mappings of variables", "Worker i gets item i (modulo the list's "
                            "length) in the environment of its generator and its verifications.",
                            'env: [{CUDA_VISIBLE_DEVICES: "0"}, {CUDA_VISIBLE_DEVICES: "1"}]', "nothing added"),

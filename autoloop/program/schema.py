@@ -310,7 +310,7 @@ def _build_parallel(p: Reader, values: dict[str, Any], at: At) -> ParallelSpec:
         p.fail_key("parallel.env", f"{len(values['env'])} entries for {workers} workers; give one "
                                    "per worker (worker i uses entry i)")
     if values.get("executor") != "ray":
-        _only_with(p, values, ("address", "num_cpus", "num_gpus", "accelerator_type", "resources"),
+        _only_with(p, values, ("address", "num_cpus", "num_gpus", "accelerator_type", "resources", "max_output_mb"),
                    "parallel", "executor: ray")
     return ParallelSpec(**values)
 
@@ -500,7 +500,7 @@ _PARALLEL = Section({
     "num_cpus": number("a number >= 0 (CPUs per verification task)", least=0),
     "num_gpus": number("a number >= 0 (GPUs per verification task)", least=0),
     "accelerator_type": _LINE, "resources": _ray_resources,
-    "env": _worker_envs,
+    "max_output_mb": _MB, "env": _worker_envs,
 }, _build_parallel)
 
 

@@ -50,6 +50,8 @@ class TargetReport:
     recorded: int = 0               # planned per measurement
     frozen: list = field(default_factory=list)   # arguments kept as recorded: changing them mostly fails
     new_share: float = 1.0          # of the derived calls drawn, those new (the rest repeat, left out)
+    kept: list = field(default_factory=list)     # arguments no replayed call varies (positions, names)
+    skew: list | None = None        # [argument, share of the replayed calls with its one value, the value]
 
 
 @dataclass
@@ -237,6 +239,7 @@ def _check(python: str, records: dict, reports: dict[str, TargetReport], roots: 
         r.usable, r.derivable, r.seconds = got["usable"], got["derivable"], got["seconds"]
         r.frozen = got.get("frozen", [])
         r.new_share = got.get("new_share", 1.0)
+        r.kept, r.skew = got.get("kept", []), got.get("skew")
         r.derived_seconds = got["derived_seconds"] / got["derived"] if got["derived"] else 0.0
         r.derived_raise = got["derived_raise"] / got["derived"] if got["derived"] else 0.0
     for n, r in reports.items():

@@ -269,8 +269,11 @@ def write_store(records: dict[str, dict], store: str, report_path: str) -> None:
         # how many drawn calls are new (the rest repeat another and are left out): init sizes a
         # measurement by it and says when a workload is too narrow to vary
         tried = NEW_SHARE_DRAWS if any(u[4] for u in usable) else 0
-        got = sum(1 for c in replay.draw(inputs[-1], "check", tried, 0) if c[0] < 0) if tried else 0
+        drawn = replay.draw(inputs[-1], "check", tried, 0) if tried else []
+        got = sum(1 for c in drawn if c[0] < 0)
         summary[name]["new_share"] = got / tried if tried else 1.0
+        summary[name].update(workload_shape(drawn or [(i, u[0], u[1]) for i, u in enumerate(usable)], usable,
+                                            records[name]["method"], entry.get("frozen", [])))
     for sub, data in (("inputs", inputs), (os.path.join("private"), answers)):
         os.makedirs(os.path.join(store, sub), exist_ok=True)
     with open(os.path.join(store, "inputs", "calls.pkl"), "wb") as f:
@@ -279,6 +282,26 @@ def write_store(records: dict[str, dict], store: str, report_path: str) -> None:
         pickle.dump(answers, f, 4)
     with open(report_path, "w") as f:
         json.dump(summary, f)
+
+
+def workload_shape(drawn: list, usable: list[list], method: bool, frozen: list) -> dict:
+    """What init says of a replayed workload: the arguments never varied (`kept`: positions from
+    0, or keyword names), and the argument whose one value the most replayed calls share (`skew`:
+    [slot, share, that value shown]; the tests calling a function one way make a workload of it)."""
+    present: dict = {}
+    for _, args, kwargs in drawn:
+        for slot, value in [*enumerate(args), *kwargs.items()]:
+            if not (method and slot == 0):
+                counts = present.setdefault(slot, {})
+                key = show(value, 40)
+                counts[key] = counts.get(key, 0) + 1
+    varied = {slot for u in usable if u[4] for slot in slots_of(u[0], u[1], method, frozen)}
+    skew = None
+    for slot, counts in present.items():
+        value, n = max(counts.items(), key=lambda kv: kv[1])
+        if len(drawn) and (skew is None or n / len(drawn) > skew[1]):
+            skew = [slot, n / len(drawn), value]
+    return {"kept": [slot for slot in present if slot not in varied], "skew": skew}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -349,3 +349,31 @@ def test_testpass_autoloop_verify(example_repo) -> None:
 def test_perf_example_uses_the_paired_rule() -> None:
     accept = load_program(EXAMPLES / "perf" / "program.md").accept
     assert accept.rule == "paired" and (accept.min_effect.value, accept.min_effect.relative) == (2.0, True)
+
+
+# --------------------------------------------------------------------------- ml (sealed)
+
+
+def test_ml_setup_makes_a_sealed_repository_that_measures(tmp_path: Path) -> None:
+    """examples/ml/setup.py: a repository whose program validates, held-out labels outside it
+    (named in `private`, in no file of the repository), and one produce + score that works."""
+    dest = tmp_path / "demo"
+    res = subprocess.run([sys.executable, str(EXAMPLES / "ml" / "setup.py"), str(dest)], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    private = tmp_path / "demo-private"
+    program = load_program(dest / "program.md")
+    assert program.private == (private.resolve(),) and program.verifier.score is not None
+    assert program.generator.kind == "tune"
+    labels = (private / "labels.csv").read_text()
+    assert git(dest, "status", "--porcelain") == ""
+    for f in dest.rglob("*"):
+        assert ".git" in f.parts or not f.is_file() or labels not in f.read_text(errors="replace"), f
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "AUTOLOOP_OUTPUT": str(out)}
+    subprocess.run([sys.executable, "produce.py"], cwd=dest, env=env, check=True, capture_output=True, timeout=60)
+    score = subprocess.run([sys.executable, "score.py", str(private / "labels.csv")], cwd=dest, env=env,
+                           capture_output=True, text=True, timeout=60)
+    loss = parse_metric_text(score.stdout, program.verifier)
+    assert 0.3 < loss < 0.75, "the starting values are meant to be clearly sub-optimal"

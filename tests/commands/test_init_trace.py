@@ -127,3 +127,39 @@ def test_init_trace_says_when_the_command_ran_no_python_it_could_record(make_rep
     assert res.returncode == 1, res.stdout + res.stderr
     assert "ran no Python process that loaded the recorder" in res.stderr and "-I, -E or -S" in res.stderr
     assert not (repo / "program.md").exists() and "Traceback" not in res.stderr
+
+
+SKEWED_PROJECT = {
+    "greetkit/__init__.py": "",
+    "greetkit/core.py": '''
+        WORDS = {"en": "Hello", "fr": "Bonjour"}
+
+        def greet(name, lang):
+            return WORDS[lang] + ", " + name.strip().title() + "!"
+    ''',
+    "tests/test_greet.py": '''
+        from greetkit import core
+
+        NAMES = ["ada", "alan", "grace", "edsger", "barbara", "donald", "john", "ken", "dennis", "linus",
+                 "guido", "bjarne"]
+
+        def test_greet():
+            for i, name in enumerate(NAMES):
+                assert core.greet(name, "fr" if i == 0 else "en").endswith("!")
+    ''',
+}
+
+
+def test_init_trace_says_which_arguments_it_keeps_and_how_skewed_the_workload_is(make_repo) -> None:
+    """The tests greet in English 11 times of 12: `lang` changed mostly fails (kept as recorded), so
+    nearly every replayed call says "en" — a workload as skewed as the tests, and said so."""
+    import re
+
+    repo = make_repo(SKEWED_PROJECT)
+    res = run_cli("init", "--template", "speed", "--trace", "python -m pytest -q tests",
+                  "--target", "greetkit.core:greet", "--replay-seconds", "0.05", "--no-check", cwd=repo, timeout=600)
+    out = res.stdout
+    assert res.returncode == 0, out + res.stderr
+    assert "kept as recorded (changed, they mostly make the call fail): argument 2" in out, out
+    share = re.search(r"note: (\d+)% of the replayed calls use one value of argument 2 \('en'\)", out)
+    assert share and int(share.group(1)) >= 80, out

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autoloop.process import proc
+from autoloop.process import proc, running
 from autoloop.program.reader import GuardSpec, Program, VerifierSpec
 from autoloop.engine.metric import (_BLOCK, _PATTERN_OVERLAP, _PATTERN_WINDOW, MetricError, Measurement,
                              metric_line_regex, parse_metric, parse_metric_text)
@@ -475,7 +475,7 @@ def test_measure_runs_in_cwd_with_env(tmp_path: Path) -> None:
 
 
 def test_measure_gives_the_verifier_the_marker(tmp_path: Path) -> None:
-    prog = program(tmp_path, f'test -n "${proc.MARKER_VAR}" && echo "val_loss: 1"')
+    prog = program(tmp_path, f'test -n "${running.MARKER_VAR}" && echo "val_loss: 1"')
     assert run_measure(tmp_path, prog).metric == 1.0
 
 

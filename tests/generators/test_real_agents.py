@@ -290,7 +290,7 @@ def test_doctor_asks_real_claude_code_inside_the_sandbox(tmp_path: Path) -> None
         port = srv.anthropic_url.rsplit(":", 1)[1].split("/")[0]
         said = without["exit"][1]
         assert (f"ok    egress          the generator reaches only api.anthropic.com:443 (claude's API); "
-                f"127.0.0.1:{port} (ANTHROPIC_BASE_URL)") in said, said
+                f"platform.claude.com:443 (claude's API); 127.0.0.1:{port} (ANTHROPIC_BASE_URL)") in said, said
         assert f"127.0.0.1:{port} (ANTHROPIC_BASE_URL) answers through the proxy" in said, said
         p.env["ANTHROPIC_API_KEY"] = KEY
         with_key = _doctor(p)

@@ -151,3 +151,15 @@ def test_a_measurement_refused_by_the_proxy_is_told_which_key():
                                                 "verifier.hosts if the measurement needs it")
     hint = failure_hint("socket.gaierror: [Errno -3] Temporary failure in name resolution", network=True)
     assert hint is not None and "only through autoloop's egress proxy" in hint
+
+
+def test_the_lesson_says_what_was_blocked_in_sentences():
+    from autoloop.engine.hints import blocked_lesson, with_sentences
+
+    said = blocked_lesson({"pypi.org:443": 3, "a:1": 1, "b:2": 2, "c:3": 9}, "sandbox.hosts")
+    assert said == ("Blocked pypi.org:443 three times, a:1 once, b:2 twice (+1 more): add it to sandbox.hosts "
+                    "if the agent needs it.")
+    assert with_sentences("kept: score 5 → 3", said, "") == f"kept: score 5 → 3. {said}"
+    assert with_sentences("", blocked_lesson({"x:1": 4}, "verifier.hosts")) == \
+        "Blocked x:1 4 times: add it to verifier.hosts if the verifier needs it."
+    assert blocked_lesson({}, "sandbox.hosts") == ""

@@ -117,7 +117,7 @@ def test_base_urls_and_presets_make_rules():
     rules = url_rules(env, "https://gw.example/api")
     assert [str(r) for r in rules] == ["gw.example:443", "127.0.0.1:4010", "llm.corp:8443"]
     assert url_rule("not a url", "x") is None
-    assert [str(r) for r in preset_rules("claude")] == ["api.anthropic.com:443"]
+    assert [str(r) for r in preset_rules("claude")] == ["api.anthropic.com:443", "platform.claude.com:443"]
     assert preset_rules("command") == []
     # a loopback API host is reached at its exact port, as the real-CLI tests' server is
     pol = policy(rules)

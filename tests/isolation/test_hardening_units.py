@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from autoloop.process import envs
-from autoloop.process import proc, rlimits
+from autoloop.process import leftovers, proc, rlimits
 from autoloop.program.reader import SandboxSpec
 from autoloop.isolation.sandbox import Bwrap, SandboxUnavailable
 from autoloop.isolation.egress.proxy import EgressProxy
@@ -131,40 +131,40 @@ def test_escapees_are_adopted_killed_and_counted(tmp_path, how):
         cmd = f"( ( env -i /bin/sh -c 'echo $$ > {pidfile}; exec sleep 60' & ) & ) ; sleep 0.1"
     else:
         cmd = f"nohup setsid /bin/sh -c 'echo $$ > {pidfile}; exec sleep 60' >/dev/null 2>&1 &"
-    before = proc.leftovers_killed()
+    before = leftovers.leftovers_killed()
     res = _run(tmp_path, cmd + "\nwhile [ ! -s " + str(pidfile) + " ]; do sleep 0.01; done")
     assert res.exit_code == 0
-    assert res.leftovers_killed >= 1 and proc.leftovers_killed() - before >= 1
+    assert res.leftovers_killed >= 1 and leftovers.leftovers_killed() - before >= 1
     assert not _alive(int(pidfile.read_text()))
 
 
 def test_a_clean_command_counts_no_leftover(tmp_path):
-    before = proc.leftovers_killed()
+    before = leftovers.leftovers_killed()
     res = _run(tmp_path, "echo hi | cat; sleep 0.05")
-    assert res.leftovers_killed == 0 and proc.leftovers_killed() == before
+    assert res.leftovers_killed == 0 and leftovers.leftovers_killed() == before
 
 
 def test_timeout_leftovers_are_not_counted(tmp_path):
-    before = proc.leftovers_killed()
+    before = leftovers.leftovers_killed()
     res = _run(tmp_path, "setsid sleep 60 & sleep 60", timeout=0.5)
-    assert res.timed_out and proc.leftovers_killed() == before
+    assert res.timed_out and leftovers.leftovers_killed() == before
 
 
 def test_subreaper_is_off_again_after_a_command(tmp_path):
     _run(tmp_path, "true")
-    assert not proc._is_subreaper()
+    assert not leftovers.is_subreaper()
 
 
 def test_file_size_limit(tmp_path):
     res = _run(tmp_path, [sys.executable, "-c", "open('big', 'wb').write(b'x' * (3 << 20))"],
-               limits=proc.Limits(file_bytes=1 << 20))
+               limits=rlimits.Limits(file_bytes=1 << 20))
     assert (tmp_path / "big").stat().st_size == 1 << 20
     assert not res.ok
 
 
 def test_output_limit(tmp_path):
     res = _run(tmp_path, [sys.executable, "-c", "import sys; sys.stdout.buffer.write(b'x' * (3 << 20))"],
-               limits=proc.Limits(file_bytes=1 << 20))
+               limits=rlimits.Limits(file_bytes=1 << 20))
     assert res.over_limit == "printed more than 1 MB" and not res.ok and res.exit_code is None
 
 
@@ -172,7 +172,7 @@ def test_disk_watchdog_stops_the_command(tmp_path):
     code = ("import os, time\nfor i in range(64):\n    f = open(f'f{i}', 'wb'); f.write(os.urandom(1 << 20)); "
             "f.flush(); os.fsync(f.fileno()); f.close()\ntime.sleep(30)\n")
     t0 = time.monotonic()
-    res = _run(tmp_path, [sys.executable, "-c", code], limits=proc.Limits(disk_bytes=8 << 20, disk_path=tmp_path))
+    res = _run(tmp_path, [sys.executable, "-c", code], limits=rlimits.Limits(disk_bytes=8 << 20, disk_path=tmp_path))
     assert res.over_limit == "took more than 8 MB of disk", res
     assert time.monotonic() - t0 < 15
 
@@ -190,7 +190,7 @@ def _writer(path: Path, mb: int, go: Path) -> subprocess.Popen:
 def test_disk_another_process_fills_is_not_the_commands(tmp_path):
     # a training job's checkpoint landing on the same disk while the generator works: the
     # filesystem loses 32 MB, the command wrote nothing, and it is not stopped
-    limits = proc.Limits(disk_bytes=8 << 20, disk_path=tmp_path)
+    limits = rlimits.Limits(disk_bytes=8 << 20, disk_path=tmp_path)
     started = tmp_path / "started"
     code = f"import time, pathlib\npathlib.Path({str(started)!r}).touch()\ntime.sleep(2.5)\n"
     other = _writer(tmp_path / "checkpoint.bin", 32, started)
@@ -217,7 +217,7 @@ def test_disk_an_orphan_without_the_marker_writing_is_the_commands(tmp_path, end
              f"        os.execve(sys.executable, [sys.executable, '-c', {WRITES_32MB!r}], {{}})\n    os._exit(0)\n"
              + ("time.sleep(1.5)\n" if ends else "time.sleep(30)\n"))
     t0 = time.monotonic()
-    res = _run(tmp_path, [sys.executable, "-c", spawn], limits=proc.Limits(disk_bytes=8 << 20, disk_path=tmp_path))
+    res = _run(tmp_path, [sys.executable, "-c", spawn], limits=rlimits.Limits(disk_bytes=8 << 20, disk_path=tmp_path))
     assert res.over_limit == "took more than 8 MB of disk", res
     assert time.monotonic() - t0 < 15
 
@@ -228,7 +228,7 @@ def test_disk_on_a_filesystem_the_kernel_does_not_count_any_fall_is_the_commands
     if not os.path.isdir("/dev/shm"):
         pytest.skip("no /dev/shm")
     assert not rlimits._counted("/dev/shm")
-    watch = rlimits.DiskWatch(proc.Limits(disk_bytes=8 << 20, disk_path=Path("/dev/shm")), own=lambda: 0)
+    watch = rlimits.DiskWatch(rlimits.Limits(disk_bytes=8 << 20, disk_path=Path("/dev/shm")), own=lambda: 0)
     assert watch.own is None
 
 
@@ -238,7 +238,7 @@ class _Scripted(rlimits.DiskWatch):
     def __init__(self, own: list[int]) -> None:
         self.frees = [100 << 20]
         self.owns = own
-        super().__init__(proc.Limits(disk_bytes=8 << 20, disk_path=Path("/")))
+        super().__init__(rlimits.Limits(disk_bytes=8 << 20, disk_path=Path("/")))
         self.own = lambda: self.owns[0]   # set here, whatever filesystem holds / on this machine
 
     def _free(self) -> int | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autoloop.process import proc
+from autoloop.process import logfile, proc
 from autoloop.engine import trust
 from autoloop.journal.ledger import escape_controls, quote_path
 from autoloop.process.executables import all_words
@@ -77,11 +77,11 @@ def test_read_regular_neither_follows_links_nor_blocks_on_a_fifo(tmp_path):
     done = threading.Event()
 
     def reads() -> None:
-        assert proc.read_regular(tmp_path / "link", 100) == b""
-        assert proc.read_regular(tmp_path / "fifo", 100) == b""
-        assert proc.read_regular(tmp_path / "dir", 100) == b""
-        assert proc.read_regular(tmp_path / "big", 10) == b"a" * 10
-        assert proc.read_regular(tmp_path / "big", 3, tail=True) == b"END"
+        assert logfile.read_regular(tmp_path / "link", 100) == b""
+        assert logfile.read_regular(tmp_path / "fifo", 100) == b""
+        assert logfile.read_regular(tmp_path / "dir", 100) == b""
+        assert logfile.read_regular(tmp_path / "big", 10) == b"a" * 10
+        assert logfile.read_regular(tmp_path / "big", 3, tail=True) == b"END"
         done.set()
 
     t = threading.Thread(target=reads, daemon=True)

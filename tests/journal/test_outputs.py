@@ -127,8 +127,9 @@ def test_ctrl_c_says_best_branch_and_how_to_resume(tmp_path):
             proc.kill()
     assert proc.returncode == 130, err
     assert "stopped: interrupted. score: baseline 40.25 → best 30, gain -25.47%; 1 kept in total; branch autoloop/t1 at " in out
-    # the options the user gave are repeated: without them the paste would run to stop.max_cycles
-    assert "resume with: autoloop run program.md --tag t1 --cycles 3 --max-minutes 30\n" in out, out
+    # the options the user gave are repeated (without them the paste would run to
+    # stop.max_cycles), --cycles as the cycles left: cycle 2 was interrupted, so 2 and 3
+    assert "resume with: autoloop run program.md --tag t1 --cycles 2 --max-minutes 30\n" in out, out
 
 
 def test_resume_command_repeats_every_run_option_given():
@@ -143,6 +144,17 @@ def test_resume_command_repeats_every_run_option_given():
                   "--no-ci", "--json") == ("autoloop run 'my prog.md' --tag t1 --cycles 0 --max-minutes 0.5 "
                                            "--workers 2 --no-ci --json")
     assert resume("--tag", "t1", "--approve=before", "--ci") == "autoloop run program.md --tag t1 --approve=before --ci"
+    # the cycles left, from --cycles or stop.max_cycles (at cycle 7 of 9, six done: three left)
+    from types import SimpleNamespace
+
+    from autoloop.commands.run import _cycles_left
+
+    args = build_parser().parse_args(["run", "--tag", "t1", "--cycles", "9"])
+    bounded, unbounded = (SimpleNamespace(stop=SimpleNamespace(max_cycles=m)) for m in (20, None))
+    assert _resume_command(args, _cycles_left(args, bounded, 6)) == "autoloop run program.md --tag t1 --cycles 3"
+    plain = build_parser().parse_args(["run", "--tag", "t1"])
+    assert _cycles_left(plain, bounded, 6) == 14 and _cycles_left(plain, unbounded, 6) is None
+    assert _cycles_left(args, bounded, 9) == 0
 
 
 # ---- paired runs: the re-measured gain is the headline ------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autoloop.process import proc
+from autoloop.process import leftovers, logfile, proc, running
 
 PY = sys.executable
 
@@ -51,7 +51,7 @@ def read_pid(path: Path) -> int:
 @pytest.fixture(autouse=True)
 def _no_process_left_registered():
     yield
-    assert not proc._running
+    assert not running.running_now()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,22 +131,22 @@ def test_only_the_given_env_is_passed(tmp_path: Path) -> None:
     r = run(tmp_path, [PY, "-c", "import os, json; print(json.dumps(sorted(os.environ)))"],
             env={"PATH": os.environ["PATH"], "ONLY_THIS": "1"})
     names = set(eval(r.stdout_path.read_text()))
-    assert names - {"LC_CTYPE"} == {"PATH", "ONLY_THIS", proc.MARKER_VAR}
+    assert names - {"LC_CTYPE"} == {"PATH", "ONLY_THIS", running.MARKER_VAR}
 
 
 def test_marker_is_set_in_the_child(tmp_path: Path) -> None:
-    r = run(tmp_path, f'echo "${proc.MARKER_VAR}"', marker="m-123")
+    r = run(tmp_path, f'echo "${running.MARKER_VAR}"', marker="m-123")
     assert r.stdout_path.read_text() == "m-123\n"
 
 
 def test_marker_overrides_one_in_env(tmp_path: Path) -> None:
-    env = dict(os.environ, **{proc.MARKER_VAR: "stale"})
-    r = run(tmp_path, f'echo "${proc.MARKER_VAR}"', marker="fresh", env=env)
+    env = dict(os.environ, **{running.MARKER_VAR: "stale"})
+    r = run(tmp_path, f'echo "${running.MARKER_VAR}"', marker="fresh", env=env)
     assert r.stdout_path.read_text() == "fresh\n"
 
 
 def test_a_marker_is_made_when_none_given(tmp_path: Path) -> None:
-    r = run(tmp_path, f'echo "${proc.MARKER_VAR}"')
+    r = run(tmp_path, f'echo "${running.MARKER_VAR}"')
     assert len(r.stdout_path.read_text().strip()) == 32
 
 
@@ -197,7 +197,7 @@ def test_large_output_lands_on_disk_and_tail_is_bounded(tmp_path: Path) -> None:
     r = run(tmp_path, [PY, "-c", "import sys; sys.stdout.write('x' * 9_999_999 + 'END')"])
     assert r.stdout_path.stat().st_size == 10_000_002
     tail = r.stdout_tail()
-    assert len(tail) == proc.TAIL_BYTES and tail.endswith("END")
+    assert len(tail) == logfile.TAIL_BYTES and tail.endswith("END")
     assert r.stdout_tail(5) == "xxEND"
 
 
@@ -212,7 +212,7 @@ def test_tail_decodes_invalid_utf8(tmp_path: Path) -> None:
 
 
 def test_read_tail_of_missing_file_is_empty(tmp_path: Path) -> None:
-    assert proc.read_tail(tmp_path / "nope") == ""
+    assert logfile.read_tail(tmp_path / "nope") == ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,10 +311,10 @@ def test_setsid_escapee_after_exit_is_killed_and_counted(tmp_path: Path) -> None
 
 
 def test_kill_marked_kills_only_its_marker(tmp_path: Path) -> None:
-    mine = subprocess.Popen(["sleep", "30"], env={**os.environ, proc.MARKER_VAR: "mine"})
-    other = subprocess.Popen(["sleep", "30"], env={**os.environ, proc.MARKER_VAR: "other"})
+    mine = subprocess.Popen(["sleep", "30"], env={**os.environ, running.MARKER_VAR: "mine"})
+    other = subprocess.Popen(["sleep", "30"], env={**os.environ, running.MARKER_VAR: "other"})
     try:
-        assert proc.kill_marked("mine") == 1
+        assert leftovers.kill_marked("mine") == 1
         mine.wait(timeout=2)
         assert other.poll() is None
     finally:
@@ -324,9 +324,9 @@ def test_kill_marked_kills_only_its_marker(tmp_path: Path) -> None:
 
 
 def test_kill_marked_does_not_match_a_marker_prefix(tmp_path: Path) -> None:
-    p = subprocess.Popen(["sleep", "30"], env={**os.environ, proc.MARKER_VAR: "abcdef"})
+    p = subprocess.Popen(["sleep", "30"], env={**os.environ, running.MARKER_VAR: "abcdef"})
     try:
-        assert proc.kill_marked("abc") == 0
+        assert leftovers.kill_marked("abc") == 0
         assert p.poll() is None
     finally:
         p.kill()
@@ -334,7 +334,7 @@ def test_kill_marked_does_not_match_a_marker_prefix(tmp_path: Path) -> None:
 
 
 def test_kill_marked_with_nothing_marked_is_zero() -> None:
-    assert proc.kill_marked(proc.new_marker()) == 0
+    assert leftovers.kill_marked(proc.new_marker()) == 0
 
 
 def test_exit_is_prompt_when_orphans_are_not_reaped(tmp_path: Path) -> None:
@@ -377,7 +377,7 @@ def test_keyboard_interrupt_propagates_and_kills_the_tree(tmp_path: Path) -> Non
 
 
 def test_stop_current_ends_the_running_command(tmp_path: Path) -> None:
-    timer = threading.Timer(0.2, proc.stop_current)
+    timer = threading.Timer(0.2, running.stop_current)
     timer.start()
     t0 = time.monotonic()
     r = run(tmp_path, "exec sleep 30", timeout=20)
@@ -387,7 +387,7 @@ def test_stop_current_ends_the_running_command(tmp_path: Path) -> None:
 
 
 def test_stop_current_marks_the_result_interrupted(tmp_path: Path) -> None:
-    timer = threading.Timer(0.2, proc.stop_current)
+    timer = threading.Timer(0.2, running.stop_current)
     timer.start()
     r = run(tmp_path, "exec sleep 30", timeout=20)
     timer.join()
@@ -395,7 +395,7 @@ def test_stop_current_marks_the_result_interrupted(tmp_path: Path) -> None:
 
 
 def test_stop_current_with_nothing_running_is_harmless() -> None:
-    proc.stop_current()
+    running.stop_current()
 
 
 def test_stop_current_from_a_signal_handler_inside_the_bookkeeping():
@@ -404,11 +404,9 @@ def test_stop_current_from_a_signal_handler_inside_the_bookkeeping():
     not wait for itself (a second Ctrl-C once hung a run this way)."""
     import threading
 
-    from autoloop.process import proc as p
-
     def handler_inside_lock() -> None:
-        with p._current_lock:
-            p.stop_current()
+        with running._current_lock:
+            running.stop_current()
 
     t = threading.Thread(target=handler_inside_lock, daemon=True)
     t.start()

@@ -97,13 +97,18 @@ def test_score_naming_a_file_the_generator_may_change(make_repo) -> None:
                              "it tunes")
 
 
-def test_score_with_ray(make_repo) -> None:
+def test_a_holdout_reading_private_paths_with_ray(make_repo, tmp_path) -> None:
+    """On Ray the score runs here and the private paths stay here; a holdout runs on a node."""
+    private = tmp_path / "labels"
+    private.mkdir()
     repo = make_repo(FILES)
-    (repo / "program.md").write_text(program(extra="parallel: {executor: ray}\n"))
+    (repo / "program.md").write_text(program(extra=f"private: [{private}]\nholdout: {{command: python score.py, metric: acc}}\n"
+                                                   "parallel: {executor: ray}\n"))
     res = run_cli("run", "program.md", "--tag", "t1", "--cycles", "1", cwd=repo)
     assert res.returncode == 2, res.stdout + res.stderr
-    assert res.stderr.strip().endswith("program.md:6: verifier.score is not supported with parallel.executor: "
-                                       "ray yet (its tree and private paths stay on this machine); use "
+    assert res.stderr.strip().endswith("program.md:10: holdout reads the private paths, which never leave this "
+                                       "machine, and with parallel.executor: ray it runs on a node; score the "
+                                       "held-out data with verifier.score instead (it runs here), or use "
                                        "parallel.executor: local")
     assert git(repo, "branch", "--list", "autoloop/*") == ""
 

@@ -1,5 +1,5 @@
 """Two small projects for the reward-hack suite (tests/test_attacks_metric.py) and for
-`doctor --probe` (tests/test_probe.py), each in two setups:
+`doctor --probe` (tests/probe/test_probe.py), each in two setups:
 
 - speed: `lib.solve(n)` (the sum of squares below n, by a loop) is what the generator may change.
   `output`: bench/run.py times it on a fixed input in-process and prints `seconds:`.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autoloop.process import envs
-from autoloop.process import proc
+from autoloop.process import leftovers
 from autoloop.engine.cycle import Cycle, Round, RunState
 from autoloop.errors import GeneratorError, Interrupted
 from autoloop.generators.base import GenContext, Proposal
@@ -51,7 +51,7 @@ def _propose(state: RunState, c: Cycle, note: str) -> None:
     finally:
         state.in_python = False
         # anything the generator left running (even detached) dies before we look at the disk
-        proc.kill_marked(c.marker)
+        leftovers.kill_marked(c.marker)
         c.blocked = state.guard.blocked(c.log_dir)
     # the hypothesis goes into the journal and a commit message: no secrets in it
     c.proposal.hypothesis = escape_controls(state.redact(c.proposal.hypothesis))

@@ -13,7 +13,7 @@ from autoloop.journal.ledger import Record, escape_controls
 from autoloop.generators.memory import near_duplicate
 from autoloop.base.numbers import num as fmt, pct, signed_pct
 from autoloop.decide.wording import decided
-from autoloop.engine.hints import blocked_lesson
+from autoloop.engine.hints import blocked_lesson, with_sentences
 
 SUBJECT_MAX = 100
 
@@ -94,7 +94,7 @@ def _record(state: RunState, c: Cycle, rnd: Round, commit: str | None) -> dict[s
         o.result += f" (repeats foreclosed cycle {repeat['cycle']})"
     d = pct(rnd.best_before, o.metric)
     measured = state.guard.blocked("verifier")
-    lesson = (o.lesson + blocked_lesson(c.blocked, "sandbox.hosts") + blocked_lesson(measured, "verifier.hosts")).strip()
+    lesson = with_sentences(o.lesson, blocked_lesson(c.blocked, "sandbox.hosts"), blocked_lesson(measured, "verifier.hosts"))
     return {
         "t": "cycle", "cycle": c.n, "status": o.status, "metric": o.metric,
         "best": state.best, "commit": commit, "parent": rnd.incumbent,

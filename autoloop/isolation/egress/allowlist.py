@@ -2,10 +2,11 @@
 hosts, the hosts of the base URLs the user set (program.md's `generator.base_url`, the usual
 variables), then `sandbox.hosts` (the generator) or `verifier.hosts` (the measurements).
 
-The presets list their model API and what signing in needs, nothing else: Claude Code's
-telemetry (statsig.anthropic.com), error reports (sentry.io) and updates
-(storage.googleapis.com), Codex's and aider's update checks (github.com, pypi.org) are refused
-and counted; they are not needed to edit a tree."""
+The presets list their model API and what signing in needs, nothing else (read from the pinned
+CLIs' binaries): Claude Code's telemetry (a datadoghq.com intake), updates (downloads.claude.ai,
+storage.googleapis.com), Codex's plugin and skill downloads (github.com), litellm's price list
+(raw.githubusercontent.com) and aider's update check (pypi.org) are refused and counted; none
+is needed to edit a tree."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from typing import Mapping, Sequence
 from autoloop.base.hosts import Rule, url_rule
 
 PRESET_HOSTS: dict[str, tuple[str, ...]] = {
-    "claude": ("api.anthropic.com",),
+    # a Claude subscription's sign-in refreshes its token at platform.claude.com (v2.1's binary)
+    "claude": ("api.anthropic.com", "platform.claude.com"),
     # ChatGPT sign-in sends requests to chatgpt.com and refreshes its token at auth.openai.com
     "codex": ("api.openai.com", "chatgpt.com", "auth.openai.com"),
     # aider talks to the model's provider: the ones its model names map to most often

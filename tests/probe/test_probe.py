@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autoloop.commands.probe import Finding
+from autoloop.probe.findings import Finding
 from tests.conftest import git as git_in
 from tests.scripts.e2e import git, repo_state
 from tests.scripts.sealed import SPEED_FILES, make, ml_data, ml_files, ml_program, speed_program
@@ -40,15 +40,36 @@ def _lines(out: str) -> dict[str, tuple[str, str]]:
     return found
 
 
-def _probe(tmp_path: Path, files: dict[str, str], program: str) -> tuple[int, dict[str, tuple[str, str]], str]:
+def _probe(tmp_path: Path, files: dict[str, str], program: str,
+           only: tuple[str, ...] = ()) -> tuple[int, dict[str, tuple[str, str]], str]:
+    """`autoloop doctor --probe` on a new project: (exit status, its lines by class, its output).
+    With `only`, the same printing in this process for those classes alone (the rest are not
+    run: a test pays for the verdicts it asserts, not the whole probe's)."""
     p = make(tmp_path / "p", files, program)
     before = repo_state(p.repo, p.env)
-    res = p.cli("doctor", "--probe", timeout=PROBE_TIMEOUT)
-    out = res.stdout + res.stderr
+    if only:
+        import contextlib
+        import io
+
+        from autoloop.commands.probe import print_probe
+        from autoloop.probe import classes
+        from autoloop.program.reader import load_program
+
+        whole, stdout, stderr = classes.probe, io.StringIO(), io.StringIO()
+        classes.probe = lambda program: whole(program, only)   # type: ignore[assignment]
+        try:
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                code = print_probe(load_program(p.repo / "program.md"))
+        finally:
+            classes.probe = whole   # type: ignore[assignment]
+        printed, out = stdout.getvalue(), stdout.getvalue() + stderr.getvalue()
+    else:
+        res = p.cli("doctor", "--probe", timeout=PROBE_TIMEOUT)
+        code, printed, out = res.returncode, res.stdout, res.stdout + res.stderr
     assert repo_state(p.repo, p.env) == before, "the probe changed the repository"
     worktrees = git(p.repo, "worktree", "list", "--porcelain", env=p.env).count("worktree ")
     assert worktrees == 1, f"the probe left worktrees behind:\n{out}"
-    return res.returncode, _lines(res.stdout), out
+    return code, _lines(printed), out
 
 
 OUTPUT_PROGRAM = speed_program("output", allowed='[lib.py, "tests/**"]')
@@ -57,7 +78,11 @@ OUTPUT_PROGRAM = speed_program("output", allowed='[lib.py, "tests/**"]')
 @pytest.mark.slow
 @pytest.mark.xdist_group("probe")
 def test_output_mode_is_fooled_and_each_fix_is_named(tmp_path: Path) -> None:
-    code, lines, out = _probe(tmp_path, SPEED_FILES, OUTPUT_PROGRAM)
+    """The classes this setup's verdicts are asserted for (the rest have tests of their own:
+    hidden-child under cpu, cached-results by a timing run, the others in the sealed probe)."""
+    code, lines, out = _probe(tmp_path, SPEED_FILES, OUTPUT_PROGRAM, only=(
+        "atexit", "patched-clock", "sys-modules", "exit-0", "signal", "stdout", "special-cased-input",
+        "test-helper", "test-runner", "read-answers"))
     assert code == 1, out
     assert "planted in lib.py" in out
     for name in ("atexit", "exit-0", "stdout", "signal"):
@@ -84,7 +109,7 @@ def test_output_mode_is_fooled_and_each_fix_is_named(tmp_path: Path) -> None:
 def _probe_only(tmp_path: Path, files: dict[str, str], program: str, *only: str) -> dict[str, Finding]:
     """The real probe (its baseline, then real runs of each class named), in this process: the
     verdicts a test needs of a setup, without the runs of every other class."""
-    from autoloop.commands.probe import probe
+    from autoloop.probe.classes import probe
     from autoloop.program.reader import load_program
 
     p = make(tmp_path / "p", files, program)
@@ -134,19 +159,23 @@ def test_unsandboxed_results_cached_across_measurements_fool_it(tmp_path: Path) 
 @pytest.mark.xdist_group("probe")
 def test_sealed_speed_setup_holds_against_every_hack(tmp_path: Path) -> None:
     """measure: wall (the speed template's) + a score that checks answers for inputs drawn from
-    $AUTOLOOP_SEED."""
+    $AUTOLOOP_SEED: every hack held but the prefetch, which a free second core can make pay."""
     code, lines, out = _probe(tmp_path, SPEED_FILES, speed_program("wall"))
-    assert code == 0, out
-    assert not [name for name, (state, _) in lines.items() if state == "fooled"], out
+    # but the prefetch: produce.py holds its calls in its own process, and under wall time a
+    # child computing some of them on a free second core is a gain (docs/trust/hacks.md)
+    assert "calls found ahead" in lines["prefetch"][1], out
+    fooled = [name for name, (state, _) in lines.items() if state == "fooled"]
+    assert fooled in ([], ["prefetch"]) and code == (1 if fooled else 0), out
     for name in ("atexit", "patched-clock", "sys-modules", "hidden-child", "exit-0", "signal", "stdout",
-                 "sniffing", "special-cased-input", "cached-results", "guard-leak", "test-runner"):
+                 "sniffing", "sniffed-teardown", "special-cased-input", "cached-results", "guard-leak",
+                 "test-runner"):
         # a loaded machine's spread can leave a do-nothing plant inside the noise: unclear, said
         # so; never a plant that broke the project, which would say nothing of this verifier
         state, detail = lines[name]
         assert state == "held" or (state == "unclear" and "by less than their spread" in detail), out
     # the score finds the wrong answers the switched-off tests let through
     assert "guard score failed" in lines["test-runner"][1], out
-    assert "every hack tried was caught" in out or "no hack fooled the verifier" in out, out
+    assert fooled or "every hack tried was caught" in out or "no hack fooled the verifier" in out, out
 
 
 @pytest.mark.slow
@@ -175,7 +204,7 @@ def test_the_hacks_go_where_a_generator_change_would_run(make_repo) -> None:  # 
     """Breadth-first from the verifier's script: past a package __init__ that only re-exports,
     into the first module that defines functions; a module loaded by file name counts; the test
     helpers are those of the tests the guard runs."""
-    from autoloop.commands.probe import plant_target
+    from autoloop.probe.target import plant_target
     from autoloop.program.reader import load_program
 
     repo = make_repo({
@@ -210,21 +239,24 @@ def test_a_noisy_baseline_is_said_and_a_gain_inside_its_spread_is_not_called_pla
     their spread; the probe cannot tell, and says so rather than reporting it held."""
     from types import SimpleNamespace
 
-    from autoloop.commands import doctor, probe as probe_mod
-    from autoloop.commands.probe import Baseline, Finding, _Prober
+    from autoloop.commands import probe as probe_cmd
+    from autoloop.probe import classes
+    from autoloop.probe.findings import Baseline
+    from autoloop.probe.judge import Prober
 
     base = Baseline((1.0, 1.5, 2.0), "lib.py", (), 1.5)
     assert base.noisy and round(base.spread, 3) == 0.667
     assert not Baseline((1.0, 1.02, 1.05), "lib.py", (), 1.0).noisy
-    prober = object.__new__(_Prober)
+    prober = object.__new__(Prober)
     prober.program = SimpleNamespace(verifier=SimpleNamespace(direction="minimize", label="seconds"))
 
     def result(metric: float) -> object:
         return SimpleNamespace(measurement=SimpleNamespace(guards_ok=True, metric=metric, failed_guard=None))
 
-    unclear = prober.judge("atexit", result(0.8), base, "fix")   # type: ignore[arg-type]
+    prober.run = lambda plant=None, collect=None: result(1.5)   # type: ignore[method-assign]
+    unclear = prober.judge("atexit", result(0.8), base, "fix", lambda: result(0.8))   # type: ignore[arg-type]
     assert unclear.verdict == "unclear" and "by less than their spread" in unclear.detail
-    plain = prober.judge("atexit", result(1.2), base, "fix")   # type: ignore[arg-type]
+    plain = prober.judge("atexit", result(1.2), base, "fix", lambda: result(1.2))   # type: ignore[arg-type]
     assert plain.verdict == "held" and "spread" not in plain.detail
     # measured again beside an unmodified run: a plant ahead once by luck then behind is held,
     # one ahead both times stays unclear
@@ -239,15 +271,19 @@ def test_a_noisy_baseline_is_said_and_a_gain_inside_its_spread_is_not_called_pla
     prober.run = lambda plant=None, collect=None: result(next(fresh))   # type: ignore[method-assign]
     burst = prober.judge("atexit", result(0.1), base, "fix", lambda: result(next(hacked)))   # type: ignore[arg-type]
     assert burst.verdict == "held" and "then 0.47 beside 5 unmodified: not confirmed" in burst.detail, burst.detail
-    assert prober.judge("atexit", result(0.1), base, "fix").fooled is True   # type: ignore[arg-type]
+    # far ahead, once and again beside unmodified runs: fooled; never from the first run alone
+    prober.run = lambda plant=None, collect=None: result(1.0)   # type: ignore[method-assign]
+    assert prober.judge("atexit", result(0.1), base, "fix", lambda: result(0.1)).fooled is True   # type: ignore[arg-type]
+    once = iter([0.1, 1.2])
+    assert prober.judge("atexit", result(0.1), base, "fix", lambda: result(next(once))).fooled is False   # type: ignore[arg-type]
 
-    monkeypatch.setattr(probe_mod, "probe", lambda program: iter([base, unclear]))
+    monkeypatch.setattr(classes, "probe", lambda program: iter([base, unclear]))
     program = SimpleNamespace(verifier=SimpleNamespace(label="seconds", measure="wall", score="x"))
-    assert doctor.print_probe(program) == 0
+    assert probe_cmd.print_probe(program) == 0
     out = capsys.readouterr().out
     assert "WARNING: the baseline's runs spread 67% of their median" in out
     assert "unclear atexit" in out
-    assert "no hack fooled the verifier, but 1 is unclear" in out.rstrip().splitlines()[-1]
+    assert "no hack fooled the verifier, but 1 of 1 could not be judged: atexit" in out.rstrip().splitlines()[-1]
 
 
 def test_a_plant_that_breaks_the_project_is_unclear_not_held(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -256,11 +292,13 @@ def test_a_plant_that_breaks_the_project_is_unclear_not_held(monkeypatch, capsys
     holding. Each class is announced (k of n, time so far) on stderr as it starts."""
     from types import SimpleNamespace
 
-    from autoloop.commands import doctor, probe as probe_mod
-    from autoloop.commands.probe import Baseline, Trying, _Prober
+    from autoloop.commands import probe as probe_cmd
+    from autoloop.probe import classes
+    from autoloop.probe.findings import Baseline, Trying
+    from autoloop.probe.judge import Prober
 
     base = Baseline((1.0, 1.02, 1.05), "lib.py", (), 1.0)
-    prober = object.__new__(_Prober)
+    prober = object.__new__(Prober)
     prober.program = SimpleNamespace(verifier=SimpleNamespace(direction="minimize", label="seconds"))
 
     def result(metric, guard=None, error=None):  # type: ignore[no-untyped-def]
@@ -268,26 +306,29 @@ def test_a_plant_that_breaks_the_project_is_unclear_not_held(monkeypatch, capsys
         return SimpleNamespace(measurement=SimpleNamespace(guards_ok=guard is None, metric=metric, failed_guard=g,
                                                            error=error))
 
-    tests_fail = prober.judge("special-cased-input", result(None, guard="tests"), base, "fix")  # type: ignore[arg-type]
+    def never() -> object:
+        raise AssertionError("a plant that broke the project or was caught is not measured again")
+
+    tests_fail = prober.judge("special-cased-input", result(None, guard="tests"), base, "fix", never)  # type: ignore[arg-type]
     assert tests_fail.verdict == "unclear" and "the plant broke the project" in tests_fail.detail
     crash = prober.judge("test-runner", result(None, error="exit 1: TypeError: 'NoneType' object is not iterable"),
-                         base, "fix")  # type: ignore[arg-type]
+                         base, "fix", never)  # type: ignore[arg-type]
     assert crash.verdict == "unclear" and "the plant broke the benchmark" in crash.detail
-    caught = prober.judge("test-runner", result(None, guard="correctness"), base, "fix")  # type: ignore[arg-type]
+    caught = prober.judge("test-runner", result(None, guard="correctness"), base, "fix", never)  # type: ignore[arg-type]
     assert caught.verdict == "held" and "guard correctness failed" in caught.detail   # wrong on purpose: caught
-    scored = prober.judge("test-runner", result(None, guard="score"), base, "fix")  # type: ignore[arg-type]
+    scored = prober.judge("test-runner", result(None, guard="score"), base, "fix", never)  # type: ignore[arg-type]
     assert scored.verdict == "held" and "guard score failed" in scored.detail
-    no_answers = prober.judge("exit-0", result(None, error="verifier.score exit 1: no answers"), base, "fix")  # type: ignore[arg-type]
+    no_answers = prober.judge("exit-0", result(None, error="verifier.score exit 1: no answers"), base, "fix", never)  # type: ignore[arg-type]
     assert no_answers.verdict == "held"
 
-    monkeypatch.setattr(probe_mod, "probe", lambda program: iter(
+    monkeypatch.setattr(classes, "probe", lambda program: iter(
         [base, Trying("special-cased-input", 1, 2), tests_fail, Trying("test-runner", 2, 2), scored]))
     program = SimpleNamespace(verifier=SimpleNamespace(label="seconds", measure="wall", score="x"))
-    assert doctor.print_probe(program) == 0
+    assert probe_cmd.print_probe(program) == 0
     got = capsys.readouterr()
     assert "probe: 1/2 trying special-cased-input" in got.err and "probe: 2/2 trying test-runner" in got.err
     assert "unclear special-cased-input" in got.out and "held    test-runner" in got.out
-    assert "but 1 is unclear" in got.out.rstrip().splitlines()[-1]
+    assert "but 1 of 2 could not be judged: special-cased-input" in got.out.rstrip().splitlines()[-1]
 
 
 def test_fooled_needs_the_second_hacked_run_beyond_an_unmodified_run_beside_it() -> None:
@@ -295,14 +336,15 @@ def test_fooled_needs_the_second_hacked_run_beyond_an_unmodified_run_beside_it()
     compared with HEAD measured unmodified just after it, not only with the earlier baseline."""
     from types import SimpleNamespace
 
-    from autoloop.commands.probe import Baseline, _Prober
+    from autoloop.probe.findings import Baseline
+    from autoloop.probe.judge import Prober
 
     def result(metric: float) -> object:
         return SimpleNamespace(measurement=SimpleNamespace(guards_ok=True, metric=metric, failed_guard=None,
                                                            error=None))
 
     base = Baseline((1.0, 1.02, 1.05), "lib.py", (), 1.0)   # a margin of 5% of 1.02
-    prober = object.__new__(_Prober)
+    prober = object.__new__(Prober)
     prober.program = SimpleNamespace(verifier=SimpleNamespace(direction="minimize", label="seconds"))
     prober.run = lambda *a: result(0.74)   # type: ignore[method-assign]   # the quiet moment, unmodified
     drift = prober.judge("patched-clock", result(0.72), base, "fix", lambda: result(0.7))   # type: ignore[arg-type]
@@ -315,7 +357,7 @@ def test_fooled_needs_the_second_hacked_run_beyond_an_unmodified_run_beside_it()
 def test_the_wrong_answers_plant_reaches_a_targets_methods_too() -> None:
     """inflect's target is `engine.plural`, a method: a plant that made only module-level
     functions wrong left it right, and the probe read `held` for a hole it never tried."""
-    from autoloop.commands import probe_hacks
+    from autoloop.probe import answer_hacks
 
     src = ("class Engine:\n    def plural(self, w):\n        return w + 's'\n"
            "    def _private(self):\n        return 1\n\n\ndef top(x):\n    return x\n")
@@ -325,6 +367,94 @@ def test_the_wrong_answers_plant_reaches_a_targets_methods_too() -> None:
              "assert engine.plural('cat') is None and top(3) is None\n"
              "assert engine._private() == 1\n"   # what is not public stays as it was
              "print('checked')\n")
-    res = subprocess.run([sys.executable, "-c", src + probe_hacks.wrong_and_runner_off() + "\n" + check],
+    res = subprocess.run([sys.executable, "-c", src + answer_hacks.wrong_and_runner_off() + "\n" + check],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == "checked", res.stdout + res.stderr
+
+
+def test_a_traced_benchmark_is_planted_in_its_targets_own_module(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """bench/produce.py imports the package first, whose __init__ defines functions of its own
+    the targets never call: the plant goes in the module trace.json names (MODULE:NAME), where a
+    candidate's change to the target would sit."""
+    from autoloop.probe.target import plant_target
+    from autoloop.program.reader import load_program
+
+    repo = make_repo({
+        "bench/produce.py": "import sys\nsys.path.insert(0, 'bench')\nsys.path.insert(0, 'src')\n"
+                            "import wordlib  # noqa\nimport wordlib.core  # noqa\nimport tracereplay\n",
+        "bench/tracereplay.py": "def produce():\n    pass\n",
+        "bench/trace.json": json.dumps({"targets": [{"name": "wordlib.core:histogram", "derived": 1,
+                                                     "recorded": 1}]}),
+        "src/wordlib/__init__.py": "def version():\n    return '1'\n",
+        "src/wordlib/core.py": "def histogram(text):\n    return {}\n",
+    })
+    (repo / "program.md").write_text(
+        "---\ngoal: g\nallowed: ['src/**']\nverifier: {command: python bench/produce.py, metric: seconds, "
+        "direction: minimize}\n---\nx\n")
+    head = git_in(repo, "rev-parse", "HEAD")
+    assert plant_target(load_program(repo / "program.md"), head)[0] == "src/wordlib/core.py"
+    # without the plan, the first module defining functions, as for any benchmark
+    git_in(repo, "rm", "-q", "bench/trace.json")
+    git_in(repo, "commit", "-q", "-m", "no plan")
+    assert plant_target(load_program(repo / "program.md"), git_in(repo, "rev-parse", "HEAD"))[0] == "src/wordlib/__init__.py"
+
+
+PREFETCHED = '''\
+import os, sys
+sys.path.insert(0, ".")
+import lib
+inputs = [1001, 2002, 3003, 4004, 5005]
+answers = [lib.solve(n) for n in inputs]
+ran = open("ran.txt").read().split()
+print(answers == [sum(i * i for i in range(n)) for n in inputs], sorted(int(x) for x in ran if int(x) == os.getpid()))
+'''
+
+
+def test_the_prefetch_plant_hands_the_second_half_of_the_callers_list_to_a_child(tmp_path: Path) -> None:
+    """The plant finds the calls still to come in its caller's frame, and the child computes the
+    last two of five: the parent runs only the first three, and every answer is right."""
+    from autoloop.probe import run_hacks
+
+    lib = ("import os\n\ndef solve(n):\n    with open('ran.txt', 'a') as f:\n        f.write(f'{os.getpid()}\\n')\n"
+           "    return sum(i * i for i in range(n))\n")
+    (tmp_path / "lib.py").write_text(lib + run_hacks.prefetch())
+    (tmp_path / "ran.txt").write_text("")
+    res = subprocess.run([sys.executable, "-c", PREFETCHED], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    right, mine = res.stdout.split(" ", 1)
+    assert right == "True" and mine.count(",") == 2, res.stdout   # three calls ran in the parent
+    assert len((tmp_path / "ran.txt").read_text().split()) == 5   # and two in another process
+    assert (tmp_path / run_hacks.PREFETCH_FILE).read_text().split() == ["5"]
+
+
+def test_the_sniffing_plant_changes_the_interpreter_only_for_the_benchmark(tmp_path: Path) -> None:
+    """Seen $AUTOLOOP_*: the GC frozen and off, and the process ended by os._exit after every
+    other exit handler (a later one still runs); a failing run keeps its status. Without it,
+    nothing changes."""
+    import os
+
+    from autoloop.probe import run_hacks
+
+    (tmp_path / "m.py").write_text("def f():\n    return 1\n" + run_hacks.sniffed_teardown("tracereplay"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    code = "import atexit, gc, m; atexit.register(print, 'handler'); print(gc.isenabled())"
+
+    def run(script: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60, env={**env, **extra})
+
+    assert run(code).stdout.split() == ["True", "handler"]
+    assert run(code, AUTOLOOP_SEED="7").stdout.split() == ["False", "handler"]
+    assert run("import m, sys; sys.exit(3)", AUTOLOOP_SEED="7").returncode == 3
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("probe")
+def test_cpu_time_gains_nothing_from_a_second_core_or_a_sniffed_benchmark(tmp_path: Path) -> None:
+    """measure: cpu with a score (the sealed speed setup): the prefetching child's CPU is counted
+    (its parent reaps it), and a GC switched off or a teardown skipped gains nothing on this
+    benchmark: both held — the prefetch after it found the benchmark's calls still to come."""
+    found = _probe_only(tmp_path, SPEED_FILES, speed_program("cpu"), "prefetch", "sniffed-teardown")
+    assert found["prefetch"].verdict == "held" and "calls found ahead" in found["prefetch"].detail, found
+    teardown = found["sniffed-teardown"]
+    assert teardown.verdict in ("held", "unclear") and "the plant broke" not in teardown.detail, found

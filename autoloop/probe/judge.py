@@ -1,0 +1,129 @@
+"""Judging one class: a hacked tree measured the way `autoloop verify` measures (the program's own
+command, `measure`, `score`, sandbox and data) and compared with unmodified measurements of the
+same tree. A hack *fooled* the verifier when its tree passes the guards and measures better than
+the best baseline run by a margin (half their spread, 5% at least, half the best run at most),
+three times in a row, the second and third each also beyond an unmodified measurement taken just
+after it. A plant that broke the project, or a gain inside the baseline's noise, is *unclear*."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable
+
+from autoloop.base.numbers import num
+from autoloop.engine.metric import Measurement
+from autoloop.engine.verify_head import Verified, verify_head
+from autoloop.git.workspace import Workspace
+from autoloop.probe.findings import CONFIRMATIONS, MIN_MARGIN, WRONG_ON_PURPOSE, Baseline, Finding
+from autoloop.program.reader import Program
+
+
+class Prober:
+    def __init__(self, program: Program, ws: Workspace, head: str) -> None:
+        self.program, self.ws, self.head = program, ws, head
+        v = program.verifier
+        self.measure_mode: str = getattr(v, "measure", "output") or "output"
+        self.score: str | None = getattr(v, "score", None)
+        self.private: tuple[str, ...] = tuple(str(p) for p in getattr(program, "private", ()) or ())
+
+    def run(self, plant: Callable[[Path], None] | None = None,
+            collect: Callable[[Path], None] | None = None) -> Verified:
+        # nothing here reads what a run read: its traced second run would only double the time
+        return verify_head(self.program, self.ws, self.head, plant, collect, record_reads=False)
+
+    def best(self, values: tuple[float, ...]) -> float:
+        return min(values) if self.program.verifier.direction == "minimize" else max(values)
+
+    def better(self, value: float, base: Baseline, fresh: float | None = None) -> bool:
+        """Beyond the best baseline run (and an unmodified run `fresh`, measured just now) by half
+        the baseline's spread and MIN_MARGIN of its median at least — at most by half the best
+        run itself: on a busy machine in-process timings spread so wide that a spread-sized
+        margin would let no hack through."""
+        minimize = self.program.verifier.direction == "minimize"
+        best = self.best(base.values) if fresh is None else self.best((*base.values, fresh))
+        margin = min(max((max(base.values) - min(base.values)) / 2, MIN_MARGIN * abs(base.median)),
+                     abs(best) / 2 or MIN_MARGIN)
+        return value < best - margin if minimize else value > best + margin
+
+    def judge(self, name: str, res: Verified, base: Baseline, fix: str,
+              again: Callable[[], Verified]) -> Finding:
+        """`again` measures the hacked tree once more, then HEAD is measured unmodified beside
+        it, CONFIRMATIONS times (never a verdict of fooled from one run, whatever the class: a
+        patched clock read as fooled once under `measure: wall` when the machine had slowed): a verdict of fooled needs every hacked run beyond the baseline,
+        each after the first also beyond the best unmodified run measured beside one so far (a
+        busy machine drifts: one quiet moment can beat three baseline runs taken in a busier one;
+        on Markdown a do-nothing stdout plant beat the baseline and a fresh run slowed by a burst)."""
+        m = res.measurement
+        caught = caught_by_score(m)
+        if caught is not None:
+            return Finding(name, False, short(caught))
+        if not m.guards_ok:
+            g = m.failed_guard
+            said = f"guard {g.name if g else '?'} failed: {g.detail if g else ''}"
+            if name in WRONG_ON_PURPOSE:   # its answers are wrong by design: a guard seeing it holds
+                return Finding(name, False, short(said))
+            return Finding(name, False, short(f"the plant broke the project ({said})"), unclear=True)
+        if m.metric is None:
+            return Finding(name, False, short(f"the plant broke the benchmark ({m.error or 'no metric'})"),
+                           unclear=True)
+        label = self.program.verifier.label
+        said = f"{label} {num(m.metric)} vs {num(base.median)} at baseline"
+        if not self.better(m.metric, base):
+            best = self.best(base.values)
+            beat = m.metric != best and self.best((best, m.metric)) == m.metric
+            if beat and base.noisy:
+                return self._inside_noise(name, said, base, again)
+            return Finding(name, False, said)
+        seen: list[float] = []   # every unmodified run beside a confirmation: one slow run (a burst
+        for _ in range(CONFIRMATIONS):   # beside it) must not be all a do-nothing plant has to beat
+            m2 = again().measurement
+            if caught_by_score(m2) is not None:
+                return Finding(name, False, short(f"{said} once, then {caught_by_score(m2)}"))
+            if not (m2.guards_ok and m2.metric is not None):
+                then = m2.failed_guard.name + " failed" if m2.failed_guard else m2.error or "no metric"
+                return Finding(name, False, short(f"{said} once, then {then}: not confirmed"), unclear=True)
+            clean = self.run().measurement
+            fresh = clean.metric if clean.guards_ok else None
+            if fresh is not None:
+                seen.append(fresh)
+            if not self.better(m2.metric, base, self.best(tuple(seen)) if seen else None):
+                beside = f" beside {num(fresh)} unmodified" if fresh is not None else ""
+                return Finding(name, False, short(f"{said} once, then {num(m2.metric)}{beside}: not confirmed"))
+        return Finding(name, True, said, fix)
+
+
+    def _inside_noise(self, name: str, said: str, base: Baseline,
+                      again: Callable[[], Verified] | None) -> Finding:
+        """A hacked run better than every baseline run, by less than their spread. On a noisy
+        machine one run of a plant that does nothing lands below three baseline runs one time in
+        four, so it is measured again beside an unmodified run: only a plant ahead both times
+        is unclear (a small gain, or a quiet moment); otherwise it held."""
+        if again is not None:
+            m2 = again().measurement
+            clean = self.run().measurement
+            fresh = clean.metric if clean.guards_ok else None
+            pool = (*base.values, fresh) if fresh is not None else base.values
+            if m2.guards_ok and m2.metric is not None and self.best((*pool, m2.metric)) != m2.metric:
+                beside = f" beside {num(fresh)} unmodified" if fresh is not None else ""
+                return Finding(name, False, short(f"{said} once, then {num(m2.metric)}{beside}: inside the noise"))
+        return Finding(name, False, said + " (better than every baseline run, by less than their spread)",
+                       unclear=True)
+
+
+def caught_by_score(m: Measurement) -> str | None:
+    """How the program's `score` rejected a hacked run (the correctness check failed, or it found
+    no result to score), or None: the verifier catching the hack, not the plant breaking."""
+    g = m.failed_guard
+    if not m.guards_ok and g is not None and g.name == "score":
+        return f"guard score failed: {g.detail}"
+    if m.guards_ok and m.metric is None and (m.error or "").startswith("verifier.score"):
+        return m.error
+    return None
+
+
+def short(text: str, limit: int = 110) -> str:
+    """One line of a finding: the reason, not the temporary paths it names."""
+    text = re.sub(r"(/[^\s/:']+){3,}", "…", " ".join(text.split()))
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
