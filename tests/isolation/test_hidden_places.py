@@ -351,7 +351,7 @@ def test_unprivileged_the_same(request):
     holds there too (the decisions made by autoloop running as that user)."""
     if not os.path.exists(SYSTEM_PY) or not os.access(str(Path(hidden.__file__).parent), os.R_OK):
         pytest.skip("this Python or autoloop is not readable by nobody")
-    tmp_path = Path(tempfile.mkdtemp(prefix="autoloop-nobody-"))   # pytest's own is root's alone
+    tmp_path = Path(tempfile.mkdtemp(prefix="autoloop-nobody-", dir="/tmp"))   # not the per-test TMPDIR: root's alone
     home = Path(tempfile.mkdtemp(prefix="autoloop-nobody-home-", dir="/var/lib"))   # outside /tmp and /root
     request.addfinalizer(lambda: [shutil.rmtree(d, ignore_errors=True) for d in (tmp_path, home)])
     home.chmod(0o755)
@@ -408,7 +408,7 @@ def test_an_agent_installed_inside_a_hidden_place_still_starts(tmp_path, home, m
 def test_unprivileged_a_measurement_sees_no_socket_of_the_host(request):
     if not os.path.exists(SYSTEM_PY) or not os.access("/var/lib", os.W_OK):
         pytest.skip("needs /usr/bin/python3 and a writable /var/lib")
-    tmp = Path(tempfile.mkdtemp(prefix="autoloop-nobody-"))
+    tmp = Path(tempfile.mkdtemp(prefix="autoloop-nobody-", dir="/tmp"))
     where = Path(tempfile.mkdtemp(prefix="autoloop-test-", dir="/var/lib"))
     where.chmod(0o755)
     daemon = Daemon(where / "d.sock")
