@@ -140,6 +140,8 @@ class SandboxSpec:
     hosts: tuple[str, ...] = ()          # more hosts the generator's egress proxy allows
     hide: tuple[str, ...] = ()           # more paths no sandbox reads (~ and globs ok), beside the
                                          # home's credential places (autoloop.isolation.hidden)
+    unix_sockets: bool = False           # the generator may make unix sockets (no seccomp filter;
+                                         # the host's bound when it starts are hidden, as from a measurement)
 
 
 @dataclass(frozen=True)

@@ -193,8 +193,9 @@ class Bwrap:
         net = self.spec.network if network is None else network
         places = hidden_places(self.spec.hide)
         # no unix socket can be made (autoloop.isolation.seccomp); without the filter (a machine
-        # it does not know), at least the host's sockets bound now are hidden
-        sockets = [] if seccomp.supported() else self._sockets(net, places)
+        # it does not know, or sandbox.unix_sockets), at least the host's sockets bound now are hidden
+        sealed = seccomp.supported() and not self.spec.unix_sockets
+        sockets = [] if sealed else self._sockets(net, places)
         args = [self.exe, *self._base(net), *hide_args(outermost(places)), *hide_args(sockets),
                 *self._readable(net, os.environ.get("PATH", ""), readable, command, places)]
         extra = [os.path.expanduser(w) for w in self.spec.writable]
@@ -205,7 +206,8 @@ class Bwrap:
                  "--setenv", "TMP", "/tmp", "--setenv", "TEMP", "/tmp", "--"]
         args = [*args, "/bin/sh", "-c", command] if isinstance(command, str) else [*args, *command]
         # the launcher starts bwrap, which inherits the filter's descriptor opened before both
-        return seccomp.sealed(self._with_egress(args, hosts, label, self.spec.hosts) if net else args)
+        args = self._with_egress(args, hosts, label, self.spec.hosts) if net else args
+        return seccomp.sealed(args) if sealed else args
 
     def measurement_argv(self, command: str, *, box: Confinement) -> list[str]:
         """`command` (a shell string) run as a measurement: see Confinement."""

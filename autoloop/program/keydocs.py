@@ -174,6 +174,11 @@ KEYS: dict[str, KeyDoc] = {
                            "beside the home's credential places always hidden. `[~]` hides the whole "
                            "home but what the commands need.", 'hide: ["~/code/*/.env", ~/data/raw]',
                            "only the default credential places"),
+    "sandbox.unix_sockets": KeyDoc("true or false", "Let the generator make unix sockets of its own "
+                                   "(headless Chromium, a multiprocessing Manager, Python 3.14's forkserver). "
+                                   "Off, it can make none, so no daemon's socket is reachable, whenever it was "
+                                   "bound; on, the host's sockets bound when it starts are hidden, as from a "
+                                   "measurement.", "unix_sockets: true", "false: no unix socket in the generator"),
     "sandbox.writable": KeyDoc("list of paths (absolute or `~/…`)", "More paths the generator and the "
                                "measurements may write, e.g. a cache to fill.", "writable: [~/.cache/my-agent]",
                                "none: only their own trees and a private temp"),

@@ -484,7 +484,8 @@ _STOP = Section({
 }, _into(StopSpec))
 
 _SANDBOX = Section({"kind": one_of(("auto", "none", "bwrap")), "network": boolean,
-                    "writable": _host_paths, "hosts": _hosts, "hide": hide_paths(_host_paths)},
+                    "writable": _host_paths, "hosts": _hosts, "hide": hide_paths(_host_paths),
+                    "unix_sockets": boolean},
                    _into(SandboxSpec), scalar_key="kind")
 
 _RESOURCES = Section({"max_change_mb": _MB, "max_disk_mb": _MB, "max_processes": at_least(1)},

@@ -351,7 +351,7 @@ def test_unprivileged_the_same(request):
     holds there too (the decisions made by autoloop running as that user)."""
     if not os.path.exists(SYSTEM_PY) or not os.access(str(Path(hidden.__file__).parent), os.R_OK):
         pytest.skip("this Python or autoloop is not readable by nobody")
-    tmp_path = Path(tempfile.mkdtemp(prefix="autoloop-nobody-"))   # pytest's own is root's alone
+    tmp_path = Path(tempfile.mkdtemp(prefix="autoloop-nobody-", dir="/tmp"))   # not the per-test TMPDIR: root's alone
     home = Path(tempfile.mkdtemp(prefix="autoloop-nobody-home-", dir="/var/lib"))   # outside /tmp and /root
     request.addfinalizer(lambda: [shutil.rmtree(d, ignore_errors=True) for d in (tmp_path, home)])
     home.chmod(0o755)
@@ -408,7 +408,7 @@ def test_an_agent_installed_inside_a_hidden_place_still_starts(tmp_path, home, m
 def test_unprivileged_a_measurement_sees_no_socket_of_the_host(request):
     if not os.path.exists(SYSTEM_PY) or not os.access("/var/lib", os.W_OK):
         pytest.skip("needs /usr/bin/python3 and a writable /var/lib")
-    tmp = Path(tempfile.mkdtemp(prefix="autoloop-nobody-"))
+    tmp = Path(tempfile.mkdtemp(prefix="autoloop-nobody-", dir="/tmp"))
     where = Path(tempfile.mkdtemp(prefix="autoloop-test-", dir="/var/lib"))
     where.chmod(0o755)
     daemon = Daemon(where / "d.sock")
@@ -431,3 +431,39 @@ def test_unprivileged_a_measurement_sees_no_socket_of_the_host(request):
     res = _run([*UNPRIVILEGED, sys.executable, "-c", driver], env=env)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "1 ConnectionRefusedError: [Errno 111] Connection refused", res.stdout
+
+
+def test_with_unix_sockets_on_the_generator_makes_its_own_and_reaches_none_of_the_hosts(tmp_path, home, daemons, monkeypatch):
+    """`sandbox.unix_sockets: true`: no filter, so a Manager (and headless Chromium, which makes
+    a socket for its single-instance lock) works; the host's sockets bound before are hidden."""
+    monkeypatch.setenv("HOME", str(home))
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    (wt / "probe.py").write_text(
+        "import json, socket, sys, multiprocessing as mp\n"
+        "def reach(p):\n"
+        "    try:\n"
+        "        s = socket.socket(socket.AF_UNIX); s.settimeout(3); s.connect(p); return 'reached'\n"
+        "    except OSError as e:\n"
+        "        return type(e).__name__\n"
+        "with mp.Manager() as m:\n"
+        "    managed = m.dict(a=1)['a']\n"
+        "print(json.dumps({'managed': managed, **{p: reach(p) for p in sys.argv[1:]}}))\n")
+    paths = [str(d.path) for d in daemons]
+    assert [_reach(p) for p in paths] == ["hello"] * len(paths)
+    argv = _box(unix_sockets=True).argv([sys.executable, "probe.py", *paths], workdir=wt)
+    assert "--seccomp" not in argv
+    res = _run(argv)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out.pop("managed") == 1
+    assert out and not [k for k, v in out.items() if v == "reached"], out
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        return
+    page = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir=/tmp/profile",
+            "--dump-dom", "data:text/html,<p>hi</p>"]
+    shown = _run(_box(unix_sockets=True).argv(page, workdir=wt))
+    assert "<p>hi</p>" in shown.stdout, shown.stderr[-500:]
+    refused = _run(_box().argv(page, workdir=wt))            # the default: it aborts, as documented
+    assert "<p>hi</p>" not in refused.stdout and "socket() failed: Permission denied" in refused.stderr

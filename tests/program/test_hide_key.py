@@ -48,3 +48,9 @@ def test_the_cli_says_it_in_one_line_with_exit_2(tmp_path):
     assert res.returncode == 2, res.stderr
     assert "program.md:8: sandbox.hide[0]: '~/**/.env': `**` is not supported" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_unix_sockets_is_a_boolean():
+    assert parse(prog("sandbox: {unix_sockets: true}")).sandbox.unix_sockets is True
+    assert parse(prog("sandbox: bwrap")).sandbox.unix_sockets is False
+    assert error(prog("sandbox: {unix_sockets: maybe}")).startswith("program.md:8: sandbox.unix_sockets")
