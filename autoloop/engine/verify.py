@@ -204,7 +204,8 @@ def _checked(m: Measurement, score: proc.ProcResult | str, box: Confinement | No
         return Measurement(None, (*m.guards, failed), None, None, m.duration_s)
     total = m.duration_s + score.duration_s
     if score.ok:
-        return dataclasses.replace(m, duration_s=total, score_said=score.stdout_tail(2000))
+        return dataclasses.replace(m, duration_s=total, score_said=score.stdout_tail(2000),
+                                   score_s=score.duration_s)
     failed = GuardResult("score", False, failure_summary(score, box), score.stdout_path.with_suffix(""),
                          score.duration_s)
     return Measurement(None, (*m.guards, failed), None, None, total)

@@ -274,7 +274,8 @@ def write_store(records: dict[str, dict], store: str, report_path: str) -> None:
     for sub, data in (("inputs", inputs), (os.path.join("private"), answers)):
         os.makedirs(os.path.join(store, sub), exist_ok=True)
     with open(os.path.join(store, "inputs", "calls.pkl"), "wb") as f:
-        pickle.dump(inputs, f, 4)
+        # the project's own values as references to their pickles: the feeder draws without importing them
+        replay.InputsPickler(f, {n.split(":")[0].split(".")[0] for n in records}).dump(inputs)
     with open(os.path.join(store, "private", "expected.pkl"), "wb") as f:
         pickle.dump(answers, f, 4)
     with open(report_path, "w") as f:

@@ -11,14 +11,99 @@ from __future__ import annotations
 
 import datetime
 import gc
+import io
 import math
+import pickle
 import random
+import types
 from typing import Any, Collection, Mapping, Sequence
 
 # Of a measurement's calls, the share replayed as recorded: the most a table of the tests' own
 # calls can save, kept under the smallest min_effect a program sets (init writes 2%). Derived calls
 # never repeat a recorded call nor each other within a measurement (see `draw`).
 RECORDED_SHARE = 0.01
+
+
+
+class Opaque:
+    """A value of the project's own code (an instance of one of its classes, one of its
+    functions) in a call's arguments, kept as its pickle: the feeder and the score draw calls
+    without importing the code under test. Equal when their pickles are; never changed by
+    `mutate`; the worker (and the score, for the calls it checks) gets the value back (`rebuild`)."""
+    __slots__ = ("blob", "text", "qualname")
+
+    def __init__(self, blob: bytes, text: str, qualname: str) -> None:
+        self.blob, self.text, self.qualname = blob, text, qualname
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Opaque) and other.blob == self.blob
+
+    def __hash__(self) -> int:
+        return hash(self.blob)
+
+    def __reduce__(self) -> tuple:
+        return (rebuild, (self.blob,))
+
+
+_REBUILT: dict = {}
+
+
+def rebuild(blob: bytes) -> Any:
+    """The value an Opaque stands for, once per process (calls share it, as they shared it in
+    the recorded workload)."""
+    got = _REBUILT.get(blob)
+    if got is None:
+        got = _REBUILT[blob] = pickle.loads(blob)
+    return got
+
+
+class _Inputs(pickle.Unpickler):
+    def __init__(self, f: Any) -> None:
+        pickle.Unpickler.__init__(self, f)
+        self.memo_opaque: dict = {}
+
+    def persistent_load(self, pid: Any) -> Any:
+        kind, blob, text, qualname = pid
+        if kind != "opaque":
+            raise pickle.UnpicklingError("unknown persistent id %r" % (kind,))
+        got = self.memo_opaque.get(blob)
+        if got is None:
+            got = self.memo_opaque[blob] = Opaque(blob, text, qualname)
+        return got
+
+
+def load_inputs(path: str) -> Any:
+    """The stored calls (init's inputs/calls.pkl), the project's own values as Opaque."""
+    with open(path, "rb") as f:
+        return _Inputs(f).load()
+
+
+class InputsPickler(pickle.Pickler):
+    """Writes the stored calls with each value of `packages` (the targets' top packages) as an
+    opaque reference to its own pickle (init's check, tracecheck)."""
+
+    def __init__(self, f: Any, packages: Collection[str]) -> None:
+        pickle.Pickler.__init__(self, f, 4)
+        self.packages = set(packages)
+
+    def persistent_id(self, obj: Any) -> Any:
+        t = type(obj)
+        named = isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType))
+        module = getattr(obj, "__module__", None) if named else t.__module__
+        if not isinstance(module, str) or module.split(".")[0] not in self.packages:
+            return None
+        buf = io.BytesIO()
+        pickle.Pickler(buf, 4).dump(obj)
+        name = getattr(obj, "__qualname__", None) if named else t.__qualname__
+        return ("opaque", buf.getvalue(), show(obj, 10_000), str(name))
+
+
+def kind(value: Any) -> str:
+    """The class name a memo keyed on the instance's class would use."""
+    return value.qualname if isinstance(value, Opaque) else type(value).__qualname__
 
 
 def show(value: object, limit: int = 160) -> str:
@@ -229,7 +314,7 @@ def call_key(args: Sequence[Any], kwargs: Mapping[str, Any], method: bool) -> An
     """What a memo inside the target would key on: the arguments, and for a method its instance's
     class (a method of a base class answers differently for each subclass; instances of one class
     count as one, as a memo keyed on the class would)."""
-    key = ((type(args[0]).__qualname__,) + tuple(args[1:]) if method and args else tuple(args),
+    key = ((kind(args[0]),) + tuple(args[1:]) if method and args else tuple(args),
            tuple(kwargs.items()) if kwargs else ())   # in the recorded order, which derived calls keep
     try:
         hash(key)

@@ -35,6 +35,7 @@ except ImportError:
 show, mutable, mutate, derive, draw, slots_of, text_pool, call_key = (
     _derive.show, _derive.mutable, _derive.mutate, _derive.derive, _derive.draw, _derive.slots_of,
     _derive.text_pool, _derive.call_key)
+InputsPickler, Opaque = _derive.InputsPickler, _derive.Opaque
 RECORDED_SHARE = _derive.RECORDED_SHARE
 
 OK, RAISED = 0, 1
@@ -140,8 +141,8 @@ RESULTS = "answers.marshal"   # tracefeed.RESULTS
 
 
 def load(path: str) -> Any:
-    with open(path, "rb") as f:
-        return pickle.load(f)
+    """The stored calls (the project's own values in them as tracederive.Opaque)."""
+    return _derive.load_inputs(path)
 
 
 def _paths() -> tuple[str, str]:
@@ -196,6 +197,11 @@ def score(private_dir: str | None = None, seed: object = None, out_dir: str | No
     finally:
         stop_limits()
     print("check_seconds: %.6f" % (time.perf_counter() - t0))
+
+
+def _real(args: Any, kwargs: Any) -> tuple[Any, Any]:
+    """A call's arguments with the project's own values rebuilt (the start commit's classes)."""
+    return pickle.loads(pickle.dumps((args, kwargs), 4))
 
 
 def pick(todos: Sequence[Sequence[tuple]], k: int, rng: Any = None) -> list[set[int]]:
@@ -259,7 +265,7 @@ def _score(private_dir: str | None, seed: object, out_dir: str | None, k: int) -
         fn = resolve(stored[n]["name"])
         limit_calls(spec.get("limit", 2.0))
         wants = {j: recorded[n][todo[j][0]] if recorded is not None and todo[j][0] >= 0
-                 else call(fn, todo[j][1], todo[j][2]) for j in sorted(chosen)}
+                 else call(fn, *_real(todo[j][1], todo[j][2])) for j in sorted(chosen)}
         plans.append((stored[n]["name"], todo, wants))
     try:
         known |= _names_in(pickle.dumps([w for _, _, ws in plans for w in ws.values()], 4))[1]
