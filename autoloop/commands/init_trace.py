@@ -269,6 +269,10 @@ def _report_line(r: build.TargetReport) -> str:
                  "already drawn and are left out (a call never repeats within a measurement, so a memo inside "
                  "the target saves nothing): the workload varies little; a test command calling the target "
                  "with more kinds of input gives a fuller benchmark")
+    if r.order_dependent:
+        line += (f"\n    note: {r.order_dependent} of {r.derived} derived calls answered otherwise after other calls "
+                 "(the target keeps state between calls): the score cannot check a sample, so it runs every call "
+                 "again, in order, with the start commit's code (a run costs about twice the command)")
     if 0 < r.derived_seconds < QUICK_S:
         line += (f"\n    note: {r.derived_seconds * 1e6:.1f} µs a call is about what making a new input costs: "
                  "the harness will be much of what is timed (verify says how much); a caller doing more per "

@@ -54,6 +54,7 @@ class TargetReport:
     recorded: int = 0               # planned per measurement
     frozen: list = field(default_factory=list)   # arguments kept as recorded: changing them mostly fails
     new_share: float = 1.0          # of the derived calls drawn, those new (the rest repeat, left out)
+    order_dependent: int = 0        # derived calls answering otherwise after other calls: the score checks all
 
 
 @dataclass
@@ -247,6 +248,7 @@ def _check(python: str, records: dict, reports: dict[str, TargetReport], roots: 
         r.usable, r.derivable, r.seconds = got["usable"], got["derivable"], got["seconds"]
         r.frozen = got.get("frozen", [])
         r.new_share = got.get("new_share", 1.0)
+        r.order_dependent = got.get("order_dependent", 0)
         r.derived_seconds = got["derived_seconds"] / got["derived"] if got["derived"] else 0.0
         r.derived_raise = got["derived_raise"] / got["derived"] if got["derived"] else 0.0
     for n, r in reports.items():
@@ -278,7 +280,8 @@ def plan_json(trace: Trace) -> str:
     # large enough that the round trip per batch stays a small share
     return json.dumps({"targets": [{"name": r.name, "derived": r.derived, "recorded": r.recorded,
                                     "limit": round(max(CALL_LIMIT_S, 1000 * r.derived_seconds), 3),
-                                    "batch": batch_size(r.derived_seconds)}
+                                    "batch": batch_size(r.derived_seconds),
+                                    "check": "all" if r.order_dependent else "sample"}
                                    for r in usable(trace)]}, indent=1) + "\n"
 
 

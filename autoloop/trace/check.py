@@ -164,6 +164,7 @@ def _check_derived(entry: dict, fn: Callable[..., Any], method: bool, per_call: 
     pool = text_pool([(u[0], u[1]) for u in usable])
     rng = random.Random("check:%s" % seed)
     frozen = entry["frozen"] = _fragile(usable, fn, method, pool, rng)
+    done: list[tuple[Any, Any, tuple]] = []
     for u in usable:
         args, kwargs = u[0], u[1]
         slots = slots_of(args, kwargs, method, frozen)
@@ -189,6 +190,18 @@ def _check_derived(entry: dict, fn: Callable[..., Any], method: bool, per_call: 
             entry["derived"] += 1
             entry["derived_seconds"] += min(dt, dt2)
             entry["derived_raise"] += first[0] == RAISED and u[3][0] == OK
+            done.append((dargs, dkwargs, first))
+    entry["order_dependent"] = _order_dependent(fn, done, rng)
+
+
+def _order_dependent(fn: Callable[..., Any], done: list[tuple[Any, Any, tuple]], rng: random.Random) -> int:
+    """How many of the derived calls answer otherwise when the calls before them are others
+    (run again, shuffled): state kept between calls (num2words' converters keep the last
+    number's precision). For such a target the score cannot check a sample: it runs every
+    call, in order, as the command did."""
+    order = list(range(len(done)))
+    rng.shuffle(order)
+    return sum(1 for i in order if not same(call(fn, done[i][0], done[i][1]), done[i][2]))
 
 
 def _fragile(usable: list[list], fn: Callable[..., Any], method: bool, pool: dict, rng: random.Random,

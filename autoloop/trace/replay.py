@@ -204,12 +204,14 @@ def _real(args: Any, kwargs: Any) -> tuple[Any, Any]:
     return pickle.loads(pickle.dumps((args, kwargs), 4))
 
 
-def pick(todos: Sequence[Sequence[tuple]], k: int, rng: Any = None) -> list[set[int]]:
+def pick(todos: Sequence[Sequence[tuple]], k: int, rng: Any = None, every: Collection[int] = ()) -> list[set[int]]:
     """The calls to check, per target: every recorded one, and k derived ones (of all targets)
-    drawn from the system's randomness by the score, after the command has ended."""
-    derived = [(t, j) for t, todo in enumerate(todos) for j, c in enumerate(todo) if c[0] < 0]
+    drawn from the system's randomness by the score, after the command has ended; all of the
+    targets in `every` (whose outcomes depend on the calls before them)."""
+    derived = [(t, j) for t, todo in enumerate(todos) if t not in every for j, c in enumerate(todo) if c[0] < 0]
     chosen = derived if len(derived) <= k else (rng or random.SystemRandom()).sample(derived, k)
-    out = [{j for j, c in enumerate(todo) if c[0] >= 0} for todo in todos]
+    out = [set(range(len(todo))) if t in every else {j for j, c in enumerate(todo) if c[0] >= 0}
+           for t, todo in enumerate(todos)]
     for t, j in chosen:
         out[t].add(j)
     return out
@@ -260,7 +262,8 @@ def _score(private_dir: str | None, seed: object, out_dir: str | None, k: int) -
     # the expected outcomes of the checked calls first, with the start commit's code: the names
     # they pickle to are the ones the candidate's results may use
     plans = []
-    for spec, todo, chosen in zip(plan["targets"], todos, pick(todos, k)):
+    every = {t for t, s in enumerate(plan["targets"]) if s.get("check") == "all"}
+    for spec, todo, chosen in zip(plan["targets"], todos, pick(todos, k, every=every)):
         n = index[spec["name"]]
         fn = resolve(stored[n]["name"])
         limit_calls(spec.get("limit", 2.0))

@@ -175,3 +175,41 @@ def test_the_sample_holds_every_recorded_call_and_k_derived_ones() -> None:
 def test_the_stated_bound(f: float, k: int, runs: int, most: float) -> None:
     """What docs/trust/sealed.md states: (1 - f) ** (k * runs) a candidate wrong on a share f escapes."""
     assert (1 - f) ** (k * runs) <= most
+
+
+def test_a_target_whose_answers_depend_on_the_calls_before_is_checked_whole() -> None:
+    todos = [[(0, (), {}), (-1, (), {}), (-1, (), {})], [(-1, (), {})] * 10]
+    assert replay.pick(todos, 2, random.Random(1), every={0})[0] == {0, 1, 2}
+
+
+STATEFUL = '''
+_digits = [2]
+
+def after(x, d):
+    """An even d sets the precision; an odd one uses the last set (num2words' converters keep
+    the last number's precision so)."""
+    if d % 2 == 0:
+        _digits[0] = d % 5
+    return round(x, _digits[0])
+
+def plain(n):
+    return n * 2
+'''
+
+
+def test_init_finds_a_target_that_keeps_state_between_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoloop.trace import check
+
+    (tmp_path / "smod.py").write_text(STATEFUL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ret = lambda v: ("returned", pickle.dumps(v, 4))
+    records = {"smod:plain": {"method": False, "calls": [[pickle.dumps(([n], {}), 4), ret(n * 2), 1]
+                                                         for n in range(30, 40)]}}
+    space: dict = {}
+    exec(STATEFUL, space)
+    calls = [(1.0 + n / 7, n) for n in range(10)]
+    records["smod:after"] = {"method": False, "calls": [[pickle.dumps((list(c), {}), 4), ret(space["after"](*c)), 1]
+                                                        for c in calls]}
+    report = check.check(records)
+    assert report["smod:plain"]["order_dependent"] == 0 and report["smod:plain"]["derived"] > 0
+    assert len(report["smod:after"]["usable"]) == 10 and report["smod:after"]["order_dependent"] > 0
