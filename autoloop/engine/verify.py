@@ -27,6 +27,7 @@ OUTPUT_VAR = "AUTOLOOP_OUTPUT"   # the folder `verifier.command` writes and `sco
 Score = Callable[[Mapping[str, str], Path, Path, str], proc.ProcResult]
 
 SEED_VAR = "AUTOLOOP_SEED"
+MEASURE_VAR = "AUTOLOOP_MEASURE"   # verifier.measure, for the command (and its score)
 
 
 def new_seed() -> int:
@@ -79,7 +80,9 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
             step_env = {**env, SEED_VAR: str(new_seed())}
         else:
             seed = seed() if callable(seed) else new_seed() if seed is None else seed
-            step_env = {**env, SEED_VAR: str(seed)}
+            # how the command is timed: a traced benchmark lets its worker start processes only
+            # under wall (parallel speed-ups welcome), since cpu cannot count every child
+            step_env = {**env, SEED_VAR: str(seed), MEASURE_VAR: (verifier or program.verifier).measure}
         if not step.guard and scored:
             # an empty folder the guards (which run the candidate's code too) never saw
             output = output or Path(env["TMPDIR"]).parent / "output"

@@ -73,6 +73,60 @@ def _write(fd: int, data: bytes) -> None:
 
 # ---- the worker: the candidate's code runs here -------------------------------------------------
 
+# seccomp (x86_64, aarch64): the worker may start threads, never processes
+_ARCH = {"x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435}),
+         "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435})}
+_CLONE_THREAD = 0x00010000
+_ALLOW, _EPERM, _ENOSYS = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+
+
+def _filter(arch: int, nrs: dict) -> list[tuple[int, int, int, int]]:
+    """A seccomp program: fork and vfork fail (EPERM), clone3 says it is not there (ENOSYS: the
+    C library then starts threads with clone), clone fails unless it makes a thread
+    (CLONE_THREAD); x32 system calls fail; everything else is allowed."""
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    prog: list = [(ld, 0, 0, 4), (jeq, 0, "allow", arch), (ld, 0, 0, 0), (jge, "deny", 0, 0x40000000)]
+    for name in ("fork", "vfork"):
+        if name in nrs:
+            prog.append((jeq, "deny", 0, nrs[name]))
+    prog += [(jeq, "nosys", 0, nrs["clone3"]), (jeq, 0, "allow", nrs["clone"]), (ld, 0, 0, 16),
+             (jset, "allow", "deny", _CLONE_THREAD)]
+    labels = {"allow": len(prog), "deny": len(prog) + 1, "nosys": len(prog) + 2}
+    prog += [(ret, 0, 0, _ALLOW), (ret, 0, 0, _EPERM), (ret, 0, 0, _ENOSYS)]
+    return [(code, labels[jt] - i - 1 if isinstance(jt, str) else jt,
+             labels[jf] - i - 1 if isinstance(jf, str) else jf, k) for i, (code, jt, jf, k) in enumerate(prog)]
+
+
+def one_process() -> str:
+    """From now on this process cannot start another (its threads still run, and count in its
+    CPU time): a second core is no gain under `measure: cpu`, whose kernel tally would miss a
+    child reaped by the kernel itself (SIGCHLD ignored). Returns why not, or ""."""
+    import platform
+    machine = platform.machine()
+    if not sys.platform.startswith("linux") or machine not in _ARCH:
+        return "no process limit on %s %s" % (sys.platform, machine)
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        prog = _filter(*_ARCH[machine])
+
+        class Insn(ctypes.Structure):
+            _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                        ("k", ctypes.c_uint32)]
+
+        class Prog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
+
+        insns = (Insn * len(prog))(*[Insn(*i) for i in prog])
+        fprog = Prog(len(prog), insns)
+        if libc.prctl(38, 1, 0, 0, 0) != 0:   # PR_SET_NO_NEW_PRIVS: what lets a user set a filter
+            return "prctl(PR_SET_NO_NEW_PRIVS) failed: errno %d" % ctypes.get_errno()
+        if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:   # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+            return "prctl(PR_SET_SECCOMP) failed: errno %d" % ctypes.get_errno()
+    except Exception as exc:
+        return "no process limit: %s" % exc
+    return ""
+
 def _state() -> list:
     """Interpreter state a benchmark alone would see changed: a candidate that sets it at import
     (freezing or disabling the GC, say) would speed up the benchmark and no real caller."""
@@ -91,9 +145,14 @@ def _changed(before: list, now: list) -> str:
             "a run where it does is not measured" % "; ".join(said)) if said else ""
 
 
-def work(rfd: int, wfd: int) -> None:
+def work(rfd: int, wfd: int, processes: bool = False) -> None:
     """The worker's loop (started by the feeder): import, then answer batch after batch until
-    killed. Everything it sends is bytes the feeder does not decode."""
+    killed. Everything it sends is bytes the feeder does not decode. `processes`: the target may
+    start processes (`measure: wall`, where a parallel speed-up is welcome)."""
+    if not processes:
+        why = one_process()
+        if why:
+            sys.stderr.write("tracefeed: %s; a child the kernel reaps itself would not be counted\n" % why)
     before = _state()
 
     def reply(tag: bytes, body: bytes = b"", inside: float = 0.0) -> None:
@@ -234,8 +293,9 @@ def _start(paths: Sequence[str]) -> _Worker:
     calls_r, calls_w = os.pipe()       # calls: the feeder writes, the worker reads
     answers_r, answers_w = os.pipe()   # answers: the worker writes, the feeder reads
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
-    code = ("import sys; sys.path[:0] = %r; import %s as m; m.work(%d, %d)"
-            % (list(paths), __name__, calls_r, answers_w))
+    processes = os.environ.get("AUTOLOOP_MEASURE") == "wall"   # parallel speed-ups welcome
+    code = ("import sys; sys.path[:0] = %r; import %s as m; m.work(%d, %d, %r)"
+            % (list(paths), __name__, calls_r, answers_w, processes))
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, env=env,
                             pass_fds=(calls_r, answers_w), start_new_session=True)
     os.close(calls_r)

@@ -48,7 +48,7 @@ def _bench(tmp_path: Path, module: str, derived: int = 600, batch: int = 16) -> 
 def _run(repo: Path, script: str, seed: int = 7, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     out = repo.parent / "out"
     out.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_") or k == "AUTOLOOP_MEASURE"}
     env.update(AUTOLOOP_SEED=str(seed), AUTOLOOP_OUTPUT=str(out), PYTHONDONTWRITEBYTECODE="1")
     return subprocess.run([sys.executable, f"bench/{script}", *args], cwd=repo, env=env, capture_output=True,
                           text=True, timeout=timeout)
@@ -213,3 +213,47 @@ def test_init_finds_a_target_that_keeps_state_between_calls(tmp_path: Path, monk
     report = check.check(records)
     assert report["smod:plain"]["order_dependent"] == 0 and report["smod:plain"]["derived"] > 0
     assert len(report["smod:after"]["usable"]) == 10 and report["smod:after"]["order_dependent"] > 0
+
+
+FORKS = SLOW + '''
+import os, threading
+_box = []
+_t = threading.Thread(target=_box.append, args=(1,))
+_t.start()
+_t.join()
+try:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    _box.append("forked")
+except OSError as exc:
+    _box.append(type(exc).__name__)
+try:
+    import subprocess
+    subprocess.run(["true"])
+    _box.append("spawned")
+except OSError as exc:
+    _box.append(type(exc).__name__)
+
+_orig = words
+
+
+def words(text, n=2):
+    return _orig(text, n) + _box
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="seccomp is Linux's")
+def test_the_worker_may_start_threads_but_no_process_unless_the_program_measures_wall(tmp_path: Path) -> None:
+    repo = _bench(tmp_path, FORKS, derived=20)
+    assert _run(repo, "produce.py").returncode == 0
+    got = replay.answers(str(tmp_path / "out"), (), (), [24])[0][0]
+    assert got[0][-3:] == [1, "PermissionError", "PermissionError"], got[0]
+    os.environ["AUTOLOOP_MEASURE"] = "wall"
+    try:
+        assert _run(repo, "produce.py").returncode == 0
+    finally:
+        del os.environ["AUTOLOOP_MEASURE"]
+    got = replay.answers(str(tmp_path / "out"), (), (), [24])[0][0]
+    assert got[0][-3:] == [1, "forked", "spawned"], got[0]
