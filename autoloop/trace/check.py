@@ -130,7 +130,7 @@ def check(records: dict[str, dict], derive_per_call: int = 4, seed: int = 12345)
                 continue
             entry["usable"].append([args, kwargs, count, first, True])
             entry["seconds"] += min(dt, dt2)
-        _check_derived(entry, fn, rec.get("method", False), derive_per_call, seed, writes)
+        _check_derived(entry, fn, rec.get("method", False), derive_per_call, seed, writes, name)
     return report
 
 
@@ -157,7 +157,7 @@ def _recorded_said(recorded: tuple | None) -> str:
 
 
 def _check_derived(entry: dict, fn: Callable[..., Any], method: bool, per_call: int, seed: int,
-                   writes: _Writes) -> None:
+                   writes: _Writes, name: str = "") -> None:
     """Derive calls from each usable one and run them twice at HEAD: a call whose derived calls
     write files, change their arguments or differ run to run is kept for replay as recorded only."""
     usable = entry["usable"]
@@ -191,17 +191,46 @@ def _check_derived(entry: dict, fn: Callable[..., Any], method: bool, per_call: 
             entry["derived_seconds"] += min(dt, dt2)
             entry["derived_raise"] += first[0] == RAISED and u[3][0] == OK
             done.append((dargs, dkwargs, first))
-    entry["order_dependent"] = _order_dependent(fn, done, rng)
+    entry["order_dependent"] = _order_dependent(fn, done, rng, name)
 
 
-def _order_dependent(fn: Callable[..., Any], done: list[tuple[Any, Any, tuple]], rng: random.Random) -> int:
-    """How many of the derived calls answer otherwise when the calls before them are others
-    (run again, shuffled): state kept between calls (num2words' converters keep the last
-    number's precision). For such a target the score cannot check a sample: it runs every
-    call, in order, as the command did."""
+FRESH_CALLS = 3000   # derived calls run again in a fresh process, to find state kept between calls
+
+
+def _order_dependent(fn: Callable[..., Any], done: list[tuple[Any, Any, tuple]], rng: random.Random,
+                     name: str = "") -> int:
+    """How many of the derived calls answer otherwise when the calls before them are others:
+    run again here, shuffled, and (given the target's `name`) in a fresh process, in reverse
+    order: state kept between calls (num2words' converters keep the precision the last
+    currency call set). For such a target the score cannot check a sample alone: it runs
+    every call, in order, as the worker did."""
     order = list(range(len(done)))
     rng.shuffle(order)
-    return sum(1 for i in order if not same(call(fn, done[i][0], done[i][1]), done[i][2]))
+    differ = sum(1 for i in order if not same(call(fn, done[i][0], done[i][1]), done[i][2]))
+    if differ or not name or not done:
+        return differ
+    picked = sorted(rng.sample(range(len(done)), min(FRESH_CALLS, len(done))), reverse=True)
+    try:
+        fresh = _in_fresh_process(name, [(done[i][0], done[i][1]) for i in picked])
+    except Exception:   # no second process here: the in-process check stands
+        return differ
+    return sum(1 for i, got in zip(picked, fresh) if not same(got, done[i][2]))
+
+
+def _in_fresh_process(name: str, calls: list) -> list:
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "calls.pkl"), os.path.join(tmp, "out.pkl")
+        with open(src, "wb") as f:
+            pickle.dump(calls, f, 4)
+        code = ("import pickle, sys; sys.path[:0] = %r; import %s as r; fn = r.resolve(%r); r.limit_calls(%r); "
+                "calls = pickle.load(open(%r, 'rb')); "
+                "pickle.dump([r.call(fn, a, k) for a, k in calls], open(%r, 'wb'), 4)"
+                % ([p for p in sys.path if p], replay.__name__, name, LIMIT_S, src, dst))
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
+        with open(dst, "rb") as f:
+            return pickle.load(f)
 
 
 def _fragile(usable: list[list], fn: Callable[..., Any], method: bool, pool: dict, rng: random.Random,

@@ -257,3 +257,29 @@ def test_the_worker_may_start_threads_but_no_process_unless_the_program_measures
         del os.environ["AUTOLOOP_MEASURE"]
     got = replay.answers(str(tmp_path / "out"), (), (), [24])[0][0]
     assert got[0][-3:] == [1, "forked", "spawned"], got[0]
+
+
+FIRST_SETS = '''
+_digits = [None]
+
+def after(x, d):
+    """The first call sets the precision for every later one (a converter's state)."""
+    if _digits[0] is None:
+        _digits[0] = d % 5
+    return round(x, _digits[0])
+'''
+
+
+def test_init_finds_state_that_only_a_fresh_process_shows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoloop.trace import check
+
+    (tmp_path / "fmod.py").write_text(FIRST_SETS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    space: dict = {}
+    exec(FIRST_SETS, space)
+    calls = [(1.0 + n / 7, n) for n in range(10)]
+    ret = lambda v: ("returned", pickle.dumps(v, 4))
+    records = {"fmod:after": {"method": False, "calls": [[pickle.dumps((list(c), {}), 4), ret(space["after"](*c)), 1]
+                                                         for c in calls]}}
+    report = check.check(records)
+    assert report["fmod:after"]["order_dependent"] > 0
