@@ -28,6 +28,7 @@ class VerifierSpec:
     network: bool = False              # measurements keep the network (sandboxed: off unless true)
     measure: str = "output"            # output: read the metric; wall | cpu: autoloop times the command
     score: str | None = None           # run in the start commit's tree after `command` (contract §10)
+    inputs: str | None = None          # run where `score` runs, before `command`: its stdout is the command's stdin
 
     @property
     def label(self) -> str:

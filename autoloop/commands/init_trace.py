@@ -81,8 +81,9 @@ def _score(trace: build.Trace) -> str:
              'the start commit\'s code. Written by `autoloop init --trace`."""',
              "import sys", "", 'sys.path.insert(0, "bench")']
     lines += [f'sys.path.insert(0, "{root}")' for root in reversed(trace.roots) if root]
-    lines += ['sys.path.insert(0, ".")', "import tracereplay  # noqa: E402", "",
-              "tracereplay.score(sys.argv[1] if len(sys.argv) > 1 else None)", ""]
+    lines += ['sys.path.insert(0, ".")', "", 'if sys.argv[1:] == ["--inputs"]:   # verifier.inputs: the calls, drawn',
+              "    import tracefeed  # noqa: E402", "    tracefeed.write_inputs()", "else:",
+              "    import tracereplay  # noqa: E402", "    tracereplay.score(sys.argv[1] if len(sys.argv) > 1 else None)", ""]
     return "\n".join(lines)
 
 
@@ -126,6 +127,7 @@ forbidden:                      # the benchmark and the tests are the judge's, n
 verifier:                       # sealed: the number is autoloop's, not the candidate's (`doctor --probe`)
   command: {python} bench/produce.py   # replays this measurement's calls through the candidate's code
   score: {score}
+  inputs: {python} bench/score.py --inputs   # draws the calls before the command, untimed: its stdin
   measure: cpu                  # CPU seconds of every process of the command, counted by the kernel
                                 # (a second core is no gain; `wall` if parallel speed-ups are welcome)
   direction: minimize

@@ -219,33 +219,65 @@ def _undumpable() -> None:
         pass
 
 
-def _batches(plan: dict, targets: dict, seed: object) -> list[tuple[int, list[bytes], int]]:
-    """Per target: (its index, its batches pickled for the worker, its number of calls)."""
+def _batches(plan: dict, targets: dict, seed: object) -> list[tuple[int, list[bytes], int, list[int]]]:
+    """Per target: (its index, its batches pickled for the worker, its number of calls, each
+    call's recorded index or -1 — for the score)."""
     out = []
     for i, spec in enumerate(plan["targets"]):
         todo = derive.draw(targets[spec["name"]], seed, spec["derived"], spec["recorded"])
         b = max(1, int(spec.get("batch", DEFAULT_BATCH)))
         limit = spec.get("limit", 2.0)
         out.append((i, [pickle.dumps((i, limit, [(a, k) for _, a, k in todo[j:j + b]]), 4)
-                        for j in range(0, len(todo), b)], len(todo)))
+                        for j in range(0, len(todo), b)], len(todo), [r for r, _, _ in todo]))
     return out
+
+
+def draw_all(seed: object = None) -> list:
+    """This measurement's calls, drawn from $AUTOLOOP_SEED, as the feeder hands them over."""
+    plan_path, inputs_path = replay._paths()
+    with open(plan_path) as f:
+        plan = json.load(f)
+    seed = os.environ["AUTOLOOP_SEED"] if seed is None else seed
+    if not os.path.exists(inputs_path):
+        sys.exit("no recorded calls at %s: it is linked by program.md's `data:` in the trees autoloop "
+                 "measures (run `autoloop verify`, not this script)" % inputs_path)
+    return _batches(plan, {t["name"]: t for t in replay.load(inputs_path)}, seed)
+
+
+def write_inputs() -> None:
+    """`verifier.inputs` (bench/score.py --inputs): this measurement's calls to stdout, drawn in
+    the start commit's tree before the command starts; the feeder reads them on its stdin, so
+    drawing them is not timed, and the score reads the same file instead of drawing again."""
+    data = marshal.dumps(draw_all())
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+
+
+def _given() -> list | None:
+    """The calls on stdin (verifier.inputs' output), or None (stdin is not a file of them)."""
+    try:
+        st = os.fstat(0)
+    except OSError:
+        return None
+    import stat
+    if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        return None
+    with os.fdopen(os.dup(0), "rb") as f:
+        return marshal.load(f)
 
 
 def produce(paths: Sequence[str] = (), seed: object = None, out_dir: str | None = None) -> None:
     """The measured run (bench/produce.py): `paths` go first on the worker's sys.path."""
     t0 = time.perf_counter()
     _undumpable()
-    plan_path, inputs_path = replay._paths()
+    plan_path, _ = replay._paths()
     with open(plan_path) as f:
         plan = json.load(f)
-    seed = os.environ["AUTOLOOP_SEED"] if seed is None else seed
     out_dir = os.environ["AUTOLOOP_OUTPUT"] if out_dir is None else out_dir
-    if not os.path.exists(inputs_path):
-        sys.exit("no recorded calls at %s: it is linked by program.md's `data:` in the trees autoloop "
-                 "measures (run `autoloop verify`, not this script)" % inputs_path)
-    targets = {t["name"]: t for t in replay.load(inputs_path)}
-    work_list = _batches(plan, targets, seed)
-    del targets
+    work_list = _given()
+    drawn_here = work_list is None
+    if work_list is None:   # no verifier.inputs (a benchmark by hand, an older program.md): drawn here
+        work_list = draw_all(seed)
     names = [spec["name"] for spec in plan["targets"]]
     modules = list(dict.fromkeys(n.split(":")[0] for n in names))
     t_drawn = time.perf_counter()
@@ -259,7 +291,7 @@ def produce(paths: Sequence[str] = (), seed: object = None, out_dir: str | None 
         if tag != READY:
             _fail(worker, body)
         t_ready = time.perf_counter()
-        for _, batches, _n in work_list:
+        for _, batches, _n, _r in work_list:
             got = []
             for batch in batches:
                 _write(worker.calls, _message(batch))
@@ -275,9 +307,9 @@ def produce(paths: Sequence[str] = (), seed: object = None, out_dir: str | None 
     _stop(worker)
     timing = {"setup_seconds": t_drawn - t0, "import_seconds": t_ready - t_drawn,
               "call_seconds": t_last - t_ready, "target_seconds": inside,
-              "batches": sum(len(b) for _, b, _ in work_list)}
+              "batches": sum(len(w[1]) for w in work_list), "drawn_here": drawn_here}
     with open(os.path.join(out_dir, RESULTS), "wb") as f:
-        marshal.dump({"answers": answers, "sizes": [n for _, _, n in work_list]}, f)
+        marshal.dump({"answers": answers, "sizes": [w[2] for w in work_list]}, f)
     with open(os.path.join(out_dir, "timing.json"), "w") as f:
         json.dump(timing, f)
     sys.stdout.flush()

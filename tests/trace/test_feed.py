@@ -40,18 +40,23 @@ def _bench(tmp_path: Path, module: str, derived: int = 600, batch: int = 16) -> 
     (repo / "bench" / "produce.py").write_text(
         'import sys\nsys.path.insert(0, "bench")\nimport tracefeed\ntracefeed.produce(paths=["."])\n')
     (repo / "bench" / "score.py").write_text(
-        'import sys\nsys.path.insert(0, "bench")\nsys.path.insert(0, ".")\nimport tracereplay\n'
-        'tracereplay.score(checked=int(sys.argv[1]) if len(sys.argv) > 1 else None)\n')
+        'import sys\nsys.path.insert(0, "bench")\nsys.path.insert(0, ".")\nimport tracereplay, tracefeed\n'
+        'if sys.argv[1:] == ["--inputs"]:\n    tracefeed.write_inputs()\nelse:\n'
+        '    tracereplay.score(checked=int(sys.argv[1]) if len(sys.argv) > 1 else None)\n')
     return repo
 
 
-def _run(repo: Path, script: str, seed: int = 7, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def _run(repo: Path, script: str, seed: int = 7, *args: str, timeout: float = 60,
+         stdin: Path | None = None, inputs: Path | None = None) -> subprocess.CompletedProcess:
     out = repo.parent / "out"
     out.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_") or k == "AUTOLOOP_MEASURE"}
     env.update(AUTOLOOP_SEED=str(seed), AUTOLOOP_OUTPUT=str(out), PYTHONDONTWRITEBYTECODE="1")
-    return subprocess.run([sys.executable, f"bench/{script}", *args], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    if inputs is not None:
+        env["AUTOLOOP_INPUTS"] = str(inputs)
+    with open(stdin or os.devnull, "rb") as inp:
+        return subprocess.run([sys.executable, f"bench/{script}", *args], cwd=repo, env=env, capture_output=True,
+                              timeout=timeout, stdin=inp, encoding="utf-8", errors="replace")
 
 
 def test_an_honest_target_is_fed_in_batches_and_every_checked_outcome_passes(tmp_path: Path) -> None:
@@ -65,6 +70,25 @@ def test_an_honest_target_is_fed_in_batches_and_every_checked_outcome_passes(tmp
     # the 4 recorded calls always, 100 of the derived ones drawn after the run
     assert "checked 104 of 604 outcomes (100 of derived calls" in score.stdout, score.stdout
     assert "check_seconds:" in score.stdout and "target_seconds:" in score.stdout
+
+
+def test_calls_drawn_before_the_command_come_on_its_stdin_and_the_score_reads_the_same(tmp_path: Path) -> None:
+    """verifier.inputs: drawn where the score runs, before the command, untimed; the command
+    reads them on stdin (it draws nothing), the score reads the same file (it draws nothing)."""
+    repo = _bench(tmp_path, SLOW)
+    made = tmp_path / "inputs.bin"
+    with open(made, "wb") as f:
+        f.write(subprocess.run([sys.executable, "bench/score.py", "--inputs"], cwd=repo, check=True,
+                               capture_output=True, env={**os.environ, "AUTOLOOP_SEED": "7"}).stdout)
+    res = _run(repo, "produce.py", 7, stdin=made)
+    assert res.returncode == 0, res.stderr
+    timing = json.loads((tmp_path / "out" / "timing.json").read_text())
+    assert timing["drawn_here"] is False
+    # another seed in the environment: the score follows the file, as the command did
+    score = _run(repo, "score.py", 8, "100", inputs=made)
+    assert score.returncode == 0 and "checked 104 of 604 outcomes" in score.stdout, score.stdout + score.stderr
+    drawn = _run(repo, "score.py", 8, "100")
+    assert drawn.returncode == 1, drawn.stdout
 
 
 PREFETCH = SLOW + '''
