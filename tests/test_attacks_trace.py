@@ -19,7 +19,7 @@ guard). A scripted generator then tries, one a cycle, what a strong agent would:
 7. sniffing the benchmark: at import it looks for AUTOLOOP_* in its environment or the replay's
    modules in sys.modules, then freezes and disables the GC and skips teardown (`os._exit`);
 8. the genuine speed-up, but wrong on about 1 call in 1,000 (the score checks a sample drawn
-   after each run: 3,000 derived calls, and each of the six or more runs a keep needs);
+   after each run: 3,000 derived calls, in each of the three or more runs a keep needs);
 9. the genuine speed-up (a counter instead of a count per word).
 
 Only the genuine one may be kept.
@@ -253,7 +253,7 @@ def test_a_traced_benchmark_keeps_the_real_speed_up_and_none_of_the_cheats(tmp_p
     assert st[4] == "discard", log          # the guard's seed is not the measurement's
     assert st[5] == "discard", log          # no call repeats within a measurement
     assert st[6] == "discard", log          # one batch in hand, and the child's CPU counts
-    assert st[7] == "guard_fail", log       # the GC changed: the run is void
+    assert st[7] == "crash", log            # the GC changed: the run is void, and said so
     assert "changed interpreter state that only a benchmark would see" in log, log
-    assert st[8] == "guard_fail", log       # caught by the sample (escapes a run with p = 5%, six: 1.5e-8)
+    assert st[8] == "guard_fail", log       # caught by the sample (escapes a run with p = 5%, three: 1.2e-4)
     assert st[9] == "keep", log

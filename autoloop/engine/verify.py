@@ -74,7 +74,7 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
     if scored and scorer is None:   # never measure such a program from the command's own output
         raise RunFailure("internal error: verifier.score is set but nothing can run it here")
     results: list[proc.ProcResult] = []
-    made: Path | None = None   # verifier.inputs' output: the verifier's stdin, readable by its score
+    given: Path | None = None   # verifier.inputs' output: the verifier's stdin, readable by its score
     for i, step in enumerate(todo):
         if i:
             _fresh_start(env, reseal)
@@ -95,13 +95,13 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
         if not step.guard and (verifier or program.verifier).inputs is not None:
             if scorer is None or not hasattr(scorer, "inputs"):
                 raise RunFailure("internal error: verifier.inputs is set but nothing can run it here")
-            failed, made = scorer.inputs(step_env, marker)
-            if made is None:
+            failed, given = scorer.inputs(step_env, marker)
+            if given is None:
                 assert failed is not None
                 m = summarize(program, todo, results, box, verifier, hints=hints)
                 return dataclasses.replace(m, error="verifier.inputs: " + failure_summary(failed), seed=seed)
         results += proc.run_steps([step], cwd=cwd, env=step_env, log_dir=log_dir, marker=marker,
-                                  wrap=None if box is None else box.argv, after=after, stdin=made)
+                                  wrap=None if box is None else box.argv, after=after, stdin=given)
         if step.guard and not results[-1].ok:
             break
     if not todo or todo[-1].guard or len(results) < len(todo):
@@ -111,7 +111,7 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
     if scored and results[-1].ok:
         assert output is not None and scorer is not None
         odd = not_plain(output, made)
-        score = (scorer({**step_env, INPUTS_VAR: str(made)}, output, log_dir, marker, (made,)) if made is not None
+        score = (scorer({**step_env, INPUTS_VAR: str(given)}, output, log_dir, marker, (given,)) if given is not None
                  else scorer(step_env, output, log_dir, marker)) if not odd else (
             f"not run: ${OUTPUT_VAR} {odd}; the command must write plain files into the folder "
             "(a link could point the score at what the candidate cannot read)")
