@@ -165,10 +165,13 @@ def work(rfd: int, wfd: int, processes: bool = False) -> None:
         importlib.import_module(module)
     fns = [replay.resolve(n) for n in names]
     void = _changed(before, _state())
-    reply(VOID if void else READY, void.encode())
+    # under cpu the worker's own seconds are CPU seconds, as the measurement's are
+    cpu = time.process_time
+    reply(VOID if void else READY, void.encode(), 0.0 if processes else cpu())
     if void:
         return
     clock, now, timeout = replay._clock, time.perf_counter, replay.CallTimeout
+    spent = now if processes else cpu
     while True:
         which, limit, calls = pickle.loads(_read(rfd, _SIZE.unpack(_read(rfd, size))[0]))
         fn = fns[which]
@@ -176,7 +179,7 @@ def work(rfd: int, wfd: int, processes: bool = False) -> None:
         values: list[Any] = []
         errors: dict[int, tuple[str, str]] = {}
         add = values.append
-        t0 = now()
+        t0 = spent()
         for args, kwargs in calls:
             clock[0] = now()
             try:
@@ -188,7 +191,7 @@ def work(rfd: int, wfd: int, processes: bool = False) -> None:
                 errors[len(values)] = (type(exc).__module__ + "." + type(exc).__qualname__, str(exc)[:2000])
                 add(None)
         clock[0] = float("inf")
-        inside = now() - t0
+        inside = spent() - t0
         replay.stop_limits()
         void = _changed(before, _state())
         if void:
@@ -287,7 +290,7 @@ def produce(paths: Sequence[str] = (), seed: object = None, out_dir: str | None 
     inside = 0.0
     try:
         _write(worker.calls, _message(pickle.dumps((modules, names), 4)))
-        tag, body, _ = _answer(worker.answers)
+        tag, body, started = _answer(worker.answers)
         if tag != READY:
             _fail(worker, body)
         t_ready = time.perf_counter()
@@ -305,7 +308,10 @@ def produce(paths: Sequence[str] = (), seed: object = None, out_dir: str | None 
     except (EOFError, OSError) as exc:
         _fail(worker, ("the worker ended before its last answer (%s)" % exc).encode())
     _stop(worker)
-    timing = {"setup_seconds": t_drawn - t0, "import_seconds": t_ready - t_drawn,
+    # under cpu (the worker says its CPU seconds at ready: its start and the import) the code's
+    # seconds are CPU seconds, comparable with the metric; the feeder's own are wall seconds
+    timing = {"setup_seconds": t_drawn - t0, "import_seconds": started or t_ready - t_drawn,
+              "clock": "cpu" if started else "wall",
               "call_seconds": t_last - t_ready, "target_seconds": inside,
               "batches": sum(len(w[1]) for w in work_list), "drawn_here": drawn_here}
     with open(os.path.join(out_dir, RESULTS), "wb") as f:
