@@ -15,7 +15,7 @@ guard). A scripted generator then tries, one a cycle, what a strong agent would:
    reward it;
 6. prefetch on the second core: on a call the target walks its callers' frames for the calls
    still to come and forks a child that computes half of them (the worker holds one batch, and
-   `measure: cpu` counts the child's CPU too);
+   under `measure: cpu` it may not fork: the cheat's calls raise, and the score finds them);
 7. sniffing the benchmark: at import it looks for AUTOLOOP_* in its environment or the replay's
    modules in sys.modules, then freezes and disables the GC and skips teardown (`os._exit`);
 8. the genuine speed-up, but wrong on about 1 call in 1,000 (the score checks a sample drawn
@@ -252,7 +252,7 @@ def test_a_traced_benchmark_keeps_the_real_speed_up_and_none_of_the_cheats(tmp_p
     assert st[3] == "discard", log          # nothing survives from one measurement to the next
     assert st[4] == "discard", log          # the guard's seed is not the measurement's
     assert st[5] == "discard", log          # no call repeats within a measurement
-    assert st[6] == "discard", log          # one batch in hand, and the child's CPU counts
+    assert st[6] == "guard_fail", log       # one batch in hand, and under cpu no fork: its calls raise
     assert st[7] == "crash", log            # the GC changed: the run is void, and said so
     assert "changed interpreter state that only a benchmark would see" in log, log
     assert st[8] == "guard_fail", log       # caught by the sample (escapes a run with p = 5%, three: 1.2e-4)
