@@ -226,7 +226,7 @@ def _in_fresh_process(name: str, calls: list) -> list:
             pickle.dump(calls, f, 4)
         code = ("import pickle, sys; sys.path[:0] = %r; import %s as r; fn = r.resolve(%r); r.limit_calls(%r); "
                 "calls = pickle.load(open(%r, 'rb')); "
-                "pickle.dump([r.call(fn, a, k) for a, k in calls], open(%r, 'wb'), 4)"
+                "out = [r.call(fn, a, k) for a, k in calls]; r.stop_limits(); pickle.dump(out, open(%r, 'wb'), 4)"
                 % ([p for p in sys.path if p], replay.__name__, name, LIMIT_S, src, dst))
         subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
         with open(dst, "rb") as f:
