@@ -75,6 +75,7 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
         raise RunFailure("internal error: verifier.score is set but nothing can run it here")
     results: list[proc.ProcResult] = []
     given: Path | None = None   # verifier.inputs' output: the verifier's stdin, readable by its score
+    inputs_s = 0.0
     for i, step in enumerate(todo):
         if i:
             _fresh_start(env, reseal)
@@ -96,6 +97,7 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
             if scorer is None or not hasattr(scorer, "inputs"):
                 raise RunFailure("internal error: verifier.inputs is set but nothing can run it here")
             failed, given = scorer.inputs(step_env, marker)
+            inputs_s = failed.duration_s if failed is not None else 0.0
             if given is None:
                 assert failed is not None
                 m = summarize(program, todo, results, box, verifier, hints=hints)
@@ -115,7 +117,8 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
                  else scorer(step_env, output, log_dir, marker)) if not odd else (
             f"not run: ${OUTPUT_VAR} {odd}; the command must write plain files into the folder "
             "(a link could point the score at what the candidate cannot read)")
-    return dataclasses.replace(summarize(program, todo, results, box, verifier, score, hints), seed=seed)
+    return dataclasses.replace(summarize(program, todo, results, box, verifier, score, hints), seed=seed,
+                               inputs_s=inputs_s)
 
 
 def _fresh_start(env: Mapping[str, str], reseal: Callable[[], None] | None) -> None:
