@@ -307,3 +307,20 @@ def test_init_finds_state_that_only_a_fresh_process_shows(tmp_path: Path, monkey
                                                          for c in calls]}}
     report = check.check(records)
     assert report["fmod:after"]["order_dependent"] > 0
+
+
+def test_a_sample_that_differs_only_through_state_kept_between_calls_is_checked_again_in_order(tmp_path: Path) -> None:
+    """Each answer depends on the call before it: the sample, computed in another order, differs;
+    every call again in order, as the worker made them, agrees. A wrong target still fails."""
+    stateful = SLOW + "\n_last = [0]\n_orig = words\n\ndef words(text, n=2):\n" \
+                      "    out = _orig(text, n) + [_last[0]]\n    _last[0] = len(text) % 3\n    return out\n"
+    repo = _bench(tmp_path, stateful)
+    assert _run(repo, "produce.py").returncode == 0
+    score = _run(repo, "score.py", 7, "100")
+    assert score.returncode == 0, score.stdout + score.stderr
+    assert "every call checked again in order" in score.stdout and "checked 604 of 604" in score.stdout, score.stdout
+    (repo / "tmod.py").write_text(stateful.replace("    return out\n", "    return out if len(text) % 7 else []\n"))
+    assert _run(repo, "produce.py").returncode == 0
+    (repo / "tmod.py").write_text(stateful)
+    failed = _run(repo, "score.py", 7, "100")
+    assert failed.returncode == 1 and "expected returned" in failed.stderr, failed.stdout + failed.stderr
