@@ -29,8 +29,8 @@ from autoloop.trace import derive
 REPLAY_MODULE = "tracereplay.py"     # bench/ name of autoloop/trace/replay.py
 # bench/ names of the modules copied there: autoloop/trace/<the name without "trace">
 BENCH_MODULES = (REPLAY_MODULE, "tracederive.py", "tracefeed.py")
-BATCH_S = 0.002                      # a batch of calls handed to the worker: about this much work at HEAD
-MAX_BATCH = 512
+BATCH_S = 0.01                       # a batch of calls handed to the worker: about this much work at HEAD
+MAX_BATCH = 2048
 MIN_USABLE = 5                       # usable calls a target needs (fewer: init refuses)
 MAX_DERIVED = 500_000                # derived calls of one target in one measurement
 CALL_LIMIT_S = 2.0                   # the least time a replayed call may run before it counts as not ending
