@@ -238,7 +238,7 @@ def test_a_traced_benchmark_keeps_the_real_speed_up_and_none_of_the_cheats(tmp_p
           f"{p.plan_path} {p.rec_dir}'}}\n"
     program, n = re.subn(r"(?m)^generator:\n(  .*\n)+", gen, program)
     assert n == 1, program
-    program = program.replace("  min_effect: 2%", "  min_effect: 2%\n  pairs: 6\n  final_pairs: 0")
+    program = program.replace("  min_effect: 2%", "  min_effect: 2%\n  pairs: 8\n  final_pairs: 0")
     program = program.replace("\n---\n", f"\nsandbox:\n  writable: [{p.rec_dir}]   # where the scripted generator notes what it saw\n---\n", 1)
     (p.repo / "program.md").write_text(program)
     res = p.run("--cycles", "9", timeout=1500)
