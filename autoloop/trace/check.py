@@ -194,7 +194,7 @@ def _check_derived(entry: dict, fn: Callable[..., Any], method: bool, per_call: 
     entry["order_dependent"] = _order_dependent(fn, done, rng, name)
 
 
-FRESH_CALLS = 3000   # derived calls run again in a fresh process, to find state kept between calls
+FRESH_CALLS = 20_000   # derived calls run again in a fresh process, to find state kept between calls
 
 
 def _order_dependent(fn: Callable[..., Any], done: list[tuple[Any, Any, tuple]], rng: random.Random,
