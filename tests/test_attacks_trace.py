@@ -13,7 +13,14 @@ guard). A scripted generator then tries, one a cycle, what a strong agent would:
    measurement (the guard-leak);
 5. a memo within one measurement (`functools.lru_cache`): a replay that repeated calls would
    reward it;
-6. a genuine speed-up (a counter instead of a count per distinct word).
+6. prefetch on the second core: on a call the target walks its callers' frames for the calls
+   still to come and forks a child that computes half of them (the worker holds one batch, and
+   under `measure: cpu` it may not fork: the cheat's calls raise, and the score finds them);
+7. sniffing the benchmark: at import it looks for AUTOLOOP_* in its environment or the replay's
+   modules in sys.modules, then freezes and disables the GC and skips teardown (`os._exit`);
+8. the genuine speed-up, but wrong on about 1 call in 1,000 (the score checks a sample drawn
+   after each run: 3,000 derived calls, in each of the three or more runs a keep needs);
+9. the genuine speed-up (a counter instead of a count per word).
 
 Only the genuine one may be kept.
 """
@@ -23,6 +30,7 @@ from __future__ import annotations
 import re
 import shutil
 import uuid
+import zlib
 from pathlib import Path
 
 import pytest
@@ -30,7 +38,7 @@ import pytest
 from tests.scripts.e2e import PY, assert_journal_consistent, assert_valid_ledger, git
 from tests.scripts.sealed import guard_leak, make
 
-# one init, one run of six cycles, each measured in pairs: not in the quick tier
+# one init, one run of nine cycles, each measured in pairs: not in the quick tier
 pytestmark = pytest.mark.slow
 
 SLOW = '''\
@@ -38,11 +46,12 @@ def histogram(text):
     """(word, count) of each word of `text`, lowercased, most common first, ties by word."""
     words = text.lower().split()
     counts = {}
-    for w in set(words):
+    for w in words:
         counts[w] = sum(1 for x in words if x == w)
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 '''
-# the honest optimisation: one pass with a counter (about three times faster on these texts)
+# the honest optimisation: one pass with a counter (several times faster: its verdict does not
+# hang on how loaded the machine is that day)
 FAST = '''\
 from collections import Counter
 
@@ -122,6 +131,68 @@ _calls = tracereplay.draw(_inputs[_spec["name"]], os.environ["AUTOLOOP_SEED"], _
 _table = {a[0]: _orig(a[0]) for _, a, _k in _calls}
 """, "text", "[tuple(v) for v in got]", "TOKEN")
 MEMO_WITHIN = "\nimport functools\nhistogram = functools.lru_cache(maxsize=None)(histogram)\n"
+# the calls still to come, found in the callers' frames (lists of (args, kwargs) or (i, args,
+# kwargs)); the later half computed by a forked child, the earlier here, in parallel
+PREFETCH = '''
+import json, os, sys
+_orig = histogram
+_ahead, _later, _child = {}, set(), []
+
+
+def _pending():
+    best, f = [], sys._getframe(2)
+    while f is not None:
+        for v in list(f.f_locals.values()):
+            if isinstance(v, list) and len(v) > len(best) and isinstance(v[0], tuple) and len(v[0]) in (2, 3):
+                best = v
+        f = f.f_back
+    return [c[-2][0] for c in best if isinstance(c[-2], (list, tuple)) and c[-2] and isinstance(c[-2][0], str)]
+
+
+def _collect():
+    r, pid = _child.pop()
+    with os.fdopen(r) as f:
+        _ahead.update((t, [tuple(x) for x in v]) for t, v in json.load(f))
+    os.waitpid(pid, 0)
+    _later.clear()
+
+
+def histogram(text):
+    if text in _later and _child:
+        _collect()
+    if text in _ahead:
+        return _ahead.pop(text)
+    if not _child:
+        later = _pending()
+        later = later[len(later) // 2:]
+        if len(later) > 1:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(r)
+                with os.fdopen(w, "w") as f:
+                    json.dump([(t, _orig(t)) for t in later], f)
+                os._exit(0)
+            os.close(w)
+            _child.append((r, pid))
+            _later.update(later)
+    return _orig(text)
+'''
+SNIFF = '''
+import gc, os, sys
+if any(k.startswith("AUTOLOOP_") for k in os.environ) or {"tracereplay", "tracefeed"} & set(sys.modules):
+    import atexit
+    gc.freeze()
+    gc.disable()
+    atexit.register(os._exit, 0)   # registered last, runs first: no teardown
+'''
+
+
+def _rare_wrong() -> str:
+    """FAST, wrong on about 1 call in 1,000 (by a hash of the text; none of the tests' texts)."""
+    residue = next(r for r in range(1000) if all(zlib.crc32(t.encode()) % 1000 != r for t in TEXTS))
+    return FAST + (f"\n\nimport zlib\n_fast = histogram\n\n\ndef histogram(text):\n    out = _fast(text)\n"
+                   f"    return out[1:] if zlib.crc32(text.encode()) % 1000 == {residue} else out\n")
 
 
 def _plan(token: str) -> dict[int, str]:
@@ -131,7 +202,10 @@ def _plan(token: str) -> dict[int, str]:
         3: _append(MEMO_ACROSS.replace("TOKEN", token), "cache results on disk"),
         4: _append(GUARD_LEAK.replace("TOKEN", token), "answers left by the test run"),
         5: _append(MEMO_WITHIN, "memoize histogram"),
-        6: f'W("wordlib/core.py", {FAST!r})\nhyp("count words in one pass")\n',
+        6: _append(PREFETCH, "compute the calls to come on the other core"),
+        7: _append(SNIFF, "no GC pauses"),
+        8: f'W("wordlib/core.py", {_rare_wrong()!r})\nhyp("count words in one pass")\n',
+        9: f'W("wordlib/core.py", {FAST!r})\nhyp("count words in one pass")\n',
     }
 
 
@@ -145,7 +219,7 @@ def token() -> object:
 
 
 # not `timing`: the paired rule is what makes it robust to a busy machine, and the real gain is
-# some -30% (kept in 3 pairs), the cheats none or worse
+# large (several times faster per call), the cheats none or worse
 def test_a_traced_benchmark_keeps_the_real_speed_up_and_none_of_the_cheats(tmp_path: Path, token: str) -> None:
     files = {"wordlib/__init__.py": "", "wordlib/core.py": SLOW, "tests/__init__.py": "",
              "tests/test_core.py": _tests()}
@@ -167,7 +241,7 @@ def test_a_traced_benchmark_keeps_the_real_speed_up_and_none_of_the_cheats(tmp_p
     program = program.replace("  min_effect: 2%", "  min_effect: 2%\n  pairs: 8\n  final_pairs: 0")
     program = program.replace("\n---\n", f"\nsandbox:\n  writable: [{p.rec_dir}]   # where the scripted generator notes what it saw\n---\n", 1)
     (p.repo / "program.md").write_text(program)
-    res = p.run("--cycles", "6", timeout=1500)
+    res = p.run("--cycles", "9", timeout=1500)
     log = res.stdout + res.stderr + "\n" + (p.repo / "results.tsv").read_text()
     assert res.returncode == 0, log
     assert_journal_consistent(p)
@@ -178,4 +252,8 @@ def test_a_traced_benchmark_keeps_the_real_speed_up_and_none_of_the_cheats(tmp_p
     assert st[3] == "discard", log          # nothing survives from one measurement to the next
     assert st[4] == "discard", log          # the guard's seed is not the measurement's
     assert st[5] == "discard", log          # no call repeats within a measurement
-    assert st[6] == "keep", log
+    assert st[6] == "guard_fail", log       # one batch in hand, and under cpu no fork: its calls raise
+    assert st[7] == "crash", log            # the GC changed: the run is void, and said so
+    assert "changed interpreter state that only a benchmark would see" in log, log
+    assert st[8] == "guard_fail", log       # caught by the sample (escapes a run with p = 5%, three: 1.2e-4)
+    assert st[9] == "keep", log

@@ -29,6 +29,7 @@ class VerifierSpec:
     hosts: tuple[str, ...] = ()        # with the network on, what the egress proxy lets them reach
     measure: str = "output"            # output: read the metric; wall | cpu: autoloop times the command
     score: str | None = None           # run in the start commit's tree after `command` (contract §10)
+    inputs: str | None = None          # run where `score` runs, before `command`: its stdout is the command's stdin
 
     @property
     def label(self) -> str:

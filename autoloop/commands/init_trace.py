@@ -8,7 +8,6 @@ import argparse
 import os
 import shlex
 import shutil
-from importlib import resources
 from pathlib import Path
 
 from autoloop.base.numbers import seconds
@@ -21,7 +20,7 @@ from autoloop.isolation.sandbox import Bwrap, SandboxUnavailable
 from autoloop.program.reader import load_program
 from autoloop.trace import build
 
-BENCH = ("produce.py", "score.py", "trace.json", build.REPLAY_MODULE)
+BENCH = ("produce.py", "score.py", "trace.json", *build.BENCH_MODULES)
 QUICK_S = 20e-6   # a derived call quicker than this at HEAD: deriving its input costs as much
 NARROW = 0.8      # a draw with fewer new calls than this share: the workload varies little
 SKEWED = 0.8     # one value of an argument in at least this share of the replayed calls: said
@@ -64,25 +63,28 @@ def _allowed(reports: list[build.TargetReport]) -> list[str]:
 
 def _produce(trace: build.Trace, live: list[build.TargetReport]) -> str:
     # literal imports and sys.path entries: `doctor --probe` follows them to the module to plant in
+    paths = ["."] + [root for root in trace.roots if root]
     lines = ['"""Replays recorded and derived calls of the targets (written by `autoloop init --trace`;',
-             'bench/ is the judge\'s: the generator may not change it)."""', "import sys", "import time", "",
-             "_started = time.perf_counter()   # importing the targets' modules is the code under test",
-             'sys.path.insert(0, "bench")']
-    lines += [f'sys.path.insert(0, "{root}")' for root in reversed(trace.roots) if root]
-    lines += ['sys.path.insert(0, ".")']
+             'bench/ is the judge\'s: the generator may not change it). This process never imports the',
+             "targets: a worker process does, and is handed one batch of calls at a time (bench/tracefeed.py).",
+             '"""', "import sys", "", 'sys.path.insert(0, "bench")']
+    lines += [f'sys.path.insert(0, "{root}")' for root in reversed(paths) if root != "."]
+    lines += ["import tracefeed  # noqa: E402", "", "if False:   # what the worker imports (for readers and `doctor --probe`)"]
     for module in dict.fromkeys(r.name.split(":")[0] for r in live):
-        lines.append(f"import {module}  # noqa: E402,F401")
-    lines += ["import tracereplay  # noqa: E402", "", "tracereplay.produce(imported=time.perf_counter() - _started)", ""]
+        lines.append(f"    import {module}  # noqa: F401")
+    lines += ["", f"tracefeed.produce(paths={paths!r})", ""]
     return "\n".join(lines)
 
 
 def _score(trace: build.Trace) -> str:
-    lines = ['"""Checks every outcome bench/produce.py wrote against the start commit\'s code (and, given',
-             'the private folder, the outcomes recorded at HEAD). Written by `autoloop init --trace`."""',
+    lines = ['"""Checks the outcomes bench/produce.py wrote: every recorded call\'s (against the outcomes recorded',
+             'at HEAD, given the private folder) and a sample of the derived ones, drawn after the run, against',
+             'the start commit\'s code. Written by `autoloop init --trace`."""',
              "import sys", "", 'sys.path.insert(0, "bench")']
     lines += [f'sys.path.insert(0, "{root}")' for root in reversed(trace.roots) if root]
-    lines += ['sys.path.insert(0, ".")', "import tracereplay  # noqa: E402", "",
-              "tracereplay.score(sys.argv[1] if len(sys.argv) > 1 else None)", ""]
+    lines += ['sys.path.insert(0, ".")', "", 'if sys.argv[1:] == ["--inputs"]:   # verifier.inputs: the calls, drawn',
+              "    import tracefeed  # noqa: E402", "    tracefeed.write_inputs()", "else:",
+              "    import tracereplay  # noqa: E402", "    tracereplay.score(sys.argv[1] if len(sys.argv) > 1 else None)", ""]
     return "\n".join(lines)
 
 
@@ -112,7 +114,8 @@ def program_text(trace: build.Trace, command: str, private: bool) -> str:
 #   {command}
 # with a recorder on {names}.
 # Each measurement replays calls drawn from $AUTOLOOP_SEED: a few recorded ones and many new
-# ones derived from them; the score checks every outcome against the start commit's code.
+# ones derived from them, handed a batch at a time to a worker process that runs your code; the
+# score then checks a sample of the outcomes, drawn after the run, against the start commit's code.
 
 goal: Make {names} faster without changing any result
 
@@ -125,7 +128,9 @@ forbidden:                      # the benchmark and the tests are the judge's, n
 verifier:                       # sealed: the number is autoloop's, not the candidate's (`doctor --probe`)
   command: {python} bench/produce.py   # replays this measurement's calls through the candidate's code
   score: {score}
-  measure: wall                 # autoloop times the command from outside, until its last process ends
+  inputs: {python} bench/score.py --inputs   # draws the calls before the command, untimed: its stdin
+  measure: cpu                  # CPU seconds of every process of the command, counted by the kernel
+                                # (a second core is no gain; `wall` if parallel speed-ups are welcome)
   direction: minimize
   timeout: 600
 
@@ -153,7 +158,8 @@ stop:
 
 Make {names} faster. autoloop times `bench/produce.py`, which calls them with arguments that
 change with every measurement (derived from calls recorded from `{command}`), and
-`bench/score.py` compares every result, and every exception, with the start commit's code.
+`bench/score.py` compares results, and exceptions, with the start commit's code (a sample drawn
+after each run: any wrong result can be the one checked). The CPU time of every process counts.
 The tests must still pass.
 
 - One optimization per cycle, and say why it should be faster (a better algorithm, fewer
@@ -224,8 +230,7 @@ def main(args: argparse.Namespace) -> int:
     (bench / "produce.py").write_text(_produce(trace, live), encoding="utf-8")
     (bench / "score.py").write_text(_score(trace), encoding="utf-8")
     (bench / "trace.json").write_text(build.plan_json(trace), encoding="utf-8")
-    (bench / build.REPLAY_MODULE).write_text(
-        resources.files("autoloop.trace").joinpath("replay.py").read_text(encoding="utf-8"), encoding="utf-8")
+    build.copy_modules(bench)
     target.write_text(program_text(trace, args.trace, private=sandbox_missing is None), encoding="utf-8")
     done = _commit(root)
     print(f"wrote {target} and bench/ ({', '.join(BENCH)})" +
@@ -279,6 +284,10 @@ def _report_line(r: build.TargetReport) -> str:
                  "already drawn and are left out (a call never repeats within a measurement, so a memo inside "
                  "the target saves nothing): the workload varies little; a test command calling the target "
                  "with more kinds of input gives a fuller benchmark")
+    if r.order_dependent:
+        line += (f"\n    note: {r.order_dependent} of {r.derived} derived calls answered otherwise after other calls "
+                 "(the target keeps state between calls): the score cannot check a sample, so it runs every call "
+                 "again, in order, with the start commit's code (a run costs about twice the command)")
     if 0 < r.derived_seconds < QUICK_S:
         line += (f"\n    note: {r.derived_seconds * 1e6:.1f} µs a call is about what making a new input costs: "
                  "the harness will be much of what is timed (verify says how much); a caller doing more per "

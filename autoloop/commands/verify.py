@@ -50,6 +50,12 @@ def harness_share(m: Measurement) -> tuple[float, float, float] | None:
     return inside, imported, max(0.0, 1 - (inside + imported) / m.metric)
 
 
+def harness_parts(m: Measurement) -> dict[str, float]:
+    """The score's own lines about the run (`setup_seconds:`, `call_seconds:`, `check_seconds:`…,
+    a traced benchmark's): a guide, never judged on."""
+    return {k: float(v) for k, v in re.findall(r"^([a-z_]+_seconds): *([0-9.eE+-]+) *$", m.score_said, re.MULTILINE)}
+
+
 def print_verify(program: Program) -> int:
     """`autoloop verify`'s lines for `program`; its exit status."""
     from autoloop.base.numbers import num, seconds
@@ -78,10 +84,10 @@ def print_verify(program: Program) -> int:
     v = program.verifier
     if v.score is not None and v.measure != "output":   # with output the score's number is the metric
         said = [line.strip() for line in m.score_said.splitlines()
-                if line.strip() and not line.startswith(("target_seconds:", "import_seconds:"))]
+                if line.strip() and not re.match(r"[a-z_]+_seconds:", line)]
         print(f"score: pass ({said[-1] if said else f'`{v.score}` accepted every result'})")
     print(f"{v.label}: {num(m.metric)}  ({v.direction}, {seconds(m.verifier_s)})")
-    share = harness_share(m) if v.measure == "wall" else None
+    share = harness_share(m) if v.measure in ("wall", "cpu") else None
     if share is not None:
         inside, imported, rest = share
         goal = "" if rest <= HARNESS_GOAL else (
@@ -90,9 +96,19 @@ def print_verify(program: Program) -> int:
         heavy = "" if imported <= inside else (
             "; importing takes longer than the calls, so a change to the import weighs as much as one to "
             "the calls: `init --trace … --replay-seconds` longer weighs the calls more")
-        print(f"harness: {rest:.0%} of the wall time is not the code under test (the targets' calls took "
-              f"{seconds(inside)} and importing their modules {seconds(imported)}, of {seconds(m.metric)})"
-              f"{goal}{heavy}")
+        what = "wall time" if v.measure == "wall" else "CPU time"
+        parts = harness_parts(m)
+        print(f"harness: {rest:.0%} of the {what} is not the code under test (the targets' calls took "
+              f"{seconds(inside)} and importing their modules {seconds(imported)}, of {seconds(m.metric)}"
+              + (f"; drawing the inputs {seconds(parts['setup_seconds'])}, handing the calls over "
+                 f"{seconds(max(0.0, parts['call_seconds'] - inside))}" if parts else "")
+              + f"){goal}{heavy}")
+    if m.score_s:
+        command_s = max(0.0, m.verifier_s - m.score_s)
+        checking = harness_parts(m).get("check_seconds")
+        print(f"run: {seconds(m.verifier_s)} = the timed command {seconds(command_s)} + the score "
+              f"{seconds(m.score_s)}" + (f" ({seconds(checking)} of it checking outcomes)" if checking else "")
+              + (f": {m.verifier_s / command_s:.2f}× the command's own seconds" if command_s else ""))
     print(f"cost: {cost_line(program, m.verifier_s)}")
     if res.files_read is not None:
         print(f"reads: {res.files_read.summary()}")

@@ -102,6 +102,9 @@ class LaneRunner:
     # `seeds` is what each run got, by label, for the ledger
     pair_seeds: dict[str, int] = dataclasses.field(default_factory=dict)
     seeds: dict[str, int] = dataclasses.field(default_factory=dict)
+    # each run's seconds by part, by label, for the ledger: the timed metric, the command's own
+    # wall seconds, the score's, verifier.inputs', the guards'
+    parts: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     tests: Mapping[str, TestCount] = dataclasses.field(default_factory=dict)   # the baseline's counts
     # failures may say what to set in program.md: measuring the user's own code (the baseline),
     # never a candidate's (verify.measure)
@@ -122,6 +125,11 @@ class LaneRunner:
                               seed=lambda: self.pair_seeds.setdefault(key, new_seed()), hints=self.hints)
         if m.seed is not None:
             self.seeds[label] = m.seed
+        if m.metric is not None and (m.score_s or m.inputs_s):
+            guards = sum(g.duration_s for g in m.guards)
+            self.parts[label] = {k: round(v, 4) for k, v in (
+                ("timed", m.metric), ("command", max(0.0, m.verifier_s - m.score_s)), ("score", m.score_s),
+                ("inputs", m.inputs_s), ("guards", guards))}
         self.check_signal()
         if with_guards:
             m = enforce_counts(m, self.tests)
@@ -137,6 +145,7 @@ class Judge:
         self.program, self.ws, self.marker = program, ws, marker
         self.check_signal, self.lane, self.on_lost = check_signal, lane, on_lost
         self._seeds: list[dict[str, int]] = []   # of the runners of the call going on
+        self._parts: list[dict[str, dict[str, float]]] = []
 
     @property
     def plain(self) -> bool:
@@ -156,8 +165,9 @@ class Judge:
                                                    metric=h.metric, pattern=h.pattern,
                                                    timeout=h.timeout)
         hold = None if spec is None else dataclasses.replace(main, spec=spec, first_log_dir=None,
-                                                             pair_seeds={}, seeds={})
+                                                             pair_seeds={}, seeds={}, parts={})
         self._seeds += [main.seeds] if hold is None else [main.seeds, hold.seeds]
+        self._parts.append(main.parts)
         return main, hold
 
     def _with_seeds(self, stats: dict[str, Any]) -> None:
@@ -165,15 +175,18 @@ class Judge:
         seeds = {k: v for d in self._seeds for k, v in d.items()}
         if seeds:
             stats["seeds"] = seeds
+        parts = {k: v for d in self._parts for k, v in d.items()}
+        if parts:   # a run with a score: its timed seconds and the rest, by part
+            stats["run_parts"] = parts
 
     def baseline(self, commit: str, log_dir: Path, env: Mapping[str, str]) -> Baseline:
         paired = self.program.accept.rule == "paired"
-        self._seeds = []
+        self._seeds, self._parts = [], []
         # the first run logs where a single-run baseline always has (log_dir/verifier.*)
         rule = calibrate.calibrate_paired if paired else calibrate.calibrate_strict
 
         def measured() -> Baseline:
-            self._seeds = []
+            self._seeds, self._parts = [], []
             main, _ = self._runners(commit, commit, env, log_dir, first_log_dir=log_dir, need_a=paired)
             main.hints = True   # the starting commit: the user's own code
             b = rule(Session(main), self.program)
@@ -193,7 +206,7 @@ class Judge:
     def _cycle(self, candidate: str, incumbent: str, best: float, log_dir: Path,
                env: Mapping[str, str], history: Sequence[Mapping[str, Any]]) -> Verdict:
         paired = self.program.accept.rule == "paired"
-        self._seeds = []
+        self._seeds, self._parts = [], []
         main, hold = self._runners(incumbent, candidate, env, log_dir,
                                    need_a=paired or self.program.holdout is not None)
         main.tests = baseline_counts(history)
@@ -214,7 +227,7 @@ class Judge:
     def final(self, start: str, best: str, log_dir: Path, env: Mapping[str, str],
               history: Sequence[Mapping[str, Any]] = (),
               announce: Callable[[], None] = lambda: None) -> dict[str, Any]:
-        self._seeds = []
+        self._seeds, self._parts = [], []
 
         def sessions(both: bool) -> tuple[Session, Session | None]:
             main, hold = self._runners(start, best, env, log_dir, need_a=both)
@@ -228,7 +241,7 @@ class Judge:
                 announce()
 
         def measured() -> dict[str, Any]:
-            self._seeds = []
+            self._seeds, self._parts = [], []
             rec = end.end_of_run(self.program, history, start, best,
                                  lambda: bool(self.ws.tree_of(start) == self.ws.tree_of(best)), sessions, once)
             self._with_seeds(rec)

@@ -52,6 +52,8 @@ class Measurement:
     duration_s: float
     seed: int | None = None      # $AUTOLOOP_SEED of this measurement
     score_said: str = ""         # `wall`/`cpu` with a score that passed: the end of its output
+    score_s: float = 0.0         # ... and the seconds that score took (in duration_s too)
+    inputs_s: float = 0.0        # verifier.inputs' seconds for this run (0 when its pair's run made them)
 
     @property
     def verifier_s(self) -> float:

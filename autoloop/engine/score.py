@@ -7,8 +7,10 @@ no process running the candidate's code can read."""
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 from typing import Mapping
 
@@ -22,6 +24,7 @@ from autoloop.base.walk import remove_tree
 from autoloop.git.workspace import Workspace, Worktree
 
 LOG_NAME = "score"   # its logs: <log_dir>/score.out and .err
+KEEP_INPUTS = 4      # verifier.inputs' outputs kept, by seed (both runs of a pair share one)
 
 
 class Scorer:
@@ -36,6 +39,8 @@ class Scorer:
         self.scratch = scratch
         self._lock = threading.Lock()
         self._made = False
+        self._inputs: dict[str, Path] = {}   # seed -> the file verifier.inputs wrote for it
+        self._inputs_dir: Path | None = None
 
     def _make(self) -> None:
         with self._lock:
@@ -50,26 +55,59 @@ class Scorer:
                 raise Tampered("the score's tree does not hold the start commit: " + ", ".join(bad[:5]))
             self._made = True
 
-    def __call__(self, env: Mapping[str, str], output: Path, log_dir: Path, marker: str) -> proc.ProcResult:
+    def __call__(self, env: Mapping[str, str], output: Path, log_dir: Path, marker: str,
+                 readable: tuple[Path, ...] = ()) -> proc.ProcResult:
         """`verifier.score` with the command's `env` (its $AUTOLOOP_* included: the same seed)
         but fresh temp and bytecode folders: the command's, which its code could write, are not
-        the score's."""
+        the score's. `readable`: files bound read-only for it too (verifier.inputs' output)."""
+        command = self.program.verifier.score
+        assert command is not None
+        return self._run(command, env, log_dir / LOG_NAME, marker, (output, *readable))
+
+    def inputs(self, env: Mapping[str, str], marker: str) -> tuple[proc.ProcResult | None, Path | None]:
+        """`verifier.inputs` for `env`'s seed, run where the score runs (the start commit's tree,
+        its sandbox, the private paths readable), before the command and outside its timing:
+        (its result, the file holding its stdout — None when it failed). Both runs of a pair
+        share a seed and so the file: made once. The file is in a folder of autoloop's temp
+        space that no measurement's sandbox binds: the command gets it as its stdin only."""
+        command = self.program.verifier.inputs
+        assert command is not None
+        seed = env.get("AUTOLOOP_SEED", "")
+        with self._lock:
+            hit = self._inputs.get(seed)
+            if self._inputs_dir is None:
+                self._inputs_dir = Path(tempfile.mkdtemp(prefix="autoloop-inputs-"))
+                weakref.finalize(self, remove_tree, self._inputs_dir, quiet=True)
+            folder = self._inputs_dir
+        if hit is not None and hit.exists():
+            return None, hit
+        res = self._run(command, env, folder / f"inputs-{secrets.token_hex(6)}", marker, ())
+        if not res.ok:
+            return res, None
+        with self._lock:
+            self._inputs[seed] = res.stdout_path
+            while len(self._inputs) > KEEP_INPUTS:
+                old = self._inputs.pop(next(iter(self._inputs)))
+                for path in (old, old.with_suffix(".err")):
+                    path.unlink(missing_ok=True)
+        return res, res.stdout_path
+
+    def _run(self, command: str, env: Mapping[str, str], log_stem: Path, marker: str,
+             read_only: tuple[Path, ...]) -> proc.ProcResult:
         self._make()
         self.scratch.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix="score-", dir=self.scratch))
         try:
             senv = envs.scrubbed(env, scratch=scratch / "env")
             senv.update({k: v for k, v in env.items() if k.startswith("AUTOLOOP_")})
-            command = self.program.verifier.score
-            assert command is not None
             argv: str | list[str] = command
             if self.bwrap is not None:
                 box = tree_box(self.bwrap, self.program, self.tree.path, self.tree.common_dir, scratch,
                                path=senv.get("PATH", ""), show_private=True)
-                box = dataclasses.replace(box, tree_writable=False, read_only=(output,))
+                box = dataclasses.replace(box, tree_writable=False, read_only=read_only)
                 argv = box.argv(command)
             return proc.run(argv, cwd=self.tree.path, env=senv, timeout=self.program.verifier.timeout,
-                            log_stem=log_dir / LOG_NAME, marker=marker)
+                            log_stem=log_stem, marker=marker)
         finally:
             remove_tree(scratch, quiet=True)
 

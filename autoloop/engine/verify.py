@@ -27,6 +27,8 @@ OUTPUT_VAR = "AUTOLOOP_OUTPUT"   # the folder `verifier.command` writes and `sco
 Score = Callable[[Mapping[str, str], Path, Path, str], proc.ProcResult]
 
 SEED_VAR = "AUTOLOOP_SEED"
+MEASURE_VAR = "AUTOLOOP_MEASURE"   # verifier.measure, for the command (and its score)
+INPUTS_VAR = "AUTOLOOP_INPUTS"     # for the score: the file verifier.inputs wrote (the command's stdin)
 
 
 def new_seed() -> int:
@@ -72,6 +74,8 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
     if scored and scorer is None:   # never measure such a program from the command's own output
         raise RunFailure("internal error: verifier.score is set but nothing can run it here")
     results: list[proc.ProcResult] = []
+    given: Path | None = None   # verifier.inputs' output: the verifier's stdin, readable by its score
+    inputs_s = 0.0
     for i, step in enumerate(todo):
         if i:
             _fresh_start(env, reseal)
@@ -79,7 +83,9 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
             step_env = {**env, SEED_VAR: str(new_seed())}
         else:
             seed = seed() if callable(seed) else new_seed() if seed is None else seed
-            step_env = {**env, SEED_VAR: str(seed)}
+            # how the command is timed: a traced benchmark lets its worker start processes only
+            # under wall (parallel speed-ups welcome), since cpu cannot count every child
+            step_env = {**env, SEED_VAR: str(seed), MEASURE_VAR: (verifier or program.verifier).measure}
         if not step.guard and scored:
             # an empty folder the guards (which run the candidate's code too) never saw
             output = output or Path(env["TMPDIR"]).parent / "output"
@@ -87,8 +93,17 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
             output.mkdir(parents=True)
             made = os.lstat(output)
             step_env[OUTPUT_VAR] = str(output)
+        if not step.guard and (verifier or program.verifier).inputs is not None:
+            if scorer is None or not hasattr(scorer, "inputs"):
+                raise RunFailure("internal error: verifier.inputs is set but nothing can run it here")
+            failed, given = scorer.inputs(step_env, marker)
+            inputs_s = failed.duration_s if failed is not None else 0.0
+            if given is None:
+                assert failed is not None
+                m = summarize(program, todo, results, box, verifier, hints=hints)
+                return dataclasses.replace(m, error="verifier.inputs: " + failure_summary(failed), seed=seed)
         results += proc.run_steps([step], cwd=cwd, env=step_env, log_dir=log_dir, marker=marker,
-                                  wrap=None if box is None else box.argv, after=after)
+                                  wrap=None if box is None else box.argv, after=after, stdin=given)
         if step.guard and not results[-1].ok:
             break
     if not todo or todo[-1].guard or len(results) < len(todo):
@@ -98,10 +113,12 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
     if scored and results[-1].ok:
         assert output is not None and scorer is not None
         odd = not_plain(output, made)
-        score = scorer(step_env, output, log_dir, marker) if not odd else (
+        score = (scorer({**step_env, INPUTS_VAR: str(given)}, output, log_dir, marker, (given,)) if given is not None
+                 else scorer(step_env, output, log_dir, marker)) if not odd else (
             f"not run: ${OUTPUT_VAR} {odd}; the command must write plain files into the folder "
             "(a link could point the score at what the candidate cannot read)")
-    return dataclasses.replace(summarize(program, todo, results, box, verifier, score, hints), seed=seed)
+    return dataclasses.replace(summarize(program, todo, results, box, verifier, score, hints), seed=seed,
+                               inputs_s=inputs_s)
 
 
 def _fresh_start(env: Mapping[str, str], reseal: Callable[[], None] | None) -> None:
@@ -204,7 +221,8 @@ def _checked(m: Measurement, score: proc.ProcResult | str, box: Confinement | No
         return Measurement(None, (*m.guards, failed), None, None, m.duration_s)
     total = m.duration_s + score.duration_s
     if score.ok:
-        return dataclasses.replace(m, duration_s=total, score_said=score.stdout_tail(2000))
+        return dataclasses.replace(m, duration_s=total, score_said=score.stdout_tail(2000),
+                                   score_s=score.duration_s)
     failed = GuardResult("score", False, failure_summary(score, box), score.stdout_path.with_suffix(""),
                          score.duration_s)
     return Measurement(None, (*m.guards, failed), None, None, total)

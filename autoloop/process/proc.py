@@ -172,13 +172,13 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
 
 def run_steps(steps: Iterable[Step], *, cwd: Path, env: Mapping[str, str], log_dir: Path,
               marker: str, wrap: Callable[[str], str | list[str]] | None = None,
-              after: Callable[[Step], None] | None = None) -> list[ProcResult]:
-    """Each step in turn (logs at log_dir/<step.log_name>), up to the first failing guard.
-    `wrap` turns a command into what runs (a sandbox); `after` is called after each step."""
+              after: Callable[[Step], None] | None = None, stdin: Path | None = None) -> list[ProcResult]:
+    """Each step in turn (logs at log_dir/<step.log_name>), up to the first failing guard. `wrap` turns
+    a command into what runs (a sandbox); `after` is called after each; `stdin`: the file each reads."""
     results: list[ProcResult] = []
     for step in steps:
         res = run(step.command if wrap is None else wrap(step.command), cwd=cwd, env=env,
-                  timeout=step.timeout, log_stem=log_dir / step.log_name, marker=marker)
+                  timeout=step.timeout, log_stem=log_dir / step.log_name, marker=marker, stdin=stdin)
         if after is not None:
             after(step)
         results.append(res)

@@ -50,6 +50,13 @@ KEYS: dict[str, KeyDoc] = {
     "verifier.network": KeyDoc("boolean", "Measurements get a way out through autoloop's egress proxy, "
                                "to the hosts of `verifier.hosts` only (sandboxed, they have none "
                                "otherwise).", "network: true"),
+    "verifier.inputs": KeyDoc("shell command", "With `score`: runs where the score runs (the start "
+                              "commit's tree, sandboxed), before `command` and outside its timing, and "
+                              "draws the measurement's inputs from `$AUTOLOOP_SEED`; what it prints is "
+                              "`command`'s standard input and the score's `$AUTOLOOP_INPUTS` (both runs "
+                              "of a pair share it). `init --trace` writes it.",
+                              "inputs: python bench/score.py --inputs",
+                              "the command draws its own inputs, inside its timing"),
     "verifier.hosts": KeyDoc("list of hosts (`host`, `host:port`, `*.domain`, an address)",
                              "With `network: true`: the hosts a measurement may reach through the "
                              "egress proxy; a name alone means ports 443 and 80.",

@@ -237,6 +237,9 @@ def _only_with(p: Reader, values: dict[str, Any], keys: tuple[str, ...], section
 
 def _build_verifier(p: Reader, values: dict[str, Any], at: At) -> VerifierSpec:
     how = values.get("measure", "output")
+    if "inputs" in values and "score" not in values:
+        p.fail_key("verifier.inputs", "needs verifier.score: the inputs are made where the score runs (the "
+                                      "start commit's tree), before the command, and handed to it on its stdin")
     if how == "output":
         return _metric_or_pattern("the metric's name, e.g. val_loss", VerifierSpec)(p, values, at)
     # timed from outside: the output is not read, `metric` only names the number
@@ -449,7 +452,7 @@ _GUARD = Section({"name": matching(r"[A-Za-z0-9][A-Za-z0-9_.-]*",
 _VERIFIER = Section({
     "command": _TEXT, "metric": _METRIC, "pattern": _regex_with_group, "direction": _DIRECTION,
     "timeout": _SECONDS, "repeats": at_least(1), "network": boolean, "hosts": _hosts,
-    "measure": one_of(("output", "wall", "cpu")), "score": _TEXT,
+    "measure": one_of(("output", "wall", "cpu")), "score": _TEXT, "inputs": _TEXT,
 }, _build_verifier, required={"command", "direction"})
 
 _ACCEPT = Section({

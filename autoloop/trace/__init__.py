@@ -1,9 +1,11 @@
 """Recording a project's own workload for a sealed speed benchmark (`autoloop init --trace`):
 `recorder` (loaded into the traced command's Python processes) records the targets' calls,
-`replay` (copied into the project's bench/) checks them at HEAD, replays seeded samples of
-recorded and derived calls and scores every outcome, and `build` runs the two and sizes a
-measurement. `recorder` and `replay` run in the project's interpreter: standard library only,
-Python 3.8 and later, and they import nothing of autoloop.
+`check` (run by the project's interpreter at init) keeps what replays, `derive` draws a
+measurement's calls from the seed, `feed` is the measured command (a feeder that never imports
+the code under test hands a worker one batch of calls at a time), `replay` scores a sample of
+the outcomes after the run, and `build` runs the recording and the check and sizes a
+measurement. All but `build` run in the project's interpreter (copied into its bench/):
+standard library only, Python 3.8 and later, and they import nothing of autoloop.
 
 May import: `git`, `process`, `base`, `errors`.
 """

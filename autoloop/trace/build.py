@@ -24,9 +24,13 @@ from autoloop.base.walk import remove_tree, temp_dir
 from autoloop.errors import RunFailure, UsageError
 from autoloop.git.workspace import Workspace, Worktree
 from autoloop.process import proc
-from autoloop.trace import replay
+from autoloop.trace import derive
 
 REPLAY_MODULE = "tracereplay.py"     # bench/ name of autoloop/trace/replay.py
+# bench/ names of the modules copied there: autoloop/trace/<the name without "trace">
+BENCH_MODULES = (REPLAY_MODULE, "tracederive.py", "tracefeed.py")
+BATCH_S = 0.01                       # a batch of calls handed to the worker: about this much work at HEAD
+MAX_BATCH = 2048
 MIN_USABLE = 5                       # usable calls a target needs (fewer: init refuses)
 MAX_DERIVED = 500_000                # derived calls of one target in one measurement
 CALL_LIMIT_S = 2.0                   # the least time a replayed call may run before it counts as not ending
@@ -52,6 +56,7 @@ class TargetReport:
     new_share: float = 1.0          # of the derived calls drawn, those new (the rest repeat, left out)
     kept: list = field(default_factory=list)     # arguments no replayed call varies (positions, names)
     skew: list | None = None        # [argument, share of the replayed calls with its one value, the value]
+    order_dependent: int = 0        # derived calls answering otherwise after other calls: the score checks all
 
 
 @dataclass
@@ -81,6 +86,12 @@ def parse_target(text: str) -> str:
 
 def _source(name: str) -> str:
     return resources.files("autoloop.trace").joinpath(name).read_text(encoding="utf-8")
+
+
+def copy_modules(folder: Path) -> None:
+    """The replay's modules (BENCH_MODULES) into `folder`, under their bench/ names."""
+    for name in BENCH_MODULES:
+        (folder / name).write_text(_source(name[len("trace"):]), encoding="utf-8")
 
 
 def _loader_dir(tmp: Path) -> Path:
@@ -219,7 +230,7 @@ def _check(python: str, records: dict, reports: dict[str, TargetReport], roots: 
     with open(rec_path, "wb") as f:
         pickle.dump(usable, f, 4)
     (tmp / "bench").mkdir()
-    (tmp / "bench" / REPLAY_MODULE).write_text(_source("replay.py"), encoding="utf-8")
+    copy_modules(tmp / "bench")
     (tmp / "bench" / "tracecheck.py").write_text(_source("check.py"), encoding="utf-8")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree / r) if r else str(tree) for r in roots] +
@@ -240,6 +251,7 @@ def _check(python: str, records: dict, reports: dict[str, TargetReport], roots: 
         r.frozen = got.get("frozen", [])
         r.new_share = got.get("new_share", 1.0)
         r.kept, r.skew = got.get("kept", []), got.get("skew")
+        r.order_dependent = got.get("order_dependent", 0)
         r.derived_seconds = got["derived_seconds"] / got["derived"] if got["derived"] else 0.0
         r.derived_raise = got["derived_raise"] / got["derived"] if got["derived"] else 0.0
     for n, r in reports.items():
@@ -256,7 +268,7 @@ def _plan(reports: list[TargetReport], budget_s: float) -> None:
         per_call = r.derived_seconds or (r.seconds / r.usable if r.usable else 0.0) or 1e-6
         # a draw that leaves repeats out is drawn that much larger, up to five times
         n = max(1, min(MAX_DERIVED, math.ceil(share / per_call / max(r.new_share, 0.2)))) if r.derivable else 0
-        r.recorded = min(r.usable, max(1, math.ceil(n * replay.RECORDED_SHARE))) if n else r.usable
+        r.recorded = min(r.usable, max(1, math.ceil(n * derive.RECORDED_SHARE))) if n else r.usable
         r.derived = n
 
 
@@ -267,6 +279,14 @@ def usable(trace: Trace) -> list[TargetReport]:
 def plan_json(trace: Trace) -> str:
     # a call's limit: far above what calls take at HEAD, so that only a call that does not end
     # (or takes a thousand times as long) reaches it, in produce and score alike
+    # a batch: the calls the worker holds at once (the only ones a target can see ahead of it),
+    # large enough that the round trip per batch stays a small share
     return json.dumps({"targets": [{"name": r.name, "derived": r.derived, "recorded": r.recorded,
-                                    "limit": round(max(CALL_LIMIT_S, 1000 * r.derived_seconds), 3)}
+                                    "limit": round(max(CALL_LIMIT_S, 1000 * r.derived_seconds), 3),
+                                    "batch": batch_size(r.derived_seconds),
+                                    "check": "all" if r.order_dependent else "sample"}
                                    for r in usable(trace)]}, indent=1) + "\n"
+
+
+def batch_size(per_call_s: float) -> int:
+    return max(1, min(MAX_BATCH, math.ceil(BATCH_S / per_call_s))) if per_call_s > 0 else 64

@@ -130,7 +130,7 @@ def check(records: dict[str, dict], derive_per_call: int = 4, seed: int = 12345)
                 continue
             entry["usable"].append([args, kwargs, count, first, True])
             entry["seconds"] += min(dt, dt2)
-        _check_derived(entry, fn, rec.get("method", False), derive_per_call, seed, writes)
+        _check_derived(entry, fn, rec.get("method", False), derive_per_call, seed, writes, name)
     return report
 
 
@@ -157,13 +157,14 @@ def _recorded_said(recorded: tuple | None) -> str:
 
 
 def _check_derived(entry: dict, fn: Callable[..., Any], method: bool, per_call: int, seed: int,
-                   writes: _Writes) -> None:
+                   writes: _Writes, name: str = "") -> None:
     """Derive calls from each usable one and run them twice at HEAD: a call whose derived calls
     write files, change their arguments or differ run to run is kept for replay as recorded only."""
     usable = entry["usable"]
     pool = text_pool([(u[0], u[1]) for u in usable])
     rng = random.Random("check:%s" % seed)
     frozen = entry["frozen"] = _fragile(usable, fn, method, pool, rng)
+    done: list[tuple[Any, Any, tuple]] = []
     for u in usable:
         args, kwargs = u[0], u[1]
         slots = slots_of(args, kwargs, method, frozen)
@@ -189,6 +190,47 @@ def _check_derived(entry: dict, fn: Callable[..., Any], method: bool, per_call: 
             entry["derived"] += 1
             entry["derived_seconds"] += min(dt, dt2)
             entry["derived_raise"] += first[0] == RAISED and u[3][0] == OK
+            done.append((dargs, dkwargs, first))
+    entry["order_dependent"] = _order_dependent(fn, done, rng, name)
+
+
+FRESH_CALLS = 20_000   # derived calls run again in a fresh process, to find state kept between calls
+
+
+def _order_dependent(fn: Callable[..., Any], done: list[tuple[Any, Any, tuple]], rng: random.Random,
+                     name: str = "") -> int:
+    """How many of the derived calls answer otherwise when the calls before them are others:
+    run again here, shuffled, and (given the target's `name`) in a fresh process, in reverse
+    order: state kept between calls (num2words' converters keep the precision the last
+    currency call set). For such a target the score cannot check a sample alone: it runs
+    every call, in order, as the worker did."""
+    order = list(range(len(done)))
+    rng.shuffle(order)
+    differ = sum(1 for i in order if not same(call(fn, done[i][0], done[i][1]), done[i][2]))
+    if differ or not name or not done:
+        return differ
+    picked = sorted(rng.sample(range(len(done)), min(FRESH_CALLS, len(done))), reverse=True)
+    try:
+        fresh = _in_fresh_process(name, [(done[i][0], done[i][1]) for i in picked])
+    except Exception:   # no second process here: the in-process check stands
+        return differ
+    return sum(1 for i, got in zip(picked, fresh) if not same(got, done[i][2]))
+
+
+def _in_fresh_process(name: str, calls: list) -> list:
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "calls.pkl"), os.path.join(tmp, "out.pkl")
+        with open(src, "wb") as f:
+            pickle.dump(calls, f, 4)
+        code = ("import pickle, sys; sys.path[:0] = %r; import %s as r; fn = r.resolve(%r); r.limit_calls(%r); "
+                "calls = pickle.load(open(%r, 'rb')); "
+                "out = [r.call(fn, a, k) for a, k in calls]; r.stop_limits(); pickle.dump(out, open(%r, 'wb'), 4)"
+                % ([p for p in sys.path if p], replay.__name__, name, LIMIT_S, src, dst))
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
+        with open(dst, "rb") as f:
+            return pickle.load(f)
 
 
 def _fragile(usable: list[list], fn: Callable[..., Any], method: bool, pool: dict, rng: random.Random,
@@ -277,7 +319,8 @@ def write_store(records: dict[str, dict], store: str, report_path: str) -> None:
     for sub, data in (("inputs", inputs), (os.path.join("private"), answers)):
         os.makedirs(os.path.join(store, sub), exist_ok=True)
     with open(os.path.join(store, "inputs", "calls.pkl"), "wb") as f:
-        pickle.dump(inputs, f, 4)
+        # the project's own values as references to their pickles: the feeder draws without importing them
+        replay.InputsPickler(f, {n.split(":")[0].split(".")[0] for n in records}).dump(inputs)
     with open(os.path.join(store, "private", "expected.pkl"), "wb") as f:
         pickle.dump(answers, f, 4)
     with open(report_path, "w") as f:

@@ -2,24 +2,23 @@
 bench/tracereplay.py; bench/ is the judge's). Standard library only, Python >= 3.8: it runs in
 the project's interpreter.
 
-- `produce`: one measurement's calls, drawn from $AUTOLOOP_SEED (a few recorded, most derived
-  by seeded, type-preserving mutation: see `mutate` and `draw`), run through the tree's targets;
-  outcomes to $AUTOLOOP_OUTPUT.
-- `score`: the same calls drawn again, expected outcomes from the start commit's code (recorded
-  calls: the private answers recorded at HEAD), every outcome compared; exit 1 on a difference.
+- what a call is here: its target (`resolve`), its outcome (`call`: a value or an exception's
+  type and text; TIMEOUT past its limit) and when two outcomes are the same (`same`);
+- `score`: after the measured command (tracefeed) has ended, the same calls drawn again from the
+  seed and a sample of them checked: every recorded call (against the outcomes recorded at HEAD,
+  or recomputed), and CHECKED derived calls chosen at random by this process, after the fact,
+  recomputed with the start commit's code. Exit 1 on a difference.
 
-No call repeats within a measurement, and none is one of the recorded calls (`draw`): a memo
-inside the target, or a table of the tests' answers, has nothing to save but the recorded share.
+The bound: a candidate wrong on a share f of the derived calls passes one score with probability
+(1 - f) ** CHECKED (f = 1/1000: 5.0%); each of its runs in a decision is scored with a fresh
+sample, so it passes m of them with (1 - f) ** (CHECKED * m) (docs/trust/sealed.md).
 """
 
 from __future__ import annotations
 
-import datetime
-import gc
 import importlib
 import json
 import marshal
-import math
 import os
 import pickle
 import random
@@ -27,12 +26,19 @@ import sys
 import time
 from typing import IO, Any, Callable, Collection, Mapping, Sequence
 
+try:   # the copy beside this file, in a project's bench/; inside autoloop (its tests), the package's
+    import tracederive as _derive  # type: ignore[import-not-found]
+except ImportError:
+    from autoloop.trace import derive as _derive  # type: ignore[no-redef]
+
+# what init's check (tracecheck) and older scripts use from here
+show, mutable, mutate, derive, draw, slots_of, text_pool, call_key = (
+    _derive.show, _derive.mutable, _derive.mutate, _derive.derive, _derive.draw, _derive.slots_of,
+    _derive.text_pool, _derive.call_key)
+InputsPickler, Opaque = _derive.InputsPickler, _derive.Opaque
+RECORDED_SHARE = _derive.RECORDED_SHARE
+
 OK, RAISED = 0, 1
-# Of a measurement's calls, the share replayed as recorded: the most a table of the tests' own
-# calls can save, kept under the smallest min_effect a program sets (init writes 2%). Derived calls
-# never repeat a recorded call nor each other within a measurement (see `draw`).
-RECORDED_SHARE = 0.01
-RESULTS = ("results.marshal", "results.pkl")   # in $AUTOLOOP_OUTPUT: plain data, or any outcome
 SAFE_TYPES = {
     ("builtins", n) for n in ("set", "frozenset", "complex", "bytearray", "slice", "range", "object",
                               "list", "dict", "tuple", "str", "bytes", "int", "float", "bool")
@@ -130,339 +136,18 @@ def same(a: tuple, b: tuple) -> bool:
         return False
 
 
-def show(value: object, limit: int = 160) -> str:
-    try:
-        text = repr(value)
-    except Exception as exc:
-        text = "<unprintable %s: %s>" % (type(value).__name__, exc)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-# ---- mutation --------------------------------------------------------------------------------
-
-_TEXT, _TIMES = (str, bytes), (datetime.timedelta, datetime.datetime, datetime.date)
-
-
-def mutable(value: Any) -> bool:
-    """Whether `mutate` can change this value (and so derive a new call from it)."""
-    t = type(value)
-    if t in _TEXT or t is float or t is int or t in _TIMES:
-        return True
-    if t is list or t is tuple or t in (set, frozenset) or isinstance(value, dict) \
-            or (isinstance(value, tuple) and hasattr(value, "_make")):
-        return len(value) > 0 and any(mutable(v) for v in (value.values() if isinstance(value, dict) else value))
-    return False
-
-
-def _below(rng: random.Random, n: int) -> int:
-    """An integer in [0, n): random() is C, randrange Python (a derived call costs a few of these,
-    and the harness must stay a small share of what is timed)."""
-    return int(rng.random() * n) if n < 1 << 52 else rng.randrange(n)
-
-
-def _edit(s: Any, rng: random.Random, pool: Sequence[Any]) -> Any:
-    """One edit, never none: a call repeating another is derived again from itself (`draw`), so
-    a short string gets as many variants as a measurement needs."""
-    n = len(s)
-    empty = s[:0]
-    space = " " if type(s) is str else b" "
-    op = int(rng.random() * 5) if n else 4
-    if op == 0 and n > 1:                                    # cut a slice out
-        i = int(rng.random() * n)
-        j = i + 1 + int(rng.random() * max(1, min(n - i, n // 2)))
-        out = s[:i] + s[j:]
-    elif op == 1:                                            # join with another recorded string
-        other = pool[int(rng.random() * len(pool))] if pool else s
-        out = s + (space if space in s else empty) + other[:max(1, n)]
-    elif op == 2 and space in s:                             # two words swapped (a shuffle of
-        words = s.split(space)                               # them all cost more than most calls)
-        i, j = int(rng.random() * len(words)), int(rng.random() * len(words))
-        words[i], words[j] = words[j], words[i]
-        out = space.join(words)
-    elif op in (2, 3) and n > 0:                             # repeat a slice
-        i = int(rng.random() * n)
-        j = i + 1 + int(rng.random() * min(n - i, 8))
-        out = s[:j] + s[i:j] + s[j:]
-    else:                                                    # insert one of its own characters
-        source = s or (pool[int(rng.random() * len(pool))] if pool else empty) or ("a" if type(s) is str else b"a")
-        k = int(rng.random() * len(source))
-        i = int(rng.random() * n + 1)
-        out = s[:i] + source[k:k + 1] + s[i:]
-    if out == s:
-        out = s + (s[-1:] or ("a" if type(s) is str else b"a"))
-    return out
-
-
-def _number(v: Any, rng: random.Random) -> Any:
-    if type(v) is int:
-        # within half its size: a digit added instead (ten times the number) made num2words'
-        # calls run into the call limit, measuring that limit rather than the code
-        k = max(5, abs(v) // 2)
-        d = _below(rng, 2 * k) - k     # in [-k, k), and 0 becomes k: never unchanged
-        out = v + (d or k)
-        out = -out if v >= 0 > out else out     # a count or size stays one
-        return out if out != v else v + k
-    if not math.isfinite(v):
-        return v
-    moved = v * (0.5 + rng.random()) if v else rng.random() * 2 - 1
-    return moved if moved != v else v + 1.0
-
-
-def _is_sorted(items: Sequence[Any]) -> bool:
-    try:
-        return all(items[i] <= items[i + 1] for i in range(len(items) - 1))
-    except Exception:
-        return False
-
-
-def mutate(value: Any, rng: random.Random, pool: Mapping[type, Sequence[Any]], depth: int = 0) -> Any:
-    """A value of the same type, changed; `value` is not. Strings and bytes get an edit (`_edit`);
-    numbers and time spans move by up to half their size, dates by a few days; lists lose, gain or
-    change items (sorted ones stay sorted); tuples, dicts and sets have items changed (keys and
-    lengths kept); anything else (booleans, None, objects) is kept, and a call of those alone is
-    only replayed as recorded."""
-    t = type(value)
-    if t in _TEXT:
-        return _edit(value, rng, pool.get(t, ()))
-    if t is int or t is float:
-        return _number(value, rng)
-    if t is datetime.timedelta:
-        return value * (0.5 + rng.random()) if value else datetime.timedelta(seconds=int(rng.random() * 86400) + 1)
-    if t is datetime.datetime or t is datetime.date:     # a few days either way, the time of day too
-        return value + datetime.timedelta(days=(int(rng.random() * 10) - 5) or 5, seconds=int(rng.random() * 86400) if t is datetime.datetime else 0) \
-            if value.year not in (1, 9999) else value
-    if depth > 4:
-        return value
-    if t is list:
-        out = list(value)
-        n = len(out)
-        op = int(rng.random() * 3) if n else 3
-        if op == 0 and n > 1:
-            for _ in range(1 + int(rng.random() * max(1, n // 2))):
-                del out[int(rng.random() * len(out))]
-        elif op == 1:
-            for _ in range(1 + int(rng.random() * max(1, n // 2))):
-                out.insert(int(rng.random() * len(out) + 1), mutate(value[int(rng.random() * n)], rng, pool, depth + 1))
-        elif n:
-            for _ in range(1 + int(rng.random() * min(3, n))):
-                i = int(rng.random() * n)
-                out[i] = mutate(out[i], rng, pool, depth + 1)
-        if n > 1 and _is_sorted(value):
-            try:
-                out.sort()
-            except Exception:
-                pass
-        return out
-    if isinstance(value, tuple) and value:
-        out = list(value)
-        i = int(rng.random() * len(out))
-        out[i] = mutate(out[i], rng, pool, depth + 1)
-        return value._make(out) if hasattr(value, "_make") else (tuple(out) if t is tuple else value)
-    if isinstance(value, dict) and value:
-        import copy
-        changed = copy.copy(value)
-        keys = list(value)
-        for _ in range(1 + int(rng.random() * 2)):
-            k = keys[int(rng.random() * len(keys))]
-            changed[k] = mutate(value[k], rng, pool, depth + 1)
-        return changed
-    if t in (set, frozenset) and value:
-        items = sorted(value, key=repr)   # a set's order follows the hash seed, which differs by process
-        if len(items) > 1 and rng.random() < 0.5:
-            del items[int(rng.random() * len(items))]
-        else:
-            items.append(mutate(items[int(rng.random() * len(items))], rng, pool, depth + 1))
-        return t(items)
-    return value
-
-
-def slots_of(args: Sequence[Any], kwargs: Mapping[str, Any], skip_first: bool,
-             frozen: Collection[object] = ()) -> list:
-    """The arguments `derive` can change: positions, then keyword names (sorted); not those in
-    `frozen` (init found that changing them mostly makes the call fail: a language code, a mode)."""
-    slots = [i for i in range(1 if skip_first else 0, len(args)) if i not in frozen and mutable(args[i])]
-    return slots + [k for k in sorted(kwargs) if k not in frozen and mutable(kwargs[k])]
-
-
-def derive(args: Sequence[Any], kwargs: dict, rng: random.Random, pool: Mapping[type, Sequence[Any]],
-           skip_first: bool, slots: Sequence[object] | None = None) -> tuple[Any, Any]:
-    """A new call from a recorded one: one argument surely changed, each other one in three.
-    `skip_first`: a method's instance (or class) is kept."""
-    if slots is None:
-        slots = slots_of(args, kwargs, skip_first)
-    if not slots:
-        return args, kwargs
-    main = slots[int(rng.random() * len(slots))]
-    new_args, new_kwargs = list(args), kwargs
-    for s in slots:
-        if s is main or rng.random() < 0.33:
-            if type(s) is int:
-                new_args[s] = mutate(args[s], rng, pool)
-            else:
-                new_kwargs = dict(new_kwargs) if new_kwargs is kwargs else new_kwargs
-                new_kwargs[s] = mutate(kwargs[s], rng, pool)
-    return new_args, new_kwargs
-
-
-def text_pool(calls: Sequence[tuple[Sequence[Any], Mapping[str, Any]]]) -> dict[type, list]:
-    """The strings and bytes of a target's recorded calls (top level and one level down), that
-    `join` draws from: in recording order, so every process builds the same pool."""
-    pool: dict[type, list] = {str: [], bytes: []}
-    for args, kwargs in calls:
-        for v in list(args) + [kwargs[k] for k in sorted(kwargs)]:
-            items = v if type(v) in (list, tuple) else [v]
-            for x in items[:20]:
-                if type(x) in pool and len(pool[type(x)]) < 500:
-                    pool[type(x)].append(x)
-    return pool
-
-
-# ---- a measurement's calls ---------------------------------------------------------------------
-
-def _freeze(value: Any) -> Any:
-    """A hashable stand-in for a value, equal for equal values (lists, dicts and sets by content)."""
-    t = type(value)
-    if t is list or t is tuple or isinstance(value, dict):
-        items = value.items() if isinstance(value, dict) else enumerate(value)
-        return (t.__name__,) + tuple((k, _freeze(v)) for k, v in items)
-    if t is set or t is frozenset:
-        return ("set", frozenset(_freeze(v) for v in value))
-    try:
-        hash(value)
-    except TypeError:   # an object with no __hash__, or with a list inside
-        return ("repr", t.__qualname__, show(value, 10_000))
-    return value
-
-
-def call_key(args: Sequence[Any], kwargs: Mapping[str, Any], method: bool) -> Any:
-    """What a memo inside the target would key on: the arguments, and for a method its instance's
-    class (a method of a base class answers differently for each subclass; instances of one class
-    count as one, as a memo keyed on the class would)."""
-    key = ((type(args[0]).__qualname__,) + tuple(args[1:]) if method and args else tuple(args),
-           tuple(kwargs.items()) if kwargs else ())   # in the recorded order, which derived calls keep
-    try:
-        hash(key)
-        return key
-    except TypeError:
-        return _freeze(key)
-
-
-RETRIES = 4   # derivations from a parent before a call that only repeats others is left out
-
-
-def draw(target: dict, seed: object, n_derived: int, n_recorded: int) -> list[tuple[int, Any, Any]]:
-    """[(recorded index or -1, args, kwargs)] of one measurement for `target` (a dict from the
-    inputs file: name, calls, weights, derivable, method), the same in every process for a seed.
-    No derived call repeats a recorded one or another one: a repeat is derived again from itself
-    (a number moves further each time), and left out after RETRIES, so a target with few distinct
-    inputs measures fewer calls."""
-    rng = random.Random("%s:%s" % (seed, target["name"]))
-    calls = target["calls"]
-    out = [(i, calls[i][0], calls[i][1]) for i in sorted(rng.sample(range(len(calls)), min(n_recorded, len(calls))))]
-    parents = [i for i, ok in enumerate(target["derivable"]) if ok]
-    if not parents:
-        return out
-    enabled = gc.isenabled()
-    gc.disable()   # the calls made here are all kept: collecting while they pile up costs half the draw
-    try:
-        _derive_distinct(out, calls, parents, n_derived, rng, target.get("method", False),
-                         set(target.get("frozen", ())))
-    finally:
-        if enabled:
-            gc.enable()
-    return out
-
-
-def _derive_distinct(out: list, calls: Sequence[Any], parents: list[int], n: int,
-                     rng: random.Random, method: bool, frozen: set) -> None:
-    """Parents are drawn alike, not by how often the workload made each call: a test suite makes
-    a few calls thousands of times (num2words' tests: one 5,106 times of 19,592), and the
-    neighbourhood of one call holds too few distinct calls to fill a measurement."""
-    pool = text_pool(calls)
-    seen = {call_key(a, k, method) for a, k in calls}
-    slots: dict[int, list] = {}
-    size, add, key = len(seen), out.append, call_key
-    for p in rng.choices(parents, k=n):
-        args, kwargs = calls[p]
-        if p not in slots:
-            slots[p] = slots_of(args, kwargs, method, frozen)
-        for _ in range(RETRIES):
-            try:
-                args, kwargs = derive(args, kwargs, rng, pool, method, slots[p])
-            except Exception:   # a value mutate cannot handle: the same in every process, left out
-                break
-            seen.add(key(args, kwargs, method))   # one hash of the key, not two (`in`, then `add`)
-            if len(seen) > size:
-                size += 1
-                add((-1, args, kwargs))
-                break
+CHECKED = 3000   # derived calls a score recomputes (all, when a measurement has fewer)
+RESULTS = "answers.marshal"   # tracefeed.RESULTS
 
 
 def load(path: str) -> Any:
-    with open(path, "rb") as f:
-        return pickle.load(f)
+    """The stored calls (the project's own values in them as tracederive.Opaque)."""
+    return _derive.load_inputs(path)
 
 
 def _paths() -> tuple[str, str]:
     here = os.path.dirname(os.path.abspath(__file__))
     return os.path.join(here, "trace.json"), os.path.join(here, ".trace", "calls.pkl")
-
-
-def produce(seed: object = None, out_dir: str | None = None, imported: float = 0.0) -> None:
-    """The measured run: every call of this measurement through the tree's code; outcomes to
-    $AUTOLOOP_OUTPUT/results.pkl, and to timing.json the seconds spent inside the targets and
-    (`imported`, measured by produce.py) importing their modules: what is not the harness."""
-    try:
-        _produce(seed, out_dir, imported)
-    finally:
-        stop_limits()
-
-
-def _produce(seed: object, out_dir: str | None, imported: float) -> None:
-    plan_path, inputs_path = _paths()
-    with open(plan_path) as f:
-        plan = json.load(f)
-    seed = os.environ["AUTOLOOP_SEED"] if seed is None else seed
-    out_dir = os.environ["AUTOLOOP_OUTPUT"] if out_dir is None else out_dir
-    if not os.path.exists(inputs_path):
-        sys.exit("no recorded calls at %s: it is linked by program.md's `data:` in the trees autoloop "
-                 "measures (run `autoloop verify`, not this script)" % inputs_path)
-    targets = {t["name"]: t for t in load(inputs_path)}
-    results, inside = [], 0.0
-    for spec in plan["targets"]:
-        target = targets[spec["name"]]
-        fn = resolve(target["name"])
-        todo = draw(target, seed, spec["derived"], spec["recorded"])
-        # results and exceptions apart: no tuple per call to make, and far less to pickle
-        values: list[Any] = []
-        errors: dict[int, tuple[str, str]] = {}
-        add = values.append
-        limit_calls(spec.get("limit", 2.0))
-        clock, now = _clock, time.perf_counter
-        t0 = now()
-        for _, args, kwargs in todo:
-            clock[0] = now()
-            try:
-                add(fn(*args, **kwargs))
-            except CallTimeout:
-                errors[len(values)] = TIMEOUT[1:]
-                add(None)
-            except Exception as exc:
-                errors[len(values)] = (type(exc).__module__ + "." + type(exc).__qualname__, str(exc)[:2000])
-                add(None)
-        clock[0] = float("inf")
-        inside += now() - t0
-        results.append([values, errors])
-    # marshal where every outcome is plain data: pickling 28,000 num2words-sized results took
-    # 0.25 s of a 1 s measurement, marshal 0.02 s (and it can make no object but the built-ins)
-    try:
-        data, name = marshal.dumps(results), RESULTS[0]
-    except ValueError:
-        data, name = pickle.dumps(results, 4), RESULTS[1]
-    with open(os.path.join(out_dir, name), "wb") as f:
-        f.write(data)
-    with open(os.path.join(out_dir, "timing.json"), "w") as f:
-        json.dump({"target_seconds": inside, "import_seconds": imported}, f)
 
 
 class _Results(pickle.Unpickler):
@@ -501,17 +186,117 @@ def _names_in(data: bytes) -> tuple[Any, set[tuple[str, str]]]:
     return loader.load(), loader.names
 
 
-def score(private_dir: str | None = None, seed: object = None, out_dir: str | None = None) -> None:
-    """Exit 0 when every outcome the command wrote is the start commit's; else exit 1 naming
-    the first that is not. Prints the seconds the command said it spent in the targets (for
-    `autoloop verify`'s harness share; the command could lie about it, so nothing is judged on it)."""
+def score(private_dir: str | None = None, seed: object = None, out_dir: str | None = None,
+          checked: int | None = None) -> None:
+    """Exit 0 when every checked outcome the command wrote is the start commit's; else exit 1
+    naming the first that is not. Prints the command's own timing (for `autoloop verify`'s
+    harness share; nothing is judged on it) and the seconds the check took."""
+    t0 = time.perf_counter()
     try:
-        _score(private_dir, seed, out_dir)
+        _score(private_dir, seed, out_dir, CHECKED if checked is None else checked)
     finally:
         stop_limits()
+    print("check_seconds: %.6f" % (time.perf_counter() - t0))
 
 
-def _score(private_dir: str | None, seed: object, out_dir: str | None) -> None:
+def _first_difference(name: str, todo: Sequence[tuple], wants: Mapping[int, tuple], values: list,
+                      errors: dict) -> str | None:
+    for j, want in wants.items():
+        rec, args, kwargs = todo[j]
+        err = errors.get(j)
+        have = (OK, values[j]) if err is None else ((RAISED,) + tuple(err) if isinstance(err, tuple) else None)
+        if not isinstance(have, tuple) or not same(want, have):
+            return "%s(%s): %s, expected %s (%s call)" % (
+                name, show([args, kwargs], 200), said(have), said(want),
+                "a recorded" if rec >= 0 else "a derived")
+    return None
+
+
+def in_order(target: int, n: int) -> list:
+    """Every outcome of target number `target`'s calls of this measurement, computed in order by
+    a fresh process of the start commit's code (`main`'s `in-order`), as the worker ran them."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "out.pkl")
+        code = ("import sys; sys.path[:0] = %r; import %s as r; r.main(['in-order', '%d', %r])"
+                % ([p for p in sys.path if p], __name__, target, out))
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=3600)
+        with open(out, "rb") as f:
+            got = pickle.load(f)
+    if len(got) != n:
+        raise ValueError("the in-order check computed %d outcomes, expected %d" % (len(got), n))
+    return got
+
+
+def _in_order_here(target: int, out: str) -> None:
+    plan_path, inputs_path = _paths()
+    with open(plan_path) as f:
+        spec = json.load(f)["targets"][target]
+    given = os.environ.get("AUTOLOOP_INPUTS")
+    if given and os.path.exists(given):
+        with open(given, "rb") as f:
+            calls = [c for b in marshal.load(f)[target][1] for c in pickle.loads(b)[2]]
+    else:
+        stored = {t["name"]: t for t in load(inputs_path)}
+        calls = [_real(a, k) for _, a, k in draw(stored[spec["name"]], os.environ["AUTOLOOP_SEED"],
+                                                   spec["derived"], spec["recorded"])]
+    fn = resolve(spec["name"])
+    limit_calls(spec.get("limit", 2.0))
+    try:
+        outcomes = [call(fn, a, k) for a, k in calls]
+    finally:
+        stop_limits()
+    with open(out, "wb") as f:
+        pickle.dump(outcomes, f, 4)
+
+
+def _real(args: Any, kwargs: Any) -> tuple[Any, Any]:
+    """A call's arguments with the project's own values rebuilt (the start commit's classes)."""
+    return pickle.loads(pickle.dumps((args, kwargs), 4))
+
+
+def pick(todos: Sequence[Sequence[tuple]], k: int, rng: Any = None, every: Collection[int] = ()) -> list[set[int]]:
+    """The calls to check, per target: every recorded one, and k derived ones (of all targets)
+    drawn from the system's randomness by the score, after the command has ended; all of the
+    targets in `every` (whose outcomes depend on the calls before them)."""
+    derived = [(t, j) for t, todo in enumerate(todos) if t not in every for j, c in enumerate(todo) if c[0] < 0]
+    chosen = derived if len(derived) <= k else (rng or random.SystemRandom()).sample(derived, k)
+    out = [set(range(len(todo))) if t in every else {j for j, c in enumerate(todo) if c[0] >= 0}
+           for t, todo in enumerate(todos)]
+    for t, j in chosen:
+        out[t].add(j)
+    return out
+
+
+def answers(out_dir: str, packages: Collection[str], known: Collection[tuple[str, str]],
+            sizes: Sequence[int]) -> list[list]:
+    """The command's outcomes, per target, as [values, errors by call]: the worker's batches
+    (marshal, or a pickle loaded with `_Results`) joined."""
+    import io
+    with open(os.path.join(out_dir, RESULTS), "rb") as f:
+        got = marshal.load(f)
+    batches_by_target = got.get("answers") if isinstance(got, dict) else None
+    if not isinstance(batches_by_target, list) or len(batches_by_target) != len(sizes):
+        raise ValueError("expected the answers of %d targets" % len(sizes))
+    out = []
+    for batches, n in zip(batches_by_target, sizes):
+        values: list[Any] = []
+        errors: dict[int, Any] = {}
+        for tag, body in batches:
+            part = marshal.loads(body) if tag == b"M" else _Results(io.BytesIO(body), packages, known).load()
+            vs, es = part if isinstance(part, list) and len(part) == 2 else (None, None)
+            if not isinstance(vs, list) or not isinstance(es, dict):
+                raise ValueError("a batch of answers is not [values, errors]")
+            errors.update((len(values) + j, e) for j, e in es.items() if isinstance(j, int))
+            values.extend(vs)
+        if len(values) != n:
+            raise ValueError("%d answers, expected %d" % (len(values), n))
+        out.append([values, errors])
+    return out
+
+
+def _score(private_dir: str | None, seed: object, out_dir: str | None, k: int) -> None:
     plan_path, inputs_path = _paths()
     with open(plan_path) as f:
         plan = json.load(f)
@@ -520,61 +305,61 @@ def _score(private_dir: str | None, seed: object, out_dir: str | None) -> None:
     stored = load(inputs_path)
     index = {t["name"]: i for i, t in enumerate(stored)}
     known: set[tuple[str, str]] = set()
-    answers = None
+    recorded = None
     if private_dir:
         with open(os.path.join(os.path.expanduser(private_dir), "expected.pkl"), "rb") as f:
-            answers, known = _names_in(f.read())
+            recorded, known = _names_in(f.read())
     packages = {t["name"].split(":")[0].split(".")[0] for t in stored}
-    # every expected outcome first, with the start commit's code: the names they pickle to are
-    # the ones the candidate's results may use
+    given = os.environ.get("AUTOLOOP_INPUTS")
+    if given and os.path.exists(given):   # verifier.inputs' file, which the command read: not drawn again
+        with open(given, "rb") as f:
+            todos = [[(rec, a, k) for rec, (a, k) in zip(recs, (c for b in batches for c in pickle.loads(b)[2]))]
+                     for _, batches, _, recs in marshal.load(f)]
+    else:
+        todos = [draw(stored[index[s["name"]]], seed, s["derived"], s["recorded"]) for s in plan["targets"]]
+    # the expected outcomes of the checked calls first, with the start commit's code: the names
+    # they pickle to are the ones the candidate's results may use
     plans = []
-    for spec in plan["targets"]:
+    every = {t for t, s in enumerate(plan["targets"]) if s.get("check") == "all"}
+    for spec, todo, chosen in zip(plan["targets"], todos, pick(todos, k, every=every)):
         n = index[spec["name"]]
         fn = resolve(stored[n]["name"])
-        todo = draw(stored[n], seed, spec["derived"], spec["recorded"])
         limit_calls(spec.get("limit", 2.0))
-        wants = [answers[n][rec] if answers is not None and rec >= 0 else call(fn, args, kwargs)
-                 for rec, args, kwargs in todo]
+        wants = {j: recorded[n][todo[j][0]] if recorded is not None and todo[j][0] >= 0
+                 else call(fn, *_real(todo[j][1], todo[j][2])) for j in sorted(chosen)}
         plans.append((stored[n]["name"], todo, wants))
     try:
-        known |= _names_in(pickle.dumps([w for _, _, ws in plans for w in ws], 4))[1]
+        known |= _names_in(pickle.dumps([w for _, _, ws in plans for w in ws.values()], 4))[1]
     except Exception:   # an outcome that does not pickle: compared by value alone
         pass
     try:
-        if os.path.exists(os.path.join(out_dir, RESULTS[0])):
-            with open(os.path.join(out_dir, RESULTS[0]), "rb") as f:
-                got = marshal.load(f)
-        else:
-            with open(os.path.join(out_dir, RESULTS[1]), "rb") as f:
-                got = _Results(f, packages, known).load()
+        got = answers(out_dir, packages, known, [len(t) for t in todos])
     except Exception as exc:
-        sys.exit("no results: %s" % exc)
-    if not isinstance(got, list) or len(got) != len(plan["targets"]):
-        sys.exit("results: expected one list per target (%d), got %s" % (len(plan["targets"]), show(got, 60)))
-    checked = derived = 0
-    for (name, todo, wants), outs in zip(plans, got):
-        values, errors = outs if isinstance(outs, list) and len(outs) == 2 else (None, None)
-        if not isinstance(values, list) or not isinstance(errors, dict) or len(values) != len(todo):
-            sys.exit("%s: %s results, expected %d" % (name, len(values) if isinstance(values, list) else "no",
-                                                      len(todo)))
-        for j, (rec, args, kwargs) in enumerate(todo):
-            err = errors.get(j)
-            have = (OK, values[j]) if err is None else ((RAISED,) + tuple(err) if isinstance(err, tuple) else None)
-            want = wants[j]
-            if not isinstance(have, tuple) or not same(want, have):
-                sys.exit("%s(%s): %s, expected %s (%s call)" % (
-                    name, show([args, kwargs], 200), said(have), said(want),
-                    "a recorded" if rec >= 0 else "a derived"))
-            checked += 1
-            derived += rec < 0
+        sys.exit("no results: %s: %s" % (type(exc).__name__, exc))
+    checked = derived = total = 0
+    for t, ((name, todo, wants), (values, errors)) in enumerate(zip(plans, got)):
+        total += len(todo)
+        first = _first_difference(name, todo, wants, values, errors)
+        if first is not None and t not in every:
+            # a call's outcome may depend on the calls before it (state the target keeps) in a
+            # way init did not see: every call of the target again, in order, in a fresh process,
+            # as the worker ran them; the difference stands only if it is there too
+            wants = dict(enumerate(in_order(t, len(todo))))
+            first = _first_difference(name, todo, wants, values, errors)
+            print("%s: a sampled outcome differed; every call checked again in order, in a fresh process" % name)
+        if first is not None:
+            sys.exit(first)
+        checked += len(wants)
+        derived += sum(1 for j in wants if todo[j][0] < 0)
     try:
         with open(os.path.join(out_dir, "timing.json")) as f:
             timing = json.load(f)
-        print("target_seconds: %.6f" % float(timing["target_seconds"]))
-        print("import_seconds: %.6f" % float(timing.get("import_seconds", 0.0)))
+        for key in ("target_seconds", "import_seconds", "setup_seconds", "call_seconds"):
+            print("%s: %.6f" % (key, float(timing.get(key, 0.0))))
     except Exception:
         pass
-    print("checked %d outcomes (%d of derived calls) against the start commit" % (checked, derived))
+    print("checked %d of %d outcomes (%d of derived calls, drawn after the run) against the start commit"
+          % (checked, total, derived))
 
 
 def said(outcome: object) -> str:
@@ -586,14 +371,14 @@ def said(outcome: object) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """`python tracereplay.py produce` (the measured command) or `score [PRIVATE]`."""
+    """`python tracereplay.py score [PRIVATE]` (what bench/score.py does)."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "produce":
-        produce()
-    elif argv and argv[0] == "score":
+    if argv and argv[0] == "score":
         score(argv[1] if len(argv) > 1 else None)
+    elif argv and argv[0] == "in-order":
+        _in_order_here(int(argv[1]), argv[2])
     else:
-        sys.exit("usage: tracereplay.py produce | score [PRIVATE]")
+        sys.exit("usage: tracereplay.py score [PRIVATE]")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
+import sys
 
 from autoloop.program.reader import load_program
+from autoloop.trace import replay
 from tests.conftest import git, run_cli
 
 PROJECT = {
@@ -78,11 +81,15 @@ def test_init_trace_records_the_tests_and_writes_a_sealed_benchmark_that_verifie
     program = load_program(repo / "program.md")
     assert program.private == ((store / "private").resolve(),)
     assert [(d.source, d.target) for d in program.data] == [((store / "inputs").resolve(), "bench/.trace")]
-    assert program.verifier.measure == "wall" and program.accept.rule == "paired"
+    assert program.verifier.measure == "cpu" and program.accept.rule == "paired"
     assert program.allowed == ("textkit/**",) and "bench/**" in program.forbidden and "tests/**" in program.forbidden
     assert [g.command for g in program.guards] == ["python -m pytest -q tests"]
-    monkeypatch.syspath_prepend(str(repo))   # the recorded Counter instance is the project's class
-    inputs = pickle.loads((store / "inputs/calls.pkl").read_bytes())
+    # the recorded Counter instance is the project's class: stored as its own pickle, so that the
+    # feeder draws calls without importing the code under test
+    inputs = replay.load(str(store / "inputs/calls.pkl"))
+    assert "textkit" not in sys.modules
+    counter = next(t for t in inputs if t["name"] == "textkit.core:Counter.count")["calls"][0][0][0]
+    assert isinstance(counter, replay.Opaque) and counter.qualname == "Counter"
     assert {t["name"]: len(t["calls"]) for t in inputs} == {"textkit.core:slug": 8, "textkit.core:Counter.count": 6,
                                                             "textkit.core:log": 0}
     plan = json.loads((repo / "bench/trace.json").read_text())
@@ -93,8 +100,9 @@ def test_init_trace_records_the_tests_and_writes_a_sealed_benchmark_that_verifie
     assert git(repo, "status", "--porcelain") == "?? program.md"
     # verify measured it: the tests pass, the score checked every outcome, the harness is reported
     assert "guard tests: pass" in out
-    assert "score: pass (checked " in out and "of derived calls) against the start commit)" in out
-    assert "harness: " in out and "of the wall time is not the code under test" in out
+    assert "score: pass (checked " in out and "of derived calls, drawn after the run) against the start commit)" in out, out
+    assert "harness: " in out and "of the CPU time is not the code under test" in out
+    assert re.search(r"run: .* = the timed command .* \+ the score .*× the command's own seconds", out), out
 
 
 def test_init_trace_refuses_when_no_call_can_be_used_and_says_what_to_target(make_repo, isolated_env) -> None:

@@ -165,3 +165,87 @@ def test_a_venv_inside_the_checkout_is_there_for_the_sandboxed_score(make_repo, 
     assert res.ok, res.stderr_path.read_text()
     assert res.stdout_path.read_text() == "home = /usr/bin\nacc: 1\n"
     assert git(repo, "status", "--porcelain") == ""
+
+
+def _with_inputs(repo: Path, command: str, score: str, inputs: str):
+    p = program(repo, "cpu")
+    return dataclasses.replace(p, verifier=dataclasses.replace(p.verifier, command=command, score=score,
+                                                                inputs=inputs))
+
+
+def _measured(p, repo: Path, tmp_path: Path, seed: int, bwrap=None):
+    from autoloop.engine.verify import measure
+    from autoloop.isolation.sandbox import tree_box
+
+    n = len(list(tmp_path.glob("tree-*")))
+    tree = Worktree(repo, repo / ".git", tmp_path / f"tree-{n}")
+    tree.open(git(repo, "rev-parse", "HEAD"))
+    scratch = tmp_path / f"scratch-{n}" / "tmp"
+    scratch.mkdir(parents=True)
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    box = None if bwrap is None else tree_box(bwrap, p, tree.path, repo / ".git", scratch.parent, env.get("PATH", ""))
+    (tmp_path / f"logs-{n}").mkdir()
+    return measure(p, cwd=tree.path, env=env, log_dir=tmp_path / f"logs-{n}", marker=proc.new_marker(),
+                   with_guards=False, box=box, seed=seed, scorer=_SCORERS[id(p)])
+
+
+_SCORERS: dict = {}
+
+
+def test_inputs_are_made_before_the_command_given_on_its_stdin_and_read_by_the_score(make_repo, tmp_path: Path) -> None:
+    repo = make_repo({"model.py": "x = 1\n"})
+    p = _with_inputs(repo, 'cat > "$AUTOLOOP_OUTPUT/got"',
+                     'test "$(cat "$AUTOLOOP_OUTPUT/got")" = "$(cat "$AUTOLOOP_INPUTS")" && echo same',
+                     'echo "calls for $AUTOLOOP_SEED"; echo made >> "$HOME_MARK"')
+    mark = tmp_path / "made.txt"
+    os.environ["HOME_MARK"] = str(mark)
+    try:
+        _SCORERS[id(p)] = Scorer(p, Worktree(repo, repo / ".git", tmp_path / "score-tree"),
+                                 git(repo, "rev-parse", "HEAD"), None, tmp_path / "score-scratch")
+        first = _measured(p, repo, tmp_path, 7)
+        again = _measured(p, repo, tmp_path, 7)   # the pair's other run: the same seed, made once
+        other = _measured(p, repo, tmp_path, 8)
+    finally:
+        del os.environ["HOME_MARK"]
+    for m in (first, again, other):
+        assert m.metric is not None and m.guards_ok, m
+        assert "same" in m.score_said
+    assert mark.read_text().count("made") == 2
+
+
+def test_failing_inputs_leave_no_metric_and_say_why(make_repo, tmp_path: Path) -> None:
+    repo = make_repo({"model.py": "x = 1\n"})
+    p = _with_inputs(repo, "true", "true", "echo no inputs >&2; exit 4")
+    _SCORERS[id(p)] = Scorer(p, Worktree(repo, repo / ".git", tmp_path / "score-tree"),
+                             git(repo, "rev-parse", "HEAD"), None, tmp_path / "score-scratch")
+    m = _measured(p, repo, tmp_path, 3)
+    assert m.metric is None and m.error is not None and m.error.startswith("verifier.inputs: exit 4"), m
+
+
+def test_the_sandboxed_command_cannot_open_the_inputs_file(make_repo, tmp_path: Path) -> None:
+    import pytest
+
+    from autoloop.isolation.sandbox import probed
+    from tests.isolation.test_sandbox import PROBLEM
+
+    if PROBLEM is not None:
+        pytest.skip(PROBLEM)
+    repo = make_repo({"model.py": "x = 1\n"})
+    p = _with_inputs(repo, 'cat > "$AUTOLOOP_OUTPUT/got"; ls -d /tmp/autoloop-inputs-* > "$AUTOLOOP_OUTPUT/seen" 2>&1; true',
+                     'grep -q "No such file" "$AUTOLOOP_OUTPUT/seen" && test -s "$AUTOLOOP_OUTPUT/got" '
+                     '&& cat "$AUTOLOOP_INPUTS" >/dev/null && echo sealed',
+                     'echo "calls for $AUTOLOOP_SEED"')
+    bwrap, why = probed(p)
+    assert bwrap is not None, why
+    _SCORERS[id(p)] = Scorer(p, Worktree(repo, repo / ".git", tmp_path / "score-tree"),
+                             git(repo, "rev-parse", "HEAD"), bwrap, tmp_path / "score-scratch")
+    m = _measured(p, repo, tmp_path, 5, bwrap)
+    assert m.metric is not None and "sealed" in m.score_said, m
+
+
+def test_inputs_need_a_score(tmp_path: Path) -> None:
+    import pytest
+
+    text = TEXT.replace("  score: echo\n", "  inputs: echo\n")
+    with pytest.raises(Exception, match=r"program.md:\d+: verifier.inputs: needs verifier.score"):
+        parse_program(text, tmp_path / "program.md", tmp_path)

@@ -390,7 +390,7 @@ UNKNOWN_KEYS = [
     ("on: 1", "program.md:8: unknown key 'on' (known keys: goal, allowed, forbidden, verifier, "
               "guards, generator, stop, accept, limits, holdout, sandbox, resources, data, parallel, private)"),
     ("  zzz: 1", "program.md:8: unknown key 'verifier.zzz' (known keys under verifier: command, "
-                 "metric, pattern, direction, timeout, repeats, network, hosts, measure, score)"),
+                 "metric, pattern, direction, timeout, repeats, network, hosts, measure, score, inputs)"),
     ("generator:\n  modle: x", "program.md:9: unknown key 'generator.modle' (did you mean "
                                "'generator.model'?)"),
     ("generator:\n  price: {input: 1, ouput: 2}",
