@@ -7,6 +7,7 @@ HF_HOME, VIRTUAL_ENV, ...) passes: the verifier is the user's and needs the user
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import threading
 from contextlib import contextmanager
@@ -101,9 +102,27 @@ def measurement_env(base: Mapping[str, str], *, parent: Path,
         threading.Thread(target=remove_tree, args=(trash,), kwargs={"quiet": True}, daemon=True).start()
 
 
+# A credential by its name (the journal's redactor's shape, and PGPASSWORD's kind): a cloud's key, a code
+# host's token, a CI job's OIDC request token, a database password.
+_CREDENTIAL = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|CREDENTIALS?)($|_)|PASSW(OR)?D", re.IGNORECASE)
+# ... but for the model's own: the agent must reach its model, and whatever it sends goes there
+# anyway. Anthropic's and OpenAI's clients, Claude Code's sign-in, Codex, aider and litellm's
+# providers (their `*_API_KEY`, `*_API_BASE`).
+_MODEL_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_", "OPENAI_", "AZURE_OPENAI_", "CODEX_", "AIDER_", "LITELLM_",
+                   "OPENROUTER_", "DEEPSEEK_", "GEMINI_", "GOOGLE_API_KEY", "MISTRAL_", "GROQ_", "XAI_",
+                   "COHERE_", "TOGETHERAI_", "TOGETHER_", "FIREWORKS_", "PERPLEXITYAI_", "CEREBRAS_", "OLLAMA_")
+
+
+def credential(name: str) -> bool:
+    """A variable the generator does not get: a credential that is not its model's."""
+    return bool(_CREDENTIAL.search(name)) and not name.upper().startswith(_MODEL_PREFIXES)
+
+
 def generator_env(base: Mapping[str, str]) -> dict[str, str]:
-    """The generator's environment: the caller's without GIT_LOCATION and the daemon handles,
-    and no bytecode written into the tree it edits (it is never kept)."""
-    env = {k: v for k, v in git_scrubbed(base).items() if k not in _DAEMONS}
+    """The generator's environment: the caller's without GIT_LOCATION, the daemon handles and
+    every credential but the model's (an agent with the network could send a cloud key or a code
+    host's token anywhere its allowlist reaches; the home's files of that kind are hidden from it
+    too), and no bytecode written into the tree it edits (it is never kept)."""
+    env = {k: v for k, v in git_scrubbed(base).items() if k not in _DAEMONS and not credential(k)}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
