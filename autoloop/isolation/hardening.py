@@ -347,7 +347,8 @@ class Guardrails:
                 cache = self._proven_cache(base_env)
             self.capture_outside()
             self._local.measuring = (tree, commit)
-            with envs.measurement_env(base_env, parent=self._scratch, untrusted=self.untrusted) as env:
+            keys = self.sandbox is None or self.program.verifier.network   # (envs.measurement_env)
+            with envs.measurement_env(base_env, parent=self._scratch, untrusted=self.untrusted, credentials=keys) as env:
                 prefix = Path(env["PYTHONPYCACHEPREFIX"])
                 if cache is not None:
                     with self._warm_lock:

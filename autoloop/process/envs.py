@@ -67,9 +67,11 @@ def unsafe(name: str) -> bool:
     return name in _DROP_EXACT or name in _DAEMONS or name.startswith(_DROP_PREFIX)
 
 
-def scrubbed(base: Mapping[str, str], *, scratch: Path, untrusted: Sequence[Path] = ()) -> dict[str, str]:
-    """The environment for one measurement; `scratch` is an empty folder of its own."""
-    env = {k: v for k, v in base.items() if not unsafe(k) or k in _OWN}
+def scrubbed(base: Mapping[str, str], *, scratch: Path, untrusted: Sequence[Path] = (),
+             credentials: bool = True) -> dict[str, str]:
+    """The environment for one measurement; `scratch` is an empty folder of its own.
+    `credentials`: keep the variables `credential` names (see measurement_env)."""
+    env = {k: v for k, v in base.items() if (not unsafe(k) or k in _OWN) and (credentials or not credential(k))}
     # PATH without relative or empty entries, or entries in a work tree
     path = [e for e in base.get("PATH", os.defpath).split(os.pathsep)
             if os.path.isabs(e) and not any(inside(e, r) for r in untrusted)]
@@ -83,14 +85,16 @@ def scrubbed(base: Mapping[str, str], *, scratch: Path, untrusted: Sequence[Path
 
 
 @contextmanager
-def measurement_env(base: Mapping[str, str], *, parent: Path,
-                    untrusted: Sequence[Path] = ()) -> Iterator[dict[str, str]]:
+def measurement_env(base: Mapping[str, str], *, parent: Path, untrusted: Sequence[Path] = (),
+                    credentials: bool = True) -> Iterator[dict[str, str]]:
     """A scrubbed environment with fresh scratch folders under `parent`, removed afterwards, so
-    nothing a measurement does reaches the next."""
+    nothing a measurement does reaches the next. `credentials=False` for a sandboxed measurement
+    without the network: a key is of no use to it, and what it prints (encoded past any
+    redaction) reaches the next prompt."""
     parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="measure-", dir=parent))
     try:
-        yield scrubbed(base, scratch=scratch, untrusted=untrusted)
+        yield scrubbed(base, scratch=scratch, untrusted=untrusted, credentials=credentials)
     finally:
         # out of the way at once, deleted in the background: after a big import a scratch
         # holds thousands of files, and nobody needs to wait for them
