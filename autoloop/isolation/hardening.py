@@ -171,12 +171,15 @@ class Guardrails:
         tree = workdir or ws.path
 
         urls = url_rules(os.environ, self.program.generator.base_url)
+        # What measurements left: the score's and the holdout's logs of every run of this
+        # checkout (their output may quote `private`), the scratch they run in right now
+        unseen = [self.journal.dir.parent, self._scratch]
 
         def wrap(command, *, readable=(), writable=(), network=None, hosts=()):  # type: ignore[no-untyped-def]
             # readable/writable/network/hosts: what an agent CLI needs (autoloop.generators.agents)
             return sandbox.argv(command, workdir=tree, writable=[log_dir, *writable],
                                 readable=[ws.common_dir, *readable], network=network,
-                                hosts=[*hosts, *urls], label=str(log_dir))
+                                hosts=[*hosts, *urls], label=str(log_dir), unseen=unseen)
 
         return wrap
 
