@@ -83,3 +83,40 @@ def test_the_generator_reads_no_private_value_in_the_scores_logs(outside_tmp):
     assert res.returncode == 0, res.stderr
     assert any(SECRET in f.read_text(errors="replace") for f in logs.rglob("score.out"))   # it can fail
     assert (gen / "found.txt").read_text() == ""
+
+
+PRODUCE = '''\
+import os
+open(os.path.join(os.environ["AUTOLOOP_OUTPUT"], "v"), "w").write(open("val.txt").read())
+'''
+FAILING_SCORE = '''\
+import os, sys
+got = open(os.path.join(os.environ["AUTOLOOP_OUTPUT"], "v")).read().strip()
+expected = open({label!r}).read().strip()
+if got != "40.25":
+    sys.exit("wrong answer: expected " + expected + ", got " + got)   # a checker quoting the truth
+print("score: 40.25")
+'''
+
+
+def test_a_failing_scores_words_reach_neither_the_journal_nor_the_prompt(outside_tmp):
+    from tests.scripts.e2e import git, make_project, PY
+
+    private = outside_tmp / "labels"
+    private.mkdir()
+    (private / "label.txt").write_text(SECRET)
+    p = make_project(outside_tmp, {1: 'W("val.txt", "30")\nhyp("a wrong answer")', 2: 'W("val.txt", "31")\nhyp("x")'},
+                     files={"produce.py": PRODUCE, "score_private.py": FAILING_SCORE.format(label=str(private / "label.txt"))},
+                     extra=f"private: [{private}]\nsandbox: {{kind: bwrap, writable: [{outside_tmp / 'records'}]}}")
+    text = (p.repo / "program.md").read_text().replace(
+        "verifier:\n", f"verifier:\n  score: {PY} score_private.py\n", 1).replace(
+        f"  command: {PY} score.py", f"  command: {PY} produce.py", 1)
+    (p.repo / "program.md").write_text(text)
+    git(p.repo, "commit", "-qam", "a score that checks against the private labels", env=p.env)
+    res = p.run("--cycles", "2")
+    assert res.returncode == 0, res.stderr
+    logs = p.repo / ".autoloop" / p.tag / "logs"
+    assert SECRET in (logs / "cycle-0001" / "score.err").read_text()     # it said it: the test can fail
+    assert SECRET not in (p.repo / "experiments.md").read_text()
+    assert SECRET not in (logs / "cycle-0002" / "prompt.md").read_text()
+    assert SECRET not in res.stdout + res.stderr
