@@ -19,6 +19,7 @@ from autoloop.program.reader import Program, VerifierSpec
 from autoloop.engine.metric import Measurement, MetricError, parse_metric
 from autoloop.engine.testcount import TestCount, baseline_counts, shortfall
 from autoloop.engine.verify import new_seed
+from autoloop.process.logfile import log_folder
 
 
 def pair_key(label: str) -> str:
@@ -114,8 +115,8 @@ class LaneRunner:
         if self.first_log_dir is not None:
             d, self.first_log_dir = self.first_log_dir, None
         else:
-            d = self.log_dir / "runs" / label
-            d.mkdir(parents=True, exist_ok=True)
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            d = log_folder(self.log_dir, "runs", label)   # not through a link the generator planted
         p = self.program
         run = p if self.spec is None else dataclasses.replace(p, verifier=self.spec, guards=())
         key = pair_key(label)

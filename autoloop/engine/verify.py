@@ -157,7 +157,8 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
     spec = verifier or program.verifier
     scored = spec.score is not None and spec.measure == "output"
     if score is not None and not scored:
-        return _checked(summarize(program, todo, results, box, verifier, hints=hints), score, box if hints else None)
+        return _checked(summarize(program, todo, results, box, verifier, hints=hints), score, box if hints else None,
+                        bool(program.private))
     if not hints:
         box = None   # failure_summary's sandbox hint is for the user's own commands only
     guards: list[GuardResult] = []
@@ -178,7 +179,7 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
             return Measurement(None, tuple(guards), why, stem, total)
         elif scored:
             # the metric is the score's: the command's output, written by the candidate's code, is not read
-            return _score_metric(spec, tuple(guards), score, box, total)
+            return _score_metric(spec, tuple(guards), score, box, total, bool(program.private))
         elif spec.measure != "output":
             # timed from outside: nothing the command printed is read for the metric
             value = res.wall_s if spec.measure == "wall" else res.cpu_s
@@ -197,21 +198,33 @@ def summarize(program: Program, todo: Sequence[proc.Step], results: Sequence[pro
     return Measurement(None, tuple(guards), "the verifier did not run", None, total)
 
 
+def _score_failed(score: proc.ProcResult, box: Confinement | None, private: bool) -> str:
+    """Why the score failed, for the lesson. With `private` its words are not quoted: the score
+    reads the private paths, and a checker that names the expected answer would hand them to
+    the journal and the next prompt (contract: private never reaches either)."""
+    if private:
+        return f"{score.describe()} (its output stays in its log: the score reads `private`)"
+    return failure_summary(score, box)
+
+
 def _score_metric(spec: VerifierSpec | HoldoutSpec, guards: tuple[GuardResult, ...],
-                  score: proc.ProcResult | str | None, box: Confinement | None, total: float) -> Measurement:
+                  score: proc.ProcResult | str | None, box: Confinement | None, total: float,
+                  private: bool = False) -> Measurement:
     if score is None or isinstance(score, str):
         return Measurement(None, guards, f"verifier.score {score or 'did not run'}", None, total)
     stem, total = score.stdout_path.with_suffix(""), total + score.duration_s
     if not score.ok:
-        return Measurement(None, guards, "verifier.score: " + failure_summary(score, box), stem, total)
+        return Measurement(None, guards, "verifier.score: " + _score_failed(score, box, private), stem, total)
     try:
         return Measurement(parse_metric(score.stdout_path, spec), guards, None, stem, total)
     except MetricError as exc:
-        hint = near_miss(score.stdout_tail(), spec.metric) if spec.metric and spec.pattern is None else ""
+        quote = spec.metric and spec.pattern is None and not private
+        hint = near_miss(score.stdout_tail(), spec.metric) if quote else ""
         return Measurement(None, guards, f"verifier.score: {exc}{hint}", stem, total)
 
 
-def _checked(m: Measurement, score: proc.ProcResult | str, box: Confinement | None) -> Measurement:
+def _checked(m: Measurement, score: proc.ProcResult | str, box: Confinement | None,
+             private: bool = False) -> Measurement:
     """`measure: wall|cpu`: the score checks the command's results; failing, the cycle is a guard_fail."""
     if m.metric is None:
         return m
@@ -223,7 +236,7 @@ def _checked(m: Measurement, score: proc.ProcResult | str, box: Confinement | No
     if score.ok:
         return dataclasses.replace(m, duration_s=total, score_said=score.stdout_tail(2000),
                                    score_s=score.duration_s)
-    failed = GuardResult("score", False, failure_summary(score, box), score.stdout_path.with_suffix(""),
+    failed = GuardResult("score", False, _score_failed(score, box, private), score.stdout_path.with_suffix(""),
                          score.duration_s)
     return Measurement(None, (*m.guards, failed), None, None, total)
 

@@ -171,12 +171,15 @@ class Guardrails:
         tree = workdir or ws.path
 
         urls = url_rules(os.environ, self.program.generator.base_url)
+        # What measurements left: the score's and the holdout's logs of every run of this
+        # checkout (their output may quote `private`), the scratch they run in right now
+        unseen = [self.journal.dir.parent, self._scratch]
 
         def wrap(command, *, readable=(), writable=(), network=None, hosts=()):  # type: ignore[no-untyped-def]
             # readable/writable/network/hosts: what an agent CLI needs (autoloop.generators.agents)
             return sandbox.argv(command, workdir=tree, writable=[log_dir, *writable],
                                 readable=[ws.common_dir, *readable], network=network,
-                                hosts=[*hosts, *urls], label=str(log_dir))
+                                hosts=[*hosts, *urls], label=str(log_dir), unseen=unseen)
 
         return wrap
 
@@ -347,7 +350,8 @@ class Guardrails:
                 cache = self._proven_cache(base_env)
             self.capture_outside()
             self._local.measuring = (tree, commit)
-            with envs.measurement_env(base_env, parent=self._scratch, untrusted=self.untrusted) as env:
+            keys = self.sandbox is None or self.program.verifier.network   # (envs.measurement_env)
+            with envs.measurement_env(base_env, parent=self._scratch, untrusted=self.untrusted, credentials=keys) as env:
                 prefix = Path(env["PYTHONPYCACHEPREFIX"])
                 if cache is not None:
                     with self._warm_lock:

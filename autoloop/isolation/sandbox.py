@@ -186,10 +186,11 @@ class Bwrap:
 
     def argv(self, command: str | Sequence[str], *, workdir: Path, writable: Sequence[Path] = (),
              readable: Sequence[Path] = (), network: bool | None = None, hosts: Sequence[Rule] = (),
-             label: str = "") -> list[str]:
+             label: str = "", unseen: Sequence[Path] = ()) -> list[str]:
         """The generator's `command` (a shell string or an argv) in the sandbox, cwd `workdir`.
         `network` overrides `sandbox.network` (an agent preset's default when the key is unset);
-        with it on, the proxy allows `hosts` and sandbox.hosts, refusals counted under `label`."""
+        with it on, the proxy allows `hosts` and sandbox.hosts, refusals counted under `label`.
+        `unseen`: folders shown empty, but for what `writable` binds again inside them."""
         net = self.spec.network if network is None else network
         places = hidden_places(self.spec.hide)
         # no unix socket can be made (autoloop.isolation.seccomp); without the filter (a machine
@@ -200,6 +201,7 @@ class Bwrap:
                 *self._readable(net, os.environ.get("PATH", ""), readable, command, places)]
         extra = [os.path.expanduser(w) for w in self.spec.writable]
         rw = dict.fromkeys(os.path.realpath(p) for p in [workdir, *writable, *(w for w in extra if os.path.exists(w))])
+        args += hide_args((real, True) for real in map(os.path.realpath, unseen) if os.path.isdir(real))
         args += [a for real in rw for a in ("--bind", real, real)]
         args += hide(self.private)
         args += ["--chdir", os.path.realpath(workdir), "--setenv", "TMPDIR", "/tmp",

@@ -7,6 +7,7 @@ HF_HOME, VIRTUAL_ENV, ...) passes: the verifier is the user's and needs the user
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import threading
 from contextlib import contextmanager
@@ -66,9 +67,11 @@ def unsafe(name: str) -> bool:
     return name in _DROP_EXACT or name in _DAEMONS or name.startswith(_DROP_PREFIX)
 
 
-def scrubbed(base: Mapping[str, str], *, scratch: Path, untrusted: Sequence[Path] = ()) -> dict[str, str]:
-    """The environment for one measurement; `scratch` is an empty folder of its own."""
-    env = {k: v for k, v in base.items() if not unsafe(k) or k in _OWN}
+def scrubbed(base: Mapping[str, str], *, scratch: Path, untrusted: Sequence[Path] = (),
+             credentials: bool = True) -> dict[str, str]:
+    """The environment for one measurement; `scratch` is an empty folder of its own.
+    `credentials`: keep the variables `credential` names (see measurement_env)."""
+    env = {k: v for k, v in base.items() if (not unsafe(k) or k in _OWN) and (credentials or not credential(k))}
     # PATH without relative or empty entries, or entries in a work tree
     path = [e for e in base.get("PATH", os.defpath).split(os.pathsep)
             if os.path.isabs(e) and not any(inside(e, r) for r in untrusted)]
@@ -82,14 +85,16 @@ def scrubbed(base: Mapping[str, str], *, scratch: Path, untrusted: Sequence[Path
 
 
 @contextmanager
-def measurement_env(base: Mapping[str, str], *, parent: Path,
-                    untrusted: Sequence[Path] = ()) -> Iterator[dict[str, str]]:
+def measurement_env(base: Mapping[str, str], *, parent: Path, untrusted: Sequence[Path] = (),
+                    credentials: bool = True) -> Iterator[dict[str, str]]:
     """A scrubbed environment with fresh scratch folders under `parent`, removed afterwards, so
-    nothing a measurement does reaches the next."""
+    nothing a measurement does reaches the next. `credentials=False` for a sandboxed measurement
+    without the network: a key is of no use to it, and what it prints (encoded past any
+    redaction) reaches the next prompt."""
     parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="measure-", dir=parent))
     try:
-        yield scrubbed(base, scratch=scratch, untrusted=untrusted)
+        yield scrubbed(base, scratch=scratch, untrusted=untrusted, credentials=credentials)
     finally:
         # out of the way at once, deleted in the background: after a big import a scratch
         # holds thousands of files, and nobody needs to wait for them
@@ -101,9 +106,27 @@ def measurement_env(base: Mapping[str, str], *, parent: Path,
         threading.Thread(target=remove_tree, args=(trash,), kwargs={"quiet": True}, daemon=True).start()
 
 
+# A credential by its name (the journal's redactor's shape, and PGPASSWORD's kind): a cloud's key, a code
+# host's token, a CI job's OIDC request token, a database password.
+_CREDENTIAL = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|CREDENTIALS?)($|_)|PASSW(OR)?D", re.IGNORECASE)
+# ... but for the model's own: the agent must reach its model, and whatever it sends goes there
+# anyway. Anthropic's and OpenAI's clients, Claude Code's sign-in, Codex, aider and litellm's
+# providers (their `*_API_KEY`, `*_API_BASE`).
+_MODEL_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_", "OPENAI_", "AZURE_OPENAI_", "CODEX_", "AIDER_", "LITELLM_",
+                   "OPENROUTER_", "DEEPSEEK_", "GEMINI_", "GOOGLE_API_KEY", "MISTRAL_", "GROQ_", "XAI_",
+                   "COHERE_", "TOGETHERAI_", "TOGETHER_", "FIREWORKS_", "PERPLEXITYAI_", "CEREBRAS_", "OLLAMA_")
+
+
+def credential(name: str) -> bool:
+    """A variable the generator does not get: a credential that is not its model's."""
+    return bool(_CREDENTIAL.search(name)) and not name.upper().startswith(_MODEL_PREFIXES)
+
+
 def generator_env(base: Mapping[str, str]) -> dict[str, str]:
-    """The generator's environment: the caller's without GIT_LOCATION and the daemon handles,
-    and no bytecode written into the tree it edits (it is never kept)."""
-    env = {k: v for k, v in git_scrubbed(base).items() if k not in _DAEMONS}
+    """The generator's environment: the caller's without GIT_LOCATION, the daemon handles and
+    every credential but the model's (an agent with the network could send a cloud key or a code
+    host's token anywhere its allowlist reaches; the home's files of that kind are hidden from it
+    too), and no bytecode written into the tree it edits (it is never kept)."""
+    env = {k: v for k, v in git_scrubbed(base).items() if k not in _DAEMONS and not credential(k)}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env

@@ -65,6 +65,25 @@ def fresh_log(path: Path) -> IO[bytes]:
     raise OSError(f"{path}: something keeps replacing this log file")
 
 
+def log_folder(root: Path, *names: str) -> Path:
+    """`root/names...`, each a real folder of ours: whatever a generator planted at a name in the
+    log folder it writes (a link to a folder of its choice, a file) is removed first, so logs
+    autoloop writes there — and the removal of what sits at a log's name — stay under `root`.
+    (The generator's sandbox has ended by the time a measurement logs: nothing races this.)"""
+    path = root
+    for name in names:
+        path = path / name
+        try:
+            st = os.lstat(path)
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        os.mkdir(path)
+    return path
+
+
 def own_output(f: IO[bytes], path: Path) -> None:
     """Make `path` again the file behind our descriptor `f` when something replaced it: what is
     read back by path is then what the command wrote to its stdout/stderr."""

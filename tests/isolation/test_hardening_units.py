@@ -66,6 +66,17 @@ def test_generator_env_writes_no_bytecode():
     assert env == {"GIT_AUTHOR_NAME": "a", "PATH": "/bin", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
+@pytest.mark.parametrize("name", ["AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "GITHUB_TOKEN", "GH_TOKEN",
+                                  "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "HF_TOKEN", "PGPASSWORD", "TWINE_PASSWORD",
+                                  "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_CLIENT_SECRET", "KAGGLE_KEY",
+                                  "STRIPE_API_KEY", "vault_token"])
+def test_the_generator_gets_no_credential_but_its_models(name):
+    kept = {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_AUTH_TOKEN": "k", "CLAUDE_CODE_OAUTH_TOKEN": "k",
+            "OPENAI_API_KEY": "k", "OPENROUTER_API_KEY": "k", "GEMINI_API_KEY": "k",
+            "TOKENIZERS_PARALLELISM": "false", "HF_HOME": "/h", "PATH": "/bin"}
+    assert envs.generator_env({**kept, name: "secret"}) == {**kept, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 # ---- scope rules ------------------------------------------------------------------------------------
 
 
