@@ -7,6 +7,7 @@ had keep working."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -150,6 +151,19 @@ def _outer_entries(repo_root: Path) -> list[tuple[str, str, str | None]]:
     return out
 
 
+_USERINFO = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@]+@", re.I)
+
+
+def _secret(section: str, sub: str, name: str, value: str | None) -> bool:
+    """A config entry that carries a credential: credential helpers and their settings, HTTP
+    headers (`http.<url>.extraHeader`: a token), and a URL with a user and password in it (as a
+    `url.<base>.insteadOf` rewrite or its value)."""
+    section, name = section.lower(), name.lower()
+    if section == "credential" or (section == "http" and name == "extraheader"):
+        return True
+    return section == "url" and (bool(_USERINFO.match(sub)) or bool(value and _USERINFO.match(value)))
+
+
 def freeze_outer_config(repo_root: Path, dest: Path) -> dict[Path, str]:
     """Copy the system and global git config as they are now (includes resolved, with the
     global attributes file) into `dest`, and point our later git calls at it. Returns the files
@@ -163,6 +177,8 @@ def freeze_outer_config(repo_root: Path, dest: Path) -> dict[Path, str]:
             sources.setdefault(Path(origin), "a file your git config includes")
         section, _, rest = key.partition(".")
         sub, _, name = rest.rpartition(".")
+        if _secret(section, sub, name, value):
+            continue   # our git calls never reach a remote: a credential has no business in the copy
         if section.lower() == "core" and not sub and name.lower() == "attributesfile" and value is not None:
             attributes = value
             continue

@@ -28,7 +28,10 @@ def test_frozen_config_keeps_values_includes_and_attributes_and_ignores_later_ed
     with open(home / ".gitconfig", "a") as f:
         f.write(f"[include]\n\tpath = {home / 'inc.cfg'}\n[core]\n\tattributesFile = {home / 'attrs'}\n"
                 f'[url "https://example.com/a.b/"]\n\tinsteadOf = ex:\n[includeIf "gitdir:{repo}/"]\n'
-                f"\tpath = {home / 'cond.cfg'}\n")
+                f"\tpath = {home / 'cond.cfg'}\n"
+                f'[url "https://x-access:SECRET-TOKEN@github.com/"]\n\tinsteadOf = https://github.com/\n'
+                f'[credential]\n\thelper = "!echo password=SECRET-TOKEN"\n'
+                f'[http "https://github.com/"]\n\textraHeader = "AUTHORIZATION: basic SECRET-TOKEN"\n')
     (home / "cond.cfg").write_text("[user]\n\tname = Conditional\n")
     want = {k: git(repo, "config", "--get", k).strip() for k in
             ("filter.lfs.clean", "filter.lfs.required", "alias.q", "url.https://example.com/a.b/.insteadof", "user.name")}
@@ -40,6 +43,8 @@ def test_frozen_config_keeps_values_includes_and_attributes_and_ignores_later_ed
         (home / "attrs").write_text("* filter=evil\n")
         got = {k: git(repo, "config", "--get", k).strip() for k in want}
         assert got == want
+        # a credential is not copied into autoloop's state (its git calls never reach a remote)
+        assert "SECRET-TOKEN" not in (tmp_path / "frozen" / "config").read_text()
         assert git(repo, "check-attr", "filter", "--", "x.bin", "x.txt").splitlines() == [
             "x.bin: filter: lfs", "x.txt: filter: unspecified"]
         assert git_env()["GIT_NO_REPLACE_OBJECTS"] == "1"
