@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import atexit
 import errno
+import hashlib
+import os
 import platform
+import stat
 import struct
+import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -147,19 +151,47 @@ _FILE: list[str] = []
 
 
 def filter_file() -> str | None:
-    """The filter in a file of its own (made once per process, removed at its exit), for bwrap to
-    read on a descriptor; None on a machine it does not know (see `supported`)."""
+    """The filter in a file, for bwrap to read on a descriptor; None on a machine it does not know
+    (see `supported`). One file per user and filter, named by its content, in a 0700 folder of
+    the temp directory that no sandbox sees (each has its own /tmp): a process killed with -9
+    leaves nothing behind, and a file found changed is written again before use."""
     if not supported():
         return None
-    if _FILE and not Path(_FILE[0]).is_file():   # removed under us (a temp cleaner): made again
-        _FILE.clear()
-    if not _FILE:
+    data = program()
+    if _FILE and _holds(Path(_FILE[0]), data):
+        return _FILE[0]
+    _FILE.clear()
+    folder = _shared_folder()
+    if folder is None:   # a temp directory we cannot trust: a folder of this process's own
         folder = temp_dir("seccomp")
-        path = folder / "unix-sockets.bpf"
-        path.write_bytes(program())
         atexit.register(remove_tree, folder, quiet=True)
-        _FILE.append(str(path))
+    path = folder / f"unix-sockets-{hashlib.sha256(data).hexdigest()[:16]}.bpf"
+    if not _holds(path, data):
+        part = folder / f".{path.name}.{os.getpid()}"
+        part.write_bytes(data)
+        os.replace(part, path)
+    _FILE.append(str(path))
     return _FILE[0]
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    try:
+        return path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def _shared_folder() -> Path | None:
+    """`autoloop-filters-UID` in the temp directory: made 0700 if missing, used only if it is a
+    real folder (not a link) of this user that nobody else can write."""
+    folder = Path(tempfile.gettempdir()) / f"autoloop-filters-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(folder)
+    except OSError:
+        return None
+    ok = stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+    return folder if ok else None
 
 
 # bwrap reads the filter on descriptor 3, opened by a shell that then becomes bwrap (the

@@ -129,3 +129,22 @@ def test_a_filter_file_removed_under_us_is_made_again():
     os.unlink(first)
     again = sc.filter_file()
     assert again is not None and open(again, "rb").read() == sc.program()
+
+
+def test_a_filter_file_changed_under_us_is_written_again_and_none_is_left_per_process(tmp_path):
+    """One file per user and filter, outside every sandbox's /tmp: a process killed with -9
+    leaves no folder of its own behind (`autoloop clean` and `doctor` would count it)."""
+    if not sc.supported():
+        pytest.skip("no filter for this machine")
+    path = sc.filter_file()
+    assert path is not None and os.path.basename(os.path.dirname(path)) == f"autoloop-filters-{os.getuid()}"
+    with open(path, "wb") as f:
+        f.write(b"\x06\x00\x00\x00\x00\x00\xff\x7f")   # a filter that allows everything
+    again = sc.filter_file()   # this process's file again, written anew (or one in the test's own temp folder)
+    assert again is not None and open(again, "rb").read() == sc.program()
+    out = subprocess.run([sys.executable, "-c", "from autoloop.isolation import seccomp as sc; "
+                          "import os; print(sc.filter_file()); os._exit(0)"],
+                         capture_output=True, text=True, timeout=60)
+    other = out.stdout.strip()   # this test's own temp folder (the one above was this process's first)
+    assert os.path.basename(other) == os.path.basename(path) and open(other, "rb").read() == sc.program()
+    assert not [p for p in os.listdir(os.path.dirname(os.path.dirname(other))) if p.startswith("autoloop-seccomp-")]
