@@ -146,10 +146,8 @@ class AgentGenerator(CommandGenerator):
             return [str(path), *words[1:]]
         found = shutil.which(name, path=ctx.env.get("PATH", os.defpath))   # as the child's exec will
         if found is None:
-            raise FatalGeneratorError(
-                f"{words[0]} not found on PATH; install {self.install_hint}, give its path in generator.command, "
-                "or pick another generator.kind (`command` runs your own script, `tune` needs no model: "
-                "docs/install.md, the generator)")
+            raise FatalGeneratorError(f"{words[0]} not found on PATH; install {self.install_hint}, give its path in generator.command, "
+                                      "or pick another generator.kind (`command` runs your own script, `tune` needs no model: docs/install.md)")
         return [found, *words[1:]]
 
     def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
