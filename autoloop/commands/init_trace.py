@@ -307,5 +307,10 @@ def _too_few(trace: build.Trace) -> str:
             "one named, or the pure function inside a method")
     if any("never called" in r.error for r in trace.targets):
         hint += "; check that the command calls the target (MODULE:NAME as Python imports it)"
+        if trace.command_exit:
+            # a test run that fails early (a fixture, a conftest, a missing option) calls nothing:
+            # that, not the target, is what to fix first
+            hint = (f"the command exited {trace.command_exit} at HEAD: run it by hand and make it pass "
+                    f"first (a test that fails before calling the target records nothing); else {hint}")
     return (f"--trace: too few usable calls (at least {build.MIN_USABLE} per target are needed"
             f"{': ' + '; '.join(sorted(worst)) if worst else ''}); {hint}")

@@ -252,8 +252,11 @@ def record(program: Program, *, cwd: Path, env: Mapping[str, str], scratch: Path
         res = run_there(traced(step.command, trace, how), f"reads-{step.log_name}", hooked, step.timeout)
         seen = opened(trace, how, where[0])
         if seen:   # nothing at all: not recorded (no Python ran, for the hook), not "read nothing"
-            reads.steps["verifier" if not step.guard else step.name] = in_tree(
-                seen, where, hooked.get("PYTHONPYCACHEPREFIX"))
+            # a virtualenv inside the checkout (as the install page makes it) is bound into the
+            # sandbox at the checkout's path but is no file of the measured tree: only what exists there
+            reads.steps["verifier" if not step.guard else step.name] = [
+                rel for rel in in_tree(seen, where, hooked.get("PYTHONPYCACHEPREFIX"))
+                if os.path.lexists(cwd / rel)]
         else:
             reads.note = (reads.note + "; " if reads.note else "") + f"nothing recorded for {step.name}"
         if step.guard and not res.ok:

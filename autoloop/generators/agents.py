@@ -146,8 +146,8 @@ class AgentGenerator(CommandGenerator):
             return [str(path), *words[1:]]
         found = shutil.which(name, path=ctx.env.get("PATH", os.defpath))   # as the child's exec will
         if found is None:
-            raise FatalGeneratorError(
-                f"{words[0]} not found on PATH; install {self.install_hint} or set generator.command")
+            raise FatalGeneratorError(f"{words[0]} not found on PATH; install {self.install_hint}, give its path in generator.command, "
+                                      "or pick another generator.kind (`command` runs your own script, `tune` needs no model: docs/install.md)")
         return [found, *words[1:]]
 
     def defaults(self, ctx: GenContext) -> list[tuple[tuple[str, ...], list[str]]]:
@@ -273,7 +273,7 @@ class ClaudeGenerator(AgentGenerator):
     run). Your own `--disallowedTools` / `--allowedTools` in generator.args change that."""
 
     tool = "claude"
-    install_hint = "Claude Code"
+    install_hint = "Claude Code (npm install -g @anthropic-ai/claude-code)"
     # CLAUDE_CONFIG_DIR moves ~/.claude and ~/.claude.json together.
     state = AgentState(env="CLAUDE_CONFIG_DIR", home="~/.claude",
                        files=(("~/.claude.json", ".claude.json"),),
@@ -365,7 +365,7 @@ class CodexGenerator(AgentGenerator):
     only; inside autoloop's sandbox it runs `danger-full-access` within ours."""
 
     tool = "codex"
-    install_hint = "the Codex CLI"
+    install_hint = "the Codex CLI (npm install -g @openai/codex)"
     model_flag = ("--model", "-m")
     state = AgentState(env="CODEX_HOME", home="~/.codex", copy=("prompts", "rules"))
 

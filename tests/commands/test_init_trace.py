@@ -118,6 +118,19 @@ def test_init_trace_refuses_when_no_call_can_be_used_and_says_what_to_target(mak
     assert "Traceback" not in res.stderr
 
 
+def test_init_trace_says_a_failing_command_is_the_first_thing_to_fix(make_repo, isolated_env) -> None:
+    # a conftest that fails every test before it runs: nothing is called, and the target is not
+    # what is wrong (wcwidth's tests, without its C extension built, fail so)
+    repo = make_repo({**PROJECT, "tests/conftest.py": "import pytest\n\n@pytest.fixture(autouse=True)\n"
+                      "def _built():\n    assert False, 'C extension not loaded'\n"})
+    res = run_cli("init", "--template", "speed", "--trace", "python -m pytest -q tests",
+                  "--target", "textkit.core:slug", cwd=repo, timeout=300)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "textkit.core:slug: not usable: never called by the command" in res.stdout
+    assert "the command exited 1 at HEAD: run it by hand and make it pass first" in res.stderr, res.stderr
+    assert not (repo / "program.md").exists() and not (repo / "bench").exists()
+
+
 def test_init_trace_refuses_bad_usage_before_running_anything(make_repo) -> None:
     repo = make_repo(PROJECT)
     res = run_cli("init", "--template", "ml", "--trace", "true", "--target", "a:b", cwd=repo)

@@ -145,3 +145,18 @@ def test_a_tight_time_budget_is_not_spent_on_the_read_record(tmp_path: Path) -> 
     assert rec["how"] == "" and rec["steps"] == {}
     assert "not recorded: it takes about" in rec["note"] and "of the time budget" in rec["note"]
     assert "`autoloop doctor` records it" in r.stderr + r.stdout
+
+
+@needs_bwrap
+def test_a_virtualenv_inside_the_checkout_is_no_file_of_the_tree(tmp_path: Path) -> None:
+    """install.md makes `.venv` inside the clone; the sandbox binds it read-only at the checkout's
+    path, but what the verifier's Python reads there is not the measured tree's (a count of 6 for
+    the quickstart's 2 files, `.venv/pyvenv.cfg` among them)."""
+    score = "open('.venv/pyvenv.cfg').read()\nprint('score: ' + open('val.txt').read().strip())\n"
+    p = make_project(tmp_path / "p", guards=False, allowed="[val.txt]",
+                     files={"score.py": score, ".gitignore": ".venv/\n"})
+    (p.repo / ".venv").mkdir()
+    (p.repo / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    r = p.cli("verify", "program.md")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "reads: recorded by strace" in r.stdout and "the verifier 2" in r.stdout, r.stdout

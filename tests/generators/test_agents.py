@@ -212,7 +212,8 @@ def test_claude_missing_executable_is_fatal(repo: Path, tmp_path: Path, agent_lo
     ctx = make_ctx(repo, tmp_path, GeneratorSpec(kind="claude"))
     with pytest.raises(FatalGeneratorError) as info:
         generator_for(ctx).propose(ctx)
-    assert str(info.value) == "claude not found on PATH; install Claude Code or set generator.command"
+    assert str(info.value).startswith("claude not found on PATH; install Claude Code (npm install -g @anthropic-ai/claude-code), "
+                                      "give its path in generator.command, or pick another generator.kind")
     assert not agent_log.exists()
 
 
@@ -343,7 +344,8 @@ def test_codex_missing_executable_is_fatal(repo: Path, tmp_path: Path, agent_log
     monkeypatch.setenv("PATH", str(tmp_path))
     ctx = make_ctx(repo, tmp_path, GeneratorSpec(kind="codex"))
     with pytest.raises(FatalGeneratorError,
-                       match=r"^codex not found on PATH; install the Codex CLI or set generator.command$"):
+                       match=r"^codex not found on PATH; install the Codex CLI \(npm install -g @openai/codex\), give its path in "
+                             r"generator.command, or pick another generator.kind "):
         generator_for(ctx).propose(ctx)
 
 
