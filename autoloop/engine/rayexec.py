@@ -10,8 +10,10 @@ import dataclasses
 import io
 import logging
 import math
+import os
 import stat
 import tarfile
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -36,6 +38,7 @@ from autoloop.git.workspace import Workspace
 # Output brought back from a remote run: enough for any metric line and a failure's last words.
 REMOTE_TAIL_BYTES = 4 << 20
 RAY_EXTRA = "pip install 'autoloop-ratchet[ray]'"
+_RAY_TEMP_MAX = 30   # characters of TMPDIR/ray that leave room for Ray's session and socket names
 DATA_SHIP_MB = 256   # program.md `data:` travels to the nodes as one object: at most this much
 
 
@@ -197,6 +200,11 @@ class RayExecutor:
             # a private local instance: enough CPUs for every lane, Ray's own GPU detection
             cpus = self.spec.num_cpus if self.spec.num_cpus is not None else 1.0
             kw.update(num_cpus=max(1, math.ceil(cpus * len(self.lanes))), include_dashboard=False)
+            # Ray's unix sockets live under TMPDIR/ray/session_…/sockets/ and a socket's path has
+            # at most 107 bytes: a long TMPDIR (macOS's, a test's) fails there; /tmp/ray is Ray's own
+            ray_tmp = os.path.join(tempfile.gettempdir(), "ray")
+            if len(ray_tmp) > _RAY_TEMP_MAX and os.access("/tmp", os.W_OK):
+                kw["_temp_dir"] = "/tmp/ray"
         else:
             kw["address"] = address
         opts: dict[str, Any] = {"max_retries": 0, **{k: v for k, v in (

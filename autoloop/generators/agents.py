@@ -96,6 +96,9 @@ class AgentGenerator(CommandGenerator):
         env = dict(ctx.env)
         for key, value in self.state.defaults if self.state is not None else ():
             env.setdefault(key, value)
+        for key in self.model_keys(ctx.env):   # its model's key, which the credential filter left out
+            if key not in env and os.environ.get(key):
+                env[key] = os.environ[key]
         if ctx.wrap is None:   # unsandboxed, the agent keeps the user's own state
             return replace(ctx, env=env)
         writable: list[Path] = []
@@ -110,6 +113,11 @@ class AgentGenerator(CommandGenerator):
         outer, hosts = ctx.wrap, self.egress_hosts(env)
         return replace(ctx, env=env, wrap=lambda command: outer(
             command, readable=readable, writable=writable, network=network, hosts=hosts))
+
+    def model_keys(self, env: Mapping[str, str]) -> tuple[str, ...]:
+        """Variables by another name than a model provider's that the agent's own settings name
+        as its model's key (autoloop.process.envs.credential leaves them out otherwise)."""
+        return ()
 
     def egress_hosts(self, env: Mapping[str, str]) -> list[Rule]:
         """What the egress proxy lets the agent reach besides sandbox.hosts and the base URLs
@@ -386,6 +394,10 @@ class CodexGenerator(AgentGenerator):
 
     def trailing(self, ctx: GenContext) -> list[str]:
         return ["-"]   # "read the prompt from stdin"
+
+    def model_keys(self, env: Mapping[str, str]) -> tuple[str, ...]:
+        key = _codex_provider(Path(env.get("CODEX_HOME") or os.path.expanduser("~/.codex")) / "config.toml").get("env_key")
+        return (key,) if isinstance(key, str) and key else ()
 
     def auth_status(self, ctx: GenContext) -> tuple[bool | None, str]:
         # A model provider of config.toml with an `env_key` authenticates by that variable;
