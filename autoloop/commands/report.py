@@ -278,6 +278,9 @@ def render(f: Facts, *, generated: str | None = None, changes: Mapping[int, Diff
          else "generator cost" if s.cost_usd else "none reported by the generator", ""),
         ("cost per 1% gain", usd(f.cost_per_pct), "dollars / percentage point", ""),
         ("time", seconds(f.duration_s), "summed cycle time", ""),
+        # what a night buys: measurements an hour, from the seeds the ledger holds
+        ("runs per hour", count(round(f.runs * 3600 / f.duration_s)) if f.runs and f.duration_s else "–",
+         f"{count(f.runs)} verifier runs", ""),
     ]
     card_html = "".join(f'<div class="card"><div class="k">{_e(k)}</div><div class="v {cls}">{_e(v)}</div>'
                         f'<div class="d">{_e(d)}</div></div>' for k, v, d, cls in cards)

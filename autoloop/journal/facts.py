@@ -158,6 +158,7 @@ class Facts:
     # the end-of-run re-measurement of a branch head a person kept against the ratchet: it is
     # theirs, not the best's gain (`final` is None then)
     head_final: Mapping[str, Any] | None = None
+    runs: int = 0                           # verifier runs the records show (verifier_runs)
     # after cycle N → the best again, where a refuted best was undone (resets())
     reset: Mapping[int, float | None] = field(default_factory=dict)
 
@@ -293,6 +294,7 @@ def facts(records: Sequence[Mapping[str, Any]], *, tag: str, goal: str, metric: 
                  kept=tuple(_kept(row) for row in judged if row.record["status"] == "keep"),
                  gain_ci_pct=gain_ci, gain_ci_level=level, final=final,
                  duration_s=sum(float(c.get("duration_s") or 0.0) for c in cycles),
+                 runs=sum(verifier_runs(r) for r in records),
                  not_sandboxed=tuple(not_sandboxed(records)),
                  digits=digits_for(run_values(records)),
                  paired=any(isinstance((c.get("stats") or {}).get("pooled"), dict) for c in cycles),
@@ -376,3 +378,14 @@ def markdown(f: Facts, *, extra_rows: Sequence[tuple[str, str]] = ()) -> str:
 
 def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")[:300]
+
+
+def verifier_runs(record: Mapping[str, Any]) -> int:
+    """The verifier runs a ledger record stands for: its pairs' and calibration's runs where it
+    lists them, else one for a measured metric."""
+    stats = record.get("stats")
+    stats = stats if isinstance(stats, dict) else {}
+    warm = stats.get("warmup")
+    n = sum(len(v or []) for v in warm.values()) if isinstance(warm, dict) else len(warm or [])
+    n += sum(len(stats.get(k) or []) for k in ("runs", "a", "b") if isinstance(stats.get(k), list))
+    return n or (1 if record.get("metric") is not None else 0)

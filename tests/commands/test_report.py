@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from autoloop.journal.facts import facts, markdown
+from autoloop.journal.facts import facts, markdown, verifier_runs
 from autoloop.commands.report import STATUS_COLORS, chart, render
 from tests.scripts.e2e import make_project
 
@@ -118,10 +118,18 @@ def test_table_has_every_cycle_and_escapes_text(report_file):
     # lessons, diffstat and the summary are there
     assert "kept: score 40.25 → 30" in text
     assert "1 file changed" in text
-    for word in ("baseline", "best", "gain", "keep rate", "cost per 1% gain"):
+    for word in ("baseline", "best", "gain", "keep rate", "cost per 1% gain", "runs per hour"):
         assert word in text
 
 
+def test_runs_per_hour_is_recomputed_from_the_ledger(run_project, report_file):
+    """The report's verifier runs are the ledger's: the listed runs of pairs and calibrations,
+    else one per measured metric."""
+    records = [json.loads(line) for line in run_project.ledger_path().read_text().splitlines()]
+    runs = sum(verifier_runs(r) for r in records)
+    measured = sum(1 for r in records if r.get("metric") is not None)
+    assert runs >= measured >= 3, records
+    assert f"{runs} verifier runs" in report_file.read_text()
 class Changes(HTMLParser):
     """Each row's change cell: the diff it opens to (a <details> with a <pre>), else its text."""
 

@@ -327,7 +327,8 @@ def test_verify_leaves_no_temporary_folder(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "score: 40.25" in res.stdout
-    assert list(tmp.iterdir()) == []
+    # one folder per user of the generator's seccomp filter (reused, never a leftover)
+    assert [x for x in tmp.iterdir() if not x.name.startswith("autoloop-filters-")] == []
 
 
 # ---- newcomer mistakes: the message says what to do ----------------------------------------------
