@@ -128,7 +128,7 @@ def run(work: Path, text: str | None = None) -> tuple[subprocess.CompletedProces
 
 
 _VARYING = [re.compile(p) for p in (
-    r"\b[0-9a-f]{7,40}\b",                      # commits
+    r"(?<![.\d])\b[0-9a-f]{7,40}\b",            # commits (not the digits after a number's point)
     r"[-+]?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?",      # every number: times, values, changes, counts of runs
 )]
 # the lines a reader checks a step by (the page names them), read up to their fourth word:
