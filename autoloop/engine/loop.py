@@ -36,7 +36,7 @@ from autoloop.engine import ending
 from autoloop.engine.round import abort, run_round
 from autoloop.program.scope_rules import ScopeRules
 from autoloop.engine.steps.verify import checked
-from autoloop.journal.facts import best_measured, resets
+from autoloop.journal.facts import best_measured, resets, verifier_runs
 from autoloop.git.gitrun import thaw_outer_config
 from autoloop.base.walk import temp_tree
 from autoloop.decide.wording import plural
@@ -451,11 +451,7 @@ class Run:
         base = next((c for c in self.journal.cycles() if c["status"] == "baseline"), None)
         if base is None or not base.get("duration_s"):
             return None
-        st = base.get("stats") or {}
-        warm = st.get("warmup")
-        warm_n = sum(len(v or []) for v in warm.values()) if isinstance(warm, dict) else len(warm or [])
-        runs = len(st.get("runs") or []) + len(st.get("a") or []) + len(st.get("b") or []) + warm_n
-        return float(base["duration_s"]) / max(1, runs)
+        return float(base["duration_s"]) / max(1, verifier_runs(base))
 
     def _stop_reason(self, ran: int, started: float) -> str:
         self.state.check_signal()
