@@ -8,8 +8,9 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from autoloop.process.envs import CREDENTIAL_NAME   # one idea of a secret's name: the generator's env too
+
 REDACTED = "[REDACTED]"
-_SECRET_NAME = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)($|_)", re.IGNORECASE)
 _SECRET_SHAPE = re.compile(r"\b(?:sk-(?:ant-)?[A-Za-z0-9_\-]{6,}|gh[pousr]_[A-Za-z0-9]{6,})")
 _MIN_LEN = 6          # shorter values ("1", "true") would shred the text, not protect anything
 _LINE = 1 << 20       # longest piece of a log line redacted at once
@@ -20,7 +21,7 @@ class Redactor:
         values: set[str] = set()
         for env in envs or (os.environ,):
             for name, value in env.items():
-                if value and len(value) >= _MIN_LEN and _SECRET_NAME.search(name):
+                if value and len(value) >= _MIN_LEN and CREDENTIAL_NAME.search(name):
                     values.add(value)
         values.update(v for v in extra if v and len(v) >= _MIN_LEN)
         # longest first, so a secret that contains another is replaced whole

@@ -108,7 +108,7 @@ def measurement_env(base: Mapping[str, str], *, parent: Path, untrusted: Sequenc
 
 # A credential by its name (the journal's redactor's shape, and PGPASSWORD's kind): a cloud's key, a code
 # host's token, a CI job's OIDC request token, a database password.
-_CREDENTIAL = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|CREDENTIALS?)($|_)|PASSW(OR)?D", re.IGNORECASE)
+CREDENTIAL_NAME = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|CREDENTIALS?)($|_)|PASSW(OR)?D", re.IGNORECASE)
 # ... but for the model's own: the agent must reach its model, and whatever it sends goes there
 # anyway. Anthropic's and OpenAI's clients, Claude Code's sign-in, Codex, aider and litellm's
 # providers (their `*_API_KEY`, `*_API_BASE`).
@@ -119,7 +119,7 @@ _MODEL_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_", "OPENAI_", "AZURE_OPENAI_", "CO
 
 def credential(name: str) -> bool:
     """A variable the generator does not get: a credential that is not its model's."""
-    return bool(_CREDENTIAL.search(name)) and not name.upper().startswith(_MODEL_PREFIXES)
+    return bool(CREDENTIAL_NAME.search(name)) and not name.upper().startswith(_MODEL_PREFIXES)
 
 
 def generator_env(base: Mapping[str, str]) -> dict[str, str]:
