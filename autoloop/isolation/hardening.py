@@ -25,7 +25,7 @@ from autoloop.errors import ConfigError, RepoStateError, RunFailure
 from autoloop.journal.ledger import Journal
 from autoloop.isolation.measured_files import commands_by_name, interpreters, named_interpreters
 from autoloop.program.reader import Program, check_data
-from autoloop.isolation.pycache import ProvenCache
+from autoloop.isolation.pycache import ProvenCache, import_wrote
 from autoloop.isolation.egress.allowlist import url_rules
 from autoloop.isolation.sandbox import Bwrap, Confinement, checkout_keep, probed, tree_box
 from autoloop.program.scope_rules import IMPLICIT_FILES, module_shadow_regex
@@ -123,7 +123,8 @@ class Guardrails:
         sites = site_dirs(named_interpreters(self.program), base)
         remove_tree(self._scratch / "probe", quiet=True)
         self._sites = [StatTree(d, f"the Python installation ({d})", top_only=True) for d in sites]
-        self._own = StatTree(Path(__file__).resolve().parent, "autoloop's own code", skip=frozenset({"__pycache__"}))
+        # The whole package, bytecode included: a planted .pyc runs as surely as a changed source.
+        self._own = StatTree(Path(__file__).resolve().parents[1], "autoloop's own code")
         self._data = [StatTree(d.source, f"the read-only data {d.source}", cap=DATA_WATCH_CAP) for d in self.program.data]
         verify = [StatTree.verification(self.ws.path.with_name(f"{self.ws.path.name}.verify-{slot}"))
                   for slot in range(slots)]
@@ -262,6 +263,13 @@ class Guardrails:
                 problem += self._neutralize(ch, lambda rel: rel in shadows and (
                     os.path.isfile(tree.root / rel) or os.path.islink(tree.root / rel)))
             elif tree is self._own:
+                # autoloop's (and any) import writes the bytecode of a module it loads the first
+                # time: that is exactly the compiled source, so it changes nothing
+                code = [rel for rel in paths if not import_wrote(tree.root, rel)]
+                if not code:
+                    continue
+                shown = ", ".join(code[:3]) + (f" (+{len(code) - 3} more)" if len(code) > 3 else "")
+                problem = f"{when}changed {tree.label}: {shown}"
                 self.fatal = (f"autoloop's own code changed during the run ({shown}); reinstall autoloop "
                               "before going on")
             elif tree is self._pycache_tree:
@@ -551,3 +559,4 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import stat
+import sys
 import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -137,3 +138,59 @@ def _run(exe: str, code: str, stdin: str, env: Mapping[str, str], timeout: float
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return res.stdout.decode(errors="replace") if res.returncode == 0 else ""
+
+
+def loaded_bytecode_name(name: str) -> bool:
+    """Whether this interpreter's import loads a file of that name from a `__pycache__` folder."""
+    m = _PYC.fullmatch(name)
+    return m is not None and not m["pytest"] and m["tag"] == sys.implementation.cache_tag
+
+
+def written_by_import(pyc: Path) -> bool:
+    """Whether `pyc` (in a `__pycache__` folder) is what this interpreter writes when it imports
+    the source beside that folder: its magic number and cache tag, a header that matches the
+    source, and the very code the source compiles to. Such a file runs nothing the source does
+    not; anything else (another Python's, stale, or planted) is not."""
+    import importlib.util
+    import marshal
+
+    m = _PYC.fullmatch(pyc.name)
+    if m is None or not loaded_bytecode_name(pyc.name) or pyc.parent.name != "__pycache__":
+        return False
+    src = pyc.parent.parent / f"{m['name']}.py"
+    try:
+        data, source = pyc.read_bytes(), src.read_bytes()
+        st = src.stat()
+    except OSError:
+        return False
+    if len(data) < 16 or data[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    flags = int.from_bytes(data[4:8], "little")
+    if flags == 0:
+        if (int.from_bytes(data[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
+                or int.from_bytes(data[12:16], "little") != st.st_size & 0xFFFFFFFF):
+            return False
+    elif flags & ~3 or data[8:16] != importlib.util.source_hash(source):
+        return False
+    try:
+        code = marshal.loads(data[16:])
+        return bool(code == compile(source, str(src), "exec", dont_inherit=True, optimize=int(m["opt"] or 0)))
+    except (ValueError, TypeError, EOFError, SyntaxError):
+        return False
+
+
+def import_wrote(root: Path, rel: str) -> bool:
+    """Whether a change at `rel` in the package folder `root` is one an import makes, under a
+    `__pycache__` folder: the folder itself, a file gone, one this interpreter never loads
+    (Python writes NAME.pyc.ID, then renames it), or bytecode that is exactly the compiled source."""
+    parts = rel.split("/")
+    if "__pycache__" not in parts[:-1] and parts[-1] != "__pycache__":
+        return False
+    path = root / rel
+    if parts[-1] == "__pycache__":
+        return path.is_dir() and not path.is_symlink()
+    if not os.path.lexists(path):
+        return True
+    if parts[-2] != "__pycache__" or not loaded_bytecode_name(parts[-1]):
+        return True
+    return not path.is_symlink() and path.is_file() and written_by_import(path)

@@ -617,3 +617,34 @@ def test_bwrap_probe_without_bwrap(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SandboxUnavailable, match="not installed"):
         Bwrap(SandboxSpec(kind="bwrap")).probe()
+
+
+def test_own_code_watch_tells_an_import_s_bytecode_from_a_change(tmp_path):
+    """autoloop's own package is watched bytecode and all: the first import of a module writes
+    its __pycache__ (what the CI run on a fresh clone tripped over), which changes nothing; a
+    planted or linked .pyc or a changed source is a change."""
+    import marshal
+    from autoloop.isolation.pycache import import_wrote
+    pkg = tmp_path / "pkg" / "sub"
+    pkg.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text("VALUE = 1\n")
+    watch = Watch([StatTree(tmp_path / "pkg", "own")])
+    watch.capture()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    subprocess.run([sys.executable, "-c", "import pkg.sub.mod"], cwd=tmp_path, env=env, check=True)
+    changed = [p for ch in watch.changes() for p in ch.paths]
+    assert "sub/__pycache__" in changed and len(changed) >= 4
+    assert all(import_wrote(tmp_path / "pkg", rel) for rel in changed)
+
+    pyc = next((pkg / "__pycache__").glob("mod.*.pyc"))
+    pyc.write_bytes(pyc.read_bytes()[:16] + marshal.dumps(compile("VALUE = 2\n", "mod.py", "exec", dont_inherit=True)))
+    (pkg / "__pycache__" / "notes.txt").write_text("x")     # nothing loads it: no change
+    (pkg / "__pycache__" / f"mod.{sys.implementation.cache_tag}.opt-1.pyc").symlink_to(pyc)
+    (pkg / "__init__.py").write_text("VALUE = 3\n")
+    wrote = {rel: import_wrote(tmp_path / "pkg", rel) for rel in
+             (f"sub/__pycache__/{pyc.name}", f"sub/__pycache__/mod.{sys.implementation.cache_tag}.opt-1.pyc",
+              "sub/__init__.py")}
+    assert import_wrote(tmp_path / "pkg", "sub/__pycache__/notes.txt")
+    assert wrote == dict.fromkeys(wrote, False)

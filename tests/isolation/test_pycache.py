@@ -132,3 +132,41 @@ def test_bytecode_a_guard_leaves_is_not_read_by_the_verifier(tmp_path: Path) -> 
     kill_marked(p.env)
     assert res.returncode == 0, res.stderr
     assert [(r["status"], float(r["metric"])) for r in p.rows()] == [("baseline", 40.25), ("keep", 30.0)]
+
+
+def _imported(tmp_path: Path, body: str, *flags: str) -> Path:
+    """A module imported once by a real interpreter (which writes its bytecode); that file."""
+    (tmp_path / "helper.py").write_text(body)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    subprocess.run([PY, *flags, "-c", "import helper"], cwd=tmp_path, env=env, check=True)
+    opt = ".opt-1" if "-O" in flags else ""
+    return tmp_path / "__pycache__" / f"helper.{sys.implementation.cache_tag}{opt}.pyc"
+
+
+def test_bytecode_an_import_wrote_is_recognised(tmp_path: Path) -> None:
+    from autoloop.isolation.pycache import written_by_import
+    pyc = _imported(tmp_path, "def f(x):\n    assert x\n    return [i * 2 for i in range(x)]\nVALUE = f(3)\n")
+    assert written_by_import(pyc)
+    optimized = _imported(tmp_path, (tmp_path / "helper.py").read_text(), "-O")
+    assert optimized.is_file() and written_by_import(optimized)
+
+
+def test_bytecode_that_is_not_the_source_is_a_change(tmp_path: Path) -> None:
+    """Planted code behind a header that matches the source, a stale file, and a file for a
+    source that is not there are all refused."""
+    import importlib.util
+    import marshal
+    from autoloop.isolation.pycache import written_by_import
+    pyc = _imported(tmp_path, "VALUE = 1\n")
+    header = pyc.read_bytes()[:16]
+    pyc.write_bytes(header + marshal.dumps(compile("VALUE = 2\n", "helper.py", "exec")))
+    assert not written_by_import(pyc)
+
+    pyc.write_bytes(header + marshal.dumps(compile("VALUE = 1\n", "helper.py", "exec", dont_inherit=True)))
+    assert written_by_import(pyc)       # the control: the same bytes an import writes pass
+    (tmp_path / "helper.py").write_text("VALUE = 10\n")   # the source moved on: the header is stale
+    assert not written_by_import(pyc)
+
+    orphan = pyc.with_name(f"gone.{sys.implementation.cache_tag}.pyc")
+    orphan.write_bytes(importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(compile("", "x", "exec")))
+    assert not written_by_import(orphan)
