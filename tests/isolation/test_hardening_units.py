@@ -26,7 +26,7 @@ from autoloop.git.workspace import Worktree
 
 
 @pytest.mark.parametrize("name", ["PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT",
-                                  "PYTHONBREAKPOINT", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "LD_PRELOAD",
+                                  "PYTHONBREAKPOINT", "PYTHONDONTWRITEBYTECODE", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "LD_PRELOAD",
                                   "LD_LIBRARY_PATH", "LD_AUDIT", "DYLD_INSERT_LIBRARIES", "BASH_ENV", "ENV",
                                   "SHELLOPTS", "PS4", "BASH_FUNC_ls%%", "NODE_OPTIONS", "RUBYOPT", "PERL5OPT",
                                   "PERL5LIB", "JAVA_TOOL_OPTIONS", "COVERAGE_PROCESS_START", "GIT_DIR",
