@@ -126,11 +126,13 @@ def count(n: int | None, empty: str = DASH) -> str:
     return empty if n is None else f"{int(n):,}"
 
 
-def seconds(x: float | None, *, whole: bool = False) -> str:
-    """A duration: `4.2s` (`4s` when `whole`), `3m05s`, `2h07m`."""
+def seconds(x: float | None, *, whole: bool = False, fine: bool = False) -> str:
+    """A duration: `4.2s` (`4s` when `whole`, `4.23s` when `fine` and under 10 s), `3m05s`, `2h07m`."""
     if x is None or not _finite(x):
         return DASH
     s = int(x)
+    if fine and x < 10:
+        return f"{x:.2f}s"
     if s < 60:
         return f"{s}s" if whole else f"{x:.1f}s"
     return f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"

@@ -17,6 +17,8 @@ from autoloop.errors import UsageError
 from autoloop.git.gitrun import GitError, git
 from autoloop.git.gitrun import run as git_run
 from autoloop.isolation.sandbox import Bwrap, SandboxUnavailable
+from autoloop.process.executables import all_words
+from autoloop.program.globs import PathRules
 from autoloop.program.reader import load_program
 from autoloop.trace import build
 
@@ -95,12 +97,33 @@ def _guard(command: str, python: str) -> str:
     return f"{python} -m pytest -q"
 
 
-def program_text(trace: build.Trace, command: str, private: bool) -> str:
+def _judge_files(root: Path, command: str) -> list[str]:
+    """The checkout's files the tests' command names (`pytest mypkg/tests.py`) that no pattern of
+    TEST_FORBIDDEN covers: the judge's even inside the targets' package (else `run` refuses a
+    guard the generator could rewrite)."""
+    rules = PathRules(["**"], list(TEST_FORBIDDEN))
+    out = []
+    for w in all_words(command):
+        path = root / w
+        if w.startswith("-") or not path.is_file():
+            continue
+        try:
+            rel = path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            continue
+        if rules.allows(rel) and rel not in out:
+            out.append(rel)
+    return out
+
+
+def program_text(trace: build.Trace, command: str, private: bool, root: Path | None = None) -> str:
     live = build.usable(trace)
     python = _python(trace)
     store = _home(trace.store)
     names = ", ".join(r.name for r in live)
-    forbidden = "\n".join(f'  - "{g}"' for g in TEST_FORBIDDEN)
+    guard = _guard(command, python)
+    named = _judge_files(root, guard) if root is not None else []
+    forbidden = "\n".join(f'  - "{g}"' for g in [*TEST_FORBIDDEN, *named])
     allowed = "\n".join(f'  - "{g}"' for g in _allowed(live))
     score = f"{python} bench/score.py {store}/private" if private else f"{python} bench/score.py"
     sealed = (f"private:                        # the outcomes recorded at HEAD: only the score reads them\n"
@@ -139,7 +162,7 @@ verifier:                       # sealed: the number is autoloop's, not the cand
 
 guards:                         # a faster wrong answer is never kept
   - name: tests
-    command: {_guard(command, python)}
+    command: {guard}
     timeout: 900
 
 accept:                         # timings are noisy: incumbent and candidate are timed side by side
@@ -231,7 +254,7 @@ def main(args: argparse.Namespace) -> int:
     (bench / "score.py").write_text(_score(trace), encoding="utf-8")
     (bench / "trace.json").write_text(build.plan_json(trace), encoding="utf-8")
     build.copy_modules(bench)
-    target.write_text(program_text(trace, args.trace, private=sandbox_missing is None), encoding="utf-8")
+    target.write_text(program_text(trace, args.trace, private=sandbox_missing is None, root=root), encoding="utf-8")
     done = _commit(root)
     print(f"wrote {target} and bench/ ({', '.join(BENCH)})" +
           (f"; committed bench/ as {done} (a run measures committed files)" if done else

@@ -36,7 +36,7 @@ from autoloop.engine import ending
 from autoloop.engine.round import abort, run_round
 from autoloop.program.scope_rules import ScopeRules
 from autoloop.engine.steps.verify import checked
-from autoloop.journal.facts import best_measured, resets, verifier_runs
+from autoloop.journal.facts import best_measured, resets, run_parts_text, verifier_runs
 from autoloop.git.gitrun import thaw_outer_config
 from autoloop.base.walk import temp_tree
 from autoloop.decide.wording import plural
@@ -420,6 +420,9 @@ class Run:
             self.opt.report("warning", {"cycle": 0, "message": b.warning})
         if b.note:
             self.opt.report("note", {"cycle": 0, "message": b.note})
+        cost = run_parts_text(rec)
+        if cost:
+            self.opt.report("note", {"cycle": 0, "message": cost})
 
     def _record_reads(self, incumbent: str, log_dir: Path, started: float) -> None:
         """Once a run, before cycle 1: which files of the tree the guards and the verifier read

@@ -10,7 +10,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 from autoloop.journal.ledger import STATUSES, not_sandboxed
 from autoloop.base.numbers import (count, digits_for, formatter, num, pct, pct_interval, run_values,
-                              share, signed_pct, usd)
+                              seconds, share, signed_pct, usd)
 from autoloop.decide.end import confirmed, refuted_text
 from autoloop.decide.ratchet import better
 from autoloop.decide.wording import pooled, stated_pct
@@ -389,3 +389,26 @@ def verifier_runs(record: Mapping[str, Any]) -> int:
     n = sum(len(v or []) for v in warm.values()) if isinstance(warm, dict) else len(warm or [])
     n += sum(len(stats.get(k) or []) for k in ("runs", "a", "b") if isinstance(stats.get(k), list))
     return n or (1 if record.get("metric") is not None else 0)
+
+
+def run_parts_text(record: Mapping[str, Any]) -> str | None:
+    """What a verifier run of `record` cost on average, by part, from the ledger's
+    stats.run_parts: the timed seconds and the rest. None without a score or inputs. An average,
+    not a median: verifier.inputs runs once for both runs of a pair (the second's is 0)."""
+    stats = record.get("stats")
+    parts = stats.get("run_parts") if isinstance(stats, dict) else None
+    runs = [p for p in parts.values() if isinstance(p, dict)] if isinstance(parts, dict) else []
+    if not runs:
+        return None
+
+    def mean(key: str) -> float:
+        return sum(float(p.get(key) or 0.0) for p in runs) / len(runs)
+
+    timed, command, score, inputs = mean("timed"), mean("command"), mean("score"), mean("inputs")
+    run = command + score + inputs
+    said = [f"the command {seconds(command, fine=True)}"]
+    said += [f"drawing the inputs {seconds(inputs, fine=True)}"] if inputs else []
+    said += [f"the score {seconds(score, fine=True)}"] if score else []
+    ratio = f": {run / timed:.2f}× the timed {seconds(timed, fine=True)}" if timed > 0 else ""
+    return (f"a verifier run took {seconds(run, fine=True)} on average over {len(runs)} = "
+            f"{' + '.join(said)}{ratio} (the guards run apart, once a cycle)")

@@ -9,6 +9,8 @@ import pickle
 import re
 import sys
 
+import pytest
+
 from autoloop.program.reader import load_program
 from autoloop.trace import replay
 from tests.conftest import git, run_cli
@@ -184,3 +186,31 @@ def test_init_trace_says_which_arguments_it_keeps_and_how_skewed_the_workload_is
     assert "kept as recorded (changed, they mostly make the call fail): argument 2" in out, out
     share = re.search(r"note: (\d+)% of the replayed calls use one value of argument 2 \('en'\)", out)
     assert share and int(share.group(1)) >= 80, out
+
+
+def test_init_trace_forbids_the_test_files_its_guard_names_inside_the_targets_package(tmp_path) -> None:
+    """Found on titlecase (tests in titlecase/tests.py, targets under titlecase/**): the guard
+    named a file `allowed` covered, and `run` refused the program init had just written."""
+    from autoloop.commands.init_trace import TEST_FORBIDDEN, _judge_files
+    from autoloop.errors import ConfigError
+    from autoloop.isolation.measured_files import protected_paths
+    git(tmp_path, "init", "-q")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "tests").mkdir()
+    for rel in ("pkg/__init__.py", "pkg/tests.py", "pkg/checks.txt", "tests/test_a.py"):
+        (tmp_path / rel).write_text("")
+    named = _judge_files(tmp_path, "python -m pytest -q pkg/tests.py tests/test_a.py --doctest-glob pkg/checks.txt "
+                                   "/etc/hostname -k pkg/missing.py")
+    assert named == ["pkg/tests.py", "pkg/checks.txt"]   # tests/test_a.py: TEST_FORBIDDEN has it
+    (tmp_path / "bench.py").write_text("")
+
+    def program(forbid: list[str]) -> Path:
+        forbidden = "".join(f'  - "{g}"\n' for g in forbid)
+        (tmp_path / "program.md").write_text(
+            f'---\ngoal: g\nallowed:\n  - "pkg/**"\nforbidden:\n{forbidden}verifier:\n  command: python bench.py\n'
+            '  metric: m\n  direction: minimize\nguards:\n  - {name: tests, command: python -m pytest -q pkg/tests.py}\n---\n')
+        return tmp_path / "program.md"
+
+    with pytest.raises(ConfigError, match="guards.0..command runs pkg/tests.py.*could rewrite its own judge"):
+        protected_paths(load_program(program(list(TEST_FORBIDDEN))))     # what init wrote before
+    assert protected_paths(load_program(program([*TEST_FORBIDDEN, *named])))["pkg/tests.py"] == "used by the verifier"

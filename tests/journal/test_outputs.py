@@ -464,3 +464,16 @@ def test_report_and_json_of_an_aborted_run_say_so(tmp_path):
     d = json.loads(p.cli("run", "program.md", "--tag", p.tag, "--cycles", "1", "--json").stdout)
     assert d["aborted"].startswith("the baseline could not be measured") and d["display"]["title"] == \
         "score: baseline not measured"
+
+
+def test_a_runs_cost_by_part_is_the_mean_of_the_ledgers_run_parts():
+    """Said after the calibration from stats.run_parts alone (so recomputable from the ledger):
+    verifier.inputs runs once for both runs of a pair, so a mean (a median would say 0 or all)."""
+    from autoloop.journal.facts import run_parts_text
+    parts = {"B1": {"timed": 1.2, "command": 1.3, "score": 0.3, "inputs": 0.2, "guards": 2.0},
+             "A1": {"timed": 1.4, "command": 1.5, "score": 0.3, "inputs": 0.0, "guards": 0}}
+    assert run_parts_text({"stats": {"run_parts": parts}}) == (
+        "a verifier run took 1.80s on average over 2 = the command 1.40s + drawing the inputs 0.10s + "
+        "the score 0.30s: 1.38× the timed 1.30s (the guards run apart, once a cycle)")
+    assert run_parts_text({"stats": {"runs": [1.0, 1.1]}}) is None
+    assert run_parts_text({"stats": None}) is None
