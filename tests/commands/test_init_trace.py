@@ -8,6 +8,7 @@ import json
 import pickle
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
