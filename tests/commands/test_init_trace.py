@@ -5,7 +5,6 @@ benchmark that `verify` measures; and what it refuses."""
 from __future__ import annotations
 
 import json
-import pickle
 import re
 import sys
 from pathlib import Path
