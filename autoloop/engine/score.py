@@ -41,6 +41,7 @@ class Scorer:
         self._made = False
         self._inputs: dict[str, Path] = {}   # seed -> the file verifier.inputs wrote for it
         self._inputs_dir: Path | None = None
+        self.guard: Guardrails | None = None   # a run's: its bytecode cache starts each Python warm
 
     def _make(self) -> None:
         with self._lock:
@@ -100,14 +101,19 @@ class Scorer:
         try:
             senv = envs.scrubbed(env, scratch=scratch / "env")
             senv.update({k: v for k, v in env.items() if k.startswith("AUTOLOOP_")})
+            prefix = Path(senv["PYTHONPYCACHEPREFIX"])
+            cache = self.guard.seed_bytecode(prefix) if self.guard is not None else None
             argv: str | list[str] = command
             if self.bwrap is not None:
                 box = tree_box(self.bwrap, self.program, self.tree.path, self.tree.common_dir, scratch,
                                path=senv.get("PATH", ""), show_private=True)
                 box = dataclasses.replace(box, tree_writable=False, read_only=read_only)
                 argv = box.argv(command)
-            return proc.run(argv, cwd=self.tree.path, env=senv, timeout=self.program.verifier.timeout,
-                            log_stem=log_stem, marker=marker)
+            res = proc.run(argv, cwd=self.tree.path, env=senv, timeout=self.program.verifier.timeout,
+                           log_stem=log_stem, marker=marker)
+            if self.guard is not None:
+                self.guard.learn_bytecode(cache, prefix)
+            return res
         finally:
             remove_tree(scratch, quiet=True)
 
@@ -119,7 +125,9 @@ def start_scorer(ws: Workspace, guard: Guardrails) -> Scorer | None:
     if p.verifier.score is None:
         return None
     assert guard.start_commit is not None, "the run's start commit is set in Run.open"
-    return Scorer(p, ws.score_tree(), guard.start_commit, guard.sandbox, guard.scratch / "score")
+    scorer = Scorer(p, ws.score_tree(), guard.start_commit, guard.sandbox, guard.scratch / "score")
+    scorer.guard = guard
+    return scorer
 
 
 def refuse_on_ray(program: Program) -> None:

@@ -172,3 +172,25 @@ def test_bytecode_that_is_not_the_source_is_a_change(tmp_path: Path) -> None:
     orphan = pyc.with_name(f"gone.{sys.implementation.cache_tag}.pyc")
     orphan.write_bytes(importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(compile("", "x", "exec")))
     assert not written_by_import(orphan)
+
+
+def test_the_score_and_the_inputs_start_from_the_bytecode_cache_and_teach_it(tmp_path: Path) -> None:
+    """verifier.score and verifier.inputs run in prefixes of their own: seeded from autoloop's
+    cache like a measurement's, and what they compile is learnt (before, every score compiled
+    its imports anew each run). `fractions` and `statistics` are imported by them alone."""
+    produce = ("import os, sys\nsys.stdin.read()\n"
+               "open(os.path.join(os.environ['AUTOLOOP_OUTPUT'], 'val'), 'w').write(open('val.txt').read())\n")
+    check = ("import fractions, os\nv = open(os.path.join(os.environ['AUTOLOOP_OUTPUT'], 'val')).read()\n"
+             "print(f'score: {float(fractions.Fraction(v.strip()))}')\n")
+    draw = "import statistics\nprint(statistics.mean([1, 2]))\n"
+    p = make_project(tmp_path, {1: 'W("val.txt", "30")', 2: 'W("val.txt", "35")'},
+                     files={"produce.py": produce, "check.py": check, "draw.py": draw}, guards=False,
+                     verifier=f"{{py}} produce.py\n  score: {PY} check.py\n  inputs: {PY} draw.py")
+    res = p.run("--cycles", "2")
+    kill_marked(p.env)
+    assert res.returncode == 0, res.stderr
+    assert [(r["status"], float(r["metric"])) for r in p.rows()] == [("baseline", 40.25), ("keep", 30.0),
+                                                                     ("discard", 35.0)]
+    learnt = {f.name.split(".")[0] for f in
+              Path(p.env["XDG_CACHE_HOME"]).glob("autoloop/worktrees/*/*.scratch/pycache-warm/**/*.pyc")}
+    assert {"fractions", "statistics"} <= learnt, sorted(learnt)
