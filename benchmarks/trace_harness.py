@@ -19,6 +19,11 @@ prints one table:
   (autoloop.decide.cost at alpha 0.005, min_effect 2%, a run noise of 2%): the same divisor for
   both sides, so it prices the run alone; the measured noise is shown beside it.
 
+With --through-run, one more row: the after side as a user runs it, `autoloop run` with its
+default sandbox and guards (a generator that changes nothing, one cycle); its numbers are the
+means of the baseline's calibration runs, read back from the ledger's stats.run_parts (the
+same figures `run` prints after the baseline), and the harness share from the score's lines.
+
 The machine it runs on is shared: say how loaded it was when quoting the numbers.
 """
 
@@ -143,6 +148,42 @@ def _summary(name: str, prog: dict, rows: list[dict]) -> dict:
             "dec_h_common": 3600 / run_s / _decision_runs(0.02)}
 
 
+def _through_run(repo: Path, data: Path) -> dict:
+    """The after side measured by `autoloop run` itself, sandboxed: the baseline's runs."""
+    program = (repo / "program.md").read_text()
+    head, _, body = program.partition("\ngenerator:\n")
+    rest = body.split("\n\n", 1)[1] if "\n\n" in body else ""
+    (repo / "program.md").write_text(head + '\ngenerator:\n  kind: command\n  command: "true"\n\n' + rest)
+    with open(repo / ".git" / "info" / "exclude", "a") as f:
+        f.write("program.md\n")
+    (repo / "bench" / ".trace").unlink()
+    env = {**os.environ, **GIT_ENV, "PYTHONPATH": str(HERE), "XDG_DATA_HOME": str(data)}
+    res = subprocess.run([sys.executable, "-m", "autoloop", "run", "program.md", "--cycles", "1", "--tag", "cost"],
+                         cwd=repo, env=env, capture_output=True, text=True, timeout=3600)
+    if res.returncode != 0:
+        sys.exit(f"autoloop run failed in {repo}:\n{res.stdout}\n{res.stderr}")
+    base = next(json.loads(line) for line in (repo / ".autoloop/cost/ledger.jsonl").read_text().splitlines()
+                if json.loads(line).get("status") == "baseline")
+    parts = list(base["stats"]["run_parts"].values())
+    code = []
+    for out in (repo / ".autoloop/cost/logs/cycle-0000/runs").glob("*/score.out"):
+        said = dict(line.split(": ", 1) for line in out.read_text().splitlines() if line.endswith(tuple("0123456789"))
+                    and ": " in line)
+        code.append(float(said.get("target_seconds", 0)) + float(said.get("import_seconds", 0)))
+
+    def mean(key: str) -> float:
+        return statistics.mean(float(p[key]) for p in parts)
+
+    timed = [float(p["timed"]) for p in parts]
+    med = statistics.median(timed)
+    run_s = mean("command") + mean("score") + mean("inputs")
+    noise = statistics.median(abs(t - med) for t in timed) * 1.4826 / med
+    return {"side": "after, `autoloop run` (sandboxed)", "measure": "cpu", "ok": True, "timed": mean("timed"),
+            "command": mean("command"), "score": mean("score"), "inputs": mean("inputs"), "run": run_s,
+            "ratio": run_s / mean("command"), "per_timed": run_s / mean("timed"), "harness": 1 - statistics.mean(code) / mean("timed") if code else 0.0,
+            "noise": noise, "runs_h": 3600 / run_s, "dec_h_common": 3600 / run_s / _decision_runs(0.02)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("repo", type=Path)
@@ -150,6 +191,8 @@ def main() -> None:
     ap.add_argument("--target", required=True)
     ap.add_argument("--before", default="b0b6027", help="autoloop's git ref for the `before` side")
     ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--through-run", action="store_true",
+                    help="also measure the after side through `autoloop run` (sandboxed, guards on)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="trace-harness-"))
     try:
@@ -160,6 +203,8 @@ def main() -> None:
             prog = _init(repo, path, args.trace, args.target, tmp / f"data-{name}")
             rows = _measure(repo, prog, args.runs, tmp)
             results.append(_summary(name, prog, rows))
+        if args.through_run:
+            results.append(_through_run(tmp / "after", tmp / "data-after"))
         print("| side | measure | all passed | timed (s) | command wall (s) | inputs (s, per run) | score (s) "
               "| run (s) | run / command | harness share | noise | runs/h | decisions/h (at 2% noise) |")
         print("|" + " --- |" * 13)
@@ -167,6 +212,9 @@ def main() -> None:
             print(f"| {r['side']} | {r['measure']} | {r['ok']} | {r['timed']:.2f} | {r['command']:.2f} | "
                   f"{r['inputs']:.2f} | {r['score']:.2f} | {r['run']:.2f} | {r['ratio']:.2f}× | {r['harness']:.0%} | "
                   f"{r['noise']:.1%} | {r['runs_h']:.0f} | {r['dec_h_common']:.1f} |")
+        for r in results:
+            if "per_timed" in r:
+                print(f"\n{r['side']}: a run is {r['per_timed']:.2f}× its timed CPU seconds")
         print(f"\nload average at the end: {os.getloadavg()}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
