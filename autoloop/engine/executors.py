@@ -48,7 +48,7 @@ class LocalLane:
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
                 marker: str, with_guards: bool, seed: int | Callable[[], int] | None = None,
-                holdout: bool = False, hints: bool = True) -> Measurement:
+                holdout: bool = False, hints: bool = True, check: bool = True) -> Measurement:
         tree, commit = self.trees[side], self.commits[side]
         if side not in self._checked_out:
             tree.checkout(commit, clean=False)   # measuring() cleans it
@@ -58,7 +58,7 @@ class LocalLane:
                            with_guards=with_guards, after_step=self.guard.after_step,
                            box=self.guard.confine(tree.path, menv, show_private=holdout),
                            scorer=None if holdout else self.scorer(), seed=seed,
-                           reseal=lambda: self.guard.reseal(tree, commit), hints=hints)
+                           reseal=lambda: self.guard.reseal(tree, commit), hints=hints, check=check)
 
     def record_reads(self, program: Program, commit: str, *, env: Mapping[str, str], log_dir: Path,
                      marker: str) -> reads.Reads:

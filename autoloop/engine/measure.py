@@ -107,6 +107,11 @@ class LaneRunner:
     # wall seconds, the score's, verifier.inputs', the guards'
     parts: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     tests: Mapping[str, TestCount] = dataclasses.field(default_factory=dict)   # the baseline's counts
+    # sides whose runs skip a score that only checks correctness (measure: wall|cpu): the
+    # incumbent's beside a candidate. Its answers were checked when it was kept (and the
+    # end-of-run check scores them again); a wrong one could only make it look faster, which
+    # makes a keep harder, never easier. Half the scoring of a cycle saved (issue 38's run cost).
+    unchecked: frozenset[str] = frozenset()
     # failures may say what to set in program.md: measuring the user's own code (the baseline),
     # never a candidate's (verify.measure)
     hints: bool = False
@@ -123,7 +128,8 @@ class LaneRunner:
         # drawn when the run's verifier starts, after its guards: the pair's second run reuses it
         m = self.lane.measure(run, side, env=self.env, log_dir=d, marker=self.marker,
                               with_guards=with_guards, holdout=self.spec is not None,
-                              seed=lambda: self.pair_seeds.setdefault(key, new_seed()), hints=self.hints)
+                              seed=lambda: self.pair_seeds.setdefault(key, new_seed()), hints=self.hints,
+                              check=side not in self.unchecked)
         if m.seed is not None:
             self.seeds[label] = m.seed
         if m.metric is not None and (m.score_s or m.inputs_s):
@@ -211,6 +217,7 @@ class Judge:
         main, hold = self._runners(incumbent, candidate, env, log_dir,
                                    need_a=paired or self.program.holdout is not None)
         main.tests = baseline_counts(history)
+        main.unchecked = frozenset({"A"})   # A: the incumbent (_runners)
         session, holdout = Session(main), Session(hold, guards=False) if hold is not None else None
         secondary = end.baseline_secondary(history)
         if paired:

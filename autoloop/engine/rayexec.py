@@ -63,7 +63,7 @@ class RayLane:
 
     def measure(self, program: Program, side: str, *, env: Mapping[str, str], log_dir: Path,
                 marker: str, with_guards: bool, seed: int | Callable[[], int] | None = None,
-                holdout: bool = False, hints: bool = True) -> Measurement:
+                holdout: bool = False, hints: bool = True, check: bool = True) -> Measurement:
         # a fresh folder unpacked from the commit on the node for every step: nothing to re-prove
         # there; here, the places the guardrails watch must still not change meanwhile
         self.ex.guard.capture_outside()
@@ -105,7 +105,8 @@ class RayLane:
                             f"{run.stdout_size} bytes of stdout in all]\n".encode())
             results.append(dataclasses.replace(run.result, stdout_path=out, stderr_path=err))
         score = None
-        if scored and seed is not None and len(results) == len(todo) and results[-1].ok:
+        if scored and seed is not None and len(results) == len(todo) and results[-1].ok and (
+                check or program.verifier.measure == "output"):
             assert output is not None and not isinstance(reply, str)
             score = self._score(reply, output, {**env, SEED_VAR: str(seed), OUTPUT_VAR: str(output)},
                                 log_dir, marker)

@@ -51,7 +51,7 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
             box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None,
             seed: int | Callable[[], int] | None = None, scorer: Score | None = None,
             output: Path | None = None, reseal: Callable[[], None] | None = None,
-            hints: bool = True) -> Measurement:
+            hints: bool = True, check: bool = True) -> Measurement:
     """Run the guards (stopping at the first failure), then the verifier (or `verifier`: the
     holdout). `after_step(name)` is called after each (it may raise, to void the measurement).
     With `box`, each runs in that sandbox; its output still goes to files opened outside it.
@@ -66,7 +66,9 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
     (`output`, by default beside the measurement's TMPDIR: a folder its box may write).
     `hints`: a failure's text may say what to set in program.md (a writable path, the network):
     for the user's own code (a baseline, `verify`), never for a candidate's (its lesson is read
-    by the generator as advice, and the baseline passed in the same box)."""
+    by the generator as advice, and the baseline passed in the same box).
+    `check=False`: a score that only checks correctness (`measure: wall|cpu`) is not run — the
+    incumbent's runs beside a candidate (see measure.LaneRunner.unchecked)."""
     todo = steps(program, with_guards, verifier)
     after = None if after_step is None else \
         (lambda s: after_step(f"guard '{s.name}'" if s.guard else "the verifier"))
@@ -110,7 +112,7 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
         return summarize(program, todo, results, box, verifier, hints=hints)   # no verifier run: no seed drawn
     assert isinstance(seed, int)
     score = None
-    if scored and results[-1].ok:
+    if scored and results[-1].ok and (check or (verifier or program.verifier).measure == "output"):
         assert output is not None and scorer is not None
         odd = not_plain(output, made)
         score = (scorer({**step_env, INPUTS_VAR: str(given)}, output, log_dir, marker, (given,)) if given is not None
