@@ -132,7 +132,9 @@ class LaneRunner:
                               check=side not in self.unchecked)
         if m.seed is not None:
             self.seeds[label] = m.seed
-        if m.metric is not None and (m.score_s or m.inputs_s):
+        if m.metric is not None and (run.verifier.score is not None or run.verifier.inputs is not None):
+            # every run, also one with neither part (an incumbent's beside a candidate, whose
+            # pair's first run drew the inputs): a mean over the runs is the cost of a run
             guards = sum(g.duration_s for g in m.guards)
             self.parts[label] = {k: round(v, 4) for k, v in (
                 ("timed", m.metric), ("command", max(0.0, m.verifier_s - m.score_s)), ("score", m.score_s),
