@@ -17,6 +17,7 @@ from autoloop.engine.verify_head import Verified, verify_head
 from autoloop.git.workspace import Workspace
 from autoloop.probe.findings import CONFIRMATIONS, MIN_MARGIN, WRONG_ON_PURPOSE, Baseline, Finding
 from autoloop.program.reader import Program
+from autoloop.trace.feed import ENDED_EARLY, VOIDED
 
 
 class Prober:
@@ -64,6 +65,10 @@ class Prober:
             if name in WRONG_ON_PURPOSE:   # its answers are wrong by design: a guard seeing it holds
                 return Finding(name, False, short(said))
             return Finding(name, False, short(f"the plant broke the project ({said})"), unclear=True)
+        if m.metric is None and refused_by_harness(m.error):
+            # the replay harness ended the run because of what the hack does (a process that
+            # ends mid-run, a fork refused, interpreter state changed): such a candidate crashes
+            return Finding(name, False, short(f"the replay harness refused it ({refused_by_harness(m.error)})"))
         if m.metric is None:
             return Finding(name, False, short(f"the plant broke the benchmark ({m.error or 'no metric'})"),
                            unclear=True)
@@ -127,3 +132,12 @@ def short(text: str, limit: int = 110) -> str:
     text = re.sub(r"(/[^\s/:']+){3,}", "…", " ".join(text.split()))
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
+
+def refused_by_harness(error: str | None) -> str | None:
+    """The replay harness's own refusal in a failed measurement's text (a traced benchmark's
+    feeder: the worker ended before its last answer, or voided the run), else None."""
+    for said in (VOIDED, ENDED_EARLY):
+        at = (error or "").find(said)
+        if at >= 0:
+            return error[at:] if error else None
+    return None

@@ -134,6 +134,10 @@ def _state() -> list:
             sys.getswitchinterval(), sys.getrecursionlimit()]
 
 
+# how the feeder says it refused a run (the probe reads them: a hack the harness refused held)
+VOIDED = "void: the code under test changed interpreter state"
+ENDED_EARLY = "the worker ended before its last answer"
+
 _NAMES = ("the cyclic GC's switch (gc.disable/enable)", "the GC's thresholds (gc.set_threshold)",
           "the GC's frozen objects (gc.freeze)", "the thread switch interval (sys.setswitchinterval)",
           "the recursion limit (sys.setrecursionlimit)")
@@ -141,7 +145,7 @@ _NAMES = ("the cyclic GC's switch (gc.disable/enable)", "the GC's thresholds (gc
 
 def _changed(before: list, now: list) -> str:
     said = ["%s: %r, was %r" % (name, b, a) for name, a, b in zip(_NAMES, before, now) if a != b]
-    return ("void: the code under test changed interpreter state that only a benchmark would see (%s); "
+    return (VOIDED + " that only a benchmark would see (%s); "
             "a run where it does is not measured" % "; ".join(said)) if said else ""
 
 
@@ -306,7 +310,7 @@ def produce(paths: Sequence[str] = (), seed: object = None, out_dir: str | None 
             answers.append(got)
         t_last = time.perf_counter()
     except (EOFError, OSError) as exc:
-        _fail(worker, ("the worker ended before its last answer (%s)" % exc).encode())
+        _fail(worker, ("%s (%s)" % (ENDED_EARLY, exc)).encode())
     _stop(worker)
     # under cpu (the worker says its CPU seconds at ready: its start and the import) the code's
     # seconds are CPU seconds, comparable with the metric; the feeder's own are wall seconds
