@@ -68,7 +68,7 @@ def _with_measure(p: Project, measure: str) -> None:
     git(p.repo, "commit", "-qam", "measure", env=p.env)
 
 
-@pytest.mark.slow   # three cycles of a real benchmark each (18 to 60 s)
+@pytest.mark.slow   # up to three cycles of a real benchmark each (12 to 60 s)
 @pytest.mark.parametrize("measure", ["output", "wall", "cpu"])
 def test_outside_timing_keeps_no_cheat_and_a_real_speedup(tmp_path: Path, measure: str) -> None:
     plan = {1: ATEXIT, 2: PATCHED_CLOCK, 3: SPEEDUP}
