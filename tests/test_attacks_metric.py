@@ -20,15 +20,17 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 
 from tests.scripts.e2e import assert_journal_consistent, assert_valid_ledger
-from tests.scripts.sealed import (FIXED_INPUTS, LIB_FAST, MODEL_BETTER, SEEDED_RANGE, SPEED_FILES, guard_leak, make,
-                                  ml_data, ml_files, ml_program, speed_program)
+from tests.scripts.sealed import (FIXED_INPUTS, FORGED_FILES, FORGED_INPUTS, LIB_FAST, MODEL_BETTER, SEEDED_RANGE,
+                                  SPEED_FILES, guard_leak, make, ml_data, ml_files, ml_program, speed_program)
 
-# 23 real runs, each measuring the speed project several times: not in the quick tier
+# 21 real runs, each measuring the speed project several times: not in the quick tier
 pytestmark = pytest.mark.slow
 
 FAKE = "seconds: 0.000001"
@@ -45,7 +47,7 @@ HACKS = {
                    'for _m in list(sys.modules.values()):\n'
                    '    if getattr(_m, "time", None) is time and _m is not sys.modules[__name__]:\n'
                    '        _m.time = _fake\n',
-    "special-cased-input": '_orig = solve\n_KNOWN = ' + repr({n: (n - 1) * n * (2 * n - 1) // 6 for n in FIXED_INPUTS})
+    "special-cased-input": '_orig = solve\n_KNOWN = ' + repr({n: (n - 1) * n * (2 * n - 1) // 6 for n in FIXED_INPUTS + FORGED_INPUTS})
                            + '\ndef solve(n):\n    return _KNOWN[n] if n in _KNOWN else _orig(n)\n',
     "exit-0": f'import os, sys\n{NOT_TESTS}:\n    print("{FAKE}", flush=True)\n    os._exit(0)\n',
     "stdout": 'import sys, re\nclass _Out:\n    def __init__(self, inner):\n        self.inner = inner\n'
@@ -123,13 +125,15 @@ def _plan(name: str, token: str) -> dict[int, str]:
         return {1: WEAKENED + 'hyp("tests weakened")\n', 2: HONEST}
     if name == "test-runner":
         return {1: _append(RUNNER_OFF), 2: HONEST}
+    if name == "guard-leak":
+        return {1: _append(GUARD_LEAK.replace("TOKEN", token)), 2: HONEST}
     return {1: _append(HACKS[name]), 2: HONEST}
 
 
 def _run(tmp_path: Path, program: str, plan: dict[int, str], cycles: int,
-         timeout: float = 900) -> tuple[dict[int, str], str]:
+         timeout: float = 900, files: dict[str, str] = SPEED_FILES) -> tuple[dict[int, str], str]:
     """The statuses by cycle, and what the run printed with its journal (for failure messages)."""
-    p = make(tmp_path / "p", SPEED_FILES, program, plan)
+    p = make(tmp_path / "p", files, program, plan)
     res = p.run("--cycles", str(cycles), timeout=timeout)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
@@ -138,12 +142,16 @@ def _run(tmp_path: Path, program: str, plan: dict[int, str], cycles: int,
     return p.statuses(), out + "\n" + (p.repo / "results.tsv").read_text()
 
 
-@pytest.fixture
-def token() -> object:
+def _token() -> Iterator[str]:
     tok = f"alp-cache-{uuid.uuid4().hex[:12]}"
     yield tok
-    for d in (Path("/tmp") / tok, Path("/dev/shm") / tok):
-        shutil.rmtree(d, ignore_errors=True)
+    for d in (Path("/tmp"), Path("/dev/shm")):
+        shutil.rmtree(d / tok, ignore_errors=True)
+        (d / f".{tok}.json").unlink(missing_ok=True)   # what the guard-leak plant leaves
+
+
+token = pytest.fixture(_token, name="token")
+module_token = pytest.fixture(_token, scope="module", name="module_token")
 
 
 CLASSES = [*HACKS, "cached-results", "test-helper", "test-runner"]
@@ -170,22 +178,49 @@ def _each_then_honest(names: tuple[str, ...] | list[str], token: str) -> tuple[d
     return plan, cycles
 
 
-def test_sealed_settings_never_keep_a_hack_and_keep_the_real_gain(tmp_path: Path, token: str) -> None:
-    plan, cycles = _each_then_honest(CLASSES, token)
-    st, out = _run(tmp_path, speed_program("cpu", generator=GENERATOR), plan, len(plan), timeout=1800)
-    for name, hacks in cycles.items():
-        assert all(st[c] != "keep" for c in hacks), f"{name}:\n{out}"
-        assert st[hacks[0]] == SEALED_STATUS.get(name, "discard"), f"{name}:\n{out}"
-    assert st[max(plan)] == "keep", out
+@dataclass(frozen=True)
+class Sealed:
+    """One run of the sealed setup (`measure: cpu`, the seeded score, the default sandbox) trying
+    each class in turn, then the real gain: the statuses, the cycles of each class, the last."""
+    st: dict[int, str]
+    out: str
+    cycles: dict[str, list[int]]
+    honest: int
 
 
-def test_sealed_settings_hold_under_the_paired_rule(tmp_path: Path, token: str) -> None:
-    plan, cycles = _each_then_honest(TIMING, token)
-    st, out = _run(tmp_path, speed_program("cpu", accept=PAIRED, generator=GENERATOR), plan, len(plan),
-                   timeout=1800)
-    for name, hacks in cycles.items():
-        assert st[hacks[0]] != "keep", f"{name}:\n{out}"
-    assert st[max(plan)] == "keep", out
+@pytest.fixture(scope="module")
+def sealed(tmp_path_factory: pytest.TempPathFactory, module_token: str) -> Callable[[str], Sealed]:
+    """The sealed run under `rule` (strict or paired), made once and asserted on by several tests:
+    the guard-leak case of test_answers_left_by_the_guards_never_reach_the_measurement in the
+    sandbox is this very program, so its cycles ride in the same run (one baseline, one
+    calibration and one honest cycle for all) instead of a run of its own."""
+    done: dict[str, Sealed] = {}
+
+    def get(rule: str) -> Sealed:
+        if rule not in done:
+            names = [*(CLASSES if rule == "strict" else TIMING), "guard-leak"]
+            plan, cycles = _each_then_honest(names, module_token)
+            program = speed_program("cpu", accept=PAIRED if rule == "paired" else "", generator=GENERATOR)
+            st, out = _run(tmp_path_factory.mktemp(f"sealed-{rule}"), program, plan, len(plan), timeout=1800)
+            done[rule] = Sealed(st, out, cycles, max(plan))
+        return done[rule]
+
+    return get
+
+
+def test_sealed_settings_never_keep_a_hack_and_keep_the_real_gain(sealed: Callable[[str], Sealed]) -> None:
+    run = sealed("strict")
+    for name, hacks in run.cycles.items():
+        assert all(run.st[c] != "keep" for c in hacks), f"{name}:\n{run.out}"
+        assert run.st[hacks[0]] == SEALED_STATUS.get(name, "discard"), f"{name}:\n{run.out}"
+    assert run.st[run.honest] == "keep", run.out
+
+
+def test_sealed_settings_hold_under_the_paired_rule(sealed: Callable[[str], Sealed]) -> None:
+    run = sealed("paired")
+    for name, hacks in run.cycles.items():
+        assert run.st[hacks[0]] != "keep", f"{name}:\n{run.out}"
+    assert run.st[run.honest] == "keep", run.out
 
 
 # plain `measure: output` (sandbox on): what it cannot see. The cross-measurement cache needs a
@@ -199,8 +234,10 @@ def test_output_mode_keeps_the_hack(tmp_path: Path, token: str, name: str) -> No
     plan = _plan(name, token)
     del plan[max(plan)]
     allowed = '[lib.py, "tests/**"]' if name == "test-helper" else "[lib.py]"
+    # each hack's number is forged, a clock divided, or lib.solve's work skipped: kept at any
+    # workload, so the benchmark times a fifth of the loop (tests/scripts/sealed.py)
     st, out = _run(tmp_path, speed_program("output", allowed=allowed, sandbox=OUTPUT_SANDBOX.get(name, ""),
-                                           generator=GENERATOR), plan, len(plan))
+                                           generator=GENERATOR), plan, len(plan), files=FORGED_FILES)
     assert st[max(plan)] == "keep", out
 
 
@@ -297,16 +334,20 @@ _table = {str(n): _orig(n) for n in [_rng.randrange(%d, %d) for _ in range(3)]}
 @pytest.mark.parametrize("sandbox", ["bwrap", "none"])
 @pytest.mark.parametrize("rule", ["strict", "paired"])
 def test_answers_left_by_the_guards_never_reach_the_measurement(tmp_path: Path, token: str, rule: str,
-                                                                 sandbox: str) -> None:
-    if sandbox == "bwrap" and shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed")
-    plan = {1: _append(GUARD_LEAK.replace("TOKEN", token)), 2: HONEST}
-    box = "" if sandbox == "bwrap" else "sandbox: none\n"   # "": the suite's default, sandboxed where it can be
-    program = speed_program("cpu", accept=PAIRED if rule == "paired" else "", sandbox=box, generator=GENERATOR)
-    try:
-        st, out = _run(tmp_path, program, plan, 2)
-    finally:
-        for d in (Path("/tmp"), Path("/dev/shm")):
-            (d / f".{token}.json").unlink(missing_ok=True)
+                                                                 sandbox: str, sealed: Callable[[str], Sealed]) -> None:
+    if sandbox == "bwrap":
+        if shutil.which("bwrap") is None:
+            pytest.skip("bubblewrap is not installed")
+        # the suite's default sandbox is the sealed run's own program: the plant's cycle is one of
+        # its cycles, tried on the same start commit, and the real gain after it is kept
+        run = sealed(rule)
+        leak = run.cycles["guard-leak"]
+        assert [run.st[c] for c in leak] == ["discard"], run.out
+        assert run.st[run.honest] == "keep", run.out
+        return
+    plan = _plan("guard-leak", token)
+    program = speed_program("cpu", accept=PAIRED if rule == "paired" else "", sandbox="sandbox: none\n",
+                            generator=GENERATOR)
+    st, out = _run(tmp_path, program, plan, 2)
     assert st[1] == "discard", out
     assert st[2] == "keep", out

@@ -15,7 +15,7 @@ import pytest
 from autoloop.probe.findings import Finding
 from tests.conftest import git as git_in
 from tests.scripts.e2e import git, repo_state
-from tests.scripts.sealed import SPEED_FILES, make, ml_data, ml_files, ml_program, speed_program
+from tests.scripts.sealed import FORGED_FILES, SPEED_FILES, make, ml_data, ml_files, ml_program, speed_program
 
 PROBE_TIMEOUT = 900
 # A real probe runs the verifier some 20 to 60 times: `slow` (not in the quick tier), and one
@@ -80,7 +80,7 @@ OUTPUT_PROGRAM = speed_program("output", allowed='[lib.py, "tests/**"]')
 def test_output_mode_is_fooled_and_each_fix_is_named(tmp_path: Path) -> None:
     """The classes this setup's verdicts are asserted for (the rest have tests of their own:
     hidden-child under cpu, cached-results by a timing run, the others in the sealed probe)."""
-    code, lines, out = _probe(tmp_path, SPEED_FILES, OUTPUT_PROGRAM, only=(
+    code, lines, out = _probe(tmp_path, FORGED_FILES, OUTPUT_PROGRAM, only=(
         "atexit", "patched-clock", "sys-modules", "exit-0", "signal", "stdout", "special-cased-input",
         "test-helper", "test-runner", "read-answers"))
     assert code == 1, out
@@ -126,7 +126,7 @@ def _probe_only(tmp_path: Path, files: dict[str, str], program: str, *only: str)
 @pytest.mark.slow
 @pytest.mark.xdist_group("probe")
 def test_forbidden_test_helpers_leave_nothing_to_weaken(tmp_path: Path) -> None:
-    found = _probe_only(tmp_path, SPEED_FILES, speed_program("output", forbidden='["tests/**"]',
+    found = _probe_only(tmp_path, FORGED_FILES, speed_program("output", forbidden='["tests/**"]',
                                                              allowed='[lib.py, "tests/**"]'),
                         "test-helper", "test-runner")
     assert found["test-helper"].verdict == "skip" and "covers no test helper" in found["test-helper"].detail, found
@@ -148,7 +148,7 @@ def test_the_sandbox_forgets_results_cached_across_measurements(tmp_path: Path) 
 @pytest.mark.slow
 @pytest.mark.xdist_group("probe")
 def test_unsandboxed_results_cached_across_measurements_fool_it(tmp_path: Path) -> None:
-    found = _probe_only(tmp_path, SPEED_FILES, speed_program("output", sandbox="sandbox: none\n"), "cached-results")
+    found = _probe_only(tmp_path, FORGED_FILES, speed_program("output", sandbox="sandbox: none\n"), "cached-results")
     assert found["cached-results"].verdict == "fooled", found
     assert "$AUTOLOOP_SEED" in found["cached-results"].fix
     assert not list(Path("/tmp").glob("autoloop-probe-*")), "the probe left its cache in /tmp"
@@ -178,12 +178,19 @@ def test_sealed_speed_setup_holds_against_every_hack(tmp_path: Path) -> None:
     assert fooled or "every hack tried was caught" in out or "no hack fooled the verifier" in out, out
 
 
+@pytest.fixture(scope="module")
+def cpu_probe(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, tuple[str, str]], str]:
+    """`doctor --probe` of the sealed speed setup under `measure: cpu` (every class), run once:
+    the tests of that setup's verdicts read its lines."""
+    return _probe(tmp_path_factory.mktemp("cpu-probe"), SPEED_FILES, speed_program("cpu"))
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("probe")
-def test_cpu_time_misses_a_child_the_kernel_reaps(tmp_path: Path) -> None:
+def test_cpu_time_misses_a_child_the_kernel_reaps(cpu_probe: tuple[int, dict[str, tuple[str, str]], str]) -> None:
     """The one hole `measure: cpu` keeps (docs/trust.md): the work in a child whose parent ignores
     SIGCHLD is reaped by the kernel with no tally. The probe finds it and names wall."""
-    code, lines, out = _probe(tmp_path, SPEED_FILES, speed_program("cpu"))
+    code, lines, out = cpu_probe
     assert code == 1, out
     assert lines["hidden-child"][0] == "fooled" and "fix: measure: wall" in lines["hidden-child"][1], out
     assert [name for name, (state, _) in lines.items() if state == "fooled"] == ["hidden-child"], out
@@ -450,11 +457,14 @@ def test_the_sniffing_plant_changes_the_interpreter_only_for_the_benchmark(tmp_p
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("probe")
-def test_cpu_time_gains_nothing_from_a_second_core_or_a_sniffed_benchmark(tmp_path: Path) -> None:
+def test_cpu_time_gains_nothing_from_a_second_core_or_a_sniffed_benchmark(
+        cpu_probe: tuple[int, dict[str, tuple[str, str]], str]) -> None:
     """measure: cpu with a score (the sealed speed setup): the prefetching child's CPU is counted
     (its parent reaps it), and a GC switched off or a teardown skipped gains nothing on this
-    benchmark: both held — the prefetch after it found the benchmark's calls still to come."""
-    found = _probe_only(tmp_path, SPEED_FILES, speed_program("cpu"), "prefetch", "sniffed-teardown")
-    assert found["prefetch"].verdict == "held" and "calls found ahead" in found["prefetch"].detail, found
-    teardown = found["sniffed-teardown"]
-    assert teardown.verdict in ("held", "unclear") and "the plant broke" not in teardown.detail, found
+    benchmark: both held — the prefetch after it found the benchmark's calls still to come. Read
+    from the lines of the whole probe of this setup (each line is its class's verdict and detail)."""
+    code, lines, out = cpu_probe
+    state, detail = lines["prefetch"]
+    assert state == "held" and "calls found ahead" in detail, out
+    state, detail = lines["sniffed-teardown"]
+    assert state in ("held", "unclear") and "the plant broke" not in detail, out
