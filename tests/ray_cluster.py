@@ -173,7 +173,8 @@ class Cluster:
 
 
 def own_env(root: Path, env: Mapping[str, str]) -> dict[str, str]:
-    """`env` with a home under `root` and no RAY_* variable but the memory monitor's off."""
+    """`env` with a home under `root` and no RAY_* variable but ours: the memory monitor off, quick
+    health checks."""
     home = root / "home"
     home.mkdir(exist_ok=True)
     base = {k: v for k, v in env.items() if not k.startswith("RAY_")}
@@ -182,6 +183,10 @@ def own_env(root: Path, env: Mapping[str, str]) -> dict[str, str]:
     # a shared test machine's memory is not the cluster's: Ray's monitor would kill our tasks
     # for what other processes use
     base["RAY_memory_monitor_refresh_ms"] = "0"
+    # the head's GCS marks a node dead after this many failed health checks, one a second: a
+    # killed raylet refuses each at once, so the tests that kill one learn it in ~3 s, not Ray's
+    # default ~15 s (5 every 3 s); a live but busy raylet still has Ray's 10 s to answer each
+    base.update(RAY_health_check_period_ms="1000", RAY_health_check_failure_threshold="3")
     return base
 
 
