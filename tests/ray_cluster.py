@@ -144,31 +144,28 @@ class Cluster:
         return pids
 
     def stop(self) -> None:
-        """Only this cluster's processes: its `ray start` groups, then anything left naming its folders."""
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        # `ray start --block` outlives a SIGTERM to its group by 15 s and more: what is left is killed
-        deadline = time.monotonic() + 3
-        for p in self.procs:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for pid in self.pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        """Only this cluster's processes: its `ray start` groups, then anything left naming its folders.
+        SIGKILL at once: on a SIGTERM `ray start --block` takes 15 s and more to stop its services
+        (none of them ends sooner), and a test cluster has nothing to save."""
         for p in self.procs:
             if p.poll() is None:
                 try:
                     os.killpg(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        deadline = time.monotonic() + 10
+        while (left := self.pids()) and time.monotonic() < deadline:   # a worker forked meanwhile too
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
         shutil.rmtree(self.root, ignore_errors=True)
 
 
