@@ -144,36 +144,34 @@ class Cluster:
         return pids
 
     def stop(self) -> None:
-        """Only this cluster's processes: its `ray start` groups, then anything left naming its folders."""
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        # `ray start --block` outlives a SIGTERM to its group by 15 s and more: what is left is killed
-        deadline = time.monotonic() + 3
-        for p in self.procs:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for pid in self.pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        """Only this cluster's processes: its `ray start` groups, then anything left naming its folders.
+        SIGKILL at once: on a SIGTERM `ray start --block` takes 15 s and more to stop its services
+        (none of them ends sooner), and a test cluster has nothing to save."""
         for p in self.procs:
             if p.poll() is None:
                 try:
                     os.killpg(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        deadline = time.monotonic() + 10
+        while (left := self.pids()) and time.monotonic() < deadline:   # a worker forked meanwhile too
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
         shutil.rmtree(self.root, ignore_errors=True)
 
 
 def own_env(root: Path, env: Mapping[str, str]) -> dict[str, str]:
-    """`env` with a home under `root` and no RAY_* variable but the memory monitor's off."""
+    """`env` with a home under `root` and no RAY_* variable but ours: the memory monitor off, quick
+    health checks."""
     home = root / "home"
     home.mkdir(exist_ok=True)
     base = {k: v for k, v in env.items() if not k.startswith("RAY_")}
@@ -182,6 +180,10 @@ def own_env(root: Path, env: Mapping[str, str]) -> dict[str, str]:
     # a shared test machine's memory is not the cluster's: Ray's monitor would kill our tasks
     # for what other processes use
     base["RAY_memory_monitor_refresh_ms"] = "0"
+    # the head's GCS marks a node dead after this many failed health checks, one a second: a
+    # killed raylet refuses each at once, so the tests that kill one learn it in ~3 s, not Ray's
+    # default ~15 s (5 every 3 s); a live but busy raylet still has Ray's 10 s to answer each
+    base.update(RAY_health_check_period_ms="1000", RAY_health_check_failure_threshold="3")
     return base
 
 

@@ -18,76 +18,16 @@ pytest.importorskip("ray")
 
 pytestmark = pytest.mark.ray
 
+# what every run prints first (its folder, its worker hints), then the sandbox probes: it plants
+# files in $HOME, beside the repository and in /tmp (each measurement says which it finds), and
+# connects to a listener of ours on the loopback
 RSCORE = '''\
-import os, sys
+import os, socket, sys
 v = open("val.txt").read().strip()
 print("cwd", os.getcwd())
 print("worker", os.environ.get("AUTOLOOP_WORKER", "-"), os.environ.get("SLOT", "-"))
 if v == "exit":
     sys.exit(3)
-print(f"score: {v}")
-'''
-
-
-@pytest.fixture(scope="module")
-def ray_run(tmp_path_factory):
-    plan = {
-        1: 'W("notes.txt", "FAIL")',                 # guard fails (on the Ray worker)
-        2: 'W("val.txt", "38")',
-        3: 'W("val.txt", "exit")',                   # verifier exits 3: crash
-        4: 'W("val.txt", "37")',
-    }
-    extra = "parallel:\n  workers: 2\n  executor: ray\n  env:\n    - {SLOT: a}\n    - {SLOT: b}"
-    p = make_project(tmp_path_factory.mktemp("ray"), plan, verifier="{py} rscore.py", vtimeout=120,
-                     files={"rscore.py": RSCORE}, extra=extra)
-    start = git(p.repo, "rev-parse", "HEAD", env=p.env)
-    res = p.run("--cycles", "4", timeout=300)
-    return p, start, res
-
-
-def _log(p, cycle: int, name: str = "verifier.out") -> str:
-    return (p.repo / ".autoloop" / p.tag / "logs" / f"cycle-{cycle:04d}" / name).read_text()
-
-
-def test_ray_run_succeeds(ray_run):
-    p, _, res = ray_run
-    assert res.returncode == 0, res.stderr[-3000:]
-
-
-def test_ray_statuses_as_local(ray_run):
-    p, start, _ = ray_run
-    assert p.statuses() == {0: "baseline", 1: "guard_fail", 2: "keep", 3: "crash", 4: "keep"}
-    assert p.show(p.branch(), "val.txt").strip() == b"37"
-    assert len(p.branch_commits(start)) == 2
-
-
-def test_ray_verifies_in_a_shipped_copy(ray_run):
-    """Baseline and candidates ran in a temp folder unpacked from the commit, not in a worktree;
-    on a local instance that folder is shown at the checkout's path, where the command runs."""
-    p, start, _ = ray_run
-    for cycle in (0, 2, 4):
-        out = _log(p, cycle)
-        assert out.splitlines()[0] == f"cwd {p.repo}", out
-        assert "ran on" in _log(p, cycle, "verifier.err")
-    rows = {int(r["cycle"]): r for r in p.rows()}
-    assert "notes" in rows[1]["lesson"] and "exit 3" in rows[3]["lesson"]
-    # what was measured there is each candidate, not the checkout (still at the start)
-    assert [rows[c]["metric"] for c in (2, 4)] == ["38", "37"]
-    assert git(p.repo, "rev-parse", "HEAD", env=p.env) == start
-    assert (p.repo / "val.txt").read_text() == p.show(start, "val.txt").decode()
-
-
-def test_ray_worker_hints_reach_the_remote_verifier(ray_run):
-    p, _, _ = ray_run
-    assert _log(p, 3).splitlines()[1] == "worker 0 a"
-    assert _log(p, 4).splitlines()[1] == "worker 1 b"
-
-
-# ---- the sandbox on the node ------------------------------------------------------------------
-
-JAIL = '''\
-import os, socket
-v = open("val.txt").read().strip()
 for target in {targets!r}:
     print("found" if os.path.exists(target) else "fresh", target)
     try:
@@ -105,40 +45,88 @@ print(f"score: {{v}}")
 
 
 @pytest.fixture(scope="module")
-def jailed_run(tmp_path_factory):
-    """A verifier on the node that plants files in $HOME, beside the repository and in /tmp
-    (each measurement says which it finds), and connects to a listener of ours on the loopback."""
-    base = tmp_path_factory.mktemp("rayjail")
+def ray_run(tmp_path_factory):
+    """One run (one private Ray instance) that the statuses, the shipped copy, the worker hints
+    and the sandbox on the node are all judged on."""
+    plan = {
+        1: 'W("notes.txt", "FAIL")',                 # guard fails (on the Ray worker)
+        2: 'W("val.txt", "38")',
+        3: 'W("val.txt", "exit")',                   # verifier exits 3: crash
+        4: 'W("val.txt", "37")',
+    }
+    extra = "parallel:\n  workers: 2\n  executor: ray\n  env:\n    - {SLOT: a}\n    - {SLOT: b}"
+    base = tmp_path_factory.mktemp("ray")
     targets = [str(base / "home" / "planted"), str(base / "beside-repo"), f"/tmp/autoloop-rayjail-{uuid.uuid4().hex}"]
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
-        script = JAIL.format(targets=targets, port=listener.getsockname()[1])
-        p = make_project(base, {1: 'W("val.txt", "38")'}, verifier="{py} jail.py", guards=False,
-                         vtimeout=120, files={"jail.py": script}, extra="parallel:\n  executor: ray")
-        res = p.run("--cycles", "1", timeout=300)
-    yield p, res, targets
+        script = RSCORE.format(targets=targets, port=listener.getsockname()[1])
+        p = make_project(base, plan, verifier="{py} rscore.py", vtimeout=120, files={"rscore.py": script},
+                         extra=extra)
+        start = git(p.repo, "rev-parse", "HEAD", env=p.env)
+        res = p.run("--cycles", "4", timeout=300)
+    yield p, start, res, targets
     Path(targets[-1]).unlink(missing_ok=True)
 
 
-def test_a_verifier_on_ray_writes_nothing_outside_its_tree(jailed_run):
-    p, res, targets = jailed_run
+def _log(p, cycle: int, name: str = "verifier.out") -> str:
+    return (p.repo / ".autoloop" / p.tag / "logs" / f"cycle-{cycle:04d}" / name).read_text()
+
+
+def test_ray_run_succeeds(ray_run):
+    p, _, res, _ = ray_run
     assert res.returncode == 0, res.stderr[-3000:]
-    assert p.statuses() == {0: "baseline", 1: "keep"}
+
+
+def test_ray_statuses_as_local(ray_run):
+    p, start, _, _ = ray_run
+    assert p.statuses() == {0: "baseline", 1: "guard_fail", 2: "keep", 3: "crash", 4: "keep"}
+    assert p.show(p.branch(), "val.txt").strip() == b"37"
+    assert len(p.branch_commits(start)) == 2
+
+
+def test_ray_verifies_in_a_shipped_copy(ray_run):
+    """Baseline and candidates ran in a temp folder unpacked from the commit, not in a worktree;
+    on a local instance that folder is shown at the checkout's path, where the command runs."""
+    p, start, _, _ = ray_run
+    for cycle in (0, 2, 4):
+        out = _log(p, cycle)
+        assert out.splitlines()[0] == f"cwd {p.repo}", out
+        assert "ran on" in _log(p, cycle, "verifier.err")
+    rows = {int(r["cycle"]): r for r in p.rows()}
+    assert "notes" in rows[1]["lesson"] and "exit 3" in rows[3]["lesson"]
+    # what was measured there is each candidate, not the checkout (still at the start)
+    assert [rows[c]["metric"] for c in (2, 4)] == ["38", "37"]
+    assert git(p.repo, "rev-parse", "HEAD", env=p.env) == start
+    assert (p.repo / "val.txt").read_text() == p.show(start, "val.txt").decode()
+
+
+def test_ray_worker_hints_reach_the_remote_verifier(ray_run):
+    p, _, _, _ = ray_run
+    assert _log(p, 3).splitlines()[1] == "worker 0 a"
+    assert _log(p, 4).splitlines()[1] == "worker 1 b"
+
+
+# ---- the sandbox on the node ------------------------------------------------------------------
+
+def test_a_verifier_on_ray_writes_nothing_outside_its_tree(ray_run):
+    p, _, res, targets = ray_run
+    assert res.returncode == 0, res.stderr[-3000:]
     assert not [t for t in targets if os.path.exists(t)]
     assert "not sandboxed" not in res.stderr + p.experiments()
 
 
-def test_what_a_verifier_on_ray_planted_is_not_there_for_the_next(jailed_run):
-    p, _, targets = jailed_run
-    for cycle in (0, 1):   # the baseline planted them all first
+def test_what_a_verifier_on_ray_planted_is_not_there_for_the_next(ray_run):
+    p, _, _, targets = ray_run
+    for cycle in (0, 2, 4):   # the baseline planted them all first (cycle 1's guard failed, 3 exited)
         out = _log(p, cycle)
         assert all(f"fresh {t}" in out for t in targets), out
 
 
-def test_a_verifier_on_ray_has_no_network_unless_asked_for(jailed_run):
-    p, _, _ = jailed_run
-    assert "network closed" in _log(p, 0) and "network closed" in _log(p, 1)
+def test_a_verifier_on_ray_has_no_network_unless_asked_for(ray_run):
+    p, _, _, _ = ray_run
+    for cycle in (0, 2, 4):
+        assert "network closed" in _log(p, cycle), _log(p, cycle)
 
 
 PLANTS_ON_PATH = """\

@@ -155,7 +155,7 @@ def test_doctor_says_where_each_step_runs(sealed):
 def test_a_node_lost_under_the_command_is_measured_again_elsewhere(cluster, tmp_path):
     """n1's raylet killed while a cycle's command runs there (after the baseline): that
     measurement runs again, whole, on n0; its score still runs here; no label reaches a node."""
-    slow = PRODUCE_PY.replace('print("acc: 0.0")', 'import time; time.sleep(3)')
+    slow = PRODUCE_PY.replace('print("acc: 0.0")', CANDIDATE_SLOW_ON_N1.format(start=MODEL_PY + "ok\n"))
     p, labels, _ = _sealed_project(tmp_path, cluster.address, {1: PLAN[5], 2: PLAN[2]}, produce=slow,
                                    extra=", workers: 2",
                                    accept="accept: {rule: paired, pairs: 4, alpha: 0.1, final_pairs: 0}")
@@ -179,6 +179,16 @@ def test_a_node_lost_under_the_command_is_measured_again_elsewhere(cluster, tmp_
     statuses = {r["cycle"]: r["status"] for r in recs if r["t"] == "cycle"}
     assert statuses == {0: "baseline", 1: "keep", 2: "discard"}, statuses
     assert _leaks(cluster, labels) == []
+
+
+# slow on n1 only, and only in a candidate's tree (not the baseline's, which may be measured
+# there first): a window to kill n1's raylet under a cycle's command; once n1 is gone, the
+# measurements made again on n0 need not wait
+CANDIDATE_SLOW_ON_N1 = """\
+import time
+if os.environ.get("NODE_NAME") == "n1" and open("model.py").read() + open("notes.txt").read() != {start!r}:
+    time.sleep(3)
+"""
 
 
 def _produce_on(name: bytes) -> bool:
