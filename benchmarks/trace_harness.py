@@ -20,9 +20,11 @@ prints one table:
   both sides, so it prices the run alone; the measured noise is shown beside it.
 
 With --through-run, one more row: the after side as a user runs it, `autoloop run` with its
-default sandbox and guards (a generator that changes nothing, one cycle); its numbers are the
-means of the baseline's calibration runs, read back from the ledger's stats.run_parts (the
-same figures `run` prints after the baseline), and the harness share from the score's lines.
+default sandbox and guards, one cycle whose generator adds a comment to the target's module
+(a change that does nothing, measured in pairs); its numbers are the means of the runs, read
+back from the ledger's stats.run_parts (what `run` prints after the baseline), for the
+baseline's calibration (every run scored) and for the cycle (the incumbent's runs beside the
+candidate are not), and the harness share from the score's lines.
 
 The machine it runs on is shared: say how loaded it was when quoting the numbers.
 """
@@ -148,12 +150,17 @@ def _summary(name: str, prog: dict, rows: list[dict]) -> dict:
             "dec_h_common": 3600 / run_s / _decision_runs(0.02)}
 
 
-def _through_run(repo: Path, data: Path) -> dict:
-    """The after side measured by `autoloop run` itself, sandboxed: the baseline's runs."""
+def _through_run(repo: Path, data: Path, target: str) -> list[dict]:
+    """The after side measured by `autoloop run` itself, sandboxed: the baseline's runs and a cycle's."""
+    module = target.split(":")[0].replace(".", "/")
+    source = next(rel for rel in (f"{module}.py", f"{module}/__init__.py") if (repo / rel).is_file())
     program = (repo / "program.md").read_text()
     head, _, body = program.partition("\ngenerator:\n")
     rest = body.split("\n\n", 1)[1] if "\n\n" in body else ""
-    (repo / "program.md").write_text(head + '\ngenerator:\n  kind: command\n  command: "true"\n\n' + rest)
+    script = repo.parent / "comment.sh"   # outside the repository: the generator's, not the tree's
+    script.write_text(f"echo '# x' >> {source}\n")
+    gen = f"sh {script}"
+    (repo / "program.md").write_text(head + f'\ngenerator:\n  kind: command\n  command: "{gen}"\n\n' + rest)
     with open(repo / ".git" / "info" / "exclude", "a") as f:
         f.write("program.md\n")
     (repo / "bench" / ".trace").unlink()
@@ -162,26 +169,32 @@ def _through_run(repo: Path, data: Path) -> dict:
                          cwd=repo, env=env, capture_output=True, text=True, timeout=3600)
     if res.returncode != 0:
         sys.exit(f"autoloop run failed in {repo}:\n{res.stdout}\n{res.stderr}")
-    base = next(json.loads(line) for line in (repo / ".autoloop/cost/ledger.jsonl").read_text().splitlines()
-                if json.loads(line).get("status") == "baseline")
-    parts = list(base["stats"]["run_parts"].values())
+    records = [json.loads(line) for line in (repo / ".autoloop/cost/ledger.jsonl").read_text().splitlines()]
+    cycles = {r["cycle"]: r for r in records if r.get("t") == "cycle"}
     code = []
     for out in (repo / ".autoloop/cost/logs/cycle-0000/runs").glob("*/score.out"):
         said = dict(line.split(": ", 1) for line in out.read_text().splitlines() if line.endswith(tuple("0123456789"))
                     and ": " in line)
         code.append(float(said.get("target_seconds", 0)) + float(said.get("import_seconds", 0)))
 
-    def mean(key: str) -> float:
-        return statistics.mean(float(p[key]) for p in parts)
+    rows = []
+    for n, what in ((0, "calibration"), (1, "a cycle")):
+        parts = list(cycles[n]["stats"]["run_parts"].values())
 
-    timed = [float(p["timed"]) for p in parts]
-    med = statistics.median(timed)
-    run_s = mean("command") + mean("score") + mean("inputs")
-    noise = statistics.median(abs(t - med) for t in timed) * 1.4826 / med
-    return {"side": "after, `autoloop run` (sandboxed)", "measure": "cpu", "ok": True, "timed": mean("timed"),
-            "command": mean("command"), "score": mean("score"), "inputs": mean("inputs"), "run": run_s,
-            "ratio": run_s / mean("command"), "per_timed": run_s / mean("timed"), "harness": 1 - statistics.mean(code) / mean("timed") if code else 0.0,
-            "noise": noise, "runs_h": 3600 / run_s, "dec_h_common": 3600 / run_s / _decision_runs(0.02)}
+        def mean(key: str) -> float:
+            return statistics.mean(float(p[key]) for p in parts)
+
+        timed = [float(p["timed"]) for p in parts]
+        med = statistics.median(timed)
+        run_s = mean("command") + mean("score") + mean("inputs")
+        noise = statistics.median(abs(t - med) for t in timed) * 1.4826 / med
+        rows.append({"side": f"after, `autoloop run` (sandboxed): {what}, {len(parts)} runs", "measure": "cpu",
+                     "ok": cycles[n]["status"] in ("baseline", "keep", "discard"), "timed": mean("timed"),
+                     "command": mean("command"), "score": mean("score"), "inputs": mean("inputs"), "run": run_s,
+                     "ratio": run_s / mean("command"), "per_timed": run_s / mean("timed"),
+                     "harness": 1 - statistics.mean(code) / mean("timed") if code else 0.0,
+                     "noise": noise, "runs_h": 3600 / run_s, "dec_h_common": 3600 / run_s / _decision_runs(0.02)})
+    return rows
 
 
 def main() -> None:
@@ -204,7 +217,7 @@ def main() -> None:
             rows = _measure(repo, prog, args.runs, tmp)
             results.append(_summary(name, prog, rows))
         if args.through_run:
-            results.append(_through_run(tmp / "after", tmp / "data-after"))
+            results += _through_run(tmp / "after", tmp / "data-after", args.target)
         print("| side | measure | all passed | timed (s) | command wall (s) | inputs (s, per run) | score (s) "
               "| run (s) | run / command | harness share | noise | runs/h | decisions/h (at 2% noise) |")
         print("|" + " --- |" * 13)

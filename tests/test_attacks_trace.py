@@ -249,7 +249,7 @@ def test_a_traced_benchmark_keeps_the_real_speed_up_and_none_of_the_cheats(tmp_p
     st = p.statuses()
     assert st[1] == "discard", log          # the tests' calls are 1% of a measurement
     assert st[2] == "guard_fail", log       # the score checks every derived call
-    assert st[3] == "discard", log          # nothing survives from one measurement to the next
+    assert st[3] == "discard", log          # a disk cache gains nothing: every measurement draws new calls (and nothing survives between them)
     assert st[4] == "discard", log          # the guard's seed is not the measurement's
     assert st[5] == "discard", log          # no call repeats within a measurement
     assert st[6] == "guard_fail", log       # one batch in hand, and under cpu no fork: its calls raise
