@@ -17,7 +17,9 @@ READ_FILE = ".autoloop-probe-read"     # next to the planted module: the answer 
 
 def record_calls() -> str:
     """Step one of the special-cased input: record each public function's arguments and result
-    (what a candidate sees of the benchmark's inputs), next to the module."""
+    (what a candidate sees of the benchmark's inputs), next to the module: as they come, too,
+    since a traced benchmark's worker is killed at its last answer (found on titlecase, where
+    nothing was ever saved and the class was skipped)."""
     return code('''
         import atexit as _alp_atexit, os as _alp_os, pickle as _alp_pickle
         _ALP_SEEN = {}
@@ -28,6 +30,8 @@ def record_calls() -> str:
                     key = _alp_key(f, args, kwargs)
                     if len(key) < 1_000_000 and len(_ALP_SEEN) < 10_000:
                         _ALP_SEEN[key] = _alp_pickle.dumps(out)
+                        if len(_ALP_SEEN) in (1, 16) or len(_ALP_SEEN) % 256 == 0:
+                            _alp_save()   # a process killed at its last answer runs no atexit
                 except Exception:
                     pass
                 return out
