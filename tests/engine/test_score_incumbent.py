@@ -30,7 +30,7 @@ def test_the_incumbents_runs_beside_a_candidate_are_not_scored(tmp_path) -> None
     base, one = cycles[0]["stats"]["run_parts"], cycles[1]["stats"]["run_parts"]
     assert base and all(part["score"] > 0 for part in base.values())      # the calibration: every run
     scored = {label for label, part in one.items() if part["score"] > 0}
-    assert scored == {label for label in one if label.startswith("B")} and len(scored) >= 3, one
+    assert scored == {label for label in one if label.startswith("B")} and scored, one
     # every run is in the parts, so that their mean is a run's cost: the incumbent's too
     assert len([label for label in one if label.startswith("A")]) == len(scored), one
     logs = p.repo / ".autoloop" / p.tag / "logs" / "cycle-0001" / "runs"
