@@ -34,14 +34,14 @@ class Scorer:
     code ran as you could have written it, so it is made exactly the commit again before each score."""
 
     def __init__(self, program: Program, tree: Worktree, commit: str, bwrap: Bwrap | None,
-                 scratch: Path) -> None:
+                 scratch: Path, guard: Guardrails | None = None) -> None:
         self.program, self.tree, self.commit, self.bwrap = program, tree, commit, bwrap
+        self.guard = guard   # a run's: its bytecode cache starts each Python warm
         self.scratch = scratch
         self._lock = threading.Lock()
         self._made = False
         self._inputs: dict[str, Path] = {}   # seed -> the file verifier.inputs wrote for it
         self._inputs_dir: Path | None = None
-        self.guard: Guardrails | None = None   # a run's: its bytecode cache starts each Python warm
 
     def _make(self) -> None:
         with self._lock:
@@ -125,9 +125,7 @@ def start_scorer(ws: Workspace, guard: Guardrails) -> Scorer | None:
     if p.verifier.score is None:
         return None
     assert guard.start_commit is not None, "the run's start commit is set in Run.open"
-    scorer = Scorer(p, ws.score_tree(), guard.start_commit, guard.sandbox, guard.scratch / "score")
-    scorer.guard = guard
-    return scorer
+    return Scorer(p, ws.score_tree(), guard.start_commit, guard.sandbox, guard.scratch / "score", guard)
 
 
 def refuse_on_ray(program: Program) -> None:

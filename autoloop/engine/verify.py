@@ -72,7 +72,8 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
     todo = steps(program, with_guards, verifier)
     after = None if after_step is None else \
         (lambda s: after_step(f"guard '{s.name}'" if s.guard else "the verifier"))
-    scored = (verifier or program.verifier).score is not None
+    spec = verifier or program.verifier
+    scored = spec.score is not None
     if scored and scorer is None:   # never measure such a program from the command's own output
         raise RunFailure("internal error: verifier.score is set but nothing can run it here")
     results: list[proc.ProcResult] = []
@@ -87,7 +88,7 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
             seed = seed() if callable(seed) else new_seed() if seed is None else seed
             # how the command is timed: a traced benchmark lets its worker start processes only
             # under wall (parallel speed-ups welcome), since cpu cannot count every child
-            step_env = {**env, SEED_VAR: str(seed), MEASURE_VAR: (verifier or program.verifier).measure}
+            step_env = {**env, SEED_VAR: str(seed), MEASURE_VAR: spec.measure}
         if not step.guard and scored:
             # an empty folder the guards (which run the candidate's code too) never saw
             output = output or Path(env["TMPDIR"]).parent / "output"
@@ -95,7 +96,7 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
             output.mkdir(parents=True)
             made = os.lstat(output)
             step_env[OUTPUT_VAR] = str(output)
-        if not step.guard and (verifier or program.verifier).inputs is not None:
+        if not step.guard and spec.inputs is not None:
             if scorer is None or not hasattr(scorer, "inputs"):
                 raise RunFailure("internal error: verifier.inputs is set but nothing can run it here")
             failed, given = scorer.inputs(step_env, marker)
@@ -112,7 +113,7 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
         return summarize(program, todo, results, box, verifier, hints=hints)   # no verifier run: no seed drawn
     assert isinstance(seed, int)
     score = None
-    if scored and results[-1].ok and (check or (verifier or program.verifier).measure == "output"):
+    if scored and results[-1].ok and (check or spec.measure == "output"):
         assert output is not None and scorer is not None
         odd = not_plain(output, made)
         score = (scorer({**step_env, INPUTS_VAR: str(given)}, output, log_dir, marker, (given,)) if given is not None

@@ -247,6 +247,12 @@ class Guardrails:
         for ch in found:
             tree, paths = ch.tree, ch.paths
             tree.latest = None  # what is done about it below changes it: walk it afresh next time
+            if tree is self._own:
+                # autoloop's (and any) import writes the bytecode of a module it loads the first
+                # time: that is exactly the compiled source, so it changes nothing
+                paths = [rel for rel in paths if not import_wrote(tree.root, rel)]
+                if not paths:
+                    continue
             shown = ", ".join(paths[:3]) + (f" (+{len(paths) - 3} more)" if len(paths) > 3 else "")
             problem = f"{when}changed {tree.label}: {shown}"
             if tree in self._sites:
@@ -263,13 +269,6 @@ class Guardrails:
                 problem += self._neutralize(ch, lambda rel: rel in shadows and (
                     os.path.isfile(tree.root / rel) or os.path.islink(tree.root / rel)))
             elif tree is self._own:
-                # autoloop's (and any) import writes the bytecode of a module it loads the first
-                # time: that is exactly the compiled source, so it changes nothing
-                code = [rel for rel in paths if not import_wrote(tree.root, rel)]
-                if not code:
-                    continue
-                shown = ", ".join(code[:3]) + (f" (+{len(code) - 3} more)" if len(code) > 3 else "")
-                problem = f"{when}changed {tree.label}: {shown}"
                 self.fatal = (f"autoloop's own code changed during the run ({shown}); reinstall autoloop "
                               "before going on")
             elif tree is self._pycache_tree:
@@ -371,7 +370,7 @@ class Guardrails:
                     if cache is not None:
                         cache.forget(prefix)
                     raise
-                self._learn(cache, prefix)
+                self.learn_bytecode(cache, prefix)
         finally:
             self._local.measuring = None
             self._local.prefix = None
@@ -390,9 +389,7 @@ class Guardrails:
         return cache
 
     def learn_bytecode(self, cache: ProvenCache | None, prefix: Path) -> None:
-        self._learn(cache, prefix)
-
-    def _learn(self, cache: ProvenCache | None, prefix: Path) -> None:
+        """After a step run in `prefix` (seeded from `cache`): what it compiled, into the cache."""
         if cache is not None:
             with self._warm_lock:
                 if self._proven is cache and cache.learn(prefix):
@@ -455,7 +452,7 @@ class Guardrails:
         held = getattr(self._local, "prefix", None)
         if held is not None:
             prefix, cache = held
-            self._learn(cache, prefix)
+            self.learn_bytecode(cache, prefix)
             remove_tree(prefix)
             prefix.mkdir()
             if cache is not None:
@@ -572,4 +569,3 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
-
