@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.scripts.e2e import (random_moves_plan, PY, assert_journal_consistent, assert_valid_ledger, experiments_sections, git,
+from tests.scripts.e2e import (random_moves_plan, assert_journal_consistent, assert_valid_ledger, experiments_sections, git,
                                kill_marked, make_project, marked_pids, section_field, wait_for)
 
 
@@ -438,10 +438,8 @@ def test_repeats_judged_per_candidate_in_parallel(tmp_path):
 def test_sandboxed_workers_edit_only_their_own_tree(tmp_path):
     gen = tmp_path / "out" / "gen"
     gen.mkdir(parents=True)
-    from tests.scripts.e2e import GEN
-    p = make_project(tmp_path, {}, command=f"{PY} {GEN} {gen}/plan.json {gen}/records",
+    p = make_project(tmp_path, {}, records_in=gen,
                      extra=f"sandbox: {{kind: bwrap, writable: [{gen}]}}\nparallel: {{workers: 2}}")
-    p.plan_path, p.rec_dir = gen / "plan.json", gen / "records"
     p.set_plan({"*": 'W("val.txt", str(40 - cycle)); W("notes.txt", os.getcwd())'})
     res = p.run("--cycles", "2")
     assert res.returncode == 0, res.stderr

@@ -18,7 +18,7 @@ import pytest
 
 from autoloop.errors import ConfigError
 from tests.isolation.test_sandbox import PROBLEM
-from tests.scripts.e2e import GEN, PY, make_project
+from tests.scripts.e2e import PY, make_project
 
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
 
@@ -81,10 +81,9 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
     _serve(other, b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nleaked")
     _serve(abstract, b"leaked")
     port = api.getsockname()[1]
-    p = make_project(base, {}, command=f"{PY} {GEN} {gen}/plan.json {gen}/records",
+    p = make_project(base, {}, records_in=gen,
                      extra=f"sandbox: {{kind: bwrap, network: true, writable: [{gen}], "
                            f"hosts: ['127.0.0.1:{port}']}}")
-    p.plan_path, p.rec_dir = gen / "plan.json", gen / "records"
     p.set_plan({1: PROBES})
     p.env.update(E2E_API=str(port), E2E_OTHER=str(other.getsockname()[1]), E2E_ABSTRACT=name)
     res = p.run("--cycles", "1")

@@ -35,13 +35,12 @@ hyp("read the environment")
 
 
 def test_a_networked_generator_gets_the_model_key_and_no_other_credential(tmp_path):
-    from tests.scripts.e2e import GEN, PY, make_project
+    from tests.scripts.e2e import make_project
 
     gen = tmp_path / "out" / "gen"
     gen.mkdir(parents=True)
-    p = make_project(tmp_path, {}, command=f"{PY} {GEN} {gen}/plan.json {gen}/records",
+    p = make_project(tmp_path, {}, records_in=gen,
                      extra=f"sandbox: {{kind: bwrap, network: true, writable: [{gen}]}}")
-    p.plan_path, p.rec_dir = gen / "plan.json", gen / "records"
     p.set_plan({1: PLAN.format()})
     p.env.update(SECRETS)
     p.env.update(MODEL)

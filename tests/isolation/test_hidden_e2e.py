@@ -58,14 +58,13 @@ hyp("probe the home and the sockets")
 
 
 def test_a_scripted_generator_with_the_network_reads_no_secret_and_reaches_no_socket(tmp_path, home, daemons):
-    from tests.scripts.e2e import GEN, PY, make_project
+    from tests.scripts.e2e import make_project
 
     gen = tmp_path / "out" / "gen"
     gen.mkdir(parents=True)
     late = _late_daemon(gen / "flag", home / ".local" / "share" / "app" / "late-e2e.sock")
-    p = make_project(tmp_path, {}, command=f"{PY} {GEN} {gen}/plan.json {gen}/records",
+    p = make_project(tmp_path, {}, records_in=gen,
                      extra=f"sandbox: {{kind: bwrap, network: true, writable: [{gen}]}}")
-    p.plan_path, p.rec_dir = gen / "plan.json", gen / "records"
     p.set_plan({1: E2E_PLAN.format(home=str(home), places=PLACES, folders=list(hidden.HOME_FOLDERS),
                                    sockets=[str(d.path) for d in daemons], flag=str(gen / "flag"))})
     p.env["HOME"] = str(home)      # the home autoloop runs with

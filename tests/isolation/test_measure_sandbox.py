@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scripts.e2e import GEN, PY, git, make_project
+from tests.scripts.e2e import PY, git, make_project
 from tests.isolation.test_sandbox import PROBLEM, loopback_listener
 
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
@@ -68,14 +68,13 @@ def measured(request, tmp_path_factory):
     server = loopback_listener()
     port = server.getsockname()[1]
     net = f"\n  network: true\n  hosts: ['127.0.0.1:{port}']" if network else ""
-    p = make_project(base, {}, command=f"{PY} {GEN} {gen}/plan.json {gen}/records", guards=False,
+    p = make_project(base, {}, records_in=gen, guards=False,
                      files={"score.py": PROBING_SCORE},
                      verifier=f"{PY} score.py{net}",
                      # the heartbeat it leaves behind keeps the traced run that records what the
                      # verifier reads (strace -f) alive until this timeout; a run takes ~0.5 s
                      vtimeout=8,
                      extra=f"sandbox: {{writable: [{gen}, {meas}]}}")
-    p.plan_path, p.rec_dir = gen / "plan.json", gen / "records"
     p.set_plan({1: 'W("val.txt", "30")'})
     import autoloop
     common = Path(git(p.repo, "rev-parse", "--git-common-dir", env=p.env))

@@ -53,7 +53,7 @@ def outside_tmp():
 
 
 def test_the_generator_reads_no_private_value_in_the_scores_logs(outside_tmp):
-    from tests.scripts.e2e import GEN, PY, git, make_project
+    from tests.scripts.e2e import PY, git, make_project
 
     tmp_path = outside_tmp
     private = tmp_path / "labels"
@@ -61,14 +61,13 @@ def test_the_generator_reads_no_private_value_in_the_scores_logs(outside_tmp):
     (private / "label.txt").write_text(SECRET)
     gen = tmp_path / "out" / "gen"
     gen.mkdir(parents=True)
-    p = make_project(tmp_path, {}, command=f"{PY} {GEN} {gen}/plan.json {gen}/records",
+    p = make_project(tmp_path, {}, records_in=gen,
                      files={"score_private.py": SCORE.format(label=str(private / "label.txt"))},
                      extra=f"private: [{private}]\nsandbox: {{kind: bwrap, writable: [{gen}]}}")
     text = (p.repo / "program.md").read_text().replace(
         "verifier:\n", f"verifier:\n  score: {PY} score_private.py\n", 1)
     (p.repo / "program.md").write_text(text)
     git(p.repo, "commit", "-qam", "a score that reads the private labels", env=p.env)
-    p.plan_path, p.rec_dir = gen / "plan.json", gen / "records"
     look = PLAN.format(private=str(private), secret=SECRET)
     p.set_plan({1: 'W("val.txt", "31")\nhyp("first")', 2: look})   # the second sees the first's logs
     res = p.run("--cycles", "2")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scripts.e2e import GEN, PY, git, make_project
+from tests.scripts.e2e import git, make_project
 
 
 def _bwrap_problem() -> str | None:
@@ -83,9 +83,8 @@ def sandboxed(request, tmp_path_factory):
     gen.mkdir(parents=True)
     network = request.param
     server = loopback_listener()
-    p = make_project(base, {}, command=f"{PY} {GEN} {gen}/plan.json {gen}/records",
+    p = make_project(base, {}, records_in=gen,
                      extra=f"sandbox: {{kind: bwrap, network: {str(network).lower()}, writable: [{gen}]}}")
-    p.plan_path, p.rec_dir = gen / "plan.json", gen / "records"
     p.set_plan({1: PROBES, 2: 'W("val.txt", "29")'})
     import autoloop
     p.env["AUTOLOOP_SRC"] = str(Path(autoloop.__file__).parent)

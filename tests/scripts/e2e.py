@@ -251,15 +251,16 @@ def random_moves_plan(max_sleep: float) -> dict[Any, str]:
 
 
 def make_project(base: Path, plan: dict[Any, str] | None = None, *, files: dict[str, str] | None = None,
-                 tag: str = "t1", **program_kw: Any) -> Project:
+                 tag: str = "t1", records_in: Path | None = None, **program_kw: Any) -> Project:
     """A committed repository with score.py (the verifier), guard.py, val.txt (the score) and a
-    program.md that drives gen_plan.py."""
+    program.md that drives gen_plan.py. `records_in`: the folder gen_plan.py keeps its plan and
+    records in (default `base`), for a test whose own `sandbox:` lets the generator write there."""
     base.mkdir(parents=True, exist_ok=True)
     env = isolated_env(base)
     repo = base / "repo"
     repo.mkdir()
-    plan_path = base / "plan.json"
-    rec_dir = base / "records"
+    plan_path = (records_in or base) / "plan.json"
+    rec_dir = (records_in or base) / "records"
     rec_dir.mkdir(parents=True, exist_ok=True)
     command = program_kw.pop("command", f"{PY} {GEN} {plan_path} {rec_dir}")
     all_files = dict(BASE_FILES)
