@@ -104,9 +104,11 @@ WEAKENED = ('W("lib.py", "def solve(n):\\n    return 0\\n")\n'
 
 GENERATOR = "generator: {kind: command, command: '{GEN}'}\n"
 # 12 pairs, not 8: on a loaded machine whose calibration read 42% of runs as bursts, the real
-# -85% gain was still undecided after 8 pairs (p 0.0039) and discarded. A no-op is ruled out in
-# about 3 pairs either way, so only an undecided cycle pays for the room.
-PAIRED = "accept: {rule: paired, min_effect: 5%, pairs: 12, final_pairs: 0}\n"
+# -85% gain was still undecided after 8 pairs (p 0.0039) and discarded. min_effect 20%: a timing
+# hack that fooled the seal would read as a gain of nearly 100% (the forged number, the clock
+# divided by a thousand) and be kept at any min_effect, while a no-op is ruled out in 2 pairs
+# instead of the 8-12 it took against 5% at ±2% noise (the test took 142 s, now 41 s).
+PAIRED = "accept: {rule: paired, min_effect: 20%, pairs: 12, final_pairs: 0}\n"
 TIMING = ("atexit", "patched-clock", "sys-modules", "exit-0", "signal", "stdout")
 
 

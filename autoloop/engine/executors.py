@@ -17,7 +17,7 @@ from autoloop.errors import ConfigError, NodeLost
 from autoloop.isolation.hardening import Guardrails
 from autoloop.program.reader import Program
 from autoloop.engine.score import Scorer, refuse_on_ray, start_scorer
-from autoloop.engine.verify import Measurement, measure
+from autoloop.engine.verify import Measurement, label, measure, steps
 from autoloop.git.workspace import Workspace
 
 __all__ = ["LocalExecutor", "LocalLane", "RayExecutor", "RayLane", "make_executor"]
@@ -53,7 +53,8 @@ class LocalLane:
         if side not in self._checked_out:
             tree.checkout(commit, clean=False)   # measuring() cleans it
             self._checked_out.add(side)
-        with self.guard.measuring(tree, commit, env) as menv:
+        labels = [label(s) for s in steps(program, with_guards)]
+        with self.guard.measuring(tree, commit, env, labels) as menv:
             return measure(program, cwd=tree.path, env=menv, log_dir=log_dir, marker=marker,
                            with_guards=with_guards, after_step=self.guard.after_step,
                            box=self.guard.confine(tree.path, menv, show_private=holdout),
@@ -67,7 +68,7 @@ class LocalLane:
         tree = self.trees["B"]
         tree.checkout(commit, clean=False)   # measuring() cleans it
         self._checked_out.add("B")
-        with self.guard.measuring(tree, commit, env) as menv:
+        with self.guard.measuring(tree, commit, env, ["the traced steps"]) as menv:
             box = self.guard.confine(tree.path, menv)
             return reads.record(program, cwd=tree.path, env=menv, scratch=Path(menv["TMPDIR"]),
                                 log_dir=log_dir, marker=marker, wrap=None if box is None else box.argv,

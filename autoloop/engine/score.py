@@ -102,7 +102,7 @@ class Scorer:
             senv = envs.scrubbed(env, scratch=scratch / "env")
             senv.update({k: v for k, v in env.items() if k.startswith("AUTOLOOP_")})
             prefix = Path(senv["PYTHONPYCACHEPREFIX"])
-            cache = self.guard.seed_bytecode(prefix) if self.guard is not None else None
+            cache = self.guard.seed_bytecode(prefix, command) if self.guard is not None else None
             argv: str | list[str] = command
             if self.bwrap is not None:
                 box = tree_box(self.bwrap, self.program, self.tree.path, self.tree.common_dir, scratch,

@@ -46,6 +46,11 @@ def steps(program: Program, with_guards: bool = True,
             proc.Step("verifier", v.command, v.timeout, False)]
 
 
+def label(step: proc.Step) -> str:
+    """How a step is named to `after_step` (and in Tampered's messages)."""
+    return f"guard '{step.name}'" if step.guard else "the verifier"
+
+
 def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Path, marker: str,
             with_guards: bool = True, after_step: Callable[[str], None] | None = None,
             box: Confinement | None = None, verifier: VerifierSpec | HoldoutSpec | None = None,
@@ -70,8 +75,7 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
     `check=False`: a score that only checks correctness (`measure: wall|cpu`) is not run — the
     incumbent's runs beside a candidate (see measure.LaneRunner.unchecked)."""
     todo = steps(program, with_guards, verifier)
-    after = None if after_step is None else \
-        (lambda s: after_step(f"guard '{s.name}'" if s.guard else "the verifier"))
+    after = None if after_step is None else (lambda s: after_step(label(s)))
     spec = verifier or program.verifier
     scored = spec.score is not None
     if scored and scorer is None:   # never measure such a program from the command's own output

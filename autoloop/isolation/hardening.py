@@ -331,10 +331,14 @@ class Guardrails:
         return self._scratch
 
     @contextmanager
-    def measuring(self, tree: Worktree, commit: str, base_env: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    def measuring(self, tree: Worktree, commit: str, base_env: Mapping[str, str],
+                  steps: Sequence[str] = ("the steps",)) -> Iterator[dict[str, str]]:
         """The environment for measuring `commit` in `tree` (already checked out at it): data
-        linked in, the tree proven to hold exactly the commit, fresh scratch folders."""
+        linked in, the tree proven to hold exactly the commit, fresh scratch folders. `steps`:
+        what will run in it, in order, as after_step names them; each starts with the bytecode
+        that step needed before."""
         self._local.measuring = None
+        self._local.steps = list(steps) or ["the steps"]
         self._local.pictured = False
         try:
             link_data(self.program, tree.path)
@@ -362,7 +366,7 @@ class Guardrails:
                 prefix = Path(env["PYTHONPYCACHEPREFIX"])
                 if cache is not None:
                     with self._warm_lock:
-                        cache.seed(prefix)
+                        cache.seed(prefix, self._local.steps[0])
                 self._local.prefix = (prefix, cache)
                 try:
                     yield env
@@ -378,14 +382,15 @@ class Guardrails:
                 # the generators' watch starts the next cycle from the tree as this left it
                 self._tree_watch(tree).take()
 
-    def seed_bytecode(self, prefix: Path) -> ProvenCache | None:
+    def seed_bytecode(self, prefix: Path, step: str) -> ProvenCache | None:
         """Fill `prefix`, a score's or verifier.inputs' own fresh one, from autoloop's bytecode
-        cache once a measurement has made it; learn_bytecode after the step. Without it those
-        Pythons compiled every import anew at each run (0.2 s each on a traced benchmark)."""
+        cache (what `step` needed before) once a measurement has made it; learn_bytecode after
+        the step. Without it those Pythons compiled every import anew at each run (0.2 s each on
+        a traced benchmark)."""
         with self._warm_lock:
             cache = self._proven if self._warm_built else None
             if cache is not None:
-                cache.seed(prefix)
+                cache.seed(prefix, step)
         return cache
 
     def learn_bytecode(self, cache: ProvenCache | None, prefix: Path) -> None:
@@ -455,9 +460,11 @@ class Guardrails:
             self.learn_bytecode(cache, prefix)
             remove_tree(prefix)
             prefix.mkdir()
-            if cache is not None:
+            steps: list[str] = self._local.steps
+            following = steps[steps.index(step) + 1:] if step in steps else [f"after {step}"]
+            if cache is not None and following:   # after the last step, no copy nobody reads
                 with self._warm_lock:
-                    cache.seed(prefix)
+                    cache.seed(prefix, following[0])
 
     def reseal(self, tree: Worktree, commit: str) -> None:
         """Before the next step of a measurement: `tree` holds exactly `commit` again, proven

@@ -46,7 +46,7 @@ def test_learnt_bytecode_is_compiled_from_the_source_not_copied(tmp_path: Path) 
     cache = _cache(tmp_path)
     prefix = tmp_path / "m1"
     prefix.mkdir()
-    cache.seed(prefix)
+    cache.seed(prefix, "the verifier")
     assert _import_value(prefix, src_dir) == "real"
     # a measurement plants bytecode for helper in its own prefix: an unchecked-hash pyc that
     # says something else (Python would trust it over the source)
@@ -62,7 +62,7 @@ def test_learnt_bytecode_is_compiled_from_the_source_not_copied(tmp_path: Path) 
     assert b"planted" not in kept
     fresh = tmp_path / "m2"
     fresh.mkdir()
-    cache.seed(fresh)
+    cache.seed(fresh, "the verifier")
     assert _import_value(fresh, src_dir) == "real"
 
 
@@ -74,20 +74,53 @@ def test_a_stale_entry_is_recompiled_not_used(tmp_path: Path) -> None:
     cache = _cache(tmp_path)
     p1 = tmp_path / "m1"
     p1.mkdir()
-    cache.seed(p1)
+    cache.seed(p1, "the verifier")
     assert _import_value(p1, src_dir) == "one"
     assert cache.learn(p1) >= 1
     src.write_text("VALUE = 'two'\n")      # same size; mtime does not matter to a checked pyc
     p2 = tmp_path / "m2"
     p2.mkdir()
-    cache.seed(p2)
+    cache.seed(p2, "the verifier")
     assert _import_value(p2, src_dir) == "two"
     assert cache.learn(p2) == 1            # Python rewrote it; the cache compiles the new bytes
     p3 = tmp_path / "m3"
     p3.mkdir()
-    cache.seed(p3)
+    cache.seed(p3, "the verifier")
     assert _import_value(p3, src_dir) == "two"
     assert cache.learn(p3) == 0            # nothing new: the seeded copy was used as it was
+
+
+def test_each_step_starts_with_the_bytecode_it_needed_and_no_more(tmp_path: Path) -> None:
+    """A guard that imports much and a verifier that imports little: the verifier's prefix is
+    not filled with the guard's modules (copying them all into every run cost more than the
+    run saved), and what a step needs later is learnt then."""
+    src_dir = tmp_path / "src"
+    src_dir.mkdir()
+    (src_dir / "helper.py").write_text("VALUE = 'real'\n")
+    (src_dir / "big.py").write_text("import helper\nVALUE = 'big'\n")
+    cache = _cache(tmp_path)
+    runs = iter(range(100))
+
+    def run(step: str, module: str) -> set[str]:
+        """The step imports `module` in a fresh prefix seeded for it; what the seed held."""
+        prefix = tmp_path / f"m{next(runs)}"
+        prefix.mkdir()
+        cache.seed(prefix, step)
+        held = {f.name.split(".")[0] for f in prefix.rglob("*.pyc")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        env["PYTHONPYCACHEPREFIX"] = str(prefix)
+        subprocess.run([PY, "-c", f"import {module}"], cwd=src_dir, env=env, check=True)
+        cache.learn(prefix)
+        return held
+
+    assert run("guard 'tests'", "big") == set()                # nothing learnt yet
+    assert run("the verifier", "helper") == set()              # the guard's files are not its own
+    assert {"big", "helper"} <= run("guard 'tests'", "big")
+    held = run("the verifier", "helper")
+    assert "helper" in held and "big" not in held
+    assert run("the score", "helper") == set()                 # another step: its own, once
+    run("the verifier", "big")                                 # the verifier's code changed
+    assert {"big", "helper"} <= run("the verifier", "helper")
 
 
 def test_every_cycle_measures_its_own_candidate_module(tmp_path: Path) -> None:
