@@ -86,7 +86,7 @@ class ProvenCache:
                 self._by_tag[tag] = exe
         # by step (a guard, the verifier, the score...): the cache's files it needed so far
         self._needs: dict[str, set[str]] = {}
-        self._seeded: dict[Path, tuple[str, dict[str, tuple[int, int]]]] = {}
+        self._seeded: dict[Path, tuple[str, bool, dict[str, tuple[tuple[int, int], int]]]] = {}
 
     @property
     def usable(self) -> bool:
@@ -94,27 +94,37 @@ class ProvenCache:
 
     def seed(self, prefix: Path, step: str) -> None:
         """Fill a measurement's fresh prefix, for `step`, with a copy of the cache's files that
-        step needed before; remember what was copied."""
+        step needed before; remember what was copied. A step seen for the first time gets the
+        whole cache, each copy marked unread (its access time at the epoch): what it reads or
+        writes is what it needs from then on. (Where access times are not kept, only what it
+        wrote is learnt, and its next run compiles the rest once more: slower, never wrong.)"""
+        first = step not in self._needs
         made: set[str] = set()
-        for rel in sorted(self._needs.get(step, ())):
+        for rel in sorted(_files(self.root) if first else self._needs[step]):
             folder = rel.rpartition("/")[0]
             if folder not in made:
                 (prefix / folder).mkdir(parents=True, exist_ok=True)
                 made.add(folder)
             try:
                 shutil.copyfile(self.root / rel, prefix / rel)
+                if first:
+                    os.utime(prefix / rel, ns=(_UNREAD_NS, os.stat(prefix / rel).st_mtime_ns))
             except FileNotFoundError:
                 pass
-        self._seeded[prefix] = (step, _files(prefix))
+        self._needs.setdefault(step, set())
+        self._seeded[prefix] = (step, first, _files(prefix))
 
     def learn(self, prefix: Path) -> int:
         """After a measurement: compile, into the cache, the sources whose bytecode it had to
-        write itself (absent from its copy, or stale); the step needs them from now on.
-        Returns how many were compiled."""
-        step, before = self._seeded.pop(prefix, ("", {}))
+        write itself (absent from its copy, or stale) and the cache does not hold as they are
+        now; the step needs them from now on. Returns how many were compiled."""
+        step, first, before = self._seeded.pop(prefix, ("", False, {}))
+        needs = self._needs.setdefault(step, set()) if step else set()
         todo: dict[str, list[list[object]]] = {}
-        for rel, ident in _files(prefix).items():
-            if before.get(rel) == ident:
+        for rel, (ident, atime_ns) in _files(prefix).items():
+            if before.get(rel, (None,))[0] == ident:
+                if first and atime_ns != _UNREAD_NS:
+                    needs.add(rel)   # the copy of ours, read
                 continue          # the copy of ours, untouched
             folder, _, name = rel.rpartition("/")
             m = _PYC.fullmatch(name)
@@ -127,6 +137,9 @@ class ProvenCache:
                     continue
             except OSError:
                 continue
+            if _compiled_from(self.root / rel, source):
+                needs.add(rel)       # ours already (another step compiled it): nothing to do
+                continue
             todo.setdefault(m.group("tag"), []).append(
                 [source, str(self.root / rel), int(m.group("opt") or 0), bool(m.group("pytest"))])
         compiled = 0
@@ -135,21 +148,40 @@ class ProvenCache:
                 out = _run(self._by_tag[tag], _COMPILE, json.dumps(items[i:i + MAX_PER_BATCH]), self.env,
                            _COMPILE_TIMEOUT_S).strip()
                 compiled += int(out) if out.isdigit() else 0
-        if step:
-            root = str(self.root)
-            self._needs.setdefault(step, set()).update(
-                os.path.relpath(str(item[1]), root) for items in todo.values() for item in items
-                if os.path.isfile(str(item[1])))
+        root = str(self.root)
+        needs.update(os.path.relpath(str(item[1]), root) for items in todo.values() for item in items
+                     if os.path.isfile(str(item[1])))
         return compiled
 
     def forget(self, prefix: Path) -> None:
         self._seeded.pop(prefix, None)
 
 
-def _files(root: Path) -> dict[str, tuple[int, int]]:
-    """(inode, mtime) of every entry but folders under root, by relative path."""
-    return {rel: (st.st_ino, st.st_mtime_ns) for rel, _, st in walk(str(root))
+_UNREAD_NS = 1   # the access time a first seed gives its copies (the kernel's relatime moves it on a read)
+
+
+def _files(root: Path) -> dict[str, tuple[tuple[int, int], int]]:
+    """((inode, mtime), access time) of every entry but folders under root, by relative path."""
+    return {rel: ((st.st_ino, st.st_mtime_ns), st.st_atime_ns) for rel, _, st in walk(str(root))
             if st is not None and not stat.S_ISDIR(st.st_mode)}
+
+
+def _compiled_from(cfile: Path, source: str) -> bool:
+    """Whether `cfile`, in the cache, is checked-hash bytecode of `source` as it is now (PEP 552:
+    flags 3, then the source's hash)."""
+    try:
+        with open(cfile, "rb") as f:
+            head = f.read(16)
+        with open(source, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return len(head) == 16 and head[4:8] == b"\x03\x00\x00\x00" and head[8:16] == _source_hash(data)
+
+
+def _source_hash(data: bytes) -> bytes:
+    import importlib.util
+    return importlib.util.source_hash(data)
 
 
 def _run(exe: str, code: str, stdin: str, env: Mapping[str, str], timeout: float) -> str:

@@ -92,8 +92,8 @@ def test_a_stale_entry_is_recompiled_not_used(tmp_path: Path) -> None:
 
 def test_each_step_starts_with_the_bytecode_it_needed_and_no_more(tmp_path: Path) -> None:
     """A guard that imports much and a verifier that imports little: the verifier's prefix is
-    not filled with the guard's modules (copying them all into every run cost more than the
-    run saved), and what a step needs later is learnt then."""
+    not filled with the guard's modules at every run (copying them all cost more than the run
+    saved), and what a step needs later is learnt then."""
     src_dir = tmp_path / "src"
     src_dir.mkdir()
     (src_dir / "helper.py").write_text("VALUE = 'real'\n")
@@ -114,11 +114,14 @@ def test_each_step_starts_with_the_bytecode_it_needed_and_no_more(tmp_path: Path
         return held
 
     assert run("guard 'tests'", "big") == set()                # nothing learnt yet
-    assert run("the verifier", "helper") == set()              # the guard's files are not its own
+    # a step's first run gets the whole cache (it is as fast as after any other step)...
+    assert {"big", "helper"} <= run("the verifier", "helper")
     assert {"big", "helper"} <= run("guard 'tests'", "big")
+    # ...and from then on what it read or wrote (where the file system keeps no access times,
+    # what it wrote: its second run compiles what it read once more)
+    run("the verifier", "helper")
     held = run("the verifier", "helper")
-    assert "helper" in held and "big" not in held
-    assert run("the score", "helper") == set()                 # another step: its own, once
+    assert "helper" in held and "big" not in held, held
     run("the verifier", "big")                                 # the verifier's code changed
     assert {"big", "helper"} <= run("the verifier", "helper")
 
