@@ -456,11 +456,12 @@ def sequential_decide(log_lr: float, alpha: float, log_futility: float = -math.i
 
 def sequential_path(a: Sequence[float], b: Sequence[float], direction: str, alpha: float,
                     delta: float = 0.0, beta: float = FUTILITY) -> list[Step]:
-    """The test after each pair, up to and including the first decision."""
-    scale = pick_scale(a, b)
-    up, down = rank_evidence(a, b, direction, scale, delta)
+    """The test after each pair, up to and including the first decision (the pairs after it
+    are not ranked: a simulation of hundreds of cycles stops each where the rule would)."""
+    ev = RankEvidence(direction, pick_scale(a, b), delta)
     out: list[Step] = []
-    for n, (u, d) in enumerate(zip(up, down), start=1):
+    for n, (x, y) in enumerate(zip(a, b), start=1):
+        u, d = ev.add(x, y)
         out.append(Step(n, u, d, sequential_decide(u, alpha, d, beta)))
         if out[-1].decision != "continue":
             break
