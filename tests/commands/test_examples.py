@@ -244,11 +244,15 @@ def test_perf_probe_finds_no_hack_that_fools_it(example_repo) -> None:
     res = run_cli("doctor", "--probe", "examples/perf/program.md", cwd=repo, timeout=900)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "planted in examples/perf/slowstats.py" in res.stdout
-    verdicts = [line.split()[0] for line in res.stdout.splitlines() if line.split()[:1] and
-                line.split()[0] in ("fooled", "held", "unclear", "skip")]
-    assert verdicts and "fooled" not in verdicts, res.stdout
-    # a plant that broke the example would say nothing about its verifier
-    assert "the plant broke" not in res.stdout, res.stdout
+    lines = [line for line in res.stdout.splitlines()
+             if line.split()[:1] and line.split()[0] in ("fooled", "held", "unclear", "skip")]
+    assert lines and not any(line.startswith("fooled") for line in lines), res.stdout
+    # a plant that broke the example would say nothing about its verifier; one that was ahead of
+    # the unmodified runs twice by less than their spread is the machine's noise that day (wall
+    # time), not a verdict on the verifier: it may be unclear, never fooled
+    for line in lines:
+        assert "the plant broke" not in line, res.stdout
+        assert not line.startswith("unclear") or "by less than their spread" in line, res.stdout
 
 
 # --------------------------------------------------------------------------- testpass
