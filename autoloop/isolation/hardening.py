@@ -462,7 +462,7 @@ class Guardrails:
             prefix.mkdir()
             steps: list[str] = self._local.steps
             following = steps[steps.index(step) + 1:] if step in steps else [f"after {step}"]
-            if cache is not None and following:   # after the last step, no copy nobody reads
+            if cache is not None and following:   # after the last step: no copy that nothing reads
                 with self._warm_lock:
                     cache.seed(prefix, following[0])
 
