@@ -12,6 +12,7 @@ was given, and a linked file would carry that into the cache."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from autoloop.process.logfile import read_regular
 from autoloop.process.running import run_captured
 from autoloop.base.walk import walk
 
@@ -133,10 +135,11 @@ class ProvenCache:
             # the prefix mirrors the source's folder (no __pycache__ level)
             source = "/" + folder + "/" + m.group("name") + ".py"
             try:
-                if os.stat(source).st_size > MAX_SOURCE_BYTES:
-                    continue
+                st = os.stat(source)
             except OSError:
                 continue
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SOURCE_BYTES:
+                continue          # a FIFO named like a source would block whoever reads it
             if _compiled_from(self.root / rel, source):
                 needs.add(rel)       # ours already (another step compiled it): nothing to do
                 continue
@@ -168,20 +171,11 @@ def _files(root: Path) -> dict[str, tuple[tuple[int, int], int]]:
 
 def _compiled_from(cfile: Path, source: str) -> bool:
     """Whether `cfile`, in the cache, is checked-hash bytecode of `source` as it is now (PEP 552:
-    flags 3, then the source's hash)."""
-    try:
-        with open(cfile, "rb") as f:
-            head = f.read(16)
-        with open(source, "rb") as f:
-            data = f.read()
-    except OSError:
-        return False
-    return len(head) == 16 and head[4:8] == b"\x03\x00\x00\x00" and head[8:16] == _source_hash(data)
-
-
-def _source_hash(data: bytes) -> bytes:
-    import importlib.util
-    return importlib.util.source_hash(data)
+    flags 3, then the source's hash). Read without following a link or blocking on a FIFO."""
+    head = read_regular(cfile, 16)
+    data = read_regular(Path(source), MAX_SOURCE_BYTES) if len(head) == 16 else b""
+    return (bool(data) and head[4:8] == b"\x03\x00\x00\x00"
+            and head[8:16] == importlib.util.source_hash(data))
 
 
 def _run(exe: str, code: str, stdin: str, env: Mapping[str, str], timeout: float) -> str:
@@ -205,7 +199,6 @@ def written_by_import(pyc: Path) -> bool:
     the source beside that folder: its magic number and cache tag, a header that matches the
     source, and the very code the source compiles to. Such a file runs nothing the source does
     not; anything else (another Python's, stale, or planted) is not."""
-    import importlib.util
     import marshal
 
     m = _PYC.fullmatch(pyc.name)

@@ -126,6 +126,37 @@ def test_each_step_starts_with_the_bytecode_it_needed_and_no_more(tmp_path: Path
     assert {"big", "helper"} <= run("the verifier", "helper")
 
 
+def test_a_fifo_named_like_a_source_does_not_block_the_cache(tmp_path: Path) -> None:
+    """A measurement writes bytecode for a source that a candidate then turns into a FIFO (in a
+    place it may write): learning from it reads nothing that blocks and compiles nothing."""
+    import threading
+
+    src_dir = tmp_path / "src"
+    src_dir.mkdir()
+    src = src_dir / "helper.py"
+    src.write_text("VALUE = 'real'\n")
+    cache = _cache(tmp_path)
+    first = tmp_path / "m1"
+    first.mkdir()
+    cache.seed(first, "the verifier")
+    _import_value(first, src_dir)
+    assert cache.learn(first) >= 1          # the cache holds helper, compiled from the source
+    prefix = tmp_path / "m2"
+    prefix.mkdir()
+    cache.seed(prefix, "the score")
+    planted = prefix / _pyc_rel(src)
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_bytes(b"written by the measurement")
+    src.unlink()
+    os.mkfifo(src)
+    got: list[int] = []
+    learner = threading.Thread(target=lambda: got.append(cache.learn(prefix)), daemon=True)
+    learner.start()
+    learner.join(60)
+    assert not learner.is_alive(), "learning blocked on a FIFO"
+    assert got == [0]
+
+
 def test_every_cycle_measures_its_own_candidate_module(tmp_path: Path) -> None:
     """The verifier imports a module the generator edits each cycle: with bytecode carried
     from measurement to measurement, each cycle still measures exactly its candidate."""
