@@ -109,8 +109,13 @@ class Scorer:
                                path=senv.get("PATH", ""), show_private=True)
                 box = dataclasses.replace(box, tree_writable=False, read_only=read_only)
                 argv = box.argv(command)
-            res = proc.run(argv, cwd=self.tree.path, env=senv, timeout=self.program.verifier.timeout,
-                           log_stem=log_stem, marker=marker)
+            try:
+                res = proc.run(argv, cwd=self.tree.path, env=senv, timeout=self.program.verifier.timeout,
+                               log_stem=log_stem, marker=marker)
+            except BaseException:
+                if cache is not None:
+                    cache.forget(prefix)   # as measuring() does: nothing to learn from it
+                raise
             if self.guard is not None:
                 self.guard.learn_bytecode(cache, prefix)
             return res
