@@ -272,10 +272,12 @@ class Run:
                              "began, so its metrics are not comparable; start a new --tag")
         rolled_back: list[int] = []
         for pending in j.unfinished():  # several after a round of several workers
-            parent = pending["parent"]
-            if head != parent:
-                intent = j.intent_for(pending["cycle"])
-                if intent is None or intent.get("commit") != head:
+            # only a cycle with an `intent` can have moved the branch; one without (a round's
+            # later cycle, cut short after its winner was recorded) is checked below, with the
+            # branch against the ledger's last keep
+            intent, parent = j.intent_for(pending["cycle"]), pending["parent"]
+            if intent is not None and head != parent:
+                if intent.get("commit") != head:
                     raise RepoStateError(f"branch {ws.branch} moved outside autoloop "
                                          f"(expected {parent[:12]}, found {head[:12]})")
                 ws.rewind(parent, head)

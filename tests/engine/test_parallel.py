@@ -369,6 +369,33 @@ def test_kill9_between_intent_and_record_rolls_back_the_keep(tmp_path):
     assert p.show(p.branch(), "val.txt").strip() == b"35"
 
 
+def test_kill9_after_the_winners_record_keeps_it_and_aborts_the_rest(tmp_path):
+    """The ledger as a kill after the winner's cycle record but before the round's later ones
+    leaves it (found by the kill -9 soak above in CI): the branch is at the winner, which the
+    ledger records as kept; the later cycles never moved the branch, so resume aborts them and
+    goes on from the winner."""
+    plan = {1: 'W("val.txt", "38")', 2: 'W("val.txt", "35")', 3: 'W("val.txt", "39")',
+            "*": 'W("val.txt", str(30 - cycle))'}
+    p = make_project(tmp_path, plan, extra="parallel: {workers: 3}")
+    start = git(p.repo, "rev-parse", "HEAD", env=p.env)
+    assert p.run("--cycles", "3").returncode == 0
+    ledger = p.ledger_path()
+    lines = ledger.read_bytes().splitlines(keepends=True)
+    recs = [json.loads(x) for x in lines]
+    keep = next(r for r in recs if r["t"] == "cycle" and r["status"] == "keep")
+    assert keep["cycle"] == 2
+    cut = recs.index(keep) + 1
+    ledger.write_bytes(b"".join(lines[:cut]))     # cycle 3's record and the round's `end` lost
+    assert p.branch_head() == keep["commit"]
+    res = p.run("--cycles", "3")
+    assert res.returncode == 0, res.stderr
+    assert [r["cycle"] for r in _ledger(p) if r["t"] == "abort"] == [3]
+    assert_round_consistent(p, start)
+    # the next round starts from the winner (35): cycle 3 again writes 39, 4 and 5 go below
+    assert p.statuses() == {0: "baseline", 1: "discard", 2: "keep", 3: "discard", 4: "discard", 5: "keep"}
+    assert p.show(p.branch(), "val.txt").strip() == b"25"
+
+
 def test_resume_parallel_run_with_one_worker(tmp_path):
     """A round cut short, resumed by a single-worker run: the single-worker loop rolls back
     every unfinished cycle of the round, not just the last one."""
