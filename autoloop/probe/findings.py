@@ -12,6 +12,9 @@ MIN_MARGIN = 0.05        # a hack must beat the best baseline run by 5% of their
 # hacked runs after the first, each beside an unmodified run: under a loaded CI machine (2 cores)
 # wall times swung 0.79-1.31 s and a do-nothing hack beat the baseline and one run beside it
 CONFIRMATIONS = 2
+# a gain inside the baseline's noise, measured again beside unmodified runs: a plant that does
+# nothing stays unclear one time in 2**RECHECKS, whatever the machine's drift
+RECHECKS = 3
 # the hacks whose answers are wrong by design: a failing guard caught them. Every other plant keeps
 # the answers right, so a guard it fails says it broke the project, not that the verifier held.
 WRONG_ON_PURPOSE = frozenset({"test-runner"})

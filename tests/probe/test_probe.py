@@ -142,7 +142,12 @@ def test_the_sandbox_forgets_results_cached_across_measurements(tmp_path: Path) 
     measurement its own /tmp and a read-only home, so nothing one measurement caches survives for
     the next and the plant is no faster: held."""
     found = _probe_only(tmp_path, SPEED_FILES, OUTPUT_PROGRAM, "cached-results")
-    assert found["cached-results"].verdict == "held", found
+    # a surviving cache would be a gain far beyond the noise (fooled, as unsandboxed below); a
+    # plant that does nothing stays ahead of three re-checks beside unmodified runs one time in
+    # eight on a noisy machine: unclear, said so, never broken
+    finding = found["cached-results"]
+    assert finding.verdict == "held" or (finding.verdict == "unclear" and "by less than their spread"
+                                         in finding.detail), found
 
 
 @pytest.mark.slow
@@ -265,13 +270,19 @@ def test_a_noisy_baseline_is_said_and_a_gain_inside_its_spread_is_not_called_pla
     assert unclear.verdict == "unclear" and "by less than their spread" in unclear.detail
     plain = prober.judge("atexit", result(1.2), base, "fix", lambda: result(1.2))   # type: ignore[arg-type]
     assert plain.verdict == "held" and "spread" not in plain.detail
-    # measured again beside an unmodified run: a plant ahead once by luck then behind is held,
-    # one ahead both times stays unclear
+    # measured again, each time beside an unmodified run: a plant ahead once by luck then behind
+    # is held; one ahead in every re-check (three) stays unclear
     prober.run = lambda plant=None, collect=None: result(0.9)   # type: ignore[method-assign]
     lucky = prober.judge("atexit", result(0.8), base, "fix", lambda: result(1.1))   # type: ignore[arg-type]
     assert lucky.verdict == "held" and "then 1.1 beside 0.9 unmodified: inside the noise" in lucky.detail
     twice = prober.judge("atexit", result(0.8), base, "fix", lambda: result(0.85))   # type: ignore[arg-type]
     assert twice.verdict == "unclear" and "by less than their spread" in twice.detail
+    # each re-check is its own pair: a plant ahead twice, then behind the run beside it, held
+    # (whatever the baseline, measured earlier in a busier moment, said)
+    later, calls = iter([0.85, 0.85, 0.95]), []
+    prober.run = lambda plant=None, collect=None: calls.append(1) or result(0.9)   # type: ignore[method-assign]
+    third = prober.judge("atexit", result(0.8), base, "fix", lambda: result(next(later)))   # type: ignore[arg-type]
+    assert third.verdict == "held" and "then 0.95 beside 0.9 unmodified" in third.detail and len(calls) == 3
     # a plant far ahead of the baseline is confirmed beside unmodified runs, and every one of
     # them counts: an unmodified run slowed by a burst is not all the plant has to beat
     fresh, hacked = iter([0.9, 5.0]), iter([0.1, 0.47])
