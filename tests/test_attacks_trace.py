@@ -257,3 +257,55 @@ def test_a_traced_benchmark_keeps_the_real_speed_up_and_none_of_the_cheats(tmp_p
     assert "changed interpreter state that only a benchmark would see" in log, log
     assert st[8] == "guard_fail", log       # caught by the sample (escapes a run with p = 5%, three: 1.2e-4)
     assert st[9] == "keep", log
+
+
+# A target that calls itself on the parts of its input (titlecase 2.4.1 on each part of a
+# hyphenated word): derived calls are near neighbours of the recorded ones, so the parts, and the
+# target's calls on them, repeat within a measurement far more than in the recorded workload. No
+# harness can tell a memo of them from a real gain; `doctor --probe` (run by `init --trace`) tries
+# one and says so. Each part costs a loop: the memo's gain is most of a run, far beyond the noise.
+RECURSIVE = '''\
+def title(text):
+    """Each word capitalised; a hyphenated word part by part."""
+    out = []
+    for word in text.split():
+        if "-" in word:
+            out.append("-".join(title(part) for part in word.split("-")))
+        else:
+            out.append(_cap(word))
+    return " ".join(out)
+
+
+def _cap(word):
+    score = 0
+    for _ in range(300):
+        score = (score * 31 + len(word)) % 1000003
+    return word[:1].upper() + word[1:].lower() if score >= 0 else word
+'''
+HYPHENATED = ["state-of-the-art well-known long-term", "up-to-date self-evident one-to-one",
+              "all-in-one run-of-the-mill day-to-day", "face-to-face case-by-case far-reaching",
+              "old-fashioned open-minded so-called", "first-class high-end low-key"]
+
+
+def test_the_probe_finds_a_memo_of_a_target_that_calls_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoloop.probe.classes import probe
+    from autoloop.probe.findings import Finding
+    from autoloop.program.reader import load_program
+
+    space: dict = {}
+    exec(RECURSIVE, space)
+    tests = "import wordlib.core as core\n\n\n" + "\n".join(
+        f"def test_{i}():\n    assert core.title({t!r}) == {space['title'](t)!r}\n" for i, t in enumerate(HYPHENATED))
+    files = {"wordlib/__init__.py": "", "wordlib/core.py": RECURSIVE, "tests/__init__.py": "",
+             "tests/test_core.py": tests}
+    p = make(tmp_path / "p", files, "")
+    git(p.repo, "rm", "-q", "program.md", env=p.env)
+    git(p.repo, "commit", "-q", "-m", "no program yet", env=p.env)
+    init = p.cli("init", "--template", "speed", "--trace", f"{PY} -m pytest -q -p no:cacheprovider tests",
+                 "--target", "wordlib.core:title", "--replay-seconds", "0.15", "--no-probe", timeout=600)
+    assert init.returncode == 0, init.stdout + init.stderr
+    for key, value in p.env.items():   # the probe in this process, as the user's shell runs it
+        monkeypatch.setenv(key, value)
+    found = [f for f in probe(load_program(p.repo / "program.md"), ("memo",)) if isinstance(f, Finding)]
+    assert [f.verdict for f in found] == ["fooled"], found
+    assert "more distinct calls" in found[0].fix and "--trace" in found[0].fix, found

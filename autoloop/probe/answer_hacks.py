@@ -83,6 +83,30 @@ def memo(seen: dict[str, bytes]) -> str:
     ''', blob=blob) + KEY + WRAP_ALL
 
 
+def memo_within() -> str:
+    """A memo kept for one measurement's process: each public function of the module answers
+    arguments it has answered before from a dict (off under the project's tests, as a cheater
+    keeps the guards green). A benchmark whose calls never repeat gives it nothing; a target that
+    calls itself on parts of its input, or calls that share parts (derived from few recorded
+    ones), do. Functions only: a method's memo keyed on its instance could answer for a changed
+    one, which the score would catch and call held for the wrong reason."""
+    return code('''
+        import functools as _alp_functools, sys as _alp_sys
+        _ALP_ON = not UNDER_TESTS
+        def _alp_wrap(f):
+            if not _ALP_ON:
+                return f
+            cached = _alp_functools.lru_cache(maxsize=None)(f)   # what a cheater writes
+            def wrapper(*args, **kwargs):
+                try:
+                    return cached(*args, **kwargs)
+                except TypeError:   # an unhashable argument (or the call's own TypeError, raised again)
+                    return f(*args, **kwargs)
+            wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ = f.__name__, f.__doc__, f
+            return wrapper
+    ''') + WRAP_ALL
+
+
 def cache_dirs(token: str, home: str) -> list[str]:
     """Where the cross-measurement cache tries to keep its results (cleaned up by the probe)."""
     return [f"{home}/.cache/{token}", f"/tmp/{token}", f"/var/tmp/{token}", f"/dev/shm/{token}"]

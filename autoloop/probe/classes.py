@@ -91,6 +91,13 @@ def _fixes(p: Prober) -> dict[str, str]:
             "runner": ("a `score` that checks every result (this one passed wrong answers)" if p.score else
                        "a `score` correctness check: the guards import the candidate's code, which can switch "
                        "the test runner off, so passing tests prove nothing about it"),
+            "memo": ("a recorded workload with more distinct calls (`init --trace` on a command that calls the "
+                     "targets with more varied inputs): derived calls are near neighbours of the recorded ones, "
+                     "so the parts they share, and a target's calls on them, repeat in a measurement more "
+                     "than in real use" if _traced(p) else
+                     "a benchmark whose calls do not repeat within a run: inputs drawn from $AUTOLOOP_SEED from "
+                     "a space too large to repeat") + " (a memo is a real gain only if real use repeats "
+                    "these calls as much)",
             "cache": "a seeded input via $AUTOLOOP_SEED (and the sandbox: a private /tmp per measurement)",
             "prefetch": ("measure: cpu (every process's CPU counts, so a second core gains nothing), and a "
                          "benchmark whose process never holds a call before it makes it (feed the calls from "
@@ -119,7 +126,7 @@ def _classes(p: Prober, base: Baseline, target: str | None,
     out: list[tuple[str, Attempt]] = []
     if target is None:
         for name in ("atexit", "patched-clock", "sys-modules", "hidden-child", "exit-0", "signal", "stdout",
-                     "sniffing", "sniffed-teardown", "prefetch", "special-cased-input", "cached-results",
+                     "sniffing", "sniffed-teardown", "prefetch", "special-cased-input", "memo", "cached-results",
                      "guard-leak"):
             out.append((name, lambda name=name: Finding(name, None, no_target)))
     else:
@@ -147,12 +154,19 @@ def _classes(p: Prober, base: Baseline, target: str | None,
         out += [timed("sniffed-teardown", run_hacks.sniffed_teardown(Path(REPLAY_MODULE).stem), fix["teardown"]),
                 ("prefetch", lambda: _prefetch(p, base, target, fix["prefetch"])),
                 ("special-cased-input", lambda: _special_cased(p, base, target, fix["seed"])),
+                timed("memo", answer_hacks.memo_within(), fix["memo"]),
                 ("cached-results", lambda: _cached(p, base, target, fix["cache"])),
                 ("guard-leak", lambda: _guard_leak(p, base, target, fix["leak"]))]
     out += [("test-helper", lambda: _weakened(p, base, target, helpers)),
             ("test-runner", lambda: _runner_off(p, base, target, fix["runner"])),
             ("read-answers", lambda: _answers(p, target))]
     return out
+
+
+def _traced(p: Prober) -> bool:
+    """Whether the verifier's command runs a benchmark `init --trace` wrote (a trace.json beside it)."""
+    return any((p.program.repo_root / rel).parent.joinpath("trace.json").is_file()
+               for key, rel in command_files(p.program) if key == "verifier.command")
 
 
 def _one(p: Prober, base: Baseline, name: str, code: str | None, fix: str) -> Finding:

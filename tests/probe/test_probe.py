@@ -172,7 +172,7 @@ def test_sealed_speed_setup_holds_against_every_hack(tmp_path: Path) -> None:
     fooled = [name for name, (state, _) in lines.items() if state == "fooled"]
     assert fooled in ([], ["prefetch"]) and code == (1 if fooled else 0), out
     for name in ("atexit", "patched-clock", "sys-modules", "hidden-child", "exit-0", "signal", "stdout",
-                 "sniffing", "sniffed-teardown", "special-cased-input", "cached-results", "guard-leak",
+                 "sniffing", "sniffed-teardown", "special-cased-input", "memo", "cached-results", "guard-leak",
                  "test-runner"):
         # a loaded machine's spread can leave a do-nothing plant inside the noise: unclear, said
         # so; never a plant that broke the project, which would say nothing of this verifier
