@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 import statistics
 from dataclasses import dataclass
 from functools import lru_cache
@@ -271,13 +272,13 @@ class _Slots:
     gaps: range
 
 
-def _slots(before: Sequence[tuple[str, float]], side: str, y: float) -> _Slots:
-    other = sorted(v for s, v in before if s != side)
+def _slots(own: Sequence[float], other: list[float], y: float) -> _Slots:
+    """`own`: this side's runs before; `other`: the other side's, sorted (not copied: the caller
+    adds to it only once the slots are used)."""
     counts = [0] * (len(other) + 1)
-    for s, v in before:
-        if s == side:
-            counts[bisect.bisect_left(other, v)] += 1
-    return _Slots(other, counts, len(before) + 1,
+    for v in own:
+        counts[bisect.bisect_left(other, v)] += 1
+    return _Slots(other, counts, len(own) + len(other) + 1,
                   range(bisect.bisect_left(other, y), bisect.bisect_right(other, y) + 1))
 
 
@@ -336,6 +337,13 @@ def _shift_factor(sl: _Slots, high: bool, shift: float) -> float:
                for g in sl.gaps) / len(sl.gaps)
 
 
+@lru_cache(maxsize=1024)
+def _tilt(m: int, high: bool) -> tuple[float, ...]:
+    """The tilt's weight of each of the m + 1 gaps (the same for every run with m on the other side)."""
+    sign = 1.0 if high else -1.0
+    return tuple(math.exp(sign * RANK_TILT * (j / m - 0.5)) for j in range(m + 1))
+
+
 def _rank_factors(sl: _Slots, high: bool) -> tuple[float, float]:
     """(tilt, urn) factors of a run (its slots `sl`, values oriented: larger is better);
     `high`: the bet is that it lands above the other side's runs."""
@@ -345,11 +353,10 @@ def _rank_factors(sl: _Slots, high: bool) -> tuple[float, float]:
     if m == 0:
         return 1.0, 1.0
     p0 = [(c + 1) / k for c in counts]   # the null: each of the k slots alike
-    sign = 1.0 if high else -1.0
-    w = [math.exp(sign * RANK_TILT * (j / m - 0.5)) for j in range(m + 1)]
-    z = sum(p * x for p, x in zip(p0, w))
+    w = _tilt(m, high)
+    z = sum(map(operator.mul, p0, w))
     tilt = sum(1.0 - RANK_STAKE + RANK_STAKE * w[g] / z for g in gaps) / len(gaps)
-    centre = sum(j * c for j, c in enumerate(counts)) / n / m if n else 0.5
+    centre = sum(map(operator.mul, range(m + 1), counts)) / n / m if n else 0.5
     if n == 0 or (centre <= 0.5 if high else centre >= 0.5):
         return tilt, 1.0                 # the pattern so far is not on the good side: no bet
     urn = sum(((counts[g] + RANK_URN) / (n + RANK_URN * (m + 1))) / p0[g] for g in gaps) / len(gaps)
@@ -396,6 +403,11 @@ class RankEvidence:
         self.down: list[float] = []
         self.seen = [_oriented(side, v, self.s, scale, 0.0) for side, v in prior]
         self.shifted = [_oriented(side, v, self.s, scale, delta) for side, v in prior]
+        # each side's runs so far, in order and sorted (what a run is ranked among), both rankings
+        self._runs = {key: {side: [y for s, y in runs if s == side] for side in "AB"}
+                      for key, runs in (("seen", self.seen), ("shifted", self.shifted))}
+        self._sorted = {key: {side: sorted(ys) for side, ys in by_side.items()}
+                        for key, by_side in self._runs.items()}
 
     def add(self, a: float, b: float) -> tuple[float, float]:
         """One more pair (incumbent `a`, candidate `b`): the log e-values after it."""
@@ -403,8 +415,10 @@ class RankEvidence:
         for side, v in order:
             _, y = _oriented(side, v, self.s, self.scale, 0.0)
             _, yd = _oriented(side, v, self.s, self.scale, self.delta)
-            hi = side == "B"
-            sk, sf = _slots(self.seen, side, y), _slots(self.shifted, side, yd)
+            hi, other = side == "B", "A" if side == "B" else "B"
+            runs, ranked = self._runs, self._sorted
+            sk = _slots(runs["seen"][side], ranked["seen"][other], y)
+            sf = _slots(runs["shifted"][side], ranked["shifted"][other], yd)
             fk = (*_rank_factors(sk, hi), _top_factor(sk, hi) if self.pooled else 1.0)
             ff = (*_rank_factors(sf, not hi), _top_factor(sf, not hi) if self.pooled else 1.0,
                   _shift_factor(sf, not hi, self.shift), 1.0)   # the paired factor: per pair, below
@@ -412,6 +426,9 @@ class RankEvidence:
             self.fut = [e * f for e, f in zip(self.fut, ff)]
             self.seen.append((side, y))
             self.shifted.append((side, yd))
+            for key, value in (("seen", y), ("shifted", yd)):
+                runs[key][side].append(value)
+                bisect.insort(ranked[key][side], value)
         g = self.seen[-1][1] - self.seen[-2][1]
         g = g if self.seen[-1][0] == "B" else -g          # this pair's gain (oriented)
         self.fut[4] *= _pair_factor(self.delta - g, self.delta, self.pair_noise)
