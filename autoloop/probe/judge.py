@@ -106,14 +106,13 @@ class Prober:
         is measured again, each time beside an unmodified run taken just after it (a pair sees the
         same moment of the machine), up to RECHECKS times: the first pair it is not ahead in, it
         held; ahead in every pair (1 in 2**RECHECKS for a plant that does nothing), unclear."""
-        for _ in range(RECHECKS if again is not None else 0):
-            assert again is not None
+        for _ in range(RECHECKS) if again is not None else ():
             m2 = again().measurement
             clean = self.run().measurement
             fresh = clean.metric if clean.guards_ok else None
             if not (m2.guards_ok and m2.metric is not None) or fresh is None:
-                break
-            if self.best((fresh, m2.metric)) != m2.metric or m2.metric == fresh:
+                break   # a run that broke says nothing either way
+            if m2.metric == fresh or self.best((fresh, m2.metric)) == fresh:
                 return Finding(name, False, short(f"{said} once, then {num(m2.metric)} beside {num(fresh)} "
                                                   "unmodified: inside the noise"))
         return Finding(name, False, said + " (better than every baseline run, by less than their spread)",
