@@ -26,10 +26,13 @@ from typing import Iterable, Mapping
 # Azure, Google Cloud, DigitalOcean, Oracle, Hetzner, IBM, Alibaba, Kubernetes, Docker, Helm
 # repositories with passwords, Terraform, Pulumi, rclone, Vault, 1Password, Fly.io, Kaggle,
 # Hugging Face (its token; the model cache beside it stays). Code hosts: GitHub's and hub's
-# CLIs, glab. Browsers and mail: profiles with cookies and saved passwords.
+# CLIs, glab. Browsers and mail: profiles with cookies and saved passwords. autoloop's own
+# store: the workloads `init --trace` recorded, each project's `private` outcomes among them (a
+# generator of one project read another's answer keys there; a measurement is shown again the
+# `data` and, for the score, the `private` paths its program names).
 HOME_FOLDERS = (
     ".ssh", ".gnupg", ".password-store", ".local/share/keyrings", ".local/share/kwalletd",
-    ".pki", ".claude", ".codex",
+    ".pki", ".claude", ".codex", ".local/share/autoloop",
     ".aws", ".azure", ".config/gcloud", ".config/doctl", ".oci", ".config/hcloud", ".bluemix",
     ".aliyun", ".kube", ".docker", ".config/helm", ".terraform.d", ".pulumi", ".config/rclone",
     ".config/op", ".fly", ".kaggle", ".config/gh", ".config/hub", ".config/glab-cli",
@@ -77,7 +80,10 @@ def expand(patterns: Iterable[str]) -> list[str]:
 def places(extra: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> list[tuple[str, bool]]:
     """(real path, is a folder) of every place to hide that exists now: the defaults in each
     home, then `extra` (`sandbox.hide`)."""
+    env = os.environ if environ is None else environ
     candidates = [os.path.join(h, rel) for h in homes(environ) for rel in (*HOME_FOLDERS, *HOME_FILES)]
+    if os.path.isabs(env.get("XDG_DATA_HOME", "")):   # where `init --trace` keeps its store then
+        candidates.append(os.path.join(env["XDG_DATA_HOME"], "autoloop"))
     found: dict[str, bool] = {}
     for path in [*candidates, *expand(extra)]:
         if not os.path.lexists(path):    # most are missing: one system call, not realpath's many
