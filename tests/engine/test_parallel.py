@@ -346,20 +346,27 @@ def test_kill9_while_all_workers_verify(tmp_path):
     assert_round_consistent(p, start)
 
 
+def _round_cut_after(p, at) -> dict:
+    """One round of three, then its ledger as a kill right after the record `at(records, keep)`
+    picks leaves it (the branch already at the round's winner); returns the keep's record."""
+    assert p.run("--cycles", "3").returncode == 0
+    ledger = p.ledger_path()
+    lines = ledger.read_bytes().splitlines(keepends=True)
+    recs = [json.loads(x) for x in lines]
+    keep = next(r for r in recs if r["t"] == "cycle" and r["status"] == "keep")
+    ledger.write_bytes(b"".join(lines[:at(recs, keep) + 1]))
+    assert p.branch_head() == keep["commit"]
+    return keep
+
+
 def test_kill9_between_intent_and_record_rolls_back_the_keep(tmp_path):
     """The ledger as a kill right after the winner's branch move leaves it (intent written, the
     branch moved, no cycle record for it): resume moves the branch back and aborts the winner's
     cycle; the round's cycles recorded before it stand (each finished cycle once)."""
     p = make_project(tmp_path, {"*": 'W("val.txt", str(40 - cycle))'}, extra="parallel: {workers: 3}")
     start = git(p.repo, "rev-parse", "HEAD", env=p.env)
-    assert p.run("--cycles", "3").returncode == 0
-    ledger = p.ledger_path()
-    lines = ledger.read_bytes().splitlines(keepends=True)
-    recs = [json.loads(x) for x in lines]
-    keep = next(r for r in recs if r["t"] == "cycle" and r["status"] == "keep")
-    cut = next(i for i, r in enumerate(recs) if r["t"] == "intent") + 1
-    ledger.write_bytes(b"".join(lines[:cut]))     # cycle records and `end` of the round lost
-    assert p.branch_head() == keep["commit"]
+    # cycle records and `end` of the round lost
+    _round_cut_after(p, lambda recs, keep: next(i for i, r in enumerate(recs) if r["t"] == "intent"))
     res = p.run("--cycles", "3")
     assert res.returncode == 0, res.stderr
     recs = _ledger(p)
@@ -378,15 +385,8 @@ def test_kill9_after_the_winners_record_keeps_it_and_aborts_the_rest(tmp_path):
             "*": 'W("val.txt", str(30 - cycle))'}
     p = make_project(tmp_path, plan, extra="parallel: {workers: 3}")
     start = git(p.repo, "rev-parse", "HEAD", env=p.env)
-    assert p.run("--cycles", "3").returncode == 0
-    ledger = p.ledger_path()
-    lines = ledger.read_bytes().splitlines(keepends=True)
-    recs = [json.loads(x) for x in lines]
-    keep = next(r for r in recs if r["t"] == "cycle" and r["status"] == "keep")
+    keep = _round_cut_after(p, lambda recs, keep: recs.index(keep))   # cycle 3's record and `end` lost
     assert keep["cycle"] == 2
-    cut = recs.index(keep) + 1
-    ledger.write_bytes(b"".join(lines[:cut]))     # cycle 3's record and the round's `end` lost
-    assert p.branch_head() == keep["commit"]
     res = p.run("--cycles", "3")
     assert res.returncode == 0, res.stderr
     assert [r["cycle"] for r in _ledger(p) if r["t"] == "abort"] == [3]
