@@ -80,21 +80,26 @@ def _fixes(p: Prober) -> dict[str, str]:
         printed = "a `score` correctness check: an early exit leaves no output to pass it"
     else:
         printed = "a `score` that fails when an output is missing or wrong"
+    # a traced benchmark draws new calls every measurement, but each is one edit from one of the
+    # recorded calls: their parts (a word, the target's own calls on it) repeat, within a
+    # measurement and from one to the next (titlecase, which calls itself on hyphenated words)
+    traced = _traced(p)
+    repeats = ("a recorded workload with more distinct calls (`init --trace` on a command that calls the "
+               "targets with more varied inputs): derived calls are near neighbours of the recorded ones, "
+               "so the parts they share, and a target's calls on them, repeat more than in real use")
     clock = "measure: cpu (or wall): autoloop times the command from outside"
     if p.measure_mode != "output" or p.score is not None:
         clock = "time the run from outside (measure: cpu or wall); a clock inside the candidate's process is its own"
     return {"printed": printed, "clock": clock,
             "child": "measure: wall: cpu cannot count a process the kernel reaps on its own (a child whose "
                      "parent ignores SIGCHLD); wall waits for every process the command started",
-            "seed": "a seeded input: draw the benchmark's input from $AUTOLOOP_SEED, from a space too large "
-                    "to repeat (answers recorded at one measurement passed at another)",
+            "seed": (repeats if traced else
+                     "a seeded input: draw the benchmark's input from $AUTOLOOP_SEED, from a space too large "
+                     "to repeat (answers recorded at one measurement passed at another)"),
             "runner": ("a `score` that checks every result (this one passed wrong answers)" if p.score else
                        "a `score` correctness check: the guards import the candidate's code, which can switch "
                        "the test runner off, so passing tests prove nothing about it"),
-            "memo": ("a recorded workload with more distinct calls (`init --trace` on a command that calls the "
-                     "targets with more varied inputs): derived calls are near neighbours of the recorded ones, "
-                     "so the parts they share, and a target's calls on them, repeat in a measurement more "
-                     "than in real use" if _traced(p) else
+            "memo": (repeats if traced else
                      "a benchmark whose calls do not repeat within a run: inputs drawn from $AUTOLOOP_SEED from "
                      "a space too large to repeat") + " (a memo is a real gain only if real use repeats "
                     "these calls as much)",
