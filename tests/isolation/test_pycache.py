@@ -18,13 +18,33 @@ from tests.scripts.e2e import kill_marked, make_project
 PY = sys.executable
 
 
-def _import_value(prefix: Path, src_dir: Path) -> str:
-    """What `import helper; print(helper.VALUE)` prints with this bytecode prefix."""
+def _python(prefix: Path, src_dir: Path, code: str) -> str:
+    """What Python prints running `code` in `src_dir` with this bytecode prefix."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["PYTHONPYCACHEPREFIX"] = str(prefix)
-    out = subprocess.run([PY, "-c", "import helper; print(helper.VALUE)"], cwd=src_dir, env=env,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run([PY, "-c", code], cwd=src_dir, env=env, capture_output=True, text=True, check=True)
     return out.stdout.strip()
+
+
+def _import_value(prefix: Path, src_dir: Path) -> str:
+    """What `import helper; print(helper.VALUE)` prints with this bytecode prefix."""
+    return _python(prefix, src_dir, "import helper; print(helper.VALUE)")
+
+
+def _helper(tmp_path: Path, value: str) -> tuple[Path, Path]:
+    """src/helper.py setting VALUE: (its folder, the file)."""
+    src_dir = tmp_path / "src"
+    src_dir.mkdir()
+    src = src_dir / "helper.py"
+    src.write_text(f"VALUE = {value!r}\n")
+    return src_dir, src
+
+
+def _seeded(cache: ProvenCache, prefix: Path, step: str = "the verifier") -> Path:
+    """A new bytecode prefix, seeded for `step` as a measurement's is."""
+    prefix.mkdir()
+    cache.seed(prefix, step)
+    return prefix
 
 
 def _cache(tmp_path: Path) -> ProvenCache:
@@ -39,14 +59,9 @@ def _pyc_rel(src: Path) -> str:
 
 
 def test_learnt_bytecode_is_compiled_from_the_source_not_copied(tmp_path: Path) -> None:
-    src_dir = tmp_path / "src"
-    src_dir.mkdir()
-    src = src_dir / "helper.py"
-    src.write_text("VALUE = 'real'\n")
+    src_dir, src = _helper(tmp_path, "real")
     cache = _cache(tmp_path)
-    prefix = tmp_path / "m1"
-    prefix.mkdir()
-    cache.seed(prefix, "the verifier")
+    prefix = _seeded(cache, tmp_path / "m1")
     assert _import_value(prefix, src_dir) == "real"
     # a measurement plants bytecode for helper in its own prefix: an unchecked-hash pyc that
     # says something else (Python would trust it over the source)
@@ -60,32 +75,20 @@ def test_learnt_bytecode_is_compiled_from_the_source_not_copied(tmp_path: Path) 
     assert kept[4:8] == b"\x03\x00\x00\x00"                   # checked-hash (PEP 552)
     assert kept[8:16] == importlib.util.source_hash(src.read_bytes())
     assert b"planted" not in kept
-    fresh = tmp_path / "m2"
-    fresh.mkdir()
-    cache.seed(fresh, "the verifier")
-    assert _import_value(fresh, src_dir) == "real"
+    assert _import_value(_seeded(cache, tmp_path / "m2"), src_dir) == "real"
 
 
 def test_a_stale_entry_is_recompiled_not_used(tmp_path: Path) -> None:
-    src_dir = tmp_path / "src"
-    src_dir.mkdir()
-    src = src_dir / "helper.py"
-    src.write_text("VALUE = 'one'\n")
+    src_dir, src = _helper(tmp_path, "one")
     cache = _cache(tmp_path)
-    p1 = tmp_path / "m1"
-    p1.mkdir()
-    cache.seed(p1, "the verifier")
+    p1 = _seeded(cache, tmp_path / "m1")
     assert _import_value(p1, src_dir) == "one"
     assert cache.learn(p1) >= 1
     src.write_text("VALUE = 'two'\n")      # same size; mtime does not matter to a checked pyc
-    p2 = tmp_path / "m2"
-    p2.mkdir()
-    cache.seed(p2, "the verifier")
+    p2 = _seeded(cache, tmp_path / "m2")
     assert _import_value(p2, src_dir) == "two"
     assert cache.learn(p2) == 1            # Python rewrote it; the cache compiles the new bytes
-    p3 = tmp_path / "m3"
-    p3.mkdir()
-    cache.seed(p3, "the verifier")
+    p3 = _seeded(cache, tmp_path / "m3")
     assert _import_value(p3, src_dir) == "two"
     assert cache.learn(p3) == 0            # nothing new: the seeded copy was used as it was
 
@@ -94,22 +97,16 @@ def test_each_step_starts_with_the_bytecode_it_needed_and_no_more(tmp_path: Path
     """A guard that imports much and a verifier that imports little: the verifier's prefix is
     not filled with the guard's modules at every run (copying them all cost more than the run
     saved), and what a step needs later is learnt then."""
-    src_dir = tmp_path / "src"
-    src_dir.mkdir()
-    (src_dir / "helper.py").write_text("VALUE = 'real'\n")
+    src_dir, _ = _helper(tmp_path, "real")
     (src_dir / "big.py").write_text("import helper\nVALUE = 'big'\n")
     cache = _cache(tmp_path)
     runs = iter(range(100))
 
     def run(step: str, module: str) -> set[str]:
         """The step imports `module` in a fresh prefix seeded for it; what the seed held."""
-        prefix = tmp_path / f"m{next(runs)}"
-        prefix.mkdir()
-        cache.seed(prefix, step)
+        prefix = _seeded(cache, tmp_path / f"m{next(runs)}", step)
         held = {f.name.split(".")[0] for f in prefix.rglob("*.pyc")}
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-        env["PYTHONPYCACHEPREFIX"] = str(prefix)
-        subprocess.run([PY, "-c", f"import {module}"], cwd=src_dir, env=env, check=True)
+        _python(prefix, src_dir, f"import {module}")
         cache.learn(prefix)
         return held
 
@@ -131,19 +128,12 @@ def test_a_fifo_named_like_a_source_does_not_block_the_cache(tmp_path: Path) -> 
     place it may write): learning from it reads nothing that blocks and compiles nothing."""
     import threading
 
-    src_dir = tmp_path / "src"
-    src_dir.mkdir()
-    src = src_dir / "helper.py"
-    src.write_text("VALUE = 'real'\n")
+    src_dir, src = _helper(tmp_path, "real")
     cache = _cache(tmp_path)
-    first = tmp_path / "m1"
-    first.mkdir()
-    cache.seed(first, "the verifier")
+    first = _seeded(cache, tmp_path / "m1")
     _import_value(first, src_dir)
     assert cache.learn(first) >= 1          # the cache holds helper, compiled from the source
-    prefix = tmp_path / "m2"
-    prefix.mkdir()
-    cache.seed(prefix, "the score")
+    prefix = _seeded(cache, tmp_path / "m2", "the score")
     planted = prefix / _pyc_rel(src)
     planted.parent.mkdir(parents=True, exist_ok=True)
     planted.write_bytes(b"written by the measurement")
