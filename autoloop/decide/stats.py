@@ -274,7 +274,7 @@ class _Slots:
 
 def _slots(own: Sequence[float], other: list[float], y: float) -> _Slots:
     """`own`: this side's runs before; `other`: the other side's, sorted (not copied: the caller
-    adds to it only once the slots are used)."""
+    adds to the lists only once the slots are used)."""
     counts = [0] * (len(other) + 1)
     for v in own:
         counts[bisect.bisect_left(other, v)] += 1
@@ -401,36 +401,32 @@ class RankEvidence:
         self.keep, self.fut = [1.0] * 3, [1.0] * 5
         self.up: list[float] = []
         self.down: list[float] = []
-        self.seen = [_oriented(side, v, self.s, scale, 0.0) for side, v in prior]
-        self.shifted = [_oriented(side, v, self.s, scale, delta) for side, v in prior]
-        # each side's runs so far, in order and sorted (what a run is ranked among), both rankings
-        self._runs = {key: {side: [y for s, y in runs if s == side] for side in "AB"}
-                      for key, runs in (("seen", self.seen), ("shifted", self.shifted))}
-        self._sorted = {key: {side: sorted(ys) for side, ys in by_side.items()}
-                        for key, by_side in self._runs.items()}
+        # each side's runs so far, sorted (what a new run is ranked among): as measured, and with
+        # the candidate's moved by delta (the futility side's ranking)
+        self._seen = {side: sorted(_oriented(s, v, self.s, scale, 0.0)[1] for s, v in prior if s == side)
+                      for side in "AB"}
+        self._shifted = {side: sorted(_oriented(s, v, self.s, scale, delta)[1] for s, v in prior if s == side)
+                         for side in "AB"}
 
     def add(self, a: float, b: float) -> tuple[float, float]:
         """One more pair (incumbent `a`, candidate `b`): the log e-values after it."""
         order = [("B", b), ("A", a)] if self.n % 2 == 0 else [("A", a), ("B", b)]
+        seen, shifted = self._seen, self._shifted
+        ys: dict[str, float] = {}      # this pair's runs, oriented
         for side, v in order:
             _, y = _oriented(side, v, self.s, self.scale, 0.0)
             _, yd = _oriented(side, v, self.s, self.scale, self.delta)
             hi, other = side == "B", "A" if side == "B" else "B"
-            runs, ranked = self._runs, self._sorted
-            sk = _slots(runs["seen"][side], ranked["seen"][other], y)
-            sf = _slots(runs["shifted"][side], ranked["shifted"][other], yd)
+            sk, sf = _slots(seen[side], seen[other], y), _slots(shifted[side], shifted[other], yd)
             fk = (*_rank_factors(sk, hi), _top_factor(sk, hi) if self.pooled else 1.0)
             ff = (*_rank_factors(sf, not hi), _top_factor(sf, not hi) if self.pooled else 1.0,
                   _shift_factor(sf, not hi, self.shift), 1.0)   # the paired factor: per pair, below
             self.keep = [e * f for e, f in zip(self.keep, fk)]
             self.fut = [e * f for e, f in zip(self.fut, ff)]
-            self.seen.append((side, y))
-            self.shifted.append((side, yd))
-            for key, value in (("seen", y), ("shifted", yd)):
-                runs[key][side].append(value)
-                bisect.insort(ranked[key][side], value)
-        g = self.seen[-1][1] - self.seen[-2][1]
-        g = g if self.seen[-1][0] == "B" else -g          # this pair's gain (oriented)
+            bisect.insort(seen[side], y)
+            bisect.insort(shifted[side], yd)
+            ys[side] = y
+        g = ys["B"] - ys["A"]          # this pair's gain (oriented)
         self.fut[4] *= _pair_factor(self.delta - g, self.delta, self.pair_noise)
         self.n += 1
         # the components hold their weights of the evidence: its mean is the e-value
