@@ -17,7 +17,7 @@ from autoloop.isolation.measured_files import command_files
 from autoloop.probe import answer_hacks, run_hacks
 from autoloop.probe.findings import BASELINE_RUNS, Baseline, Finding, ProbeError, Trying
 from autoloop.probe.judge import Prober
-from autoloop.probe.target import plant_target
+from autoloop.probe.target import plant_target, trace_plans
 from autoloop.program.reader import Program
 from autoloop.trace.build import REPLAY_MODULE
 
@@ -170,8 +170,7 @@ def _classes(p: Prober, base: Baseline, target: str | None,
 
 def _traced(p: Prober) -> bool:
     """Whether the verifier's command runs a benchmark `init --trace` wrote (a trace.json beside it)."""
-    return any((p.program.repo_root / rel).parent.joinpath("trace.json").is_file()
-               for key, rel in command_files(p.program) if key == "verifier.command")
+    return any((p.program.repo_root / plan).is_file() for _, plan in trace_plans(p.program))
 
 
 def _one(p: Prober, base: Baseline, name: str, code: str | None, fix: str) -> Finding:

@@ -91,14 +91,20 @@ def verifier_modules(program: Program, tracked: set[str]) -> list[str]:
     return seen
 
 
+def trace_plans(program: Program) -> list[tuple[str, str]]:
+    """(script, the trace.json beside it) for each Python script the verifier's command runs:
+    where a benchmark `init --trace` wrote keeps its plan (repository-relative; it may not exist)."""
+    return [(rel, str(Path(rel).parent / "trace.json").removeprefix("./"))
+            for key, rel in command_files(program) if key == "verifier.command" and rel.endswith(".py")]
+
+
 def traced_modules(program: Program, tracked: set[str]) -> list[str]:
     """The files of the modules a traced benchmark's targets live in (`MODULE:NAME` in the
     trace.json beside a script the verifier's command runs), found the way that script's
     `sys.path` finds them."""
     out: list[str] = []
-    for key, rel in command_files(program):
-        plan = str(Path(rel).parent / "trace.json").removeprefix("./")
-        if key != "verifier.command" or not rel.endswith(".py") or plan not in tracked:
+    for rel, plan in trace_plans(program):
+        if plan not in tracked:
             continue
         try:
             names = [t["name"] for t in json.loads((program.repo_root / plan).read_text())["targets"]]
