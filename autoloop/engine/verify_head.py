@@ -18,6 +18,7 @@ from autoloop.errors import RunFailure
 from autoloop.git.workspace import Workspace, Worktree
 from autoloop.isolation.hardening import data_paths, link_data
 from autoloop.isolation.measured_files import protected_paths, uncommitted_warnings
+from autoloop.isolation.pycache import WarmCache
 from autoloop.isolation.sandbox import tree_box
 from autoloop.process import envs, logfile, proc
 from autoloop.program.reader import Program, check_data
@@ -47,18 +48,24 @@ def check(program: Program) -> tuple[Workspace, str]:
 
 def verify_head(program: Program, ws: Workspace, commit: str,
                 plant: Callable[[Path], None] | None = None,
-                collect: Callable[[Path], None] | None = None, record_reads: bool = True) -> Verified:
+                collect: Callable[[Path], None] | None = None, record_reads: bool = True,
+                bytecode: WarmCache | None = None) -> Verified:
     """Guards and verifier on `commit` in a private tree that is removed afterwards. `plant(tree)`
     changes the tree before it is measured and `collect(tree)` reads it after (`doctor --probe`:
     a reward hack tried in a throwaway tree, never on a branch). What the measurement read is
-    recorded (a second, traced run) for an unplanted tree unless `record_reads` is false."""
+    recorded (a second, traced run) for an unplanted tree unless `record_reads` is false.
+    `bytecode`: a cache that several such measurements start their Pythons from (used only when
+    they are sandboxed: unsandboxed, a planted tree's code could rewrite it for the next)."""
     warnings = uncommitted_warnings(program, ws, commit)
     bwrap, warning = sandbox_outside_run(program)
     warnings += [warning] if warning else []
+    bytecode = bytecode if bwrap is not None else None
     tmp = temp_dir("verify")
     tree = Worktree(program.repo_root, ws.common_dir, tmp / "tree")
     # the score runs in a tree of its own: the one measured is the command's to write
     score_tree = Worktree(program.repo_root, ws.common_dir, tmp / "score")
+    # (the score starts cold: what it compiles may come from the private paths, which no
+    # measurement may read, and this cache's folder is not hidden like a run's scratch)
     scorer = None if program.verifier.score is None else Scorer(program, score_tree, commit, bwrap, tmp / "score-scratch")
     try:
         tree.open(commit)
@@ -71,8 +78,18 @@ def verify_head(program: Program, ws: Workspace, commit: str,
             # the same sandbox as a run's measurements (autoloop.isolation.sandbox)
             box = None if bwrap is None else tree_box(bwrap, program, tree.path, ws.common_dir,
                                                        Path(env["TMPDIR"]).parent, env.get("PATH", ""))
-            m = measure(program, cwd=tree.path, env=env, log_dir=log_dir, marker=proc.new_marker(), box=box,
-                        scorer=scorer, reseal=lambda: reseal(program, tree, commit, plant))
+            prefix = Path(env["PYTHONPYCACHEPREFIX"])
+            steps = _Prefix(prefix, bytecode)
+
+            def between() -> None:
+                reseal(program, tree, commit, plant)
+                steps.next()
+
+            try:
+                m = measure(program, cwd=tree.path, env=env, log_dir=log_dir, marker=proc.new_marker(), box=box,
+                            scorer=scorer, reseal=between)
+            finally:
+                steps.close()
             got, said = None, []
             # a probe's planted tree is not the user's
             if m.guards_ok and m.metric is not None and plant is None and record_reads:
@@ -102,6 +119,31 @@ def reseal(program: Program, tree: Worktree, commit: str, plant: Callable[[Path]
                          f"steps: {', '.join(bad[:5])}")
     if plant is not None:
         plant(tree.path)
+
+
+class _Prefix:
+    """The bytecode prefix of one measurement's steps, as a run's (Guardrails.after_step): each
+    step starts from an empty one, seeded from `bytecode` with what the same step needed before
+    (steps by their order), and what it compiled is learnt afterwards. Bytecode one step wrote is
+    never the next one's; the cache compiles from the sources, so nothing a planted tree wrote
+    is copied in."""
+
+    def __init__(self, prefix: Path, bytecode: WarmCache | None) -> None:
+        self.prefix, self.bytecode, self.step = prefix, bytecode, 0
+        self.cache = None if bytecode is None else bytecode.seed_bytecode(prefix, "step 0")
+
+    def next(self) -> None:
+        self.close()
+        remove_tree(self.prefix)
+        self.prefix.mkdir()
+        self.step += 1
+        if self.bytecode is not None:
+            self.cache = self.bytecode.seed_bytecode(self.prefix, f"step {self.step}")
+
+    def close(self) -> None:
+        if self.bytecode is not None:
+            self.bytecode.learn_bytecode(self.cache, self.prefix)
+        self.cache = None
 
 
 def _tail(stem: Path) -> str:

@@ -7,6 +7,7 @@ after it. A plant that broke the project, or a gain inside the baseline's noise,
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Callable
@@ -15,6 +16,8 @@ from autoloop.base.numbers import num
 from autoloop.engine.metric import Measurement
 from autoloop.engine.verify_head import Verified, verify_head
 from autoloop.git.workspace import Workspace
+from autoloop.isolation.measured_files import interpreters
+from autoloop.isolation.pycache import WarmCache
 from autoloop.probe.findings import CONFIRMATIONS, MIN_MARGIN, RECHECKS, WRONG_ON_PURPOSE, Baseline, Finding
 from autoloop.program.reader import Program
 from autoloop.trace.feed import ENDED_EARLY, VOIDED
@@ -27,11 +30,14 @@ class Prober:
         self.measure_mode: str = getattr(v, "measure", "output") or "output"
         self.score: str | None = getattr(v, "score", None)
         self.private: tuple[str, ...] = tuple(str(p) for p in getattr(program, "private", ()) or ())
+        # every run of the probe starts its Pythons from one bytecode cache, as a run's do
+        self.bytecode = WarmCache(interpreters(program, os.environ, shebangs=True), os.environ)
 
     def run(self, plant: Callable[[Path], None] | None = None,
             collect: Callable[[Path], None] | None = None) -> Verified:
         # nothing here reads what a run read: its traced second run would only double the time
-        return verify_head(self.program, self.ws, self.head, plant, collect, record_reads=False)
+        return verify_head(self.program, self.ws, self.head, plant, collect, record_reads=False,
+                           bytecode=self.bytecode)
 
     def best(self, values: tuple[float, ...]) -> float:
         return min(values) if self.program.verifier.direction == "minimize" else max(values)

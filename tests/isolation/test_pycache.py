@@ -187,6 +187,9 @@ def test_bytecode_a_guard_leaves_is_not_read_by_the_verifier(tmp_path: Path) -> 
                             "score.py": "import sys\nsys.path.insert(0, 'src')\n"
                                         "import model\nprint(f'score: {model.SCORE}')\n"},
                      guards=False, extra=f"guards:\n  - {{name: plant, command: {PY} plant.py}}")
+    # `autoloop verify` (and so `doctor --probe`, which measures through it) as a run does
+    verify = p.cli("verify")
+    assert verify.returncode == 0 and "40.25" in verify.stdout and "-1000" not in verify.stdout, verify.stdout
     res = p.run("--cycles", "1")
     kill_marked(p.env)
     assert res.returncode == 0, res.stderr
@@ -251,3 +254,42 @@ def test_the_score_and_the_inputs_start_from_the_bytecode_cache_and_teach_it(tmp
     learnt = {f.name.split(".")[0] for f in
               Path(p.env["XDG_CACHE_HOME"]).glob("autoloop/worktrees/*/*.scratch/pycache-warm/**/*.pyc")}
     assert {"fractions", "statistics"} <= learnt, sorted(learnt)
+
+
+def test_measurements_outside_a_run_share_one_warm_cache(tmp_path: Path, monkeypatch) -> None:
+    """`doctor --probe` measures one project 20 to 60 times through verify_head: with a WarmCache
+    each measurement starts from what the ones before it needed (checked-hash, compiled by
+    autoloop from the sources), so only the first compiles `fractions`; unsandboxed, where a
+    planted tree's code could rewrite that cache for the next, none is made."""
+    from autoloop.engine.verify_head import check, verify_head
+    from autoloop.isolation import pycache
+    from autoloop.isolation.pycache import WarmCache
+    from autoloop.program.reader import load_program
+
+    compiled: list[int] = []
+    learn = pycache.ProvenCache.learn
+
+    def counting(self: ProvenCache, prefix: Path) -> int:
+        compiled.append(n := learn(self, prefix))
+        return n
+
+    monkeypatch.setattr(pycache.ProvenCache, "learn", counting)
+    guard = "import fractions\nprint(fractions.Fraction(1, 2))\n"
+    for sandbox in ("auto", "none"):
+        p = make_project(tmp_path / sandbox, files={"guard.py": guard},
+                         extra=f"sandbox: {sandbox}\n" if sandbox == "none" else "")
+        for key, value in p.env.items():
+            monkeypatch.setenv(key, value)
+        program = load_program(p.repo / "program.md")
+        ws, head = check(program)
+        warm = WarmCache([PY], os.environ)
+        compiled.clear()
+        results = [verify_head(program, ws, head, record_reads=False, bytecode=warm) for _ in range(3)]
+        assert all(r.measurement.guards_ok and r.measurement.metric == 40.25 for r in results)
+        if sandbox == "none":
+            assert compiled == [], compiled    # no cache made, nothing learnt
+            continue
+        # learnt after each step (the guard, then the verifier) of each of the three measurements
+        assert len(compiled) == 6 and compiled[0] > 0 and not any(compiled[1:]), compiled
+        cached = [f for f in warm._cache.root.rglob("fractions.*.pyc")] if warm._cache else []
+        assert cached and cached[0].read_bytes()[4:8] == b"\x03\x00\x00\x00", cached   # checked-hash
