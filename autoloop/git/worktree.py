@@ -151,10 +151,13 @@ class Worktree:
         if self._index is None or self._admin_dir is None:
             return False
         try:
-            if self._index_cache.get("", os.stat(self._admin_dir / "index")) is not None:
-                return True
+            known = self._index_cache.get("", os.stat(self._admin_dir / "index"))
         except OSError:
             return False
+        if known is not None:
+            # the cache holds the last index read, which may be a tampered one a check read
+            # (index_flags): only our own bytes are intact
+            return known is self._index or known == self._index
         return self._read_index() == self._index
 
     def _as_we_left_it(self, commit: str) -> bool:
