@@ -14,7 +14,6 @@ import re
 import statistics
 import sys
 from collections import Counter
-import textwrap
 from pathlib import Path
 
 import pytest

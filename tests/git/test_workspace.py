@@ -4,7 +4,6 @@ restore, compare-and-swap branch moves, index flags, and hooks that never run th
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import time
 from pathlib import Path
