@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from autoloop.base.walk import RACY_NS
 from autoloop.errors import RepoStateError
 from autoloop.disk.snapshot import Snapshotter, diff
 from autoloop.git.workspace import GitError, Identity, Workspace
@@ -581,7 +582,7 @@ def test_flags_seen_by_the_scope_check_are_cleared_by_the_restore_after_it(ws: W
     ref = ws.snapshot()
     wgit(ws, "update-index", "--skip-worktree", "train.py")
     (ws.path / "train.py").write_text("hidden\n")
-    time.sleep(0.15)   # older than a racy read (base.walk.RACY_NS): a read of it may be cached
+    time.sleep(RACY_NS / 1e9 + 0.05)   # older than a racy read: a read of it may be cached
     assert ws.index_flags() == ["train.py"]
     ws.restore_changes(head, ref, diff(ref, ws.snapshot()))
     assert (ws.path / "train.py").read_text() == FILES["train.py"]
