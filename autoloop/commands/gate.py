@@ -229,7 +229,7 @@ def _run_guards(program: Program, cwd: Path, env: dict[str, str], log_dir: Path,
     """The first failing guard and how it failed, or ""."""
     todo = [s for s in steps(program) if s.guard]
     results = proc.run_steps(todo, cwd=cwd, env={**env, SEED_VAR: str(new_seed())}, log_dir=log_dir,
-                             marker=marker, wrap=None if box is None else box.argv)
+                             marker=marker, wrap=box)
     return next((f"{s.name}: {r.describe()}" for s, r in zip(todo, results) if not r.ok), "")
 
 

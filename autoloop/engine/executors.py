@@ -71,7 +71,7 @@ class LocalLane:
         with self.guard.measuring(tree, commit, env, ["the traced steps"]) as menv:
             box = self.guard.confine(tree.path, menv)
             return reads.record(program, cwd=tree.path, env=menv, scratch=Path(menv["TMPDIR"]),
-                                log_dir=log_dir, marker=marker, wrap=None if box is None else box.argv,
+                                log_dir=log_dir, marker=marker, wrap=box,
                                 where=reads.roots(tree.path, None if box is None else box.checkout))
 
 

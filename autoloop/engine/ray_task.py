@@ -154,7 +154,7 @@ def run_steps(archive: bytes, steps: Sequence[proc.Step], env: Mapping[str, str]
                                   keep=tuple(map(Path, checkout[1])) if at and checkout else (), reap=reap,
                                   private=tuple(map(Path, hidden)))
             results += proc.run_steps([step], cwd=tree, env=step_env, log_dir=logs,
-                                      wrap=None if box is None else box.argv, marker=marker)
+                                      wrap=box, marker=marker)
             remove_tree(tree, quiet=True)
             remove_tree(scratch, quiet=True)
             if step.guard and not results[-1].ok:

@@ -224,7 +224,7 @@ def _patterns(rels: Sequence[str]) -> list[str]:
 
 
 def record(program: Program, *, cwd: Path, env: Mapping[str, str], scratch: Path, log_dir: Path,
-           marker: str, wrap: Callable[[str], str | list[str]] | None, where: Sequence[str]) -> Reads:
+           marker: str, wrap: proc.Wrap | None, where: Sequence[str]) -> Reads:
     """Run the guards and the verifier once, traced, in `cwd` (through `wrap`: the measurement's
     sandbox); `scratch` must be writable there. What each read of the tree at `where` (roots())."""
     from autoloop.engine.verify import OUTPUT_VAR, SEED_VAR, new_seed, steps
@@ -237,8 +237,8 @@ def record(program: Program, *, cwd: Path, env: Mapping[str, str], scratch: Path
         env[OUTPUT_VAR] = str(scratch / "reads-output")
 
     def run_there(command: str, stem: str, e: Mapping[str, str] = env, timeout: float | None = 30) -> proc.ProcResult:
-        return proc.run(command if wrap is None else wrap(command), cwd=cwd, env=e, timeout=timeout,
-                        log_stem=log_dir / stem, marker=marker)
+        return proc.run_wrapped(command, wrap, cwd=cwd, env=e, timeout=timeout, log_stem=log_dir / stem,
+                                marker=marker)
 
     if strace_works(lambda c: run_there(c, "strace-probe")):
         how, note = "strace", ""

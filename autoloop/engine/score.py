@@ -103,15 +103,14 @@ class Scorer:
             senv.update({k: v for k, v in env.items() if k.startswith("AUTOLOOP_")})
             prefix = Path(senv["PYTHONPYCACHEPREFIX"])
             cache = self.guard.seed_bytecode(prefix, command) if self.guard is not None else None
-            argv: str | list[str] = command
+            box = None
             if self.bwrap is not None:
                 box = tree_box(self.bwrap, self.program, self.tree.path, self.tree.common_dir, scratch,
                                path=senv.get("PATH", ""), show_private=True)
                 box = dataclasses.replace(box, tree_writable=False, read_only=read_only)
-                argv = box.argv(command)
             try:
-                res = proc.run(argv, cwd=self.tree.path, env=senv, timeout=self.program.verifier.timeout,
-                               log_stem=log_stem, marker=marker)
+                res = proc.run_wrapped(command, box, cwd=self.tree.path, env=senv,
+                                       timeout=self.program.verifier.timeout, log_stem=log_stem, marker=marker)
             except BaseException:
                 if cache is not None:
                     cache.forget(prefix)   # as measuring() does: nothing to learn from it

@@ -110,7 +110,7 @@ def measure(program: Program, *, cwd: Path, env: Mapping[str, str], log_dir: Pat
                 m = summarize(program, todo, results, box, verifier, hints=hints)
                 return dataclasses.replace(m, error="verifier.inputs: " + failure_summary(failed), seed=seed)
         results += proc.run_steps([step], cwd=cwd, env=step_env, log_dir=log_dir, marker=marker,
-                                  wrap=None if box is None else box.argv, after=after, stdin=given)
+                                  wrap=box, after=after, stdin=given)
         if step.guard and not results[-1].ok:
             break
     if not todo or todo[-1].guard or len(results) < len(todo):

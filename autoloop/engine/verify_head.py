@@ -95,7 +95,7 @@ def verify_head(program: Program, ws: Workspace, commit: str,
             if m.guards_ok and m.metric is not None and plant is None and record_reads:
                 got = reads.record(program, cwd=tree.path, env=env, scratch=Path(env["TMPDIR"]),
                                    log_dir=log_dir, marker=proc.new_marker(),
-                                   wrap=None if box is None else box.argv,
+                                   wrap=box,
                                    where=reads.roots(tree.path, None if box is None else box.checkout))
                 said = reads.warnings(program, got, protected_paths(program))
         if collect is not None:

@@ -26,6 +26,8 @@ from autoloop.errors import ConfigError
 from autoloop.isolation import seccomp
 from autoloop.isolation.hidden import bwrap_args as hide_args, host_sockets, outermost, places as hidden_places
 from autoloop.process.executables import all_words
+from autoloop.process.logfile import read_regular
+from autoloop.process.proc import ProcResult
 from autoloop.process.running import run_captured
 from autoloop.base.specs import SandboxSpec
 from autoloop.base.walk import inside, remove_tree, temp_dir, under
@@ -286,6 +288,26 @@ class Confinement:
     def argv(self, command: str) -> list[str]:
         return self.bwrap.measurement_argv(command, box=self)
 
+    def stale(self, argv: list[str], res: ProcResult) -> bool:
+        """Whether bwrap stopped before the command ran, unable to make the mount point of a path
+        `argv` hid with /dev/null (a host socket, a daemon's, a hidden file) that is gone from the
+        host now: the host changed between the line's making and bwrap's set-up (a service removed
+        its socket's folder), which is no failure of the command's. proc.run_wrapped then starts it
+        again. A command can print bwrap's words, but not remove such a path: none is under a
+        folder the line binds writable."""
+        if res.exit_code != 1:   # bwrap's die()
+            return False
+        first = read_regular(res.stderr_path, 4096).decode("utf-8", "replace").split("\n", 1)[0]
+        writable = [argv[i + 2] for i, a in enumerate(argv[:-2]) if a == "--bind"]
+        for i, a in enumerate(argv[:-2]):
+            if a != "--ro-bind" or argv[i + 1] != "/dev/null":
+                continue
+            path = argv[i + 2]
+            if (any(first.startswith(f"bwrap: {verb} {path}:") for verb in _NO_MOUNT_POINT)
+                    and not os.path.lexists(path) and not any(under(path, w) for w in writable)):
+                return True
+        return False
+
 
 def hide(paths: Sequence[Path]) -> list[str]:
     """bwrap arguments that make each path unreadable: a folder becomes an empty one nobody may
@@ -298,6 +320,9 @@ def hide(paths: Sequence[Path]) -> list[str]:
             args += ["--ro-bind", _unreadable_file(), real]
     return args
 
+
+# bwrap's words when it cannot make a mount point (setup_newroot in bubblewrap.c)
+_NO_MOUNT_POINT = ("Can't mkdir parents for", "Can't create file at", "Can't mkdir")
 
 _UNREADABLE: list[str] = []
 

@@ -28,7 +28,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 import psutil
 
@@ -170,15 +170,44 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
                       wall_s=done_at - launched if timed else None, cpu_s=adopting.cpu if timed else None)
 
 
+class Wrap(Protocol):
+    """What a command runs in (a sandbox): the command line that runs it, and whether a run that
+    failed did so in the wrapper's own set-up, on something of the host that changed between the
+    line's making and its start (a host socket it hid, gone): then the line is made afresh and run
+    again, for the command never ran."""
+
+    def argv(self, command: str) -> list[str]: ...
+
+    def stale(self, argv: list[str], res: ProcResult) -> bool: ...
+
+
+RESTARTS = 2   # a wrapper's set-up meets a changing host twice in a row only by a second race
+
+
+def run_wrapped(command: str, wrap: Wrap | None, *, cwd: Path, env: Mapping[str, str], timeout: float | None,
+                log_stem: Path, stdin: Path | None = None, marker: str | None = None) -> ProcResult:
+    """`command` (a shell string) run through `wrap` (None: as it is), as `run` runs it; started
+    again, with a new line, while the wrapper says its set-up failed on a host that changed."""
+    if wrap is None:
+        return run(command, cwd=cwd, env=env, timeout=timeout, log_stem=log_stem, stdin=stdin, marker=marker)
+    attempt = 0
+    while True:
+        argv = wrap.argv(command)
+        res = run(argv, cwd=cwd, env=env, timeout=timeout, log_stem=log_stem, stdin=stdin, marker=marker)
+        if res.ok or attempt == RESTARTS or not wrap.stale(argv, res):
+            return res
+        attempt += 1
+
+
 def run_steps(steps: Iterable[Step], *, cwd: Path, env: Mapping[str, str], log_dir: Path,
-              marker: str, wrap: Callable[[str], str | list[str]] | None = None,
+              marker: str, wrap: Wrap | None = None,
               after: Callable[[Step], None] | None = None, stdin: Path | None = None) -> list[ProcResult]:
-    """Each step in turn (logs at log_dir/<step.log_name>), up to the first failing guard. `wrap` turns
-    a command into what runs (a sandbox); `after` is called after each; `stdin`: the file each reads."""
+    """Each step in turn (logs at log_dir/<step.log_name>), up to the first failing guard. `wrap`: what
+    a command runs in (a sandbox); `after` is called after each; `stdin`: the file each reads."""
     results: list[ProcResult] = []
     for step in steps:
-        res = run(step.command if wrap is None else wrap(step.command), cwd=cwd, env=env,
-                  timeout=step.timeout, log_stem=log_dir / step.log_name, marker=marker, stdin=stdin)
+        res = run_wrapped(step.command, wrap, cwd=cwd, env=env, timeout=step.timeout,
+                          log_stem=log_dir / step.log_name, marker=marker, stdin=stdin)
         if after is not None:
             after(step)
         results.append(res)

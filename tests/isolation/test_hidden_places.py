@@ -23,6 +23,7 @@ import pytest
 from autoloop.base.specs import SandboxSpec
 from autoloop.isolation import hidden, seccomp
 from autoloop.isolation.sandbox import Bwrap, Confinement
+from autoloop.process import proc
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -303,6 +304,65 @@ def test_a_measurement_sees_none_of_the_sockets_bound_before_it(tmp_path, home, 
     out = json.loads(res.stdout)
     assert out.pop("managed") == 1
     assert out and not [k for k, v in out.items() if v == "reached"], out
+
+
+class _VanishingAfterTheLine:
+    """The race of a real host, made certain: the measurement's line is made while a service's
+    socket is bound, and the service removes its socket's folder before bwrap sets up (the line
+    made once more finds it gone)."""
+
+    def __init__(self, box: Confinement, daemon: Daemon) -> None:
+        self.box, self.daemon, self.lines = box, daemon, 0
+
+    def argv(self, command: str) -> list[str]:
+        argv = self.box.argv(command)
+        self.lines += 1
+        if self.lines == 1:
+            assert ["--ro-bind", "/dev/null", str(self.daemon.path)] == argv[argv.index(str(self.daemon.path)) - 2:][:3]
+            self.daemon.close()
+            shutil.rmtree(self.daemon.path.parent)
+        return argv
+
+    def stale(self, argv: list[str], res: proc.ProcResult) -> bool:
+        return self.box.stale(argv, res)
+
+
+def test_a_host_socket_gone_before_the_sandbox_is_set_up_costs_a_new_start_not_the_measurement(tmp_path, home):
+    """A socket's folder removed between the scan that hid it and bwrap's set-up (seen in a full
+    suite: 'bwrap: Can't mkdir parents for /var/lib/…/d.sock: Read-only file system', blamed on the
+    verifier) is the host changing, not the command failing: the line is made again and run."""
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    box = Confinement(Bwrap(SandboxSpec(kind="bwrap")), tree=wt, checkout=None, path=os.environ["PATH"])
+    racing = _VanishingAfterTheLine(box, Daemon(home / ".local" / "share" / "vanishing" / "d.sock"))
+    res = proc.run_wrapped("echo measured", racing, cwd=wt, env=dict(os.environ), timeout=30,
+                           log_stem=tmp_path / "logs" / "verifier")
+    assert (res.exit_code, res.stdout_path.read_text()) == (0, "measured\n")
+    assert racing.lines == 2
+
+
+def test_a_command_that_prints_bwraps_failure_is_not_started_again(tmp_path, daemons):
+    """Only the host can make a hidden path vanish: a command that prints bwrap's words about a
+    socket still there (or about nothing the line hid) fails as it ran."""
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    box = Confinement(Bwrap(SandboxSpec(kind="bwrap")), tree=wt, checkout=None, path=os.environ["PATH"])
+    sock = str(daemons[-1].path)
+    for said in (sock, "/nonexistent/d.sock"):
+        lines = []
+        command = f"echo \"bwrap: Can't mkdir parents for {said}: Read-only file system\" >&2; exit 1"
+
+        class Counting:
+            def argv(self, command: str) -> list[str]:
+                lines.append(command)
+                return box.argv(command)
+
+            stale = staticmethod(box.stale)
+
+        res = proc.run_wrapped(command, Counting(), cwd=wt, env=dict(os.environ), timeout=30,
+                               log_stem=tmp_path / "logs" / "verifier")
+        assert res.exit_code == 1 and "Can't mkdir parents" in res.stderr_tail()
+        assert len(lines) == 1, said
 
 
 ORDINARY = r"""

@@ -431,8 +431,38 @@ def test_run_steps_stops_at_the_first_failing_guard(tmp_path: Path) -> None:
 def test_run_steps_gives_each_step_its_own_timeout_and_wraps_commands(tmp_path: Path) -> None:
     steps = [proc.Step("slow", "sleep 5", 0.3, True), proc.Step("verifier", "echo v", 10, False)]
     results = proc.run_steps(steps, cwd=tmp_path, env=dict(os.environ), log_dir=tmp_path / "logs",
-                             marker=proc.new_marker(), wrap=lambda c: ["sh", "-c", c])
+                             marker=proc.new_marker(), wrap=_Shell())
     assert len(results) == 1 and results[0].timed_out and results[0].describe() == "timed out after 0.3s"
+
+
+class _Shell:
+    """A wrapper that runs the command under sh and, with `stale`, takes every failure for its own."""
+
+    def __init__(self, stale: bool = False) -> None:
+        self.lines: list[list[str]] = []
+        self.said_stale = stale
+
+    def argv(self, command: str) -> list[str]:
+        self.lines.append(["sh", "-c", command])
+        return self.lines[-1]
+
+    def stale(self, argv: list[str], res: proc.ProcResult) -> bool:
+        assert argv is self.lines[-1] and not res.ok
+        return self.said_stale
+
+
+@pytest.mark.parametrize("stale", [False, True])
+def test_a_wrapper_that_failed_on_a_changed_host_starts_the_command_again_a_bounded_number_of_times(
+        tmp_path: Path, stale: bool) -> None:
+    wrap = _Shell(stale)
+    res = proc.run_wrapped("echo once >> count; exit 1", wrap, cwd=tmp_path, env=dict(os.environ), timeout=10,
+                           log_stem=tmp_path / "logs" / "verifier")
+    runs = 1 + proc.RESTARTS if stale else 1
+    assert res.exit_code == 1 and len(wrap.lines) == runs
+    assert (tmp_path / "count").read_text() == "once\n" * runs
+    ok = _Shell(stale=True)
+    assert proc.run_wrapped("true", ok, cwd=tmp_path, env=dict(os.environ), timeout=10,
+                            log_stem=tmp_path / "logs" / "ok").ok and len(ok.lines) == 1
 
 
 def test_a_failing_verifier_step_does_not_stop_the_sequence_early(tmp_path: Path) -> None:
