@@ -19,7 +19,8 @@ from autoloop.journal.ledger import UNSANDBOXED
 from autoloop.engine.hints import missing_path_hint, near_miss, plain, root_hint, uncommitted_module_hint
 from autoloop.engine.metric import GuardResult, Measurement, MetricError, parse_metric
 from autoloop.program.reader import HoldoutSpec, Program, VerifierSpec
-from autoloop.isolation.sandbox import Bwrap, Confinement, failure_hint, probed
+from autoloop.isolation.failures import failure_hint
+from autoloop.isolation.sandbox import Bwrap, Confinement, probed
 from autoloop.base.walk import remove_tree, walk
 
 OUTPUT_VAR = "AUTOLOOP_OUTPUT"   # the folder `verifier.command` writes and `score` reads

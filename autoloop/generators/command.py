@@ -14,6 +14,7 @@ from typing import Iterator, NamedTuple
 from autoloop.process import logfile, proc
 from autoloop.errors import ConfigError, FatalGeneratorError, GeneratorError
 from autoloop.process.executables import needed_paths
+from autoloop.isolation.sandbox import Sandboxed
 from autoloop.git.gitrun import head_has
 from autoloop.generators.base import MAX_HYPOTHESIS, GenContext, Proposal, hypothesis_in
 from autoloop.base.numbers import exact as fmt
@@ -41,12 +42,16 @@ class Said(NamedTuple):
     err: str
 
 
+def sandboxed(ctx: GenContext) -> Sandboxed | None:
+    """The sandbox the generator runs in, as proc runs a command through it (None: unsandboxed)."""
+    return None if ctx.wrap is None else Sandboxed(ctx.wrap)
+
+
 def run_short(ctx: GenContext, argv: list[str], timeout: float = 120.0) -> Said:
     """Run `argv` as a cycle runs the generator (sandboxed when it is), stdin closed."""
-    command = ctx.wrap(argv) if ctx.wrap is not None else argv
     with temp_tree("preflight") as tmp:
-        res = proc.run(command, cwd=ctx.workdir, env=dict(ctx.env), timeout=timeout,
-                       log_stem=tmp / "preflight", stdin=None, marker=ctx.run_marker)
+        res = proc.run_wrapped(argv, sandboxed(ctx), cwd=ctx.workdir, env=dict(ctx.env), timeout=timeout,
+                               log_stem=tmp / "preflight", stdin=None, marker=ctx.run_marker)
         return Said(res, res.stdout_tail(8000), res.stderr_tail(2000))
 
 
@@ -157,10 +162,9 @@ class CommandGenerator:
                "AUTOLOOP_BEST": fmt(ctx.best), "AUTOLOOP_BASELINE": fmt(ctx.baseline),
                "AUTOLOOP_HYPOTHESIS_FILE": str(ctx.hypothesis_file), "AUTOLOOP_WORKDIR": str(ctx.workdir)}
         argv = self.command(ctx)
-        run_argv = ctx.wrap(argv) if ctx.wrap is not None else argv
-        res = proc.run(run_argv, cwd=ctx.workdir, env=env,
-                       timeout=ctx.timeout, log_stem=ctx.log_dir / "generator", stdin=self.stdin(ctx),
-                       marker=ctx.run_marker, limits=ctx.limits)
+        res = proc.run_wrapped(argv, sandboxed(ctx), cwd=ctx.workdir, env=env, timeout=ctx.timeout,
+                               log_stem=ctx.log_dir / "generator", stdin=self.stdin(ctx), marker=ctx.run_marker,
+                               limits=ctx.limits)
         if res.interrupted:
             raise GeneratorError("interrupted")
         if res.over_limit is not None:

@@ -15,18 +15,19 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, Sequence
 
 from autoloop.errors import ConfigError
 from autoloop.isolation import seccomp
+from autoloop.isolation.failures import stale
 from autoloop.isolation.hidden import bwrap_args as hide_args, host_sockets, outermost, places as hidden_places
 from autoloop.process.executables import all_words
-from autoloop.process.logfile import read_regular
 from autoloop.process.proc import ProcResult
 from autoloop.process.running import run_captured
 from autoloop.base.specs import SandboxSpec
@@ -285,28 +286,24 @@ class Confinement:
     private: tuple[Path, ...] = ()         # program.md `private`: hidden unless `show_private`
     show_private: bool = False             # the score and the holdout read them
 
-    def argv(self, command: str) -> list[str]:
-        return self.bwrap.measurement_argv(command, box=self)
+    def argv(self, command: str | list[str]) -> list[str]:
+        return self.bwrap.measurement_argv(command if isinstance(command, str) else shlex.join(command), box=self)
 
     def stale(self, argv: list[str], res: ProcResult) -> bool:
-        """Whether bwrap stopped before the command ran, unable to make the mount point of a path
-        `argv` hid with /dev/null (a host socket, a daemon's, a hidden file) that is gone from the
-        host now: the host changed between the line's making and bwrap's set-up (a service removed
-        its socket's folder), which is no failure of the command's. proc.run_wrapped then starts it
-        again. A command can print bwrap's words, but not remove such a path: none is under a
-        folder the line binds writable."""
-        if res.exit_code != 1:   # bwrap's die()
-            return False
-        first = read_regular(res.stderr_path, 4096).decode("utf-8", "replace").split("\n", 1)[0]
-        writable = [argv[i + 2] for i, a in enumerate(argv[:-2]) if a == "--bind"]
-        for i, a in enumerate(argv[:-2]):
-            if a != "--ro-bind" or argv[i + 1] != "/dev/null":
-                continue
-            path = argv[i + 2]
-            if (any(first.startswith(f"bwrap: {verb} {path}:") for verb in _NO_MOUNT_POINT)
-                    and not os.path.lexists(path) and not any(under(path, w) for w in writable)):
-                return True
-        return False
+        return stale(argv, res)
+
+
+class Sandboxed:
+    """A generator's sandbox line (Guardrails.wrap, with what an agent adds) as a proc.Wrap."""
+
+    def __init__(self, wrap: Callable[[str | list[str]], list[str]]) -> None:
+        self.wrap = wrap
+
+    def argv(self, command: str | list[str]) -> list[str]:
+        return self.wrap(command)
+
+    def stale(self, argv: list[str], res: ProcResult) -> bool:
+        return stale(argv, res)
 
 
 def hide(paths: Sequence[Path]) -> list[str]:
@@ -320,9 +317,6 @@ def hide(paths: Sequence[Path]) -> list[str]:
             args += ["--ro-bind", _unreadable_file(), real]
     return args
 
-
-# bwrap's words when it cannot make a mount point (setup_newroot in bubblewrap.c)
-_NO_MOUNT_POINT = ("Can't mkdir parents for", "Can't create file at", "Can't mkdir")
 
 _UNREADABLE: list[str] = []
 
@@ -338,35 +332,6 @@ def _unreadable_file() -> str:
         atexit.register(remove_tree, folder, quiet=True)
         _UNREADABLE.append(str(name))
     return _UNREADABLE[0]
-
-
-_REFUSED = re.compile(r"autoloop refused (\S+):")
-_READ_ONLY = re.compile(r"Read-only file system|EROFS|\[Errno 30\]")
-_NO_NETWORK = re.compile(r"Temporary failure in name resolution|Name or service not known|"
-                         r"Could not resolve host|Network is unreachable|getaddrinfo|"
-                         r"\[Errno -[23]\]|\[Errno 101\]|No address associated with hostname")
-
-
-def failure_hint(output: str, *, network: bool) -> str | None:
-    """What to set when a sandboxed measurement failed for want of a writable path or the
-    network (read from the tail of its output), or None."""
-    m = _READ_ONLY.search(output)
-    if m is not None:
-        line = next((ln for ln in output.splitlines() if m.group(0) in ln), "")
-        path = re.search(r"'(/[^']+)'", line) or re.search(r"(/[^\s:'\"]+)", line)
-        where = f" ({path.group(1)})" if path else ""
-        return ("the measurement sandbox keeps everything but the verification tree and its temp "
-                f"folder read-only{where}; if the command must write there, add the path to "
-                "sandbox.writable")
-    if not network and _NO_NETWORK.search(output):
-        return "the measurement sandbox has no network; set verifier.network: true if it needs one"
-    refused = _REFUSED.search(output)
-    if network and refused:
-        return f"autoloop's egress proxy refused {refused.group(1)}; add it to verifier.hosts if the measurement needs it"
-    if network and _NO_NETWORK.search(output):
-        return ("the measurement reaches the network only through autoloop's egress proxy (HTTPS_PROXY): "
-                "a tool that ignores the proxy variables cannot resolve names or connect")
-    return None
 
 
 def git_link(tree: Path, scratch: Path, common_dir: Path) -> GitLink | None:

@@ -176,7 +176,7 @@ class Wrap(Protocol):
     line's making and its start (a host socket it hid, gone): then the line is made afresh and run
     again, for the command never ran."""
 
-    def argv(self, command: str) -> list[str]: ...
+    def argv(self, command: str | list[str]) -> list[str]: ...
 
     def stale(self, argv: list[str], res: ProcResult) -> bool: ...
 
@@ -184,19 +184,22 @@ class Wrap(Protocol):
 RESTARTS = 2   # a wrapper's set-up meets a changing host twice in a row only by a second race
 
 
-def run_wrapped(command: str, wrap: Wrap | None, *, cwd: Path, env: Mapping[str, str], timeout: float | None,
-                log_stem: Path, stdin: Path | None = None, marker: str | None = None) -> ProcResult:
-    """`command` (a shell string) run through `wrap` (None: as it is), as `run` runs it; started
-    again, with a new line, while the wrapper says its set-up failed on a host that changed."""
+def run_wrapped(command: str | list[str], wrap: Wrap | None, *, cwd: Path, env: Mapping[str, str],
+                timeout: float | None, log_stem: Path, stdin: Path | None = None, marker: str | None = None,
+                limits: Limits | None = None) -> ProcResult:
+    """`command` (a shell string or an argv) run through `wrap` (None: as it is), as `run` runs it;
+    started again, with a new line, while the wrapper says its set-up failed on a host that changed."""
     if wrap is None:
-        return run(command, cwd=cwd, env=env, timeout=timeout, log_stem=log_stem, stdin=stdin, marker=marker)
-    attempt = 0
+        return run(command, cwd=cwd, env=env, timeout=timeout, log_stem=log_stem, stdin=stdin, marker=marker,
+                   limits=limits)
+    restarts = 0
     while True:
         argv = wrap.argv(command)
-        res = run(argv, cwd=cwd, env=env, timeout=timeout, log_stem=log_stem, stdin=stdin, marker=marker)
-        if res.ok or attempt == RESTARTS or not wrap.stale(argv, res):
+        res = run(argv, cwd=cwd, env=env, timeout=timeout, log_stem=log_stem, stdin=stdin, marker=marker,
+                  limits=limits)
+        if res.ok or restarts == RESTARTS or not wrap.stale(argv, res):
             return res
-        attempt += 1
+        restarts += 1
 
 
 def run_steps(steps: Iterable[Step], *, cwd: Path, env: Mapping[str, str], log_dir: Path,

@@ -143,7 +143,7 @@ def test_a_launcher_that_cannot_reach_the_proxy_runs_nothing(tmp_path):
 
 
 def test_a_measurement_refused_by_the_proxy_is_told_which_key():
-    from autoloop.isolation.sandbox import failure_hint
+    from autoloop.isolation.failures import failure_hint
 
     said = "urllib.error.HTTPError: Tunnel connection failed: 403 autoloop refused pypi.org:443: not in the allowlist"
     assert failure_hint(said, network=True) == ("autoloop's egress proxy refused pypi.org:443; add it to "

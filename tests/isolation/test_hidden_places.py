@@ -22,7 +22,7 @@ import pytest
 
 from autoloop.base.specs import SandboxSpec
 from autoloop.isolation import hidden, seccomp
-from autoloop.isolation.sandbox import Bwrap, Confinement
+from autoloop.isolation.sandbox import Bwrap, Confinement, Sandboxed
 from autoloop.process import proc
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
@@ -307,18 +307,19 @@ def test_a_measurement_sees_none_of_the_sockets_bound_before_it(tmp_path, home, 
 
 
 class _VanishingAfterTheLine:
-    """The race of a real host, made certain: the measurement's line is made while a service's
-    socket is bound, and the service removes its socket's folder before bwrap sets up (the line
-    made once more finds it gone)."""
+    """The race of a real host, made certain: the line is made while a service's socket is bound,
+    and the service removes its socket's folder before bwrap sets up (the line made once more
+    finds it gone)."""
 
-    def __init__(self, box: Confinement, daemon: Daemon) -> None:
+    def __init__(self, box: proc.Wrap, daemon: Daemon) -> None:
         self.box, self.daemon, self.lines = box, daemon, 0
 
-    def argv(self, command: str) -> list[str]:
+    def argv(self, command: str | list[str]) -> list[str]:
         argv = self.box.argv(command)
         self.lines += 1
         if self.lines == 1:
-            assert ["--ro-bind", "/dev/null", str(self.daemon.path)] == argv[argv.index(str(self.daemon.path)) - 2:][:3]
+            at = argv.index(str(self.daemon.path))
+            assert argv[at - 2:at] == ["--ro-bind", "/dev/null"]
             self.daemon.close()
             shutil.rmtree(self.daemon.path.parent)
         return argv
@@ -327,17 +328,23 @@ class _VanishingAfterTheLine:
         return self.box.stale(argv, res)
 
 
-def test_a_host_socket_gone_before_the_sandbox_is_set_up_costs_a_new_start_not_the_measurement(tmp_path, home):
+@pytest.mark.parametrize("who", ["measurement", "generator"])
+def test_a_host_socket_gone_before_the_sandbox_is_set_up_costs_a_new_start_not_the_run(tmp_path, home, who):
     """A socket's folder removed between the scan that hid it and bwrap's set-up (seen in a full
     suite: 'bwrap: Can't mkdir parents for /var/lib/…/d.sock: Read-only file system', blamed on the
-    verifier) is the host changing, not the command failing: the line is made again and run."""
+    verifier) is the host changing, not the command failing: the line is made again and run. The
+    generator's sandbox hides the host's sockets too where it may make its own (unix_sockets)."""
     wt = tmp_path / "wt"
     wt.mkdir()
-    box = Confinement(Bwrap(SandboxSpec(kind="bwrap")), tree=wt, checkout=None, path=os.environ["PATH"])
+    if who == "measurement":
+        box: proc.Wrap = Confinement(Bwrap(SandboxSpec(kind="bwrap")), tree=wt, checkout=None, path=os.environ["PATH"])
+    else:
+        bwrap = Bwrap(SandboxSpec(kind="bwrap", unix_sockets=True))
+        box = Sandboxed(lambda command: bwrap.argv(command, workdir=wt))
     racing = _VanishingAfterTheLine(box, Daemon(home / ".local" / "share" / "vanishing" / "d.sock"))
-    res = proc.run_wrapped("echo measured", racing, cwd=wt, env=dict(os.environ), timeout=30,
-                           log_stem=tmp_path / "logs" / "verifier")
-    assert (res.exit_code, res.stdout_path.read_text()) == (0, "measured\n")
+    res = proc.run_wrapped("echo ran", racing, cwd=wt, env=dict(os.environ), timeout=30,
+                           log_stem=tmp_path / "logs" / who)
+    assert (res.exit_code, res.stdout_path.read_text()) == (0, "ran\n")
     assert racing.lines == 2
 
 
