@@ -17,18 +17,18 @@ _NO_MOUNT_POINT = ("Can't mkdir parents for", "Can't create file at", "Can't mkd
 
 def stale(argv: list[str], res: ProcResult) -> bool:
     """Whether bwrap stopped before the command ran, unable to make the mount point of a path
-    `argv` hid with /dev/null (a host socket, a daemon's, a hidden file) that is gone from the host
+    `argv` hides (a host socket, a daemon's, a credential file or folder) that is gone from the host
     now: the host changed between the line's making and bwrap's set-up (a service removed its
     socket's folder), which is no failure of the command's; proc.run_wrapped starts it again. A
     command can print bwrap's words, but not remove such a path: none is under a writable bind."""
     if res.exit_code != 1:   # bwrap's die()
         return False
     first = read_regular(res.stderr_path, 4096).decode("utf-8", "replace").split("\n", 1)[0]
-    writable = [argv[i + 2] for i, a in enumerate(argv[:-2]) if a == "--bind"]
-    for i, a in enumerate(argv[:-2]):
-        if a != "--ro-bind" or argv[i + 1] != "/dev/null":
-            continue
-        path = argv[i + 2]
+    opts = argv[:argv.index("--")] if "--" in argv else argv   # bwrap's, not the command's words
+    writable = [opts[i + 2] for i, a in enumerate(opts[:-2]) if a == "--bind"]
+    hidden = [opts[i + 2] for i, a in enumerate(opts[:-2]) if a == "--ro-bind" and opts[i + 1] == "/dev/null"]
+    hidden += [opts[i + 1] for i, a in enumerate(opts[:-1]) if a == "--tmpfs"]   # a hidden folder
+    for path in hidden:
         if (any(first.startswith(f"bwrap: {verb} {path}:") for verb in _NO_MOUNT_POINT)
                 and not os.path.lexists(path) and not any(under(path, w) for w in writable)):
             return True
