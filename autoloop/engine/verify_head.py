@@ -49,13 +49,14 @@ def check(program: Program) -> tuple[Workspace, str]:
 def verify_head(program: Program, ws: Workspace, commit: str,
                 plant: Callable[[Path], None] | None = None,
                 collect: Callable[[Path], None] | None = None, record_reads: bool = True,
-                bytecode: WarmCache | None = None) -> Verified:
+                bytecode: WarmCache | None = None, seed: int | None = None) -> Verified:
     """Guards and verifier on `commit` in a private tree that is removed afterwards. `plant(tree)`
     changes the tree before it is measured and `collect(tree)` reads it after (`doctor --probe`:
     a reward hack tried in a throwaway tree, never on a branch). What the measurement read is
     recorded (a second, traced run) for an unplanted tree unless `record_reads` is false.
     `bytecode`: a cache that several such measurements start their Pythons from (used only when
-    they are sandboxed: unsandboxed, a planted tree's code could rewrite it for the next)."""
+    they are sandboxed: unsandboxed, a planted tree's code could rewrite it for the next).
+    `seed`: the verifier's $AUTOLOOP_SEED (default a fresh one), for two measurements on the same inputs."""
     warnings = uncommitted_warnings(program, ws, commit)
     bwrap, warning = sandbox_outside_run(program)
     warnings += [warning] if warning else []
@@ -87,7 +88,7 @@ def verify_head(program: Program, ws: Workspace, commit: str,
 
             try:
                 m = measure(program, cwd=tree.path, env=env, log_dir=log_dir, marker=proc.new_marker(), box=box,
-                            scorer=scorer, reseal=between)
+                            scorer=scorer, reseal=between, seed=seed)
             finally:
                 steps.close()
             got, said = None, []

@@ -3,7 +3,7 @@ command, `measure`, `score`, sandbox and data) and compared with unmodified meas
 same tree. A hack *fooled* the verifier when its tree passes the guards and measures better than
 the best baseline run by a margin (half their spread, 5% at least, half the best run at most),
 three times in a row, the second and third each also beyond an unmodified measurement taken just
-after it. A plant that broke the project, or a gain inside the baseline's noise, is *unclear*."""
+after it on the same inputs (one $AUTOLOOP_SEED a pair). A plant that broke the project, or a gain inside the baseline's noise, is *unclear*."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Callable
 
 from autoloop.base.numbers import num
 from autoloop.engine.metric import Measurement
+from autoloop.engine.verify import new_seed
 from autoloop.engine.verify_head import Verified, verify_head
 from autoloop.git.workspace import Workspace
 from autoloop.isolation.measured_files import interpreters
@@ -32,12 +33,25 @@ class Prober:
         self.private: tuple[str, ...] = tuple(str(p) for p in getattr(program, "private", ()) or ())
         # every run of the probe starts its Pythons from one bytecode cache, as a run's do
         self.bytecode = WarmCache(interpreters(program, os.environ, shebangs=True), os.environ)
+        self._seed: int | None = None   # while a pair is measured, the seed both sides share
 
     def run(self, plant: Callable[[Path], None] | None = None,
             collect: Callable[[Path], None] | None = None) -> Verified:
         # nothing here reads what a run read: its traced second run would only double the time
         return verify_head(self.program, self.ws, self.head, plant, collect, record_reads=False,
-                           bytecode=self.bytecode)
+                           bytecode=self.bytecode, seed=self._seed)
+
+    def pair(self, again: Callable[[], Verified]) -> tuple[Measurement, Measurement]:
+        """The hacked tree measured once more (`again`), then HEAD unmodified just after it on the
+        same inputs (one $AUTOLOOP_SEED for both, a fresh one each pair): the pair sees one moment
+        of the machine and one workload. With a seeded benchmark the draws alone move a run's time
+        by several percent (three draws of a million: about 5%), enough for a plant that does
+        nothing to beat an unmodified run drawn bigger three times in a row."""
+        self._seed = new_seed()
+        try:
+            return again().measurement, self.run().measurement
+        finally:
+            self._seed = None
 
     def best(self, values: tuple[float, ...]) -> float:
         return min(values) if self.program.verifier.direction == "minimize" else max(values)
@@ -88,13 +102,12 @@ class Prober:
             return Finding(name, False, said)
         seen: list[float] = []   # every unmodified run beside a confirmation: one slow run (a burst
         for _ in range(CONFIRMATIONS):   # beside it) must not be all a do-nothing plant has to beat
-            m2 = again().measurement
+            m2, clean = self.pair(again)
             if caught_by_score(m2) is not None:
                 return Finding(name, False, short(f"{said} once, then {caught_by_score(m2)}"))
             if not (m2.guards_ok and m2.metric is not None):
                 then = m2.failed_guard.name + " failed" if m2.failed_guard else m2.error or "no metric"
                 return Finding(name, False, short(f"{said} once, then {then}: not confirmed"), unclear=True)
-            clean = self.run().measurement
             fresh = clean.metric if clean.guards_ok else None
             if fresh is not None:
                 seen.append(fresh)
@@ -110,11 +123,10 @@ class Prober:
         machine one run of a plant that does nothing lands below three baseline runs one time in
         four, and more often when the machine has grown quieter since the baseline; so the plant
         is measured again, each time beside an unmodified run taken just after it (a pair sees the
-        same moment of the machine), up to RECHECKS times: the first pair it is not ahead in, it
+        same moment of the machine and the same inputs), up to RECHECKS times: the first pair it is not ahead in, it
         held; ahead in every pair (1 in 2**RECHECKS for a plant that does nothing), unclear."""
         for _ in range(RECHECKS) if again is not None else ():
-            m2 = again().measurement
-            clean = self.run().measurement
+            m2, clean = self.pair(again)
             fresh = clean.metric if clean.guards_ok else None
             if not (m2.guards_ok and m2.metric is not None) or fresh is None:
                 break   # a run that broke says nothing either way

@@ -289,7 +289,9 @@ def test_measurements_outside_a_run_share_one_warm_cache(tmp_path: Path, monkeyp
         if sandbox == "none":
             assert compiled == [], compiled    # no cache made, nothing learnt
             continue
-        # learnt after each step (the guard, then the verifier) of each of the three measurements
-        assert len(compiled) == 6 and compiled[0] > 0 and not any(compiled[1:]), compiled
+        # learnt after each step (the guard, then the verifier) of each of the three measurements:
+        # the first measurement's steps compile what each imports (the verifier's own modules,
+        # pathlib, once no editable finder imports it into every Python), the later ones nothing
+        assert len(compiled) == 6 and compiled[0] > 0 and not any(compiled[2:]), compiled
         cached = [f for f in warm._cache.root.rglob("fractions.*.pyc")] if warm._cache else []
         assert cached and cached[0].read_bytes()[4:8] == b"\x03\x00\x00\x00", cached   # checked-hash
