@@ -156,7 +156,7 @@ class Progress:
         try:
             self.stream.write(text)
             self.stream.flush()
-        except (BrokenPipeError, ValueError):
+        except (OSError, ValueError):   # EPIPE; EIO from a terminal whose hangup was ignored
             self._gone = True
 
     def status_line(self) -> str:

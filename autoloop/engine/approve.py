@@ -239,22 +239,30 @@ class TerminalReviewer:
             self._line(line)
 
     def _key(self) -> str:
-        """One key press, without Enter, echoed; Ctrl-C still interrupts (ISIG stays on)."""
-        fd = self.stdin.fileno()
-        old = termios.tcgetattr(fd)
+        """One key press, without Enter, echoed; Ctrl-C still interrupts (ISIG stays on). "" when
+        the terminal is gone (its hangup ignored, as under `trap '' HUP`: reads fail with EIO)."""
         try:
-            tty.setcbreak(fd)
-            ch = os.read(fd, 1).decode(errors="replace")
-        finally:
-            termios.tcsetattr(fd, termios.TCSADRAIN, old)
+            fd = self.stdin.fileno()
+            old = termios.tcgetattr(fd)
+            try:
+                tty.setcbreak(fd)
+                ch = os.read(fd, 1).decode(errors="replace")
+            finally:
+                termios.tcsetattr(fd, termios.TCSADRAIN, old)
+        except (OSError, termios.error):
+            return ""
         self._line(ch if ch.isprintable() else "")
         return "\n" if ch == "\r" else ch.lower()
 
     def _read_line(self, prompt: str) -> str:
-        """A line in the terminal's own (cooked) mode: one read returns one line."""
-        self.out.write(prompt)
-        self.out.flush()
-        return os.read(self.stdin.fileno(), 4096).decode(errors="replace").rstrip("\r\n")
+        """A line in the terminal's own (cooked) mode: one read returns one line ("" when the
+        terminal is gone)."""
+        try:
+            self.out.write(prompt)
+            self.out.flush()
+            return os.read(self.stdin.fileno(), 4096).decode(errors="replace").rstrip("\r\n")
+        except OSError:
+            return ""
 
     def page(self, text: str) -> None:
         """$PAGER when set (run by a shell, text on its stdin); else a small built-in pager."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import time
 
 import pexpect
 import pytest
@@ -20,13 +22,15 @@ PLAN = {
 }
 
 
-def spawn(p, *args: str, env: dict | None = None) -> pexpect.spawn:
+def spawn(p, *args: str, env: dict | None = None, hangup=signal.SIG_DFL) -> pexpect.spawn:
     e = dict(p.env)
     e.update({"TERM": "xterm", "NO_COLOR": "1"})
     e.pop("PAGER", None)
     e.update(env or {})
+    # a hangup as a terminal's closing delivers it, however the suite itself was started
     return pexpect.spawn(PY, ["-m", "autoloop", "run", "program.md", "--tag", p.tag, *args], cwd=str(p.repo),
-                         env=e, encoding="utf-8", timeout=60, dimensions=(40, 140))
+                         env=e, encoding="utf-8", timeout=60, dimensions=(40, 140),
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, hangup))
 
 
 def ledger_cycles(p) -> dict[int, dict]:
@@ -389,3 +393,21 @@ def test_a_closed_terminal_at_the_prompt_stops_the_run_cleanly(tmp_path):
     res = p.run("--cycles", "1")
     assert res.returncode == 0, res.stderr
     assert "unfinished" not in res.stdout + res.stderr
+
+
+def test_a_closed_terminal_whose_hangup_is_ignored_quits_at_the_prompt(tmp_path):
+    """Started with hangups ignored (`trap '' HUP`), the run outlives its terminal; at the prompt
+    nobody can answer any more (reads and writes fail with EIO): it quits there, as at the end of
+    input, the journal closed; never an internal error."""
+    p = make_project(tmp_path, PLAN)
+    start = git(p.repo, "rev-parse", "HEAD", env=p.env)
+    child = spawn(p, "--approve", "--cycles", "3", hangup=signal.SIG_IGN)
+    child.expect(r"\[k\]eep.*> ")
+    child.close(force=False)
+    for _ in range(200):
+        recs = [json.loads(line) for line in p.ledger_path().read_text().splitlines()]
+        if recs[-1]["t"] in ("end", "abort"):
+            break
+        time.sleep(0.05)
+    assert recs[-1]["t"] == "end" and recs[-1]["reason"] == "quit by the person (approve mode)", recs[-1]
+    assert git(p.repo, "rev-parse", "HEAD", env=p.env) == start

@@ -155,12 +155,13 @@ class Project:
 
     def popen(self, *extra: str, nohup: bool = False) -> subprocess.Popen[str]:
         """Start a run in its own session (so a test can signal it like a terminal would);
-        `nohup`: with hangups ignored, as `nohup autoloop run ...` starts it."""
+        `nohup`: with hangups ignored, as `nohup autoloop run ...` starts it. Without, a hangup is
+        the default's (a suite itself started with `nohup` would pass its own on)."""
+        hangup = signal.SIG_IGN if nohup else signal.SIG_DFL
         return subprocess.Popen([PY, "-m", "autoloop", "run", "program.md", "--tag", self.tag, *extra],
                                 cwd=self.repo, env=self.env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                                start_new_session=True,
-                                preexec_fn=(lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else None)
+                                start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGHUP, hangup))
 
     # ---- reading what the run wrote --------------------------------------------------------
 
