@@ -1,39 +1,9 @@
-"""What a sandboxed run's failure says: that bubblewrap stopped on a host that changed under its
-set-up (`stale`: the command never ran, start it again), or what to set for a measurement that
-wanted a writable path or the network (`failure_hint`)."""
+"""What a sandboxed measurement's failure says: what to set when it wanted a writable path or
+the network (`failure_hint`)."""
 
 from __future__ import annotations
 
-import os
 import re
-
-from autoloop.base.walk import under
-from autoloop.process.logfile import read_regular
-from autoloop.process.proc import ProcResult
-
-# bwrap's words when it cannot make a mount point (setup_newroot in bubblewrap.c)
-_NO_MOUNT_POINT = ("Can't mkdir parents for", "Can't create file at", "Can't mkdir")
-
-
-def stale(argv: list[str], res: ProcResult) -> bool:
-    """Whether bwrap stopped before the command ran, unable to make the mount point of a path
-    `argv` hides (a host socket, a daemon's, a credential file or folder) that is gone from the host
-    now: the host changed between the line's making and bwrap's set-up (a service removed its
-    socket's folder), which is no failure of the command's; proc.run_wrapped starts it again. A
-    command can print bwrap's words, but not remove such a path: none is under a writable bind."""
-    if res.exit_code != 1:   # bwrap's die()
-        return False
-    first = read_regular(res.stderr_path, 4096).decode("utf-8", "replace").split("\n", 1)[0]
-    opts = argv[:argv.index("--")] if "--" in argv else argv   # bwrap's, not the command's words
-    writable = [opts[i + 2] for i, a in enumerate(opts[:-2]) if a == "--bind"]
-    hidden = [opts[i + 2] for i, a in enumerate(opts[:-2]) if a == "--ro-bind" and opts[i + 1] == "/dev/null"]
-    hidden += [opts[i + 1] for i, a in enumerate(opts[:-1]) if a == "--tmpfs"]   # a hidden folder
-    for path in hidden:
-        if (any(first.startswith(f"bwrap: {verb} {path}:") for verb in _NO_MOUNT_POINT)
-                and not os.path.lexists(path) and not any(under(path, w) for w in writable)):
-            return True
-    return False
-
 
 _REFUSED = re.compile(r"autoloop refused (\S+):")
 _READ_ONLY = re.compile(r"Read-only file system|EROFS|\[Errno 30\]")

@@ -13,6 +13,7 @@ host's bound when it starts.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import re
 import shlex
@@ -25,10 +26,9 @@ from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, Sequence
 
 from autoloop.errors import ConfigError
 from autoloop.isolation import seccomp
-from autoloop.isolation.failures import stale
 from autoloop.isolation.hidden import bwrap_args as hide_args, host_sockets, outermost, places as hidden_places
 from autoloop.process.executables import all_words
-from autoloop.process.proc import ProcResult
+from autoloop.process.proc import Line
 from autoloop.process.running import run_captured
 from autoloop.base.specs import SandboxSpec
 from autoloop.base.walk import inside, remove_tree, temp_dir, under
@@ -289,8 +289,8 @@ class Confinement:
     def argv(self, command: str | list[str]) -> list[str]:
         return self.bwrap.measurement_argv(command if isinstance(command, str) else shlex.join(command), box=self)
 
-    def stale(self, argv: list[str], res: ProcResult) -> bool:
-        return stale(argv, res)
+    def line(self, command: str | list[str]) -> Line:
+        return status_line(self.argv(command))
 
 
 class Sandboxed:
@@ -299,11 +299,39 @@ class Sandboxed:
     def __init__(self, wrap: Callable[[str | list[str]], list[str]]) -> None:
         self.wrap = wrap
 
-    def argv(self, command: str | list[str]) -> list[str]:
-        return self.wrap(command)
+    def line(self, command: str | list[str]) -> Line:
+        return status_line(self.wrap(command))
 
-    def stale(self, argv: list[str], res: ProcResult) -> bool:
-        return stale(argv, res)
+
+def status_line(argv: list[str]) -> Line:
+    """bwrap's `argv` with a status descriptor (`--json-status-fd`): bwrap writes the command's
+    exit code there only once it has set the sandbox up and started the command, so a run whose
+    status has none failed in bwrap's set-up, before the command (seen: a host socket it hid,
+    gone before its mount point was made). The command cannot write there (bwrap closes it in
+    the sandbox) and cannot take back what bwrap writes: whether it ran is bwrap's word, not its
+    own output's. Where bwrap has no such option, every run counts as started."""
+    at = argv.index("--new-session") if "--new-session" in argv else -1   # one of bwrap's own options
+    if at < 0 or not _has_status_fd(next((a for a in argv if os.path.basename(a) == "bwrap"), "bwrap")):
+        return Line(argv, (), lambda: True, lambda: None)
+    made = os.memfd_create("autoloop-bwrap-status", os.MFD_CLOEXEC)
+    fd = fcntl.fcntl(made, fcntl.F_DUPFD_CLOEXEC, 10)   # above what the launchers name (the filter's 3)
+    os.close(made)
+    return Line([*argv[:at], "--json-status-fd", str(fd), *argv[at:]], (fd,),
+                lambda: b'"exit-code"' in os.pread(fd, 1 << 16, 0), lambda: os.close(fd))
+
+
+_STATUS_FD: dict[str, bool] = {}
+
+
+def _has_status_fd(exe: str) -> bool:
+    """Whether this bwrap takes --json-status-fd (bubblewrap 0.4 and later), asked once."""
+    if exe not in _STATUS_FD:
+        try:
+            said = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10)
+            _STATUS_FD[exe] = "--json-status-fd" in said.stdout + said.stderr
+        except (OSError, subprocess.SubprocessError):
+            _STATUS_FD[exe] = False
+    return _STATUS_FD[exe]
 
 
 def hide(paths: Sequence[Path]) -> list[str]:

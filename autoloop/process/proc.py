@@ -97,7 +97,7 @@ def new_marker() -> str:
 
 def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float | None,
         log_stem: Path, stdin: Path | None = None, marker: str | None = None,
-        limits: Limits | None = None) -> ProcResult:
+        limits: Limits | None = None, pass_fds: Sequence[int] = ()) -> ProcResult:
     """Run `command` (a shell string, or an argv list) and wait for it; stdout to
     `<log_stem>.out`, stderr to `<log_stem>.err`. The whole tree is killed on timeout, interrupt,
     a broken limit and, for anything left running, when the command ends."""
@@ -119,7 +119,7 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
                 proc = subprocess.Popen(
                     command if shell else list(command), shell=shell, cwd=cwd,
                     env={**env, MARKER_VAR: marker}, stdin=inp, stdout=out, stderr=err,
-                    start_new_session=True, executable="/bin/sh" if shell else None,
+                    start_new_session=True, executable="/bin/sh" if shell else None, pass_fds=tuple(pass_fds),
                     preexec_fn=rlimits.preexec(limits) if limits is not None else None)
             except OSError as exc:
                 # like a shell: 127 not found, 126 not executable; a result, not an exception
@@ -170,35 +170,43 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
                       wall_s=done_at - launched if timed else None, cpu_s=adopting.cpu if timed else None)
 
 
+class Line(NamedTuple):
+    """A command as a wrapper (a sandbox) runs it: the command line, the descriptors it names
+    (passed to it as they are), and, once it has run, whether the command itself started; False
+    means the wrapper's own set-up failed before it (a host socket it hid, gone meanwhile): the
+    command never ran, and is started again on a line made afresh."""
+    argv: list[str]
+    fds: tuple[int, ...]
+    started: Callable[[], bool]
+    close: Callable[[], None]
+
+
 class Wrap(Protocol):
-    """What a command runs in (a sandbox): the command line that runs it, and whether a run that
-    failed did so in the wrapper's own set-up, on something of the host that changed between the
-    line's making and its start (a host socket it hid, gone): then the line is made afresh and run
-    again, for the command never ran."""
-
-    def argv(self, command: str | list[str]) -> list[str]: ...
-
-    def stale(self, argv: list[str], res: ProcResult) -> bool: ...
+    def line(self, command: str | list[str]) -> Line: ...
 
 
-RESTARTS = 2   # a wrapper's set-up meets a changing host twice in a row only by a second race
+RESTARTS = 5   # a wrapper's set-up meets a changing host again only by another race (~10 ms each)
 
 
 def run_wrapped(command: str | list[str], wrap: Wrap | None, *, cwd: Path, env: Mapping[str, str],
                 timeout: float | None, log_stem: Path, stdin: Path | None = None, marker: str | None = None,
                 limits: Limits | None = None) -> ProcResult:
     """`command` (a shell string or an argv) run through `wrap` (None: as it is), as `run` runs it;
-    started again, with a new line, while the wrapper says its set-up failed on a host that changed."""
+    started again, on a new line, while its wrapper's set-up failed before the command started."""
     if wrap is None:
         return run(command, cwd=cwd, env=env, timeout=timeout, log_stem=log_stem, stdin=stdin, marker=marker,
                    limits=limits)
     restarts = 0
     while True:
-        argv = wrap.argv(command)
-        res = run(argv, cwd=cwd, env=env, timeout=timeout, log_stem=log_stem, stdin=stdin, marker=marker,
-                  limits=limits)
-        if res.ok or restarts == RESTARTS or not wrap.stale(argv, res):
-            return res
+        line = wrap.line(command)
+        try:
+            res = run(line.argv, cwd=cwd, env=env, timeout=timeout, log_stem=log_stem, stdin=stdin, marker=marker,
+                      limits=limits, pass_fds=line.fds)
+            # a timeout or an interrupt is no set-up failure: only a run that ended by itself is asked
+            if res.ok or res.exit_code is None or restarts == RESTARTS or line.started():
+                return res
+        finally:
+            line.close()
         restarts += 1
 
 

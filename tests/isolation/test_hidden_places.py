@@ -314,18 +314,15 @@ class _VanishingAfterTheLine:
     def __init__(self, box: proc.Wrap, daemon: Daemon) -> None:
         self.box, self.daemon, self.lines = box, daemon, 0
 
-    def argv(self, command: str | list[str]) -> list[str]:
-        argv = self.box.argv(command)
+    def line(self, command: str | list[str]) -> proc.Line:
+        line = self.box.line(command)
         self.lines += 1
         if self.lines == 1:
-            at = argv.index(str(self.daemon.path))
-            assert argv[at - 2:at] == ["--ro-bind", "/dev/null"]
+            at = line.argv.index(str(self.daemon.path))
+            assert line.argv[at - 2:at] == ["--ro-bind", "/dev/null"]
             self.daemon.close()
             shutil.rmtree(self.daemon.path.parent)
-        return argv
-
-    def stale(self, argv: list[str], res: proc.ProcResult) -> bool:
-        return self.box.stale(argv, res)
+        return line
 
 
 @pytest.mark.parametrize("who", ["measurement", "generator"])
@@ -345,31 +342,29 @@ def test_a_host_socket_gone_before_the_sandbox_is_set_up_costs_a_new_start_not_t
     res = proc.run_wrapped("echo ran", racing, cwd=wt, env=dict(os.environ), timeout=30,
                            log_stem=tmp_path / "logs" / who)
     assert (res.exit_code, res.stdout_path.read_text()) == (0, "ran\n")
-    assert racing.lines == 2
+    assert racing.lines >= 2   # more where the host churns sockets of its own meanwhile
 
 
 def test_a_command_that_prints_bwraps_failure_is_not_started_again(tmp_path, daemons):
-    """Only the host can make a hidden path vanish: a command that prints bwrap's words about a
-    socket still there (or about nothing the line hid) fails as it ran."""
+    """Whether the command started is bwrap's word (its status descriptor), not what the command
+    printed: one that prints bwrap's words about a socket it sees hidden, and fails, failed."""
     wt = tmp_path / "wt"
     wt.mkdir()
     box = Confinement(Bwrap(SandboxSpec(kind="bwrap")), tree=wt, checkout=None, path=os.environ["PATH"])
     sock = str(daemons[-1].path)
-    for said in (sock, "/nonexistent/d.sock"):
-        lines = []
-        command = f"echo \"bwrap: Can't mkdir parents for {said}: Read-only file system\" >&2; exit 1"
+    daemons[-1].close()   # gone from the host too: only the status can tell
+    lines = []
 
-        class Counting:
-            def argv(self, command: str) -> list[str]:
-                lines.append(command)
-                return box.argv(command)
+    class Counting:
+        def line(self, command: str | list[str]) -> proc.Line:
+            lines.append(command)
+            return box.line(command)
 
-            stale = staticmethod(box.stale)
-
-        res = proc.run_wrapped(command, Counting(), cwd=wt, env=dict(os.environ), timeout=30,
-                               log_stem=tmp_path / "logs" / "verifier")
-        assert res.exit_code == 1 and "Can't mkdir parents" in res.stderr_tail()
-        assert len(lines) == 1, said
+    command = f"echo \"bwrap: Can't mkdir parents for {sock}: Read-only file system\" >&2; exit 1"
+    res = proc.run_wrapped(command, Counting(), cwd=wt, env=dict(os.environ), timeout=30,
+                           log_stem=tmp_path / "logs" / "verifier")
+    assert res.exit_code == 1 and "Can't mkdir parents" in res.stderr_tail()
+    assert len(lines) == 1
 
 
 ORDINARY = r"""

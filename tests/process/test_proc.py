@@ -436,33 +436,37 @@ def test_run_steps_gives_each_step_its_own_timeout_and_wraps_commands(tmp_path: 
 
 
 class _Shell:
-    """A wrapper that runs the command under sh and, with `stale`, takes every failure for its own."""
+    """A wrapper that runs the command under sh and, with `failing_setup`, says of every run that
+    the command never started (as bwrap's status says of a set-up that failed)."""
 
-    def __init__(self, stale: bool = False) -> None:
+    def __init__(self, failing_setup: bool = False) -> None:
         self.lines: list[list[str]] = []
-        self.said_stale = stale
+        self.closed = 0
+        self.failing_setup = failing_setup
 
-    def argv(self, command: str) -> list[str]:
-        self.lines.append(["sh", "-c", command])
-        return self.lines[-1]
+    def line(self, command: str | list[str]) -> proc.Line:
+        self.lines.append(["sh", "-c", str(command)])
+        return proc.Line(self.lines[-1], (), lambda: not self.failing_setup, self._close)
 
-    def stale(self, argv: list[str], res: proc.ProcResult) -> bool:
-        assert argv is self.lines[-1] and not res.ok
-        return self.said_stale
+    def _close(self) -> None:
+        self.closed += 1
 
 
-@pytest.mark.parametrize("stale", [False, True])
-def test_a_wrapper_that_failed_on_a_changed_host_starts_the_command_again_a_bounded_number_of_times(
-        tmp_path: Path, stale: bool) -> None:
-    wrap = _Shell(stale)
+@pytest.mark.parametrize("failing_setup", [False, True])
+def test_a_wrapper_whose_setup_failed_starts_the_command_again_a_bounded_number_of_times(
+        tmp_path: Path, failing_setup: bool) -> None:
+    wrap = _Shell(failing_setup)
     res = proc.run_wrapped("echo once >> count; exit 1", wrap, cwd=tmp_path, env=dict(os.environ), timeout=10,
                            log_stem=tmp_path / "logs" / "verifier")
-    runs = 1 + proc.RESTARTS if stale else 1
-    assert res.exit_code == 1 and len(wrap.lines) == runs
+    runs = 1 + proc.RESTARTS if failing_setup else 1
+    assert res.exit_code == 1 and len(wrap.lines) == runs and wrap.closed == runs
     assert (tmp_path / "count").read_text() == "once\n" * runs
-    ok = _Shell(stale=True)
+    ok = _Shell(failing_setup=True)
     assert proc.run_wrapped("true", ok, cwd=tmp_path, env=dict(os.environ), timeout=10,
                             log_stem=tmp_path / "logs" / "ok").ok and len(ok.lines) == 1
+    slow = _Shell(failing_setup=True)   # a timeout is no set-up failure
+    assert proc.run_wrapped("sleep 5", slow, cwd=tmp_path, env=dict(os.environ), timeout=0.3,
+                            log_stem=tmp_path / "logs" / "slow").timed_out and len(slow.lines) == 1
 
 
 def test_a_failing_verifier_step_does_not_stop_the_sequence_early(tmp_path: Path) -> None:
