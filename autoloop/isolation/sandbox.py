@@ -313,7 +313,10 @@ def status_line(argv: list[str]) -> Line:
     at = argv.index("--new-session") if "--new-session" in argv else -1   # one of bwrap's own options
     if at < 0 or not _has_status_fd(next((a for a in argv if os.path.basename(a) == "bwrap"), "bwrap")):
         return Line(argv, (), lambda: True, lambda: None)
-    made = os.memfd_create("autoloop-bwrap-status", os.MFD_CLOEXEC)
+    try:
+        made = os.memfd_create("autoloop-bwrap-status", os.MFD_CLOEXEC)
+    except OSError:   # a kernel or a container that refuses it: no restarts, as before
+        return Line(argv, (), lambda: True, lambda: None)
     fd = fcntl.fcntl(made, fcntl.F_DUPFD_CLOEXEC, 10)   # above what the launchers name (the filter's 3)
     os.close(made)
     return Line([*argv[:at], "--json-status-fd", str(fd), *argv[at:]], (fd,),

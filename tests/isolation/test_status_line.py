@@ -67,3 +67,17 @@ def test_a_setup_that_failed_did_not_start_the_command(tmp_path: Path) -> None:
 def test_a_line_with_no_bwrap_option_is_left_as_it_is() -> None:
     line = status_line(["sh", "-c", "true"])
     assert line.argv == ["sh", "-c", "true"] and line.fds == () and line.started()
+
+
+def test_without_a_memfd_every_run_counts_as_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel or a container that refuses memfd_create: the line runs as it is, never restarted."""
+    box = _box(tmp_path)
+
+    def refused(*_: object) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "memfd_create", refused)
+    line = box.line("exit 1")
+    assert "--json-status-fd" not in line.argv and line.fds == ()
+    res, started = _run(tmp_path, line)
+    assert res.exit_code == 1 and started
