@@ -311,14 +311,9 @@ def status_line(argv: list[str]) -> Line:
     the sandbox) and cannot take back what bwrap writes: whether it ran is bwrap's word, not its
     own output's. Where bwrap has no such option, every run counts as started."""
     at = argv.index("--new-session") if "--new-session" in argv else -1   # one of bwrap's own options
-    if at < 0 or not _has_status_fd(next((a for a in argv if os.path.basename(a) == "bwrap"), "bwrap")):
+    fd = _status_fd(next((a for a in argv if os.path.basename(a) == "bwrap"), "bwrap")) if at >= 0 else None
+    if fd is None:
         return Line(argv, (), lambda: True, lambda: None)
-    try:
-        made = os.memfd_create("autoloop-bwrap-status", os.MFD_CLOEXEC)
-    except OSError:   # a kernel or a container that refuses it: no restarts, as before
-        return Line(argv, (), lambda: True, lambda: None)
-    fd = fcntl.fcntl(made, fcntl.F_DUPFD_CLOEXEC, 10)   # above what the launchers name (the filter's 3)
-    os.close(made)
     return Line([*argv[:at], "--json-status-fd", str(fd), *argv[at:]], (fd,),
                 lambda: b'"exit-code"' in os.pread(fd, 1 << 16, 0), lambda: os.close(fd))
 
@@ -326,15 +321,25 @@ def status_line(argv: list[str]) -> Line:
 _STATUS_FD: dict[str, bool] = {}
 
 
-def _has_status_fd(exe: str) -> bool:
-    """Whether this bwrap takes --json-status-fd (bubblewrap 0.4 and later), asked once."""
+def _status_fd(exe: str) -> int | None:
+    """A fresh memfd for this bwrap's --json-status-fd, above the descriptors the launchers name
+    (the filter's 3); None where bwrap has no such option (before 0.4, asked once) or the kernel
+    or a container refuses memfd_create: no restarts, as before."""
     if exe not in _STATUS_FD:
         try:
-            said = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10)
-            _STATUS_FD[exe] = "--json-status-fd" in said.stdout + said.stderr
+            said = run_captured([exe, "--help"], timeout=10)
+            _STATUS_FD[exe] = b"--json-status-fd" in said.stdout + said.stderr
         except (OSError, subprocess.SubprocessError):
             _STATUS_FD[exe] = False
-    return _STATUS_FD[exe]
+    if not _STATUS_FD[exe]:
+        return None
+    try:
+        made = os.memfd_create("autoloop-bwrap-status", os.MFD_CLOEXEC)
+    except OSError:
+        return None
+    fd = fcntl.fcntl(made, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(made)
+    return fd
 
 
 def hide(paths: Sequence[Path]) -> list[str]:
