@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from autoloop.process import proc
+from autoloop.process.line import Wrap
 from autoloop.program.globs import PathRules
 from autoloop.program.reader import Program
 from autoloop.base.walk import under
@@ -224,7 +225,7 @@ def _patterns(rels: Sequence[str]) -> list[str]:
 
 
 def record(program: Program, *, cwd: Path, env: Mapping[str, str], scratch: Path, log_dir: Path,
-           marker: str, wrap: proc.Wrap | None, where: Sequence[str]) -> Reads:
+           marker: str, wrap: Wrap | None, where: Sequence[str]) -> Reads:
     """Run the guards and the verifier once, traced, in `cwd` (through `wrap`: the measurement's
     sandbox); `scratch` must be writable there. What each read of the tree at `where` (roots())."""
     from autoloop.engine.verify import OUTPUT_VAR, SEED_VAR, new_seed, steps

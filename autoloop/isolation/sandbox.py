@@ -28,7 +28,7 @@ from autoloop.errors import ConfigError
 from autoloop.isolation import seccomp
 from autoloop.isolation.hidden import bwrap_args as hide_args, host_sockets, outermost, places as hidden_places
 from autoloop.process.executables import all_words
-from autoloop.process.proc import Line
+from autoloop.process.line import Line
 from autoloop.process.running import run_captured
 from autoloop.base.specs import SandboxSpec
 from autoloop.base.walk import inside, remove_tree, temp_dir, under

@@ -28,12 +28,13 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import psutil
 
 from autoloop.process import leftovers, rlimits, running
 from autoloop.process.leftovers import Adopting
+from autoloop.process.line import Wrap
 from autoloop.process.logfile import TAIL_BYTES, fresh_log, own_output, read_tail
 from autoloop.process.rlimits import Limits
 from autoloop.process.running import MARKER_VAR
@@ -168,21 +169,6 @@ def run(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], time
     return ProcResult(code, timed_out, interrupted, time.monotonic() - started, out_path, err_path,
                       found, timeout, over_limit=over,
                       wall_s=done_at - launched if timed else None, cpu_s=adopting.cpu if timed else None)
-
-
-class Line(NamedTuple):
-    """A command as a wrapper (a sandbox) runs it: the command line, the descriptors it names
-    (passed to it as they are), and, once it has run, whether the command itself started; False
-    means the wrapper's own set-up failed before it (a host socket it hid, gone meanwhile): the
-    command never ran, and is started again on a line made afresh."""
-    argv: list[str]
-    fds: tuple[int, ...]
-    started: Callable[[], bool]
-    close: Callable[[], None]
-
-
-class Wrap(Protocol):
-    def line(self, command: str | list[str]) -> Line: ...
 
 
 RESTARTS = 5   # a wrapper's set-up meets a changing host again only by another race (~10 ms each)

@@ -24,6 +24,7 @@ from autoloop.base.specs import SandboxSpec
 from autoloop.isolation import hidden, seccomp
 from autoloop.isolation.sandbox import Bwrap, Confinement, Sandboxed
 from autoloop.process import proc
+from autoloop.process.line import Line, Wrap
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -311,10 +312,10 @@ class _VanishingAfterTheLine:
     and the service removes its socket's folder before bwrap sets up (the line made once more
     finds it gone)."""
 
-    def __init__(self, box: proc.Wrap, daemon: Daemon) -> None:
+    def __init__(self, box: Wrap, daemon: Daemon) -> None:
         self.box, self.daemon, self.lines = box, daemon, 0
 
-    def line(self, command: str | list[str]) -> proc.Line:
+    def line(self, command: str | list[str]) -> Line:
         line = self.box.line(command)
         self.lines += 1
         if self.lines == 1:
@@ -334,7 +335,7 @@ def test_a_host_socket_gone_before_the_sandbox_is_set_up_costs_a_new_start_not_t
     wt = tmp_path / "wt"
     wt.mkdir()
     if who == "measurement":
-        box: proc.Wrap = Confinement(Bwrap(SandboxSpec(kind="bwrap")), tree=wt, checkout=None, path=os.environ["PATH"])
+        box: Wrap = Confinement(Bwrap(SandboxSpec(kind="bwrap")), tree=wt, checkout=None, path=os.environ["PATH"])
     else:
         bwrap = Bwrap(SandboxSpec(kind="bwrap", unix_sockets=True))
         box = Sandboxed(lambda command: bwrap.argv(command, workdir=wt))
@@ -356,7 +357,7 @@ def test_a_command_that_prints_bwraps_failure_is_not_started_again(tmp_path, dae
     lines = []
 
     class Counting:
-        def line(self, command: str | list[str]) -> proc.Line:
+        def line(self, command: str | list[str]) -> Line:
             lines.append(command)
             return box.line(command)
 
@@ -405,6 +406,9 @@ def test_ordinary_tools_work_in_the_generators_sandbox(tmp_path, home, monkeypat
 
 SYSTEM_PY = "/usr/bin/python3"   # the test's own may live where nobody cannot enter (/root/.pyenv)
 UNPRIVILEGED = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+# What nobody imports is autoloop (PYTHONPATH) and the standard library: CI's venv lies in a folder
+# only root may enter, so nobody's Python never sees its packages. Made so here too, wherever the venv is.
+NO_SITE = ["-S"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become nobody")
@@ -439,7 +443,7 @@ def test_unprivileged_the_same(request):
         "print('PermissionError' in sock.stderr)\n")
     env = {"HOME": str(home), "PATH": os.environ["PATH"], "TMPDIR": str(tmp_path),
            "PYTHONPATH": str(Path(hidden.__file__).parents[2])}
-    res = _run([*UNPRIVILEGED, sys.executable, "-c", driver], env=env)
+    res = _run([*UNPRIVILEGED, sys.executable, *NO_SITE, "-c", driver], env=env)
     assert res.returncode == 0, res.stderr
     first, flag = res.stdout.strip().splitlines()[0], res.stdout.strip().splitlines()[-1]
     assert first.startswith("{"), first
@@ -490,7 +494,7 @@ def test_unprivileged_a_measurement_sees_no_socket_of_the_host(request):
     env = {"HOME": "/nonexistent", "PATH": "/usr/bin:/bin", "TMPDIR": str(tmp),
            "PYTHONPATH": str(Path(hidden.__file__).parents[2])}
     assert _reach(str(daemon.path)) == "hello"
-    res = _run([*UNPRIVILEGED, sys.executable, "-c", driver], env=env)
+    res = _run([*UNPRIVILEGED, sys.executable, *NO_SITE, "-c", driver], env=env)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "1 ConnectionRefusedError: [Errno 111] Connection refused", res.stdout
 

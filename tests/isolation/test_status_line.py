@@ -14,6 +14,7 @@ import pytest
 from autoloop.base.specs import SandboxSpec
 from autoloop.isolation.sandbox import Bwrap, Confinement, status_line
 from autoloop.process import proc
+from autoloop.process.line import Line
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -24,7 +25,7 @@ def _box(tmp_path: Path) -> Confinement:
     return Confinement(Bwrap(SandboxSpec(kind="bwrap")), tree=wt, checkout=None, path=os.environ["PATH"])
 
 
-def _run(tmp_path: Path, line: proc.Line) -> tuple[proc.ProcResult, bool]:
+def _run(tmp_path: Path, line: Line) -> tuple[proc.ProcResult, bool]:
     try:
         res = proc.run(line.argv, cwd=tmp_path, env=dict(os.environ), timeout=30, log_stem=tmp_path / "logs" / "x",
                        pass_fds=line.fds)
@@ -57,7 +58,7 @@ def test_a_setup_that_failed_did_not_start_the_command(tmp_path: Path) -> None:
     at = line.argv.index("--")   # after the root's bind: a mount point the read-only root cannot take
     gone = f"/autoloop-test-gone-{os.getpid()}/d.sock"   # on the read-only root, not the private /tmp
     assert not os.path.lexists(os.path.dirname(gone))
-    broken = proc.Line([*line.argv[:at], "--ro-bind", "/dev/null", gone, *line.argv[at:]],
+    broken = Line([*line.argv[:at], "--ro-bind", "/dev/null", gone, *line.argv[at:]],
                        line.fds, line.started, line.close)
     res, started = _run(tmp_path, broken)
     assert res.exit_code == 1 and "Can't mkdir parents" in res.stderr_tail() and not started

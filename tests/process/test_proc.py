@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from autoloop.process import leftovers, logfile, proc, running
+from autoloop.process.line import Line
 
 PY = sys.executable
 
@@ -444,9 +445,9 @@ class _Shell:
         self.closed = 0
         self.failing_setup = failing_setup
 
-    def line(self, command: str | list[str]) -> proc.Line:
+    def line(self, command: str | list[str]) -> Line:
         self.lines.append(["sh", "-c", str(command)])
-        return proc.Line(self.lines[-1], (), lambda: not self.failing_setup, self._close)
+        return Line(self.lines[-1], (), lambda: not self.failing_setup, self._close)
 
     def _close(self) -> None:
         self.closed += 1
