@@ -6,6 +6,7 @@ harness of benchmarks/noise_shapes.py (its shapes, tune and judge families, its 
     python benchmarks/pooled_shapes.py --drifts         # false keeps under the drifts, every shape
     python benchmarks/pooled_shapes.py --drifts --drift none,linear+,linear-,step-,step+ \
         --after-only --runs 25 --candidates 40          # ... 1,000 no-ops a cell: the bound with confidence
+    python benchmarks/pooled_shapes.py --sides --gains none,step+   # the drift check one- and two-sided
 
 "before" is the rule within one test with the calibration of 16 pairs (what the rule was before
 pooling: the same code with no pool); "after" pools (autoloop.decide.pool) with the calibration of
@@ -26,7 +27,6 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -36,11 +36,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from noise_shapes import PROGRAM, SHAPES, Shape, interval  # noqa: E402  the same harness
 
-from autoloop.decide import baseline as cal, cycle  # noqa: E402
+from autoloop.decide import baseline as cal, cycle, pool as pooling  # noqa: E402
 from autoloop.decide.core import Sample, Session  # noqa: E402
 from autoloop.program.reader import parse_program  # noqa: E402
 
 DRIFTS = ("none", "linear+", "linear-", "step-", "step+")
+BAD_RUNS = pooling.DRIFT_BAD_RUNS
 
 
 class Machine:
@@ -142,7 +143,11 @@ def q(xs: list[int], p: float) -> str:
 def scenario(shape: Shape, kind: str, gain: float, n: int, args: argparse.Namespace, *, drift: str,
              alpha: float, confirm: bool, gain_every: int = 1) -> list[str]:
     cells = []
-    for after in (False, True) if not args.after_only else (True,):
+    variants = [(True, False), (True, True)] if args.sides else \
+        [(False, True), (True, True)] if not args.after_only else [(True, True)]
+    for after, bad_side in variants:
+        # --sides: the drift check on the good side only (as it was) against both sides, both pooled
+        pooling.DRIFT_BAD_RUNS = BAD_RUNS if bad_side else 10 ** 9
         t = Tally()
         for r in range(args.runs):
             one_run(shape, gain if kind != "noop" else 0.0, n, args.seed * 1000 + r, t, after=after,
@@ -170,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mixed", type=int, default=0, metavar="K",
                     help="clear gains as every K-th candidate among no-ops (the incumbent has runs to pool)")
     ap.add_argument("--after-only", action="store_true", help="only the rule as it is (no 'before' column)")
+    ap.add_argument("--sides", action="store_true",
+                    help="columns: the drift check on the good side only, and on both (both pooled)")
+    ap.add_argument("--gains", default="", metavar="DRIFTS",
+                    help="clear gains (4 run noises, alpha 0.005) under these drifts instead of the targets")
     ap.add_argument("--alpha", type=float, default=0.05, help="alpha of the --drifts no-ops (0.05)")
     ap.add_argument("--run-seconds", type=float, default=2.5)
     ap.add_argument("--gap-seconds", type=float, default=20.0)
@@ -181,7 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [s for s in SHAPES if s.family in fams and args.only in s.name]
     print(f"{args.runs} runs x {args.candidates} candidates per scenario, {args.run_seconds:g} s a run, "
           f"{args.gap_seconds:g} s between cycles, the harness's drift ±{args.sine * 100:g}% over 300 runs\n")
-    if args.after_only:
+    if args.sides:
+        print("| family | noise | drift | changes | alpha, confirm | good side: kept | runs | | both sides: kept | runs | |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+    elif args.after_only:
         print("| family | noise | drift | changes | alpha, confirm | kept | runs | |")
         print("|---|---|---|---|---|---|---|---|")
     else:
@@ -203,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.mixed:
             row(shape, "clear", 4 * shape.cv, "none", 0.05, True, args.mixed)
             row(shape, "clear", 4 * shape.cv, "none", 0.005, False, args.mixed)
+            continue
+        if args.gains:
+            for drift in args.gains.split(","):
+                row(shape, "clear", 4 * shape.cv, drift, 0.005, False)
             continue
         if args.drifts:
             for drift in args.drift.split(","):

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from autoloop.decide import stats as st
 from autoloop.decide import wording
+from autoloop.decide.cost import floor_pairs
 from autoloop.decide.core import (History, Pairs, Sample, Session, Verdict, check_limits,
                                   first_measurement, measure_pairs, median, series, values)
 from autoloop.base.numbers import formatter, num as fmt, pct, share, signed_pct
@@ -190,7 +191,7 @@ def sequential_test(session: Session, program: Program, prefix: str,
 
     With `prior` (the incumbent's pooled runs, and with confirm the first test's runs) the runs
     are ranked among those too. After each pair the drift check compares the fresh incumbent
-    runs (`fresh_a` and this test's) with the pool; when they sit on the good side beyond
+    runs (`fresh_a` and this test's) with the pool; when they sit on either side beyond
     pool.drifted's bounds, the pool is set aside for the rest of the cycle: the evidence so far
     is cut to at most 1 (never raised), and the test goes on within itself on the pairs measured
     after it."""
@@ -226,7 +227,10 @@ def sequential_test(session: Session, program: Program, prefix: str,
             shift = delta / (pair_noise / math.sqrt(2)) if pair_noise > 0 else 0.0
             used.extend([len(draws), delta, floor, shift])
         if prior and not cut and pool is not None and pool.values:
-            z = drifted(pool.values, [*fresh_a, *a], direction, scale, pool.noise)
+            # a slower machine is worth setting the pool aside for only while the pairs left can
+            # still keep within the test; else the cut would only make a discard undecided
+            can_keep = acc.pairs - len(a) >= floor_pairs(acc.alpha)
+            z = drifted(pool.values, [*fresh_a, *a], direction, scale, pool.noise, bad_side=can_keep)
             if z is not None:
                 e = fed("pooled", a, b, 0, scale, prior)
                 cut.update(pair=len(a), z=z, up=min(e.up[-1], 0.0), down=min(e.down[-1], 0.0))

@@ -1,13 +1,15 @@
 """The incumbent's recent runs, pooled into a paired test: which of its runs the ledger holds may
 stand beside the fresh ones (the same commit's tree, the same node, recent enough that a slow
 drift cannot have moved them), and the drift check that sets them aside when the fresh runs of
-the incumbent say the machine moved.
+the incumbent say the machine moved (either way).
 
 Why it pays: within one test, n candidate runs ranked among 2n runs show at most C(2n, n) to 1
 (3 pairs at alpha 0.05, 6 at 0.005). Ranked among m earlier incumbent runs too they show up to
 C(m + 2n, n) to 1: two candidate runs above 16 earlier ones are already 1 in 153. The price is an
 assumption the test alone does not need: the pooled runs and the fresh ones are exchangeable.
-The window keeps a slow drift small against the noise; the drift check catches a step.
+The window keeps a slow drift small against the noise; the drift check catches a step: to the
+good side, where it would make a change that does nothing look like a gain, and to the bad side,
+where it would hide a real one.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ DRIFT_SHARE = 0.5       # the oldest pooled run at most this many run noises of 
 POOL_RUNS = 12          # the most recent incumbent runs pooled: C(14, 2) = 91 (more are older)
 DRIFT_Z = 3.0           # fresh incumbent runs this many standard errors better than the pool: drift
 DRIFT_Z_RUN = 3.5       # ... or one fresh incumbent run this many (a step a burst beside it hides)
+DRIFT_BAD_RUNS = 3      # fresh incumbent runs a drift to the bad side needs: their median, so one burst is no step
 MEDIAN_SE = math.sqrt(math.pi / 2)   # a median's standard error per mean's (normal bulk)
 
 
@@ -166,8 +169,27 @@ def best_run_z(pool: Sequence[float], fresh: Sequence[float], direction: str, sc
 
 
 def drifted(pool: Sequence[float], fresh: Sequence[float], direction: str, scale: str,
-            noise: float) -> float | None:
-    """How far the fresh incumbent runs sit on the good side of the pool, in standard errors,
-    when that is drift (the median beyond DRIFT_Z or the best run beyond DRIFT_Z_RUN); else None."""
+            noise: float, bad_side: bool = True) -> float | None:
+    """How far the fresh incumbent runs sit from the pool, in standard errors, when that is drift;
+    else None. Positive on the good side (the median beyond DRIFT_Z or the best run beyond
+    DRIFT_Z_RUN: the machine got faster, and a change that does nothing would look like a gain).
+    Negative on the bad side, when `bad_side` asks (the median of at least DRIFT_BAD_RUNS fresh
+    runs beyond DRIFT_Z: the machine got slower, and a real gain's runs would rank among pooled
+    runs of a faster machine: kept late or never, and the futility side discarding it). The bad
+    side costs no false keep, only pairs: it is judged on the larger of `noise` and the spread of
+    the pooled and the fresh runs about their own medians (a calibration's noise can come out a
+    quarter of the truth, and an alarm then would be the noise)."""
     z, best = drift_z(pool, fresh, direction, scale, noise), best_run_z(pool, fresh, direction, scale, noise)
-    return max(z, best) if z > DRIFT_Z or best > DRIFT_Z_RUN else None
+    if z > DRIFT_Z or best > DRIFT_Z_RUN:
+        return max(z, best)
+    if bad_side and len(fresh) >= DRIFT_BAD_RUNS:
+        logs = scale == "log"
+        p = [math.log(v) if logs else v for v in pool]
+        f = [math.log(v) if logs else v for v in fresh]
+        mp, mf = statistics.median(p), statistics.median(f)
+        spread = st.robust_scale([x - mp for x in p] + [x - mf for x in f])
+        worse = drift_z(pool, fresh, "maximize" if direction == "minimize" else "minimize", scale,
+                        max(noise, spread))
+        if worse > DRIFT_Z:
+            return -worse
+    return None

@@ -113,7 +113,8 @@ def pool_words(stats: Mapping[str, Any]) -> str:
         d = b.get("drift") if isinstance(b, dict) else None
         if isinstance(d, dict):
             confirm = "the confirmation's " if b.get("name") == "confirm" else ""
-            return (f"; drift: the incumbent's fresh runs sat {d['z']:.2g} standard errors better "
+            side = "better" if d["z"] > 0 else "worse"
+            return (f"; drift: the incumbent's fresh runs sat {abs(d['z']):.2g} standard errors {side} "
                     f"than its {n} after {confirm}pair {d['pair']}: those set aside, judged within "
                     f"the test from pair {d['pair'] + 1}")
     cycles = ", ".join(str(c) for c in pool.get("cycles") or [])

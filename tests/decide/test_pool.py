@@ -14,7 +14,7 @@ import pytest
 
 from autoloop.decide import cycle, pool as pooling, stats as st
 from autoloop.decide.core import Session
-from tests.decide.test_decide import PAIRED, Fake, const, program
+from tests.decide.test_decide import PAIRED, Fake, program
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "pooled_shapes.py"
 
@@ -104,6 +104,45 @@ def test_drift_sets_the_pool_aside_and_the_test_goes_on_within_itself() -> None:
     assert kept <= 0.0
     up, _ = st.rank_evidence(batch["a"][1:], batch["b"][1:], "minimize", "log", batch["delta"], first=1)
     assert batch["log_lr"][1:] == pytest.approx([kept + u for u in up])
+
+
+# Cycle 10 of the traced benchmark's run (tests/test_attacks_trace.py), resumed on a quiet machine
+# after ci20's suite: the incumbent's 12 pooled runs were measured while the machine ran fast, its
+# fresh runs ran a third slower; the one-pass rewrite, 30% faster and better in 15 pairs of 16,
+# ranked among the pooled runs and was undecided after 16 pairs (LR 189 of 200 needed).
+SLOWER_POOL = [0.258443, 0.22717, 0.278209, 0.232451, 0.311831, 0.280003, 0.231665, 0.229608,
+               0.22976, 0.345706, 0.225579, 0.239095]
+SLOWER_A = [0.279, 0.389, 0.378, 0.398, 0.404, 0.365, 0.362, 0.384, 0.354, 0.383, 0.389, 0.373,
+            0.408, 0.378, 0.345, 0.367]
+SLOWER_B = [0.333, 0.255, 0.245, 0.286, 0.258, 0.28, 0.227, 0.25, 0.27, 0.264, 0.279, 0.273,
+            0.262, 0.25, 0.268, 0.255]
+
+
+def test_a_machine_slower_than_the_pool_sets_it_aside_and_a_real_gain_is_kept() -> None:
+    prog = program("accept:\n  rule: paired\n  pairs: 16\n  min_effect: 2%\n  final_pairs: 0\n")
+    pool = _pool(SLOWER_POOL, noise=0.1525)
+    fake = Fake(lambda side, k: (SLOWER_A if side == "A" else SLOWER_B)[k])
+    v = cycle.judge_paired(Session(fake), prog, {}, pool=pool)
+    assert v.status == "keep", v.result
+    batch = v.stats["batches"][0]
+    # the median of three fresh incumbent runs, not the first one alone: one slow run is a burst
+    assert batch["drift"]["pair"] == 3 and batch["drift"]["z"] < -pooling.DRIFT_Z
+    assert "fresh runs sat" in v.result and "standard errors worse than its 12 earlier runs" in v.result
+    assert batch["n"] < 16
+
+
+def test_one_slow_fresh_run_is_a_burst_not_a_drift() -> None:
+    pool = [100.0 + (i % 5 - 2) for i in range(12)]
+    # one run far on the bad side: the good side's checks say nothing, and the bad side waits for
+    # the median of DRIFT_BAD_RUNS runs
+    assert pooling.drifted(pool, [140.0], "minimize", "log", 0.02) is None
+    assert pooling.drifted(pool, [140.0, 101.0], "minimize", "log", 0.02) is None
+    assert pooling.drifted(pool, [140.0, 101.0, 99.0], "minimize", "log", 0.02) is None
+    z = pooling.drifted(pool, [140.0, 139.0, 99.0], "minimize", "log", 0.02)
+    assert z is not None and z < -pooling.DRIFT_Z
+    # the same on a metric to maximize: lower is the bad side
+    assert pooling.drifted(pool, [60.0, 61.0, 101.0], "maximize", "log", 0.02) < -pooling.DRIFT_Z
+    assert pooling.drifted(pool, [60.0, 101.0, 99.0], "maximize", "log", 0.02) is None
 
 
 def test_drift_check_is_one_sided_and_in_standard_errors() -> None:
