@@ -259,7 +259,10 @@ def test_a_traced_benchmark_keeps_the_real_speed_up_and_none_of_the_cheats(tmp_p
     assert st[7] == "crash", log            # the GC changed: the run is void, and said so
     assert "changed interpreter state that only a benchmark would see" in log, log
     assert st[8] == "guard_fail", log       # caught by the sample (escapes a run with p = 5%, three: 1.2e-4)
-    assert st[9] == "keep", log
+    # the one timing verdict that must come out a keep: ~25% faster a run (the harness's own
+    # processes are most of a run), on a machine whose speed may jump by 40% from run to run (ci20:
+    # better in 12 pairs of 16, undecided): undecided is retried once, a decided discard fails
+    p.kept_on_retry(9, _plan(token)[9], timeout=600)
 
 
 # A target that calls itself on the parts of its input (titlecase 2.4.1 on each part of a

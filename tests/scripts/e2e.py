@@ -191,6 +191,29 @@ class Project:
     def experiments(self) -> str:
         return (self.repo / "experiments.md").read_text()
 
+    def decision(self, cycle: int) -> str | None:
+        """The paired rule's decision on `cycle` (keep, discard, undecided), from the ledger."""
+        for line in self.ledger_lines():
+            rec = json.loads(line) if line.strip() else {}
+            if rec.get("cycle") == cycle and rec.get("status"):
+                batches = (rec.get("stats") or {}).get("batches") or [{}]
+                return batches[-1].get("decision")
+        return None
+
+    def kept_on_retry(self, cycle: int, change: str, timeout: float = 600) -> int:
+        """The cycle at which a real gain was kept: `cycle`, or, when the paired rule ran out of
+        pairs there (undecided: the machine's speed moved under the test, never a decided
+        discard), the next one, the same change proposed again in a resumed run with fresh pairs.
+        A timing verdict gets a second test, as a user's night would give it another cycle."""
+        if self.statuses().get(cycle) == "keep":
+            return cycle
+        assert self.decision(cycle) == "undecided", (cycle, self.statuses(), self.decision(cycle))
+        self.set_plan({cycle + 1: change})
+        res = self.run("--cycles", "1", timeout=timeout)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert self.statuses().get(cycle + 1) == "keep", (self.statuses(), self.decision(cycle + 1))
+        return cycle + 1
+
     def branch(self) -> str:
         return f"autoloop/{self.tag}"
 
