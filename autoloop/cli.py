@@ -5,6 +5,7 @@ autoloop.commands. With those modules, the only place that prints or picks exit 
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import signal
@@ -25,6 +26,54 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE if hasattr(signal, "SIGPIPE") else 141
 MAX_PAIRS = 1000
+
+
+class _Terminal:
+    """A stream that was a terminal at the start, whose writes stop, silently, once the terminal
+    is gone (EIO: its window closed while hangups are ignored, `trap '' HUP`): what was left to
+    print has no reader, and the run ends as it would have, its journal closed and its exit code
+    its own. Only a terminal's EIO: on a file or a pipe an error stays an error."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream, self._gone = stream, False
+
+    def _gone_now(self, exc: OSError) -> None:
+        if exc.errno != errno.EIO:
+            raise exc
+        self._gone = True
+        try:   # what Python flushes at exit goes nowhere too
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        except OSError:
+            pass
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return self._stream.write(text)
+            except OSError as exc:
+                self._gone_now(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except OSError as exc:
+                self._gone_now(exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _guard_terminals() -> None:
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        try:
+            tty = stream is not None and not isinstance(stream, _Terminal) and stream.isatty()
+        except (OSError, ValueError):
+            tty = False
+        if tty:
+            setattr(sys, name, _Terminal(stream))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -157,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = ["--approve=after" if a == "--approve" else a for a in argv]
     args = build_parser().parse_args(argv)
     calm_gc()
+    _guard_terminals()
     if args.command in ("log", "report", "show", "init") and hasattr(signal, "SIGPIPE"):
         # read-only commands behave like any Unix tool in a pipe: `autoloop log | head` just
         # ends when head has read enough (a run keeps Python's handling: see BrokenPipeError)

@@ -395,6 +395,18 @@ def test_a_closed_terminal_at_the_prompt_stops_the_run_cleanly(tmp_path):
     assert "unfinished" not in res.stdout + res.stderr
 
 
+def test_a_closed_terminal_whose_hangup_is_ignored_ends_the_run_with_its_own_exit_code(tmp_path):
+    """The same, to the process's end: what was left to print (the summary) has no reader; the
+    run exits as it ended (0: stopped on a stop condition), never with an internal error."""
+    p = make_project(tmp_path, PLAN)
+    child = spawn(p, "--approve", "--cycles", "3", hangup=signal.SIG_IGN)
+    child.expect(r"\[k\]eep.*> ")
+    child.ptyproc.fileobj.close()      # the terminal's window closed: no SIGINT after it, as pexpect's close sends
+    assert child.ptyproc.wait() == 0
+    recs = [json.loads(line) for line in p.ledger_path().read_text().splitlines()]
+    assert recs[-1]["t"] == "end" and recs[-1]["reason"] == "quit by the person (approve mode)", recs[-1]
+
+
 def test_a_closed_terminal_whose_hangup_is_ignored_quits_at_the_prompt(tmp_path):
     """Started with hangups ignored (`trap '' HUP`), the run outlives its terminal; at the prompt
     nobody can answer any more (reads and writes fail with EIO): it quits there, as at the end of
