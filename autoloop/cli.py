@@ -41,10 +41,7 @@ class _Terminal:
         if exc.errno != errno.EIO:
             raise exc
         self._gone = True
-        try:   # what Python flushes at exit goes nowhere too
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
-        except OSError:
-            pass
+        _to_devnull(self._stream)   # what Python flushes at exit goes nowhere too
 
     def write(self, text: str) -> int:
         if not self._gone:
@@ -63,6 +60,19 @@ class _Terminal:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def _to_devnull(stream: Any) -> None:
+    """Point `stream`'s descriptor at /dev/null: its reader is gone, and what is left in its
+    buffer, flushed at exit, must not fail again."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, stream.fileno())
+        finally:
+            os.close(null)
+    except OSError:
+        pass
 
 
 def _guard_terminals() -> None:
@@ -236,10 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # the reader went away (`| head`): no traceback when Python flushes stdout at exit
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except OSError:
-            pass
+        _to_devnull(sys.stdout)
         return EXIT_BROKEN_PIPE
     except Exception as exc:  # a bug of ours: one line, details only on request
         if os.environ.get("AUTOLOOP_DEBUG"):
