@@ -199,6 +199,7 @@ def sequential_test(session: Session, program: Program, prefix: str,
     trail: list[tuple[float, float]] = []
     used: list[float] = []
     prior_values = [v for _, v in prior]
+    fewest_pairs = floor_pairs(acc.alpha)   # the fewest pairs that can keep within one test
     # after a drift: the pair the within-test rule starts at and the evidence carried (<= 1)
     cut: dict[str, Any] = {}
 
@@ -229,7 +230,7 @@ def sequential_test(session: Session, program: Program, prefix: str,
         if prior and not cut and pool is not None and pool.values:
             # a slower machine is worth setting the pool aside for only while the pairs left can
             # still keep within the test; else the cut would only make a discard undecided
-            can_keep = acc.pairs - len(a) >= floor_pairs(acc.alpha)
+            can_keep = acc.pairs - len(a) >= fewest_pairs
             z = drifted(pool.values, [*fresh_a, *a], direction, scale, pool.noise, bad_side=can_keep)
             if z is not None:
                 e = fed("pooled", a, b, 0, scale, prior)
