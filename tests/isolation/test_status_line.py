@@ -59,7 +59,7 @@ def test_a_setup_that_failed_did_not_start_the_command(tmp_path: Path) -> None:
     gone = f"/autoloop-test-gone-{os.getpid()}/d.sock"   # on the read-only root, not the private /tmp
     assert not os.path.lexists(os.path.dirname(gone))
     broken = Line([*line.argv[:at], "--ro-bind", "/dev/null", gone, *line.argv[at:]],
-                       line.fds, line.started, line.close)
+                  line.fds, line.started, line.close)
     res, started = _run(tmp_path, broken)
     assert res.exit_code == 1 and "Can't mkdir parents" in res.stderr_tail() and not started
     assert res.stdout_path.read_text() == ""
